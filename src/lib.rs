@@ -1,0 +1,18 @@
+//! netrig: measures what a network path really delivers — goodput, latency,
+//! loss and reliability — with every byte verified.
+//!
+//! The pure parts (wire protocol, pattern, I/O plans, statistics, result
+//! agreement, units) have no I/O and are tested on their own; the engines
+//! (`tcp`, `server`) and reporting sit on top of them. The `netrig` binary is a
+//! thin command-line layer over this library.
+
+pub mod net;
+pub mod outcome;
+pub mod pattern;
+pub mod plan;
+pub mod proto;
+pub mod report;
+pub mod server;
+pub mod stats;
+pub mod tcp;
+pub mod units;

@@ -1,0 +1,126 @@
+//! Socket plumbing shared by client and server: listening (dual-stack),
+//! connecting from a chosen local address, name resolution and polling.
+
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// netrig's well-known port (control and data share it).
+pub const DEFAULT_PORT: u16 = 4794;
+
+/// Opens a listening socket. `[::]` listens on IPv6 and IPv4 (dual-stack).
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// The default listen addresses: dual-stack `[::]`, or `0.0.0.0` where the
+/// machine has no IPv6.
+pub fn default_listeners(port: u16) -> io::Result<Vec<TcpListener>> {
+    match listen(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)) {
+        Ok(l) => Ok(vec![l]),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(e),
+        Err(_) => Ok(vec![listen(SocketAddr::from(([0, 0, 0, 0], port)))?]),
+    }
+}
+
+/// Connects to `to`, optionally from local address `from`, within `timeout`.
+pub fn connect(to: SocketAddr, from: Option<IpAddr>, timeout: Duration) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(ip) = from {
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    }
+    socket.connect_timeout(&to.into(), timeout)?;
+    socket.set_tcp_nodelay(true)?;
+    Ok(socket.into())
+}
+
+/// Enables TCP keepalive so a vanished peer on an idle control connection is noticed.
+pub fn keepalive(stream: &TcpStream) -> io::Result<()> {
+    let ka = TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&ka)
+}
+
+/// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
+pub fn resolve(target: &str, default_port: u16) -> io::Result<Vec<SocketAddr>> {
+    let t = target.trim();
+    let addrs: Vec<SocketAddr> = if let Ok(sa) = t.parse::<SocketAddr>() {
+        vec![sa]
+    } else if let Ok(ip) = t.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+        vec![SocketAddr::new(ip, default_port)]
+    } else if t.contains(':') {
+        t.to_socket_addrs()?.collect()
+    } else {
+        (t, default_port).to_socket_addrs()?.collect()
+    };
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("'{target}' resolves to no address"),
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Waits until any of `listeners` is readable or `timeout` passes; returns
+/// which are readable.
+pub fn poll_readable(listeners: &[TcpListener], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut fds: Vec<libc::pollfd> = listeners
+        .iter()
+        .map(|l| libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()` pollfd
+    // structs that outlives the call; poll only writes their `revents` fields.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(fds.iter().map(|p| p.revents != 0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_forms() {
+        assert_eq!(
+            resolve("127.0.0.1", 9).unwrap(),
+            vec![SocketAddr::from(([127, 0, 0, 1], 9))]
+        );
+        assert_eq!(
+            resolve("127.0.0.1:5", 9).unwrap(),
+            vec![SocketAddr::from(([127, 0, 0, 1], 5))]
+        );
+        assert_eq!(resolve("::1", 9).unwrap()[0].port(), 9);
+        assert_eq!(resolve("[::1]:7", 9).unwrap()[0].port(), 7);
+        assert!(
+            resolve("localhost", 9)
+                .unwrap()
+                .iter()
+                .all(|a| a.port() == 9)
+        );
+        assert!(resolve("no-such-host.invalid", 9).is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! How a connection ended, and how the two ends' accounts are combined into
+//! one result both agree on.
+//!
+//! A connection is a success only if both ends say so *and* their byte counts
+//! match each other: what one end sent, the other received. Anything else is
+//! exactly one of network error, data error or cancelled.
+
+use serde::Serialize;
+use std::fmt;
+
+use crate::proto::{FinalReport, Verdict};
+
+/// The class of a connection's result, as counted in the status table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultKind {
+    /// Both ends sent, received and verified everything.
+    Success,
+    /// A socket call failed, or the peer vanished.
+    NetworkError,
+    /// Too few or too many bytes, or a byte did not match the pattern.
+    DataError,
+    /// Stopped by a time limit or Ctrl-C before it finished.
+    Cancelled,
+}
+
+impl fmt::Display for ResultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ResultKind::Success => "Succeeded",
+            ResultKind::NetworkError => "NetworkError",
+            ResultKind::DataError => "DataError",
+            ResultKind::Cancelled => "Cancelled",
+        })
+    }
+}
+
+/// The agreed result of one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnResult {
+    /// Class of the result.
+    pub kind: ResultKind,
+    /// Human-readable detail (empty on success).
+    pub detail: String,
+}
+
+impl ConnResult {
+    fn new(kind: ResultKind, detail: impl Into<String>) -> Self {
+        ConnResult {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Ok => f.write_str("ok"),
+            Verdict::TooFew { expected, received } => write!(
+                f,
+                "too few bytes: connection closed after {received} of {expected} bytes"
+            ),
+            Verdict::TooMany { expected } => {
+                write!(
+                    f,
+                    "too many bytes: data continued past the expected {expected} bytes"
+                )
+            }
+            Verdict::Corrupt { offset } => write!(f, "corrupt data at offset {offset}"),
+            Verdict::NetworkError { detail } => f.write_str(detail),
+            Verdict::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+fn kind_of(v: &Verdict) -> ResultKind {
+    match v {
+        Verdict::Ok => ResultKind::Success,
+        Verdict::TooFew { .. } | Verdict::TooMany { .. } | Verdict::Corrupt { .. } => {
+            ResultKind::DataError
+        }
+        Verdict::NetworkError { .. } => ResultKind::NetworkError,
+        Verdict::Cancelled => ResultKind::Cancelled,
+    }
+}
+
+/// Combines this end's report with the peer's (or the reason there is none).
+pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &str>) -> ConnResult {
+    let my_kind = kind_of(&mine.verdict);
+    if my_kind == ResultKind::Cancelled || matches!(peer, Ok(p) if p.verdict == Verdict::Cancelled)
+    {
+        return ConnResult::new(ResultKind::Cancelled, "stopped before completion");
+    }
+    if my_kind != ResultKind::Success {
+        return ConnResult::new(my_kind, mine.verdict.to_string());
+    }
+    let peer = match peer {
+        Ok(p) => p,
+        Err(e) => {
+            return ConnResult::new(
+                ResultKind::NetworkError,
+                format!("no result from peer: {e}"),
+            );
+        }
+    };
+    let peer_kind = kind_of(&peer.verdict);
+    if peer_kind != ResultKind::Success {
+        return ConnResult::new(peer_kind, format!("peer: {}", peer.verdict));
+    }
+    if peer.received != mine.sent || peer.sent != mine.received {
+        return ConnResult::new(
+            ResultKind::DataError,
+            format!(
+                "byte counts disagree: sent {} / peer received {}, received {} / peer sent {}",
+                mine.sent, peer.received, mine.received, peer.sent
+            ),
+        );
+    }
+    ConnResult::new(ResultKind::Success, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(sent: u64, received: u64, verdict: Verdict) -> FinalReport {
+        FinalReport {
+            sent,
+            received,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn success_needs_both_and_matching_counts() {
+        let me = rep(100, 0, Verdict::Ok);
+        assert_eq!(
+            agree(&me, Ok(&rep(0, 100, Verdict::Ok))).kind,
+            ResultKind::Success
+        );
+        let r = agree(&me, Ok(&rep(0, 99, Verdict::Ok)));
+        assert_eq!(r.kind, ResultKind::DataError);
+        assert!(r.detail.contains("disagree"));
+    }
+
+    #[test]
+    fn peer_data_error_wins_over_local_ok() {
+        let r = agree(
+            &rep(100, 0, Verdict::Ok),
+            Ok(&rep(0, 100, Verdict::Corrupt { offset: 5 })),
+        );
+        assert_eq!(r.kind, ResultKind::DataError);
+        assert_eq!(r.detail, "peer: corrupt data at offset 5");
+    }
+
+    #[test]
+    fn local_errors_and_missing_peer() {
+        let net = Verdict::NetworkError {
+            detail: "Connection reset by peer (os error 104)".into(),
+        };
+        assert_eq!(
+            agree(&rep(1, 0, net), Err("x")).kind,
+            ResultKind::NetworkError
+        );
+        let r = agree(&rep(1, 0, Verdict::Ok), Err("connection closed by peer"));
+        assert_eq!(r.kind, ResultKind::NetworkError);
+        let few = Verdict::TooFew {
+            expected: 10,
+            received: 3,
+        };
+        assert_eq!(agree(&rep(0, 3, few), Err("x")).kind, ResultKind::DataError);
+        assert_eq!(
+            agree(&rep(0, 3, Verdict::Cancelled), Err("x")).kind,
+            ResultKind::Cancelled
+        );
+    }
+}

@@ -1,0 +1,463 @@
+//! `netrig serve`: one port, many clients, no test options.
+//!
+//! Every accepted connection says in its first frame whether it is a control
+//! connection (a client describing a test) or a data connection of a session
+//! set up earlier. Each connection gets its own thread. A session lives
+//! exactly as long as its control connection: when that closes — Goodbye, a
+//! crash, a vanished client — the session's data sockets are shut down and its
+//! state freed, so the server can never be left "busy".
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use crate::outcome::ResultKind;
+use crate::plan::Role;
+use crate::proto::{
+    DataHello, ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, SessionSummary, TcpSpec,
+    TestSpec, Verdict, read_message, write_message,
+};
+use crate::stats::Counters;
+use crate::tcp::config::MAX_BUFFER;
+use crate::tcp::conn::{Transfer, exchange_finals};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Addresses to listen on; empty means dual-stack `[::]` (or `0.0.0.0`) on `port`.
+    pub listen: Vec<SocketAddr>,
+    /// Port for the default listen address.
+    pub port: u16,
+    /// Exit after this many data connections have completed.
+    pub exit_after: Option<u64>,
+    /// A new connection must send its first frame within this time.
+    pub handshake_timeout: Duration,
+    /// A data connection making no progress for this long is dropped.
+    pub idle_timeout: Duration,
+    /// 0 silent, 1 sessions, 2 plus failed connections, 3 every connection.
+    pub verbosity: u8,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: Vec::new(),
+            port: crate::net::DEFAULT_PORT,
+            exit_after: None,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            verbosity: 1,
+        }
+    }
+}
+
+struct Session {
+    peer: SocketAddr,
+    spec: TcpSpec,
+    counters: Counters,
+    cancelled: AtomicBool,
+    live: Mutex<HashMap<Uuid, TcpStream>>,
+    started: Instant,
+}
+
+impl Session {
+    fn cancel(&self) {
+        self.cancelled.store(true, SeqCst);
+        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn summary(&self) -> SessionSummary {
+        let s = self.counters.snapshot();
+        SessionSummary {
+            connections: s.completed + s.net_errors + s.data_errors + s.cancelled,
+            success: s.completed,
+            network_errors: s.net_errors,
+            data_errors: s.data_errors,
+            cancelled: s.cancelled,
+            bytes_sent: s.sent,
+            bytes_received: s.received,
+        }
+    }
+}
+
+struct State {
+    cfg: ServerConfig,
+    sessions: Mutex<HashMap<Uuid, Arc<Session>>>,
+    admitted: AtomicU64,
+    finished: AtomicU64,
+    stop: Arc<AtomicBool>,
+}
+
+/// A bound server, ready to [`Server::run`].
+pub struct Server {
+    listeners: Vec<TcpListener>,
+    state: Arc<State>,
+}
+
+impl Server {
+    /// Binds the listening sockets.
+    pub fn bind(cfg: ServerConfig) -> io::Result<Server> {
+        let listeners = if cfg.listen.is_empty() {
+            crate::net::default_listeners(cfg.port)?
+        } else {
+            cfg.listen
+                .iter()
+                .map(|a| crate::net::listen(*a))
+                .collect::<io::Result<_>>()?
+        };
+        Ok(Server {
+            listeners,
+            state: Arc::new(State {
+                cfg,
+                sessions: Mutex::new(HashMap::new()),
+                admitted: AtomicU64::new(0),
+                finished: AtomicU64::new(0),
+                stop: Arc::new(AtomicBool::new(false)),
+            }),
+        })
+    }
+
+    /// The addresses actually bound (useful with port 0).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// A flag that makes [`Server::run`] return when set.
+    pub fn stop_handle(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.state.stop)
+    }
+
+    /// Accepts and serves until stopped or `exit_after` is reached.
+    pub fn run(self) -> io::Result<()> {
+        let st = &self.state;
+        if st.cfg.verbosity >= 1 {
+            for a in self.local_addrs() {
+                println!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+            }
+        }
+        while !st.stop.load(SeqCst) {
+            let ready = crate::net::poll_readable(&self.listeners, Duration::from_millis(100))?;
+            for (l, r) in self.listeners.iter().zip(ready) {
+                if !r {
+                    continue;
+                }
+                loop {
+                    match l.accept() {
+                        Ok((s, peer)) => self.spawn(s, peer),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        // Per-connection failures (ECONNABORTED, EMFILE) must not stop the server.
+                        Err(e) => {
+                            if st.cfg.verbosity >= 2 {
+                                eprintln!("accept: {e}");
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(n) = st.cfg.exit_after {
+                if st.finished.load(SeqCst) >= n {
+                    if st.cfg.verbosity >= 1 {
+                        println!("exit limit of {n} connections reached; exiting");
+                    }
+                    break;
+                }
+            }
+        }
+        for s in st
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            s.cancel();
+        }
+        Ok(())
+    }
+
+    fn spawn(&self, stream: TcpStream, peer: SocketAddr) {
+        let st = Arc::clone(&self.state);
+        let r = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || handle(&st, stream, peer));
+        if let Err(e) = r {
+            eprintln!("cannot start a thread for {peer}: {e}");
+        }
+    }
+}
+
+fn reply_error(stream: &TcpStream, code: ErrorCode, message: String) {
+    let mut s = stream;
+    // Best effort: the peer may already be gone.
+    let _ = write_message(&mut s, &Message::error(code, message));
+}
+
+fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
+    // The listener is non-blocking; accepted sockets must block.
+    if stream.set_nonblocking(false).is_err()
+        || stream
+            .set_read_timeout(Some(st.cfg.handshake_timeout))
+            .is_err()
+    {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let mut s = &stream;
+    match read_message(&mut s) {
+        Ok(Message::Hello(h)) => control(st, &stream, peer, h),
+        Ok(Message::DataHello(h)) => data(st, &stream, peer, h),
+        Ok(m) => reply_error(
+            &stream,
+            ErrorCode::UnexpectedMessage,
+            format!("expected hello or data hello, got {}", msg_name(&m)),
+        ),
+        Err(ReadError::Proto(e)) => {
+            if st.cfg.verbosity >= 2 {
+                eprintln!("{peer}: {e}");
+            }
+            reply_error(&stream, ErrorCode::Malformed, e.to_string());
+        }
+        Err(e) => {
+            if st.cfg.verbosity >= 2 {
+                eprintln!("{peer}: no hello: {e}");
+            }
+        }
+    }
+}
+
+fn msg_name(m: &Message) -> String {
+    serde_json::to_value(m)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str().map(String::from)))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn validate(spec: &TestSpec) -> Result<TcpSpec, String> {
+    let TestSpec::Tcp(t) = spec;
+    if t.transfer == 0 {
+        return Err("transfer must be greater than zero".into());
+    }
+    if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
+        return Err("pushpull needs non-zero push and pull bytes".into());
+    }
+    Ok(t.clone())
+}
+
+fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
+    if hello.protocol != PROTOCOL_VERSION {
+        return reply_error(
+            stream,
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "client speaks protocol version {}, this server speaks {PROTOCOL_VERSION}",
+                hello.protocol
+            ),
+        );
+    }
+    if st
+        .cfg
+        .exit_after
+        .is_some_and(|n| st.admitted.load(SeqCst) >= n)
+    {
+        return reply_error(stream, ErrorCode::Refused, "server is about to exit".into());
+    }
+    let mut s = stream;
+    if write_message(&mut s, &Message::HelloAck(Message::hello())).is_err() {
+        return;
+    }
+    let _ = crate::net::keepalive(stream);
+    let mut session: Option<(Uuid, Arc<Session>)> = None;
+    loop {
+        let msg = match read_message(&mut s) {
+            Ok(m) => m,
+            Err(ReadError::Proto(e)) => {
+                reply_error(stream, ErrorCode::Malformed, e.to_string());
+                break;
+            }
+            Err(_) => break,
+        };
+        match (msg, &session) {
+            (Message::TestRequest { test }, None) => match validate(&test) {
+                Ok(spec) => {
+                    let id = Uuid::new_v4();
+                    let sess = Arc::new(Session {
+                        peer,
+                        spec,
+                        counters: Counters::default(),
+                        cancelled: AtomicBool::new(false),
+                        live: Mutex::new(HashMap::new()),
+                        started: Instant::now(),
+                    });
+                    if st.cfg.verbosity >= 1 {
+                        let t = &sess.spec;
+                        println!(
+                            "session {id} from {peer}: tcp {:?} transfer {} buffer per connection, {} connections, verify {:?}",
+                            t.pattern, t.transfer, t.connections, t.verify
+                        );
+                    }
+                    st.sessions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, Arc::clone(&sess));
+                    session = Some((id, sess));
+                    // Control idles during the test; keepalive notices a vanished client.
+                    let _ = stream.set_read_timeout(None);
+                    if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
+                        break;
+                    }
+                }
+                Err(why) => {
+                    reply_error(stream, ErrorCode::Refused, why);
+                    break;
+                }
+            },
+            (Message::Stop, Some((_, sess))) => {
+                sess.cancel();
+                if write_message(&mut s, &Message::StopAck).is_err() {
+                    break;
+                }
+            }
+            (Message::Goodbye, Some((_, sess))) => {
+                // The client may say goodbye while our side of its last
+                // connections is still being counted: wait briefly for them.
+                let t0 = Instant::now();
+                while sess.counters.in_flight.load(SeqCst) > 0
+                    && t0.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = write_message(&mut s, &Message::Summary(sess.summary()));
+                break;
+            }
+            (m, _) => {
+                reply_error(
+                    stream,
+                    ErrorCode::UnexpectedMessage,
+                    format!("unexpected {} on control connection", msg_name(&m)),
+                );
+                break;
+            }
+        }
+    }
+    if let Some((id, sess)) = session {
+        sess.cancel();
+        st.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if st.cfg.verbosity >= 1 {
+            let sum = sess.summary();
+            println!(
+                "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
+                sess.peer,
+                sess.started.elapsed().as_secs_f64(),
+                sum.connections,
+                sum.success,
+                sum.network_errors,
+                sum.data_errors,
+                sum.cancelled,
+                sum.bytes_sent,
+                sum.bytes_received
+            );
+        }
+    }
+}
+
+fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
+    let sess = st
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&hello.session)
+        .cloned();
+    let Some(sess) = sess else {
+        return reply_error(
+            stream,
+            ErrorCode::UnknownSession,
+            format!("unknown session {}", hello.session),
+        );
+    };
+    if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
+        return reply_error(
+            stream,
+            ErrorCode::Refused,
+            format!("buffer size {} outside 1..={MAX_BUFFER}", hello.buffer),
+        );
+    }
+    if let Some(n) = st.cfg.exit_after {
+        if st.admitted.fetch_add(1, SeqCst) >= n {
+            return reply_error(
+                stream,
+                ErrorCode::Refused,
+                format!("server exit limit of {n} connections reached"),
+            );
+        }
+    }
+    // Counted before the ack so a Goodbye waits for this connection's result.
+    sess.counters.in_flight.fetch_add(1, SeqCst);
+    {
+        let mut live = sess.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(c) = stream.try_clone() {
+            live.insert(hello.connection, c);
+        }
+    }
+    let idle = Some(st.cfg.idle_timeout);
+    let _ = stream.set_read_timeout(idle);
+    let _ = stream.set_write_timeout(idle);
+    let mut s = stream;
+    let kind = if sess.cancelled.load(SeqCst) {
+        reply_error(stream, ErrorCode::Refused, "session stopped".into());
+        ResultKind::Cancelled
+    } else if write_message(
+        &mut s,
+        &Message::DataAck {
+            connection: hello.connection,
+        },
+    )
+    .is_err()
+    {
+        ResultKind::NetworkError
+    } else {
+        let mut mine = Transfer {
+            stream,
+            connection: hello.connection,
+            role: Role::Server,
+            buffer: hello.buffer as usize,
+            spec: &sess.spec,
+            counters: &sess.counters,
+        }
+        .run();
+        if sess.cancelled.load(SeqCst) && matches!(mine.verdict, Verdict::NetworkError { .. }) {
+            mine.verdict = Verdict::Cancelled;
+        }
+        let (mine, result) = exchange_finals(stream, mine);
+        let show = match result.kind {
+            ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
+            _ => st.cfg.verbosity >= 2,
+        };
+        if show {
+            println!(
+                "{} {peer} sent {} received {} {} {}",
+                hello.connection, mine.sent, mine.received, result.kind, result.detail
+            );
+        }
+        result.kind
+    };
+    sess.live
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&hello.connection);
+    sess.counters.record(kind);
+    sess.counters.in_flight.fetch_sub(1, SeqCst);
+    st.finished.fetch_add(1, Relaxed);
+}

@@ -1,0 +1,170 @@
+//! Live counters shared by connection threads, and the per-interval rows the
+//! status table, status file and JSON report are made of.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use crate::outcome::ResultKind;
+
+/// Counters updated by every connection thread; read by the status ticker.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Payload bytes sent.
+    pub sent: AtomicU64,
+    /// Payload bytes received.
+    pub received: AtomicU64,
+    /// Connections currently moving data.
+    pub in_flight: AtomicI64,
+    /// Connections ended in agreed success.
+    pub completed: AtomicU64,
+    /// Connections ended in a network error.
+    pub net_errors: AtomicU64,
+    /// Connections ended in a data error.
+    pub data_errors: AtomicU64,
+    /// Connections cancelled by a stop.
+    pub cancelled: AtomicU64,
+}
+
+/// A point-in-time copy of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    /// Payload bytes sent so far.
+    pub sent: u64,
+    /// Payload bytes received so far.
+    pub received: u64,
+    /// Connections moving data now.
+    pub in_flight: i64,
+    /// Successful connections so far.
+    pub completed: u64,
+    /// Network errors so far.
+    pub net_errors: u64,
+    /// Data errors so far.
+    pub data_errors: u64,
+    /// Cancelled connections so far.
+    pub cancelled: u64,
+}
+
+impl Counters {
+    /// Reads all counters.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            sent: self.sent.load(Relaxed),
+            received: self.received.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            completed: self.completed.load(Relaxed),
+            net_errors: self.net_errors.load(Relaxed),
+            data_errors: self.data_errors.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
+        }
+    }
+
+    /// Counts one finished connection.
+    pub fn record(&self, kind: ResultKind) {
+        let c = match kind {
+            ResultKind::Success => &self.completed,
+            ResultKind::NetworkError => &self.net_errors,
+            ResultKind::DataError => &self.data_errors,
+            ResultKind::Cancelled => &self.cancelled,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+}
+
+/// One row of the status table (ctsTraffic's columns, plus cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalRow {
+    /// Seconds since the test started, at the end of this slice.
+    #[serde(rename = "TimeSlice")]
+    pub time_slice: f64,
+    /// Bytes per second sent during the slice.
+    #[serde(rename = "SendBps")]
+    pub send_bps: u64,
+    /// Bytes per second received during the slice.
+    #[serde(rename = "RecvBps")]
+    pub recv_bps: u64,
+    /// Connections moving data at the end of the slice.
+    #[serde(rename = "In-Flight")]
+    pub in_flight: i64,
+    /// Successful connections so far.
+    #[serde(rename = "Completed")]
+    pub completed: u64,
+    /// Network errors so far.
+    #[serde(rename = "NetError")]
+    pub net_errors: u64,
+    /// Data errors so far.
+    #[serde(rename = "DataError")]
+    pub data_errors: u64,
+}
+
+impl IntervalRow {
+    /// Column names, in order, as printed and written.
+    pub const HEADERS: [&'static str; 7] = [
+        "TimeSlice",
+        "SendBps",
+        "RecvBps",
+        "In-Flight",
+        "Completed",
+        "NetError",
+        "DataError",
+    ];
+
+    /// The row for a slice from `prev` (at `prev_secs`) to `now` (at `now_secs`).
+    pub fn between(prev: &Snapshot, prev_secs: f64, now: &Snapshot, now_secs: f64) -> Self {
+        let dt = now_secs - prev_secs;
+        let rate = |a: u64, b: u64| {
+            if dt > 0.0 {
+                (b.saturating_sub(a) as f64 / dt).round() as u64
+            } else {
+                0
+            }
+        };
+        IntervalRow {
+            time_slice: now_secs,
+            send_bps: rate(prev.sent, now.sent),
+            recv_bps: rate(prev.received, now.received),
+            in_flight: now.in_flight,
+            completed: now.completed,
+            net_errors: now.net_errors,
+            data_errors: now.data_errors,
+        }
+    }
+
+    /// The row's cells as text, in [`Self::HEADERS`] order.
+    pub fn cells(&self) -> [String; 7] {
+        [
+            format!("{:.3}", self.time_slice),
+            self.send_bps.to_string(),
+            self.recv_bps.to_string(),
+            self.in_flight.to_string(),
+            self.completed.to_string(),
+            self.net_errors.to_string(),
+            self.data_errors.to_string(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_rates() {
+        let a = Snapshot {
+            sent: 1000,
+            ..Default::default()
+        };
+        let b = Snapshot {
+            sent: 3000,
+            received: 500,
+            completed: 2,
+            ..Default::default()
+        };
+        let r = IntervalRow::between(&a, 1.0, &b, 3.0);
+        assert_eq!(r.send_bps, 1000);
+        assert_eq!(r.recv_bps, 250);
+        assert_eq!(r.completed, 2);
+        assert_eq!(r.cells()[0], "3.000");
+        let z = IntervalRow::between(&a, 1.0, &b, 1.0);
+        assert_eq!(z.send_bps, 0);
+    }
+}

@@ -1,0 +1,511 @@
+//! The TCP client engine: sets up one control session per target, keeps
+//! `connections` data connections busy until `iterations` rounds or the time
+//! limit are done, and reports intervals and per-connection results to an
+//! [`Observer`].
+//!
+//! One thread per concurrent connection: blocking sockets are the fastest and
+//! simplest way to move and verify bulk data, and a stop is delivered by
+//! shutting the sockets down, which wakes every blocked call at once.
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use uuid::Uuid;
+
+use super::config::{BufferSpec, ConfigError, TcpClientConfig};
+use super::conn::{Transfer, exchange_finals};
+use crate::net;
+use crate::outcome::{ConnResult, ResultKind};
+use crate::plan::Role;
+use crate::proto::{
+    DataHello, Message, PROTOCOL_VERSION, SessionSummary, TestSpec, Verdict, read_message,
+    write_message,
+};
+use crate::stats::{Counters, IntervalRow, Snapshot};
+
+/// Why a run could not start or the server could not be talked to.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The configuration is unusable.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// A target did not resolve or could not be reached.
+    #[error("cannot reach {target}: {source}")]
+    Connect {
+        /// The target as given.
+        target: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The control connection failed or spoke nonsense.
+    #[error("control connection to {target}: {detail}")]
+    Control {
+        /// The target.
+        target: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The server refused the test.
+    #[error("server {target} refused the test: {message}")]
+    Refused {
+        /// The target.
+        target: String,
+        /// The server's reason.
+        message: String,
+    },
+}
+
+/// One data connection as it ended; a row of the connection file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionRecord {
+    /// Seconds since the run started, when the connection ended.
+    pub time_slice: f64,
+    /// Local address and port (unspecified if the connect failed).
+    pub local: Option<SocketAddr>,
+    /// Server address and port.
+    pub remote: SocketAddr,
+    /// Payload bytes sent.
+    pub sent: u64,
+    /// Payload bytes received.
+    pub received: u64,
+    /// Wall time from connect to result, in milliseconds.
+    pub time_ms: f64,
+    /// Buffer size used.
+    pub buffer: u32,
+    /// The agreed result.
+    pub result: ConnResult,
+    /// The shared connection ID.
+    pub connection_id: Uuid,
+}
+
+/// Receives the run's output as it happens.
+pub trait Observer {
+    /// A status interval ended.
+    fn interval(&mut self, row: &IntervalRow);
+    /// A connection ended.
+    fn connection(&mut self, rec: &ConnectionRecord);
+}
+
+/// What a finished run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Wall time of the data phase, seconds.
+    pub duration_secs: f64,
+    /// Final counter values.
+    pub totals: Snapshot,
+    /// Every status interval.
+    pub intervals: Vec<IntervalRow>,
+    /// Each server's own tallies, by server address.
+    pub servers: Vec<(SocketAddr, Option<SessionSummary>)>,
+    /// Whether the run was interrupted (Ctrl-C) rather than finishing.
+    pub interrupted: bool,
+}
+
+struct Session {
+    target: String,
+    addr: SocketAddr,
+    id: Uuid,
+    control: Mutex<TcpStream>,
+}
+
+/// A counting semaphore bounding connects in progress (`--throttle`).
+struct Throttle {
+    free: Mutex<u32>,
+    cv: Condvar,
+}
+
+impl Throttle {
+    fn acquire(&self) {
+        let mut f = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *f == 0 {
+            f = self.cv.wait(f).unwrap_or_else(|e| e.into_inner());
+        }
+        *f -= 1;
+    }
+    fn release(&self) {
+        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.cv.notify_one();
+    }
+}
+
+struct Shared {
+    cfg: TcpClientConfig,
+    sessions: Vec<Session>,
+    counters: Counters,
+    stop: AtomicBool,
+    next: AtomicU64,
+    throttle: Throttle,
+    live: Mutex<HashMap<u64, TcpStream>>,
+    start: Instant,
+}
+
+fn control_call(s: &Session, msg: &Message) -> Result<Message, ClientError> {
+    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+    let err = |detail: String| ClientError::Control {
+        target: s.target.clone(),
+        detail,
+    };
+    write_message(&mut *c, msg).map_err(|e| err(e.to_string()))?;
+    read_message(&mut *c).map_err(|e| err(e.to_string()))
+}
+
+fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
+    let conn_err = |source| ClientError::Connect {
+        target: target.to_string(),
+        source,
+    };
+    let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    let mut found = None;
+    for addr in net::resolve(target, cfg.port).map_err(conn_err)? {
+        let from = match pick_bind(cfg, addr, 0) {
+            Ok(f) => f,
+            Err(e) => return Err(e.into()),
+        };
+        match net::connect(addr, from, timeout) {
+            Ok(s) => {
+                found = Some((addr, s));
+                break;
+            }
+            Err(e) => last = e,
+        }
+    }
+    let (addr, stream) = found.ok_or_else(|| conn_err(last))?;
+    // Best effort: keepalive only speeds up noticing a vanished server.
+    let _ = net::keepalive(&stream);
+    let _ = stream.set_read_timeout(Some(timeout));
+    let mut session = Session {
+        target: target.to_string(),
+        addr,
+        id: Uuid::nil(),
+        control: Mutex::new(stream),
+    };
+    let refused = |message: String| ClientError::Refused {
+        target: target.to_string(),
+        message,
+    };
+    let bad = |m: Message| ClientError::Control {
+        target: target.to_string(),
+        detail: format!("unexpected reply {m:?}"),
+    };
+    match control_call(&session, &Message::Hello(Message::hello()))? {
+        Message::HelloAck(h) if h.protocol == PROTOCOL_VERSION => {}
+        Message::HelloAck(h) => {
+            return Err(refused(format!("server speaks protocol {}", h.protocol)));
+        }
+        Message::Error { message, .. } => return Err(refused(message)),
+        m => return Err(bad(m)),
+    }
+    let req = Message::TestRequest {
+        test: TestSpec::Tcp(cfg.spec()),
+    };
+    match control_call(&session, &req)? {
+        Message::TestAccept { session: id } => session.id = id,
+        Message::Error { message, .. } => return Err(refused(message)),
+        m => return Err(bad(m)),
+    }
+    // The control connection now idles for the whole test.
+    if let Ok(c) = session.control.lock() {
+        let _ = c.set_read_timeout(None);
+    }
+    Ok(session)
+}
+
+fn pick_bind(
+    cfg: &TcpClientConfig,
+    to: SocketAddr,
+    index: u64,
+) -> Result<Option<std::net::IpAddr>, ConfigError> {
+    if cfg.bind.is_empty() {
+        return Ok(None);
+    }
+    let same: Vec<_> = cfg
+        .bind
+        .iter()
+        .filter(|ip| ip.is_ipv4() == to.is_ipv4())
+        .collect();
+    if same.is_empty() {
+        return Err(ConfigError::NoBindForFamily(to.to_string()));
+    }
+    Ok(Some(*same[(index % same.len() as u64) as usize]))
+}
+
+impl Shared {
+    fn elapsed(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Runs one data connection from connect to agreed result.
+    fn run_one(&self, index: u64, rng: &mut SmallRng) -> ConnectionRecord {
+        let session = &self.sessions[(index % self.sessions.len() as u64) as usize];
+        let buffer = match self.cfg.buffer {
+            BufferSpec::Fixed(b) => b,
+            BufferSpec::Range(lo, hi) => rng.random_range(lo..=hi),
+        };
+        let id = Uuid::new_v4();
+        let started = Instant::now();
+        let mut rec = ConnectionRecord {
+            time_slice: 0.0,
+            local: None,
+            remote: session.addr,
+            sent: 0,
+            received: 0,
+            time_ms: 0.0,
+            buffer,
+            result: ConnResult {
+                kind: ResultKind::Success,
+                detail: String::new(),
+            },
+            connection_id: id,
+        };
+        let result = self.connect_and_run(session, index, id, buffer, &mut rec);
+        rec.result = match result {
+            Ok(r) => r,
+            Err(_) if self.stop.load(SeqCst) => ConnResult {
+                kind: ResultKind::Cancelled,
+                detail: "stopped before completion".into(),
+            },
+            Err(detail) => ConnResult {
+                kind: ResultKind::NetworkError,
+                detail,
+            },
+        };
+        rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
+        rec.time_slice = self.elapsed();
+        self.counters.record(rec.result.kind);
+        rec
+    }
+
+    fn connect_and_run(
+        &self,
+        session: &Session,
+        index: u64,
+        id: Uuid,
+        buffer: u32,
+        rec: &mut ConnectionRecord,
+    ) -> Result<ConnResult, String> {
+        let from = pick_bind(&self.cfg, session.addr, index).map_err(|e| e.to_string())?;
+        let timeout = self.cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
+        self.throttle.acquire();
+        let connected = net::connect(session.addr, from, timeout);
+        self.throttle.release();
+        let stream = connected.map_err(|e| format!("connect to {}: {e}", session.addr))?;
+        rec.local = stream.local_addr().ok();
+        stream
+            .set_read_timeout(self.cfg.idle_timeout)
+            .and_then(|_| stream.set_write_timeout(self.cfg.idle_timeout))
+            .map_err(|e| e.to_string())?;
+        {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            if self.stop.load(SeqCst) {
+                return Err("stopped".into());
+            }
+            if let Ok(c) = stream.try_clone() {
+                live.insert(index, c);
+            }
+        }
+        let result = self.handshake_and_transfer(&stream, session, id, buffer, rec);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&index);
+        result
+    }
+
+    fn handshake_and_transfer(
+        &self,
+        stream: &TcpStream,
+        session: &Session,
+        id: Uuid,
+        buffer: u32,
+        rec: &mut ConnectionRecord,
+    ) -> Result<ConnResult, String> {
+        let mut s = stream;
+        let hello = Message::DataHello(DataHello {
+            session: session.id,
+            connection: id,
+            buffer,
+        });
+        write_message(&mut s, &hello).map_err(|e| e.to_string())?;
+        match read_message(&mut s) {
+            Ok(Message::DataAck { connection }) if connection == id => {}
+            Ok(Message::Error { message, .. }) => return Err(format!("server refused: {message}")),
+            Ok(m) => return Err(format!("unexpected reply to data hello: {m:?}")),
+            Err(e) => return Err(format!("data hello: {e}")),
+        }
+        let spec = self.cfg.spec();
+        self.counters.in_flight.fetch_add(1, Relaxed);
+        let mut mine = Transfer {
+            stream,
+            connection: id,
+            role: Role::Client,
+            buffer: buffer as usize,
+            spec: &spec,
+            counters: &self.counters,
+        }
+        .run();
+        self.counters.in_flight.fetch_sub(1, Relaxed);
+        if self.stop.load(SeqCst) && matches!(mine.verdict, Verdict::NetworkError { .. }) {
+            mine.verdict = Verdict::Cancelled;
+        }
+        let (mine, result) = exchange_finals(stream, mine);
+        rec.sent = mine.sent;
+        rec.received = mine.received;
+        Ok(result)
+    }
+
+    /// Stops the run: tells each server (so it counts cancellations, not
+    /// errors), then shuts every live socket to wake blocked threads.
+    fn stop_all(&self) {
+        if self.stop.swap(true, SeqCst) {
+            return;
+        }
+        for s in &self.sessions {
+            // Best effort: a dead server cannot be told anything.
+            let _ = control_call(s, &Message::Stop);
+        }
+        for (_, sock) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Runs a TCP test. `interrupt` is set by the Ctrl-C handler; the run then
+/// stops gracefully and still returns everything measured.
+pub fn run(
+    cfg: TcpClientConfig,
+    interrupt: Arc<AtomicBool>,
+    obs: &mut dyn Observer,
+) -> Result<RunReport, ClientError> {
+    cfg.validate()?;
+    let mut sessions = Vec::new();
+    for t in &cfg.targets {
+        sessions.push(open_session(t, &cfg)?);
+    }
+    if sessions.is_empty() {
+        return Err(ClientError::Control {
+            target: String::new(),
+            detail: "no target given".into(),
+        });
+    }
+    let workers = (cfg.connections as u64).min(cfg.total_connections()) as usize;
+    let seed = cfg.seed.unwrap_or_else(rand::random);
+    let shared = Arc::new(Shared {
+        throttle: Throttle {
+            free: Mutex::new(cfg.throttle),
+            cv: Condvar::new(),
+        },
+        cfg,
+        sessions,
+        counters: Counters::default(),
+        stop: AtomicBool::new(false),
+        next: AtomicU64::new(0),
+        live: Mutex::new(HashMap::new()),
+        start: Instant::now(),
+    });
+    let (tx, rx) = mpsc::channel::<ConnectionRecord>();
+    let total = shared.cfg.total_connections();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let sh = Arc::clone(&shared);
+        let tx = tx.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("conn-{w}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37));
+                while !sh.stop.load(SeqCst) {
+                    let i = sh.next.fetch_add(1, SeqCst);
+                    if i >= total {
+                        break;
+                    }
+                    if tx.send(sh.run_one(i, &mut rng)).is_err() {
+                        break;
+                    }
+                }
+            });
+        match h {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                shared.stop_all();
+                return Err(ClientError::Control {
+                    target: String::new(),
+                    detail: format!("cannot start connection thread: {e}"),
+                });
+            }
+        }
+    }
+    drop(tx);
+
+    let mut intervals = Vec::new();
+    let mut prev = (Snapshot::default(), 0.0);
+    let first = IntervalRow::between(&prev.0, 0.0, &shared.counters.snapshot(), shared.elapsed());
+    obs.interval(&first);
+    intervals.push(first);
+    let mut next_tick = shared.cfg.interval.map(|i| shared.start + i);
+    let deadline = shared.cfg.time_limit.map(|t| shared.start + t);
+    let mut interrupted = false;
+    loop {
+        let now = Instant::now();
+        let mut wait = Duration::from_millis(50);
+        if let Some(t) = next_tick {
+            wait = wait.min(t.saturating_duration_since(now));
+        }
+        match rx.recv_timeout(wait) {
+            Ok(rec) => obs.connection(&rec),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if interrupt.load(SeqCst) && !shared.stop.load(SeqCst) {
+            interrupted = true;
+            shared.stop_all();
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            shared.stop_all();
+        }
+        if let (Some(t), Some(iv)) = (next_tick, shared.cfg.interval) {
+            if Instant::now() >= t {
+                let snap = shared.counters.snapshot();
+                let secs = shared.elapsed();
+                let row = IntervalRow::between(&prev.0, prev.1, &snap, secs);
+                obs.interval(&row);
+                intervals.push(row);
+                prev = (snap, secs);
+                next_tick = Some(t + iv);
+            }
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    let duration_secs = shared.elapsed();
+    let totals = shared.counters.snapshot();
+    let last = IntervalRow::between(&prev.0, prev.1, &totals, duration_secs);
+    obs.interval(&last);
+    intervals.push(last);
+
+    let mut servers = Vec::new();
+    for s in &shared.sessions {
+        let summary = match control_call(s, &Message::Goodbye) {
+            Ok(Message::Summary(sum)) => Some(sum),
+            _ => None,
+        };
+        servers.push((s.addr, summary));
+    }
+    Ok(RunReport {
+        duration_secs,
+        totals,
+        intervals,
+        servers,
+        interrupted,
+    })
+}

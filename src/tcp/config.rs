@@ -1,0 +1,210 @@
+//! Configuration of a TCP client run, independent of how it was given.
+
+use serde::Serialize;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+use thiserror::Error;
+
+use crate::proto::{IoPattern, TcpSpec, VerifyLevel};
+use crate::units::{UnitError, parse_size};
+
+/// Largest buffer accepted for one send/receive call (and by the server).
+pub const MAX_BUFFER: u64 = 64 << 20;
+
+/// Why a client configuration is not usable.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A size did not parse.
+    #[error("{0}")]
+    Unit(#[from] UnitError),
+    /// The buffer range is empty or out of bounds.
+    #[error(
+        "buffer {0}: sizes must be 1 byte to 64M, with the range's low end not above its high end"
+    )]
+    BadBuffer(String),
+    /// A value that must be positive was zero.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+    /// No local address of the target's family was given.
+    #[error("no --bind address of the same IP family as target {0}")]
+    NoBindForFamily(String),
+}
+
+/// Buffer size per send/receive: fixed, or chosen at random per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BufferSpec {
+    /// Every connection uses this size.
+    Fixed(u32),
+    /// Each connection picks a size uniformly in `[low, high]`.
+    Range(u32, u32),
+}
+
+impl FromStr for BufferSpec {
+    type Err = ConfigError;
+
+    /// `64K`, or a range `[1K,1M]` (ctsTraffic's form) or `1K..1M`.
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        let t = s.trim();
+        let inner = t.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+        let parts: Option<(&str, &str)> = match inner {
+            Some(i) => Some(
+                i.split_once(',')
+                    .ok_or_else(|| ConfigError::BadBuffer(s.into()))?,
+            ),
+            None => t.split_once(".."),
+        };
+        let check = |v: u64| {
+            if v == 0 || v > MAX_BUFFER {
+                Err(ConfigError::BadBuffer(s.into()))
+            } else {
+                Ok(v as u32)
+            }
+        };
+        match parts {
+            None => Ok(BufferSpec::Fixed(check(parse_size(t)?)?)),
+            Some((a, b)) => {
+                let (lo, hi) = (check(parse_size(a)?)?, check(parse_size(b)?)?);
+                if lo > hi {
+                    return Err(ConfigError::BadBuffer(s.into()));
+                }
+                Ok(BufferSpec::Range(lo, hi))
+            }
+        }
+    }
+}
+
+/// Everything a TCP client run needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpClientConfig {
+    /// Servers, used round-robin (one session each).
+    pub targets: Vec<String>,
+    /// Port for targets that do not name one.
+    pub port: u16,
+    /// Concurrent connections (`--connections`).
+    pub connections: u32,
+    /// Rounds of `connections`; `None` is unbounded.
+    pub iterations: Option<u64>,
+    /// Maximum connects in progress at once.
+    pub throttle: u32,
+    /// Data flow pattern.
+    pub pattern: IoPattern,
+    /// Bytes per connection.
+    pub transfer: u64,
+    /// Pushpull: client bytes per turn.
+    pub push_bytes: u64,
+    /// Pushpull: server bytes per turn.
+    pub pull_bytes: u64,
+    /// Buffer per send/receive.
+    pub buffer: BufferSpec,
+    /// Verification level.
+    pub verify: VerifyLevel,
+    /// Stop after this long.
+    #[serde(with = "crate::report::duration_ms")]
+    pub time_limit: Option<Duration>,
+    /// Local addresses to connect from, round-robin per family.
+    pub bind: Vec<IpAddr>,
+    /// Status interval.
+    #[serde(with = "crate::report::duration_ms")]
+    pub interval: Option<Duration>,
+    /// A connection making no progress for this long fails.
+    #[serde(with = "crate::report::duration_ms")]
+    pub idle_timeout: Option<Duration>,
+    /// Seed for random buffer sizes (random if absent).
+    pub seed: Option<u64>,
+}
+
+impl TcpClientConfig {
+    /// A configuration with ctsTraffic's defaults and the given targets.
+    pub fn new(targets: Vec<String>) -> Self {
+        TcpClientConfig {
+            targets,
+            port: crate::net::DEFAULT_PORT,
+            connections: 8,
+            iterations: None,
+            throttle: 1000,
+            pattern: IoPattern::Push,
+            transfer: 1 << 30,
+            push_bytes: 1 << 20,
+            pull_bytes: 1 << 20,
+            buffer: BufferSpec::Fixed(65536),
+            verify: VerifyLevel::Data,
+            time_limit: None,
+            bind: Vec::new(),
+            interval: Some(Duration::from_secs(5)),
+            idle_timeout: Some(Duration::from_secs(30)),
+            seed: None,
+        }
+    }
+
+    /// Total connections the run will make (`u64::MAX` when unbounded).
+    pub fn total_connections(&self) -> u64 {
+        self.iterations
+            .map_or(u64::MAX, |i| i.saturating_mul(self.connections as u64))
+    }
+
+    /// Checks values a user can get wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.connections == 0 {
+            return Err(ConfigError::Zero("--connections"));
+        }
+        if self.throttle == 0 {
+            return Err(ConfigError::Zero("--throttle"));
+        }
+        if self.iterations == Some(0) {
+            return Err(ConfigError::Zero("--iterations"));
+        }
+        if self.transfer == 0 {
+            return Err(ConfigError::Zero("--transfer"));
+        }
+        if self.pattern == IoPattern::Pushpull && (self.push_bytes == 0 || self.pull_bytes == 0) {
+            return Err(ConfigError::Zero("--push-bytes and --pull-bytes"));
+        }
+        Ok(())
+    }
+
+    /// The spec sent to the server.
+    pub fn spec(&self) -> TcpSpec {
+        TcpSpec {
+            pattern: self.pattern,
+            transfer: self.transfer,
+            push_bytes: self.push_bytes,
+            pull_bytes: self.pull_bytes,
+            verify: self.verify,
+            connections: self.connections,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_forms() {
+        assert_eq!("64K".parse(), Ok(BufferSpec::Fixed(65536)));
+        assert_eq!("[1K,1M]".parse(), Ok(BufferSpec::Range(1024, 1 << 20)));
+        assert_eq!(
+            "[1024,1048576]".parse(),
+            Ok(BufferSpec::Range(1024, 1 << 20))
+        );
+        assert_eq!("1K..2K".parse(), Ok(BufferSpec::Range(1024, 2048)));
+        assert!("[2K,1K]".parse::<BufferSpec>().is_err());
+        assert!("0".parse::<BufferSpec>().is_err());
+        assert!("[1K]".parse::<BufferSpec>().is_err());
+        assert!("1G".parse::<BufferSpec>().is_err());
+    }
+
+    #[test]
+    fn totals_and_validation() {
+        let mut c = TcpClientConfig::new(vec![]);
+        assert_eq!(c.total_connections(), u64::MAX);
+        c.iterations = Some(10);
+        c.connections = 100;
+        assert_eq!(c.total_connections(), 1000);
+        assert!(c.validate().is_ok());
+        c.transfer = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Zero("--transfer")));
+    }
+}

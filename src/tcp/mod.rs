@@ -1,0 +1,5 @@
+//! TCP goodput and reliability tests with ctsTraffic's semantics.
+
+pub mod client;
+pub mod config;
+pub mod conn;
