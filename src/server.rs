@@ -20,11 +20,11 @@ use crate::outcome::ResultKind;
 use crate::plan::Role;
 use crate::proto::{
     DataHello, ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, SessionSummary, TcpSpec,
-    TestSpec, Verdict, read_message, write_message,
+    TestSpec, read_message, write_message,
 };
 use crate::stats::Counters;
 use crate::tcp::config::MAX_BUFFER;
-use crate::tcp::conn::{Transfer, exchange_finals};
+use crate::tcp::conn::{Transfer, cancel_if_stopped, exchange_finals};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -301,7 +301,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                     if st.cfg.verbosity >= 1 {
                         let t = &sess.spec;
                         println!(
-                            "session {id} from {peer}: tcp {:?} transfer {} buffer per connection, {} connections, verify {:?}",
+                            "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
                             t.pattern, t.transfer, t.connections, t.verify
                         );
                     }
@@ -437,9 +437,7 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
             counters: &sess.counters,
         }
         .run();
-        if sess.cancelled.load(SeqCst) && matches!(mine.verdict, Verdict::NetworkError { .. }) {
-            mine.verdict = Verdict::Cancelled;
-        }
+        cancel_if_stopped(&mut mine, sess.cancelled.load(SeqCst));
         let (mine, result) = exchange_finals(stream, mine);
         let show = match result.kind {
             ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,

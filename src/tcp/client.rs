@@ -22,13 +22,12 @@ use thiserror::Error;
 use uuid::Uuid;
 
 use super::config::{BufferSpec, ConfigError, TcpClientConfig};
-use super::conn::{Transfer, exchange_finals};
+use super::conn::{Transfer, cancel_if_stopped, exchange_finals};
 use crate::net;
 use crate::outcome::{ConnResult, ResultKind};
 use crate::plan::Role;
 use crate::proto::{
-    DataHello, Message, PROTOCOL_VERSION, SessionSummary, TestSpec, Verdict, read_message,
-    write_message,
+    DataHello, Message, PROTOCOL_VERSION, SessionSummary, TestSpec, read_message, write_message,
 };
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
@@ -354,9 +353,7 @@ impl Shared {
         }
         .run();
         self.counters.in_flight.fetch_sub(1, Relaxed);
-        if self.stop.load(SeqCst) && matches!(mine.verdict, Verdict::NetworkError { .. }) {
-            mine.verdict = Verdict::Cancelled;
-        }
+        cancel_if_stopped(&mut mine, self.stop.load(SeqCst));
         let (mine, result) = exchange_finals(stream, mine);
         rec.sent = mine.sent;
         rec.received = mine.received;

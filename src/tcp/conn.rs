@@ -169,6 +169,20 @@ impl Transfer<'_> {
     }
 }
 
+/// After a stop, a failure caused by the stop's own socket shutdown (an error,
+/// or an early end of stream) is a cancellation, not a finding. Corruption
+/// seen before the stop still counts.
+pub fn cancel_if_stopped(report: &mut FinalReport, stopped: bool) {
+    if stopped
+        && matches!(
+            report.verdict,
+            Verdict::NetworkError { .. } | Verdict::TooFew { .. }
+        )
+    {
+        report.verdict = Verdict::Cancelled;
+    }
+}
+
 /// Sends this end's report, reads the peer's and agrees on the result. Skips
 /// the exchange when this end already knows the socket is broken.
 pub fn exchange_finals(stream: &TcpStream, mut mine: FinalReport) -> (FinalReport, ConnResult) {
