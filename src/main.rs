@@ -261,7 +261,7 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     }
     let mut code = if rep.totals.data_errors > 0 {
         exit::DATA_ERROR
-    } else if rep.totals.net_errors > 0 {
+    } else if rep.totals.net_errors > 0 || !rep.lost_servers.is_empty() {
         exit::NETWORK_ERROR
     } else if rep.interrupted {
         exit::INTERRUPTED

@@ -309,6 +309,11 @@ pub fn print_summary(rep: &RunReport) {
             None => println!("Server {addr}: no summary (control connection lost)"),
         }
     }
+    for addr in &rep.lost_servers {
+        println!(
+            "Server {addr} closed the control connection mid-test: no new connections were started"
+        );
+    }
     if rep.interrupted {
         println!("(interrupted: in-flight connections were cancelled)");
     }

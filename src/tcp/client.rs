@@ -107,6 +107,8 @@ pub struct RunReport {
     pub servers: Vec<(SocketAddr, Option<SessionSummary>)>,
     /// Whether the run was interrupted (Ctrl-C) rather than finishing.
     pub interrupted: bool,
+    /// Servers whose control connection was lost mid-test (the run stopped starting connections).
+    pub lost_servers: Vec<SocketAddr>,
 }
 
 struct Session {
@@ -141,6 +143,9 @@ struct Shared {
     sessions: Vec<Session>,
     counters: Counters,
     stop: AtomicBool,
+    /// Set when a server is lost: start no new connections, but let in-flight
+    /// ones fail on their own so their errors count as errors.
+    halt: AtomicBool,
     next: AtomicU64,
     throttle: Throttle,
     live: Mutex<HashMap<u64, TcpStream>>,
@@ -155,6 +160,19 @@ fn control_call(s: &Session, msg: &Message) -> Result<Message, ClientError> {
     };
     write_message(&mut *c, msg).map_err(|e| err(e.to_string()))?;
     read_message(&mut *c).map_err(|e| err(e.to_string()))
+}
+
+/// Whether the server has closed (or reset) a control connection. Between
+/// request/response calls the server never speaks first, so any readable
+/// byte or end of stream means the session is over.
+fn control_lost(s: &Session) -> bool {
+    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+    if c.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let r = c.peek(&mut [0u8; 1]);
+    let _ = c.set_nonblocking(false);
+    !matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
@@ -405,6 +423,7 @@ pub fn run(
         sessions,
         counters: Counters::default(),
         stop: AtomicBool::new(false),
+        halt: AtomicBool::new(false),
         next: AtomicU64::new(0),
         live: Mutex::new(HashMap::new()),
         start: Instant::now(),
@@ -420,7 +439,7 @@ pub fn run(
             .stack_size(256 * 1024)
             .spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37));
-                while !sh.stop.load(SeqCst) {
+                while !sh.stop.load(SeqCst) && !sh.halt.load(SeqCst) {
                     let i = sh.next.fetch_add(1, SeqCst);
                     if i >= total {
                         break;
@@ -451,6 +470,7 @@ pub fn run(
     let mut next_tick = shared.cfg.interval.map(|i| shared.start + i);
     let deadline = shared.cfg.time_limit.map(|t| shared.start + t);
     let mut interrupted = false;
+    let mut lost_servers = Vec::new();
     loop {
         let now = Instant::now();
         let mut wait = Duration::from_millis(50);
@@ -468,6 +488,14 @@ pub fn run(
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             shared.stop_all();
+        }
+        if !shared.stop.load(SeqCst) {
+            for s in &shared.sessions {
+                if !lost_servers.contains(&s.addr) && control_lost(s) {
+                    lost_servers.push(s.addr);
+                    shared.halt.store(true, SeqCst);
+                }
+            }
         }
         if let (Some(t), Some(iv)) = (next_tick, shared.cfg.interval) {
             if Instant::now() >= t {
@@ -492,6 +520,10 @@ pub fn run(
 
     let mut servers = Vec::new();
     for s in &shared.sessions {
+        if lost_servers.contains(&s.addr) {
+            servers.push((s.addr, None));
+            continue;
+        }
         let summary = match control_call(s, &Message::Goodbye) {
             Ok(Message::Summary(sum)) => Some(sum),
             _ => None,
@@ -504,5 +536,6 @@ pub fn run(
         intervals,
         servers,
         interrupted,
+        lost_servers,
     })
 }

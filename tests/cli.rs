@@ -1,0 +1,393 @@
+//! The `netrig` binary as a user runs it: default run, a separate server that
+//! survives hostile input and killed clients, output files under Ctrl-C, exit
+//! codes and usage errors.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netrig::proto::{self, ErrorCode, Message};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netrig");
+
+fn netrig(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    c
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `netrig serve` on loopback and waits until it listens.
+fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["serve", "--listen", &listen];
+    args.extend_from_slice(extra);
+    let child = Proc(netrig(&args).stdout(Stdio::null()).spawn().unwrap());
+    let addr: SocketAddr = listen.parse().unwrap();
+    let t0 = Instant::now();
+    // A connection closed without a word is dropped silently by the server.
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, addr)
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Waits up to `secs` for the server's descriptors to return to `baseline`.
+fn settles_to(pid: u32, baseline: usize, secs: u64) -> usize {
+    let t0 = Instant::now();
+    loop {
+        let n = fd_count(pid);
+        if n <= baseline || t0.elapsed() > Duration::from_secs(secs) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn reply_to(addr: SocketAddr, bytes: &[u8]) -> Option<Message> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(bytes);
+    proto::read_message(&mut s).ok()
+}
+
+fn code_of(m: Option<Message>) -> Option<ErrorCode> {
+    match m {
+        Some(Message::Error { code, .. }) => Some(code),
+        _ => None,
+    }
+}
+
+fn run_ok(target: &str, extra: &[&str]) -> String {
+    let mut args = vec!["tcp", target, "--interval", "100ms"];
+    args.extend_from_slice(extra);
+    let out = netrig(&args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn default_run_needs_no_setup() {
+    // Exactly the README's first command: embedded loopback server, defaults.
+    let out = netrig(&["tcp"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout
+            .contains("TimeSlice      SendBps      RecvBps In-Flight Completed NetError DataError")
+    );
+    assert!(
+        stdout.contains("SuccessfulConnections [8] NetworkErrors [0] DataErrors [0]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("received and verified 8589934592 bytes"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn server_survives_garbage_and_answers_with_reasons() {
+    let (srv, addr) = serve(&["--handshake-timeout", "300ms", "-v", "0"]);
+    let pid = srv.0.id();
+    // One good test first so lazily created state is in the baseline.
+    run_ok(
+        &addr.to_string(),
+        &["--transfer", "64K", "-c", "2", "-i", "1"],
+    );
+    let baseline = fd_count(pid);
+
+    assert_eq!(
+        code_of(reply_to(addr, b"GET / HTTP/1.1\r\n\r\n")),
+        Some(ErrorCode::Malformed)
+    );
+    let mut big = b"NR\x01\x00".to_vec();
+    big.extend_from_slice(&u32::MAX.to_be_bytes());
+    assert_eq!(code_of(reply_to(addr, &big)), Some(ErrorCode::Malformed));
+    let mut hello = proto::Message::hello();
+    hello.protocol = 99;
+    let m = reply_to(addr, &proto::encode(&Message::Hello(hello)));
+    assert_eq!(
+        code_of(m.clone()),
+        Some(ErrorCode::UnsupportedVersion),
+        "{m:?}"
+    );
+    let stray = Message::DataHello(proto::DataHello {
+        session: uuid::Uuid::new_v4(),
+        connection: uuid::Uuid::new_v4(),
+        buffer: 1024,
+    });
+    assert_eq!(
+        code_of(reply_to(addr, &proto::encode(&stray))),
+        Some(ErrorCode::UnknownSession)
+    );
+    assert_eq!(
+        code_of(reply_to(addr, &proto::encode(&Message::Goodbye))),
+        Some(ErrorCode::UnexpectedMessage)
+    );
+
+    // A client that connects and says nothing is dropped after the handshake timeout.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let t0 = Instant::now();
+    assert_eq!(silent.read(&mut [0u8; 16]).unwrap_or(0), 0);
+    assert!(t0.elapsed() < Duration::from_secs(4));
+
+    // Random and mutated frames.
+    let mut seed = 0x1234_5678_u64;
+    let valid = proto::encode(&Message::Hello(proto::Message::hello()));
+    for i in 0..300 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut b = if i % 2 == 0 {
+            valid.clone()
+        } else {
+            seed.to_le_bytes().repeat(3)
+        };
+        let at = (seed as usize) % b.len();
+        b[at] ^= (seed >> 8) as u8 | 1;
+        let mut s = TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(&b);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    run_ok(
+        &addr.to_string(),
+        &["--transfer", "1M", "-c", "4", "-i", "2"],
+    );
+    let after = settles_to(pid, baseline, 10);
+    assert!(
+        after <= baseline,
+        "server fds {after} > baseline {baseline}"
+    );
+}
+
+#[test]
+fn killed_clients_leave_the_server_serving() {
+    let (srv, addr) = serve(&["-v", "0"]);
+    let pid = srv.0.id();
+    run_ok(
+        &addr.to_string(),
+        &["--transfer", "64K", "-c", "2", "-i", "1"],
+    );
+    let baseline = fd_count(pid);
+    for pattern in ["push", "pull", "duplex"] {
+        let child = netrig(&["tcp", &addr.to_string(), "--pattern", pattern, "-v", "0"])
+            .spawn()
+            .unwrap();
+        let mut p = Proc(child);
+        std::thread::sleep(Duration::from_millis(400));
+        p.0.kill().unwrap(); // SIGKILL: no goodbye, no stop.
+        let _ = p.0.wait();
+    }
+    let out = run_ok(
+        &addr.to_string(),
+        &["--transfer", "4M", "-c", "4", "-i", "2"],
+    );
+    assert!(out.contains("SuccessfulConnections [8]"), "{out}");
+    let after = settles_to(pid, baseline, 10);
+    assert!(
+        after <= baseline,
+        "server fds {after} > baseline {baseline}"
+    );
+}
+
+fn csv_rows(path: &std::path::Path) -> Vec<csv::StringRecord> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    r.records()
+        .map(|x| x.expect("every CSV row parses"))
+        .collect()
+}
+
+#[test]
+fn sigint_stops_gracefully_with_complete_files() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (st, cn, js) = (
+        dir.path().join("s.csv"),
+        dir.path().join("c.csv"),
+        dir.path().join("r.json"),
+    );
+    let child = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-c",
+        "3",
+        "--transfer",
+        "1T",
+        "--interval",
+        "100ms",
+        "--status-file",
+        st.to_str().unwrap(),
+        "--connection-file",
+        cn.to_str().unwrap(),
+        "--json",
+        js.to_str().unwrap(),
+    ])
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut p = Proc(child);
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = p.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = p.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted exit code");
+
+    let rows = csv_rows(&st);
+    assert!(rows.len() >= 5, "status rows: {}", rows.len());
+    assert!(rows.iter().all(|r| r.len() == 7));
+    let conns = csv_rows(&cn);
+    assert_eq!(conns.len(), 3);
+    assert!(
+        conns.iter().all(|r| r.len() == 12 && &r[9] == "Cancelled"),
+        "{conns:?}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert_eq!(doc["result"]["totals"]["cancelled"], 3);
+    assert_eq!(doc["result"]["interrupted"], true);
+    assert_eq!(doc["config"]["connections"], 3);
+    assert!(doc["result"]["intervals"].as_array().unwrap().len() >= 5);
+}
+
+#[test]
+fn text_files_are_aligned_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let cn = dir.path().join("conns.txt");
+    let out = netrig(&[
+        "tcp",
+        "--transfer",
+        "1M",
+        "-c",
+        "2",
+        "-v",
+        "0",
+        "--connection-file",
+        cn.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&cn).unwrap();
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[0].trim_start().starts_with("TimeSlice"));
+    assert!(lines[1..].iter().all(|l| l.contains("Succeeded")));
+}
+
+#[test]
+fn exit_after_stops_the_server() {
+    let (mut srv, addr) = serve(&["--exit-after", "4", "-v", "0"]);
+    run_ok(
+        &addr.to_string(),
+        &["--transfer", "1M", "-c", "2", "-i", "2"],
+    );
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = srv.0.try_wait().unwrap() {
+            assert!(st.success());
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "server did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn server_killed_mid_test_is_a_network_error_with_complete_json() {
+    let (mut srv, addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("r.json");
+    let child = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-c",
+        "2",
+        "-v",
+        "0",
+        "--json",
+        js.to_str().unwrap(),
+    ])
+    .spawn()
+    .unwrap();
+    let mut c = Proc(child);
+    std::thread::sleep(Duration::from_millis(600));
+    srv.0.kill().unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = c.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "client hung after server death"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3), "network error exit code");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert!(doc["result"]["totals"]["net_errors"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn bad_usage_is_explained() {
+    for (args, needle) in [
+        (vec!["tcp", "--buffer", "[2K,1K]"], "buffer"),
+        (vec!["tcp", "--transfer", "5X"], "unknown unit"),
+        (vec!["tcp", "--pattern", "sideways"], "sideways"),
+        (vec!["tcp", "--interval", "0"], "greater than zero"),
+        (
+            vec!["tcp", "-c", "0"],
+            "--connections must be greater than zero",
+        ),
+    ] {
+        let out = netrig(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = netrig(&["tcp", "127.0.0.1:1", "-v", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "unreachable server");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach 127.0.0.1:1"));
+}
