@@ -268,11 +268,11 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     } else {
         0
     };
-    if let Some(p) = &a.json {
-        if let Err(e) = write_json(p, &cfg, &rep) {
-            eprintln!("netrig: cannot write {}: {e}", p.display());
-            code = code.max(exit::FATAL);
-        }
+    if let Some(p) = &a.json
+        && let Err(e) = write_json(p, &cfg, &rep)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
     }
     for e in reporter.take_errors() {
         eprintln!("netrig: output error: {e}");

@@ -73,7 +73,7 @@ impl Plan {
         }
     }
 
-    fn from_client(&self, client_sends: bool, n: u64) -> Step {
+    fn step_for(&self, client_sends: bool, n: u64) -> Step {
         match (self.role, client_sends) {
             (Role::Client, true) | (Role::Server, false) => Step::Send(n),
             _ => Step::Recv(n),
@@ -92,11 +92,11 @@ impl Iterator for Plan {
         match self.pattern {
             IoPattern::Push => {
                 self.remaining = 0;
-                Some(self.from_client(true, total))
+                Some(self.step_for(true, total))
             }
             IoPattern::Pull => {
                 self.remaining = 0;
-                Some(self.from_client(false, total))
+                Some(self.step_for(false, total))
             }
             IoPattern::Duplex => {
                 self.remaining = 0;
@@ -118,7 +118,7 @@ impl Iterator for Plan {
                 let n = total.min(if push { self.push } else { self.pull });
                 self.remaining -= n;
                 self.next_is_push = !push;
-                Some(self.from_client(push, n))
+                Some(self.step_for(push, n))
             }
         }
     }

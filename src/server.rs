@@ -165,13 +165,13 @@ impl Server {
                     }
                 }
             }
-            if let Some(n) = st.cfg.exit_after {
-                if st.finished.load(SeqCst) >= n {
-                    if st.cfg.verbosity >= 1 {
-                        println!("exit limit of {n} connections reached; exiting");
-                    }
-                    break;
+            if let Some(n) = st.cfg.exit_after
+                && st.finished.load(SeqCst) >= n
+            {
+                if st.cfg.verbosity >= 1 {
+                    println!("exit limit of {n} connections reached; exiting");
                 }
+                break;
             }
         }
         for s in st
@@ -394,14 +394,14 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
             format!("buffer size {} outside 1..={MAX_BUFFER}", hello.buffer),
         );
     }
-    if let Some(n) = st.cfg.exit_after {
-        if st.admitted.fetch_add(1, SeqCst) >= n {
-            return reply_error(
-                stream,
-                ErrorCode::Refused,
-                format!("server exit limit of {n} connections reached"),
-            );
-        }
+    if let Some(n) = st.cfg.exit_after
+        && st.admitted.fetch_add(1, SeqCst) >= n
+    {
+        return reply_error(
+            stream,
+            ErrorCode::Refused,
+            format!("server exit limit of {n} connections reached"),
+        );
     }
     // Counted before the ack so a Goodbye waits for this connection's result.
     sess.counters.in_flight.fetch_add(1, SeqCst);

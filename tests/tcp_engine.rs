@@ -206,3 +206,54 @@ fn time_limit_cancels_in_flight_connections_on_both_ends() {
     assert_eq!((s.cancelled, s.network_errors, s.data_errors), (3, 0, 0));
     assert!(rep.intervals.len() >= 3, "status rows every 200 ms");
 }
+
+#[test]
+fn dual_stack_server_multiple_targets_and_bind() {
+    use netrig::server::{Server, ServerConfig};
+    use std::net::{IpAddr, SocketAddr};
+    let server = match Server::bind(ServerConfig {
+        listen: vec!["[::]:0".parse().unwrap()],
+        verbosity: 0,
+        ..ServerConfig::default()
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("SKIPPED: no IPv6 on this machine ({e})");
+            return;
+        }
+    };
+    let port = server.local_addrs()[0].port();
+    let stop = server.stop_handle();
+    let h = std::thread::spawn(move || server.run());
+    let v4: SocketAddr = ([127, 0, 0, 1], port).into();
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let (rep, got) = run_client(v4, |c| {
+        c.targets = vec![v4.to_string(), v6.to_string()];
+        c.bind = vec!["127.0.0.2".parse().unwrap(), "::1".parse().unwrap()];
+        c.transfer = 256 * 1024;
+        c.connections = 4;
+        c.iterations = Some(2);
+    });
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = h.join();
+    assert_eq!(rep.totals.completed, 8);
+    assert_eq!(rep.servers.len(), 2, "one session per target");
+    assert!(
+        rep.servers
+            .iter()
+            .all(|(_, s)| s.as_ref().unwrap().success == 4)
+    );
+    let v4_local: Vec<IpAddr> = got
+        .conns
+        .iter()
+        .filter(|r| r.remote == v4)
+        .map(|r| r.local.unwrap().ip())
+        .collect();
+    assert_eq!(v4_local.len(), 4, "round-robin over targets");
+    assert!(
+        v4_local
+            .iter()
+            .all(|ip| *ip == "127.0.0.2".parse::<IpAddr>().unwrap())
+    );
+    assert_eq!(got.conns.iter().filter(|r| r.remote == v6).count(), 4);
+}

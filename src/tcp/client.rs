@@ -184,10 +184,7 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     let mut found = None;
     for addr in net::resolve(target, cfg.port).map_err(conn_err)? {
-        let from = match pick_bind(cfg, addr, 0) {
-            Ok(f) => f,
-            Err(e) => return Err(e.into()),
-        };
+        let from = pick_bind(cfg, addr, 0)?;
         match net::connect(addr, from, timeout) {
             Ok(s) => {
                 found = Some((addr, s));
@@ -497,16 +494,16 @@ pub fn run(
                 }
             }
         }
-        if let (Some(t), Some(iv)) = (next_tick, shared.cfg.interval) {
-            if Instant::now() >= t {
-                let snap = shared.counters.snapshot();
-                let secs = shared.elapsed();
-                let row = IntervalRow::between(&prev.0, prev.1, &snap, secs);
-                obs.interval(&row);
-                intervals.push(row);
-                prev = (snap, secs);
-                next_tick = Some(t + iv);
-            }
+        if let (Some(t), Some(iv)) = (next_tick, shared.cfg.interval)
+            && Instant::now() >= t
+        {
+            let snap = shared.counters.snapshot();
+            let secs = shared.elapsed();
+            let row = IntervalRow::between(&prev.0, prev.1, &snap, secs);
+            obs.interval(&row);
+            intervals.push(row);
+            prev = (snap, secs);
+            next_tick = Some(t + iv);
         }
     }
     for h in handles {

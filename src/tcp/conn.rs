@@ -99,10 +99,11 @@ impl Transfer<'_> {
                     });
                 }
                 Ok(k) => {
-                    if verify && corrupt.is_none() {
-                        if let Err(at) = pattern.verify(start, *offset, &buf[..k]) {
-                            *corrupt = Some(at);
-                        }
+                    if verify
+                        && corrupt.is_none()
+                        && let Err(at) = pattern.verify(start, *offset, &buf[..k])
+                    {
+                        *corrupt = Some(at);
                     }
                     *offset += k as u64;
                     self.counters.received.fetch_add(k as u64, Relaxed);
