@@ -289,9 +289,20 @@ pub fn print_summary(rep: &RunReport) {
         "Total Time : {} ms.",
         (rep.duration_secs * 1e3).round() as u64
     );
+    // Client-to-server goodput counts what the servers received (and verified),
+    // not what the client handed to its sockets.
+    let c2s = if rep.servers.iter().all(|(_, s)| s.is_some()) {
+        rep.servers
+            .iter()
+            .filter_map(|(_, s)| s.as_ref())
+            .map(|s| s.bytes_received)
+            .sum()
+    } else {
+        t.sent
+    };
     println!(
-        "Goodput : send {} / recv {}",
-        format_bits_per_sec(t.sent as f64 * 8.0 / secs),
+        "Goodput (received at the far end) : client->server {} / server->client {}",
+        format_bits_per_sec(c2s as f64 * 8.0 / secs),
         format_bits_per_sec(t.received as f64 * 8.0 / secs)
     );
     for (addr, sum) in &rep.servers {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# TCP goodput on loopback: netrig vs iperf3 and iperf2, measured in the same
+# run, 1 and 4 connections, netrig with byte verification on and off.
+# Prints Gbit/s for each tool and netrig/peer ratios. Not a test: numbers on a
+# shared machine are noisy, so compare ratios from one run, never absolutes.
+#
+# Usage: bench/tcp.sh [SECONDS_PER_RUN]   (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${1:-5}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need iperf3 || ! need iperf; then
+    apt-get update -qq && apt-get install -y -qq iperf3 iperf >/dev/null
+fi
+cargo build --release -q
+NETRIG=target/release/netrig
+WORK=$(mktemp -d)
+P3=15201 P2=15202 PN=15203
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
+PIDS=()
+trap cleanup EXIT
+
+iperf3 -s -p $P3 >/dev/null 2>&1 & PIDS+=($!)
+iperf -s -p $P2 >/dev/null 2>&1 & PIDS+=($!)
+$NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
+sleep 1
+
+iperf3_gbps() { # $1 = parallel streams; receiver-side goodput
+    iperf3 -c 127.0.0.1 -p $P3 -t "$T" -P "$1" -J > "$WORK/i3.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$WORK/i3.json"
+}
+iperf2_gbps() { # CSV report; with -P > 1 the last line is the sum
+    iperf -c 127.0.0.1 -p $P2 -t "$T" -P "$1" -y C > "$WORK/i2.csv"
+    tail -n 1 "$WORK/i2.csv" | awk -F, '{printf "%.2f\n", $NF/1e9}'
+}
+netrig_gbps() { # $1 = connections, $2 = verify level; bytes the server received (and verified)
+    $NETRIG tcp 127.0.0.1 -p $PN -c "$1" --transfer 1T --time-limit "${T}s" \
+        --verify "$2" -v 0 --json "$WORK/n.json" || true
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]; s=sum(x[1]["bytes_received"] for x in d["servers"] if x[1]); print("%.2f" % (s*8/d["duration_secs"]/1e9))' "$WORK/n.json"
+}
+ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
+
+printf '%-6s %10s %10s %14s %14s %12s %12s %12s\n' conns iperf3 iperf2 netrig-verify netrig-noverif n.v/iperf3 n.v/iperf2 verify-cost
+for P in 1 4; do
+    a=$(iperf3_gbps $P); sleep 0.5
+    b=$(iperf2_gbps $P); sleep 0.5
+    v=$(netrig_gbps $P data); sleep 0.5
+    n=$(netrig_gbps $P connection); sleep 0.5
+    cost=$(python3 -c "import sys; v,n=float(sys.argv[1]),float(sys.argv[2]); print('%.0f%%' % (100*(1-v/n)) if n else 'n/a')" "$v" "$n")
+    printf '%-6s %10s %10s %14s %14s %12s %12s %12s\n' "$P" "$a" "$b" "$v" "$n" "$(ratio "$v" "$a")" "$(ratio "$v" "$b")" "$cost"
+done
+echo "(Gbit/s of goodput at the receiver; verify-cost = throughput lost to checking every byte)"
