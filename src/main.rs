@@ -189,28 +189,15 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn tcp(a: TcpArgs) -> Result<ExitCode> {
-    let mut targets = a.targets;
-    targets.extend(a.more_targets);
-    let mut cfg = TcpClientConfig::new(Vec::new());
-    cfg.port = a.port;
-    cfg.connections = a.connections;
-    cfg.iterations = a.iterations;
-    cfg.throttle = a.throttle;
-    cfg.transfer = a.transfer;
-    cfg.buffer = a.buffer;
-    cfg.pattern = a.pattern;
-    cfg.push_bytes = a.push_bytes;
-    cfg.pull_bytes = a.pull_bytes;
-    cfg.time_limit = a.time_limit;
-    cfg.bind = a.bind;
-    cfg.verify = a.verify;
-    cfg.interval = Some(a.interval);
-    cfg.idle_timeout = Some(a.idle_timeout);
-    cfg.seed = a.seed;
+/// An in-process server on loopback for runs without a target.
+struct Embedded {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<std::io::Result<()>>,
+}
 
-    let mut embedded = None;
-    if targets.is_empty() {
+impl Embedded {
+    fn start() -> Result<Embedded> {
         let server = Server::bind(ServerConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
             verbosity: 0,
@@ -218,17 +205,54 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
         })
         .context("cannot start the embedded server")?;
         let addr = server.local_addrs()[0];
+        let stop = server.stop_handle();
+        let handle = std::thread::spawn(move || server.run());
+        Ok(Embedded { addr, stop, handle })
+    }
+
+    fn finish(self) {
+        self.stop.store(true, SeqCst);
+        let _ = self.handle.join();
+    }
+}
+
+fn tcp(a: TcpArgs) -> Result<ExitCode> {
+    let mut targets = a.targets;
+    targets.extend(a.more_targets);
+    let mut cfg = TcpClientConfig {
+        targets: Vec::new(),
+        port: a.port,
+        connections: a.connections,
+        iterations: a.iterations,
+        throttle: a.throttle,
+        pattern: a.pattern,
+        transfer: a.transfer,
+        push_bytes: a.push_bytes,
+        pull_bytes: a.pull_bytes,
+        buffer: a.buffer,
+        verify: a.verify,
+        time_limit: a.time_limit,
+        bind: a.bind,
+        interval: Some(a.interval),
+        idle_timeout: Some(a.idle_timeout),
+        seed: a.seed,
+    };
+    let embedded = if targets.is_empty() {
+        let e = Embedded::start()?;
         if cfg.iterations.is_none() && cfg.time_limit.is_none() {
             cfg.iterations = Some(1);
         }
         if a.verbosity >= 1 {
-            println!("No target given: testing against an embedded server on {addr}.\n");
+            println!(
+                "No target given: testing against an embedded server on {}.\n",
+                e.addr
+            );
         }
-        targets.push(addr.to_string());
-        let stop = server.stop_handle();
-        let handle = std::thread::spawn(move || server.run());
-        embedded = Some((stop, handle));
-    }
+        targets.push(e.addr.to_string());
+        Some(e)
+    } else {
+        None
+    };
     cfg.targets = targets.clone();
 
     let mut reporter = Reporter::new(
@@ -240,9 +264,8 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     let flag = interrupt_flag();
     reporter.banner(&cfg, &targets);
     let result = client::run(cfg.clone(), flag, &mut reporter);
-    if let Some((stop, handle)) = embedded {
-        stop.store(true, SeqCst);
-        let _ = handle.join();
+    if let Some(e) = embedded {
+        e.finish();
     }
     let rep = match result {
         Ok(r) => r,
