@@ -15,4 +15,5 @@ pub mod report;
 pub mod server;
 pub mod stats;
 pub mod tcp;
+pub mod udp;
 pub mod units;

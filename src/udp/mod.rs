@@ -1,0 +1,7 @@
+//! UDP paced streams: datagram format, receiver accounting, pacing, clock
+//! offset estimation, and the sender/receiver engines.
+
+pub mod clock;
+pub mod header;
+pub mod pace;
+pub mod track;

@@ -1,0 +1,414 @@
+//! Receiver-side accounting for a UDP stream, free of I/O: loss, runs of
+//! consecutive loss, duplicates, reordering, one-way delay and RFC 3550 jitter.
+//!
+//! Definitions (exact, so they can be compared with what an impairment relay did):
+//! - a *gap* opens when a sequence number arrives more than one above the highest
+//!   seen; the skipped numbers are *missing*;
+//! - a missing number that arrives later is *reordered* (it is no longer missing);
+//! - a number that arrives when it is neither new nor missing is a *duplicate*;
+//! - *lost* at the end = numbers the sender sent that never arrived.
+//!
+//! Missing numbers are kept in a window of [`WINDOW`] below the highest seen;
+//! older ones are final losses, so memory stays bounded whatever arrives.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// How far below the highest sequence a late arrival is still recognised.
+pub const WINDOW: u64 = 1 << 20;
+
+/// What one arrival was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// In order (possibly after a gap of `gap` missing numbers).
+    New {
+        /// Numbers skipped just before this one.
+        gap: u64,
+    },
+    /// A missing number, arriving late.
+    Reordered,
+    /// Seen before (or older than the window).
+    Duplicate,
+}
+
+/// Sequence-number bookkeeping.
+#[derive(Debug, Default, Clone)]
+pub struct SeqTracker {
+    next: u64,
+    missing: BTreeSet<u64>,
+    pruned: u64,
+}
+
+impl SeqTracker {
+    /// Accounts one arrival.
+    pub fn on_seq(&mut self, seq: u64) -> Arrival {
+        if seq >= self.next {
+            let gap = seq - self.next;
+            // Remember at most WINDOW missing numbers; a forged huge jump cannot exhaust memory.
+            let remember_from = self.next.max(seq.saturating_sub(WINDOW));
+            self.pruned += remember_from - self.next;
+            self.missing.extend(remember_from..seq);
+            self.next = seq + 1;
+            let floor = self.next.saturating_sub(WINDOW);
+            while let Some(&m) = self.missing.first() {
+                if m >= floor {
+                    break;
+                }
+                self.missing.pop_first();
+                self.pruned += 1;
+            }
+            Arrival::New { gap }
+        } else if self.missing.remove(&seq) {
+            Arrival::Reordered
+        } else {
+            Arrival::Duplicate
+        }
+    }
+
+    /// Numbers below the highest seen that never arrived.
+    pub fn missing(&self) -> u64 {
+        self.missing.len() as u64 + self.pruned
+    }
+
+    /// One more than the highest number seen.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+}
+
+/// RFC 3550 interarrival jitter, in ns.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Jitter {
+    last_transit: Option<i64>,
+    j: f64,
+}
+
+impl Jitter {
+    /// Feeds one packet's transit time (receive minus send, any fixed offset cancels).
+    pub fn on_transit(&mut self, transit: i64) {
+        if let Some(prev) = self.last_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            self.j += (d - self.j) / 16.0;
+        }
+        self.last_transit = Some(transit);
+    }
+
+    /// Current jitter estimate, ns.
+    pub fn ns(&self) -> f64 {
+        self.j
+    }
+}
+
+/// Min/avg/max of a set of delays, ns.
+#[derive(Debug, Clone, Copy)]
+pub struct MinMax {
+    min: i64,
+    max: i64,
+    sum: i128,
+    n: u64,
+}
+
+impl Default for MinMax {
+    fn default() -> Self {
+        MinMax {
+            min: i64::MAX,
+            max: i64::MIN,
+            sum: 0,
+            n: 0,
+        }
+    }
+}
+
+impl MinMax {
+    /// Adds one value.
+    pub fn add(&mut self, v: i64) {
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.sum += v as i128;
+        self.n += 1;
+    }
+    /// (min, avg, max) in µs, or `None` if empty.
+    pub fn us(&self) -> Option<(f64, f64, f64)> {
+        (self.n > 0).then(|| {
+            (
+                self.min as f64 / 1e3,
+                (self.sum as f64 / self.n as f64) / 1e3,
+                self.max as f64 / 1e3,
+            )
+        })
+    }
+}
+
+/// One receiver interval, as printed and written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UdpInterval {
+    /// Seconds since the stream started, at the end of the interval.
+    pub time_slice: f64,
+    /// Payload+header bytes received (unique and duplicate).
+    pub bytes: u64,
+    /// Datagrams received (unique and duplicate).
+    pub packets: u64,
+    /// Gaps opened in this interval minus late arrivals that filled older gaps.
+    pub drops: i64,
+    /// Longest single gap opened in this interval.
+    pub max_consecutive_drops: u64,
+    /// Duplicates received.
+    pub duplicates: u64,
+    /// Late (reordered) arrivals.
+    pub reordered: u64,
+    /// Datagrams whose payload failed verification.
+    pub corrupt: u64,
+    /// One-way delay min, µs (see the clock notes).
+    pub delay_min_us: Option<f64>,
+    /// One-way delay mean, µs.
+    pub delay_avg_us: Option<f64>,
+    /// One-way delay max, µs.
+    pub delay_max_us: Option<f64>,
+    /// RFC 3550 jitter at the end of the interval, µs.
+    pub jitter_us: f64,
+}
+
+/// Totals of a stream, from the receiver's point of view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UdpTotals {
+    /// Datagrams the sender says it sent (if known).
+    pub sent: Option<u64>,
+    /// Unique datagrams received.
+    pub unique: u64,
+    /// All datagrams received.
+    pub packets: u64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Datagrams never received: `sent - unique` when the sender's count is known.
+    pub lost: u64,
+    /// Longest run of consecutive losses seen.
+    pub max_consecutive_drops: u64,
+    /// Duplicates.
+    pub duplicates: u64,
+    /// Reordered (late) arrivals.
+    pub reordered: u64,
+    /// Corrupt payloads.
+    pub corrupt: u64,
+    /// Delay min/avg/max, µs.
+    pub delay_min_us: Option<f64>,
+    /// Delay mean, µs.
+    pub delay_avg_us: Option<f64>,
+    /// Delay max, µs.
+    pub delay_max_us: Option<f64>,
+    /// Final jitter, µs.
+    pub jitter_us: f64,
+    /// Delay percentiles (p50, p90, p99, p99.9, max), µs.
+    pub percentiles_us: Vec<(String, f64)>,
+    /// Fixed-width delay histogram: (bin lower edge µs, count); last bin collects overflow.
+    pub histogram: Vec<(f64, u64)>,
+}
+
+/// Everything the receiver accumulates.
+pub struct ReceiverStats {
+    seq: SeqTracker,
+    jitter: Jitter,
+    total_delay: MinMax,
+    hdr: Histogram<u64>,
+    bins: Vec<u64>,
+    bin_width_ns: u64,
+    totals: UdpTotals,
+    cur: UdpInterval,
+    cur_delay: MinMax,
+    late_filled: u64,
+}
+
+impl ReceiverStats {
+    /// `bin_width_ns` × `bins` is the fixed histogram's range.
+    pub fn new(bin_width_ns: u64, bins: usize) -> Self {
+        ReceiverStats {
+            seq: SeqTracker::default(),
+            jitter: Jitter::default(),
+            total_delay: MinMax::default(),
+            // 1 ns .. 1 hour at 3 significant digits; construction with these bounds cannot fail.
+            hdr: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).expect("3 sigfig histogram")),
+            bins: vec![0; bins.max(1)],
+            bin_width_ns: bin_width_ns.max(1),
+            totals: UdpTotals::default(),
+            cur: UdpInterval::default(),
+            cur_delay: MinMax::default(),
+            late_filled: 0,
+        }
+    }
+
+    /// Accounts one datagram. `delay_ns` is the one-way delay after clock
+    /// correction; `transit_ns` the raw receive-minus-send (for jitter).
+    pub fn on_datagram(
+        &mut self,
+        seq: u64,
+        bytes: usize,
+        delay_ns: i64,
+        transit_ns: i64,
+        corrupt: bool,
+    ) -> Arrival {
+        let a = self.seq.on_seq(seq);
+        self.cur.packets += 1;
+        self.cur.bytes += bytes as u64;
+        self.totals.packets += 1;
+        self.totals.bytes += bytes as u64;
+        if corrupt {
+            self.cur.corrupt += 1;
+            self.totals.corrupt += 1;
+        }
+        match a {
+            Arrival::New { gap } => {
+                self.cur.drops += gap as i64;
+                self.cur.max_consecutive_drops = self.cur.max_consecutive_drops.max(gap);
+                self.totals.max_consecutive_drops = self.totals.max_consecutive_drops.max(gap);
+                self.totals.unique += 1;
+            }
+            Arrival::Reordered => {
+                self.cur.reordered += 1;
+                self.cur.drops -= 1;
+                self.late_filled += 1;
+                self.totals.reordered += 1;
+                self.totals.unique += 1;
+            }
+            Arrival::Duplicate => {
+                self.cur.duplicates += 1;
+                self.totals.duplicates += 1;
+                return a;
+            }
+        }
+        self.jitter.on_transit(transit_ns);
+        self.cur_delay.add(delay_ns);
+        self.total_delay.add(delay_ns);
+        let d = delay_ns.max(1) as u64;
+        let _ = self.hdr.record(d.min(self.hdr.high()));
+        let bin = ((d / self.bin_width_ns) as usize).min(self.bins.len() - 1);
+        self.bins[bin] += 1;
+        a
+    }
+
+    /// Closes the current interval.
+    pub fn take_interval(&mut self, time_slice: f64) -> UdpInterval {
+        let mut iv = std::mem::take(&mut self.cur);
+        iv.time_slice = time_slice;
+        if let Some((a, b, c)) = self.cur_delay.us() {
+            (iv.delay_min_us, iv.delay_avg_us, iv.delay_max_us) = (Some(a), Some(b), Some(c));
+        }
+        iv.jitter_us = self.jitter.ns() / 1e3;
+        self.cur_delay = MinMax::default();
+        iv
+    }
+
+    /// Final totals; `sent` is the sender's count if it reported one.
+    pub fn totals(&self, sent: Option<u64>) -> UdpTotals {
+        let mut t = self.totals.clone();
+        t.sent = sent;
+        t.lost = match sent {
+            Some(s) => s.saturating_sub(t.unique),
+            None => self.seq.missing(),
+        };
+        if let Some((a, b, c)) = self.total_delay.us() {
+            (t.delay_min_us, t.delay_avg_us, t.delay_max_us) = (Some(a), Some(b), Some(c));
+        }
+        t.jitter_us = self.jitter.ns() / 1e3;
+        if !self.hdr.is_empty() {
+            for (name, q) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)] {
+                t.percentiles_us
+                    .push((name.into(), self.hdr.value_at_percentile(q) as f64 / 1e3));
+            }
+            t.percentiles_us
+                .push(("max".into(), self.hdr.max() as f64 / 1e3));
+        }
+        t.histogram = self
+            .bins
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| ((i as u64 * self.bin_width_ns) as f64 / 1e3, n))
+            .collect();
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn feed(seqs: &[u64]) -> (SeqTracker, Vec<Arrival>) {
+        let mut t = SeqTracker::default();
+        let a = seqs.iter().map(|&s| t.on_seq(s)).collect();
+        (t, a)
+    }
+
+    #[test]
+    fn loss_dup_reorder() {
+        let (t, a) = feed(&[0, 1, 3, 2, 2, 6, 7, 7]);
+        assert_eq!(a[2], Arrival::New { gap: 1 });
+        assert_eq!(a[3], Arrival::Reordered);
+        assert_eq!(a[4], Arrival::Duplicate);
+        assert_eq!(a[5], Arrival::New { gap: 2 });
+        assert_eq!(a[7], Arrival::Duplicate);
+        assert_eq!(t.missing(), 2);
+        assert_eq!(t.next(), 8);
+    }
+
+    #[test]
+    fn huge_jump_is_bounded() {
+        let (t, _) = feed(&[0, u64::MAX / 2]);
+        assert_eq!(t.missing(), u64::MAX / 2 - 1);
+        assert!(t.missing.len() as u64 <= WINDOW);
+    }
+
+    #[test]
+    fn jitter_of_constant_transit_is_zero_and_grows_with_variation() {
+        let mut j = Jitter::default();
+        for _ in 0..100 {
+            j.on_transit(5000);
+        }
+        assert_eq!(j.ns(), 0.0);
+        for i in 0..1000 {
+            j.on_transit(if i % 2 == 0 { 0 } else { 1600 });
+        }
+        assert!((j.ns() - 1600.0).abs() < 1.0, "{}", j.ns());
+    }
+
+    #[test]
+    fn receiver_stats_intervals_and_totals() {
+        let mut r = ReceiverStats::new(10_000, 10);
+        for (s, d) in [
+            (0u64, 5_000i64),
+            (1, 15_000),
+            (3, 25_000),
+            (3, 1),
+            (2, 35_000),
+        ] {
+            r.on_datagram(s, 100, d, d, false);
+        }
+        let iv = r.take_interval(1.0);
+        assert_eq!(
+            (iv.packets, iv.duplicates, iv.reordered, iv.drops),
+            (5, 1, 1, 0)
+        );
+        assert_eq!(iv.delay_min_us, Some(5.0));
+        assert_eq!(iv.delay_max_us, Some(35.0));
+        let t = r.totals(Some(6));
+        assert_eq!((t.unique, t.lost, t.duplicates, t.reordered), (4, 2, 1, 1));
+        assert_eq!(t.histogram[0], (0.0, 1));
+        assert_eq!(t.histogram[3], (30.0, 1));
+        assert_eq!(t.percentiles_us.len(), 5);
+    }
+
+    proptest! {
+        /// Any arrival order of any subset (with repeats) is classified exactly.
+        #[test]
+        fn exact_accounting(order in proptest::collection::vec(0u64..200, 0..400)) {
+            let (t, arrivals) = feed(&order);
+            let mut seen = std::collections::HashSet::new();
+            let mut dups = 0;
+            for &s in &order { if !seen.insert(s) { dups += 1; } }
+            let counted_dups = arrivals.iter().filter(|a| **a == Arrival::Duplicate).count();
+            prop_assert_eq!(counted_dups, dups);
+            let max = order.iter().max().map_or(0, |m| m + 1);
+            prop_assert_eq!(t.missing(), max - seen.len() as u64);
+        }
+    }
+}
