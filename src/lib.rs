@@ -6,6 +6,7 @@
 //! (`tcp`, `server`) and reporting sit on top of them. The `netrig` binary is a
 //! thin command-line layer over this library.
 
+pub mod control;
 pub mod net;
 pub mod outcome;
 pub mod pattern;

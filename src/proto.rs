@@ -31,7 +31,7 @@ pub const HEADER_LEN: usize = 8;
 /// Largest payload accepted; anything bigger is an attack or a bug.
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 /// Capabilities this build offers in its hello.
-pub const CAPABILITIES: &[&str] = &["tcp"];
+pub const CAPABILITIES: &[&str] = &["tcp", "udp"];
 
 /// Why bytes could not be decoded as a frame.
 #[derive(Debug, Error, PartialEq, Eq, Clone)]
@@ -116,12 +116,52 @@ pub struct TcpSpec {
     pub connections: u32,
 }
 
+/// Media-stream parameters (ctsTraffic's UDP media stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MediaSpec {
+    /// Frames per second; one datagram per frame.
+    pub fps: u32,
+    /// Playout buffer: a frame later than its slot plus this is late, ms.
+    pub buffer_depth_ms: u64,
+}
+
+/// The server-side description of a UDP stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpSpec {
+    /// Server sends to client (otherwise client to server).
+    pub reverse: bool,
+    /// Datagram size (UDP payload, netrig header included).
+    pub size: u32,
+    /// Gap between datagrams, picoseconds.
+    pub gap_ps: u64,
+    /// How long to send, ms.
+    pub duration_ms: u64,
+    /// Sender pacing mode.
+    pub pacing: crate::udp::pace::Pacing,
+    /// Burst to catch up after stalls.
+    pub catch_up: bool,
+    /// Verify every payload.
+    pub verify: bool,
+    /// Receiver status interval, ms.
+    pub interval_ms: u64,
+    /// Fixed histogram bin width, ns.
+    pub hist_bin_ns: u64,
+    /// Fixed histogram bin count.
+    pub hist_bins: u32,
+    /// Known delay compensation added to every one-way delay, ns.
+    pub offset_comp_ns: i64,
+    /// Media-stream mode.
+    pub media: Option<MediaSpec>,
+}
+
 /// What a client asks the server to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum TestSpec {
     /// A TCP goodput/reliability test.
     Tcp(TcpSpec),
+    /// A paced UDP stream.
+    Udp(UdpSpec),
 }
 
 /// The first message of a data connection.
@@ -215,7 +255,7 @@ pub enum ErrorCode {
 }
 
 /// Every message of the protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
     /// Client opens a control connection.
@@ -249,6 +289,55 @@ pub enum Message {
     Goodbye,
     /// Server's tallies for the session.
     Summary(SessionSummary),
+    /// UDP test accepted: the server's UDP port and the token the client's
+    /// handshake datagrams must carry.
+    UdpAccept {
+        /// Session ID (for logs).
+        session: Uuid,
+        /// Server's UDP port (same address as the control connection).
+        port: u16,
+        /// Token for the handshake datagrams.
+        token: u64,
+    },
+    /// Clock exchange: client's send time.
+    TimeRequest {
+        /// Client CLOCK_REALTIME at send, ns.
+        t1: u64,
+    },
+    /// Clock exchange reply.
+    TimeReply {
+        /// Echo of the client's t1.
+        t1: u64,
+        /// Server receive time, ns.
+        t2: u64,
+        /// Server send time, ns.
+        t3: u64,
+    },
+    /// Client has started sending handshake datagrams carrying `token`; the
+    /// server waits for one, then sends probe datagrams with a nonce back to
+    /// the datagram's source.
+    UdpHandshake {
+        /// The token from [`Message::UdpAccept`].
+        token: u64,
+    },
+    /// Server sent its probe datagrams.
+    UdpProbed,
+    /// Client proves it received a probe (so it receives at that address) and
+    /// gives the clock offset estimate.
+    UdpReady {
+        /// The nonce from the probe datagram.
+        nonce: u64,
+        /// Server clock minus client clock, ns (0 when clocks are trusted).
+        offset_ns: i64,
+    },
+    /// Proof accepted: the stream starts.
+    UdpGo,
+    /// Receiver (server) interval, for the client to print.
+    UdpInterval(crate::udp::track::UdpInterval),
+    /// Sender's final report; the receiver drains and finishes.
+    UdpDone(crate::udp::engine::SenderReport),
+    /// Receiver (server) totals.
+    UdpResult(crate::udp::track::UdpTotals),
     /// Either end reports a problem; the sender closes the connection after it.
     Error {
         /// Machine-readable reason.

@@ -242,8 +242,7 @@ fn msg_name(m: &Message) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn validate(spec: &TestSpec) -> Result<TcpSpec, String> {
-    let TestSpec::Tcp(t) = spec;
+fn validate(t: &TcpSpec) -> Result<TcpSpec, String> {
     if t.transfer == 0 {
         return Err("transfer must be greater than zero".into());
     }
@@ -287,7 +286,21 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
             Err(_) => break,
         };
         match (msg, &session) {
-            (Message::TestRequest { test }, None) => match validate(&test) {
+            (
+                Message::TestRequest {
+                    test: TestSpec::Udp(spec),
+                },
+                None,
+            ) => {
+                crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity);
+                break;
+            }
+            (
+                Message::TestRequest {
+                    test: TestSpec::Tcp(tcp),
+                },
+                None,
+            ) => match validate(&tcp) {
                 Ok(spec) => {
                     let id = Uuid::new_v4();
                     let sess = Arc::new(Session {

@@ -18,50 +18,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use thiserror::Error;
 use uuid::Uuid;
 
 use super::config::{BufferSpec, ConfigError, TcpClientConfig};
 use super::conn::{Transfer, cancel_if_stopped, exchange_finals};
+use crate::control::Control;
 use crate::net;
 use crate::outcome::{ConnResult, ResultKind};
 use crate::plan::Role;
-use crate::proto::{
-    DataHello, Message, PROTOCOL_VERSION, SessionSummary, TestSpec, read_message, write_message,
-};
+use crate::proto::{DataHello, Message, SessionSummary, TestSpec, read_message, write_message};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
-/// Why a run could not start or the server could not be talked to.
-#[derive(Debug, Error)]
-pub enum ClientError {
-    /// The configuration is unusable.
-    #[error("{0}")]
-    Config(#[from] ConfigError),
-    /// A target did not resolve or could not be reached.
-    #[error("cannot reach {target}: {source}")]
-    Connect {
-        /// The target as given.
-        target: String,
-        /// Why.
-        source: io::Error,
-    },
-    /// The control connection failed or spoke nonsense.
-    #[error("control connection to {target}: {detail}")]
-    Control {
-        /// The target.
-        target: String,
-        /// What went wrong.
-        detail: String,
-    },
-    /// The server refused the test.
-    #[error("server {target} refused the test: {message}")]
-    Refused {
-        /// The target.
-        target: String,
-        /// The server's reason.
-        message: String,
-    },
-}
+pub use crate::control::ClientError;
 
 /// One data connection as it ended; a row of the connection file.
 #[derive(Debug, Clone, Serialize)]
@@ -176,62 +144,20 @@ fn control_lost(s: &Session) -> bool {
 }
 
 fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
-    let conn_err = |source| ClientError::Connect {
-        target: target.to_string(),
-        source,
-    };
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-    let mut found = None;
-    for addr in net::resolve(target, cfg.port).map_err(conn_err)? {
-        let from = pick_bind(cfg, addr, 0)?;
-        match net::connect(addr, from, timeout) {
-            Ok(s) => {
-                found = Some((addr, s));
-                break;
-            }
-            Err(e) => last = e,
-        }
-    }
-    let (addr, stream) = found.ok_or_else(|| conn_err(last))?;
-    // Best effort: keepalive only speeds up noticing a vanished server.
-    let _ = net::keepalive(&stream);
-    let _ = stream.set_read_timeout(Some(timeout));
-    let mut session = Session {
-        target: target.to_string(),
-        addr,
-        id: Uuid::nil(),
-        control: Mutex::new(stream),
+    let mut c = Control::connect(target, cfg.port, |addr| pick_bind(cfg, addr, 0), timeout)?;
+    let id = match c.request(TestSpec::Tcp(cfg.spec()))? {
+        Message::TestAccept { session } => session,
+        m => return Err(c.unexpected(m)),
     };
-    let refused = |message: String| ClientError::Refused {
-        target: target.to_string(),
-        message,
-    };
-    let bad = |m: Message| ClientError::Control {
-        target: target.to_string(),
-        detail: format!("unexpected reply {m:?}"),
-    };
-    match control_call(&session, &Message::Hello(Message::hello()))? {
-        Message::HelloAck(h) if h.protocol == PROTOCOL_VERSION => {}
-        Message::HelloAck(h) => {
-            return Err(refused(format!("server speaks protocol {}", h.protocol)));
-        }
-        Message::Error { message, .. } => return Err(refused(message)),
-        m => return Err(bad(m)),
-    }
-    let req = Message::TestRequest {
-        test: TestSpec::Tcp(cfg.spec()),
-    };
-    match control_call(&session, &req)? {
-        Message::TestAccept { session: id } => session.id = id,
-        Message::Error { message, .. } => return Err(refused(message)),
-        m => return Err(bad(m)),
-    }
     // The control connection now idles for the whole test.
-    if let Ok(c) = session.control.lock() {
-        let _ = c.set_read_timeout(None);
-    }
-    Ok(session)
+    let _ = c.stream.set_read_timeout(None);
+    Ok(Session {
+        target: c.target,
+        addr: c.addr,
+        id,
+        control: Mutex::new(c.stream),
+    })
 }
 
 fn pick_bind(

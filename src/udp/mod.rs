@@ -2,6 +2,8 @@
 //! offset estimation, and the sender/receiver engines.
 
 pub mod clock;
+pub mod engine;
 pub mod header;
 pub mod pace;
+pub mod serve;
 pub mod track;

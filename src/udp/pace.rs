@@ -1,12 +1,16 @@
 //! Pacing: when each datagram is due, on an absolute schedule.
 //!
-//! Datagram `i` is due at `anchor + (i - anchor_index) * gap`. After a stall
-//! (the sender fell more than one gap behind), the schedule is re-anchored at
-//! "now" instead of bursting to catch up, unless catch-up was asked for; each
-//! re-anchoring is counted as a slip. The schedule is pure: the caller supplies
-//! the clock.
+//! Datagram `i` is due at `anchor + (i - anchor_index) * gap`. Datagrams that
+//! are due together go out in one batch (that is how high rates are reached).
+//! After a *stall* — the sender fell behind by more than [`STALL_NS`] or two
+//! gaps, whichever is larger — the schedule is re-anchored at "now" instead of
+//! bursting to catch up, unless catch-up was asked for; each re-anchoring is
+//! counted as a slip. The schedule is pure: the caller supplies the clock.
 
 use serde::{Deserialize, Serialize};
+
+/// Lateness below which due datagrams are simply batched, not treated as a stall.
+pub const STALL_NS: u64 = 200_000;
 
 /// How the sender waits for the next departure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -71,7 +75,8 @@ impl Schedule {
         if now_ns < self.next_due() {
             return (self.next, 0);
         }
-        if !self.catch_up && now_ns >= self.due_of(self.next + 1) {
+        let stall = STALL_NS.max(2 * self.gap_ps / 1000);
+        if !self.catch_up && now_ns >= self.next_due() + stall {
             // More than one datagram late: do not burst, start again from now.
             self.anchor_ns = now_ns;
             self.anchor_index = self.next;
@@ -108,19 +113,23 @@ mod tests {
 
     #[test]
     fn stall_without_catch_up_reanchors() {
-        let mut s = Schedule::new(0, 1_000_000, false); // 1 µs
+        let mut s = Schedule::new(0, 1_000_000_000, false); // 1 ms
         assert_eq!(s.take_due(0, 64), (0, 1));
-        // 10 µs stall: one datagram now, not ten.
-        assert_eq!(s.take_due(10_500, 64), (1, 1));
+        // 10 ms stall: one datagram now, not ten.
+        assert_eq!(s.take_due(10_500_000, 64), (1, 1));
         assert_eq!(s.slips(), 1);
-        assert_eq!(s.next_due(), 11_500);
+        assert_eq!(s.next_due(), 11_500_000);
+        // Small lateness at a high rate is batched, not a stall.
+        let mut f = Schedule::new(0, 1_000_000, false); // 1 µs
+        assert_eq!(f.take_due(10_500, 64), (0, 11));
+        assert_eq!(f.slips(), 0);
     }
 
     #[test]
     fn stall_with_catch_up_bursts() {
-        let mut s = Schedule::new(0, 1_000_000, true);
+        let mut s = Schedule::new(0, 1_000_000_000, true);
         assert_eq!(s.take_due(0, 64), (0, 1));
-        assert_eq!(s.take_due(10_500, 64), (1, 10));
+        assert_eq!(s.take_due(10_500_000, 64), (1, 10));
         assert_eq!(s.slips(), 0);
     }
 

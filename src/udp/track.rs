@@ -12,7 +12,7 @@
 //! older ones are final losses, so memory stays bounded whatever arrives.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 /// How far below the highest sequence a late arrival is still recognised.
@@ -141,7 +141,7 @@ impl MinMax {
 }
 
 /// One receiver interval, as printed and written.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UdpInterval {
     /// Seconds since the stream started, at the end of the interval.
     pub time_slice: f64,
@@ -157,8 +157,10 @@ pub struct UdpInterval {
     pub duplicates: u64,
     /// Late (reordered) arrivals.
     pub reordered: u64,
-    /// Datagrams whose payload failed verification.
+    /// Datagrams whose payload failed verification, or whose header was unreadable.
     pub corrupt: u64,
+    /// Media mode: frames that arrived after their playout deadline.
+    pub late: u64,
     /// One-way delay min, µs (see the clock notes).
     pub delay_min_us: Option<f64>,
     /// One-way delay mean, µs.
@@ -170,7 +172,7 @@ pub struct UdpInterval {
 }
 
 /// Totals of a stream, from the receiver's point of view.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UdpTotals {
     /// Datagrams the sender says it sent (if known).
     pub sent: Option<u64>,
@@ -188,8 +190,10 @@ pub struct UdpTotals {
     pub duplicates: u64,
     /// Reordered (late) arrivals.
     pub reordered: u64,
-    /// Corrupt payloads.
+    /// Corrupt payloads or unreadable headers.
     pub corrupt: u64,
+    /// Media mode: frames that arrived after their playout deadline.
+    pub late: u64,
     /// Delay min/avg/max, µs.
     pub delay_min_us: Option<f64>,
     /// Delay mean, µs.
@@ -284,6 +288,22 @@ impl ReceiverStats {
         let bin = ((d / self.bin_width_ns) as usize).min(self.bins.len() - 1);
         self.bins[bin] += 1;
         a
+    }
+
+    /// Accounts a datagram whose header could not be read (it cannot be
+    /// attributed to a sequence number).
+    pub fn on_invalid(&mut self, bytes: usize) {
+        self.cur.packets += 1;
+        self.cur.bytes += bytes as u64;
+        self.cur.corrupt += 1;
+        self.totals.packets += 1;
+        self.totals.bytes += bytes as u64;
+        self.totals.corrupt += 1;
+    }
+
+    /// Accounts a media frame that missed its playout deadline.
+    pub fn on_late(&mut self) {
+        self.totals.late += 1;
     }
 
     /// Closes the current interval.

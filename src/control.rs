@@ -1,0 +1,142 @@
+//! The client's end of a control connection, shared by every test kind:
+//! connect (trying each resolved address), say hello, ask for a test.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::Duration;
+use thiserror::Error;
+
+use crate::net;
+use crate::proto::{Message, PROTOCOL_VERSION, TestSpec, read_message, write_message};
+use crate::tcp::config::ConfigError;
+
+/// Why a run could not start or the server could not be talked to.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The configuration is unusable.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// A target did not resolve or could not be reached.
+    #[error("cannot reach {target}: {source}")]
+    Connect {
+        /// The target as given.
+        target: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The control connection failed or spoke nonsense.
+    #[error("control connection to {target}: {detail}")]
+    Control {
+        /// The target.
+        target: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The server refused the test.
+    #[error("server {target} refused the test: {message}")]
+    Refused {
+        /// The target.
+        target: String,
+        /// The server's reason.
+        message: String,
+    },
+}
+
+/// An open control connection that has exchanged hellos.
+pub struct Control {
+    /// The target as the user gave it.
+    pub target: String,
+    /// The address that answered.
+    pub addr: SocketAddr,
+    /// The connection.
+    pub stream: TcpStream,
+}
+
+impl Control {
+    /// Connects to the first address of `target` that answers (from the local
+    /// address `bind` picks for it) and exchanges hellos.
+    pub fn connect(
+        target: &str,
+        port: u16,
+        bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
+        timeout: Duration,
+    ) -> Result<Control, ClientError> {
+        let conn_err = |source| ClientError::Connect {
+            target: target.to_string(),
+            source,
+        };
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+        let mut found = None;
+        for addr in net::resolve(target, port).map_err(conn_err)? {
+            match net::connect(addr, bind(addr)?, timeout) {
+                Ok(s) => {
+                    found = Some((addr, s));
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let (addr, stream) = found.ok_or_else(|| conn_err(last))?;
+        // Best effort: keepalive only speeds up noticing a vanished server.
+        let _ = net::keepalive(&stream);
+        let _ = stream.set_read_timeout(Some(timeout));
+        let mut c = Control {
+            target: target.to_string(),
+            addr,
+            stream,
+        };
+        match c.call(&Message::Hello(Message::hello()))? {
+            Message::HelloAck(h) if h.protocol == PROTOCOL_VERSION => Ok(c),
+            Message::HelloAck(h) => {
+                Err(c.refused(format!("server speaks protocol {}", h.protocol)))
+            }
+            m => Err(c.unexpected(m)),
+        }
+    }
+
+    /// Sends a message and reads the reply; an error reply becomes [`ClientError::Refused`].
+    pub fn call(&mut self, msg: &Message) -> Result<Message, ClientError> {
+        self.send(msg)?;
+        self.recv()
+    }
+
+    /// Sends one message.
+    pub fn send(&mut self, msg: &Message) -> Result<(), ClientError> {
+        write_message(&mut self.stream, msg).map_err(|e| self.failed(e.to_string()))
+    }
+
+    /// Reads one message; an error reply becomes [`ClientError::Refused`].
+    pub fn recv(&mut self) -> Result<Message, ClientError> {
+        match read_message(&mut self.stream) {
+            Ok(Message::Error { message, .. }) => Err(self.refused(message)),
+            Ok(m) => Ok(m),
+            Err(e) => Err(self.failed(e.to_string())),
+        }
+    }
+
+    /// Asks for a test; returns the server's acceptance.
+    pub fn request(&mut self, test: TestSpec) -> Result<Message, ClientError> {
+        self.call(&Message::TestRequest { test })
+    }
+
+    /// A control failure naming this target.
+    pub fn failed(&self, detail: impl Into<String>) -> ClientError {
+        ClientError::Control {
+            target: self.target.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// A refusal naming this target.
+    pub fn refused(&self, message: String) -> ClientError {
+        ClientError::Refused {
+            target: self.target.clone(),
+            message,
+        }
+    }
+
+    /// A reply that makes no sense at this point.
+    pub fn unexpected(&self, m: Message) -> ClientError {
+        self.failed(format!("unexpected reply {m:?}"))
+    }
+}

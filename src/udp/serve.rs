@@ -1,0 +1,310 @@
+//! The server's side of a UDP test, driven over the control connection.
+//!
+//! The server never sends a datagram to an address until the client has
+//! shown it receives there: the client's handshake datagram (carrying the
+//! session token) tells the server where the client is, the server answers
+//! with a probe carrying a random nonce, and only when the client echoes that
+//! nonce over the authenticated control connection does the stream start.
+
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use super::clock::realtime_ns;
+use super::engine::{ReceiverConfig, SenderConfig, SenderReport, run_receiver, run_sender};
+use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
+use super::track::ReceiverStats;
+use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
+
+/// Longest stream a client may ask for.
+pub const MAX_DURATION_MS: u64 = 24 * 3600 * 1000;
+/// How long the receiver keeps listening after the sender's last datagram.
+pub const DRAIN: Duration = Duration::from_millis(500);
+
+/// Checks a UDP spec; the error names the problem.
+pub fn validate(s: &UdpSpec) -> Result<(), String> {
+    if (s.size as usize) < HEADER_LEN || s.size as usize > MAX_DATAGRAM {
+        return Err(format!(
+            "datagram size {} outside {HEADER_LEN}..={MAX_DATAGRAM}",
+            s.size
+        ));
+    }
+    if s.duration_ms == 0 || s.duration_ms > MAX_DURATION_MS {
+        return Err(format!(
+            "duration {} ms outside 1..={MAX_DURATION_MS}",
+            s.duration_ms
+        ));
+    }
+    if s.gap_ps == 0 {
+        return Err("gap between datagrams must be positive".into());
+    }
+    if s.interval_ms == 0 || s.hist_bins == 0 || s.hist_bin_ns == 0 {
+        return Err("interval and histogram bins must be positive".into());
+    }
+    if s.media.is_some_and(|m| m.fps == 0) {
+        return Err("media frame rate must be positive".into());
+    }
+    Ok(())
+}
+
+/// Receiver configuration both ends derive from the spec.
+pub fn receiver_config(s: &UdpSpec, offset_ns: i64) -> ReceiverConfig {
+    ReceiverConfig {
+        stream: 1,
+        max_size: s.size as usize,
+        offset_ns,
+        comp_ns: s.offset_comp_ns,
+        interval: Duration::from_millis(s.interval_ms),
+        media: s.media.map(|m| {
+            (
+                1_000_000_000 / u64::from(m.fps),
+                m.buffer_depth_ms * 1_000_000,
+            )
+        }),
+        verify: s.verify,
+    }
+}
+
+/// Sender configuration both ends derive from the spec.
+pub fn sender_config(s: &UdpSpec) -> SenderConfig {
+    SenderConfig {
+        size: s.size as usize,
+        gap_ps: s.gap_ps,
+        duration: Duration::from_millis(s.duration_ms),
+        pacing: s.pacing,
+        catch_up: s.catch_up,
+        stream: 1,
+    }
+}
+
+/// How long the receiver drains after the sender is done.
+pub fn drain_for(s: &UdpSpec) -> Duration {
+    DRAIN + Duration::from_millis(s.media.map_or(0, |m| m.buffer_depth_ms))
+}
+
+fn send(w: &Mutex<TcpStream>, m: &Message) -> bool {
+    let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+    write_message(&mut *s, m).is_ok()
+}
+
+/// Waits for the client's handshake datagram, connects to its source, and probes it.
+fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, String> {
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let mut buf = [0u8; 2048];
+    let from = loop {
+        if t0.elapsed() > Duration::from_secs(3) {
+            return Err(
+                "no handshake datagram arrived within 3 s (is UDP blocked on the path?)".into(),
+            );
+        }
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            if let Ok(h) = Header::read(&buf[..n]) {
+                if h.flags & FLAG_HANDSHAKE != 0 && h.seq == token {
+                    break from;
+                }
+            }
+        }
+    };
+    sock.connect(from).map_err(|e| e.to_string())?;
+    let mut probe = [0u8; HEADER_LEN];
+    Header {
+        flags: FLAG_HANDSHAKE,
+        stream: 0,
+        seq: nonce,
+        send_ns: realtime_ns(),
+        payload_len: 0,
+    }
+    .write(&mut probe);
+    for _ in 0..3 {
+        let _ = sock.send(&probe);
+    }
+    Ok(from)
+}
+
+/// Serves one UDP test on an accepted control connection.
+pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8) {
+    let writer = match stream.try_clone() {
+        Ok(w) => Arc::new(Mutex::new(w)),
+        Err(_) => return,
+    };
+    let refuse = |why: String| {
+        send(&writer, &Message::error(ErrorCode::Refused, why));
+    };
+    if let Err(why) = validate(&spec) {
+        return refuse(why);
+    }
+    let local = match stream.local_addr() {
+        Ok(a) => a,
+        Err(_) => return,
+    };
+    let sock = match UdpSocket::bind(SocketAddr::new(local.ip(), 0)) {
+        Ok(s) => s,
+        Err(e) => return refuse(format!("cannot open a UDP socket: {e}")),
+    };
+    let port = sock.local_addr().map_or(0, |a| a.port());
+    let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
+    let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
+    let session = Uuid::new_v4();
+    let token: u64 = rand::random();
+    let nonce: u64 = rand::random();
+    if !send(
+        &writer,
+        &Message::UdpAccept {
+            session,
+            port,
+            token,
+        },
+    ) {
+        return;
+    }
+    if verbosity >= 1 {
+        println!(
+            "session {session} from {peer}: udp {} {} B every {:.3} us for {} ms{}",
+            if spec.reverse {
+                "server->client"
+            } else {
+                "client->server"
+            },
+            spec.size,
+            spec.gap_ps as f64 / 1e6,
+            spec.duration_ms,
+            if spec.media.is_some() { " (media)" } else { "" }
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let sent_report: Arc<Mutex<Option<SenderReport>>> = Arc::new(Mutex::new(None));
+    let mut proven: Option<SocketAddr> = None;
+    let mut worker: Option<std::thread::JoinHandle<()>> = None;
+    let sock = Arc::new(sock);
+    let mut r = stream;
+    loop {
+        let msg = match read_message(&mut r) {
+            Ok(m) => m,
+            Err(ReadError::Proto(e)) => {
+                send(
+                    &writer,
+                    &Message::error(ErrorCode::Malformed, e.to_string()),
+                );
+                break;
+            }
+            Err(_) => break,
+        };
+        match msg {
+            Message::TimeRequest { t1 } => {
+                let t2 = realtime_ns();
+                if !send(
+                    &writer,
+                    &Message::TimeReply {
+                        t1,
+                        t2,
+                        t3: realtime_ns(),
+                    },
+                ) {
+                    break;
+                }
+            }
+            Message::UdpHandshake { token: t } if t == token && proven.is_none() => {
+                match handshake(&sock, token, nonce) {
+                    Ok(from) => {
+                        proven = Some(from);
+                        if !send(&writer, &Message::UdpProbed) {
+                            break;
+                        }
+                    }
+                    Err(why) => {
+                        refuse(why);
+                        break;
+                    }
+                }
+            }
+            Message::UdpReady {
+                nonce: n,
+                offset_ns,
+            } if worker.is_none() => {
+                if proven.is_none() || n != nonce {
+                    refuse("proof of receipt failed: wrong or missing probe nonce".into());
+                    break;
+                }
+                if !send(&writer, &Message::UdpGo) {
+                    break;
+                }
+                let (sock, stop, w) = (Arc::clone(&sock), Arc::clone(&stop), Arc::clone(&writer));
+                let spec2 = spec.clone();
+                worker = Some(if spec.reverse {
+                    std::thread::spawn(move || {
+                        let rep = run_sender(&sock, &sender_config(&spec2), &stop);
+                        send(&w, &Message::UdpDone(rep));
+                    })
+                } else {
+                    let (deadline, sent) = (Arc::clone(&deadline), Arc::clone(&sent_report));
+                    std::thread::spawn(move || {
+                        let cfg = receiver_config(&spec2, offset_ns);
+                        let mut stats =
+                            ReceiverStats::new(spec2.hist_bin_ns, spec2.hist_bins as usize);
+                        let mut on_iv = |iv| {
+                            send(&w, &Message::UdpInterval(iv));
+                        };
+                        let _ = run_receiver(
+                            &sock,
+                            &cfg,
+                            &mut stats,
+                            &stop,
+                            &deadline,
+                            epoch,
+                            &mut on_iv,
+                            &mut |_| {},
+                        );
+                        let sent = sent
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .as_ref()
+                            .map(|r| r.packets);
+                        send(&w, &Message::UdpResult(stats.totals(sent)));
+                    })
+                });
+            }
+            Message::UdpDone(rep) if !spec.reverse => {
+                *sent_report.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
+                let at = epoch.elapsed() + drain_for(&spec);
+                deadline.store(at.as_nanos() as u64, SeqCst);
+            }
+            Message::Stop => {
+                stop.store(true, SeqCst);
+                if !send(&writer, &Message::StopAck) {
+                    break;
+                }
+            }
+            Message::Goodbye => {
+                if let Some(h) = worker.take() {
+                    stop.store(true, SeqCst);
+                    let _ = h.join();
+                }
+                send(&writer, &Message::Summary(Default::default()));
+                break;
+            }
+            other => {
+                send(
+                    &writer,
+                    &Message::error(
+                        ErrorCode::UnexpectedMessage,
+                        format!("unexpected {other:?} in a UDP session"),
+                    ),
+                );
+                break;
+            }
+        }
+    }
+    stop.store(true, SeqCst);
+    if let Some(h) = worker.take() {
+        let _ = h.join();
+    }
+    if verbosity >= 1 {
+        println!("session {session} from {peer} ended");
+    }
+}
