@@ -11,10 +11,15 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use netrig::proto::{IoPattern, VerifyLevel};
-use netrig::report::{Reporter, print_summary, write_json};
+use netrig::proto::{MediaSpec, UdpSpec};
+use netrig::report::{
+    Reporter, UdpReporter, print_summary, print_udp_summary, write_json, write_udp_json,
+};
 use netrig::server::{Server, ServerConfig};
 use netrig::tcp::client::{self, ClientError};
 use netrig::tcp::config::{BufferSpec, TcpClientConfig};
+use netrig::udp::client::UdpClientConfig;
+use netrig::udp::pace::{Pacing, gap_for_rate};
 use netrig::units;
 
 /// Exit codes, documented in the README.
@@ -44,6 +49,10 @@ enum Cmd {
     /// TCP goodput and reliability test (ctsTraffic semantics). Without a target,
     /// runs against an embedded server on loopback.
     Tcp(TcpArgs),
+    /// Paced UDP stream: loss, duplicates, reordering, one-way delay, jitter;
+    /// or a ctsTraffic-style media stream with --media. Without a target, runs
+    /// against an embedded server on loopback.
+    Udp(UdpArgs),
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -150,6 +159,252 @@ struct TcpArgs {
     /// Seed for random buffer sizes (for reproducible runs).
     #[arg(long)]
     seed: Option<u64>,
+}
+
+fn rate(s: &str) -> Result<u64, String> {
+    match units::parse_rate(s).map_err(|e| e.to_string())? {
+        0 => Err("must be greater than zero".into()),
+        r => Ok(r),
+    }
+}
+fn signed_duration(s: &str) -> Result<i64, String> {
+    let (neg, body) = s.strip_prefix('-').map_or((false, s), |b| (true, b));
+    let ns = duration(body)?.as_nanos() as i64;
+    Ok(if neg { -ns } else { ns })
+}
+
+#[derive(Args)]
+struct UdpArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT).
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Sending rate, bits per second (e.g. 100M, 1700Mbit, 1G).
+    #[arg(short, long, value_parser = rate, conflicts_with = "gap")]
+    rate: Option<u64>,
+    /// Gap between datagrams instead of a rate (e.g. 5us).
+    #[arg(long, value_parser = positive_duration)]
+    gap: Option<Duration>,
+    /// Datagram size in bytes (UDP payload, including netrig's 32-byte header).
+    #[arg(short, long, default_value = "1000", value_parser = size)]
+    size: u64,
+    /// Server sends to client (default: client sends to server).
+    #[arg(short = 'R', long)]
+    reverse: bool,
+    /// How long to send (--length is the same, as in ctsTraffic).
+    #[arg(short, long, alias = "length", default_value = "10s", value_parser = positive_duration)]
+    duration: Duration,
+    /// Receiver status interval.
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    interval: Duration,
+    /// How the sender waits between datagrams.
+    #[arg(long, value_enum, default_value_t = Pacing::Hybrid)]
+    pacing: Pacing,
+    /// After a stall, send the missed datagrams in a burst instead of re-anchoring the schedule.
+    #[arg(long)]
+    catch_up: bool,
+    /// Do not verify payloads.
+    #[arg(long)]
+    no_verify: bool,
+    /// Trust that both clocks are synchronised (PTP): report absolute one-way delay.
+    #[arg(long)]
+    synced: bool,
+    /// Known delay compensation added to every one-way delay (e.g. 2ms, -500us).
+    #[arg(long, value_parser = signed_duration, allow_hyphen_values = true, default_value = "0")]
+    offset_comp: i64,
+    /// Delay histogram bin width.
+    #[arg(long, default_value = "50us", value_parser = positive_duration)]
+    hist_bin: Duration,
+    /// Delay histogram bin count (the last bin takes everything above).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    hist_bins: u32,
+    /// Media stream (ctsTraffic): the server sends one datagram per frame.
+    #[arg(long, requires = "bitrate")]
+    media: bool,
+    /// Media: stream bit rate (frame size = bitrate / 8 / fps).
+    #[arg(long, value_parser = rate)]
+    bitrate: Option<u64>,
+    /// Media: frames per second.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    fps: u32,
+    /// Media: playout buffer; frames later than their slot plus this are late.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    buffer_depth: Duration,
+    /// Write one row per received datagram (needs --reverse or --media: the client must receive).
+    #[arg(long, value_name = "FILE")]
+    jitter_file: Option<PathBuf>,
+    /// Bind the data socket to this interface (SO_BINDTODEVICE).
+    #[arg(long, value_name = "IFACE")]
+    bind_dev: Option<String>,
+    /// Local address for the control and data sockets.
+    #[arg(long, value_name = "IP")]
+    bind: Option<IpAddr>,
+    /// Data socket receive buffer (default 1M for media, 4M otherwise).
+    #[arg(long, value_parser = size)]
+    rcvbuf: Option<u64>,
+    /// Data socket send buffer (default 4M).
+    #[arg(long, value_parser = size)]
+    sndbuf: Option<u64>,
+    /// Write the interval table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    status_file: Option<PathBuf>,
+    /// Write configuration, intervals, sender and receiver totals as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// 0 errors only, 1 table and summary.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    verbosity: u8,
+}
+
+fn udp(a: UdpArgs) -> Result<ExitCode> {
+    use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
+    let (size, gap_ps, reverse, media) = if a.media {
+        let bitrate = a.bitrate.unwrap_or_default();
+        let frame = bitrate / 8 / u64::from(a.fps);
+        if frame < HEADER_LEN as u64 || frame > MAX_DATAGRAM as u64 {
+            anyhow::bail!(
+                "media frame of {frame} bytes (bitrate / 8 / fps) must be {HEADER_LEN}..={MAX_DATAGRAM} bytes: adjust --bitrate or --fps"
+            );
+        }
+        let media = MediaSpec {
+            fps: a.fps,
+            buffer_depth_ms: a.buffer_depth.as_millis() as u64,
+        };
+        (
+            frame,
+            1_000_000_000_000 / u64::from(a.fps),
+            true,
+            Some(media),
+        )
+    } else {
+        if a.size < HEADER_LEN as u64 || a.size > MAX_DATAGRAM as u64 {
+            eprintln!("netrig: --size must be {HEADER_LEN}..={MAX_DATAGRAM} bytes");
+            return Ok(ExitCode::from(2));
+        }
+        let gap = match (a.rate, a.gap) {
+            (_, Some(g)) => g.as_nanos() as u64 * 1000,
+            (r, None) => gap_for_rate(a.size as u32, r.unwrap_or(10_000_000)),
+        };
+        (a.size, gap, a.reverse, None)
+    };
+    if a.jitter_file.is_some() && !reverse {
+        eprintln!(
+            "netrig: --jitter-file needs --reverse or --media (the client must be the receiver)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let spec = UdpSpec {
+        reverse,
+        size: size as u32,
+        gap_ps,
+        duration_ms: a.duration.as_millis().max(1) as u64,
+        pacing: a.pacing,
+        catch_up: a.catch_up,
+        verify: !a.no_verify,
+        interval_ms: a.interval.as_millis().max(1) as u64,
+        hist_bin_ns: a.hist_bin.as_nanos() as u64,
+        hist_bins: a.hist_bins,
+        offset_comp_ns: a.offset_comp,
+        media,
+    };
+    let embedded = match &a.target {
+        Some(_) => None,
+        None => Some(Embedded::start()?),
+    };
+    let target = match (&a.target, &embedded) {
+        (Some(t), _) => t.clone(),
+        (None, Some(e)) => {
+            if a.verbosity >= 1 {
+                println!(
+                    "No target given: testing against an embedded server on {}.",
+                    e.addr
+                );
+            }
+            e.addr.to_string()
+        }
+        (None, None) => unreachable!("an embedded server is started when no target is given"),
+    };
+    let cfg = UdpClientConfig {
+        target,
+        port: a.port,
+        spec,
+        synced: a.synced,
+        bind: a.bind,
+        bind_dev: a.bind_dev,
+        rcvbuf: a.rcvbuf.map(|v| v as usize),
+        sndbuf: a.sndbuf.map(|v| v as usize),
+        per_packet: a.jitter_file.is_some(),
+    };
+    if a.verbosity >= 1 {
+        let s = &cfg.spec;
+        println!(
+            "UDP {}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
+            if s.reverse {
+                "server -> client"
+            } else {
+                "client -> server"
+            },
+            s.size,
+            s.gap_ps as f64 / 1e6,
+            units::format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
+            s.duration_ms as f64 / 1e3,
+            s.pacing,
+            if s.media.is_some() {
+                ", media stream"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut reporter = UdpReporter::new(
+        a.verbosity,
+        cfg.spec.media.is_some(),
+        a.status_file.as_deref(),
+        a.jitter_file.as_deref(),
+    )
+    .context("cannot open an output file")?;
+    let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let rep = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e)),
+    };
+    if a.verbosity >= 1 {
+        print_udp_summary(&cfg, &rep);
+    }
+    let mut code = if rep.totals.as_ref().is_some_and(|t| t.corrupt > 0) {
+        exit::DATA_ERROR
+    } else if rep.server_lost {
+        exit::NETWORK_ERROR
+    } else if rep.interrupted {
+        exit::INTERRUPTED
+    } else {
+        0
+    };
+    if let Some(p) = &a.json {
+        if let Err(e) = write_udp_json(p, &cfg, &rep) {
+            eprintln!("netrig: cannot write {}: {e}", p.display());
+            code = code.max(exit::FATAL);
+        }
+    }
+    for e in reporter.take_errors() {
+        eprintln!("netrig: output error: {e}");
+        code = code.max(exit::FATAL);
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// Reports a client error and picks its exit code.
+fn client_error_exit(e: ClientError) -> ExitCode {
+    eprintln!("netrig: {e}");
+    ExitCode::from(match e {
+        ClientError::Refused { .. } => exit::REFUSED,
+        ClientError::Connect { .. } | ClientError::Control { .. } => exit::NETWORK_ERROR,
+        ClientError::Config(_) => 2,
+    })
 }
 
 fn interrupt_flag() -> Arc<AtomicBool> {
@@ -269,15 +524,7 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     }
     let rep = match result {
         Ok(r) => r,
-        Err(e @ ClientError::Refused { .. }) => {
-            eprintln!("netrig: {e}");
-            return Ok(ExitCode::from(exit::REFUSED));
-        }
-        Err(e @ ClientError::Connect { .. }) | Err(e @ ClientError::Control { .. }) => {
-            eprintln!("netrig: {e}");
-            return Ok(ExitCode::from(exit::NETWORK_ERROR));
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Ok(client_error_exit(e)),
     };
     if a.verbosity >= 1 {
         print_summary(&rep);
@@ -309,6 +556,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Tcp(a) => tcp(a),
+        Cmd::Udp(a) => udp(a),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

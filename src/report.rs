@@ -346,13 +346,296 @@ pub fn write_json(path: &Path, cfg: &TcpClientConfig, rep: &RunReport) -> io::Re
         config: cfg,
         result: rep,
     };
+    write_atomically(path, &doc)
+}
+
+/// Serializes `doc` as pretty JSON to a temporary file, syncs it, and renames
+/// it over `path`, so readers see the old file, the complete new one, or none.
+fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
     let mut tmp = PathBuf::from(path);
     tmp.set_extension(format!("tmp{}", std::process::id()));
     {
         let mut f = BufWriter::new(File::create(&tmp)?);
-        serde_json::to_writer_pretty(&mut f, &doc).map_err(io::Error::other)?;
+        serde_json::to_writer_pretty(&mut f, doc).map_err(io::Error::other)?;
         f.write_all(b"\n")?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     std::fs::rename(&tmp, path)
+}
+
+/// Columns of the UDP receiver table.
+pub const UDP_HEADERS: [&str; 13] = [
+    "TimeSlice",
+    "Bytes",
+    "Packets",
+    "Drops",
+    "ConsecDrops",
+    "Dups",
+    "Reordered",
+    "Corrupt",
+    "Late",
+    "DelayMinUs",
+    "DelayAvgUs",
+    "DelayMaxUs",
+    "JitterUs",
+];
+const UDP_WIDTHS: [usize; 13] = [10, 12, 9, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+/// Columns of the media-stream table (ctsTraffic's).
+pub const MEDIA_HEADERS: [&str; 6] = [
+    "TimeSlice",
+    "Bits/Sec",
+    "Completed",
+    "Dropped",
+    "Repeated",
+    "Errors",
+];
+const MEDIA_WIDTHS: [usize; 6] = [10, 12, 10, 8, 9, 7];
+/// Columns of the per-datagram (jitter) file.
+pub const PACKET_HEADERS: [&str; 6] = [
+    "Sequence",
+    "SenderNs",
+    "ReceiverNs",
+    "FlightUs",
+    "Arrival",
+    "Corrupt",
+];
+const PACKET_WIDTHS: [usize; 6] = [10, 20, 20, 12, 10, 7];
+
+fn opt_us(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
+fn udp_cells(iv: &crate::udp::track::UdpInterval) -> Vec<String> {
+    vec![
+        format!("{:.3}", iv.time_slice),
+        iv.bytes.to_string(),
+        iv.packets.to_string(),
+        iv.drops.to_string(),
+        iv.max_consecutive_drops.to_string(),
+        iv.duplicates.to_string(),
+        iv.reordered.to_string(),
+        iv.corrupt.to_string(),
+        iv.late.to_string(),
+        opt_us(iv.delay_min_us),
+        opt_us(iv.delay_avg_us),
+        opt_us(iv.delay_max_us),
+        format!("{:.1}", iv.jitter_us),
+    ]
+}
+
+fn media_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
+    let good = iv
+        .packets
+        .saturating_sub(iv.duplicates + iv.corrupt + iv.late);
+    vec![
+        format!("{:.3}", iv.time_slice),
+        ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
+        good.to_string(),
+        (iv.drops.max(0) as u64 + iv.late).to_string(),
+        iv.duplicates.to_string(),
+        iv.corrupt.to_string(),
+    ]
+}
+
+/// The UDP client's observer: console table and optional files.
+pub struct UdpReporter {
+    verbosity: u8,
+    media: bool,
+    last_slice: f64,
+    console: RowWriter,
+    status: Option<RowWriter>,
+    packets: Option<RowWriter>,
+    errors: Vec<io::Error>,
+}
+
+impl UdpReporter {
+    /// Opens the files and prints the table header.
+    pub fn new(
+        verbosity: u8,
+        media: bool,
+        status_file: Option<&Path>,
+        jitter_file: Option<&Path>,
+    ) -> io::Result<UdpReporter> {
+        let (h, w): (&[&str], &[usize]) = if media {
+            (&MEDIA_HEADERS, &MEDIA_WIDTHS)
+        } else {
+            (&UDP_HEADERS, &UDP_WIDTHS)
+        };
+        let open = |p: Option<&Path>, h: &[&str], w: &[usize]| {
+            p.map(|p| {
+                RowWriter::create(p, h, w)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+            })
+            .transpose()
+        };
+        let mut r = UdpReporter {
+            verbosity,
+            media,
+            last_slice: 0.0,
+            console: RowWriter::console(Box::new(io::stdout()), w),
+            status: open(status_file, h, w)?,
+            packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
+            errors: Vec::new(),
+        };
+        if verbosity >= 1 {
+            if let Err(e) = r.console.row(h) {
+                r.errors.push(e);
+            }
+        }
+        Ok(r)
+    }
+
+    /// Output errors seen so far.
+    pub fn take_errors(&mut self) -> Vec<io::Error> {
+        std::mem::take(&mut self.errors)
+    }
+}
+
+impl crate::udp::client::UdpObserver for UdpReporter {
+    fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
+        let cells = if self.media {
+            media_cells(iv, iv.time_slice - self.last_slice)
+        } else {
+            udp_cells(iv)
+        };
+        self.last_slice = iv.time_slice;
+        if self.verbosity >= 1 {
+            if let Err(e) = self.console.row(&cells) {
+                self.errors.push(e);
+            }
+        }
+        if let Some(w) = self.status.as_mut() {
+            if let Err(e) = w.row(&cells) {
+                self.errors.push(e);
+            }
+        }
+    }
+
+    fn packet(&mut self, p: &crate::udp::engine::PacketRow) {
+        if let Some(w) = self.packets.as_mut() {
+            let cells = [
+                p.seq.to_string(),
+                p.send_ns.to_string(),
+                p.recv_ns.to_string(),
+                format!("{:.3}", p.flight_us),
+                p.arrival.to_string(),
+                p.corrupt.to_string(),
+            ];
+            if let Err(e) = w.row(&cells) {
+                self.errors.push(e);
+            }
+        }
+    }
+}
+
+/// Prints the UDP run's final summary.
+pub fn print_udp_summary(
+    cfg: &crate::udp::client::UdpClientConfig,
+    rep: &crate::udp::client::UdpReport,
+) {
+    println!();
+    match &rep.offset {
+        Some(o) => println!(
+            "Clocks: not synchronised; server-client offset estimated in band as {:.1} us +/- {:.1} us (delays below carry that uncertainty)",
+            o.server_minus_client_ns as f64 / 1e3,
+            o.uncertainty_ns as f64 / 1e3
+        ),
+        None => println!("Clocks: trusted as synchronised (--synced); delays are absolute"),
+    }
+    if cfg.spec.offset_comp_ns != 0 {
+        println!(
+            "Delay compensation: {:+.1} us added",
+            cfg.spec.offset_comp_ns as f64 / 1e3
+        );
+    }
+    if let Some(s) = &rep.sender {
+        println!(
+            "Sender: {} datagrams, {} bytes in {:.3} s = {}; departure lateness p50 {:.1} us, p99 {:.1} us, max {:.1} us; mean inter-departure error {:.2} us; {} stalls re-anchored; {} send errors",
+            s.packets,
+            s.bytes,
+            s.duration_secs,
+            format_bits_per_sec(s.achieved_bps),
+            s.late_p50_us,
+            s.late_p99_us,
+            s.late_max_us,
+            s.gap_error_mean_us,
+            s.slips,
+            s.send_errors
+        );
+    }
+    let Some(t) = &rep.totals else {
+        println!("Receiver: no totals (the stream did not finish)");
+        return;
+    };
+    let secs = rep.duration_secs.max(1e-9);
+    println!(
+        "Receiver: {} datagrams ({} unique), {} bytes, {}; lost {} ({:.3}%), longest loss run {}, duplicates {}, reordered {}, corrupt {}, late {}",
+        t.packets,
+        t.unique,
+        t.bytes,
+        format_bits_per_sec(t.bytes as f64 * 8.0 / secs),
+        t.lost,
+        t.sent.map_or(0.0, |s| if s > 0 {
+            100.0 * t.lost as f64 / s as f64
+        } else {
+            0.0
+        }),
+        t.max_consecutive_drops,
+        t.duplicates,
+        t.reordered,
+        t.corrupt,
+        t.late
+    );
+    println!(
+        "One-way delay (us): min {} avg {} max {}; jitter {:.1} us",
+        opt_us(t.delay_min_us),
+        opt_us(t.delay_avg_us),
+        opt_us(t.delay_max_us),
+        t.jitter_us
+    );
+    if !t.percentiles_us.is_empty() {
+        let p: Vec<String> = t
+            .percentiles_us
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.1}"))
+            .collect();
+        println!("Delay percentiles (us): {}", p.join(", "));
+    }
+    let shown: Vec<_> = t.histogram.iter().filter(|(_, n)| *n > 0).collect();
+    if !shown.is_empty() {
+        println!("Delay histogram (bin start us, count; last bin includes everything above):");
+        for (edge, n) in shown {
+            println!("  {edge:>10.1} {n}");
+        }
+    }
+    if rep.server_lost {
+        println!("(the server was lost before the test finished)");
+    }
+    if rep.interrupted {
+        println!("(interrupted)");
+    }
+}
+
+/// Writes a UDP run's JSON report atomically.
+pub fn write_udp_json(
+    path: &Path,
+    cfg: &crate::udp::client::UdpClientConfig,
+    rep: &crate::udp::client::UdpReport,
+) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        netrig: &'static str,
+        test: &'static str,
+        config: &'a crate::udp::client::UdpClientConfig,
+        result: &'a crate::udp::client::UdpReport,
+    }
+    write_atomically(
+        path,
+        &Doc {
+            netrig: env!("CARGO_PKG_VERSION"),
+            test: "udp",
+            config: cfg,
+            result: rep,
+        },
+    )
 }

@@ -1,0 +1,351 @@
+//! The client's side of a UDP test: set the stream up over the control
+//! connection, prove reachability, estimate the clock offset, then send or
+//! receive while one event loop collects intervals, results and Ctrl-C.
+
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use super::clock::{Offset, Sample, estimate, realtime_ns};
+use super::engine::{PacketRow, SenderReport, run_receiver, run_sender};
+use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use super::serve::{drain_for, receiver_config, sender_config};
+use super::track::{ReceiverStats, UdpInterval, UdpTotals};
+use crate::control::{ClientError, Control};
+use crate::proto::{Message, TestSpec, UdpSpec, read_message};
+
+/// Everything a UDP client run needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct UdpClientConfig {
+    /// Server.
+    pub target: String,
+    /// Port if the target names none.
+    pub port: u16,
+    /// The stream, as sent to the server.
+    pub spec: UdpSpec,
+    /// Trust the clocks (PTP): no offset estimation.
+    pub synced: bool,
+    /// Local address for control and data.
+    pub bind: Option<IpAddr>,
+    /// Interface for the data socket (SO_BINDTODEVICE).
+    pub bind_dev: Option<String>,
+    /// Receive buffer of the data socket, bytes.
+    pub rcvbuf: Option<usize>,
+    /// Send buffer of the data socket, bytes.
+    pub sndbuf: Option<usize>,
+    /// Deliver every received datagram to the observer (for the jitter file).
+    pub per_packet: bool,
+}
+
+/// Receives the run's output as it happens.
+pub trait UdpObserver {
+    /// A receiver interval ended (whichever end received).
+    fn interval(&mut self, iv: &UdpInterval);
+    /// A datagram arrived at the client (only with `per_packet`).
+    fn packet(&mut self, row: &PacketRow);
+}
+
+/// What a UDP run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct UdpReport {
+    /// Clock offset estimate (absent with `--synced`).
+    pub offset: Option<Offset>,
+    /// The sender's account.
+    pub sender: Option<SenderReport>,
+    /// The receiver's totals.
+    pub totals: Option<UdpTotals>,
+    /// Every receiver interval.
+    pub intervals: Vec<UdpInterval>,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// The server vanished mid-test.
+    pub server_lost: bool,
+    /// Wall time of the stream phase, s.
+    pub duration_secs: f64,
+}
+
+enum Event {
+    Interval(UdpInterval),
+    Packet(PacketRow),
+    Control(Result<Message, String>),
+    SenderDone(SenderReport),
+    ReceiverDone(Box<ReceiverStats>),
+}
+
+fn data_socket(
+    cfg: &UdpClientConfig,
+    server: SocketAddr,
+    c: &Control,
+) -> Result<UdpSocket, ClientError> {
+    let io = |what: &str, e: std::io::Error| c.failed(format!("{what}: {e}"));
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .map_err(|e| io("UDP socket", e))?;
+    if let Some(dev) = &cfg.bind_dev {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(|e| io(&format!("--bind-dev {dev}"), e))?;
+    }
+    let media = cfg.spec.media.is_some();
+    // ctsTraffic's 1 MB receive buffer for media; more for bulk streams.
+    let rcv = cfg.rcvbuf.unwrap_or(if media { 1 << 20 } else { 4 << 20 });
+    s.set_recv_buffer_size(rcv)
+        .map_err(|e| io("receive buffer", e))?;
+    s.set_send_buffer_size(cfg.sndbuf.unwrap_or(4 << 20))
+        .map_err(|e| io("send buffer", e))?;
+    let local = match cfg.bind.filter(|b| b.is_ipv4() == server.is_ipv4()) {
+        Some(ip) => SocketAddr::new(ip, 0),
+        None if server.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
+        None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+    };
+    s.bind(&local.into())
+        .map_err(|e| io(&format!("bind {local}"), e))?;
+    s.connect(&server.into())
+        .map_err(|e| io(&format!("connect {server}"), e))?;
+    Ok(s.into())
+}
+
+/// Sends handshake datagrams until the server's probe arrives; returns its nonce.
+fn prove_reachability(c: &mut Control, sock: &UdpSocket, token: u64) -> Result<u64, ClientError> {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut d = [0u8; HEADER_LEN];
+            let t0 = Instant::now();
+            while !done.load(SeqCst) && t0.elapsed() < Duration::from_secs(5) {
+                Header {
+                    flags: FLAG_HANDSHAKE,
+                    stream: 0,
+                    seq: token,
+                    send_ns: realtime_ns(),
+                    payload_len: 0,
+                }
+                .write(&mut d);
+                let _ = sock.send(&d);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let r = (|| {
+            match c.call(&Message::UdpHandshake { token })? {
+                Message::UdpProbed => {}
+                m => return Err(c.unexpected(m)),
+            }
+            sock.set_read_timeout(Some(Duration::from_millis(100)))
+                .map_err(|e| c.failed(e.to_string()))?;
+            let t0 = Instant::now();
+            let mut buf = [0u8; 2048];
+            while t0.elapsed() < Duration::from_secs(3) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    if let Ok(h) = Header::read(&buf[..n]) {
+                        if h.flags & FLAG_HANDSHAKE != 0 {
+                            return Ok(h.seq);
+                        }
+                    }
+                }
+            }
+            Err(c.failed(
+                "the server's probe datagram never arrived (is UDP blocked towards this host?)",
+            ))
+        })();
+        done.store(true, SeqCst);
+        r
+    })
+}
+
+fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
+    let mut samples = Vec::new();
+    for _ in 0..8 {
+        let t1 = realtime_ns();
+        match c.call(&Message::TimeRequest { t1 })? {
+            Message::TimeReply { t1: echo, t2, t3 } if echo == t1 => samples.push(Sample {
+                t1,
+                t2,
+                t3,
+                t4: realtime_ns(),
+            }),
+            m => return Err(c.unexpected(m)),
+        }
+    }
+    estimate(&samples).ok_or_else(|| c.failed("no clock samples"))
+}
+
+/// Runs a UDP test; `interrupt` is the Ctrl-C flag.
+pub fn run(
+    cfg: &UdpClientConfig,
+    interrupt: Arc<AtomicBool>,
+    obs: &mut dyn UdpObserver,
+) -> Result<UdpReport, ClientError> {
+    let spec = &cfg.spec;
+    let bind = |a: SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
+    let mut c = Control::connect(&cfg.target, cfg.port, bind, Duration::from_secs(10))?;
+    let (port, token) = match c.request(TestSpec::Udp(spec.clone()))? {
+        Message::UdpAccept { port, token, .. } => (port, token),
+        m => return Err(c.unexpected(m)),
+    };
+    let offset = if cfg.synced {
+        None
+    } else {
+        Some(offset_estimate(&mut c)?)
+    };
+    let theta = offset.map_or(0, |o| o.server_minus_client_ns);
+    let sock = Arc::new(data_socket(cfg, SocketAddr::new(c.addr.ip(), port), &c)?);
+    let nonce = prove_reachability(&mut c, &sock, token)?;
+    match c.call(&Message::UdpReady {
+        nonce,
+        offset_ns: theta,
+    })? {
+        Message::UdpGo => {}
+        m => return Err(c.unexpected(m)),
+    }
+    let _ = c.stream.set_read_timeout(None);
+
+    let (tx, rx) = mpsc::channel::<Event>();
+    let reader = c.stream.try_clone().map_err(|e| c.failed(e.to_string()))?;
+    let txc = tx.clone();
+    std::thread::spawn(move || {
+        let mut r = reader;
+        loop {
+            let m = read_message(&mut r).map_err(|e| e.to_string());
+            let end =
+                m.is_err() || matches!(m, Ok(Message::Summary(_)) | Ok(Message::Error { .. }));
+            if txc.send(Event::Control(m)).is_err() || end {
+                return;
+            }
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    {
+        let (sock, stop, tx) = (Arc::clone(&sock), Arc::clone(&stop), tx.clone());
+        let spec = spec.clone();
+        if spec.reverse {
+            let deadline = Arc::clone(&deadline);
+            let per_packet = cfg.per_packet;
+            std::thread::spawn(move || {
+                let rc = receiver_config(&spec, -theta);
+                let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
+                let tx2 = tx.clone();
+                let mut on_iv = |iv| {
+                    let _ = tx2.send(Event::Interval(iv));
+                };
+                let mut on_pkt = |p: &PacketRow| {
+                    if per_packet {
+                        let _ = tx.send(Event::Packet(p.clone()));
+                    }
+                };
+                let _ = run_receiver(
+                    &sock,
+                    &rc,
+                    &mut stats,
+                    &stop,
+                    &deadline,
+                    epoch,
+                    &mut on_iv,
+                    &mut on_pkt,
+                );
+                let _ = tx.send(Event::ReceiverDone(Box::new(stats)));
+            });
+        } else {
+            std::thread::spawn(move || {
+                let _ = tx.send(Event::SenderDone(run_sender(
+                    &sock,
+                    &sender_config(&spec),
+                    &stop,
+                )));
+            });
+        }
+    }
+    drop(tx);
+
+    let mut rep = UdpReport {
+        offset,
+        sender: None,
+        totals: None,
+        intervals: Vec::new(),
+        interrupted: false,
+        server_lost: false,
+        duration_secs: 0.0,
+    };
+    let mut stats: Option<Box<ReceiverStats>> = None;
+    let mut goodbye_sent = false;
+    let limit = Duration::from_millis(spec.duration_ms) + drain_for(spec) + Duration::from_secs(10);
+    loop {
+        let done = rep.totals.is_some() || rep.server_lost;
+        if done && !goodbye_sent {
+            goodbye_sent = true;
+            // With the server gone, keep looping until the local worker has
+            // stopped and handed over what it measured.
+            if !rep.server_lost && c.send(&Message::Goodbye).is_err() {
+                break;
+            }
+        }
+        if interrupt.load(SeqCst) && !rep.interrupted {
+            rep.interrupted = true;
+            stop.store(true, SeqCst);
+            if spec.reverse {
+                let _ = c.send(&Message::Stop);
+            }
+        }
+        if epoch.elapsed() > limit && !stop.load(SeqCst) {
+            // The far end never finished: stop with what we have.
+            stop.store(true, SeqCst);
+            rep.server_lost = true;
+        }
+        let ev = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(ev) => ev,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        match ev {
+            Event::Interval(iv) => {
+                obs.interval(&iv);
+                rep.intervals.push(iv);
+            }
+            Event::Packet(p) => obs.packet(&p),
+            Event::SenderDone(s) => {
+                rep.duration_secs = epoch.elapsed().as_secs_f64();
+                if c.send(&Message::UdpDone(s.clone())).is_err() {
+                    rep.server_lost = true;
+                }
+                rep.sender = Some(s);
+            }
+            Event::ReceiverDone(s) => {
+                rep.duration_secs = epoch.elapsed().as_secs_f64();
+                rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
+                stats = Some(s);
+            }
+            Event::Control(Ok(Message::UdpInterval(iv))) => {
+                obs.interval(&iv);
+                rep.intervals.push(iv);
+            }
+            Event::Control(Ok(Message::UdpResult(t))) => rep.totals = Some(t),
+            Event::Control(Ok(Message::UdpDone(s))) => {
+                rep.sender = Some(s);
+                let at = epoch.elapsed() + drain_for(spec);
+                deadline.store(at.as_nanos() as u64, SeqCst);
+            }
+            Event::Control(Ok(Message::Summary(_))) => break,
+            Event::Control(Ok(Message::StopAck)) => {}
+            Event::Control(Ok(_)) | Event::Control(Err(_)) => {
+                if !goodbye_sent {
+                    rep.server_lost = true;
+                    stop.store(true, SeqCst);
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    if rep.totals.is_none() {
+        if let Some(s) = stats {
+            rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
+        }
+    }
+    Ok(rep)
+}
