@@ -384,11 +384,11 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
     } else {
         0
     };
-    if let Some(p) = &a.json {
-        if let Err(e) = write_udp_json(p, &cfg, &rep) {
-            eprintln!("netrig: cannot write {}: {e}", p.display());
-            code = code.max(exit::FATAL);
-        }
+    if let Some(p) = &a.json
+        && let Err(e) = write_udp_json(p, &cfg, &rep)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
     }
     for e in reporter.take_errors() {
         eprintln!("netrig: output error: {e}");

@@ -477,10 +477,10 @@ impl UdpReporter {
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             errors: Vec::new(),
         };
-        if verbosity >= 1 {
-            if let Err(e) = r.console.row(h) {
-                r.errors.push(e);
-            }
+        if verbosity >= 1
+            && let Err(e) = r.console.row(h)
+        {
+            r.errors.push(e);
         }
         Ok(r)
     }
@@ -499,15 +499,15 @@ impl crate::udp::client::UdpObserver for UdpReporter {
             udp_cells(iv)
         };
         self.last_slice = iv.time_slice;
-        if self.verbosity >= 1 {
-            if let Err(e) = self.console.row(&cells) {
-                self.errors.push(e);
-            }
+        if self.verbosity >= 1
+            && let Err(e) = self.console.row(&cells)
+        {
+            self.errors.push(e);
         }
-        if let Some(w) = self.status.as_mut() {
-            if let Err(e) = w.row(&cells) {
-                self.errors.push(e);
-            }
+        if let Some(w) = self.status.as_mut()
+            && let Err(e) = w.row(&cells)
+        {
+            self.errors.push(e);
         }
     }
 

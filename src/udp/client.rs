@@ -140,12 +140,11 @@ fn prove_reachability(c: &mut Control, sock: &UdpSocket, token: u64) -> Result<u
             let t0 = Instant::now();
             let mut buf = [0u8; 2048];
             while t0.elapsed() < Duration::from_secs(3) {
-                if let Ok(n) = sock.recv(&mut buf) {
-                    if let Ok(h) = Header::read(&buf[..n]) {
-                        if h.flags & FLAG_HANDSHAKE != 0 {
-                            return Ok(h.seq);
-                        }
-                    }
+                if let Ok(n) = sock.recv(&mut buf)
+                    && let Ok(h) = Header::read(&buf[..n])
+                    && h.flags & FLAG_HANDSHAKE != 0
+                {
+                    return Ok(h.seq);
                 }
             }
             Err(c.failed(
@@ -342,10 +341,10 @@ pub fn run(
             }
         }
     }
-    if rep.totals.is_none() {
-        if let Some(s) = stats {
-            rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
-        }
+    if rep.totals.is_none()
+        && let Some(s) = stats
+    {
+        rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
     }
     Ok(rep)
 }

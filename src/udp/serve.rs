@@ -101,12 +101,12 @@ fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, Str
                 "no handshake datagram arrived within 3 s (is UDP blocked on the path?)".into(),
             );
         }
-        if let Ok((n, from)) = sock.recv_from(&mut buf) {
-            if let Ok(h) = Header::read(&buf[..n]) {
-                if h.flags & FLAG_HANDSHAKE != 0 && h.seq == token {
-                    break from;
-                }
-            }
+        if let Ok((n, from)) = sock.recv_from(&mut buf)
+            && let Ok(h) = Header::read(&buf[..n])
+            && h.flags & FLAG_HANDSHAKE != 0
+            && h.seq == token
+        {
+            break from;
         }
     };
     sock.connect(from).map_err(|e| e.to_string())?;
