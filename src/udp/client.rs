@@ -10,7 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::clock::{Offset, Sample, estimate, realtime_ns};
-use super::engine::{PacketRow, SenderReport, run_receiver, run_sender};
+use super::engine::{PacketRow, SenderReport, Until, run_receiver, run_sender};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::serve::{drain_for, receiver_config, sender_config};
 use super::track::{ReceiverStats, UdpInterval, UdpTotals};
@@ -242,9 +242,11 @@ pub fn run(
                     &sock,
                     &rc,
                     &mut stats,
-                    &stop,
-                    &deadline,
-                    epoch,
+                    Until {
+                        stop: &stop,
+                        deadline_ns: &deadline,
+                        start: epoch,
+                    },
                     &mut on_iv,
                     &mut on_pkt,
                 );

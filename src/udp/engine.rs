@@ -235,22 +235,35 @@ pub struct ReceiverConfig {
     pub verify: bool,
 }
 
-/// Receives until `stop` is set or the clock passes `deadline_ns` (ns since
-/// `start`; 0 = none). Intervals are timed from `start`. Calls `on_interval` every interval and
+/// When a receiver stops, and the time base its intervals use.
+#[derive(Clone, Copy)]
+pub struct Until<'a> {
+    /// Stop now.
+    pub stop: &'a AtomicBool,
+    /// Stop once the clock passes this many ns after `start` (0 = no deadline yet).
+    pub deadline_ns: &'a AtomicU64,
+    /// Time zero of the receiver's intervals.
+    pub start: Instant,
+}
+
+/// Receives until `until` says stop. Calls `on_interval` every interval and
 /// `on_packet` for every datagram.
 pub fn run_receiver(
     sock: &UdpSocket,
     cfg: &ReceiverConfig,
     stats: &mut ReceiverStats,
-    stop: &AtomicBool,
-    deadline_ns: &AtomicU64,
-    start: Instant,
+    until: Until<'_>,
     on_interval: &mut dyn FnMut(UdpInterval),
     on_packet: &mut dyn FnMut(&PacketRow),
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
     let size = cfg.max_size.max(HEADER_LEN) + 1;
     let mut buf = vec![0u8; size * BATCH];
+    let Until {
+        stop,
+        deadline_ns,
+        start,
+    } = until;
     let mut next_tick = cfg.interval;
     let mut media_first: Option<(u64, u64)> = None;
     let mut late_count = 0u64;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::clock::realtime_ns;
-use super::engine::{ReceiverConfig, SenderConfig, SenderReport, run_receiver, run_sender};
+use super::engine::{ReceiverConfig, SenderConfig, SenderReport, Until, run_receiver, run_sender};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::track::ReceiverStats;
 use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
@@ -254,9 +254,11 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8)
                             &sock,
                             &cfg,
                             &mut stats,
-                            &stop,
-                            &deadline,
-                            epoch,
+                            Until {
+                                stop: &stop,
+                                deadline_ns: &deadline,
+                                start: epoch,
+                            },
                             &mut on_iv,
                             &mut |_| {},
                         );
