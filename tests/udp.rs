@@ -1,0 +1,218 @@
+//! UDP streams over loopback, with and without a user-space impairment relay
+//! whose exact counts netrig's measurements must match number for number.
+
+mod common;
+#[path = "common/udp_relay.rs"]
+mod udp_relay;
+
+use common::TestServer;
+use netrig::proto::{MediaSpec, UdpSpec};
+use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
+use netrig::udp::engine::PacketRow;
+use netrig::udp::pace::{Pacing, gap_for_rate};
+use netrig::udp::track::UdpInterval;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use udp_relay::{Impair, UdpRelay};
+
+#[derive(Default)]
+struct Collect {
+    intervals: Vec<UdpInterval>,
+    packets: Vec<PacketRow>,
+}
+
+impl UdpObserver for Collect {
+    fn interval(&mut self, iv: &UdpInterval) {
+        self.intervals.push(iv.clone());
+    }
+    fn packet(&mut self, row: &PacketRow) {
+        self.packets.push(row.clone());
+    }
+}
+
+fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
+    UdpSpec {
+        reverse,
+        size,
+        gap_ps: gap_for_rate(size, rate_bps),
+        duration_ms: ms,
+        pacing: Pacing::Hybrid,
+        catch_up: false,
+        verify: true,
+        interval_ms: 200,
+        hist_bin_ns: 50_000,
+        hist_bins: 40,
+        offset_comp_ns: 0,
+        media: None,
+    }
+}
+
+fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, Collect) {
+    let cfg = UdpClientConfig {
+        target: target.to_string(),
+        port: 0,
+        spec,
+        synced: false,
+        bind: None,
+        bind_dev: None,
+        rcvbuf: None,
+        sndbuf: None,
+        per_packet,
+    };
+    let mut c = Collect::default();
+    let rep = run(&cfg, Arc::new(AtomicBool::new(false)), &mut c).expect("udp run");
+    (rep, c)
+}
+
+#[test]
+fn clean_stream_both_directions() {
+    let srv = TestServer::start();
+    for reverse in [false, true] {
+        let (rep, got) = run_udp(srv.addr, spec(reverse, 40_000_000, 1200, 1000), false);
+        let s = rep.sender.expect("sender report");
+        let t = rep.totals.expect("receiver totals");
+        assert!(s.packets > 3000, "{s:?}");
+        assert_eq!(t.sent, Some(s.packets));
+        // Loopback at 40 Mbit/s with a 4 MB buffer: nothing may go missing.
+        assert_eq!(
+            (t.unique, t.lost, t.duplicates, t.reordered, t.corrupt),
+            (s.packets, 0, 0, 0, 0),
+            "reverse={reverse}"
+        );
+        assert_eq!(t.bytes, s.bytes);
+        // The sender achieved its rate within 5%.
+        assert!(
+            (s.achieved_bps / 40e6 - 1.0).abs() < 0.05,
+            "achieved {}",
+            s.achieved_bps
+        );
+        assert!(got.intervals.len() >= 5);
+        assert_eq!(
+            got.intervals.iter().map(|i| i.packets).sum::<u64>(),
+            t.packets
+        );
+        let off = rep.offset.expect("offset estimated");
+        assert!(
+            off.server_minus_client_ns.unsigned_abs() <= off.uncertainty_ns + 1_000_000,
+            "same host: ~0 offset {off:?}"
+        );
+        assert!(t.delay_min_us.is_some() && t.percentiles_us.len() == 5);
+    }
+}
+
+fn impaired(reverse: bool) {
+    let srv = TestServer::start();
+    let im = Impair {
+        drop_every: 10,
+        dup_every: 7,
+        swap_every: 13,
+        corrupt_every: 17,
+    };
+    let relay = UdpRelay::start(srv.addr, im, !reverse);
+    let (rep, _) = run_udp(relay.addr, spec(reverse, 8_000_000, 500, 1000), false);
+    let t = rep.totals.expect("totals");
+    let s = rep.sender.expect("sender");
+    let (seen, dropped, duplicated, swapped, corrupted) = relay.get();
+    assert_eq!(seen, s.packets, "relay saw every datagram sent");
+    assert!(dropped > 100 && duplicated > 100 && swapped > 50 && corrupted > 50);
+    assert_eq!(t.lost, dropped, "lost");
+    assert_eq!(t.duplicates, duplicated, "duplicates");
+    assert_eq!(t.reordered, swapped, "reordered");
+    assert_eq!(t.corrupt, corrupted, "corrupt");
+    assert_eq!(t.unique, s.packets - dropped);
+}
+
+#[test]
+fn impairments_client_to_server_are_counted_exactly() {
+    impaired(false);
+}
+
+#[test]
+fn impairments_server_to_client_are_counted_exactly() {
+    impaired(true);
+}
+
+#[test]
+fn media_stream_counts_frames_and_writes_per_datagram_rows() {
+    let srv = TestServer::start();
+    let mut sp = spec(true, 0, 10_000, 1000);
+    sp.gap_ps = 1_000_000_000_000 / 100; // 100 fps
+    sp.media = Some(MediaSpec {
+        fps: 100,
+        buffer_depth_ms: 500,
+    });
+    let (rep, got) = run_udp(srv.addr, sp, true);
+    let t = rep.totals.unwrap();
+    let s = rep.sender.unwrap();
+    assert!(
+        (95..=101).contains(&s.packets),
+        "100 frames in 1 s: {}",
+        s.packets
+    );
+    assert_eq!(
+        (t.unique, t.late, t.corrupt, t.duplicates),
+        (s.packets, 0, 0, 0)
+    );
+    assert_eq!(got.packets.len() as u64, t.packets, "one row per datagram");
+    assert!(got.packets.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert!(got.packets.iter().all(|p| p.arrival == "new" && !p.corrupt));
+}
+
+#[test]
+fn server_refuses_a_wrong_proof_of_receipt() {
+    use netrig::control::{ClientError, Control};
+    use netrig::proto::{Message, TestSpec};
+    let srv = TestServer::start();
+    let mut c = Control::connect(
+        &srv.addr.to_string(),
+        0,
+        |_| Ok(None),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let Message::UdpAccept { .. } = c
+        .request(TestSpec::Udp(spec(true, 1_000_000, 100, 1000)))
+        .unwrap()
+    else {
+        panic!("no accept");
+    };
+    // Claim readiness without ever having received a probe.
+    match c.call(&Message::UdpReady {
+        nonce: 12345,
+        offset_ns: 0,
+    }) {
+        Err(ClientError::Refused { message, .. }) => {
+            assert!(message.contains("proof of receipt"), "{message}")
+        }
+        other => panic!("expected refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn server_rejects_bad_udp_specs_with_reasons() {
+    use netrig::control::{ClientError, Control};
+    use netrig::proto::TestSpec;
+    let srv = TestServer::start();
+    for (mut sp, needle) in [
+        (spec(false, 1_000_000, 10, 1000), "datagram size"),
+        (spec(false, 1_000_000, 100, 0), "duration"),
+    ] {
+        if needle == "duration" {
+            sp.duration_ms = 0;
+        }
+        let mut c = Control::connect(
+            &srv.addr.to_string(),
+            0,
+            |_| Ok(None),
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        match c.request(TestSpec::Udp(sp)) {
+            Err(ClientError::Refused { message, .. }) => {
+                assert!(message.contains(needle), "{message}")
+            }
+            other => panic!("expected refusal, got {other:?}"),
+        }
+    }
+}
