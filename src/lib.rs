@@ -6,6 +6,16 @@
 //! (`tcp`, `server`) and reporting sit on top of them. The `netrig` binary is a
 //! thin command-line layer over this library.
 
+/// Prints a line to stdout, ignoring errors: a closed pipe (`netrig … | head`)
+/// must neither panic nor stop the run before its files are written.
+#[macro_export]
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 pub mod control;
 pub mod net;
 pub mod outcome;

@@ -316,7 +316,7 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
         (Some(t), _) => t.clone(),
         (None, Some(e)) => {
             if a.verbosity >= 1 {
-                println!(
+                netrig::out!(
                     "No target given: testing against an embedded server on {}.",
                     e.addr
                 );
@@ -338,7 +338,7 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
     };
     if a.verbosity >= 1 {
         let s = &cfg.spec;
-        println!(
+        netrig::out!(
             "UDP {}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
             if s.reverse {
                 "server -> client"
@@ -498,7 +498,7 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
             cfg.iterations = Some(1);
         }
         if a.verbosity >= 1 {
-            println!(
+            netrig::out!(
                 "No target given: testing against an embedded server on {}.\n",
                 e.addr
             );

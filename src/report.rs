@@ -170,52 +170,53 @@ impl Reporter {
         if self.verbosity == 0 {
             return;
         }
-        println!("Configured Settings");
-        println!("    Protocol: TCP");
-        println!("    IoPattern: {:?}", cfg.pattern);
-        println!("    Level of verification: {:?}", cfg.verify);
+        crate::out!("Configured Settings");
+        crate::out!("    Protocol: TCP");
+        crate::out!("    IoPattern: {:?}", cfg.pattern);
+        crate::out!("    Level of verification: {:?}", cfg.verify);
         match cfg.buffer {
             crate::tcp::config::BufferSpec::Fixed(b) => {
-                println!("    Buffer used for each IO request: {b} bytes")
+                crate::out!("    Buffer used for each IO request: {b} bytes")
             }
             crate::tcp::config::BufferSpec::Range(a, b) => {
-                println!(
+                crate::out!(
                     "    Buffer used for each IO request: random per connection in [{a}, {b}] bytes"
                 )
             }
         }
-        println!("    Total transfer per connection: {} bytes", cfg.transfer);
-        println!("    Connecting out to: {}", targets.join(", "));
-        println!(
+        crate::out!("    Total transfer per connection: {} bytes", cfg.transfer);
+        crate::out!("    Connecting out to: {}", targets.join(", "));
+        crate::out!(
             "    Connection limit (maximum established connections): {}",
             cfg.connections
         );
-        println!(
+        crate::out!(
             "    Connection throttling rate (maximum pended connection attempts): {}",
             cfg.throttle
         );
         match cfg.iterations {
-            Some(i) => println!(
+            Some(i) => crate::out!(
                 "    Total outgoing connections before exit (iterations * concurrent connections): {}",
                 i * cfg.connections as u64
             ),
-            None => println!("    Total outgoing connections before exit: unbounded"),
+            None => crate::out!("    Total outgoing connections before exit: unbounded"),
         }
         if let Some(t) = cfg.time_limit {
-            println!("    Time limit: {:.3} s", t.as_secs_f64());
+            crate::out!("    Time limit: {:.3} s", t.as_secs_f64());
         }
-        println!();
-        println!("Legend:");
-        println!("* TimeSlice - (seconds) cumulative runtime");
-        println!(
+        crate::out!();
+        crate::out!("Legend:");
+        crate::out!("* TimeSlice - (seconds) cumulative runtime");
+        crate::out!(
             "* Send & Recv Rates - bytes/sec that were transferred within the TimeSlice period"
         );
-        println!("* In-Flight - count of established connections transmitting IO pattern data");
-        println!("* Completed - cumulative count of successfully completed IO patterns");
-        println!("* NetError - cumulative count of failed IO patterns due to network errors");
-        println!("* DataError - cumulative count of failed IO patterns due to data errors");
+        crate::out!("* In-Flight - count of established connections transmitting IO pattern data");
+        crate::out!("* Completed - cumulative count of successfully completed IO patterns");
+        crate::out!("* NetError - cumulative count of failed IO patterns due to network errors");
+        crate::out!("* DataError - cumulative count of failed IO patterns due to data errors");
         let h = IntervalRow::HEADERS;
-        self.note(|r| r.console.row(&h));
+        // The console is not an output file: a closed stdout is not an error.
+        let _ = self.console.row(&h);
     }
 
     fn note(&mut self, f: impl FnOnce(&mut Self) -> io::Result<()>) {
@@ -234,7 +235,7 @@ impl Observer for Reporter {
     fn interval(&mut self, row: &IntervalRow) {
         let cells = row.cells();
         if self.verbosity >= 1 {
-            self.note(|r| r.console.row(&cells));
+            let _ = self.console.row(&cells);
         }
         if self.status.is_some() {
             self.note(|r| r.status.as_mut().map_or(Ok(()), |w| w.row(&cells)));
@@ -247,7 +248,7 @@ impl Observer for Reporter {
             _ => self.verbosity >= 2,
         };
         if show {
-            println!(
+            crate::out!(
                 "[{:.3}] {} {} -> {} sent {} recv {} in {:.3} ms: {} {}",
                 rec.time_slice,
                 rec.connection_id,
@@ -271,21 +272,24 @@ impl Observer for Reporter {
 pub fn print_summary(rep: &RunReport) {
     let t = &rep.totals;
     let secs = rep.duration_secs.max(1e-9);
-    println!();
-    println!("Historic Connection Statistics (all connections over the complete lifetime)");
-    println!();
-    println!(
+    crate::out!();
+    crate::out!("Historic Connection Statistics (all connections over the complete lifetime)");
+    crate::out!();
+    crate::out!(
         "SuccessfulConnections [{}] NetworkErrors [{}] DataErrors [{}] Cancelled [{}]",
-        t.completed, t.net_errors, t.data_errors, t.cancelled
+        t.completed,
+        t.net_errors,
+        t.data_errors,
+        t.cancelled
     );
-    println!();
-    println!(
+    crate::out!();
+    crate::out!(
         "Total Bytes Recv : {} ({})",
         t.received,
         format_bytes(t.received)
     );
-    println!("Total Bytes Sent : {} ({})", t.sent, format_bytes(t.sent));
-    println!(
+    crate::out!("Total Bytes Sent : {} ({})", t.sent, format_bytes(t.sent));
+    crate::out!(
         "Total Time : {} ms.",
         (rep.duration_secs * 1e3).round() as u64
     );
@@ -300,14 +304,14 @@ pub fn print_summary(rep: &RunReport) {
     } else {
         t.sent
     };
-    println!(
+    crate::out!(
         "Goodput (received at the far end) : client->server {} / server->client {}",
         format_bits_per_sec(c2s as f64 * 8.0 / secs),
         format_bits_per_sec(t.received as f64 * 8.0 / secs)
     );
     for (addr, sum) in &rep.servers {
         match sum {
-            Some(s) => println!(
+            Some(s) => crate::out!(
                 "Server {addr}: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
                 s.connections,
                 s.success,
@@ -317,16 +321,16 @@ pub fn print_summary(rep: &RunReport) {
                 s.bytes_received,
                 s.bytes_sent
             ),
-            None => println!("Server {addr}: no summary (control connection lost)"),
+            None => crate::out!("Server {addr}: no summary (control connection lost)"),
         }
     }
     for addr in &rep.lost_servers {
-        println!(
+        crate::out!(
             "Server {addr} closed the control connection mid-test: no new connections were started"
         );
     }
     if rep.interrupted {
-        println!("(interrupted: in-flight connections were cancelled)");
+        crate::out!("(interrupted: in-flight connections were cancelled)");
     }
 }
 
@@ -477,10 +481,9 @@ impl UdpReporter {
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             errors: Vec::new(),
         };
-        if verbosity >= 1
-            && let Err(e) = r.console.row(h)
-        {
-            r.errors.push(e);
+        if verbosity >= 1 {
+            // The console is not an output file: a closed stdout is not an error.
+            let _ = r.console.row(h);
         }
         Ok(r)
     }
@@ -499,10 +502,8 @@ impl crate::udp::client::UdpObserver for UdpReporter {
             udp_cells(iv)
         };
         self.last_slice = iv.time_slice;
-        if self.verbosity >= 1
-            && let Err(e) = self.console.row(&cells)
-        {
-            self.errors.push(e);
+        if self.verbosity >= 1 {
+            let _ = self.console.row(&cells);
         }
         if let Some(w) = self.status.as_mut()
             && let Err(e) = w.row(&cells)
@@ -533,23 +534,23 @@ pub fn print_udp_summary(
     cfg: &crate::udp::client::UdpClientConfig,
     rep: &crate::udp::client::UdpReport,
 ) {
-    println!();
+    crate::out!();
     match &rep.offset {
-        Some(o) => println!(
+        Some(o) => crate::out!(
             "Clocks: not synchronised; server-client offset estimated in band as {:.1} us +/- {:.1} us (delays below carry that uncertainty)",
             o.server_minus_client_ns as f64 / 1e3,
             o.uncertainty_ns as f64 / 1e3
         ),
-        None => println!("Clocks: trusted as synchronised (--synced); delays are absolute"),
+        None => crate::out!("Clocks: trusted as synchronised (--synced); delays are absolute"),
     }
     if cfg.spec.offset_comp_ns != 0 {
-        println!(
+        crate::out!(
             "Delay compensation: {:+.1} us added",
             cfg.spec.offset_comp_ns as f64 / 1e3
         );
     }
     if let Some(s) = &rep.sender {
-        println!(
+        crate::out!(
             "Sender: {} datagrams, {} bytes in {:.3} s = {}; departure lateness p50 {:.1} us, p99 {:.1} us, max {:.1} us; mean inter-departure error {:.2} us; {} stalls re-anchored; {} send errors",
             s.packets,
             s.bytes,
@@ -564,11 +565,16 @@ pub fn print_udp_summary(
         );
     }
     let Some(t) = &rep.totals else {
-        println!("Receiver: no totals (the stream did not finish)");
+        crate::out!("Receiver: no totals (the stream did not finish)");
         return;
     };
-    let secs = rep.duration_secs.max(1e-9);
-    println!(
+    // The stream's own duration (the sender's), not the drain after it.
+    let secs = rep
+        .sender
+        .as_ref()
+        .map_or(rep.duration_secs, |s| s.duration_secs)
+        .max(1e-9);
+    crate::out!(
         "Receiver: {} datagrams ({} unique), {} bytes, {}; lost {} ({:.3}%), longest loss run {}, duplicates {}, reordered {}, corrupt {}, late {}",
         t.packets,
         t.unique,
@@ -586,7 +592,7 @@ pub fn print_udp_summary(
         t.corrupt,
         t.late
     );
-    println!(
+    crate::out!(
         "One-way delay (us): min {} avg {} max {}; jitter {:.1} us",
         opt_us(t.delay_min_us),
         opt_us(t.delay_avg_us),
@@ -599,20 +605,20 @@ pub fn print_udp_summary(
             .iter()
             .map(|(n, v)| format!("{n} {v:.1}"))
             .collect();
-        println!("Delay percentiles (us): {}", p.join(", "));
+        crate::out!("Delay percentiles (us): {}", p.join(", "));
     }
     let shown: Vec<_> = t.histogram.iter().filter(|(_, n)| *n > 0).collect();
     if !shown.is_empty() {
-        println!("Delay histogram (bin start us, count; last bin includes everything above):");
+        crate::out!("Delay histogram (bin start us, count; last bin includes everything above):");
         for (edge, n) in shown {
-            println!("  {edge:>10.1} {n}");
+            crate::out!("  {edge:>10.1} {n}");
         }
     }
     if rep.server_lost {
-        println!("(the server was lost before the test finished)");
+        crate::out!("(the server was lost before the test finished)");
     }
     if rep.interrupted {
-        println!("(interrupted)");
+        crate::out!("(interrupted)");
     }
 }
 

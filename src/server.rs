@@ -142,7 +142,7 @@ impl Server {
         let st = &self.state;
         if st.cfg.verbosity >= 1 {
             for a in self.local_addrs() {
-                println!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+                crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
             }
         }
         while !st.stop.load(SeqCst) {
@@ -169,7 +169,7 @@ impl Server {
                 && st.finished.load(SeqCst) >= n
             {
                 if st.cfg.verbosity >= 1 {
-                    println!("exit limit of {n} connections reached; exiting");
+                    crate::out!("exit limit of {n} connections reached; exiting");
                 }
                 break;
             }
@@ -313,9 +313,12 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                     });
                     if st.cfg.verbosity >= 1 {
                         let t = &sess.spec;
-                        println!(
+                        crate::out!(
                             "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
-                            t.pattern, t.transfer, t.connections, t.verify
+                            t.pattern,
+                            t.transfer,
+                            t.connections,
+                            t.verify
                         );
                     }
                     st.sessions
@@ -370,7 +373,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
             .remove(&id);
         if st.cfg.verbosity >= 1 {
             let sum = sess.summary();
-            println!(
+            crate::out!(
                 "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
                 sess.peer,
                 sess.started.elapsed().as_secs_f64(),
@@ -457,9 +460,13 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
             _ => st.cfg.verbosity >= 2,
         };
         if show {
-            println!(
+            crate::out!(
                 "{} {peer} sent {} received {} {} {}",
-                hello.connection, mine.sent, mine.received, result.kind, result.detail
+                hello.connection,
+                mine.sent,
+                mine.received,
+                result.kind,
+                result.detail
             );
         }
         result.kind

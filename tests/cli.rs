@@ -391,3 +391,125 @@ fn bad_usage_is_explained() {
     assert_eq!(out.status.code(), Some(3), "unreachable server");
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach 127.0.0.1:1"));
 }
+
+#[test]
+fn closed_stdout_neither_panics_nor_loses_the_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("r.json");
+    for sub in [
+        vec!["tcp", "--transfer", "4M", "--interval", "10ms"],
+        vec!["udp", "-d", "500ms", "--interval", "10ms"],
+    ] {
+        let mut args = sub.clone();
+        args.extend(["--json", js.to_str().unwrap()]);
+        let mut child = netrig(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // like `netrig ... | head -0`
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{sub:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{sub:?}: {err}");
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+        assert_eq!(doc["test"], sub[0]);
+    }
+}
+
+#[test]
+fn udp_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, jf) = (dir.path().join("s.csv"), dir.path().join("j.csv"));
+    let out = netrig(&[
+        "udp",
+        "-R",
+        "--rate",
+        "20M",
+        "--size",
+        "1200",
+        "-d",
+        "1s",
+        "--interval",
+        "250ms",
+        "--status-file",
+        st.to_str().unwrap(),
+        "--jitter-file",
+        jf.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("lost 0 (0.000%)"), "{stdout}");
+    assert!(stdout.contains("offset estimated in band"), "{stdout}");
+    assert!(stdout.contains("Delay percentiles (us): p50"), "{stdout}");
+    let rows = csv_rows(&st);
+    assert!(rows.len() >= 4 && rows.iter().all(|r| r.len() == 13));
+    let packets = csv_rows(&jf);
+    assert!(packets.len() > 1500, "{}", packets.len());
+    for (args, needle) in [
+        (vec!["udp", "--size", "10"], "--size must be"),
+        (
+            vec!["udp", "--jitter-file", "x.csv"],
+            "needs --reverse or --media",
+        ),
+        (vec!["udp", "--rate", "0"], "greater than zero"),
+        (vec!["udp", "--media", "--bitrate", "100G"], "media frame"),
+        (
+            vec!["udp", "--rate", "1M", "--gap", "1ms"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = netrig(&args).output().unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn udp_sigint_keeps_what_was_measured() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("u.json");
+    for reverse in [false, true] {
+        let mut args = vec![
+            "udp",
+            "--rate",
+            "10M",
+            "-d",
+            "30s",
+            "-v",
+            "0",
+            "--json",
+            js.to_str().unwrap(),
+        ];
+        let target = addr.to_string();
+        args.insert(1, &target);
+        if reverse {
+            args.push("-R");
+        }
+        let mut p = Proc(netrig(&args).spawn().unwrap());
+        std::thread::sleep(Duration::from_millis(1200));
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &p.0.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let t0 = Instant::now();
+        let status = p.0.wait().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(5), "stopped promptly");
+        assert_eq!(status.code(), Some(130));
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+        let unique = doc["result"]["totals"]["unique"].as_u64().unwrap();
+        let sent = doc["result"]["sender"]["packets"].as_u64().unwrap();
+        assert!(
+            sent > 500 && unique == sent,
+            "reverse={reverse}: sent {sent}, unique {unique}"
+        );
+        assert_eq!(doc["result"]["interrupted"], true);
+    }
+}

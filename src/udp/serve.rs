@@ -162,7 +162,7 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8)
         return;
     }
     if verbosity >= 1 {
-        println!(
+        crate::out!(
             "session {session} from {peer}: udp {} {} B every {:.3} us for {} ms{}",
             if spec.reverse {
                 "server->client"
@@ -307,6 +307,6 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8)
         let _ = h.join();
     }
     if verbosity >= 1 {
-        println!("session {session} from {peer} ended");
+        crate::out!("session {session} from {peer} ended");
     }
 }
