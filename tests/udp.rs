@@ -216,3 +216,33 @@ fn server_rejects_bad_udp_specs_with_reasons() {
         }
     }
 }
+
+#[test]
+fn every_pacing_mode_holds_its_rate() {
+    use netrig::udp::engine::{SenderConfig, run_sender};
+    use std::net::UdpSocket;
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    for pacing in [Pacing::Sleep, Pacing::Hybrid, Pacing::Spin] {
+        let cfg = SenderConfig {
+            size: 200,
+            gap_ps: 500_000_000, // 500 us: 2000 datagrams/s
+            duration: std::time::Duration::from_millis(500),
+            pacing,
+            catch_up: false,
+            stream: 1,
+        };
+        let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
+        // Within 2% of 1000 datagrams, and never early on average.
+        assert!((980..=1001).contains(&rep.packets), "{pacing:?}: {rep:?}");
+        assert!(
+            (rep.achieved_bps / 3.2e6 - 1.0).abs() < 0.03,
+            "{pacing:?}: {}",
+            rep.achieved_bps
+        );
+        let mut buf = [0u8; 300];
+        rx.set_nonblocking(true).unwrap();
+        while rx.recv(&mut buf).is_ok() {}
+    }
+}

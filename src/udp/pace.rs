@@ -77,8 +77,12 @@ impl Schedule {
         }
         let stall = STALL_NS.max(2 * self.gap_ps / 1000);
         if !self.catch_up && now_ns >= self.next_due() + stall {
-            // More than one datagram late: do not burst, start again from now.
-            self.anchor_ns = now_ns;
+            // Stalled: forget the missed datagrams and start again from now,
+            // keeping only what the batching tolerance allows (at most
+            // STALL_NS worth, at most one batch), so a sender that cannot keep
+            // up still sends full batches while a slow stream sends one.
+            let window = STALL_NS.min((max.max(1) - 1).saturating_mul(self.gap_ps) / 1000);
+            self.anchor_ns = now_ns - window.min(now_ns);
             self.anchor_index = self.next;
             self.slips += 1;
         }
@@ -118,7 +122,15 @@ mod tests {
         // 10 ms stall: one datagram now, not ten.
         assert_eq!(s.take_due(10_500_000, 64), (1, 1));
         assert_eq!(s.slips(), 1);
-        assert_eq!(s.next_due(), 11_500_000);
+        assert_eq!(
+            s.next_due(),
+            11_300_000,
+            "re-anchored 200 us back, one datagram sent"
+        );
+        // A sender that cannot keep up (5 ns gap) still sends whole batches after a stall.
+        let mut m = Schedule::new(0, 5_000, false);
+        assert_eq!(m.take_due(1_000_000, 64), (0, 64));
+        assert_eq!(m.slips(), 1);
         // Small lateness at a high rate is batched, not a stall.
         let mut f = Schedule::new(0, 1_000_000, false); // 1 µs
         assert_eq!(f.take_due(10_500, 64), (0, 11));
