@@ -15,7 +15,7 @@ use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{
     Reporter, UdpReporter, print_summary, print_udp_summary, write_json, write_udp_json,
 };
-use netrig::server::{Server, ServerConfig};
+use netrig::server::{Limits, Server, ServerConfig};
 use netrig::tcp::client::{self, ClientError};
 use netrig::tcp::config::{BufferSpec, TcpClientConfig};
 use netrig::udp::client::UdpClientConfig;
@@ -92,6 +92,12 @@ struct ServeArgs {
     /// 0 silent, 1 sessions, 2 also failed connections, 3 every connection.
     #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
     verbosity: u8,
+    /// Refuse UDP streams faster than this.
+    #[arg(long, default_value = "40Gbit", value_parser = rate)]
+    max_rate: u64,
+    /// Refuse UDP streams longer than this.
+    #[arg(long, default_value = "1h", value_parser = positive_duration)]
+    max_duration: Duration,
 }
 
 #[derive(Args)]
@@ -430,6 +436,10 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         verbosity: a.verbosity,
+        limits: Limits {
+            max_rate_bps: a.max_rate,
+            max_duration: a.max_duration,
+        },
     })
     .context("cannot listen")?;
     let stop = server.stop_handle();

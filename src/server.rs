@@ -41,6 +41,26 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// 0 silent, 1 sessions, 2 plus failed connections, 3 every connection.
     pub verbosity: u8,
+    /// Caps on what a client may ask this server to send or receive.
+    pub limits: Limits,
+}
+
+/// Caps the server enforces on every test request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Highest UDP stream rate, bit/s.
+    pub max_rate_bps: u64,
+    /// Longest UDP stream.
+    pub max_duration: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_rate_bps: 40_000_000_000,
+            max_duration: Duration::from_secs(3600),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -52,6 +72,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             verbosity: 1,
+            limits: Limits::default(),
         }
     }
 }
@@ -292,7 +313,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 },
                 None,
             ) => {
-                crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity);
+                crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, st.cfg.limits);
                 break;
             }
             (

@@ -513,3 +513,29 @@ fn udp_sigint_keeps_what_was_measured() {
         assert_eq!(doc["result"]["interrupted"], true);
     }
 }
+
+#[test]
+fn server_limits_refuse_with_the_reason() {
+    let (_srv, addr) = serve(&["-v", "0", "--max-rate", "10M", "--max-duration", "5s"]);
+    let target = addr.to_string();
+    for (args, needle) in [
+        (
+            vec!["udp", &target, "--rate", "100M", "-d", "1s"],
+            "server limit: max rate 10.00 Mbit/s",
+        ),
+        (
+            vec!["udp", &target, "--rate", "1M", "-d", "1m"],
+            "server limit: max duration 5 s",
+        ),
+    ] {
+        let out = netrig(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(5), "{args:?}: refused exit code");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // Within the limits the same server runs the test.
+    let out = netrig(&["udp", &target, "--rate", "5M", "-d", "500ms", "-v", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}

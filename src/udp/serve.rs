@@ -17,14 +17,34 @@ use super::engine::{ReceiverConfig, SenderConfig, SenderReport, Until, run_recei
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::track::ReceiverStats;
 use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
+use crate::server::Limits;
 
 /// Longest stream a client may ask for.
 pub const MAX_DURATION_MS: u64 = 24 * 3600 * 1000;
 /// How long the receiver keeps listening after the sender's last datagram.
 pub const DRAIN: Duration = Duration::from_millis(500);
 
-/// Checks a UDP spec; the error names the problem.
-pub fn validate(s: &UdpSpec) -> Result<(), String> {
+/// The stream's rate in bit/s.
+pub fn rate_bps(s: &UdpSpec) -> f64 {
+    s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64
+}
+
+/// Checks a UDP spec against sanity and the server's limits; the error names the problem.
+pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
+    if rate_bps(s) > limits.max_rate_bps as f64 * 1.000_001 {
+        return Err(format!(
+            "server limit: max rate {} (asked for {})",
+            crate::units::format_bits_per_sec(limits.max_rate_bps as f64),
+            crate::units::format_bits_per_sec(rate_bps(s))
+        ));
+    }
+    if s.duration_ms > limits.max_duration.as_millis() as u64 {
+        return Err(format!(
+            "server limit: max duration {} s (asked for {} s)",
+            limits.max_duration.as_secs_f64(),
+            s.duration_ms as f64 / 1e3
+        ));
+    }
     if (s.size as usize) < HEADER_LEN || s.size as usize > MAX_DATAGRAM {
         return Err(format!(
             "datagram size {} outside {HEADER_LEN}..={MAX_DATAGRAM}",
@@ -126,7 +146,7 @@ fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, Str
 }
 
 /// Serves one UDP test on an accepted control connection.
-pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8) {
+pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8, limits: Limits) {
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(_) => return,
@@ -134,7 +154,7 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8)
     let refuse = |why: String| {
         send(&writer, &Message::error(ErrorCode::Refused, why));
     };
-    if let Err(why) = validate(&spec) {
+    if let Err(why) = validate(&spec, limits) {
         return refuse(why);
     }
     let local = match stream.local_addr() {
