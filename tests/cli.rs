@@ -539,3 +539,21 @@ fn server_limits_refuse_with_the_reason() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn udp_bind_dev() {
+    let out = netrig(&["udp", "--bind-dev", "nosuchdev0", "-d", "200ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--bind-dev nosuchdev0"));
+    let out = netrig(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
