@@ -23,6 +23,7 @@ pub mod pattern;
 pub mod plan;
 pub mod proto;
 pub mod report;
+pub mod rr;
 pub mod server;
 pub mod stats;
 pub mod tcp;

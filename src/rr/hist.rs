@@ -1,0 +1,256 @@
+//! Latency statistics for request/response tests, free of I/O: an ACE-style
+//! fixed-bin histogram (range, bins, below/above, the largest outliers),
+//! exact min/max/mean/variance (Welford), and HDR percentiles.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Latency statistics of one run, in microseconds.
+pub struct LatencyStats {
+    min_us: f64,
+    max_us: f64,
+    n: u64,
+    mean: f64,
+    m2: f64,
+    hdr: Histogram<u64>,
+    lo: f64,
+    hi: f64,
+    bins: Vec<u64>,
+    below: u64,
+    above: u64,
+    outliers: BinaryHeap<Reverse<u64>>,
+    max_outliers: usize,
+}
+
+/// A printable/serialisable summary.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    /// Samples.
+    pub count: u64,
+    /// Smallest, µs.
+    pub min_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+    /// Mean, µs.
+    pub mean_us: f64,
+    /// Variance, µs².
+    pub variance_us2: f64,
+    /// Standard deviation, µs.
+    pub stddev_us: f64,
+    /// Percentiles (name, µs).
+    pub percentiles_us: Vec<(String, f64)>,
+}
+
+/// Percentiles reported everywhere.
+pub const PERCENTILES: [(&str, f64); 7] = [
+    ("p50", 50.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p99.9", 99.9),
+    ("p99.99", 99.99),
+    ("p99.999", 99.999),
+    ("max", 100.0),
+];
+
+impl LatencyStats {
+    /// A histogram over `[lo, hi)` µs in `bins` bins, keeping the `outliers` largest samples outside it.
+    pub fn new(lo_us: f64, hi_us: f64, bins: usize, outliers: usize) -> Self {
+        LatencyStats {
+            min_us: f64::INFINITY,
+            max_us: f64::NEG_INFINITY,
+            n: 0,
+            mean: 0.0,
+            m2: 0.0,
+            // 1 ns to 1 h at 3 significant digits.
+            hdr: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid HDR bounds"),
+            lo: lo_us,
+            hi: hi_us.max(lo_us + f64::EPSILON),
+            bins: vec![0; bins.max(1)],
+            below: 0,
+            above: 0,
+            outliers: BinaryHeap::new(),
+            max_outliers: outliers,
+        }
+    }
+
+    /// Adds one sample, in ns.
+    pub fn record_ns(&mut self, ns: u64) {
+        let us = ns as f64 / 1e3;
+        self.n += 1;
+        self.min_us = self.min_us.min(us);
+        self.max_us = self.max_us.max(us);
+        let d = us - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (us - self.mean);
+        let _ = self.hdr.record(ns.clamp(1, self.hdr.high()));
+        if us < self.lo {
+            self.below += 1;
+        } else if us >= self.hi {
+            self.above += 1;
+        } else {
+            let w = (self.hi - self.lo) / self.bins.len() as f64;
+            let i = (((us - self.lo) / w) as usize).min(self.bins.len() - 1);
+            self.bins[i] += 1;
+        }
+        if us < self.lo || us >= self.hi {
+            self.outliers.push(Reverse(ns));
+            if self.outliers.len() > self.max_outliers {
+                self.outliers.pop();
+            }
+        }
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+
+    /// The summary (None if empty).
+    pub fn summary(&self) -> Option<Summary> {
+        if self.n == 0 {
+            return None;
+        }
+        let variance = if self.n > 1 {
+            self.m2 / (self.n - 1) as f64
+        } else {
+            0.0
+        };
+        Some(Summary {
+            count: self.n,
+            min_us: self.min_us,
+            max_us: self.max_us,
+            mean_us: self.mean,
+            variance_us2: variance,
+            stddev_us: variance.sqrt(),
+            percentiles_us: PERCENTILES
+                .iter()
+                .map(|&(name, q)| {
+                    let v = if q >= 100.0 {
+                        self.hdr.max()
+                    } else {
+                        self.hdr.value_at_percentile(q)
+                    };
+                    (name.to_string(), v as f64 / 1e3)
+                })
+                .collect(),
+        })
+    }
+
+    /// The largest outliers, descending, µs.
+    pub fn outliers_us(&self) -> Vec<f64> {
+        let mut v: Vec<f64> = self.outliers.iter().map(|r| r.0 as f64 / 1e3).collect();
+        v.sort_by(|a, b| b.total_cmp(a));
+        v
+    }
+
+    /// Histogram rows: (low µs or None for "below", high µs or None for "above", count).
+    pub fn rows(&self) -> Vec<(Option<f64>, Option<f64>, u64)> {
+        let w = (self.hi - self.lo) / self.bins.len() as f64;
+        let mut out = vec![(None, Some(self.lo), self.below)];
+        for (i, &c) in self.bins.iter().enumerate() {
+            out.push((
+                Some(self.lo + i as f64 * w),
+                Some(self.lo + (i + 1) as f64 * w),
+                c,
+            ));
+        }
+        out.push((Some(self.hi), None, self.above));
+        out
+    }
+
+    /// ACE's text rendering of the histogram; only non-empty bins are listed
+    /// unless `all` (ACE lists them all).
+    pub fn render_ace(&self, title: &str, all: bool) -> String {
+        let mut s = format!("Histogram {title}\n");
+        if let Some(sum) = self.summary() {
+            s += &format!(
+                "minimum: {:.3}\nmaximum: {:.3}\nmean: {:.3}\nvariance: {:.3}\nnum_points: {}\nnum_bins: {} {} {}\n",
+                sum.min_us,
+                sum.max_us,
+                sum.mean_us,
+                sum.variance_us2,
+                sum.count,
+                self.bins.len(),
+                self.lo,
+                self.hi
+            );
+        }
+        s += "Low - High Count Fraction Cumulative\n";
+        let mut cum = 0u64;
+        let n = self.n.max(1) as f64;
+        for (lo, hi, c) in self.rows() {
+            cum += c;
+            if c == 0 && !all {
+                continue;
+            }
+            let lo = lo.map_or("below".into(), |v| format!("{v:.3}"));
+            let hi = hi.map_or("above".into(), |v| format!("{v:.3}"));
+            s += &format!(
+                "{lo} - {hi} : {c} {:.3} {:.3}\n",
+                c as f64 / n,
+                cum as f64 / n
+            );
+        }
+        s += "outliers:\n";
+        for o in self.outliers_us() {
+            s += &format!("{o:.3}\n");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ace_example_shape() {
+        let mut h = LatencyStats::new(0.0, 10_000.0, 1000, 100);
+        for _ in 0..988 {
+            h.record_ns(45_000);
+        }
+        h.record_ns(60_182_000);
+        let sum = h.summary().unwrap();
+        assert_eq!(sum.count, 989);
+        assert_eq!(sum.max_us, 60_182.0);
+        assert_eq!(h.outliers_us(), vec![60_182.0]);
+        let text = h.render_ace("test", false);
+        assert!(text.contains("40.000 - 50.000 : 988"));
+        assert!(text.contains("10000.000 - above : 1"));
+        assert!(text.ends_with("outliers:\n60182.000\n"));
+    }
+
+    #[test]
+    fn keeps_only_the_largest_outliers() {
+        let mut h = LatencyStats::new(0.0, 1.0, 10, 3);
+        for us in [5u64, 9, 2, 7, 11, 3] {
+            h.record_ns(us * 1000);
+        }
+        assert_eq!(h.outliers_us(), vec![11.0, 9.0, 7.0]);
+    }
+
+    proptest! {
+        #[test]
+        fn mean_variance_and_bins_are_exact(samples in proptest::collection::vec(1u64..10_000_000, 1..300)) {
+            let mut h = LatencyStats::new(0.0, 5_000.0, 50, 10);
+            for &s in &samples { h.record_ns(s); }
+            let us: Vec<f64> = samples.iter().map(|&s| s as f64 / 1e3).collect();
+            let mean = us.iter().sum::<f64>() / us.len() as f64;
+            let sum = h.summary().unwrap();
+            prop_assert!((sum.mean_us - mean).abs() < 1e-6 * mean.max(1.0));
+            if us.len() > 1 {
+                let var = us.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (us.len() - 1) as f64;
+                prop_assert!((sum.variance_us2 - var).abs() < 1e-6 * var.max(1.0));
+            }
+            prop_assert_eq!(h.rows().iter().map(|r| r.2).sum::<u64>(), samples.len() as u64);
+            let p50 = sum.percentiles_us[0].1;
+            let mut sorted = us.clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let exact = sorted[(sorted.len() - 1) / 2];
+            prop_assert!(p50 >= exact * 0.99 - 0.001 && p50 <= sorted[sorted.len() / 2] * 1.01 + 0.001, "p50 {} exact {}", p50, exact);
+        }
+    }
+}

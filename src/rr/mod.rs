@@ -1,0 +1,4 @@
+//! Round-trip latency: request/response (`rr`), ping-like probing (`ping`),
+//! connect/request/response/close churn (`crr`), and their statistics.
+
+pub mod hist;
