@@ -145,8 +145,49 @@ fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, Str
     Ok(from)
 }
 
-/// Serves one UDP test on an accepted control connection.
-pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8, limits: Limits) {
+/// What a UDP session runs once the client has proven it receives at its address.
+pub trait UdpWork {
+    /// Starts the worker on the connected socket. `offset_ns` is the server
+    /// clock minus the client clock (0 if the client trusts its clocks).
+    fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()>;
+    /// The client's sender finished (streams towards the server).
+    fn sender_done(&mut self, _rep: SenderReport, _ctx: &WorkContext) {}
+    /// What to answer a goodbye with.
+    fn summary(&self) -> crate::proto::SessionSummary {
+        Default::default()
+    }
+}
+
+/// Shared handles a worker and the session loop both use.
+#[derive(Clone)]
+pub struct WorkContext {
+    /// The data socket, connected to the proven client address.
+    pub sock: Arc<UdpSocket>,
+    /// Set to stop the worker.
+    pub stop: Arc<AtomicBool>,
+    /// Receiver deadline, ns after `epoch` (0 = none).
+    pub deadline: Arc<AtomicU64>,
+    /// Time zero of the session.
+    pub epoch: Instant,
+    /// Writes to the control connection.
+    pub writer: Arc<Mutex<TcpStream>>,
+}
+
+/// Sends a control message from any thread; false if the connection is gone.
+pub fn send_control(w: &Mutex<TcpStream>, m: &Message) -> bool {
+    send(w, m)
+}
+
+/// Runs the UDP session protocol on an accepted control connection: open a
+/// socket, prove the client's address, answer clock requests, start `work`,
+/// and stop it on `stop`, goodbye or a closed connection.
+pub fn session(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    label: &str,
+    work: &mut dyn UdpWork,
+    verbosity: u8,
+) {
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(_) => return,
@@ -154,9 +195,6 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
     let refuse = |why: String| {
         send(&writer, &Message::error(ErrorCode::Refused, why));
     };
-    if let Err(why) = validate(&spec, limits) {
-        return refuse(why);
-    }
     let local = match stream.local_addr() {
         Ok(a) => a,
         Err(_) => return,
@@ -182,26 +220,17 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
         return;
     }
     if verbosity >= 1 {
-        crate::out!(
-            "session {session} from {peer}: udp {} {} B every {:.3} us for {} ms{}",
-            if spec.reverse {
-                "server->client"
-            } else {
-                "client->server"
-            },
-            spec.size,
-            spec.gap_ps as f64 / 1e6,
-            spec.duration_ms,
-            if spec.media.is_some() { " (media)" } else { "" }
-        );
+        crate::out!("session {session} from {peer}: {label}");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let deadline = Arc::new(AtomicU64::new(0));
-    let epoch = Instant::now();
-    let sent_report: Arc<Mutex<Option<SenderReport>>> = Arc::new(Mutex::new(None));
+    let ctx = WorkContext {
+        sock: Arc::new(sock),
+        stop: Arc::new(AtomicBool::new(false)),
+        deadline: Arc::new(AtomicU64::new(0)),
+        epoch: Instant::now(),
+        writer: Arc::clone(&writer),
+    };
     let mut proven: Option<SocketAddr> = None;
     let mut worker: Option<std::thread::JoinHandle<()>> = None;
-    let sock = Arc::new(sock);
     let mut r = stream;
     loop {
         let msg = match read_message(&mut r) {
@@ -230,7 +259,7 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
                 }
             }
             Message::UdpHandshake { token: t } if t == token && proven.is_none() => {
-                match handshake(&sock, token, nonce) {
+                match handshake(&ctx.sock, token, nonce) {
                     Ok(from) => {
                         proven = Some(from);
                         if !send(&writer, &Message::UdpProbed) {
@@ -254,60 +283,21 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
                 if !send(&writer, &Message::UdpGo) {
                     break;
                 }
-                let (sock, stop, w) = (Arc::clone(&sock), Arc::clone(&stop), Arc::clone(&writer));
-                let spec2 = spec.clone();
-                worker = Some(if spec.reverse {
-                    std::thread::spawn(move || {
-                        let rep = run_sender(&sock, &sender_config(&spec2), &stop);
-                        send(&w, &Message::UdpDone(rep));
-                    })
-                } else {
-                    let (deadline, sent) = (Arc::clone(&deadline), Arc::clone(&sent_report));
-                    std::thread::spawn(move || {
-                        let cfg = receiver_config(&spec2, offset_ns);
-                        let mut stats =
-                            ReceiverStats::new(spec2.hist_bin_ns, spec2.hist_bins as usize);
-                        let mut on_iv = |iv| {
-                            send(&w, &Message::UdpInterval(iv));
-                        };
-                        let _ = run_receiver(
-                            &sock,
-                            &cfg,
-                            &mut stats,
-                            Until {
-                                stop: &stop,
-                                deadline_ns: &deadline,
-                                start: epoch,
-                            },
-                            &mut on_iv,
-                            &mut |_| {},
-                        );
-                        let sent = sent
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .as_ref()
-                            .map(|r| r.packets);
-                        send(&w, &Message::UdpResult(stats.totals(sent)));
-                    })
-                });
+                worker = Some(work.start(ctx.clone(), offset_ns));
             }
-            Message::UdpDone(rep) if !spec.reverse => {
-                *sent_report.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
-                let at = epoch.elapsed() + drain_for(&spec);
-                deadline.store(at.as_nanos() as u64, SeqCst);
-            }
+            Message::UdpDone(rep) => work.sender_done(rep, &ctx),
             Message::Stop => {
-                stop.store(true, SeqCst);
+                ctx.stop.store(true, SeqCst);
                 if !send(&writer, &Message::StopAck) {
                     break;
                 }
             }
             Message::Goodbye => {
                 if let Some(h) = worker.take() {
-                    stop.store(true, SeqCst);
+                    ctx.stop.store(true, SeqCst);
                     let _ = h.join();
                 }
-                send(&writer, &Message::Summary(Default::default()));
+                send(&writer, &Message::Summary(work.summary()));
                 break;
             }
             other => {
@@ -322,11 +312,86 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
             }
         }
     }
-    stop.store(true, SeqCst);
+    ctx.stop.store(true, SeqCst);
     if let Some(h) = worker.take() {
         let _ = h.join();
     }
     if verbosity >= 1 {
         crate::out!("session {session} from {peer} ended");
     }
+}
+
+/// A paced stream: the server sends (reverse) or receives.
+struct StreamWork {
+    spec: UdpSpec,
+    sent: Arc<Mutex<Option<SenderReport>>>,
+}
+
+impl UdpWork for StreamWork {
+    fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()> {
+        let spec = self.spec.clone();
+        if spec.reverse {
+            std::thread::spawn(move || {
+                let rep = run_sender(&ctx.sock, &sender_config(&spec), &ctx.stop);
+                send(&ctx.writer, &Message::UdpDone(rep));
+            })
+        } else {
+            let sent = Arc::clone(&self.sent);
+            std::thread::spawn(move || {
+                let cfg = receiver_config(&spec, offset_ns);
+                let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
+                let w = Arc::clone(&ctx.writer);
+                let mut on_iv = |iv| {
+                    send(&w, &Message::UdpInterval(iv));
+                };
+                let until = Until {
+                    stop: &ctx.stop,
+                    deadline_ns: &ctx.deadline,
+                    start: ctx.epoch,
+                };
+                let _ = run_receiver(&ctx.sock, &cfg, &mut stats, until, &mut on_iv, &mut |_| {});
+                let sent = sent
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map(|r| r.packets);
+                send(&ctx.writer, &Message::UdpResult(stats.totals(sent)));
+            })
+        }
+    }
+
+    fn sender_done(&mut self, rep: SenderReport, ctx: &WorkContext) {
+        if self.spec.reverse {
+            return;
+        }
+        *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
+        let at = ctx.epoch.elapsed() + drain_for(&self.spec);
+        ctx.deadline.store(at.as_nanos() as u64, SeqCst);
+    }
+}
+
+/// Serves one UDP stream test on an accepted control connection.
+pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8, limits: Limits) {
+    if let Err(why) = validate(&spec, limits) {
+        let mut s = stream;
+        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        return;
+    }
+    let label = format!(
+        "udp {} {} B every {:.3} us for {} ms{}",
+        if spec.reverse {
+            "server->client"
+        } else {
+            "client->server"
+        },
+        spec.size,
+        spec.gap_ps as f64 / 1e6,
+        spec.duration_ms,
+        if spec.media.is_some() { " (media)" } else { "" }
+    );
+    let mut work = StreamWork {
+        spec,
+        sent: Arc::new(Mutex::new(None)),
+    };
+    session(stream, peer, &label, &mut work, verbosity);
 }
