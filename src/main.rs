@@ -15,6 +15,7 @@ use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{
     Reporter, UdpReporter, print_summary, print_udp_summary, write_json, write_udp_json,
 };
+use netrig::rr::client::{RrConfig, Transport};
 use netrig::server::{Limits, Server, ServerConfig};
 use netrig::tcp::client::{self, ClientError};
 use netrig::tcp::config::{BufferSpec, TcpClientConfig};
@@ -28,6 +29,7 @@ mod exit {
     pub const NETWORK_ERROR: u8 = 3;
     pub const DATA_ERROR: u8 = 4;
     pub const REFUSED: u8 = 5;
+    pub const UNSUPPORTED: u8 = 6;
     pub const INTERRUPTED: u8 = 130;
 }
 
@@ -53,6 +55,325 @@ enum Cmd {
     /// or a ctsTraffic-style media stream with --media. Without a target, runs
     /// against an embedded server on loopback.
     Udp(UdpArgs),
+    /// Request/response round-trip latency (ACE perf tests) over TCP, UDP or SCTP;
+    /// --spectrum runs a range of power-of-two request sizes.
+    Rr(RrArgs),
+    /// Ping over UDP: one line per probe with round trip and one-way estimates.
+    Ping(PingArgs),
+}
+
+#[derive(Args)]
+struct HistArgs {
+    /// Histogram lower bound (ACE -m).
+    #[arg(long, default_value = "0", value_parser = duration)]
+    hist_min: Duration,
+    /// Histogram upper bound (ACE -M).
+    #[arg(long, default_value = "10ms", value_parser = positive_duration)]
+    hist_max: Duration,
+    /// Histogram bins (ACE -b).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    hist_bins: u32,
+    /// Largest outliers kept and listed (ACE -x).
+    #[arg(long, default_value_t = 100)]
+    outliers: usize,
+}
+
+#[derive(Args)]
+struct RrArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Transport.
+    #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+    proto: Transport,
+    /// Request size in bytes.
+    #[arg(short, long, default_value = "64", value_parser = size)]
+    size: u64,
+    /// Reply size in bytes (ACE replies with 2).
+    #[arg(long, default_value = "2", value_parser = size)]
+    reply: u64,
+    /// Measured round trips.
+    #[arg(short = 'n', long, default_value_t = 100_000)]
+    iterations: u64,
+    /// Round trips before measuring, reported separately.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// Enable Nagle's algorithm (off by default, as ACE).
+    #[arg(long)]
+    nagle: bool,
+    /// Spin on non-blocking sockets instead of blocking (lowest latency, one core busy).
+    #[arg(long)]
+    busy_poll: bool,
+    /// UDP: a reply later than this counts as lost.
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    timeout: Duration,
+    /// Run request sizes 2^A ..= 2^B (e.g. 0..16) and print one row per size.
+    #[arg(long, value_name = "A..B")]
+    spectrum: Option<String>,
+    /// Write the spectrum rows (or the single run's summary) as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the histogram as CSV (low_us, high_us, count, fraction, cumulative).
+    #[arg(long, value_name = "FILE")]
+    hist_file: Option<PathBuf>,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    hist: HistArgs,
+    /// 0 errors only, 1 summary and non-empty histogram bins, 2 every bin.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    verbosity: u8,
+}
+
+#[derive(Args)]
+struct PingArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Time between probes (down to microseconds; use --busy-poll below ~100us).
+    #[arg(short, long, default_value = "1s", value_parser = positive_duration, conflicts_with = "rate")]
+    interval: Duration,
+    /// Probes per second instead of --interval.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Probe payload bytes.
+    #[arg(short, long, default_value = "64", value_parser = size)]
+    size: u64,
+    /// Stop after this many probes (default: until Ctrl-C).
+    #[arg(short, long)]
+    count: Option<u64>,
+    /// A reply later than this counts as lost.
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    timeout: Duration,
+    /// Spin instead of sleeping.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Trust the clocks for the one-way split.
+    #[arg(long)]
+    synced: bool,
+    /// 0 summary only, 1 a line per probe.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    verbosity: u8,
+}
+
+/// Starts an embedded server when no target is given; returns the target to use.
+fn target_or_embedded(
+    target: &Option<String>,
+    verbosity: u8,
+) -> Result<(String, Option<Embedded>)> {
+    match target {
+        Some(t) => Ok((t.clone(), None)),
+        None => {
+            let e = Embedded::start()?;
+            if verbosity >= 1 {
+                netrig::out!(
+                    "No target given: testing against an embedded server on {}.",
+                    e.addr
+                );
+            }
+            Ok((e.addr.to_string(), Some(e)))
+        }
+    }
+}
+
+fn parse_spectrum(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s.split_once("..").ok_or("expected A..B, e.g. 0..16")?;
+    let a: u32 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{a}' is not a power of two exponent"))?;
+    let b: u32 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{b}' is not a power of two exponent"))?;
+    if a > b || b > 24 {
+        return Err(format!("spectrum {a}..{b}: need A <= B <= 24"));
+    }
+    Ok((a, b))
+}
+
+fn rr(a: RrArgs) -> Result<ExitCode> {
+    let spectrum = match a.spectrum.as_deref().map(parse_spectrum).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("netrig: --spectrum: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket) {
+        if let Err(e) = netrig::rr::client::sctp_support(a.proto == Transport::SctpSeqpacket) {
+            eprintln!("netrig: {e}");
+            return Ok(ExitCode::from(exit::UNSUPPORTED));
+        }
+    }
+    if a.size == 0 || a.size > u32::MAX as u64 || a.reply > u32::MAX as u64 {
+        eprintln!("netrig: --size must be at least 1 byte");
+        return Ok(ExitCode::from(2));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
+    let base = RrConfig {
+        target,
+        port: a.port,
+        transport: a.proto,
+        size: a.size as u32,
+        reply: a.reply as u32,
+        iterations: a.iterations,
+        warmup: a.warmup,
+        nagle: a.nagle,
+        busy_poll: a.busy_poll,
+        timeout: Some(a.timeout),
+        interval: None,
+        hist_min_us: a.hist.hist_min.as_secs_f64() * 1e6,
+        hist_max_us: a.hist.hist_max.as_secs_f64() * 1e6,
+        hist_bins: a.hist.hist_bins as usize,
+        outliers: a.hist.outliers,
+        synced: false,
+        bind: None,
+    };
+    let sizes: Vec<u32> = match spectrum {
+        Some((lo, hi)) => (lo..=hi).map(|k| 1u32 << k).collect(),
+        None => vec![base.size],
+    };
+    let interrupt = interrupt_flag();
+    let mut reports = Vec::new();
+    let mut code = 0;
+    if spectrum.is_some() && a.verbosity >= 1 {
+        netrig::out!("{}", netrig::report::SPECTRUM_HEADERS.join(" "));
+    }
+    for size in sizes {
+        if interrupt.load(SeqCst) {
+            break;
+        }
+        let cfg = RrConfig {
+            size,
+            ..base.clone()
+        };
+        match netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |_| {}) {
+            Ok((rep, stats)) => {
+                if spectrum.is_some() {
+                    if a.verbosity >= 1 {
+                        netrig::out!("{}", netrig::report::spectrum_cells(&rep).join(" "));
+                    }
+                } else {
+                    if a.verbosity >= 1 {
+                        netrig::report::print_rr(&cfg, &rep, &stats, a.verbosity >= 2);
+                    }
+                    if let Some(p) = &a.hist_file {
+                        if let Err(e) = netrig::report::write_hist_csv(p, &stats) {
+                            eprintln!("netrig: cannot write {}: {e}", p.display());
+                            code = exit::FATAL;
+                        }
+                    }
+                }
+                if rep.corrupt > 0 {
+                    code = code.max(exit::DATA_ERROR);
+                }
+                reports.push(rep);
+            }
+            Err(e) => {
+                let c = client_error_exit(e);
+                if let Some(e) = embedded {
+                    e.finish();
+                }
+                return Ok(c);
+            }
+        }
+    }
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    if let Some(p) = &a.csv {
+        if let Err(e) = netrig::report::write_spectrum_csv(p, &reports) {
+            eprintln!("netrig: cannot write {}: {e}", p.display());
+            code = code.max(exit::FATAL);
+        }
+    }
+    if let Some(p) = &a.json {
+        if let Err(e) = netrig::report::write_rr_json(p, &base, &reports) {
+            eprintln!("netrig: cannot write {}: {e}", p.display());
+            code = code.max(exit::FATAL);
+        }
+    }
+    if interrupt.load(SeqCst) && code == 0 {
+        code = exit::INTERRUPTED;
+    }
+    Ok(ExitCode::from(code))
+}
+
+fn ping(a: PingArgs) -> Result<ExitCode> {
+    let interval = match a.rate {
+        Some(r) if r > 0.0 && r.is_finite() => Duration::from_secs_f64(1.0 / r),
+        Some(_) => {
+            eprintln!("netrig: --rate must be a positive number of probes per second");
+            return Ok(ExitCode::from(2));
+        }
+        None => a.interval,
+    };
+    if a.size > (netrig::udp::header::MAX_DATAGRAM - netrig::udp::header::HEADER_LEN) as u64
+        || a.size == 0
+    {
+        eprintln!(
+            "netrig: --size must be 1..={} bytes",
+            netrig::udp::header::MAX_DATAGRAM - netrig::udp::header::HEADER_LEN
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
+    let cfg = RrConfig {
+        target: target.clone(),
+        port: a.port,
+        transport: Transport::Udp,
+        size: a.size as u32,
+        reply: a.size as u32,
+        iterations: a.count.unwrap_or(u64::MAX / 4),
+        warmup: 0,
+        nagle: false,
+        busy_poll: a.busy_poll,
+        timeout: Some(a.timeout),
+        interval: Some(interval),
+        hist_min_us: 0.0,
+        hist_max_us: 1e6,
+        hist_bins: 1000,
+        outliers: 10,
+        synced: a.synced,
+        bind: None,
+    };
+    let verbose = a.verbosity >= 1;
+    let size = a.size;
+    let mut on_probe = |p: &netrig::rr::client::Probe| {
+        if !verbose {
+            return;
+        }
+        match (p.rtt_us, p.up_us, p.down_us) {
+            (Some(rtt), Some(up), Some(down)) => netrig::out!(
+                "{size} bytes from {target}: seq={} rtt={:.3} ms up={:.3} ms down={:.3} ms",
+                p.seq,
+                rtt / 1e3,
+                up / 1e3,
+                down / 1e3
+            ),
+            _ => netrig::out!("seq={} lost (no reply within the timeout)", p.seq),
+        }
+    };
+    let result = netrig::rr::client::run(&cfg, interrupt_flag(), &mut on_probe);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let (rep, _) = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e)),
+    };
+    netrig::report::print_ping_summary(&cfg, &rep);
+    Ok(ExitCode::from(if rep.received == 0 && rep.sent > 0 {
+        exit::NETWORK_ERROR
+    } else {
+        0
+    }))
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -567,6 +888,8 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve(a),
         Cmd::Tcp(a) => tcp(a),
         Cmd::Udp(a) => udp(a),
+        Cmd::Rr(a) => rr(a),
+        Cmd::Ping(a) => ping(a),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

@@ -31,7 +31,7 @@ pub const HEADER_LEN: usize = 8;
 /// Largest payload accepted; anything bigger is an attack or a bug.
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 /// Capabilities this build offers in its hello.
-pub const CAPABILITIES: &[&str] = &["tcp", "udp"];
+pub const CAPABILITIES: &[&str] = &["tcp", "udp", "rr"];
 
 /// Why bytes could not be decoded as a frame.
 #[derive(Debug, Error, PartialEq, Eq, Clone)]
@@ -154,6 +154,32 @@ pub struct UdpSpec {
     pub media: Option<MediaSpec>,
 }
 
+/// Transport of a request/response test (SCTP is checked on the client and
+/// never reaches a server that cannot run it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RrProto {
+    /// Over the control connection itself.
+    Tcp,
+    /// Datagrams, after the UDP proof of receipt.
+    Udp,
+}
+
+/// The server-side description of a request/response test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RrSpec {
+    /// Transport.
+    pub proto: RrProto,
+    /// Request payload bytes.
+    pub size: u32,
+    /// Reply payload bytes.
+    pub reply: u32,
+    /// Requests the server answers at most (warm-up included).
+    pub iterations: u64,
+    /// Enable Nagle (off by default, as in ACE).
+    pub nagle: bool,
+}
+
 /// What a client asks the server to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -162,6 +188,8 @@ pub enum TestSpec {
     Tcp(TcpSpec),
     /// A paced UDP stream.
     Udp(UdpSpec),
+    /// Request/response latency.
+    Rr(RrSpec),
 }
 
 /// The first message of a data connection.
@@ -236,6 +264,9 @@ pub struct SessionSummary {
     pub bytes_sent: u64,
     /// Payload bytes the server received (and verified, if asked).
     pub bytes_received: u64,
+    /// Request/response tests: requests the server answered.
+    #[serde(default)]
+    pub requests: u64,
 }
 
 /// Machine-readable reason carried by [`Message::Error`].

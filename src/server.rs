@@ -104,6 +104,7 @@ impl Session {
             cancelled: s.cancelled,
             bytes_sent: s.sent,
             bytes_received: s.received,
+            requests: 0,
         }
     }
 }
@@ -314,6 +315,15 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 None,
             ) => {
                 crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, st.cfg.limits);
+                break;
+            }
+            (
+                Message::TestRequest {
+                    test: TestSpec::Rr(spec),
+                },
+                None,
+            ) => {
+                crate::rr::serve::serve(stream, peer, spec, st.cfg.verbosity, st.cfg.idle_timeout);
                 break;
             }
             (

@@ -1,4 +1,6 @@
 //! Round-trip latency: request/response (`rr`), ping-like probing (`ping`),
 //! connect/request/response/close churn (`crr`), and their statistics.
 
+pub mod client;
 pub mod hist;
+pub mod serve;

@@ -75,9 +75,13 @@ enum Event {
     ReceiverDone(Box<ReceiverStats>),
 }
 
-fn data_socket(
-    cfg: &UdpClientConfig,
+/// Opens the client's data socket towards `server`, bound as asked.
+pub(crate) fn data_socket(
     server: SocketAddr,
+    bind: Option<IpAddr>,
+    bind_dev: Option<&str>,
+    rcvbuf: usize,
+    sndbuf: usize,
     c: &Control,
 ) -> Result<UdpSocket, ClientError> {
     let io = |what: &str, e: std::io::Error| c.failed(format!("{what}: {e}"));
@@ -87,18 +91,15 @@ fn data_socket(
         Some(Protocol::UDP),
     )
     .map_err(|e| io("UDP socket", e))?;
-    if let Some(dev) = &cfg.bind_dev {
+    if let Some(dev) = bind_dev {
         s.bind_device(Some(dev.as_bytes()))
             .map_err(|e| io(&format!("--bind-dev {dev}"), e))?;
     }
-    let media = cfg.spec.media.is_some();
-    // ctsTraffic's 1 MB receive buffer for media; more for bulk streams.
-    let rcv = cfg.rcvbuf.unwrap_or(if media { 1 << 20 } else { 4 << 20 });
-    s.set_recv_buffer_size(rcv)
+    s.set_recv_buffer_size(rcvbuf)
         .map_err(|e| io("receive buffer", e))?;
-    s.set_send_buffer_size(cfg.sndbuf.unwrap_or(4 << 20))
+    s.set_send_buffer_size(sndbuf)
         .map_err(|e| io("send buffer", e))?;
-    let local = match cfg.bind.filter(|b| b.is_ipv4() == server.is_ipv4()) {
+    let local = match bind.filter(|b| b.is_ipv4() == server.is_ipv4()) {
         Some(ip) => SocketAddr::new(ip, 0),
         None if server.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
         None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
@@ -111,7 +112,11 @@ fn data_socket(
 }
 
 /// Sends handshake datagrams until the server's probe arrives; returns its nonce.
-fn prove_reachability(c: &mut Control, sock: &UdpSocket, token: u64) -> Result<u64, ClientError> {
+pub(crate) fn prove_reachability(
+    c: &mut Control,
+    sock: &UdpSocket,
+    token: u64,
+) -> Result<u64, ClientError> {
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -156,7 +161,7 @@ fn prove_reachability(c: &mut Control, sock: &UdpSocket, token: u64) -> Result<u
     })
 }
 
-fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
+pub(crate) fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
     let mut samples = Vec::new();
     for _ in 0..8 {
         let t1 = realtime_ns();
@@ -192,7 +197,21 @@ pub fn run(
         Some(offset_estimate(&mut c)?)
     };
     let theta = offset.map_or(0, |o| o.server_minus_client_ns);
-    let sock = Arc::new(data_socket(cfg, SocketAddr::new(c.addr.ip(), port), &c)?);
+    // ctsTraffic's 1 MB receive buffer for media; more for bulk streams.
+    let rcv = cfg.rcvbuf.unwrap_or(if spec.media.is_some() {
+        1 << 20
+    } else {
+        4 << 20
+    });
+    let server_udp = SocketAddr::new(c.addr.ip(), port);
+    let sock = Arc::new(data_socket(
+        server_udp,
+        cfg.bind,
+        cfg.bind_dev.as_deref(),
+        rcv,
+        cfg.sndbuf.unwrap_or(4 << 20),
+        &c,
+    )?);
     let nonce = prove_reachability(&mut c, &sock, token)?;
     match c.call(&Message::UdpReady {
         nonce,

@@ -1,0 +1,487 @@
+//! The client's side of request/response tests (`rr`, `ping`): time each
+//! request until its whole reply is back, on a monotonic clock, keeping
+//! warm-up samples apart; over UDP also split the round trip into one-way
+//! estimates and tell loss on the way up from loss on the way down.
+
+use serde::Serialize;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use super::hist::{LatencyStats, Summary};
+use super::serve::{UDP_REPLY_MIN, write_pattern};
+use crate::control::{ClientError, Control};
+use crate::pattern::{Direction, Pattern, stream_start};
+use crate::proto::{Message, RrProto, RrSpec, TestSpec};
+use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
+use crate::udp::clock::{Offset, realtime_ns};
+use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+
+/// Transport as the user names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP one-to-one (SOCK_STREAM).
+    Sctp,
+    /// SCTP one-to-many (SOCK_SEQPACKET).
+    SctpSeqpacket,
+}
+
+/// Checks whether this kernel offers SCTP sockets of the given kind.
+pub fn sctp_support(seqpacket: bool) -> Result<(), String> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let ty = if seqpacket {
+        Type::SEQPACKET
+    } else {
+        Type::STREAM
+    };
+    match Socket::new(Domain::IPV4, ty, Some(Protocol::from(libc::IPPROTO_SCTP))) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "SCTP is not supported by this kernel ({e}); load the sctp module or use --proto tcp|udp"
+        )),
+    }
+}
+
+/// Everything a request/response run needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RrConfig {
+    /// Server.
+    pub target: String,
+    /// Port if the target names none.
+    pub port: u16,
+    /// Transport.
+    pub transport: Transport,
+    /// Request payload bytes.
+    pub size: u32,
+    /// Reply payload bytes.
+    pub reply: u32,
+    /// Measured iterations (`u64::MAX` = until Ctrl-C).
+    pub iterations: u64,
+    /// Iterations before measuring, reported separately.
+    pub warmup: u64,
+    /// Enable Nagle.
+    pub nagle: bool,
+    /// Spin on non-blocking sockets instead of sleeping in the kernel.
+    pub busy_poll: bool,
+    /// UDP: a reply later than this counts as lost.
+    #[serde(with = "crate::report::duration_ms")]
+    pub timeout: Option<Duration>,
+    /// Send requests on this schedule instead of back to back.
+    #[serde(with = "crate::report::duration_ms")]
+    pub interval: Option<Duration>,
+    /// Histogram lower bound, µs.
+    pub hist_min_us: f64,
+    /// Histogram upper bound, µs.
+    pub hist_max_us: f64,
+    /// Histogram bins.
+    pub hist_bins: usize,
+    /// Largest outliers kept.
+    pub outliers: usize,
+    /// Trust clocks (no offset estimate) for one-way splits.
+    pub synced: bool,
+    /// Local address.
+    pub bind: Option<IpAddr>,
+}
+
+/// One request's outcome, for ping-style printing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// Sequence number.
+    pub seq: u64,
+    /// Round trip, µs (None: lost).
+    pub rtt_us: Option<f64>,
+    /// Estimated client-to-server delay, µs (UDP).
+    pub up_us: Option<f64>,
+    /// Estimated server-to-client delay, µs (UDP).
+    pub down_us: Option<f64>,
+    /// Part of the warm-up.
+    pub warmup: bool,
+}
+
+/// What a request/response run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RrReport {
+    /// Request bytes.
+    pub size: u32,
+    /// Reply bytes.
+    pub reply: u32,
+    /// Transport.
+    pub transport: Transport,
+    /// Warm-up round trips.
+    pub warmup: Option<Summary>,
+    /// Measured round trips.
+    pub latency: Option<Summary>,
+    /// Measured transactions per second.
+    pub transactions_per_sec: f64,
+    /// Requests sent (warm-up included).
+    pub sent: u64,
+    /// Replies received in time.
+    pub received: u64,
+    /// Replies that came after their timeout.
+    pub late: u64,
+    /// Requests that never reached the server (UDP).
+    pub lost_up: Option<u64>,
+    /// Replies the server sent that never arrived (UDP).
+    pub lost_down: Option<u64>,
+    /// Clock offset used for one-way splits (UDP).
+    pub offset: Option<Offset>,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Corrupt replies.
+    pub corrupt: u64,
+}
+
+struct Run<'a> {
+    cfg: &'a RrConfig,
+    warm: LatencyStats,
+    main: LatencyStats,
+    rep: RrReport,
+    main_time: Duration,
+}
+
+impl Run<'_> {
+    fn record(&mut self, seq: u64, rtt: Duration) {
+        let ns = rtt.as_nanos() as u64;
+        if seq < self.cfg.warmup {
+            self.warm.record_ns(ns);
+        } else {
+            self.main.record_ns(ns);
+            self.main_time += rtt;
+        }
+    }
+}
+
+fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn spin_write(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match s.write(&buf[done..]) {
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the next slot of an `--interval` schedule.
+fn pace(start: Instant, seq: u64, interval: Option<Duration>, busy: bool, interrupt: &AtomicBool) {
+    let Some(iv) = interval else { return };
+    let due = start + iv.saturating_mul(seq.min(u32::MAX as u64) as u32);
+    while Instant::now() < due && !interrupt.load(SeqCst) {
+        let left = due - Instant::now();
+        if busy || left < Duration::from_micros(200) {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// Runs a request/response test. `on_probe` sees every request as it completes.
+pub fn run(
+    cfg: &RrConfig,
+    interrupt: Arc<AtomicBool>,
+    on_probe: &mut dyn FnMut(&Probe),
+) -> Result<(RrReport, LatencyStats), ClientError> {
+    let proto = match cfg.transport {
+        Transport::Tcp => RrProto::Tcp,
+        Transport::Udp => RrProto::Udp,
+        Transport::Sctp | Transport::SctpSeqpacket => {
+            sctp_support(cfg.transport == Transport::SctpSeqpacket).map_err(|message| {
+                ClientError::Refused {
+                    target: "this host".into(),
+                    message,
+                }
+            })?;
+            return Err(ClientError::Refused {
+                target: cfg.target.clone(),
+                message: "SCTP transport is not available in this build of netrig".into(),
+            });
+        }
+    };
+    let total = cfg.warmup.saturating_add(cfg.iterations);
+    let spec = RrSpec {
+        proto,
+        size: cfg.size,
+        reply: cfg.reply,
+        iterations: total,
+        nagle: cfg.nagle,
+    };
+    let bind = |a: std::net::SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
+    let mut c = Control::connect(&cfg.target, cfg.port, bind, Duration::from_secs(10))?;
+    let accept = c.request(TestSpec::Rr(spec))?;
+    let new_stats = || {
+        LatencyStats::new(
+            cfg.hist_min_us,
+            cfg.hist_max_us,
+            cfg.hist_bins,
+            cfg.outliers,
+        )
+    };
+    let mut run = Run {
+        cfg,
+        warm: new_stats(),
+        main: new_stats(),
+        rep: RrReport {
+            size: cfg.size,
+            reply: cfg.reply,
+            transport: cfg.transport,
+            warmup: None,
+            latency: None,
+            transactions_per_sec: 0.0,
+            sent: 0,
+            received: 0,
+            late: 0,
+            lost_up: None,
+            lost_down: None,
+            offset: None,
+            interrupted: false,
+            corrupt: 0,
+        },
+        main_time: Duration::ZERO,
+    };
+    let result = match (proto, accept) {
+        (RrProto::Tcp, Message::TestAccept { session }) => {
+            tcp(&mut c, session, &mut run, total, &interrupt, on_probe)
+        }
+        (RrProto::Udp, Message::UdpAccept { port, token, .. }) => {
+            udp(&mut c, port, token, &mut run, total, &interrupt, on_probe)
+        }
+        (_, m) => Err(c.unexpected(m)),
+    };
+    result?;
+    let _ = c.stream.set_nonblocking(false);
+    let _ = c.stream.set_read_timeout(Some(Duration::from_secs(5)));
+    // A TCP server that still expects raw requests would read a goodbye frame
+    // as request bytes: after an early stop, closing is the goodbye.
+    let finished = proto == RrProto::Udp || run.rep.sent == total;
+    let server = match finished.then(|| c.call(&Message::Goodbye)) {
+        Some(Ok(Message::Summary(s))) => Some(s),
+        _ => None,
+    };
+    let mut rep = run.rep;
+    rep.interrupted = interrupt.load(SeqCst);
+    rep.warmup = run.warm.summary();
+    rep.latency = run.main.summary();
+    if !run.main_time.is_zero() {
+        rep.transactions_per_sec = run.main.count() as f64 / run.main_time.as_secs_f64();
+    }
+    if proto == RrProto::Udp {
+        if let Some(s) = server {
+            rep.lost_up = Some(rep.sent.saturating_sub(s.requests));
+            rep.lost_down = Some(s.requests.saturating_sub(rep.received + rep.late));
+        }
+    }
+    Ok((rep, run.main))
+}
+
+fn tcp(
+    c: &mut Control,
+    session: uuid::Uuid,
+    run: &mut Run,
+    total: u64,
+    interrupt: &AtomicBool,
+    on_probe: &mut dyn FnMut(&Probe),
+) -> Result<(), ClientError> {
+    let cfg = run.cfg;
+    let s = &mut c.stream;
+    let _ = s.set_nodelay(!cfg.nagle);
+    let _ = s.set_read_timeout(Some(cfg.timeout.unwrap_or(Duration::from_secs(30))));
+    if cfg.busy_poll {
+        let _ = s.set_nonblocking(true);
+    }
+    let (req_start, rep_start) = (
+        stream_start(session, Direction::ClientToServer),
+        stream_start(session, Direction::ServerToClient),
+    );
+    let mut req = Vec::with_capacity(cfg.size as usize);
+    let mut rep = vec![0u8; cfg.reply as usize];
+    let start = Instant::now();
+    let mut failure = None;
+    for seq in 0..total {
+        if interrupt.load(SeqCst) {
+            break;
+        }
+        pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);
+        req.clear();
+        // Build the request outside the timed section.
+        let _ = write_pattern(
+            &mut req,
+            req_start,
+            seq * cfg.size as u64,
+            cfg.size as usize,
+        );
+        let t0 = Instant::now();
+        let r = if cfg.busy_poll {
+            spin_write(s, &req).and_then(|_| spin_read(s, &mut rep))
+        } else {
+            s.write_all(&req).and_then(|_| s.read_exact(&mut rep))
+        };
+        let rtt = t0.elapsed();
+        run.rep.sent += 1;
+        if let Err(e) = r {
+            failure = Some(e);
+            break;
+        }
+        run.rep.received += 1;
+        if Pattern::get()
+            .verify(rep_start, seq * cfg.reply as u64, &rep)
+            .is_err()
+        {
+            run.rep.corrupt += 1;
+        }
+        run.record(seq, rtt);
+        on_probe(&Probe {
+            seq,
+            rtt_us: Some(rtt.as_nanos() as f64 / 1e3),
+            up_us: None,
+            down_us: None,
+            warmup: seq < cfg.warmup,
+        });
+    }
+    match failure {
+        Some(e) => Err(c.failed(format!(
+            "request/response failed after {} requests: {e}",
+            run.rep.received
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn udp(
+    c: &mut Control,
+    port: u16,
+    token: u64,
+    run: &mut Run,
+    total: u64,
+    interrupt: &AtomicBool,
+    on_probe: &mut dyn FnMut(&Probe),
+) -> Result<(), ClientError> {
+    let cfg = run.cfg;
+    let offset = if cfg.synced {
+        None
+    } else {
+        Some(offset_estimate(c)?)
+    };
+    run.rep.offset = offset;
+    let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
+    let server = std::net::SocketAddr::new(c.addr.ip(), port);
+    let sock: UdpSocket = data_socket(server, cfg.bind, None, 1 << 20, 1 << 20, c)?;
+    let nonce = prove_reachability(c, &sock, token)?;
+    match c.call(&Message::UdpReady {
+        nonce,
+        offset_ns: theta as i64,
+    })? {
+        Message::UdpGo => {}
+        m => return Err(c.unexpected(m)),
+    }
+    let timeout = cfg.timeout.unwrap_or(Duration::from_secs(1));
+    if cfg.busy_poll {
+        sock.set_nonblocking(true)
+            .map_err(|e| c.failed(e.to_string()))?;
+    }
+    let mut req = vec![0u8; HEADER_LEN + cfg.size as usize];
+    let mut buf = vec![0u8; 65536];
+    let start = Instant::now();
+    for seq in 0..total {
+        if interrupt.load(SeqCst) {
+            break;
+        }
+        pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);
+        fill_payload(1, seq, &mut req[HEADER_LEN..]);
+        let t1 = realtime_ns();
+        Header {
+            flags: 0,
+            stream: 1,
+            seq,
+            send_ns: t1,
+            payload_len: cfg.size,
+        }
+        .write(&mut req);
+        let t0 = Instant::now();
+        run.rep.sent += 1;
+        if sock.send(&req).is_err() {
+            on_probe(&Probe {
+                seq,
+                rtt_us: None,
+                up_us: None,
+                down_us: None,
+                warmup: seq < cfg.warmup,
+            });
+            continue;
+        }
+        let mut probe = Probe {
+            seq,
+            rtt_us: None,
+            up_us: None,
+            down_us: None,
+            warmup: seq < cfg.warmup,
+        };
+        loop {
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            if !cfg.busy_poll {
+                let _ = sock.set_read_timeout(Some(left));
+            }
+            let n = match sock.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && cfg.busy_poll => {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let rtt = t0.elapsed();
+            let t4 = realtime_ns();
+            let Ok(h) = Header::read(&buf[..n]) else {
+                continue;
+            };
+            if h.flags & FLAG_HANDSHAKE != 0 {
+                continue;
+            }
+            if h.seq < seq {
+                run.rep.late += 1;
+                continue;
+            }
+            if h.seq != seq || n < HEADER_LEN + UDP_REPLY_MIN as usize {
+                continue;
+            }
+            let mut t2b = [0u8; 8];
+            t2b.copy_from_slice(&buf[HEADER_LEN..HEADER_LEN + 8]);
+            let t2 = u64::from_be_bytes(t2b);
+            run.rep.received += 1;
+            run.record(seq, rtt);
+            probe.rtt_us = Some(rtt.as_nanos() as f64 / 1e3);
+            probe.up_us = Some((t2 as f64 - t1 as f64 - theta) / 1e3);
+            probe.down_us = Some((t4 as f64 - h.send_ns as f64 + theta) / 1e3);
+            break;
+        }
+        on_probe(&probe);
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! The server's side of request/response tests: answer exactly the requests
+//! the client announced, verifying each request's bytes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::pattern::{Direction, Pattern, stream_start};
+use crate::proto::{
+    ErrorCode, Message, RrProto, RrSpec, SessionSummary, read_message, write_message,
+};
+use crate::udp::clock::realtime_ns;
+use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM, verify_payload};
+use crate::udp::serve::{UdpWork, WorkContext, session};
+
+/// Largest TCP request or reply.
+pub const MAX_TCP_MESSAGE: u32 = 16 << 20;
+/// Bytes of server timestamp at the start of every UDP reply payload.
+pub const UDP_REPLY_MIN: u32 = 8;
+
+/// Checks a request/response spec; the error names the problem.
+pub fn validate(s: &RrSpec) -> Result<(), String> {
+    let max = match s.proto {
+        RrProto::Tcp => MAX_TCP_MESSAGE,
+        RrProto::Udp => (MAX_DATAGRAM - HEADER_LEN) as u32,
+    };
+    if s.size == 0 || s.size > max || s.reply > max {
+        return Err(format!(
+            "request and reply sizes must be 1..={max} bytes for {:?}",
+            s.proto
+        ));
+    }
+    if s.iterations == 0 {
+        return Err("iterations must be greater than zero".into());
+    }
+    Ok(())
+}
+
+/// Writes `len` pattern bytes of stream `start` from `offset`.
+pub fn write_pattern(
+    w: &mut impl Write,
+    start: u64,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<()> {
+    let p = Pattern::get();
+    let mut done = 0;
+    while done < len {
+        let s = p.slice(start, offset + done as u64, len - done);
+        w.write_all(s)?;
+        done += s.len();
+    }
+    Ok(())
+}
+
+/// Serves one request/response test on an accepted control connection.
+pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: RrSpec, verbosity: u8, idle: Duration) {
+    let mut s = stream;
+    if let Err(why) = validate(&spec) {
+        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        return;
+    }
+    match spec.proto {
+        RrProto::Tcp => tcp(stream, peer, &spec, verbosity, idle),
+        RrProto::Udp => {
+            let label = format!(
+                "rr udp {} B request / {} B reply, {} iterations",
+                spec.size, spec.reply, spec.iterations
+            );
+            let mut work = Responder {
+                spec,
+                answered: Arc::new(AtomicU64::new(0)),
+                corrupt: Arc::new(AtomicU64::new(0)),
+            };
+            session(stream, peer, &label, &mut work, verbosity);
+        }
+    }
+}
+
+fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle: Duration) {
+    let id = Uuid::new_v4();
+    let mut s = stream;
+    if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
+        return;
+    }
+    if verbosity >= 1 {
+        crate::out!(
+            "session {id} from {peer}: rr tcp {} B request / {} B reply, {} iterations",
+            spec.size,
+            spec.reply,
+            spec.iterations
+        );
+    }
+    let _ = stream.set_nodelay(!spec.nagle);
+    let _ = stream.set_read_timeout(Some(idle));
+    let (req_start, rep_start) = (
+        stream_start(id, Direction::ClientToServer),
+        stream_start(id, Direction::ServerToClient),
+    );
+    let mut buf = vec![0u8; spec.size as usize];
+    let mut answered = 0u64;
+    let mut corrupt = 0u64;
+    while answered < spec.iterations {
+        if s.read_exact(&mut buf).is_err() {
+            break;
+        }
+        if Pattern::get()
+            .verify(req_start, answered * spec.size as u64, &buf)
+            .is_err()
+        {
+            corrupt += 1;
+            break; // the stream is out of step; closing tells the client
+        }
+        if write_pattern(
+            &mut s,
+            rep_start,
+            answered * spec.reply as u64,
+            spec.reply as usize,
+        )
+        .is_err()
+        {
+            break;
+        }
+        answered += 1;
+    }
+    let _ = stream.set_read_timeout(None);
+    if corrupt == 0 {
+        if let Ok(Message::Goodbye) = read_message(&mut s) {
+            let sum = SessionSummary {
+                requests: answered,
+                data_errors: corrupt,
+                ..Default::default()
+            };
+            let _ = write_message(&mut s, &Message::Summary(sum));
+        }
+    }
+    if verbosity >= 1 {
+        crate::out!(
+            "session {id} from {peer} ended: {answered} requests answered, {corrupt} corrupt"
+        );
+    }
+}
+
+/// Answers UDP requests: each reply echoes the request's sequence number,
+/// carries the server's receive time in its first 8 payload bytes and its
+/// send time in the header, so the client can split the round trip.
+struct Responder {
+    spec: RrSpec,
+    answered: Arc<AtomicU64>,
+    corrupt: Arc<AtomicU64>,
+}
+
+impl UdpWork for Responder {
+    fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
+        let spec = self.spec.clone();
+        let (answered, corrupt) = (Arc::clone(&self.answered), Arc::clone(&self.corrupt));
+        std::thread::spawn(move || {
+            let _ = ctx.sock.set_read_timeout(Some(Duration::from_millis(20)));
+            let mut buf = vec![0u8; 65536];
+            let rl = spec.reply.max(UDP_REPLY_MIN) as usize;
+            let mut out = vec![0u8; HEADER_LEN + rl];
+            while !ctx.stop.load(SeqCst) && answered.load(SeqCst) < spec.iterations {
+                let Ok(n) = ctx.sock.recv(&mut buf) else {
+                    continue;
+                };
+                let t2 = realtime_ns();
+                let Ok(h) = Header::read(&buf[..n]) else {
+                    continue;
+                };
+                if h.flags & FLAG_HANDSHAKE != 0 {
+                    continue;
+                }
+                if verify_payload(h.stream, h.seq, &buf[HEADER_LEN..n]).is_err() {
+                    corrupt.fetch_add(1, SeqCst);
+                }
+                crate::udp::header::fill_payload(h.stream ^ 1, h.seq, &mut out[HEADER_LEN..]);
+                out[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&t2.to_be_bytes());
+                Header {
+                    flags: 0,
+                    stream: h.stream,
+                    seq: h.seq,
+                    send_ns: realtime_ns(),
+                    payload_len: rl as u32,
+                }
+                .write(&mut out);
+                if ctx.sock.send(&out).is_ok() {
+                    answered.fetch_add(1, SeqCst);
+                }
+            }
+        })
+    }
+
+    fn summary(&self) -> SessionSummary {
+        SessionSummary {
+            requests: self.answered.load(SeqCst),
+            data_errors: self.corrupt.load(SeqCst),
+            ..Default::default()
+        }
+    }
+}
