@@ -205,11 +205,11 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket) {
-        if let Err(e) = netrig::rr::client::sctp_support(a.proto == Transport::SctpSeqpacket) {
-            eprintln!("netrig: {e}");
-            return Ok(ExitCode::from(exit::UNSUPPORTED));
-        }
+    if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
+        && let Err(e) = netrig::rr::client::sctp_support(a.proto == Transport::SctpSeqpacket)
+    {
+        eprintln!("netrig: {e}");
+        return Ok(ExitCode::from(exit::UNSUPPORTED));
     }
     if a.size == 0 || a.size > u32::MAX as u64 || a.reply > u32::MAX as u64 {
         eprintln!("netrig: --size must be at least 1 byte");
@@ -263,11 +263,11 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
                     if a.verbosity >= 1 {
                         netrig::report::print_rr(&cfg, &rep, &stats, a.verbosity >= 2);
                     }
-                    if let Some(p) = &a.hist_file {
-                        if let Err(e) = netrig::report::write_hist_csv(p, &stats) {
-                            eprintln!("netrig: cannot write {}: {e}", p.display());
-                            code = exit::FATAL;
-                        }
+                    if let Some(p) = &a.hist_file
+                        && let Err(e) = netrig::report::write_hist_csv(p, &stats)
+                    {
+                        eprintln!("netrig: cannot write {}: {e}", p.display());
+                        code = exit::FATAL;
                     }
                 }
                 if rep.corrupt > 0 {
@@ -287,17 +287,17 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
     if let Some(e) = embedded {
         e.finish();
     }
-    if let Some(p) = &a.csv {
-        if let Err(e) = netrig::report::write_spectrum_csv(p, &reports) {
-            eprintln!("netrig: cannot write {}: {e}", p.display());
-            code = code.max(exit::FATAL);
-        }
+    if let Some(p) = &a.csv
+        && let Err(e) = netrig::report::write_spectrum_csv(p, &reports)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
     }
-    if let Some(p) = &a.json {
-        if let Err(e) = netrig::report::write_rr_json(p, &base, &reports) {
-            eprintln!("netrig: cannot write {}: {e}", p.display());
-            code = code.max(exit::FATAL);
-        }
+    if let Some(p) = &a.json
+        && let Err(e) = netrig::report::write_rr_json(p, &base, &reports)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
     }
     if interrupt.load(SeqCst) && code == 0 {
         code = exit::INTERRUPTED;

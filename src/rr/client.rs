@@ -288,11 +288,11 @@ pub fn run(
     if !run.main_time.is_zero() {
         rep.transactions_per_sec = run.main.count() as f64 / run.main_time.as_secs_f64();
     }
-    if proto == RrProto::Udp {
-        if let Some(s) = server {
-            rep.lost_up = Some(rep.sent.saturating_sub(s.requests));
-            rep.lost_down = Some(s.requests.saturating_sub(rep.received + rep.late));
-        }
+    if proto == RrProto::Udp
+        && let Some(s) = server
+    {
+        rep.lost_up = Some(rep.sent.saturating_sub(s.requests));
+        rep.lost_down = Some(s.requests.saturating_sub(rep.received + rep.late));
     }
     Ok((rep, run.main))
 }

@@ -127,15 +127,15 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
         answered += 1;
     }
     let _ = stream.set_read_timeout(None);
-    if corrupt == 0 {
-        if let Ok(Message::Goodbye) = read_message(&mut s) {
-            let sum = SessionSummary {
-                requests: answered,
-                data_errors: corrupt,
-                ..Default::default()
-            };
-            let _ = write_message(&mut s, &Message::Summary(sum));
-        }
+    if corrupt == 0
+        && let Ok(Message::Goodbye) = read_message(&mut s)
+    {
+        let sum = SessionSummary {
+            requests: answered,
+            data_errors: corrupt,
+            ..Default::default()
+        };
+        let _ = write_message(&mut s, &Message::Summary(sum));
     }
     if verbosity >= 1 {
         crate::out!(
