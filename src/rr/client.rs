@@ -136,6 +136,10 @@ pub struct RrReport {
     pub interrupted: bool,
     /// Corrupt replies.
     pub corrupt: u64,
+    /// Requests the server says it answered.
+    pub server_requests: Option<u64>,
+    /// Corrupt requests the server saw.
+    pub server_corrupt: Option<u64>,
 }
 
 struct Run<'a> {
@@ -259,6 +263,8 @@ pub fn run(
             offset: None,
             interrupted: false,
             corrupt: 0,
+            server_requests: None,
+            server_corrupt: None,
         },
         main_time: Duration::ZERO,
     };
@@ -283,6 +289,8 @@ pub fn run(
     };
     let mut rep = run.rep;
     rep.interrupted = interrupt.load(SeqCst);
+    rep.server_requests = server.as_ref().map(|s| s.requests);
+    rep.server_corrupt = server.as_ref().map(|s| s.data_errors);
     rep.warmup = run.warm.summary();
     rep.latency = run.main.summary();
     if !run.main_time.is_zero() {
@@ -405,6 +413,7 @@ fn udp(
     }
     let mut req = vec![0u8; HEADER_LEN + cfg.size as usize];
     let mut buf = vec![0u8; 65536];
+    let mut expect = Vec::new();
     let start = Instant::now();
     for seq in 0..total {
         if interrupt.load(SeqCst) {
@@ -471,9 +480,19 @@ fn udp(
             if h.seq != seq || n < HEADER_LEN + UDP_REPLY_MIN as usize {
                 continue;
             }
-            let mut t2b = [0u8; 8];
-            t2b.copy_from_slice(&buf[HEADER_LEN..HEADER_LEN + 8]);
-            let t2 = u64::from_be_bytes(t2b);
+            // The reply is the server's timestamp, its complement, then the
+            // pattern for (stream ^ 1, seq).
+            let word = |at: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[HEADER_LEN + at..HEADER_LEN + at + 8]);
+                u64::from_be_bytes(b)
+            };
+            let t2 = word(0);
+            expect.resize(n - HEADER_LEN, 0);
+            fill_payload(h.stream ^ 1, h.seq, &mut expect);
+            if word(8) != !t2 || buf[HEADER_LEN + 16..n] != expect[16..] {
+                run.rep.corrupt += 1;
+            }
             run.rep.received += 1;
             run.record(seq, rtt);
             probe.rtt_us = Some(rtt.as_nanos() as f64 / 1e3);

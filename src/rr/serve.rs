@@ -18,8 +18,9 @@ use crate::udp::serve::{UdpWork, WorkContext, session};
 
 /// Largest TCP request or reply.
 pub const MAX_TCP_MESSAGE: u32 = 16 << 20;
-/// Bytes of server timestamp at the start of every UDP reply payload.
-pub const UDP_REPLY_MIN: u32 = 8;
+/// Bytes at the start of every UDP reply payload: the server's receive time,
+/// then its bitwise complement so a corrupted timestamp is detected too.
+pub const UDP_REPLY_MIN: u32 = 16;
 
 /// Checks a request/response spec; the error names the problem.
 pub fn validate(s: &RrSpec) -> Result<(), String> {
@@ -145,8 +146,9 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
 }
 
 /// Answers UDP requests: each reply echoes the request's sequence number,
-/// carries the server's receive time in its first 8 payload bytes and its
-/// send time in the header, so the client can split the round trip.
+/// carries the server's receive time (and its complement) in its first 16
+/// payload bytes and its send time in the header, so the client can split the
+/// round trip; the rest of the payload is pattern.
 struct Responder {
     spec: RrSpec,
     answered: Arc<AtomicU64>,
@@ -178,6 +180,7 @@ impl UdpWork for Responder {
                 }
                 crate::udp::header::fill_payload(h.stream ^ 1, h.seq, &mut out[HEADER_LEN..]);
                 out[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&t2.to_be_bytes());
+                out[HEADER_LEN + 8..HEADER_LEN + 16].copy_from_slice(&(!t2).to_be_bytes());
                 Header {
                     flags: 0,
                     stream: h.stream,

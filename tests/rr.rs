@@ -1,0 +1,261 @@
+//! Request/response latency over loopback: TCP and UDP, warm-up accounting,
+//! loss up versus down and corruption through the impairment relay, and the
+//! SCTP path on kernels without SCTP.
+
+mod common;
+#[path = "common/udp_relay.rs"]
+mod udp_relay;
+
+use common::TestServer;
+use netrig::rr::client::{RrConfig, RrReport, Transport, run};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use udp_relay::{Impair, UdpRelay};
+
+fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
+    RrConfig {
+        target: target.to_string(),
+        port: 0,
+        transport,
+        size: 256,
+        reply: 64,
+        iterations: 2000,
+        warmup: 50,
+        nagle: false,
+        busy_poll: false,
+        timeout: Some(Duration::from_millis(50)),
+        interval: None,
+        hist_min_us: 0.0,
+        hist_max_us: 1000.0,
+        hist_bins: 100,
+        outliers: 10,
+        synced: false,
+        bind: None,
+    }
+}
+
+fn go(c: &RrConfig) -> RrReport {
+    run(c, Arc::new(AtomicBool::new(false)), &mut |_| {})
+        .expect("rr run")
+        .0
+}
+
+#[test]
+fn tcp_and_udp_round_trips_with_warmup_apart() {
+    let srv = TestServer::start();
+    for t in [Transport::Tcp, Transport::Udp] {
+        for busy in [false, true] {
+            let mut c = cfg(srv.addr, t);
+            c.busy_poll = busy;
+            let r = go(&c);
+            let l = r.latency.expect("latency");
+            assert_eq!(l.count, 2000, "{t:?}");
+            assert_eq!(r.warmup.expect("warm-up").count, 50);
+            assert_eq!((r.sent, r.received, r.corrupt), (2050, 2050, 0));
+            assert_eq!(
+                r.server_requests,
+                Some(2050),
+                "server answered every request"
+            );
+            assert_eq!(r.server_corrupt, Some(0));
+            assert!(l.min_us > 0.0 && l.min_us <= l.mean_us && l.mean_us <= l.max_us);
+            let p: Vec<f64> = l.percentiles_us.iter().map(|x| x.1).collect();
+            assert!(
+                p.windows(2).all(|w| w[0] <= w[1]),
+                "percentiles ascend: {p:?}"
+            );
+            assert!(r.transactions_per_sec > 100.0);
+            if t == Transport::Udp {
+                assert_eq!((r.lost_up, r.lost_down), (Some(0), Some(0)));
+            }
+        }
+    }
+}
+
+#[test]
+fn udp_loss_up_and_down_are_told_apart() {
+    let srv = TestServer::start();
+    for c2s in [true, false] {
+        let relay = UdpRelay::start(
+            srv.addr,
+            Impair {
+                drop_every: 10,
+                ..Default::default()
+            },
+            c2s,
+        );
+        let mut c = cfg(relay.addr, Transport::Udp);
+        c.iterations = 400;
+        c.warmup = 0;
+        let r = go(&c);
+        let (_, dropped, ..) = relay.get();
+        assert_eq!(dropped, 40);
+        let (up, down) = (r.lost_up.unwrap(), r.lost_down.unwrap());
+        if c2s {
+            assert_eq!((up, down), (40, 0), "requests dropped");
+        } else {
+            assert_eq!((up, down), (0, 40), "replies dropped");
+        }
+        assert_eq!(r.received, 360);
+    }
+}
+
+#[test]
+fn udp_corruption_is_seen_by_the_end_that_receives_it() {
+    let srv = TestServer::start();
+    for c2s in [true, false] {
+        let relay = UdpRelay::start(
+            srv.addr,
+            Impair {
+                corrupt_every: 7,
+                ..Default::default()
+            },
+            c2s,
+        );
+        let mut c = cfg(relay.addr, Transport::Udp);
+        c.iterations = 700;
+        c.warmup = 0;
+        let r = go(&c);
+        let (.., corrupted) = relay.get();
+        assert_eq!(corrupted, 100);
+        if c2s {
+            assert_eq!((r.server_corrupt, r.corrupt), (Some(100), 0));
+        } else {
+            assert_eq!((r.server_corrupt, r.corrupt), (Some(0), 100));
+        }
+    }
+}
+
+#[test]
+fn ping_paces_probes() {
+    let srv = TestServer::start();
+    let mut c = cfg(srv.addr, Transport::Udp);
+    c.iterations = 20;
+    c.warmup = 0;
+    c.interval = Some(Duration::from_millis(10));
+    let mut probes = Vec::new();
+    let t0 = std::time::Instant::now();
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+        probes.push(p.clone())
+    })
+    .unwrap()
+    .0;
+    let el = t0.elapsed();
+    assert!(
+        el >= Duration::from_millis(190),
+        "20 probes 10 ms apart take >= 190 ms: {el:?}"
+    );
+    assert_eq!(probes.len(), 20);
+    assert!(
+        probes
+            .iter()
+            .all(|p| p.rtt_us.is_some() && p.up_us.is_some() && p.down_us.is_some())
+    );
+    assert_eq!(r.received, 20);
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_netrig");
+
+#[test]
+#[cfg_attr(sctp_kernel, ignore = "this kernel has SCTP; see sctp_round_trips")]
+fn sctp_without_kernel_support_says_so() {
+    for proto in ["sctp", "sctp-seqpacket"] {
+        let out = std::process::Command::new(BIN)
+            .args(["rr", "--proto", proto])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(6), "{proto}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("SCTP is not supported by this kernel"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(sctp_kernel), ignore = "SCTP is not supported by this kernel")]
+fn sctp_round_trips() {
+    let out = std::process::Command::new(BIN)
+        .args(["rr", "--proto", "sctp", "-n", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn rr_cli_spectrum_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv_path, hist) = (dir.path().join("spec.csv"), dir.path().join("hist.csv"));
+    let out = std::process::Command::new(BIN)
+        .args([
+            "rr",
+            "--spectrum",
+            "0..4",
+            "-n",
+            "200",
+            "--csv",
+            csv_path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let rows: Vec<_> = csv::Reader::from_path(&csv_path)
+        .unwrap()
+        .records()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(
+        rows.iter().map(|r| r[0].to_string()).collect::<Vec<_>>(),
+        ["1", "2", "4", "8", "16"]
+    );
+    let out = std::process::Command::new(BIN)
+        .args([
+            "rr",
+            "-n",
+            "500",
+            "--hist-bins",
+            "10",
+            "--hist-max",
+            "1ms",
+            "--outliers",
+            "3",
+            "--hist-file",
+            hist.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout.contains("Percentiles (us): p50")
+            && stdout.contains("p99.999")
+            && stdout.contains("outliers:"),
+        "{stdout}"
+    );
+    let rows: Vec<_> = csv::Reader::from_path(&hist)
+        .unwrap()
+        .records()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(rows.len(), 12, "below + 10 bins + above");
+    assert_eq!(
+        rows.iter()
+            .map(|r| r[2].parse::<u64>().unwrap())
+            .sum::<u64>(),
+        500
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["rr", "--spectrum", "5..2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
