@@ -60,6 +60,91 @@ enum Cmd {
     Rr(RrArgs),
     /// Ping over UDP: one line per probe with round trip and one-way estimates.
     Ping(PingArgs),
+    /// Connect/request/response/close churn: connections per second and
+    /// handshake and transaction time percentiles.
+    Crr(CrrArgs),
+}
+
+#[derive(Args)]
+struct CrrArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Request size in bytes.
+    #[arg(short, long, default_value = "64", value_parser = size)]
+    size: u64,
+    /// Reply size in bytes.
+    #[arg(long, default_value = "2", value_parser = size)]
+    reply: u64,
+    /// Transactions (connections) in total.
+    #[arg(short = 'n', long, default_value_t = 10_000)]
+    transactions: u64,
+    /// Transactions in flight at once.
+    #[arg(short, long, default_value_t = 1)]
+    connections: u32,
+    /// Stop after this long.
+    #[arg(long, value_parser = positive_duration)]
+    time_limit: Option<Duration>,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// 0 errors only, 1 summary.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    verbosity: u8,
+}
+
+fn crr(a: CrrArgs) -> Result<ExitCode> {
+    if a.size == 0 || a.size > 1 << 20 || a.reply > 1 << 20 {
+        eprintln!("netrig: --size must be 1..=1M and --reply at most 1M");
+        return Ok(ExitCode::from(2));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
+    let mut cfg = netrig::rr::crr::config(
+        target,
+        a.port,
+        a.size as u32,
+        a.reply as u32,
+        a.transactions,
+        a.connections,
+    );
+    cfg.time_limit = a.time_limit;
+    let mut col = netrig::rr::crr::CrrCollector::default();
+    let result = client::run(cfg, interrupt_flag(), &mut col);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let run = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e)),
+    };
+    let rep = col.report(run.duration_secs);
+    if a.verbosity >= 1 {
+        netrig::report::print_crr(
+            a.size,
+            a.reply,
+            a.connections,
+            &rep,
+            col.first_failure.as_deref(),
+        );
+    }
+    let mut code = if run.totals.data_errors > 0 {
+        exit::DATA_ERROR
+    } else if rep.failed > 0 {
+        exit::NETWORK_ERROR
+    } else if run.interrupted {
+        exit::INTERRUPTED
+    } else {
+        0
+    };
+    if let Some(p) = &a.json {
+        if let Err(e) = netrig::report::write_crr_json(p, &rep) {
+            eprintln!("netrig: cannot write {}: {e}", p.display());
+            code = code.max(exit::FATAL);
+        }
+    }
+    Ok(ExitCode::from(code))
 }
 
 #[derive(Args)]
@@ -890,6 +975,7 @@ fn main() -> ExitCode {
         Cmd::Udp(a) => udp(a),
         Cmd::Rr(a) => rr(a),
         Cmd::Ping(a) => ping(a),
+        Cmd::Crr(a) => crr(a),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

@@ -92,7 +92,7 @@ impl RowWriter {
 pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
 
 /// Columns of the connection file.
-pub const CONNECTION_HEADERS: [&str; 12] = [
+pub const CONNECTION_HEADERS: [&str; 13] = [
     "TimeSlice",
     "LocalAddress",
     "RemoteAddress",
@@ -105,10 +105,11 @@ pub const CONNECTION_HEADERS: [&str; 12] = [
     "Result",
     "ErrorDetail",
     "ConnectionId",
+    "ConnectMs",
 ];
-const CONNECTION_WIDTHS: [usize; 12] = [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36];
+const CONNECTION_WIDTHS: [usize; 13] = [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36, 10];
 
-fn connection_cells(r: &ConnectionRecord) -> [String; 12] {
+fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
     let secs = r.time_ms / 1e3;
     let bps = |b: u64| {
         if secs > 0.0 {
@@ -130,6 +131,7 @@ fn connection_cells(r: &ConnectionRecord) -> [String; 12] {
         r.result.kind.to_string(),
         r.result.detail.clone(),
         r.connection_id.to_string(),
+        format!("{:.3}", r.connect_ms),
     ]
 }
 
@@ -828,6 +830,61 @@ pub fn write_rr_json(
             test: "rr",
             config: cfg,
             results: reports,
+        },
+    )
+}
+
+/// Prints a crr run.
+pub fn print_crr(
+    size: u64,
+    reply: u64,
+    parallel: u32,
+    r: &crate::rr::crr::CrrReport,
+    first_failure: Option<&str>,
+) {
+    crate::out!(
+        "Connect/request/response/close over TCP: {size} B request, {reply} B reply, {parallel} in flight"
+    );
+    crate::out!(
+        "Transactions: {} succeeded, {} failed in {:.3} s = {:.0} connections/s",
+        r.transactions,
+        r.failed,
+        r.duration_secs,
+        r.per_sec
+    );
+    for (label, s) in [
+        ("Handshake (connect)", &r.handshake),
+        ("Transaction (connect to agreed result)", &r.transaction),
+    ] {
+        if let Some(s) = s {
+            print_summary_line(label, s);
+            let p: Vec<String> = s
+                .percentiles_us
+                .iter()
+                .map(|(n, v)| format!("{n} {v:.3}"))
+                .collect();
+            crate::out!("  percentiles (us): {}", p.join(", "));
+        }
+    }
+    if let Some(f) = first_failure {
+        crate::out!("First failure: {f}");
+    }
+}
+
+/// Writes a crr report as JSON.
+pub fn write_crr_json(path: &Path, r: &crate::rr::crr::CrrReport) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        netrig: &'static str,
+        test: &'static str,
+        result: &'a crate::rr::crr::CrrReport,
+    }
+    write_atomically(
+        path,
+        &Doc {
+            netrig: env!("CARGO_PKG_VERSION"),
+            test: "crr",
+            result: r,
         },
     )
 }

@@ -259,3 +259,37 @@ fn rr_cli_spectrum_and_files() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn crr_counts_transactions_and_handshakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("crr.json");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "crr",
+            "-n",
+            "600",
+            "-c",
+            "3",
+            "--size",
+            "100",
+            "--reply",
+            "7",
+            "--json",
+            js.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("600 succeeded, 0 failed"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert_eq!(doc["result"]["transactions"], 600);
+    assert_eq!(doc["result"]["handshake"]["count"], 600);
+    let hs = doc["result"]["handshake"]["mean_us"].as_f64().unwrap();
+    let tx = doc["result"]["transaction"]["mean_us"].as_f64().unwrap();
+    assert!(
+        hs > 0.0 && tx > hs,
+        "a transaction includes its handshake: {hs} < {tx}"
+    );
+}

@@ -2,5 +2,6 @@
 //! connect/request/response/close churn (`crr`), and their statistics.
 
 pub mod client;
+pub mod crr;
 pub mod hist;
 pub mod serve;

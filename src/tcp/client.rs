@@ -46,6 +46,8 @@ pub struct ConnectionRecord {
     pub received: u64,
     /// Wall time from connect to result, in milliseconds.
     pub time_ms: f64,
+    /// Time the TCP handshake (connect) took, in milliseconds (0 if it failed).
+    pub connect_ms: f64,
     /// Buffer size used.
     pub buffer: u32,
     /// The agreed result.
@@ -200,6 +202,7 @@ impl Shared {
             sent: 0,
             received: 0,
             time_ms: 0.0,
+            connect_ms: 0.0,
             buffer,
             result: ConnResult {
                 kind: ResultKind::Success,
@@ -236,10 +239,13 @@ impl Shared {
         let from = pick_bind(&self.cfg, session.addr, index).map_err(|e| e.to_string())?;
         let timeout = self.cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
         self.throttle.acquire();
+        let t0 = Instant::now();
         let connected = net::connect(session.addr, from, timeout);
+        let connect_time = t0.elapsed();
         self.throttle.release();
         let stream = connected.map_err(|e| format!("connect to {}: {e}", session.addr))?;
         rec.local = stream.local_addr().ok();
+        rec.connect_ms = connect_time.as_secs_f64() * 1e3;
         stream
             .set_read_timeout(self.cfg.idle_timeout)
             .and_then(|_| stream.set_write_timeout(self.cfg.idle_timeout))

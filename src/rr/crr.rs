@@ -1,0 +1,105 @@
+//! Connect/request/response/close churn (`crr`), built on the TCP engine: each
+//! transaction is a TCP connection with one push of the request and one pull
+//! of the reply (plus netrig's data hello and result exchange, so every byte
+//! is still verified and both ends agree on each transaction).
+
+use serde::Serialize;
+
+use super::hist::{LatencyStats, Summary};
+use crate::outcome::ResultKind;
+use crate::proto::IoPattern;
+use crate::stats::IntervalRow;
+use crate::tcp::client::{ConnectionRecord, Observer};
+use crate::tcp::config::{BufferSpec, TcpClientConfig};
+
+/// A TCP configuration that runs `transactions` crr transactions, `parallel` at a time.
+pub fn config(
+    target: String,
+    port: u16,
+    size: u32,
+    reply: u32,
+    transactions: u64,
+    parallel: u32,
+) -> TcpClientConfig {
+    let mut c = TcpClientConfig::new(vec![target]);
+    c.port = port;
+    c.pattern = IoPattern::Pushpull;
+    c.transfer = u64::from(size) + u64::from(reply);
+    c.push_bytes = u64::from(size).max(1);
+    c.pull_bytes = u64::from(reply).max(1);
+    c.buffer = BufferSpec::Fixed(size.max(reply).clamp(1, 1 << 20));
+    c.connections = parallel.max(1);
+    c.iterations = Some(transactions.div_ceil(u64::from(parallel.max(1))).max(1));
+    c.interval = None;
+    c
+}
+
+/// Collects handshake and transaction times.
+pub struct CrrCollector {
+    /// TCP connect times.
+    pub handshake: LatencyStats,
+    /// Connect-to-result times.
+    pub transaction: LatencyStats,
+    /// Transactions that did not succeed.
+    pub failed: u64,
+    /// The first failure's detail.
+    pub first_failure: Option<String>,
+}
+
+impl Default for CrrCollector {
+    fn default() -> Self {
+        CrrCollector {
+            handshake: LatencyStats::new(0.0, 10_000.0, 1000, 10),
+            transaction: LatencyStats::new(0.0, 10_000.0, 1000, 10),
+            failed: 0,
+            first_failure: None,
+        }
+    }
+}
+
+impl Observer for CrrCollector {
+    fn interval(&mut self, _row: &IntervalRow) {}
+
+    fn connection(&mut self, rec: &ConnectionRecord) {
+        if rec.result.kind == ResultKind::Success {
+            self.handshake.record_ns((rec.connect_ms * 1e6) as u64);
+            self.transaction.record_ns((rec.time_ms * 1e6) as u64);
+        } else if rec.result.kind != ResultKind::Cancelled {
+            self.failed += 1;
+            self.first_failure
+                .get_or_insert_with(|| format!("{}: {}", rec.result.kind, rec.result.detail));
+        }
+    }
+}
+
+/// What a crr run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrrReport {
+    /// Successful transactions.
+    pub transactions: u64,
+    /// Failed transactions.
+    pub failed: u64,
+    /// Wall time, s.
+    pub duration_secs: f64,
+    /// Successful transactions per second.
+    pub per_sec: f64,
+    /// TCP handshake times.
+    pub handshake: Option<Summary>,
+    /// Whole-transaction times.
+    pub transaction: Option<Summary>,
+}
+
+impl CrrCollector {
+    /// The report for a run that took `secs`.
+    pub fn report(&self, secs: f64) -> CrrReport {
+        let ok = self.transaction.count();
+        CrrReport {
+            transactions: ok,
+            failed: self.failed,
+            duration_secs: secs,
+            per_sec: if secs > 0.0 { ok as f64 / secs } else { 0.0 },
+            handshake: self.handshake.summary(),
+            transaction: self.transaction.summary(),
+        }
+    }
+}
