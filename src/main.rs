@@ -138,11 +138,11 @@ fn crr(a: CrrArgs) -> Result<ExitCode> {
     } else {
         0
     };
-    if let Some(p) = &a.json {
-        if let Err(e) = netrig::report::write_crr_json(p, &rep) {
-            eprintln!("netrig: cannot write {}: {e}", p.display());
-            code = code.max(exit::FATAL);
-        }
+    if let Some(p) = &a.json
+        && let Err(e) = netrig::report::write_crr_json(p, &rep)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
     }
     Ok(ExitCode::from(code))
 }

@@ -281,7 +281,7 @@ fn sigint_stops_gracefully_with_complete_files() {
     let conns = csv_rows(&cn);
     assert_eq!(conns.len(), 3);
     assert!(
-        conns.iter().all(|r| r.len() == 12 && &r[9] == "Cancelled"),
+        conns.iter().all(|r| r.len() == 13 && &r[9] == "Cancelled"),
         "{conns:?}"
     );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
