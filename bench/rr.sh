@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Round-trip latency on loopback: netrig rr vs sockperf ping-pong (--full-rtt)
+# and qperf tcp_lat/udp_lat, measured in the same run, 64 B and 16 KiB
+# messages (echoed at the same size). Prints p50/p99 round trip (us) and
+# transactions per second, and netrig/peer ratios (for latency, < 1 is better).
+# qperf reports only a mean one-way latency: its round trip is shown as 2x that
+# and it has no percentiles. Not a test: compare ratios within one run.
+#
+# Usage: bench/rr.sh [SECONDS_PER_RUN]   (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${1:-3}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need sockperf || ! need qperf; then
+    apt-get update -qq && apt-get install -y -qq sockperf qperf >/dev/null
+fi
+cargo build --release -q
+NETRIG=target/release/netrig
+WORK=$(mktemp -d)
+PS_UDP=15331 PS_TCP=15332 PQ=15333 PN=15334
+PIDS=()
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+sockperf server -p $PS_UDP >/dev/null 2>&1 & PIDS+=($!)
+sockperf server -p $PS_TCP --tcp >/dev/null 2>&1 & PIDS+=($!)
+qperf -lp $PQ >/dev/null 2>&1 & PIDS+=($!)
+$NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
+sleep 1
+
+# Each prints: p50_us p99_us tps
+sockperf_run() { # $1 proto, $2 size
+    local extra=""; local port=$PS_UDP
+    if [ "$1" = tcp ]; then extra="--tcp"; port=$PS_TCP; fi
+    sockperf ping-pong -i 127.0.0.1 -p $port $extra -m "$2" -t "$T" --full-rtt > "$WORK/sp.txt" 2>&1 || true
+    python3 - "$WORK/sp.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def f(p):
+    m = re.search(p, t)
+    return float(m.group(1)) if m else float("nan")
+avg = f(r"Round trip is ([\d.]+) usec")
+print("%.2f %.2f %.0f" % (f(r"percentile 50\.000 =\s+([\d.]+)"), f(r"percentile 99\.000 =\s+([\d.]+)"), 1e6 / avg if avg == avg and avg else float("nan")))
+PY
+}
+qperf_run() { # $1 proto, $2 size: mean only
+    qperf 127.0.0.1 -lp $PQ -t "$T" -m "$2" "${1}_lat" > "$WORK/q.txt" 2>&1 || true
+    python3 - "$WORK/q.txt" <<'PY'
+import re, sys
+m = re.search(r"latency\s+=\s+([\d.]+) (us|ms|ns)", open(sys.argv[1]).read())
+if not m:
+    print("nan nan nan"); sys.exit()
+us = float(m.group(1)) * {"us": 1, "ms": 1000, "ns": 0.001}[m.group(2)]
+print("%.2f - %.0f" % (2 * us, 1e6 / (2 * us)))
+PY
+}
+netrig_run() { # $1 proto, $2 size, $3 iterations
+    $NETRIG rr 127.0.0.1 -p $PN --proto "$1" --size "$2" --reply "$2" -n "$3" -v 0 --json "$WORK/n.json" >/dev/null 2>&1 || true
+    python3 - "$WORK/n.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["results"][0]
+    p = dict(r["latency"]["percentiles_us"])
+    print("%.2f %.2f %.0f" % (p["p50"], p["p99"], r["transactions_per_sec"]))
+except Exception:
+    print("nan nan nan")
+PY
+}
+ratio() { python3 -c "import sys,math; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b and not math.isnan(a/b) else 'n/a')" "$1" "$2"; }
+
+printf '%-5s %-6s %-9s %10s %10s %10s   %s\n' proto size tool p50_us p99_us tps "netrig/peer (p50, p99, tps)"
+for P in tcp udp; do
+    for S in 64 16384; do
+        N=$(( S > 1000 ? 30000 : 100000 ))
+        read -r n50 n99 ntps < <(netrig_run "$P" "$S" "$N"); sleep 0.3
+        read -r s50 s99 stps < <(sockperf_run "$P" "$S"); sleep 0.3
+        read -r q50 _ qtps < <(qperf_run "$P" "$S"); sleep 0.3
+        printf '%-5s %-6s %-9s %10s %10s %10s\n' "$P" "$S" netrig "$n50" "$n99" "$ntps"
+        printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" sockperf "$s50" "$s99" "$stps" "$(ratio "$n50" "$s50")" "$(ratio "$n99" "$s99")" "$(ratio "$ntps" "$stps")"
+        printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" qperf "$q50(mean)" - "$qtps" "$(ratio "$n50" "$q50")" - "$(ratio "$ntps" "$qtps")"
+    done
+done
