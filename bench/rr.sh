@@ -11,17 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-3}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need sockperf || ! need qperf; then
-    apt-get update -qq && apt-get install -y -qq sockperf qperf >/dev/null
-fi
-cargo build --release -q
-NETRIG=target/release/netrig
-WORK=$(mktemp -d)
+. bench/lib.sh
+ensure_peers sockperf:sockperf qperf:qperf
 PS_UDP=15331 PS_TCP=15332 PQ=15333 PN=15334
-PIDS=()
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 sockperf server -p $PS_UDP >/dev/null 2>&1 & PIDS+=($!)
 sockperf server -p $PS_TCP --tcp >/dev/null 2>&1 & PIDS+=($!)
 qperf -lp $PQ >/dev/null 2>&1 & PIDS+=($!)
@@ -66,7 +58,6 @@ except Exception:
     print("nan nan nan")
 PY
 }
-ratio() { python3 -c "import sys,math; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b and not math.isnan(a/b) else 'n/a')" "$1" "$2"; }
 
 printf '%-5s %-6s %-9s %10s %10s %10s   %s\n' proto size tool p50_us p99_us tps "netrig/peer (p50, p99, tps)"
 for P in tcp udp; do

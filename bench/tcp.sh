@@ -9,17 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need iperf3 || ! need iperf; then
-    apt-get update -qq && apt-get install -y -qq iperf3 iperf >/dev/null
-fi
-cargo build --release -q
-NETRIG=target/release/netrig
-WORK=$(mktemp -d)
+. bench/lib.sh
+ensure_peers iperf3:iperf3 iperf:iperf
 P3=15201 P2=15202 PN=15203
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
-PIDS=()
-trap cleanup EXIT
 
 iperf3 -s -p $P3 >/dev/null 2>&1 & PIDS+=($!)
 iperf -s -p $P2 >/dev/null 2>&1 & PIDS+=($!)
@@ -39,7 +31,6 @@ netrig_gbps() { # $1 = connections, $2 = verify level; bytes the server received
         --verify "$2" -v 0 --json "$WORK/n.json" || true
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]; s=sum(x[1]["bytes_received"] for x in d["servers"] if x[1]); print("%.2f" % (s*8/d["duration_secs"]/1e9))' "$WORK/n.json"
 }
-ratio() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b else 'n/a')" "$1" "$2"; }
 
 printf '%-6s %10s %10s %14s %14s %12s %12s %12s\n' conns iperf3 iperf2 netrig-verify netrig-noverif n.v/iperf3 n.v/iperf2 verify-cost
 for P in 1 4; do

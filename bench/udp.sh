@@ -11,17 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-3}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need iperf3 || ! need iperf; then
-    apt-get update -qq && apt-get install -y -qq iperf3 iperf >/dev/null
-fi
-cargo build --release -q
-NETRIG=target/release/netrig
-WORK=$(mktemp -d)
+. bench/lib.sh
+ensure_peers iperf3:iperf3 iperf:iperf
 P3=15311 P2=15312 PN=15313
-PIDS=()
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 iperf3 -s -p $P3 >/dev/null 2>&1 & PIDS+=($!)
 iperf -s -u -e -p $P2 >/dev/null 2>&1 & PIDS+=($!)
 $NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
@@ -69,7 +61,6 @@ except Exception:
     print("nan nan nan nan nan nan")
 PY
 }
-ratio() { python3 -c "import sys,math; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b and not math.isnan(a/b) else 'n/a')" "$1" "$2"; }
 
 echo "== Maximum rate (received)"
 printf '%-6s %-8s %12s %10s %8s %10s\n' size tool pps Gbit/s loss% ratio-pps

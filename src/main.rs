@@ -129,22 +129,13 @@ fn crr(a: CrrArgs) -> Result<ExitCode> {
             col.first_failure.as_deref(),
         );
     }
-    let mut code = if run.totals.data_errors > 0 {
-        exit::DATA_ERROR
-    } else if rep.failed > 0 {
-        exit::NETWORK_ERROR
-    } else if run.interrupted {
-        exit::INTERRUPTED
-    } else {
-        0
-    };
-    if let Some(p) = &a.json
-        && let Err(e) = netrig::report::write_crr_json(p, &rep)
-    {
-        eprintln!("netrig: cannot write {}: {e}", p.display());
-        code = code.max(exit::FATAL);
-    }
-    Ok(ExitCode::from(code))
+    let code = run_code(run.totals.data_errors > 0, rep.failed > 0, run.interrupted);
+    Ok(finish(
+        code,
+        a.json.as_deref(),
+        |p| netrig::report::write_crr_json(p, &rep),
+        Vec::new(),
+    ))
 }
 
 #[derive(Args)]
@@ -787,26 +778,51 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
     if a.verbosity >= 1 {
         print_udp_summary(&cfg, &rep);
     }
-    let mut code = if rep.totals.as_ref().is_some_and(|t| t.corrupt > 0) {
+    let code = run_code(
+        rep.totals.as_ref().is_some_and(|t| t.corrupt > 0),
+        rep.server_lost,
+        rep.interrupted,
+    );
+    Ok(finish(
+        code,
+        a.json.as_deref(),
+        |p| write_udp_json(p, &cfg, &rep),
+        reporter.take_errors(),
+    ))
+}
+
+/// The exit code of a finished run: data errors win over network errors,
+/// which win over an interrupt.
+fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> u8 {
+    if data_error {
         exit::DATA_ERROR
-    } else if rep.server_lost {
+    } else if network_error {
         exit::NETWORK_ERROR
-    } else if rep.interrupted {
+    } else if interrupted {
         exit::INTERRUPTED
     } else {
         0
-    };
-    if let Some(p) = &a.json
-        && let Err(e) = write_udp_json(p, &cfg, &rep)
+    }
+}
+
+/// Writes the JSON report if asked and folds output errors into the exit code.
+fn finish(
+    mut code: u8,
+    json: Option<&std::path::Path>,
+    write: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+    output_errors: Vec<std::io::Error>,
+) -> ExitCode {
+    if let Some(p) = json
+        && let Err(e) = write(p)
     {
         eprintln!("netrig: cannot write {}: {e}", p.display());
         code = code.max(exit::FATAL);
     }
-    for e in reporter.take_errors() {
+    for e in output_errors {
         eprintln!("netrig: output error: {e}");
         code = code.max(exit::FATAL);
     }
-    Ok(ExitCode::from(code))
+    ExitCode::from(code)
 }
 
 /// Reports a client error and picks its exit code.
@@ -945,26 +961,14 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     if a.verbosity >= 1 {
         print_summary(&rep);
     }
-    let mut code = if rep.totals.data_errors > 0 {
-        exit::DATA_ERROR
-    } else if rep.totals.net_errors > 0 || !rep.lost_servers.is_empty() {
-        exit::NETWORK_ERROR
-    } else if rep.interrupted {
-        exit::INTERRUPTED
-    } else {
-        0
-    };
-    if let Some(p) = &a.json
-        && let Err(e) = write_json(p, &cfg, &rep)
-    {
-        eprintln!("netrig: cannot write {}: {e}", p.display());
-        code = code.max(exit::FATAL);
-    }
-    for e in reporter.take_errors() {
-        eprintln!("netrig: output error: {e}");
-        code = code.max(exit::FATAL);
-    }
-    Ok(ExitCode::from(code))
+    let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
+    let code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
+    Ok(finish(
+        code,
+        a.json.as_deref(),
+        |p| write_json(p, &cfg, &rep),
+        reporter.take_errors(),
+    ))
 }
 
 fn main() -> ExitCode {

@@ -81,32 +81,54 @@ fn wait_until(start: Instant, due_ns: u64, pacing: Pacing) {
     }
 }
 
+/// Message headers for `sendmmsg`/`recvmmsg`, one per `size`-byte slot of a
+/// buffer. `msgs` point into `iov`'s heap storage, which never moves while
+/// both live in this struct.
+struct Mmsg {
+    _iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl Mmsg {
+    fn new(buf: &mut [u8], size: usize, n: usize) -> Mmsg {
+        let mut iov: Vec<libc::iovec> = buf
+            .chunks_exact_mut(size)
+            .take(n)
+            .map(|c| libc::iovec {
+                iov_base: c.as_mut_ptr().cast(),
+                iov_len: size,
+            })
+            .collect();
+        let msgs = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        Mmsg { _iov: iov, msgs }
+    }
+}
+
 /// Sends `n` datagrams of `size` bytes laid out back to back in `buf`.
 fn send_batch(sock: &UdpSocket, buf: &mut [u8], size: usize, n: usize) -> io::Result<usize> {
     if n == 1 {
         return sock.send(&buf[..size]).map(|_| 1);
     }
-    let mut iov: Vec<libc::iovec> = buf
-        .chunks_exact_mut(size)
-        .take(n)
-        .map(|c| libc::iovec {
-            iov_base: c.as_mut_ptr().cast(),
-            iov_len: size,
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = iov
-        .iter_mut()
-        .map(|v| {
-            // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-            m
-        })
-        .collect();
+    let mut m = Mmsg::new(buf, size, n);
     // SAFETY: `msgs` holds `n` initialised headers whose iovecs point into `buf`,
     // which outlives the call; the socket is connected, so no addresses are needed.
-    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+    let r = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            m.msgs.as_mut_ptr(),
+            m.msgs.len() as u32,
+            0,
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -339,31 +361,15 @@ pub fn run_receiver(
 
 /// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns their lengths.
 fn recv_batch(sock: &UdpSocket, buf: &mut [u8], size: usize) -> io::Result<Vec<usize>> {
-    let mut iov: Vec<libc::iovec> = buf
-        .chunks_exact_mut(size)
-        .map(|c| libc::iovec {
-            iov_base: c.as_mut_ptr().cast(),
-            iov_len: size,
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = iov
-        .iter_mut()
-        .map(|v| {
-            // SAFETY: all-zero is a valid mmsghdr.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-            m
-        })
-        .collect();
+    let mut m = Mmsg::new(buf, size, BATCH);
     // SAFETY: each header's single iovec points at a distinct `size`-byte slot of
     // `buf`, which outlives the call; the kernel writes at most `size` bytes there
     // and fills `msg_len`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO) for the first only.
     let r = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
-            msgs.as_mut_ptr(),
-            msgs.len() as u32,
+            m.msgs.as_mut_ptr(),
+            m.msgs.len() as u32,
             libc::MSG_WAITFORONE,
             std::ptr::null_mut(),
         )
@@ -371,7 +377,7 @@ fn recv_batch(sock: &UdpSocket, buf: &mut [u8], size: usize) -> io::Result<Vec<u
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(msgs[..r as usize]
+    Ok(m.msgs[..r as usize]
         .iter()
         .map(|m| (m.msg_len as usize).min(size))
         .collect())
