@@ -61,6 +61,17 @@ impl Control {
         bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
         timeout: Duration,
     ) -> Result<Control, ClientError> {
+        Self::connect_over(target, port, bind, timeout, net::Stream::Tcp)
+    }
+
+    /// As [`Control::connect`], over TCP or one-to-one SCTP.
+    pub fn connect_over(
+        target: &str,
+        port: u16,
+        bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
+        timeout: Duration,
+        kind: net::Stream,
+    ) -> Result<Control, ClientError> {
         let conn_err = |source| ClientError::Connect {
             target: target.to_string(),
             source,
@@ -68,7 +79,7 @@ impl Control {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         let mut found = None;
         for addr in net::resolve(target, port).map_err(conn_err)? {
-            match net::connect(addr, bind(addr)?, timeout) {
+            match net::connect_stream(addr, bind(addr)?, timeout, kind) {
                 Ok(s) => {
                     found = Some((addr, s));
                     break;

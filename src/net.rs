@@ -33,15 +33,93 @@ pub fn default_listeners(port: u16) -> io::Result<Vec<TcpListener>> {
     }
 }
 
+/// A stream transport: TCP, or one-to-one SCTP (which reads and writes like TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// TCP.
+    Tcp,
+    /// SCTP, one-to-one style (SOCK_STREAM).
+    Sctp,
+}
+
+impl Stream {
+    fn protocol(self) -> Protocol {
+        match self {
+            Stream::Tcp => Protocol::TCP,
+            Stream::Sctp => Protocol::from(libc::IPPROTO_SCTP),
+        }
+    }
+}
+
+/// Whether this kernel offers one-to-one SCTP sockets.
+pub fn sctp_available() -> bool {
+    Socket::new(Domain::IPV4, Type::STREAM, Some(Stream::Sctp.protocol())).is_ok()
+}
+
+/// An SCTP (one-to-one) listening socket, usable as a `TcpListener`: accepted
+/// associations read and write like TCP connections.
+pub fn listen_sctp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(Stream::Sctp.protocol()),
+    )?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// Turns Nagle off (`on == false`) or on, for TCP or SCTP alike.
+pub fn set_nodelay(stream: &TcpStream, nodelay: bool) -> io::Result<()> {
+    match stream.set_nodelay(nodelay) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            const SCTP_NODELAY: libc::c_int = 3;
+            let v: libc::c_int = nodelay.into();
+            // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
+            let r = unsafe {
+                libc::setsockopt(
+                    stream.as_raw_fd(),
+                    libc::IPPROTO_SCTP,
+                    SCTP_NODELAY,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+    }
+}
+
 /// Connects to `to`, optionally from local address `from`, within `timeout`.
 pub fn connect(to: SocketAddr, from: Option<IpAddr>, timeout: Duration) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+    connect_stream(to, from, timeout, Stream::Tcp)
+}
+
+/// Connects over TCP or SCTP.
+pub fn connect_stream(
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    timeout: Duration,
+    kind: Stream,
+) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(kind.protocol()))?;
     if let Some(ip) = from {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
     socket.connect_timeout(&to.into(), timeout)?;
-    socket.set_tcp_nodelay(true)?;
-    Ok(socket.into())
+    let stream: TcpStream = socket.into();
+    set_nodelay(&stream, true)?;
+    Ok(stream)
 }
 
 /// Enables TCP keepalive so a vanished peer on an idle control connection is noticed.

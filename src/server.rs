@@ -119,7 +119,9 @@ struct State {
 
 /// A bound server, ready to [`Server::run`].
 pub struct Server {
+    /// TCP listeners first, then SCTP ones.
     listeners: Vec<TcpListener>,
+    tcp_listeners: usize,
     state: Arc<State>,
 }
 
@@ -134,8 +136,26 @@ impl Server {
                 .map(|a| crate::net::listen(*a))
                 .collect::<io::Result<_>>()?
         };
+        // Where the kernel has SCTP, accept one-to-one SCTP on the same
+        // addresses and ports too (for `rr --proto sctp`); best effort.
+        let tcp_listeners = listeners.len();
+        let mut listeners = listeners;
+        if crate::net::sctp_available() {
+            let addrs: Vec<SocketAddr> = listeners
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .collect();
+            for a in addrs {
+                match crate::net::listen_sctp(a) {
+                    Ok(l) => listeners.push(l),
+                    Err(e) if cfg.verbosity >= 2 => eprintln!("no SCTP listener on {a}: {e}"),
+                    Err(_) => {}
+                }
+            }
+        }
         Ok(Server {
             listeners,
+            tcp_listeners,
             state: Arc::new(State {
                 cfg,
                 sessions: Mutex::new(HashMap::new()),
@@ -146,9 +166,9 @@ impl Server {
         })
     }
 
-    /// The addresses actually bound (useful with port 0).
+    /// The TCP addresses actually bound (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
+        self.listeners[..self.tcp_listeners]
             .iter()
             .filter_map(|l| l.local_addr().ok())
             .collect()
@@ -165,6 +185,9 @@ impl Server {
         if st.cfg.verbosity >= 1 {
             for a in self.local_addrs() {
                 crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+            }
+            if self.listeners.len() > self.tcp_listeners {
+                crate::out!("also accepting SCTP on the same addresses");
             }
         }
         while !st.stop.load(SeqCst) {
@@ -233,7 +256,7 @@ fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
     {
         return;
     }
-    let _ = stream.set_nodelay(true);
+    let _ = crate::net::set_nodelay(&stream, true);
     let mut s = &stream;
     match read_message(&mut s) {
         Ok(Message::Hello(h)) => control(st, &stream, peer, h),

@@ -209,20 +209,23 @@ pub fn run(
     interrupt: Arc<AtomicBool>,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(RrReport, LatencyStats), ClientError> {
-    let proto = match cfg.transport {
-        Transport::Tcp => RrProto::Tcp,
-        Transport::Udp => RrProto::Udp,
+    // SCTP one-to-one runs the stream protocol, exactly like TCP.
+    let (proto, stream_kind) = match cfg.transport {
+        Transport::Tcp => (RrProto::Tcp, crate::net::Stream::Tcp),
+        Transport::Udp => (RrProto::Udp, crate::net::Stream::Tcp),
         Transport::Sctp | Transport::SctpSeqpacket => {
-            sctp_support(cfg.transport == Transport::SctpSeqpacket).map_err(|message| {
-                ClientError::Refused {
-                    target: "this host".into(),
-                    message,
-                }
+            let seqpacket = cfg.transport == Transport::SctpSeqpacket;
+            sctp_support(seqpacket).map_err(|message| ClientError::Refused {
+                target: "this host".into(),
+                message,
             })?;
-            return Err(ClientError::Refused {
-                target: cfg.target.clone(),
-                message: "SCTP transport is not available in this build of netrig".into(),
-            });
+            if seqpacket {
+                return Err(ClientError::Refused {
+                    target: cfg.target.clone(),
+                    message: "sctp-seqpacket (one-to-many, multi-homed) is not implemented yet; use --proto sctp".into(),
+                });
+            }
+            (RrProto::Tcp, crate::net::Stream::Sctp)
         }
     };
     let total = cfg.warmup.saturating_add(cfg.iterations);
@@ -234,7 +237,13 @@ pub fn run(
         nagle: cfg.nagle,
     };
     let bind = |a: std::net::SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
-    let mut c = Control::connect(&cfg.target, cfg.port, bind, Duration::from_secs(10))?;
+    let mut c = Control::connect_over(
+        &cfg.target,
+        cfg.port,
+        bind,
+        Duration::from_secs(10),
+        stream_kind,
+    )?;
     let accept = c.request(TestSpec::Rr(spec))?;
     let new_stats = || {
         LatencyStats::new(
@@ -315,7 +324,7 @@ fn tcp(
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let s = &mut c.stream;
-    let _ = s.set_nodelay(!cfg.nagle);
+    let _ = crate::net::set_nodelay(s, !cfg.nagle);
     let _ = s.set_read_timeout(Some(cfg.timeout.unwrap_or(Duration::from_secs(30))));
     if cfg.busy_poll {
         let _ = s.set_nonblocking(true);

@@ -95,7 +95,7 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
             spec.iterations
         );
     }
-    let _ = stream.set_nodelay(!spec.nagle);
+    let _ = crate::net::set_nodelay(stream, !spec.nagle);
     let _ = stream.set_read_timeout(Some(idle));
     let (req_start, rep_start) = (
         stream_start(id, Direction::ClientToServer),
