@@ -10,9 +10,20 @@ use std::time::Duration;
 /// netrig's well-known port (control and data share it).
 pub const DEFAULT_PORT: u16 = 4794;
 
-/// Opens a listening socket. `[::]` listens on IPv6 and IPv4 (dual-stack).
+/// Opens a TCP listening socket. `[::]` listens on IPv6 and IPv4 (dual-stack).
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    listen_on(addr, Stream::Tcp)
+}
+
+/// Opens a non-blocking, dual-stack listening socket of either stream kind.
+/// One-to-one SCTP listeners are usable as a `TcpListener`: accepted
+/// associations read and write like TCP connections.
+pub fn listen_on(addr: SocketAddr, kind: Stream) -> io::Result<TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(kind.protocol()),
+    )?;
     socket.set_reuse_address(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(false)?;
@@ -54,24 +65,6 @@ impl Stream {
 /// Whether this kernel offers one-to-one SCTP sockets.
 pub fn sctp_available() -> bool {
     Socket::new(Domain::IPV4, Type::STREAM, Some(Stream::Sctp.protocol())).is_ok()
-}
-
-/// An SCTP (one-to-one) listening socket, usable as a `TcpListener`: accepted
-/// associations read and write like TCP connections.
-pub fn listen_sctp(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM,
-        Some(Stream::Sctp.protocol()),
-    )?;
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(false)?;
-    }
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    socket.set_nonblocking(true)?;
-    Ok(socket.into())
 }
 
 /// Turns Nagle off (`on == false`) or on, for TCP or SCTP alike.

@@ -146,7 +146,7 @@ impl Server {
                 .filter_map(|l| l.local_addr().ok())
                 .collect();
             for a in addrs {
-                match crate::net::listen_sctp(a) {
+                match crate::net::listen_on(a, crate::net::Stream::Sctp) {
                     Ok(l) => listeners.push(l),
                     Err(e) if cfg.verbosity >= 2 => eprintln!("no SCTP listener on {a}: {e}"),
                     Err(_) => {}
