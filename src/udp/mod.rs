@@ -6,5 +6,6 @@ pub mod clock;
 pub mod engine;
 pub mod header;
 pub mod pace;
+pub mod profile;
 pub mod serve;
 pub mod track;

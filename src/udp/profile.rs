@@ -1,0 +1,353 @@
+//! Rate profiles (FlowPing scenario files), free of I/O: parse a profile,
+//! evaluate rate and datagram size at any time, and generate the departure
+//! schedule it implies.
+//!
+//! A profile file has one step per line: `TIME RATE SIZE [ramp|hold]`,
+//! fields separated by spaces, tabs, commas or semicolons; `#` starts a
+//! comment. TIME is the step's offset from the start (`0`, `10s`, `500ms`),
+//! RATE a bit rate (`0`, `100k`, `10Mbit`), SIZE the datagram size in bytes.
+//! Between a step and the next the rate and size change linearly (`ramp`, the
+//! default) or stay put (`hold`). The profile ends at the last step's time.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::units::{parse_duration, parse_rate, parse_size};
+
+/// One step of a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Offset from the start, ns.
+    pub at_ns: u64,
+    /// Rate at this step, bit/s.
+    pub rate_bps: u64,
+    /// Datagram size at this step, bytes.
+    pub size: u32,
+    /// Keep this step's values until the next step instead of ramping.
+    pub hold: bool,
+}
+
+/// Why a profile is unusable; names the line and field.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ProfileError {
+    /// A field did not parse.
+    #[error("line {line}: {field}: {reason}")]
+    Field {
+        /// 1-based line number.
+        line: usize,
+        /// Which field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Wrong number of fields.
+    #[error("line {line}: expected TIME RATE SIZE [ramp|hold], found {found} fields")]
+    Fields {
+        /// 1-based line number.
+        line: usize,
+        /// Fields found.
+        found: usize,
+    },
+    /// Times must increase.
+    #[error("line {line}: time must be later than the previous step's")]
+    NotIncreasing {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// Fewer than two steps, or a first step not at time 0.
+    #[error("a profile needs at least two steps, the first at time 0")]
+    TooShort,
+}
+
+/// A validated profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    steps: Vec<Step>,
+}
+
+impl Profile {
+    /// Builds a profile from steps (checked as a file would be).
+    pub fn new(steps: Vec<Step>) -> Result<Profile, ProfileError> {
+        if steps.len() < 2 || steps[0].at_ns != 0 {
+            return Err(ProfileError::TooShort);
+        }
+        for (i, w) in steps.windows(2).enumerate() {
+            if w[1].at_ns <= w[0].at_ns {
+                return Err(ProfileError::NotIncreasing { line: i + 2 });
+            }
+        }
+        Ok(Profile { steps })
+    }
+
+    /// A linear sweep from `from` to `to` bit/s over `duration_ns` at a fixed size.
+    pub fn sweep(
+        from_bps: u64,
+        to_bps: u64,
+        duration_ns: u64,
+        size: u32,
+    ) -> Result<Profile, ProfileError> {
+        let step = |at_ns, rate_bps| Step {
+            at_ns,
+            rate_bps,
+            size,
+            hold: false,
+        };
+        Profile::new(vec![step(0, from_bps), step(duration_ns, to_bps)])
+    }
+
+    /// Parses a profile file's text.
+    pub fn parse(text: &str) -> Result<Profile, ProfileError> {
+        let mut steps = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let body = raw.split('#').next().unwrap_or("");
+            let fields: Vec<&str> = body
+                .split(|c: char| c.is_whitespace() || c == ',' || c == ';')
+                .filter(|f| !f.is_empty())
+                .collect();
+            if fields.is_empty() {
+                continue;
+            }
+            if !(3..=4).contains(&fields.len()) {
+                return Err(ProfileError::Fields {
+                    line,
+                    found: fields.len(),
+                });
+            }
+            let err = |field, reason: String| ProfileError::Field {
+                line,
+                field,
+                reason,
+            };
+            let at = parse_duration(fields[0]).map_err(|e| err("time", e.to_string()))?;
+            let rate = parse_rate(fields[1]).map_err(|e| err("rate", e.to_string()))?;
+            let size = parse_size(fields[2]).map_err(|e| err("size", e.to_string()))?;
+            if !(32..=65_507).contains(&size) {
+                return Err(err("size", format!("{size} is outside 32..=65507 bytes")));
+            }
+            let hold = match fields.get(3).map(|s| s.to_ascii_lowercase()) {
+                None => false,
+                Some(m) if m == "ramp" => false,
+                Some(m) if m == "hold" => true,
+                Some(m) => return Err(err("mode", format!("'{m}' is neither ramp nor hold"))),
+            };
+            let at_ns = at.as_nanos().min(u64::MAX as u128) as u64;
+            if steps.last().is_some_and(|s: &Step| at_ns <= s.at_ns) {
+                return Err(ProfileError::NotIncreasing { line });
+            }
+            steps.push(Step {
+                at_ns,
+                rate_bps: rate,
+                size: size as u32,
+                hold,
+            });
+        }
+        Profile::new(steps)
+    }
+
+    /// The steps.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Length of the profile, ns.
+    pub fn duration_ns(&self) -> u64 {
+        self.steps.last().map_or(0, |s| s.at_ns)
+    }
+
+    /// Rate (bit/s) and size (bytes) in force at `t_ns`.
+    pub fn at(&self, t_ns: u64) -> (f64, f64) {
+        let i = self
+            .steps
+            .partition_point(|s| s.at_ns <= t_ns)
+            .saturating_sub(1);
+        let a = self.steps[i];
+        let Some(b) = self.steps.get(i + 1) else {
+            return (a.rate_bps as f64, a.size as f64);
+        };
+        if a.hold {
+            return (a.rate_bps as f64, a.size as f64);
+        }
+        let f = (t_ns - a.at_ns) as f64 / (b.at_ns - a.at_ns) as f64;
+        let lerp = |x: f64, y: f64| x + (y - x) * f;
+        (
+            lerp(a.rate_bps as f64, b.rate_bps as f64),
+            lerp(a.size as f64, b.size as f64),
+        )
+    }
+
+    /// Departures `(time ns, size bytes)` in order. The schedule follows the
+    /// profile's cumulative bits B(t) exactly: each datagram owns `8 × size`
+    /// bits of budget and leaves when half of its budget has accrued, so the
+    /// bytes sent track the profile's integral within half a datagram, steps
+    /// and ramps alike, and nothing leaves while the rate is zero.
+    pub fn departures(&self) -> Departures<'_> {
+        let segs = self
+            .steps
+            .windows(2)
+            .map(|w| {
+                let dur = (w[1].at_ns - w[0].at_ns) as f64 / 1e9;
+                let r1 = if w[0].hold {
+                    w[0].rate_bps
+                } else {
+                    w[1].rate_bps
+                };
+                Segment {
+                    t0_ns: w[0].at_ns as f64,
+                    dur,
+                    r0: w[0].rate_bps as f64,
+                    slope: (r1 as f64 - w[0].rate_bps as f64) / dur,
+                }
+            })
+            .collect();
+        let first_half = self.at(0).1 * 8.0 / 2.0;
+        Departures {
+            p: self,
+            segs,
+            seg: 0,
+            u: 0.0,
+            need: first_half,
+        }
+    }
+
+    /// Bytes the profile asks for: the integral of rate over time, / 8.
+    pub fn bytes(&self) -> f64 {
+        let mut total = 0.0;
+        for w in self.steps.windows(2) {
+            let dt = (w[1].at_ns - w[0].at_ns) as f64 / 1e9;
+            let end_rate = if w[0].hold {
+                w[0].rate_bps
+            } else {
+                w[1].rate_bps
+            };
+            total += dt * (w[0].rate_bps as f64 + end_rate as f64) / 2.0 / 8.0;
+        }
+        total
+    }
+}
+
+struct Segment {
+    t0_ns: f64,
+    dur: f64,
+    r0: f64,
+    slope: f64,
+}
+
+/// Iterator over a profile's departures.
+pub struct Departures<'a> {
+    p: &'a Profile,
+    segs: Vec<Segment>,
+    seg: usize,
+    /// Seconds into the current segment.
+    u: f64,
+    /// Bits of budget still to accrue before the next departure.
+    need: f64,
+}
+
+impl Iterator for Departures<'_> {
+    type Item = (u64, u32);
+
+    fn next(&mut self) -> Option<(u64, u32)> {
+        while let Some(g) = self.segs.get(self.seg) {
+            let left = g.dur - self.u;
+            let r = g.r0 + g.slope * self.u;
+            let available = r * left + g.slope * left * left / 2.0;
+            if available >= self.need && self.need >= 0.0 {
+                // Solve r·x + slope·x²/2 = need for the smallest x >= 0.
+                let x = if g.slope.abs() < 1e-9 {
+                    self.need / r
+                } else {
+                    let disc = (r * r + 2.0 * g.slope * self.need).max(0.0);
+                    (disc.sqrt() - r) / g.slope
+                };
+                self.u += x.clamp(0.0, left);
+                let t_ns = g.t0_ns + self.u * 1e9;
+                let size = self.p.at(t_ns as u64).1;
+                // This datagram's second half, then the next one's first half.
+                self.need = size * 8.0;
+                return Some((t_ns as u64, size.round() as u32));
+            }
+            self.need -= available.max(0.0);
+            self.seg += 1;
+            self.u = 0.0;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_flowping_style_files() {
+        let text = "# t rate size\n0 1M 500\n10s, 2M, 1000 ; hold\n\n20s\t2M\t1000 # end\n";
+        let p = Profile::parse(text).unwrap();
+        assert_eq!(p.steps().len(), 3);
+        assert!(p.steps()[1].hold);
+        assert_eq!(p.duration_ns(), 20_000_000_000);
+        assert_eq!(p.at(5_000_000_000), (1.5e6, 750.0));
+        assert_eq!(p.at(15_000_000_000), (2e6, 1000.0));
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        assert_eq!(
+            Profile::parse("0 1M 500\n5s 2X 500\n")
+                .unwrap_err()
+                .to_string(),
+            "line 2: rate: unknown unit 'X' in '2X' (expected bit/s with k, M, G or T (e.g. 100Mbit, 10G, 50MB/s))"
+        );
+        assert_eq!(
+            Profile::parse("0 1M 500\n5s 2M\n"),
+            Err(ProfileError::Fields { line: 2, found: 2 })
+        );
+        assert_eq!(
+            Profile::parse("0 1M 500\n0 2M 500\n"),
+            Err(ProfileError::NotIncreasing { line: 2 })
+        );
+        assert!(matches!(
+            Profile::parse("0 1M 10\n1 1M 100\n"),
+            Err(ProfileError::Field {
+                line: 1,
+                field: "size",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Profile::parse("0 1M 100 jump\n1 1M 100\n"),
+            Err(ProfileError::Field { field: "mode", .. })
+        ));
+        assert_eq!(
+            Profile::parse("1s 1M 100\n2s 1M 100\n"),
+            Err(ProfileError::TooShort)
+        );
+    }
+
+    #[test]
+    fn zero_rate_segments_send_nothing() {
+        let p = Profile::parse("0 0 100 hold\n1s 8M 100 hold\n2s 0 100\n").unwrap();
+        let d: Vec<_> = p.departures().collect();
+        assert!(d.first().unwrap().0 >= 1_000_000_000);
+        assert!(d.last().unwrap().0 < 2_000_000_000);
+        assert_eq!(d.len(), 10_000); // 8 Mbit/s of 100 B datagrams for 1 s
+    }
+
+    proptest! {
+        /// A schedule delivers the profile's bytes within rounding (half a datagram).
+        #[test]
+        fn delivers_the_profiles_bytes(r1 in 1u64..50, r2 in 1u64..50, r3 in 0u64..50, s in 100u32..1500, hold in any::<bool>()) {
+            let steps = vec![
+                Step { at_ns: 0, rate_bps: r1 * 1_000_000, size: s, hold },
+                Step { at_ns: 300_000_000, rate_bps: r2 * 1_000_000, size: s, hold: false },
+                Step { at_ns: 600_000_000, rate_bps: r3 * 1_000_000, size: s, hold },
+                Step { at_ns: 900_000_000, rate_bps: r3 * 1_000_000, size: s, hold: false },
+            ];
+            let p = Profile::new(steps).unwrap();
+            let sent: f64 = p.departures().map(|(_, sz)| sz as f64).sum();
+            let want = p.bytes();
+            prop_assert!((sent - want).abs() <= s as f64 / 2.0 + 1.0, "sent {} want {}", sent, want);
+        }
+    }
+}
