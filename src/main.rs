@@ -622,6 +622,10 @@ struct UdpArgs {
     /// Delay histogram bin count (the last bin takes everything above).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     hist_bins: u32,
+    /// Rate profile file (FlowPing scenario: TIME RATE SIZE [ramp|hold] per line);
+    /// replaces --rate/--gap/--size/--duration.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "gap", "media"])]
+    profile: Option<PathBuf>,
     /// Media stream (ctsTraffic): the server sends one datagram per frame.
     #[arg(long, requires = "bitrate")]
     media: bool,
@@ -697,11 +701,33 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
+    let profile = match &a.profile {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            match netrig::udp::profile::Profile::parse(&text) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("netrig: {}: {e}", path.display());
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+    };
+    let (size, gap_ps, duration_ms) = match &profile {
+        Some(p) => (
+            u64::from(p.max_size()),
+            gap_for_rate(p.max_size(), p.max_rate().max(1)),
+            (p.duration_ns() / 1_000_000).max(1),
+        ),
+        None => (size, gap_ps, a.duration.as_millis().max(1) as u64),
+    };
     let spec = UdpSpec {
         reverse,
         size: size as u32,
         gap_ps,
-        duration_ms: a.duration.as_millis().max(1) as u64,
+        duration_ms,
         pacing: a.pacing,
         catch_up: a.catch_up,
         verify: !a.no_verify,
@@ -710,6 +736,7 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
         hist_bins: a.hist_bins,
         offset_comp_ns: a.offset_comp,
         media,
+        profile,
     };
     let embedded = match &a.target {
         Some(_) => None,

@@ -152,6 +152,9 @@ pub struct UdpSpec {
     pub offset_comp_ns: i64,
     /// Media-stream mode.
     pub media: Option<MediaSpec>,
+    /// Time-varying rate and size (FlowPing scenario); overrides size/gap.
+    #[serde(default)]
+    pub profile: Option<crate::udp::profile::Profile>,
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and

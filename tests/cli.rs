@@ -557,3 +557,41 @@ fn udp_bind_dev() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn udp_profile_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "# t rate size\n0 1M 500\n1s fast 500\n").unwrap();
+    let out = netrig(&["udp", "--profile", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.txt: line 3: rate"), "{err}");
+    let good = dir.path().join("ramp.txt");
+    std::fs::write(&good, "0; 1M; 200\n600ms, 5M, 800\n").unwrap();
+    let js = dir.path().join("p.json");
+    let out = netrig(&[
+        "udp",
+        "--profile",
+        good.to_str().unwrap(),
+        "-v",
+        "0",
+        "--json",
+        js.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    // Ramp 1 -> 5 Mbit/s over 0.6 s: 225,000 bytes.
+    let bytes = doc["result"]["sender"]["bytes"].as_f64().unwrap();
+    assert!((bytes - 225_000.0).abs() < 2_500.0, "{bytes}");
+    assert_eq!(doc["result"]["totals"]["lost"], 0);
+}

@@ -45,6 +45,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
         hist_bins: 40,
         offset_comp_ns: 0,
         media: None,
+        profile: None,
     }
 }
 
@@ -232,6 +233,7 @@ fn every_pacing_mode_holds_its_rate() {
             pacing,
             catch_up: false,
             stream: 1,
+            profile: None,
         };
         let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
         // Within 2% of 1000 datagrams, and never early on average.
@@ -244,5 +246,54 @@ fn every_pacing_mode_holds_its_rate() {
         let mut buf = [0u8; 300];
         rx.set_nonblocking(true).unwrap();
         while rx.recv(&mut buf).is_ok() {}
+    }
+}
+
+#[test]
+fn profile_drives_rate_and_size_end_to_end() {
+    use netrig::udp::profile::Profile;
+    let srv = TestServer::start();
+    // Ramp 0 -> 16 Mbit/s with growing datagrams, hold, then a step down.
+    let p =
+        Profile::parse("0 0 200\n500ms 16M 1000 hold\n1s 4M 500 hold\n1500ms 4M 500\n").unwrap();
+    let want = p.bytes();
+    for reverse in [false, true] {
+        let mut sp = spec(
+            reverse,
+            1_000_000,
+            p.max_size(),
+            p.duration_ns() / 1_000_000,
+        );
+        sp.profile = Some(p.clone());
+        let (rep, got) = run_udp(srv.addr, sp, false);
+        let s = rep.sender.unwrap();
+        let t = rep.totals.unwrap();
+        let sent = s.bytes as f64;
+        assert!(
+            (sent - want).abs() < 0.01 * want + 1000.0,
+            "reverse={reverse}: sent {sent} want {want}"
+        );
+        assert_eq!(
+            (t.unique, t.lost, t.bytes),
+            (s.packets, 0, s.bytes),
+            "reverse={reverse}"
+        );
+        // The intervals follow the profile: the 0.5-1.0 s hold carries ~4x the 1.0-1.5 s step.
+        // Whole 200 ms intervals lying inside [from, from + 0.5 s]: two each.
+        let iv = |from: f64| {
+            let inside = |i: &&UdpInterval| {
+                i.time_slice - 0.2 >= from - 0.01 && i.time_slice <= from + 0.5 + 0.01
+            };
+            got.intervals
+                .iter()
+                .filter(inside)
+                .map(|i| i.bytes)
+                .sum::<u64>()
+        };
+        let (hold, step) = (iv(0.5), iv(1.0));
+        assert!(
+            hold > 3 * step && hold < 5 * step,
+            "reverse={reverse}: {hold} vs {step}"
+        );
     }
 }

@@ -60,6 +60,92 @@ pub struct SenderConfig {
     pub catch_up: bool,
     /// Stream ID stamped in every datagram.
     pub stream: u32,
+    /// Time-varying rate and size instead of `size`/`gap_ps`.
+    pub profile: Option<super::profile::Profile>,
+}
+
+/// Where departures come from: a fixed-gap schedule or a rate profile.
+enum Plan {
+    Fixed {
+        sched: Schedule,
+        size: usize,
+    },
+    Profile {
+        deps: super::profile::Departures,
+        next: Option<(u64, u32)>,
+        catch_up: bool,
+        slips: u64,
+    },
+}
+
+impl Plan {
+    fn new(cfg: &SenderConfig) -> Plan {
+        match &cfg.profile {
+            None => Plan::Fixed {
+                sched: Schedule::new(0, cfg.gap_ps, cfg.catch_up),
+                size: cfg.size.max(HEADER_LEN),
+            },
+            Some(p) => {
+                let mut deps = p.departures();
+                let next = deps.next();
+                Plan::Profile {
+                    deps,
+                    next,
+                    catch_up: cfg.catch_up,
+                    slips: 0,
+                }
+            }
+        }
+    }
+
+    fn next_due(&self) -> u64 {
+        match self {
+            Plan::Fixed { sched, .. } => sched.next_due(),
+            Plan::Profile { next, .. } => next.map_or(u64::MAX, |n| n.0),
+        }
+    }
+
+    /// Fills `out` with the (due, size) of the datagrams due at `now`, at most `max`.
+    fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(u64, usize)>) {
+        out.clear();
+        match self {
+            Plan::Fixed { sched, size } => {
+                let (first, n) = sched.take_due(now, max as u64);
+                out.extend((first..first + n).map(|i| (sched.due_of(i), *size)));
+            }
+            Plan::Profile {
+                deps,
+                next,
+                catch_up,
+                slips,
+            } => {
+                // After a stall, skip what is long overdue rather than burst it.
+                let mut skipped = false;
+                while let Some((t, _)) = *next {
+                    if *catch_up || t + super::pace::STALL_NS > now {
+                        break;
+                    }
+                    skipped = true;
+                    *next = deps.next();
+                }
+                *slips += u64::from(skipped);
+                while let Some((t, sz)) = *next {
+                    if t > now || out.len() >= max {
+                        break;
+                    }
+                    out.push((t, (sz as usize).max(HEADER_LEN)));
+                    *next = deps.next();
+                }
+            }
+        }
+    }
+
+    fn slips(&self) -> u64 {
+        match self {
+            Plan::Fixed { sched, .. } => sched.slips(),
+            Plan::Profile { slips, .. } => *slips,
+        }
+    }
 }
 
 fn wait_until(start: Instant, due_ns: u64, pacing: Pacing) {
@@ -85,6 +171,7 @@ fn wait_until(start: Instant, due_ns: u64, pacing: Pacing) {
 /// buffer. `msgs` point into `iov`'s heap storage, which never moves while
 /// both live in this struct.
 struct Mmsg {
+    /// Only its lengths may change: `msgs` point at these entries.
     _iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
@@ -113,13 +200,21 @@ impl Mmsg {
     }
 }
 
-/// Sends `n` datagrams of `size` bytes laid out back to back in `buf`.
-fn send_batch(sock: &UdpSocket, buf: &mut [u8], size: usize, n: usize) -> io::Result<usize> {
-    if n == 1 {
-        return sock.send(&buf[..size]).map(|_| 1);
+/// Sends one datagram per `stride`-byte slot of `buf`, of the lengths in `lens`.
+fn send_batch(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    stride: usize,
+    lens: &[usize],
+) -> io::Result<usize> {
+    if lens.len() == 1 {
+        return sock.send(&buf[..lens[0]]).map(|_| 1);
     }
-    let mut m = Mmsg::new(buf, size, n);
-    // SAFETY: `msgs` holds `n` initialised headers whose iovecs point into `buf`,
+    let mut m = Mmsg::new(buf, stride, lens.len());
+    for (v, &len) in m._iov.iter_mut().zip(lens) {
+        v.iov_len = len.min(stride);
+    }
+    // SAFETY: `msgs` holds one initialised header per length, whose iovecs point into `buf`,
     // which outlives the call; the socket is connected, so no addresses are needed.
     let r = unsafe {
         libc::sendmmsg(
@@ -138,36 +233,48 @@ fn send_batch(sock: &UdpSocket, buf: &mut [u8], size: usize, n: usize) -> io::Re
 
 /// Runs the sender until the duration ends or `stop` is set.
 pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> SenderReport {
-    let size = cfg.size.max(HEADER_LEN);
-    let mut buf = vec![0u8; size * BATCH];
-    let mut sched = Schedule::new(0, cfg.gap_ps, cfg.catch_up);
+    let stride = cfg
+        .profile
+        .as_ref()
+        .map_or(cfg.size, |p| p.max_size() as usize)
+        .max(HEADER_LEN);
+    let mut buf = vec![0u8; stride * BATCH];
+    let mut plan = Plan::new(cfg);
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut lens = Vec::with_capacity(BATCH);
     let mut late = Histogram::<u64>::new(3).expect("3 significant digits is valid");
     let mut rep = SenderReport::default();
     let mut gap_err_sum = 0f64;
     let mut gap_err_n = 0u64;
-    let mut last_departure: Option<u64> = None;
-    let end_ns = cfg.duration.as_nanos() as u64;
+    let mut last: Option<(u64, u64)> = None; // (actual, scheduled) of the previous departure
+    let end_ns = cfg
+        .profile
+        .as_ref()
+        .map_or(cfg.duration.as_nanos() as u64, |p| p.duration_ns());
     let start = Instant::now();
     let mut first_ns = None;
     let mut last_ns = 0;
+    let mut last_gap_ns = cfg.gap_ps as f64 / 1000.0;
     loop {
         if stop.load(SeqCst) {
             break;
         }
-        let due = sched.next_due();
+        let due = plan.next_due();
         if due >= end_ns {
             break;
         }
         wait_until(start, due, cfg.pacing);
         let now = start.elapsed().as_nanos() as u64;
-        let (first, n) = sched.take_due(now, BATCH as u64);
-        if n == 0 {
+        plan.take_due(now, BATCH, &mut batch);
+        if batch.is_empty() {
             continue;
         }
         let ts = realtime_ns();
-        for k in 0..n as usize {
-            let d = &mut buf[k * size..(k + 1) * size];
-            let seq = first + k as u64;
+        lens.clear();
+        for (k, &(_, size)) in batch.iter().enumerate() {
+            let d = &mut buf[k * stride..k * stride + size];
+            // Sequence numbers count datagrams actually sent, so nothing unsent looks lost.
+            let seq = rep.packets + k as u64;
             Header {
                 flags: 0,
                 stream: cfg.stream,
@@ -177,35 +284,34 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
             }
             .write(d);
             fill_payload(cfg.stream, seq, &mut d[HEADER_LEN..]);
+            lens.push(size);
         }
-        let sent = match send_batch(sock, &mut buf, size, n as usize) {
-            Ok(k) => k as u64,
+        let sent = match send_batch(sock, &mut buf, stride, &lens) {
+            Ok(k) => k,
             Err(_) => {
                 rep.send_errors += 1;
                 0
             }
         };
-        for k in 0..sent {
-            let sched_at = sched.due_of(first + k);
+        for &(sched_at, size) in &batch[..sent] {
             let _ = late.record(now.saturating_sub(sched_at).max(1));
-            if let Some(prev) = last_departure {
-                let actual = now as f64 - prev as f64;
-                gap_err_sum += (actual - cfg.gap_ps as f64 / 1000.0).abs();
+            if let Some((prev_actual, prev_sched)) = last {
+                let gap = sched_at.saturating_sub(prev_sched) as f64;
+                gap_err_sum += ((now - prev_actual) as f64 - gap).abs();
                 gap_err_n += 1;
+                last_gap_ns = gap;
             }
-            last_departure = Some(now);
+            last = Some((now, sched_at));
+            rep.bytes += size as u64;
         }
         if sent > 0 {
             first_ns.get_or_insert(now);
             last_ns = now;
         }
-        rep.packets += sent;
-        rep.bytes += sent * size as u64;
+        rep.packets += sent as u64;
     }
-    rep.slips = sched.slips();
-    rep.duration_secs = first_ns.map_or(0.0, |f| {
-        (last_ns - f) as f64 / 1e9 + cfg.gap_ps as f64 / 1e12
-    });
+    rep.slips = plan.slips();
+    rep.duration_secs = first_ns.map_or(0.0, |f| (last_ns - f) as f64 / 1e9 + last_gap_ns / 1e9);
     if rep.duration_secs > 0.0 {
         rep.achieved_bps = rep.bytes as f64 * 8.0 / rep.duration_secs;
     }

@@ -150,6 +150,16 @@ impl Profile {
         &self.steps
     }
 
+    /// Largest datagram size of any step.
+    pub fn max_size(&self) -> u32 {
+        self.steps.iter().map(|s| s.size).max().unwrap_or(0)
+    }
+
+    /// Highest rate of any step, bit/s.
+    pub fn max_rate(&self) -> u64 {
+        self.steps.iter().map(|s| s.rate_bps).max().unwrap_or(0)
+    }
+
     /// Length of the profile, ns.
     pub fn duration_ns(&self) -> u64 {
         self.steps.last().map_or(0, |s| s.at_ns)
@@ -181,7 +191,7 @@ impl Profile {
     /// bits of budget and leaves when half of its budget has accrued, so the
     /// bytes sent track the profile's integral within half a datagram, steps
     /// and ramps alike, and nothing leaves while the rate is zero.
-    pub fn departures(&self) -> Departures<'_> {
+    pub fn departures(&self) -> Departures {
         let segs = self
             .steps
             .windows(2)
@@ -202,7 +212,7 @@ impl Profile {
             .collect();
         let first_half = self.at(0).1 * 8.0 / 2.0;
         Departures {
-            p: self,
+            p: self.clone(),
             segs,
             seg: 0,
             u: 0.0,
@@ -234,8 +244,8 @@ struct Segment {
 }
 
 /// Iterator over a profile's departures.
-pub struct Departures<'a> {
-    p: &'a Profile,
+pub struct Departures {
+    p: Profile,
     segs: Vec<Segment>,
     seg: usize,
     /// Seconds into the current segment.
@@ -244,7 +254,7 @@ pub struct Departures<'a> {
     need: f64,
 }
 
-impl Iterator for Departures<'_> {
+impl Iterator for Departures {
     type Item = (u64, u32);
 
     fn next(&mut self) -> Option<(u64, u32)> {

@@ -24,9 +24,12 @@ pub const MAX_DURATION_MS: u64 = 24 * 3600 * 1000;
 /// How long the receiver keeps listening after the sender's last datagram.
 pub const DRAIN: Duration = Duration::from_millis(500);
 
-/// The stream's rate in bit/s.
+/// The stream's (peak) rate in bit/s.
 pub fn rate_bps(s: &UdpSpec) -> f64 {
-    s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64
+    match &s.profile {
+        Some(p) => p.max_rate() as f64,
+        None => s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64,
+    }
 }
 
 /// Checks a UDP spec against sanity and the server's limits; the error names the problem.
@@ -73,7 +76,10 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
 pub fn receiver_config(s: &UdpSpec, offset_ns: i64) -> ReceiverConfig {
     ReceiverConfig {
         stream: 1,
-        max_size: s.size as usize,
+        max_size: s
+            .profile
+            .as_ref()
+            .map_or(s.size, |p| p.max_size().max(s.size)) as usize,
         offset_ns,
         comp_ns: s.offset_comp_ns,
         interval: Duration::from_millis(s.interval_ms),
@@ -96,6 +102,7 @@ pub fn sender_config(s: &UdpSpec) -> SenderConfig {
         pacing: s.pacing,
         catch_up: s.catch_up,
         stream: 1,
+        profile: s.profile.clone(),
     }
 }
 
@@ -167,7 +174,7 @@ pub struct WorkContext {
     pub stop: Arc<AtomicBool>,
     /// Receiver deadline, ns after `epoch` (0 = none).
     pub deadline: Arc<AtomicU64>,
-    /// Time zero of the session.
+    /// Time zero of the stream (set when the work starts).
     pub epoch: Instant,
     /// Writes to the control connection.
     pub writer: Arc<Mutex<TcpStream>>,
@@ -222,7 +229,7 @@ pub fn session(
     if verbosity >= 1 {
         crate::out!("session {session} from {peer}: {label}");
     }
-    let ctx = WorkContext {
+    let mut ctx = WorkContext {
         sock: Arc::new(sock),
         stop: Arc::new(AtomicBool::new(false)),
         deadline: Arc::new(AtomicU64::new(0)),
@@ -283,6 +290,9 @@ pub fn session(
                 if !send(&writer, &Message::UdpGo) {
                     break;
                 }
+                // Intervals and deadlines count from the start of the stream,
+                // not from the setup before it.
+                ctx.epoch = Instant::now();
                 worker = Some(work.start(ctx.clone(), offset_ns));
             }
             Message::UdpDone(rep) => work.sender_done(rep, &ctx),
