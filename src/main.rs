@@ -13,7 +13,8 @@ use std::time::Duration;
 use netrig::proto::{IoPattern, VerifyLevel};
 use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{
-    Reporter, UdpReporter, print_summary, print_udp_summary, write_json, write_udp_json,
+    Reporter, UdpReporter, print_analysis, print_summary, print_udp_summary, write_bins,
+    write_json, write_udp_json,
 };
 use netrig::rr::client::{RrConfig, Transport};
 use netrig::server::{Limits, Server, ServerConfig};
@@ -63,6 +64,109 @@ enum Cmd {
     /// Connect/request/response/close churn: connections per second and
     /// handshake and transaction time percentiles.
     Crr(CrrArgs),
+    /// UDP rate sweep (bwdelaytester -s): ramp the rate linearly, then print a
+    /// table per offered-rate bin and the congestion analysis.
+    Sweep(SweepArgs),
+    /// Analyse a saved profile/sweep result (--json file): rate bins,
+    /// congestion point, shaping or policing, committed burst.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// Rate at the end of the sweep.
+    #[arg(long, value_parser = rate)]
+    to: u64,
+    /// Rate at the start of the sweep.
+    #[arg(long, default_value = "0", value_parser = rate_or_zero)]
+    from: u64,
+    #[command(flatten)]
+    udp: UdpArgs,
+}
+
+#[derive(Args)]
+struct AnalyzeArgs {
+    /// A JSON file written by `netrig udp --profile … --json` or `netrig sweep … --json`.
+    file: PathBuf,
+    /// Rate bin width (default: a twentieth of the peak rate).
+    #[arg(long, value_parser = rate)]
+    bin: Option<u64>,
+    /// Write the rate-bin table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+}
+
+fn rate_or_zero(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+fn sweep(a: SweepArgs) -> Result<ExitCode> {
+    if a.from > a.to {
+        eprintln!("netrig: --from must not be above --to");
+        return Ok(ExitCode::from(2));
+    }
+    let size = a.udp.size as u32;
+    let dur = a.udp.duration.as_nanos() as u64;
+    let profile = match netrig::udp::profile::Profile::sweep(a.from, a.to, dur, size) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("netrig: sweep: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    udp_with(a.udp, Some(profile))
+}
+
+/// Bins and analyses a profile run's intervals.
+fn analyse(
+    profile: &netrig::udp::profile::Profile,
+    intervals: &[netrig::udp::track::UdpInterval],
+    bin: Option<u64>,
+) -> (
+    Vec<netrig::udp::analyze::Bin>,
+    netrig::udp::analyze::Analysis,
+) {
+    let samples = netrig::udp::analyze::samples(profile, intervals);
+    let width = bin.map_or(profile.max_rate() as f64 / 20.0, |b| b as f64);
+    (
+        netrig::udp::analyze::bins(&samples, width),
+        netrig::udp::analyze::analyze(&samples),
+    )
+}
+
+fn analyze_file(a: AnalyzeArgs) -> Result<ExitCode> {
+    let text =
+        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let bad = |why: String| {
+        eprintln!("netrig: {}: {why}", a.file.display());
+        Ok(ExitCode::from(2))
+    };
+    let doc: serde_json::Value = match serde_json::from_slice(&text) {
+        Ok(d) => d,
+        Err(e) => return bad(format!("not JSON: {e}")),
+    };
+    let profile =
+        match serde_json::from_value::<netrig::udp::profile::Profile>(
+            doc["config"]["spec"]["profile"].clone(),
+        ) {
+            Ok(p) => p,
+            Err(_) => return bad(
+                "no rate profile in config.spec.profile (is it from `udp --profile` or `sweep`?)"
+                    .into(),
+            ),
+        };
+    let intervals = match serde_json::from_value::<Vec<netrig::udp::track::UdpInterval>>(
+        doc["result"]["intervals"].clone(),
+    ) {
+        Ok(i) => i,
+        Err(e) => return bad(format!("result.intervals: {e}")),
+    };
+    let (bins, analysis) = analyse(&profile, &intervals, a.bin);
+    print_analysis(&bins, &analysis);
+    if let Some(p) = &a.csv {
+        write_bins(p, &bins).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
@@ -622,6 +726,12 @@ struct UdpArgs {
     /// Delay histogram bin count (the last bin takes everything above).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     hist_bins: u32,
+    /// Profile/sweep runs: rate bin width of the final table (default: a twentieth of the peak).
+    #[arg(long, value_parser = rate)]
+    bin: Option<u64>,
+    /// Profile/sweep runs: write the rate-bin table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
     /// Rate profile file (FlowPing scenario: TIME RATE SIZE [ramp|hold] per line);
     /// replaces --rate/--gap/--size/--duration.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "gap", "media"])]
@@ -665,6 +775,10 @@ struct UdpArgs {
 }
 
 fn udp(a: UdpArgs) -> Result<ExitCode> {
+    udp_with(a, None)
+}
+
+fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) -> Result<ExitCode> {
     use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
     let (size, gap_ps, reverse, media) = if a.media {
         let bitrate = a.bitrate.unwrap_or_default();
@@ -701,9 +815,10 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
-    let profile = match &a.profile {
-        None => None,
-        Some(path) => {
+    let profile = match (&a.profile, sweep_profile) {
+        (_, Some(p)) => Some(p),
+        (None, None) => None,
+        (Some(path), None) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             match netrig::udp::profile::Profile::parse(&text) {
@@ -802,8 +917,22 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return Ok(client_error_exit(e)),
     };
+    let mut rep = rep;
+    if let Some(p) = &cfg.spec.profile {
+        let (bins, analysis) = analyse(p, &rep.intervals, a.bin);
+        rep.bins = Some(bins);
+        rep.analysis = Some(analysis);
+    }
     if a.verbosity >= 1 {
         print_udp_summary(&cfg, &rep);
+        if let (Some(b), Some(an)) = (&rep.bins, &rep.analysis) {
+            print_analysis(b, an);
+        }
+    }
+    if let (Some(path), Some(b)) = (&a.csv, &rep.bins) {
+        if let Err(e) = write_bins(path, b) {
+            eprintln!("netrig: cannot write {}: {e}", path.display());
+        }
     }
     let code = run_code(
         rep.totals.as_ref().is_some_and(|t| t.corrupt > 0),
@@ -1007,6 +1136,8 @@ fn main() -> ExitCode {
         Cmd::Rr(a) => rr(a),
         Cmd::Ping(a) => ping(a),
         Cmd::Crr(a) => crr(a),
+        Cmd::Sweep(a) => sweep(a),
+        Cmd::Analyze(a) => analyze_file(a),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

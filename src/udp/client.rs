@@ -65,6 +65,10 @@ pub struct UdpReport {
     pub server_lost: bool,
     /// Wall time of the stream phase, s.
     pub duration_secs: f64,
+    /// Profile runs: the per-rate-bin table.
+    pub bins: Option<Vec<super::analyze::Bin>>,
+    /// Profile runs: the congestion analysis.
+    pub analysis: Option<super::analyze::Analysis>,
 }
 
 enum Event {
@@ -291,6 +295,8 @@ pub fn run(
         interrupted: false,
         server_lost: false,
         duration_secs: 0.0,
+        bins: None,
+        analysis: None,
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut goodbye_sent = false;

@@ -1,6 +1,7 @@
 //! UDP paced streams: datagram format, receiver accounting, pacing, clock
 //! offset estimation, and the sender/receiver engines.
 
+pub mod analyze;
 pub mod client;
 pub mod clock;
 pub mod engine;

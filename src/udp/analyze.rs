@@ -1,0 +1,372 @@
+//! Rate-profile results, free of I/O: per-interval offered versus received
+//! rate, the per-rate-bin sweep table, and the congestion analysis — where
+//! the path stops following the offered rate, whether the limiter shapes
+//! (queues: delay grows, little loss) or polices (drops: loss, no delay
+//! growth), and for a policer the committed burst size by FlowPing's Eq. 1:
+//! Bc = Σ bytes received in [t1, t2] − TRf·(t2 − t1)/8, where TRf is the rate
+//! the path settles at, t1 the time the offered rate reached TRf and t2 the
+//! time the received rate fell back to it.
+
+use serde::{Deserialize, Serialize};
+
+use super::profile::Profile;
+use super::track::UdpInterval;
+
+/// One interval as the analysis sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Interval start, s.
+    pub start: f64,
+    /// Interval end, s.
+    pub end: f64,
+    /// Offered rate (from the profile), bit/s.
+    pub offered_bps: f64,
+    /// Received rate, bit/s.
+    pub received_bps: f64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Loss in the interval, 0..1.
+    pub loss: f64,
+    /// Mean one-way delay, µs.
+    pub delay_avg_us: Option<f64>,
+    /// Min one-way delay, µs.
+    pub delay_min_us: Option<f64>,
+    /// Max one-way delay, µs.
+    pub delay_max_us: Option<f64>,
+}
+
+/// Turns receiver intervals into samples using the profile for the offered rate.
+pub fn samples(profile: &Profile, intervals: &[UdpInterval]) -> Vec<Sample> {
+    let mut prev = 0.0;
+    let mut out = Vec::new();
+    for iv in intervals {
+        let (start, end) = (prev, iv.time_slice);
+        prev = end;
+        let dur = end - start;
+        if dur <= 0.0 || start * 1e9 >= profile.duration_ns() as f64 {
+            continue; // the drain after the stream
+        }
+        let mid = ((start + end) / 2.0 * 1e9) as u64;
+        let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + iv.drops.max(0) as f64;
+        out.push(Sample {
+            start,
+            end,
+            offered_bps: profile.at(mid).0,
+            received_bps: iv.bytes as f64 * 8.0 / dur,
+            bytes: iv.bytes,
+            loss: if expected > 0.0 {
+                iv.drops.max(0) as f64 / expected
+            } else {
+                0.0
+            },
+            delay_avg_us: iv.delay_avg_us,
+            delay_min_us: iv.delay_min_us,
+            delay_max_us: iv.delay_max_us,
+        });
+    }
+    out
+}
+
+/// One row of the sweep table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bin {
+    /// Bin lower edge, bit/s.
+    pub from_bps: f64,
+    /// Mean offered rate, bit/s.
+    pub offered_bps: f64,
+    /// Mean received rate, bit/s.
+    pub received_bps: f64,
+    /// Loss, percent.
+    pub loss_pct: f64,
+    /// Delay min/avg/max, µs.
+    pub delay_min_us: Option<f64>,
+    /// Mean delay, µs.
+    pub delay_avg_us: Option<f64>,
+    /// Max delay, µs.
+    pub delay_max_us: Option<f64>,
+    /// Intervals in the bin.
+    pub intervals: usize,
+}
+
+/// Groups samples by offered rate into bins `bin_bps` wide.
+pub fn bins(samples: &[Sample], bin_bps: f64) -> Vec<Bin> {
+    let mut out: Vec<Bin> = Vec::new();
+    let w = bin_bps.max(1.0);
+    let mut keyed: Vec<(i64, &Sample)> = samples
+        .iter()
+        .map(|s| ((s.offered_bps / w).floor() as i64, s))
+        .collect();
+    keyed.sort_by_key(|k| k.0);
+    for chunk in keyed.chunk_by(|a, b| a.0 == b.0) {
+        let n = chunk.len() as f64;
+        let mean = |f: &dyn Fn(&Sample) -> f64| chunk.iter().map(|(_, s)| f(s)).sum::<f64>() / n;
+        let delays: Vec<&Sample> = chunk
+            .iter()
+            .map(|(_, s)| *s)
+            .filter(|s| s.delay_avg_us.is_some())
+            .collect();
+        out.push(Bin {
+            from_bps: chunk[0].0 as f64 * w,
+            offered_bps: mean(&|s| s.offered_bps),
+            received_bps: mean(&|s| s.received_bps),
+            loss_pct: 100.0 * mean(&|s| s.loss),
+            delay_min_us: delays
+                .iter()
+                .filter_map(|s| s.delay_min_us)
+                .reduce(f64::min),
+            delay_avg_us: (!delays.is_empty()).then(|| {
+                delays.iter().filter_map(|s| s.delay_avg_us).sum::<f64>() / delays.len() as f64
+            }),
+            delay_max_us: delays
+                .iter()
+                .filter_map(|s| s.delay_max_us)
+                .reduce(f64::max),
+            intervals: chunk.len(),
+        });
+    }
+    out
+}
+
+/// What limits the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limiter {
+    /// Queues: delay grows, little loss.
+    Shaping,
+    /// Drops: loss without delay growth.
+    Policing,
+    /// Congested, but the evidence fits neither clearly.
+    Unclear,
+}
+
+/// The congestion analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    /// Offered rate where the path stopped following, bit/s (None: never congested).
+    pub congestion_bps: Option<f64>,
+    /// Time of the congestion point, s.
+    pub congestion_at: Option<f64>,
+    /// The rate the path settles at after congestion (TRf), bit/s.
+    pub settled_bps: Option<f64>,
+    /// Shaping, policing or unclear.
+    pub limiter: Option<Limiter>,
+    /// Policing: estimated committed burst, bytes.
+    pub burst_bytes: Option<f64>,
+    /// 0..1: how clear the evidence is.
+    pub confidence: f64,
+    /// The observations behind the verdict, for people.
+    pub evidence: Vec<String>,
+}
+
+/// Congestion thresholds.
+const RATE_SHORTFALL: f64 = 0.10;
+const LOSS_ONSET: f64 = 0.01;
+
+/// Finds the congestion point and classifies the limiter.
+pub fn analyze(samples: &[Sample]) -> Analysis {
+    let mut a = Analysis {
+        congestion_bps: None,
+        congestion_at: None,
+        settled_bps: None,
+        limiter: None,
+        burst_bytes: None,
+        confidence: 0.0,
+        evidence: Vec::new(),
+    };
+    let busy: Vec<&Sample> = samples.iter().filter(|s| s.offered_bps > 0.0).collect();
+    if busy.len() < 4 {
+        a.evidence.push(format!(
+            "only {} intervals with traffic: too few to analyse",
+            busy.len()
+        ));
+        return a;
+    }
+    // Baseline delay: the quietest quarter of the run before congestion.
+    let congested =
+        |s: &Sample| s.received_bps < s.offered_bps * (1.0 - RATE_SHORTFALL) || s.loss > LOSS_ONSET;
+    // Two consecutive congested intervals mark the point (one can be noise).
+    let idx = busy
+        .windows(2)
+        .position(|w| congested(w[0]) && congested(w[1]));
+    let Some(i) = idx else {
+        a.evidence
+            .push("received rate followed the offered rate throughout, with no loss onset".into());
+        a.confidence = 0.8;
+        return a;
+    };
+    let point = busy[i];
+    let before: Vec<&Sample> = busy[..i].to_vec();
+    let after: Vec<&Sample> = busy[i..].to_vec();
+    // The path's capacity: the received rate once congested (median, robust to the transition).
+    let mut recv: Vec<f64> = after.iter().map(|s| s.received_bps).collect();
+    recv.sort_by(f64::total_cmp);
+    let settled = recv[recv.len() / 2];
+    // The congestion point is where the offered rate reaches what the path
+    // carries: the last interval before congestion whose offered rate is at
+    // or below the settled rate, else the first congested interval.
+    let reach = before
+        .iter()
+        .rev()
+        .find(|s| s.offered_bps <= settled * 1.02)
+        .copied();
+    a.settled_bps = Some(settled);
+    let loss_after = after.iter().map(|s| s.loss).sum::<f64>() / after.len() as f64;
+    let base_delay = before
+        .iter()
+        .filter_map(|s| s.delay_avg_us)
+        .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.min(d))))
+        .or_else(|| busy.iter().filter_map(|s| s.delay_min_us).reduce(f64::min))
+        .unwrap_or(0.0);
+    let delay_after = after
+        .iter()
+        .filter_map(|s| s.delay_avg_us)
+        .fold(0.0, f64::max);
+    let delay_growth = delay_after - base_delay;
+    a.evidence.push(format!(
+        "received rate fell {:.0}% below offered at t={:.2}s (offered {:.2} Mbit/s, received {:.2} Mbit/s); settles at {:.2} Mbit/s",
+        100.0 * (1.0 - point.received_bps / point.offered_bps.max(1.0)),
+        point.start,
+        point.offered_bps / 1e6,
+        point.received_bps / 1e6,
+        settled / 1e6
+    ));
+    a.evidence.push(format!(
+        "mean loss after congestion {:.1}%; one-way delay grew from {:.0} us to {:.0} us",
+        100.0 * loss_after,
+        base_delay,
+        delay_after
+    ));
+    // A shaper's queue adds at least a few ms (and many times the base delay);
+    // a policer adds none.
+    let queued = delay_growth > 2000.0_f64.max(4.0 * base_delay);
+    let flat = delay_growth < 1000.0_f64.max(2.0 * base_delay);
+    a.limiter = Some(if queued {
+        Limiter::Shaping
+    } else if flat && loss_after > LOSS_ONSET {
+        Limiter::Policing
+    } else {
+        Limiter::Unclear
+    });
+    a.congestion_bps = Some(reach.map_or(point.offered_bps, |_| settled));
+    a.congestion_at = Some(reach.map_or(point.start, |s| s.end));
+    a.confidence = match a.limiter {
+        Some(Limiter::Shaping) => (delay_growth / (delay_growth + 5000.0)).clamp(0.5, 0.95),
+        Some(Limiter::Policing) => (loss_after / (loss_after + 0.05)).clamp(0.5, 0.95),
+        _ => 0.3,
+    };
+    if a.limiter == Some(Limiter::Policing) {
+        // Eq. 1: t1 = when the offered rate reached TRf; t2 = when the received rate fell back to it.
+        let t1 = busy
+            .iter()
+            .find(|s| s.offered_bps >= settled)
+            .map(|s| s.start);
+        let t2 = busy[i..]
+            .iter()
+            .find(|s| s.received_bps <= settled * 1.05)
+            .map(|s| s.start);
+        if let (Some(t1), Some(t2)) = (t1, t2) {
+            if t2 > t1 {
+                let received: f64 = busy
+                    .iter()
+                    .filter(|s| s.start >= t1 && s.end <= t2)
+                    .map(|s| s.bytes as f64)
+                    .sum();
+                let bc = received - settled * (t2 - t1) / 8.0;
+                a.burst_bytes = Some(bc.max(0.0));
+                a.evidence.push(format!(
+                    "burst: t1={t1:.2}s (offered reached {:.2} Mbit/s), t2={t2:.2}s (received fell back): Bc = {:.0} B received - TRf*(t2-t1)/8 = {:.0} B",
+                    settled / 1e6,
+                    received,
+                    bc.max(0.0)
+                ));
+            }
+        }
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep 0..20 Mbit/s over 20 s in 0.5 s intervals through a model path.
+    fn model(limit: f64, shaping: bool, burst_bytes: f64) -> Vec<Sample> {
+        let mut out = Vec::new();
+        let mut bucket: f64 = burst_bytes;
+        let mut queue_us: f64 = 0.0;
+        for k in 0..40 {
+            let (start, end) = (k as f64 * 0.5, k as f64 * 0.5 + 0.5);
+            let offered = 20e6 * (start + end) / 2.0 / 20.0;
+            let (got, loss, delay) = if shaping {
+                if offered > limit {
+                    queue_us = (queue_us + 4000.0).min(40_000.0);
+                }
+                (
+                    offered.min(limit) * 0.5 / 8.0,
+                    if queue_us >= 40_000.0 { 0.05 } else { 0.0 },
+                    100.0 + queue_us,
+                )
+            } else {
+                // A token bucket (rate `limit`, depth `burst_bytes`) in 1 ms steps.
+                let (mut got, mut want) = (0.0, 0.0);
+                for _ in 0..500 {
+                    bucket = (bucket + limit * 0.001 / 8.0).min(burst_bytes);
+                    let w = offered * 0.001 / 8.0;
+                    let g = w.min(bucket);
+                    bucket -= g;
+                    got += g;
+                    want += w;
+                }
+                (got, 1.0 - got / want.max(1.0), 100.0)
+            };
+            out.push(Sample {
+                start,
+                end,
+                offered_bps: offered,
+                received_bps: got * 8.0 / 0.5,
+                bytes: got as u64,
+                loss,
+                delay_avg_us: Some(delay),
+                delay_min_us: Some(delay * 0.9),
+                delay_max_us: Some(delay * 1.1),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn shaping_is_found_at_the_shaper_rate() {
+        let a = analyze(&model(10e6, true, 0.0));
+        assert_eq!(a.limiter, Some(Limiter::Shaping), "{:?}", a.evidence);
+        let c = a.congestion_bps.unwrap();
+        assert!((c / 10e6 - 1.0).abs() < 0.1, "{c}");
+    }
+
+    #[test]
+    fn policing_is_found_and_its_burst_estimated() {
+        let a = analyze(&model(10e6, false, 400_000.0));
+        assert_eq!(a.limiter, Some(Limiter::Policing), "{:?}", a.evidence);
+        let bc = a.burst_bytes.unwrap();
+        assert!(
+            (bc / 400_000.0 - 1.0).abs() < 0.3,
+            "Bc {bc}: {:?}",
+            a.evidence
+        );
+    }
+
+    #[test]
+    fn an_unlimited_path_is_not_congested() {
+        let a = analyze(&model(1e12, true, 0.0));
+        assert_eq!(a.congestion_bps, None);
+        assert!(a.evidence[0].contains("followed"));
+    }
+
+    #[test]
+    fn bins_group_by_offered_rate() {
+        let s = model(10e6, true, 0.0);
+        let b = bins(&s, 5e6);
+        assert_eq!(b.len(), 4);
+        assert_eq!(b.iter().map(|x| x.intervals).sum::<usize>(), 40);
+        assert!(b[3].received_bps < b[3].offered_bps * 0.7);
+    }
+}
