@@ -929,10 +929,10 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
             print_analysis(b, an);
         }
     }
-    if let (Some(path), Some(b)) = (&a.csv, &rep.bins) {
-        if let Err(e) = write_bins(path, b) {
-            eprintln!("netrig: cannot write {}: {e}", path.display());
-        }
+    if let (Some(path), Some(b)) = (&a.csv, &rep.bins)
+        && let Err(e) = write_bins(path, b)
+    {
+        eprintln!("netrig: cannot write {}: {e}", path.display());
     }
     let code = run_code(
         rep.totals.as_ref().is_some_and(|t| t.corrupt > 0),

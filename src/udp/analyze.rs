@@ -264,22 +264,22 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
             .iter()
             .find(|s| s.received_bps <= settled * 1.05)
             .map(|s| s.start);
-        if let (Some(t1), Some(t2)) = (t1, t2) {
-            if t2 > t1 {
-                let received: f64 = busy
-                    .iter()
-                    .filter(|s| s.start >= t1 && s.end <= t2)
-                    .map(|s| s.bytes as f64)
-                    .sum();
-                let bc = received - settled * (t2 - t1) / 8.0;
-                a.burst_bytes = Some(bc.max(0.0));
-                a.evidence.push(format!(
+        if let (Some(t1), Some(t2)) = (t1, t2)
+            && t2 > t1
+        {
+            let received: f64 = busy
+                .iter()
+                .filter(|s| s.start >= t1 && s.end <= t2)
+                .map(|s| s.bytes as f64)
+                .sum();
+            let bc = received - settled * (t2 - t1) / 8.0;
+            a.burst_bytes = Some(bc.max(0.0));
+            a.evidence.push(format!(
                     "burst: t1={t1:.2}s (offered reached {:.2} Mbit/s), t2={t2:.2}s (received fell back): Bc = {:.0} B received - TRf*(t2-t1)/8 = {:.0} B",
                     settled / 1e6,
                     received,
                     bc.max(0.0)
                 ));
-            }
         }
     }
     a
