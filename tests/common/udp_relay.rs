@@ -19,6 +19,8 @@ pub struct Impair {
     pub dup_every: u64,
     pub swap_every: u64,
     pub corrupt_every: u64,
+    /// Police with a token bucket: (rate bit/s, depth bytes); datagrams without tokens are dropped.
+    pub police: Option<(u64, u64)>,
 }
 
 /// What the relay did.
@@ -155,6 +157,10 @@ fn pump(
     let mut buf = vec![0u8; 65536];
     let mut held: Option<Vec<u8>> = None;
     let mut idle = 0;
+    let mut tokens = impair
+        .and_then(|i| i.police)
+        .map_or(0.0, |(_, depth)| depth as f64);
+    let mut refilled = std::time::Instant::now();
     loop {
         let (n, src) = match from.recv_from(&mut buf) {
             Ok(x) => {
@@ -183,6 +189,16 @@ fn pump(
             continue;
         };
         let i = cnt.seen.fetch_add(1, SeqCst);
+        if let Some((rate, depth)) = im.police {
+            tokens =
+                (tokens + rate as f64 / 8.0 * refilled.elapsed().as_secs_f64()).min(depth as f64);
+            refilled = std::time::Instant::now();
+            if tokens < n as f64 {
+                cnt.dropped.fetch_add(1, SeqCst);
+                continue;
+            }
+            tokens -= n as f64;
+        }
         // One action per datagram, so every count is exact.
         let mut dup = false;
         if every(im.drop_every, i) {

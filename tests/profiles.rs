@@ -1,0 +1,209 @@
+//! Rate profiles and congestion analysis against real limiters: a `tbf`
+//! shaper between two network namespaces, and a user-space policing relay.
+
+mod common;
+#[path = "common/udp_relay.rs"]
+mod udp_relay;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netrig");
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Two namespaces joined by a veth pair with link-local addresses; removed on drop.
+struct Netns {
+    a: String,
+    b: String,
+}
+
+impl Netns {
+    fn sh(args: &[&str]) {
+        let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+        assert!(st.success(), "{args:?} failed");
+    }
+
+    fn new() -> Netns {
+        let id = std::process::id() % 100_000;
+        let (a, b) = (format!("nrA{id}"), format!("nrB{id}"));
+        let (va, vb) = (format!("nr{id}a"), format!("nr{id}b"));
+        let n = Netns {
+            a: a.clone(),
+            b: b.clone(),
+        };
+        Self::sh(&["ip", "netns", "add", &a]);
+        Self::sh(&["ip", "netns", "add", &b]);
+        Self::sh(&[
+            "ip", "link", "add", &va, "type", "veth", "peer", "name", &vb,
+        ]);
+        Self::sh(&["ip", "link", "set", &va, "netns", &a]);
+        Self::sh(&["ip", "link", "set", &vb, "netns", &b]);
+        Self::sh(&[
+            "ip",
+            "-n",
+            &a,
+            "addr",
+            "add",
+            "169.254.201.1/24",
+            "dev",
+            &va,
+        ]);
+        Self::sh(&[
+            "ip",
+            "-n",
+            &b,
+            "addr",
+            "add",
+            "169.254.201.2/24",
+            "dev",
+            &vb,
+        ]);
+        for (ns, dev) in [(&a, &va), (&b, &vb)] {
+            Self::sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            Self::sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        // The shaper under test: 50 Mbit/s with a 50 ms queue on A's egress.
+        Self::sh(&[
+            "ip", "netns", "exec", &a, "tc", "qdisc", "add", "dev", &va, "root", "tbf", "rate",
+            "50mbit", "burst", "64kb", "latency", "50ms",
+        ]);
+        n
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
+    }
+}
+
+#[test]
+#[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns, tc)")]
+fn sweep_finds_a_tbf_shaper_between_namespaces() {
+    let ns = Netns::new();
+    let _srv = Proc(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.b,
+                BIN,
+                "serve",
+                "--listen",
+                "169.254.201.2:4794",
+                "-v",
+                "0",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("sweep.json");
+    let t0 = Instant::now();
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            BIN,
+            "sweep",
+            "169.254.201.2",
+            "--to",
+            "100M",
+            "-d",
+            "6s",
+            "--interval",
+            "250ms",
+            "--size",
+            "1000",
+            "-v",
+            "0",
+            "--json",
+            js.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = &json(&js)["result"]["analysis"];
+    let c = a["congestion_bps"].as_f64().expect("a congestion point");
+    // tbf counts Ethernet+IP+UDP headers: 50 Mbit/s of 1042-byte frames is 48 Mbit/s of payload.
+    assert!(
+        (c / 50e6 - 1.0).abs() < 0.10,
+        "congestion at {c} bit/s, shaper at 50 Mbit/s: {a}"
+    );
+    assert_eq!(a["limiter"], "shaping", "{a}");
+}
+
+#[test]
+fn sweep_through_a_policer_estimates_its_burst() {
+    let srv = common::TestServer::start();
+    let burst = 250_000u64;
+    let relay = udp_relay::UdpRelay::start(
+        srv.addr,
+        udp_relay::Impair {
+            police: Some((10_000_000, burst)),
+            ..Default::default()
+        },
+        true,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("sweep.json");
+    let out = Command::new(BIN)
+        .args([
+            "sweep",
+            &relay.addr.to_string(),
+            "--to",
+            "30M",
+            "-d",
+            "4s",
+            "--interval",
+            "100ms",
+            "--size",
+            "500",
+            "-v",
+            "0",
+            "--json",
+            js.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = &json(&js)["result"]["analysis"];
+    assert_eq!(a["limiter"], "policing", "{a}");
+    let c = a["congestion_bps"].as_f64().unwrap();
+    assert!(
+        (c / 10e6 - 1.0).abs() < 0.10,
+        "policer at 10 Mbit/s, found {c}: {a}"
+    );
+    let bc = a["burst_bytes"].as_f64().expect("burst estimate");
+    assert!(
+        (bc / burst as f64 - 1.0).abs() < 0.35,
+        "configured burst {burst} B, estimated {bc}: {a}"
+    );
+    assert!(relay.get().1 > 100, "the relay dropped");
+}
