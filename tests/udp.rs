@@ -109,6 +109,7 @@ fn impaired(reverse: bool) {
         dup_every: 7,
         swap_every: 13,
         corrupt_every: 17,
+        police: None,
     };
     let relay = UdpRelay::start(srv.addr, im, !reverse);
     let (rep, _) = run_udp(relay.addr, spec(reverse, 8_000_000, 500, 1000), false);
