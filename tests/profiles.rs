@@ -145,6 +145,7 @@ fn sweep_finds_a_tbf_shaper_between_namespaces() {
         String::from_utf8_lossy(&out.stderr)
     );
     let a = &json(&js)["result"]["analysis"];
+    eprintln!("tbf analysis: {a}");
     let c = a["congestion_bps"].as_f64().expect("a congestion point");
     // tbf counts Ethernet+IP+UDP headers: 50 Mbit/s of 1042-byte frames is 48 Mbit/s of payload.
     assert!(
@@ -194,6 +195,7 @@ fn sweep_through_a_policer_estimates_its_burst() {
         String::from_utf8_lossy(&out.stderr)
     );
     let a = &json(&js)["result"]["analysis"];
+    eprintln!("policer analysis: {a}");
     assert_eq!(a["limiter"], "policing", "{a}");
     let c = a["congestion_bps"].as_f64().unwrap();
     assert!(
