@@ -726,6 +726,10 @@ struct UdpArgs {
     /// Delay histogram bin count (the last bin takes everything above).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     hist_bins: u32,
+    /// Profile/sweep runs: compute the whole schedule before the stream starts, and keep
+    /// per-datagram results in memory, writing them (--jitter-file) after the test.
+    #[arg(long)]
+    precompute: bool,
     /// Profile/sweep runs: rate bin width of the final table (default: a twentieth of the peak).
     #[arg(long, value_parser = rate)]
     bin: Option<u64>,
@@ -852,6 +856,7 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         offset_comp_ns: a.offset_comp,
         media,
         profile,
+        precompute: a.precompute,
     };
     let embedded = match &a.target {
         Some(_) => None,
@@ -909,7 +914,11 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         a.jitter_file.as_deref(),
     )
     .context("cannot open an output file")?;
+    if a.precompute {
+        reporter.hold_packets();
+    }
     let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
+    reporter.finish();
     if let Some(e) = embedded {
         e.finish();
     }

@@ -155,6 +155,9 @@ pub struct UdpSpec {
     /// Time-varying rate and size (FlowPing scenario); overrides size/gap.
     #[serde(default)]
     pub profile: Option<crate::udp::profile::Profile>,
+    /// Compute the profile's schedule before the stream starts.
+    #[serde(default)]
+    pub precompute: bool,
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and

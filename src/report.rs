@@ -451,10 +451,41 @@ pub struct UdpReporter {
     console: RowWriter,
     status: Option<RowWriter>,
     packets: Option<RowWriter>,
+    /// Per-datagram rows kept in memory until [`UdpReporter::finish`].
+    held: Option<Vec<crate::udp::engine::PacketRow>>,
     errors: Vec<io::Error>,
 }
 
 impl UdpReporter {
+    /// Keep per-datagram rows in memory and write them in [`UdpReporter::finish`]
+    /// (no file I/O while the stream runs).
+    pub fn hold_packets(&mut self) {
+        self.held = Some(Vec::new());
+    }
+
+    /// Writes held per-datagram rows.
+    pub fn finish(&mut self) {
+        for p in self.held.take().unwrap_or_default() {
+            self.write_packet(&p);
+        }
+    }
+
+    fn write_packet(&mut self, p: &crate::udp::engine::PacketRow) {
+        if let Some(w) = self.packets.as_mut() {
+            let cells = [
+                p.seq.to_string(),
+                p.send_ns.to_string(),
+                p.recv_ns.to_string(),
+                format!("{:.3}", p.flight_us),
+                p.arrival.to_string(),
+                p.corrupt.to_string(),
+            ];
+            if let Err(e) = w.row(&cells) {
+                self.errors.push(e);
+            }
+        }
+    }
+
     /// Opens the files and prints the table header.
     pub fn new(
         verbosity: u8,
@@ -481,6 +512,7 @@ impl UdpReporter {
             console: RowWriter::console(Box::new(io::stdout()), w),
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
+            held: None,
             errors: Vec::new(),
         };
         if verbosity >= 1 {
@@ -515,18 +547,9 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     }
 
     fn packet(&mut self, p: &crate::udp::engine::PacketRow) {
-        if let Some(w) = self.packets.as_mut() {
-            let cells = [
-                p.seq.to_string(),
-                p.send_ns.to_string(),
-                p.recv_ns.to_string(),
-                format!("{:.3}", p.flight_us),
-                p.arrival.to_string(),
-                p.corrupt.to_string(),
-            ];
-            if let Err(e) = w.row(&cells) {
-                self.errors.push(e);
-            }
+        match self.held.as_mut() {
+            Some(h) => h.push(p.clone()),
+            None => self.write_packet(p),
         }
     }
 }

@@ -594,4 +594,30 @@ fn udp_profile_files() {
     let bytes = doc["result"]["sender"]["bytes"].as_f64().unwrap();
     assert!((bytes - 225_000.0).abs() < 2_500.0, "{bytes}");
     assert_eq!(doc["result"]["totals"]["lost"], 0);
+    // Precomputed, server to client, per-datagram rows held in memory and written at the end.
+    let jf = dir.path().join("rows.csv");
+    let out = netrig(&[
+        "udp",
+        "-R",
+        "--precompute",
+        "--profile",
+        good.to_str().unwrap(),
+        "-v",
+        "0",
+        "--json",
+        js.to_str().unwrap(),
+        "--jitter-file",
+        jf.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    let packets = doc["result"]["totals"]["packets"].as_u64().unwrap();
+    assert_eq!(csv_rows(&jf).len() as u64, packets);
 }

@@ -46,6 +46,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
         offset_comp_ns: 0,
         media: None,
         profile: None,
+        precompute: false,
     }
 }
 
@@ -235,6 +236,7 @@ fn every_pacing_mode_holds_its_rate() {
             catch_up: false,
             stream: 1,
             profile: None,
+            precompute: false,
         };
         let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
         // Within 2% of 1000 datagrams, and never early on average.
@@ -258,7 +260,7 @@ fn profile_drives_rate_and_size_end_to_end() {
     let p =
         Profile::parse("0 0 200\n500ms 16M 1000 hold\n1s 4M 500 hold\n1500ms 4M 500\n").unwrap();
     let want = p.bytes();
-    for reverse in [false, true] {
+    for (reverse, precompute) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut sp = spec(
             reverse,
             1_000_000,
@@ -266,6 +268,7 @@ fn profile_drives_rate_and_size_end_to_end() {
             p.duration_ns() / 1_000_000,
         );
         sp.profile = Some(p.clone());
+        sp.precompute = precompute;
         let (rep, got) = run_udp(srv.addr, sp, false);
         let s = rep.sender.unwrap();
         let t = rep.totals.unwrap();

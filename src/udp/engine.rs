@@ -62,7 +62,13 @@ pub struct SenderConfig {
     pub stream: u32,
     /// Time-varying rate and size instead of `size`/`gap_ps`.
     pub profile: Option<super::profile::Profile>,
+    /// Compute the profile's whole schedule before the first send.
+    pub precompute: bool,
 }
+
+/// Most departures `precompute` holds in memory (16 bytes each); longer
+/// profiles are scheduled on the fly instead.
+pub const MAX_PRECOMPUTED: usize = 20_000_000;
 
 /// Where departures come from: a fixed-gap schedule or a rate profile.
 enum Plan {
@@ -71,7 +77,7 @@ enum Plan {
         size: usize,
     },
     Profile {
-        deps: super::profile::Departures,
+        deps: Box<dyn Iterator<Item = (u64, u32)> + Send>,
         next: Option<(u64, u32)>,
         catch_up: bool,
         slips: u64,
@@ -86,7 +92,17 @@ impl Plan {
                 size: cfg.size.max(HEADER_LEN),
             },
             Some(p) => {
-                let mut deps = p.departures();
+                let mut deps: Box<dyn Iterator<Item = (u64, u32)> + Send> = if cfg.precompute {
+                    // FlowPing's precomputed mode: no schedule arithmetic while sending.
+                    let all: Vec<_> = p.departures().take(MAX_PRECOMPUTED + 1).collect();
+                    if all.len() <= MAX_PRECOMPUTED {
+                        Box::new(all.into_iter())
+                    } else {
+                        Box::new(p.departures())
+                    }
+                } else {
+                    Box::new(p.departures())
+                };
                 let next = deps.next();
                 Plan::Profile {
                     deps,

@@ -103,6 +103,7 @@ pub fn sender_config(s: &UdpSpec) -> SenderConfig {
         catch_up: s.catch_up,
         stream: 1,
         profile: s.profile.clone(),
+        precompute: s.precompute,
     }
 }
 
