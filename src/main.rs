@@ -726,6 +726,17 @@ struct UdpArgs {
     /// Delay histogram bin count (the last bin takes everything above).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     hist_bins: u32,
+    /// Send in bursts of this many bytes (iperf2 --burst-size); with --rate, datagrams
+    /// within a burst are paced at that rate, otherwise sent back to back.
+    #[arg(long, value_parser = size, requires = "burst_period", conflicts_with_all = ["profile", "media"])]
+    burst_size: Option<u64>,
+    /// Time from one burst's start to the next (iperf2 --burst-period).
+    #[arg(long, value_parser = positive_duration, requires = "burst_size")]
+    burst_period: Option<Duration>,
+    /// Bursts: clocks are synchronised, so report each burst's first-send-to-last-arrival
+    /// time end to end (implies --synced).
+    #[arg(long)]
+    trip_times: bool,
     /// Profile/sweep runs: compute the whole schedule before the stream starts, and keep
     /// per-datagram results in memory, writing them (--jitter-file) after the test.
     #[arg(long)]
@@ -842,6 +853,19 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         ),
         None => (size, gap_ps, a.duration.as_millis().max(1) as u64),
     };
+    let burst = a
+        .burst_size
+        .zip(a.burst_period)
+        .map(|(b, p)| netrig::proto::BurstSpec {
+            size: b,
+            period_ms: p.as_millis().max(1) as u64,
+        });
+    // Without an explicit rate, a burst's datagrams go back to back.
+    let gap_ps = if burst.is_some() && a.rate.is_none() && a.gap.is_none() {
+        1
+    } else {
+        gap_ps
+    };
     let spec = UdpSpec {
         reverse,
         size: size as u32,
@@ -857,6 +881,7 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         media,
         profile,
         precompute: a.precompute,
+        burst,
     };
     let embedded = match &a.target {
         Some(_) => None,
@@ -879,14 +904,39 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         target,
         port: a.port,
         spec,
-        synced: a.synced,
+        synced: a.synced || a.trip_times,
         bind: a.bind,
         bind_dev: a.bind_dev,
         rcvbuf: a.rcvbuf.map(|v| v as usize),
         sndbuf: a.sndbuf.map(|v| v as usize),
         per_packet: a.jitter_file.is_some(),
     };
-    if a.verbosity >= 1 {
+    if a.verbosity >= 1 && cfg.spec.burst.is_some() {
+        let (s, b) = (
+            &cfg.spec,
+            cfg.spec.burst.unwrap_or(netrig::proto::BurstSpec {
+                size: 0,
+                period_ms: 1,
+            }),
+        );
+        netrig::out!(
+            "UDP {}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",
+            if s.reverse {
+                "server -> client"
+            } else {
+                "client -> server"
+            },
+            b.size,
+            s.size,
+            if s.gap_ps > 1 {
+                format!(", {:.3} us apart", s.gap_ps as f64 / 1e6)
+            } else {
+                ", back to back".into()
+            },
+            b.period_ms,
+            s.duration_ms as f64 / 1e3
+        );
+    } else if a.verbosity >= 1 {
         let s = &cfg.spec;
         netrig::out!(
             "UDP {}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
@@ -916,6 +966,9 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
     .context("cannot open an output file")?;
     if a.precompute {
         reporter.hold_packets();
+    }
+    if a.trip_times {
+        reporter.show_trip_times();
     }
     let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
     reporter.finish();

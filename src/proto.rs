@@ -125,6 +125,15 @@ pub struct MediaSpec {
     pub buffer_depth_ms: u64,
 }
 
+/// iperf2-style bursts: `size` bytes every `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BurstSpec {
+    /// Bytes per burst (rounded up to whole datagrams for UDP).
+    pub size: u64,
+    /// Time from one burst's start to the next's, ms.
+    pub period_ms: u64,
+}
+
 /// The server-side description of a UDP stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UdpSpec {
@@ -158,6 +167,10 @@ pub struct UdpSpec {
     /// Compute the profile's schedule before the stream starts.
     #[serde(default)]
     pub precompute: bool,
+    /// Send in bursts instead of a steady stream; datagrams within a burst are
+    /// `gap_ps` apart (a tiny gap means back to back).
+    #[serde(default)]
+    pub burst: Option<BurstSpec>,
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and
@@ -375,6 +388,8 @@ pub enum Message {
     UdpDone(crate::udp::engine::SenderReport),
     /// Receiver (server) totals.
     UdpResult(crate::udp::track::UdpTotals),
+    /// Receiver (server) report of one burst.
+    UdpBurst(crate::udp::track::BurstReport),
     /// Either end reports a problem; the sender closes the connection after it.
     Error {
         /// Machine-readable reason.

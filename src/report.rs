@@ -453,6 +453,8 @@ pub struct UdpReporter {
     packets: Option<RowWriter>,
     /// Per-datagram rows kept in memory until [`UdpReporter::finish`].
     held: Option<Vec<crate::udp::engine::PacketRow>>,
+    /// Print each burst's end-to-end time (clocks synchronised).
+    trip_times: bool,
     errors: Vec<io::Error>,
 }
 
@@ -461,6 +463,11 @@ impl UdpReporter {
     /// (no file I/O while the stream runs).
     pub fn hold_packets(&mut self) {
         self.held = Some(Vec::new());
+    }
+
+    /// Print each burst's end-to-end time (only meaningful with synchronised clocks).
+    pub fn show_trip_times(&mut self) {
+        self.trip_times = true;
     }
 
     /// Writes held per-datagram rows.
@@ -513,6 +520,7 @@ impl UdpReporter {
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
+            trip_times: false,
             errors: Vec::new(),
         };
         if verbosity >= 1 {
@@ -544,6 +552,35 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         {
             self.errors.push(e);
         }
+    }
+
+    fn burst(&mut self, b: &crate::udp::track::BurstReport) {
+        if self.verbosity == 0 {
+            return;
+        }
+        let sizes: Vec<String> = b
+            .read_sizes
+            .iter()
+            .map(|(s, n)| format!("{s}B x{n}"))
+            .collect();
+        crate::out!(
+            "burst {:>4}: {:.6}-{:.6} s, {} bytes in {} datagrams ({} lost), transfer {:.3} ms, {}, duty {:.1}%{}; reads {}",
+            b.index,
+            b.start_s,
+            b.end_s,
+            b.bytes,
+            b.datagrams,
+            b.lost,
+            b.transfer_ms,
+            format_bits_per_sec(b.rate_bps),
+            b.duty_pct,
+            if self.trip_times {
+                format!(", trip {:.3} ms", b.trip_ms)
+            } else {
+                String::new()
+            },
+            sizes.join(" ")
+        );
     }
 
     fn packet(&mut self, p: &crate::udp::engine::PacketRow) {

@@ -47,6 +47,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
         media: None,
         profile: None,
         precompute: false,
+        burst: None,
     }
 }
 
@@ -237,6 +238,7 @@ fn every_pacing_mode_holds_its_rate() {
             stream: 1,
             profile: None,
             precompute: false,
+            burst: None,
         };
         let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
         // Within 2% of 1000 datagrams, and never early on average.
@@ -299,5 +301,51 @@ fn profile_drives_rate_and_size_end_to_end() {
             hold > 3 * step && hold < 5 * step,
             "reverse={reverse}: {hold} vs {step}"
         );
+    }
+}
+
+#[test]
+fn bursts_are_reported_one_by_one_and_losses_land_in_their_burst() {
+    use netrig::proto::BurstSpec;
+    let srv = TestServer::start();
+    for reverse in [false, true] {
+        let relay = UdpRelay::start(
+            srv.addr,
+            Impair {
+                drop_every: 20,
+                ..Default::default()
+            },
+            !reverse,
+        );
+        let mut sp = spec(reverse, 1_000_000, 1000, 1000);
+        sp.gap_ps = 1; // back to back within a burst
+        sp.burst = Some(BurstSpec {
+            size: 50_000,
+            period_ms: 200,
+        });
+        let (rep, _) = run_udp(relay.addr, sp, false);
+        let s = rep.sender.unwrap();
+        assert_eq!(s.packets, 5 * 50, "five bursts of 50 datagrams");
+        let idx: Vec<u64> = rep.bursts.iter().map(|b| b.index).collect();
+        assert_eq!(idx, [0, 1, 2, 3, 4], "reverse={reverse}");
+        let (_, dropped, ..) = relay.get();
+        assert_eq!(rep.bursts.iter().map(|b| b.lost).sum::<u64>(), dropped);
+        assert_eq!(
+            rep.bursts.iter().map(|b| b.datagrams).sum::<u64>(),
+            s.packets - dropped
+        );
+        for b in &rep.bursts {
+            assert!(
+                b.transfer_ms < 200.0 && b.duty_pct < 100.0 && b.rate_bps > 0.0,
+                "{b:?}"
+            );
+            assert_eq!(b.read_sizes, vec![(1000, b.datagrams)]);
+            let gap = b.start_s - 0.2 * b.index as f64;
+            assert!(
+                (0.0..0.05).contains(&gap),
+                "burst {} starts on its period: {gap}",
+                b.index
+            );
+        }
     }
 }

@@ -10,10 +10,10 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::clock::{Offset, Sample, estimate, realtime_ns};
-use super::engine::{PacketRow, SenderReport, Until, run_receiver, run_sender};
+use super::engine::{PacketRow, ReceiverSink, SenderReport, Until, run_receiver, run_sender};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::serve::{drain_for, receiver_config, sender_config};
-use super::track::{ReceiverStats, UdpInterval, UdpTotals};
+use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};
 use crate::proto::{Message, TestSpec, UdpSpec, read_message};
 
@@ -46,6 +46,8 @@ pub trait UdpObserver {
     fn interval(&mut self, iv: &UdpInterval);
     /// A datagram arrived at the client (only with `per_packet`).
     fn packet(&mut self, row: &PacketRow);
+    /// A burst ended (burst mode).
+    fn burst(&mut self, _b: &BurstReport) {}
 }
 
 /// What a UDP run measured.
@@ -65,6 +67,8 @@ pub struct UdpReport {
     pub server_lost: bool,
     /// Wall time of the stream phase, s.
     pub duration_secs: f64,
+    /// Burst mode: one report per burst.
+    pub bursts: Vec<BurstReport>,
     /// Profile runs: the per-rate-bin table.
     pub bins: Option<Vec<super::analyze::Bin>>,
     /// Profile runs: the congestion analysis.
@@ -73,6 +77,7 @@ pub struct UdpReport {
 
 enum Event {
     Interval(UdpInterval),
+    Burst(BurstReport),
     Packet(PacketRow),
     Control(Result<Message, String>),
     SenderDone(SenderReport),
@@ -252,26 +257,32 @@ pub fn run(
             std::thread::spawn(move || {
                 let rc = receiver_config(&spec, -theta);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
-                let tx2 = tx.clone();
-                let mut on_iv = |iv| {
-                    let _ = tx2.send(Event::Interval(iv));
-                };
-                let mut on_pkt = |p: &PacketRow| {
-                    if per_packet {
-                        let _ = tx.send(Event::Packet(p.clone()));
+                /// Forwards the receiver's output to the event loop.
+                struct ToLoop(mpsc::Sender<Event>, bool);
+                impl ReceiverSink for ToLoop {
+                    fn interval(&mut self, iv: UdpInterval) {
+                        let _ = self.0.send(Event::Interval(iv));
                     }
+                    fn packet(&mut self, p: &PacketRow) {
+                        if self.1 {
+                            let _ = self.0.send(Event::Packet(p.clone()));
+                        }
+                    }
+                    fn burst(&mut self, b: BurstReport) {
+                        let _ = self.0.send(Event::Burst(b));
+                    }
+                }
+                let until = Until {
+                    stop: &stop,
+                    deadline_ns: &deadline,
+                    start: epoch,
                 };
                 let _ = run_receiver(
                     &sock,
                     &rc,
                     &mut stats,
-                    Until {
-                        stop: &stop,
-                        deadline_ns: &deadline,
-                        start: epoch,
-                    },
-                    &mut on_iv,
-                    &mut on_pkt,
+                    until,
+                    &mut ToLoop(tx.clone(), per_packet),
                 );
                 let _ = tx.send(Event::ReceiverDone(Box::new(stats)));
             });
@@ -297,6 +308,7 @@ pub fn run(
         duration_secs: 0.0,
         bins: None,
         analysis: None,
+        bursts: Vec::new(),
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut goodbye_sent = false;
@@ -334,6 +346,10 @@ pub fn run(
                 rep.intervals.push(iv);
             }
             Event::Packet(p) => obs.packet(&p),
+            Event::Burst(b) | Event::Control(Ok(Message::UdpBurst(b))) => {
+                obs.burst(&b);
+                rep.bursts.push(b);
+            }
             Event::SenderDone(s) => {
                 rep.duration_secs = epoch.elapsed().as_secs_f64();
                 if c.send(&Message::UdpDone(s.clone())).is_err() {

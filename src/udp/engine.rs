@@ -64,6 +64,8 @@ pub struct SenderConfig {
     pub profile: Option<super::profile::Profile>,
     /// Compute the profile's whole schedule before the first send.
     pub precompute: bool,
+    /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
+    pub burst: Option<(u64, u64)>,
 }
 
 /// Most departures `precompute` holds in memory (16 bytes each); longer
@@ -86,6 +88,26 @@ enum Plan {
 
 impl Plan {
     fn new(cfg: &SenderConfig) -> Plan {
+        if let Some((per_burst, period_ns)) = cfg.burst {
+            let end = cfg.duration.as_nanos() as u64;
+            let size = cfg.size.max(HEADER_LEN) as u32;
+            let mut deps: Box<dyn Iterator<Item = (u64, u32)> + Send> =
+                Box::new(super::profile::burst_departures(
+                    size,
+                    per_burst,
+                    period_ns,
+                    cfg.gap_ps / 1000,
+                    end,
+                ));
+            let next = deps.next();
+            // A burst's datagrams are due together: send them all, never skip.
+            return Plan::Profile {
+                deps,
+                next,
+                catch_up: true,
+                slips: 0,
+            };
+        }
         match &cfg.profile {
             None => Plan::Fixed {
                 sched: Schedule::new(0, cfg.gap_ps, cfg.catch_up),
@@ -359,6 +381,16 @@ pub struct PacketRow {
     pub corrupt: bool,
 }
 
+/// Where a receiver's output goes.
+pub trait ReceiverSink {
+    /// An interval ended.
+    fn interval(&mut self, iv: UdpInterval);
+    /// A datagram arrived (for the per-datagram file).
+    fn packet(&mut self, _row: &PacketRow) {}
+    /// A burst ended.
+    fn burst(&mut self, _b: super::track::BurstReport) {}
+}
+
 /// What the receiver needs.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
@@ -377,6 +409,8 @@ pub struct ReceiverConfig {
     pub media: Option<(u64, u64)>,
     /// Verify payloads.
     pub verify: bool,
+    /// Bursts: (datagrams per burst, period ns).
+    pub burst: Option<(u64, u64)>,
 }
 
 /// When a receiver stops, and the time base its intervals use.
@@ -397,8 +431,7 @@ pub fn run_receiver(
     cfg: &ReceiverConfig,
     stats: &mut ReceiverStats,
     until: Until<'_>,
-    on_interval: &mut dyn FnMut(UdpInterval),
-    on_packet: &mut dyn FnMut(&PacketRow),
+    sink: &mut dyn ReceiverSink,
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
     let size = cfg.max_size.max(HEADER_LEN) + 1;
@@ -410,23 +443,31 @@ pub fn run_receiver(
     } = until;
     let mut next_tick = cfg.interval;
     let mut media_first: Option<(u64, u64)> = None;
+    let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
+    enable_rx_timestamps(sock);
+    let mut bursts = cfg
+        .burst
+        .map(|(n, period)| super::track::BurstTracker::new(n, period as f64 / 1e9));
     let mut late_count = 0u64;
     loop {
         let el = start.elapsed();
         if el >= next_tick {
             let mut iv = stats.take_interval(next_tick.as_secs_f64());
             iv.late = std::mem::take(&mut late_count);
-            on_interval(iv);
+            sink.interval(iv);
             next_tick += cfg.interval;
         }
         let dl = deadline_ns.load(SeqCst);
         if stop.load(SeqCst) || (dl > 0 && el.as_nanos() as u64 >= dl) {
+            if let Some(b) = bursts.as_mut().and_then(|b| b.finish()) {
+                sink.burst(b);
+            }
             let mut iv = stats.take_interval(el.as_secs_f64());
             iv.late = late_count;
-            on_interval(iv);
+            sink.interval(iv);
             return Ok(());
         }
-        let lens = match recv_batch(sock, &mut buf, size) {
+        let lens = match recv_batch(sock, &mut buf, size, &mut control) {
             Ok(l) => l,
             Err(e)
                 if matches!(
@@ -442,9 +483,13 @@ pub fn run_receiver(
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
             Err(e) => return Err(e),
         };
-        let recv_ns = realtime_ns();
-        let mono = start.elapsed().as_nanos() as u64;
-        for (k, &len) in lens.iter().enumerate() {
+        let batch_ns = realtime_ns();
+        let batch_mono = start.elapsed().as_nanos() as u64;
+        for (k, &(len, stamp)) in lens.iter().enumerate() {
+            // The kernel's receive time where available (exact per datagram, even
+            // when a batch arrives at once), otherwise the batch's user-space time.
+            let recv_ns = stamp.unwrap_or(batch_ns);
+            let mono = batch_mono.saturating_sub(batch_ns.saturating_sub(recv_ns));
             let d = &buf[k * size..k * size + len];
             let Ok(h) = Header::read(d) else {
                 stats.on_invalid(len);
@@ -465,7 +510,12 @@ pub fn run_receiver(
                     stats.on_late();
                 }
             }
-            on_packet(&PacketRow {
+            if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)
+                && let Some(done) = b.on_datagram(h.seq, len, mono as f64 / 1e9, h.send_ns, recv_ns)
+            {
+                sink.burst(done);
+            }
+            sink.packet(&PacketRow {
                 seq: h.seq,
                 send_ns: h.send_ns,
                 recv_ns,
@@ -482,11 +532,58 @@ pub fn run_receiver(
 }
 
 /// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns their lengths.
-fn recv_batch(sock: &UdpSocket, buf: &mut [u8], size: usize) -> io::Result<Vec<usize>> {
+/// Space for one message's ancillary data (a `timespec` in a `cmsghdr`).
+const CMSG_SPACE: usize = 64;
+
+/// Asks the kernel to timestamp every received datagram (SO_TIMESTAMPNS).
+fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// The kernel receive time (CLOCK_REALTIME ns) carried in a message's ancillary data.
+fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
+    // SAFETY: `hdr` was filled by recvmmsg; its control pointer and length describe
+    // a live buffer, and the CMSG_* macros stay within `msg_controllen`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
+}
+
+/// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns
+/// their lengths and, where the kernel stamped them, their receive times.
+fn recv_batch(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    size: usize,
+    control: &mut [[u8; CMSG_SPACE]],
+) -> io::Result<Vec<(usize, Option<u64>)>> {
     let mut m = Mmsg::new(buf, size, BATCH);
+    for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
+        msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
+        msg.msg_hdr.msg_controllen = CMSG_SPACE as _;
+    }
     // SAFETY: each header's single iovec points at a distinct `size`-byte slot of
-    // `buf`, which outlives the call; the kernel writes at most `size` bytes there
-    // and fills `msg_len`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO) for the first only.
+    // `buf`, and its control buffer at a distinct CMSG_SPACE-byte slot of `control`,
+    // both outliving the call; the kernel writes within those bounds and fills
+    // `msg_len`/`msg_controllen`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO) for the first only.
     let r = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
@@ -501,6 +598,6 @@ fn recv_batch(sock: &UdpSocket, buf: &mut [u8], size: usize) -> io::Result<Vec<u
     }
     Ok(m.msgs[..r as usize]
         .iter()
-        .map(|m| (m.msg_len as usize).min(size))
+        .map(|m| ((m.msg_len as usize).min(size), rx_timestamp(&m.msg_hdr)))
         .collect())
 }

@@ -285,6 +285,22 @@ impl Iterator for Departures {
     }
 }
 
+/// Departures of an iperf2-style burst train: every `period_ns`, `per_burst`
+/// datagrams of `size` bytes, `gap_ns` apart (0: back to back), until `end_ns`.
+pub fn burst_departures(
+    size: u32,
+    per_burst: u64,
+    period_ns: u64,
+    gap_ns: u64,
+    end_ns: u64,
+) -> impl Iterator<Item = (u64, u32)> + Send {
+    let period = period_ns.max(1);
+    (0..)
+        .map_while(move |k: u64| k.checked_mul(period).filter(|&t| t < end_ns))
+        .flat_map(move |start| (0..per_burst.max(1)).map(move |i| (start + i * gap_ns, size)))
+        .take_while(move |&(t, _)| t < end_ns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +348,18 @@ mod tests {
         assert_eq!(
             Profile::parse("1s 1M 100\n2s 1M 100\n"),
             Err(ProfileError::TooShort)
+        );
+    }
+
+    #[test]
+    fn burst_trains() {
+        let d: Vec<_> = burst_departures(1000, 3, 1_000_000, 10, 2_500_000).collect();
+        let times: Vec<u64> = d.iter().map(|x| x.0).collect();
+        assert_eq!(
+            times,
+            [
+                0, 10, 20, 1_000_000, 1_000_010, 1_000_020, 2_000_000, 2_000_010, 2_000_020
+            ]
         );
     }
 

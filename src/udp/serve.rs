@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::clock::realtime_ns;
-use super::engine::{ReceiverConfig, SenderConfig, SenderReport, Until, run_receiver, run_sender};
+use super::engine::{
+    ReceiverConfig, ReceiverSink, SenderConfig, SenderReport, Until, run_receiver, run_sender,
+};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
-use super::track::ReceiverStats;
+use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
 use crate::server::Limits;
 
@@ -24,8 +26,13 @@ pub const MAX_DURATION_MS: u64 = 24 * 3600 * 1000;
 /// How long the receiver keeps listening after the sender's last datagram.
 pub const DRAIN: Duration = Duration::from_millis(500);
 
-/// The stream's (peak) rate in bit/s.
+/// The stream's rate in bit/s that server limits apply to: the peak of a
+/// profile, the average of a burst train.
 pub fn rate_bps(s: &UdpSpec) -> f64 {
+    if let Some((per_burst, period_ns)) = burst_plan(s) {
+        // Bursts leave back to back by design: cap the train's average rate.
+        return (per_burst * u64::from(s.size)) as f64 * 8.0 * 1e9 / period_ns.max(1) as f64;
+    }
     match &s.profile {
         Some(p) => p.max_rate() as f64,
         None => s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64,
@@ -66,6 +73,9 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
     if s.interval_ms == 0 || s.hist_bins == 0 || s.hist_bin_ns == 0 {
         return Err("interval and histogram bins must be positive".into());
     }
+    if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
+        return Err("burst size and period must be positive".into());
+    }
     if s.media.is_some_and(|m| m.fps == 0) {
         return Err("media frame rate must be positive".into());
     }
@@ -90,6 +100,7 @@ pub fn receiver_config(s: &UdpSpec, offset_ns: i64) -> ReceiverConfig {
             )
         }),
         verify: s.verify,
+        burst: burst_plan(s),
     }
 }
 
@@ -104,7 +115,18 @@ pub fn sender_config(s: &UdpSpec) -> SenderConfig {
         stream: 1,
         profile: s.profile.clone(),
         precompute: s.precompute,
+        burst: burst_plan(s),
     }
+}
+
+/// Bursts as (datagrams per burst, period ns), rounding a burst up to whole datagrams.
+pub fn burst_plan(s: &UdpSpec) -> Option<(u64, u64)> {
+    s.burst.map(|b| {
+        (
+            b.size.div_ceil(u64::from(s.size.max(1))).max(1),
+            b.period_ms * 1_000_000,
+        )
+    })
 }
 
 /// How long the receiver drains after the sender is done.
@@ -351,16 +373,28 @@ impl UdpWork for StreamWork {
             std::thread::spawn(move || {
                 let cfg = receiver_config(&spec, offset_ns);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
-                let w = Arc::clone(&ctx.writer);
-                let mut on_iv = |iv| {
-                    send(&w, &Message::UdpInterval(iv));
-                };
+                /// Forwards the receiver's output to the client.
+                struct ToClient(Arc<Mutex<TcpStream>>);
+                impl ReceiverSink for ToClient {
+                    fn interval(&mut self, iv: UdpInterval) {
+                        send(&self.0, &Message::UdpInterval(iv));
+                    }
+                    fn burst(&mut self, b: BurstReport) {
+                        send(&self.0, &Message::UdpBurst(b));
+                    }
+                }
                 let until = Until {
                     stop: &ctx.stop,
                     deadline_ns: &ctx.deadline,
                     start: ctx.epoch,
                 };
-                let _ = run_receiver(&ctx.sock, &cfg, &mut stats, until, &mut on_iv, &mut |_| {});
+                let _ = run_receiver(
+                    &ctx.sock,
+                    &cfg,
+                    &mut stats,
+                    until,
+                    &mut ToClient(Arc::clone(&ctx.writer)),
+                );
                 let sent = sent
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

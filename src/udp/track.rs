@@ -208,6 +208,110 @@ pub struct UdpTotals {
     pub histogram: Vec<(f64, u64)>,
 }
 
+/// The receiver's account of one burst.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BurstReport {
+    /// Burst number, from 0.
+    pub index: u64,
+    /// First datagram's arrival, s since the stream started (receiver clock).
+    pub start_s: f64,
+    /// Last datagram's arrival, s.
+    pub end_s: f64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Datagrams received (unique).
+    pub datagrams: u64,
+    /// Datagrams of the burst that never arrived.
+    pub lost: u64,
+    /// First to last arrival, ms (µs resolution).
+    pub transfer_ms: f64,
+    /// Bytes × 8 over the transfer time, bit/s (0 for a single datagram).
+    pub rate_bps: f64,
+    /// Transfer time as a share of the period, percent.
+    pub duty_pct: f64,
+    /// First send (sender clock) to last arrival (receiver clock), ms: end to
+    /// end only when the clocks are synchronised (`--trip-times`).
+    pub trip_ms: f64,
+    /// Read (datagram) sizes and how often each occurred.
+    pub read_sizes: Vec<(u64, u64)>,
+}
+
+/// Accumulates the burst in progress.
+#[derive(Debug, Default)]
+pub struct BurstTracker {
+    cur: Option<(BurstReport, u64)>,
+    per_burst: u64,
+    period_s: f64,
+}
+
+impl BurstTracker {
+    /// Bursts of `per_burst` datagrams every `period_s`.
+    pub fn new(per_burst: u64, period_s: f64) -> Self {
+        BurstTracker {
+            cur: None,
+            per_burst: per_burst.max(1),
+            period_s,
+        }
+    }
+
+    /// Accounts a (non-duplicate) datagram; returns the previous burst's report when a new burst begins.
+    pub fn on_datagram(
+        &mut self,
+        seq: u64,
+        bytes: usize,
+        at_s: f64,
+        send_ns: u64,
+        recv_ns: u64,
+    ) -> Option<BurstReport> {
+        let k = seq / self.per_burst;
+        let mut done = None;
+        if self.cur.as_ref().is_some_and(|(b, _)| k > b.index) {
+            done = self.finish();
+        }
+        if self.cur.as_ref().is_some_and(|(b, _)| k < b.index) {
+            return done; // a straggler from a burst already reported
+        }
+        let (b, first_send) = self.cur.get_or_insert_with(|| {
+            (
+                BurstReport {
+                    index: k,
+                    start_s: at_s,
+                    ..Default::default()
+                },
+                send_ns,
+            )
+        });
+        b.end_s = at_s;
+        b.bytes += bytes as u64;
+        b.datagrams += 1;
+        b.trip_ms = (recv_ns as f64 - *first_send as f64) / 1e6;
+        match b.read_sizes.iter_mut().find(|(s, _)| *s == bytes as u64) {
+            Some((_, n)) => *n += 1,
+            None => b.read_sizes.push((bytes as u64, 1)),
+        }
+        done
+    }
+
+    /// Closes the burst in progress.
+    pub fn finish(&mut self) -> Option<BurstReport> {
+        let (mut b, _) = self.cur.take()?;
+        b.lost = self.per_burst.saturating_sub(b.datagrams);
+        b.transfer_ms = (b.end_s - b.start_s) * 1e3;
+        let secs = b.end_s - b.start_s;
+        b.rate_bps = if secs > 0.0 {
+            b.bytes as f64 * 8.0 / secs
+        } else {
+            0.0
+        };
+        b.duty_pct = if self.period_s > 0.0 {
+            100.0 * secs / self.period_s
+        } else {
+            0.0
+        };
+        Some(b)
+    }
+}
+
 /// Everything the receiver accumulates.
 pub struct ReceiverStats {
     seq: SeqTracker,
@@ -369,6 +473,19 @@ mod tests {
         assert_eq!(a[7], Arrival::Duplicate);
         assert_eq!(t.missing(), 2);
         assert_eq!(t.next(), 8);
+    }
+
+    #[test]
+    fn bursts_are_split_by_sequence() {
+        let mut b = BurstTracker::new(3, 0.1);
+        assert_eq!(b.on_datagram(0, 100, 0.000, 0, 10), None);
+        assert_eq!(b.on_datagram(1, 100, 0.001, 0, 20), None);
+        let r = b.on_datagram(3, 100, 0.100, 0, 30).expect("burst 0 closes");
+        assert_eq!((r.index, r.datagrams, r.lost, r.bytes), (0, 2, 1, 200));
+        assert!((r.transfer_ms - 1.0).abs() < 1e-9 && (r.duty_pct - 1.0).abs() < 1e-9);
+        assert_eq!(r.read_sizes, vec![(100, 2)]);
+        let last = b.finish().unwrap();
+        assert_eq!((last.index, last.datagrams, last.rate_bps), (1, 1, 0.0));
     }
 
     #[test]
