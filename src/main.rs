@@ -666,6 +666,17 @@ struct TcpArgs {
     /// Seed for random buffer sizes (for reproducible runs).
     #[arg(long)]
     seed: Option<u64>,
+    /// Send each connection's transfer in bursts of this many bytes (iperf2
+    /// --burst-size; push or pull only).
+    #[arg(long, value_parser = size, requires = "burst_period")]
+    burst_size: Option<u64>,
+    /// Time from one burst's start to the next.
+    #[arg(long, value_parser = positive_duration, requires = "burst_size")]
+    burst_period: Option<Duration>,
+    /// Bursts: clocks are synchronised, so print each burst's end-to-end time
+    /// (sender's first byte to receiver's last).
+    #[arg(long, requires = "burst_size")]
+    trip_times: bool,
 }
 
 fn rate(s: &str) -> Result<u64, String> {
@@ -1141,7 +1152,18 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
         interval: Some(a.interval),
         idle_timeout: Some(a.idle_timeout),
         seed: a.seed,
+        burst: a
+            .burst_size
+            .zip(a.burst_period)
+            .map(|(size, p)| netrig::proto::BurstSpec {
+                size,
+                period_ms: p.as_millis().max(1) as u64,
+            }),
     };
+    if let Err(e) = cfg.validate() {
+        eprintln!("netrig: {e}");
+        return Ok(ExitCode::from(2));
+    }
     let embedded = if targets.is_empty() {
         let e = Embedded::start()?;
         if cfg.iterations.is_none() && cfg.time_limit.is_none() {
@@ -1166,6 +1188,7 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
         a.connection_file.as_deref(),
     )
     .context("cannot open an output file")?;
+    reporter.trip_times = a.trip_times;
     let flag = interrupt_flag();
     reporter.banner(&cfg, &targets);
     let result = client::run(cfg.clone(), flag, &mut reporter);

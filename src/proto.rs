@@ -114,6 +114,48 @@ pub struct TcpSpec {
     pub verify: VerifyLevel,
     /// Concurrent connections the client intends to keep (informational; limits use it).
     pub connections: u32,
+    /// iperf2-style bursts (push or pull only).
+    #[serde(default)]
+    pub burst: Option<BurstSpec>,
+}
+
+/// One TCP burst as one end saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpBurst {
+    /// Burst number, from 0.
+    pub index: u64,
+    /// "send" or "recv": which end's account this is.
+    pub side: String,
+    /// First byte written or read, s since the data phase began (that end's clock).
+    pub start_s: f64,
+    /// Last byte written or read, s.
+    pub end_s: f64,
+    /// Bytes in the burst.
+    pub bytes: u64,
+    /// write() or read() calls.
+    pub calls: u64,
+    /// First to last byte, ms (µs resolution).
+    pub transfer_ms: f64,
+    /// Bytes × 8 over the transfer time, bit/s.
+    pub rate_bps: f64,
+    /// Transfer time as a share of the period, percent.
+    pub duty_pct: f64,
+    /// Receiver: read sizes in power-of-two bins (lower edge bytes, count).
+    pub read_sizes: Vec<(u64, u64)>,
+    /// Sender: failed writes.
+    pub errors: u64,
+    /// Sender: TCP_INFO total retransmits after the burst.
+    pub retransmits: Option<u32>,
+    /// Sender: TCP_INFO congestion window (segments) after the burst.
+    pub cwnd: Option<u32>,
+    /// Sender: TCP_INFO smoothed RTT, µs, after the burst.
+    pub rtt_us: Option<u32>,
+    /// First byte, CLOCK_REALTIME ns (for end-to-end trip times with synchronised clocks).
+    #[serde(default)]
+    pub start_rt_ns: u64,
+    /// Last byte, CLOCK_REALTIME ns.
+    #[serde(default)]
+    pub end_rt_ns: u64,
 }
 
 /// Media-stream parameters (ctsTraffic's UDP media stream).
@@ -390,6 +432,14 @@ pub enum Message {
     UdpResult(crate::udp::track::UdpTotals),
     /// Receiver (server) report of one burst.
     UdpBurst(crate::udp::track::BurstReport),
+    /// The server's account of a TCP connection's bursts, sent after the final
+    /// reports in chunks; `last` marks the final chunk.
+    TcpBursts {
+        /// Up to 100 bursts.
+        bursts: Vec<TcpBurst>,
+        /// No more chunks follow.
+        last: bool,
+    },
     /// Either end reports a problem; the sender closes the connection after it.
     Error {
         /// Machine-readable reason.
@@ -516,6 +566,7 @@ mod tests {
                     pull_bytes: 1 << 20,
                     verify: VerifyLevel::Data,
                     connections: 8,
+                    burst: None,
                 }),
             },
             Message::TestAccept { session: id },

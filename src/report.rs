@@ -138,6 +138,8 @@ fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
 /// The client's observer: console table and optional files.
 pub struct Reporter {
     verbosity: u8,
+    /// Print each burst's end-to-end time (clocks synchronised).
+    pub trip_times: bool,
     console: RowWriter,
     status: Option<RowWriter>,
     connections: Option<RowWriter>,
@@ -160,6 +162,7 @@ impl Reporter {
         };
         Ok(Reporter {
             verbosity,
+            trip_times: false,
             console: RowWriter::console(Box::new(io::stdout()), &STATUS_WIDTHS),
             status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
@@ -263,10 +266,73 @@ impl Observer for Reporter {
                 rec.result.detail
             );
         }
+        if self.verbosity >= 1 {
+            print_tcp_bursts(rec, self.trip_times);
+        }
         if self.connections.is_some() {
             let cells = connection_cells(rec);
             self.note(|r| r.connections.as_mut().map_or(Ok(()), |w| w.row(&cells)));
         }
+    }
+}
+
+/// Prints a connection's bursts: the receiver's timing and read sizes, the
+/// sender's writes and TCP_INFO, side by side per burst.
+fn print_tcp_bursts(rec: &ConnectionRecord, trip_times: bool) {
+    let mut i = 0;
+    while i < rec.bursts.len() {
+        let idx = rec.bursts[i].index;
+        let same: Vec<&crate::proto::TcpBurst> = rec.bursts[i..]
+            .iter()
+            .take_while(|b| b.index == idx)
+            .collect();
+        i += same.len();
+        let mut line = format!("{} burst {idx:>4}:", rec.connection_id);
+        for b in same {
+            if b.side == "recv" {
+                let sizes: Vec<String> = b
+                    .read_sizes
+                    .iter()
+                    .map(|(e, n)| format!("{e}+B x{n}"))
+                    .collect();
+                line += &format!(
+                    " recv {:.6}-{:.6} s, {} bytes in {} reads, transfer {:.3} ms, {}, duty {:.1}%, reads {};",
+                    b.start_s,
+                    b.end_s,
+                    b.bytes,
+                    b.calls,
+                    b.transfer_ms,
+                    format_bits_per_sec(b.rate_bps),
+                    b.duty_pct,
+                    sizes.join(" ")
+                );
+            } else {
+                let opt = |v: Option<u32>| v.map_or("-".to_string(), |x| x.to_string());
+                line += &format!(
+                    " send {} writes, {} errors, retransmits {}, cwnd {}, rtt {} us;",
+                    b.calls,
+                    b.errors,
+                    opt(b.retransmits),
+                    opt(b.cwnd),
+                    opt(b.rtt_us)
+                );
+            }
+        }
+        let pair = (
+            rec.bursts
+                .iter()
+                .find(|b| b.index == idx && b.side == "send"),
+            rec.bursts
+                .iter()
+                .find(|b| b.index == idx && b.side == "recv"),
+        );
+        if let (true, (Some(s), Some(r))) = (trip_times, pair) {
+            line += &format!(
+                " trip {:.3} ms;",
+                (r.end_rt_ns as f64 - s.start_rt_ns as f64) / 1e6
+            );
+        }
+        crate::out!("{}", line.trim_end_matches(';'));
     }
 }
 

@@ -294,6 +294,17 @@ fn validate(t: &TcpSpec) -> Result<TcpSpec, String> {
     if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
         return Err("pushpull needs non-zero push and pull bytes".into());
     }
+    if let Some(b) = t.burst {
+        if !matches!(
+            t.pattern,
+            crate::proto::IoPattern::Push | crate::proto::IoPattern::Pull
+        ) {
+            return Err("bursts need pattern push or pull".into());
+        }
+        if b.size == 0 || b.period_ms == 0 {
+            return Err("burst size and period must be positive".into());
+        }
+    }
     Ok(t.clone())
 }
 
@@ -498,7 +509,7 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
     {
         ResultKind::NetworkError
     } else {
-        let mut mine = Transfer {
+        let (mut mine, bursts) = Transfer {
             stream,
             connection: hello.connection,
             role: Role::Server,
@@ -506,9 +517,39 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
             spec: &sess.spec,
             counters: &sess.counters,
         }
-        .run();
+        .run_with_bursts();
         cancel_if_stopped(&mut mine, sess.cancelled.load(SeqCst));
         let (mine, result) = exchange_finals(stream, mine);
+        if sess.spec.burst.is_some()
+            && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
+        {
+            // Our account of each burst, for the client to print (it only reads).
+            let mut s = stream;
+            let mut chunks = bursts.chunks(100).peekable();
+            if chunks.peek().is_none() {
+                let _ = write_message(
+                    &mut s,
+                    &Message::TcpBursts {
+                        bursts: Vec::new(),
+                        last: true,
+                    },
+                );
+            }
+            while let Some(c) = chunks.next() {
+                let last = chunks.peek().is_none();
+                if write_message(
+                    &mut s,
+                    &Message::TcpBursts {
+                        bursts: c.to_vec(),
+                        last,
+                    },
+                )
+                .is_err()
+                {
+                    break;
+                }
+            }
+        }
         let show = match result.kind {
             ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
             _ => st.cfg.verbosity >= 2,

@@ -381,6 +381,18 @@ fn bad_usage_is_explained() {
             vec!["tcp", "-c", "0"],
             "--connections must be greater than zero",
         ),
+        (
+            vec![
+                "tcp",
+                "--pattern",
+                "duplex",
+                "--burst-size",
+                "1M",
+                "--burst-period",
+                "1s",
+            ],
+            "bursts need --pattern push or pull",
+        ),
     ] {
         let out = netrig(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -257,3 +257,52 @@ fn dual_stack_server_multiple_targets_and_bind() {
     );
     assert_eq!(got.conns.iter().filter(|r| r.remote == v6).count(), 4);
 }
+
+#[test]
+fn tcp_bursts_are_timed_by_the_receiver_and_described_by_the_sender() {
+    use netrig::proto::BurstSpec;
+    let srv = TestServer::start();
+    for pattern in [IoPattern::Push, IoPattern::Pull] {
+        let (rep, got) = run_client(srv.addr, |c| {
+            c.pattern = pattern;
+            c.transfer = 4 << 20;
+            c.connections = 1;
+            c.iterations = Some(1);
+            c.burst = Some(BurstSpec {
+                size: 1 << 20,
+                period_ms: 150,
+            });
+        });
+        assert_eq!(rep.totals.completed, 1, "{pattern:?}");
+        let b = &got.conns[0].bursts;
+        assert_eq!(
+            b.len(),
+            8,
+            "{pattern:?}: a send and a recv account of 4 bursts: {b:?}"
+        );
+        for k in 0..4u64 {
+            let recv = b
+                .iter()
+                .find(|x| x.index == k && x.side == "recv")
+                .expect("recv side");
+            let send = b
+                .iter()
+                .find(|x| x.index == k && x.side == "send")
+                .expect("send side");
+            assert_eq!((recv.bytes, send.bytes), (1 << 20, 1 << 20));
+            assert!(recv.calls >= 1 && send.calls >= 1 && send.errors == 0);
+            assert!(
+                send.cwnd.is_some() && send.rtt_us.is_some(),
+                "TCP_INFO: {send:?}"
+            );
+            assert!(recv.duty_pct < 100.0 && recv.rate_bps > 0.0);
+            assert_eq!(recv.read_sizes.iter().map(|r| r.1).sum::<u64>(), recv.calls);
+            // The sender starts each burst on its period.
+            let late = send.start_s - 0.15 * k as f64;
+            assert!(
+                (0.0..0.05).contains(&late),
+                "{pattern:?} burst {k} started {late} s late"
+            );
+        }
+    }
+}

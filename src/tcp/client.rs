@@ -54,6 +54,8 @@ pub struct ConnectionRecord {
     pub result: ConnResult,
     /// The shared connection ID.
     pub connection_id: Uuid,
+    /// Burst mode: both ends' account of each burst.
+    pub bursts: Vec<crate::proto::TcpBurst>,
 }
 
 /// Receives the run's output as it happens.
@@ -209,6 +211,7 @@ impl Shared {
                 detail: String::new(),
             },
             connection_id: id,
+            bursts: Vec::new(),
         };
         let result = self.connect_and_run(session, index, id, buffer, &mut rec);
         rec.result = match result {
@@ -290,7 +293,7 @@ impl Shared {
         }
         let spec = self.cfg.spec();
         self.counters.in_flight.fetch_add(1, Relaxed);
-        let mut mine = Transfer {
+        let (mut mine, bursts) = Transfer {
             stream,
             connection: id,
             role: Role::Client,
@@ -298,10 +301,26 @@ impl Shared {
             spec: &spec,
             counters: &self.counters,
         }
-        .run();
+        .run_with_bursts();
+        rec.bursts = bursts;
         self.counters.in_flight.fetch_sub(1, Relaxed);
         cancel_if_stopped(&mut mine, self.stop.load(SeqCst));
         let (mine, result) = exchange_finals(stream, mine);
+        if spec.burst.is_some()
+            && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
+        {
+            // The server's account of the same bursts; absent if it could not send it.
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut s = stream;
+            while let Ok(Message::TcpBursts { bursts, last }) = read_message(&mut s) {
+                rec.bursts.extend(bursts);
+                if last {
+                    break;
+                }
+            }
+            rec.bursts
+                .sort_by(|a, b| (a.index, &a.side).cmp(&(b.index, &b.side)));
+        }
         rec.sent = mine.sent;
         rec.received = mine.received;
         Ok(result)

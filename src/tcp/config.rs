@@ -26,6 +26,9 @@ pub enum ConfigError {
     /// A value that must be positive was zero.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    /// Bursts only make sense in one direction.
+    #[error("bursts need --pattern push or pull")]
+    BurstPattern,
     /// No local address of the target's family was given.
     #[error("no --bind address of the same IP family as target {0}")]
     NoBindForFamily(String),
@@ -113,6 +116,8 @@ pub struct TcpClientConfig {
     pub idle_timeout: Option<Duration>,
     /// Seed for random buffer sizes (random if absent).
     pub seed: Option<u64>,
+    /// iperf2-style bursts (push or pull only).
+    pub burst: Option<crate::proto::BurstSpec>,
 }
 
 impl TcpClientConfig {
@@ -135,6 +140,7 @@ impl TcpClientConfig {
             interval: Some(Duration::from_secs(5)),
             idle_timeout: Some(Duration::from_secs(30)),
             seed: None,
+            burst: None,
         }
     }
 
@@ -161,6 +167,12 @@ impl TcpClientConfig {
         if self.pattern == IoPattern::Pushpull && (self.push_bytes == 0 || self.pull_bytes == 0) {
             return Err(ConfigError::Zero("--push-bytes and --pull-bytes"));
         }
+        if self.burst.is_some() && !matches!(self.pattern, IoPattern::Push | IoPattern::Pull) {
+            return Err(ConfigError::BurstPattern);
+        }
+        if self.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
+            return Err(ConfigError::Zero("--burst-size and --burst-period"));
+        }
         Ok(())
     }
 
@@ -173,6 +185,7 @@ impl TcpClientConfig {
             pull_bytes: self.pull_bytes,
             verify: self.verify,
             connections: self.connections,
+            burst: self.burst,
         }
     }
 }

@@ -5,13 +5,15 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::outcome::{ConnResult, agree};
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::plan::{Plan, Role, Step};
 use crate::proto::{
-    FinalReport, Message, ReadError, TcpSpec, Verdict, VerifyLevel, read_message, write_message,
+    BurstSpec, FinalReport, IoPattern, Message, ReadError, TcpBurst, TcpSpec, Verdict, VerifyLevel,
+    read_message, write_message,
 };
 use crate::stats::Counters;
 
@@ -50,7 +52,8 @@ impl Transfer<'_> {
         }
     }
 
-    fn send(&self, n: u64, offset: &mut u64) -> Result<(), Verdict> {
+    fn send(&self, n: u64, offset: &mut u64) -> Result<u64, Verdict> {
+        let mut writes = 0;
         let pattern = Pattern::get();
         let start = stream_start(self.connection, self.directions().0);
         let end = *offset + n;
@@ -64,6 +67,7 @@ impl Transfer<'_> {
                     });
                 }
                 Ok(k) => {
+                    writes += 1;
                     *offset += k as u64;
                     self.counters.sent.fetch_add(k as u64, Relaxed);
                 }
@@ -71,7 +75,7 @@ impl Transfer<'_> {
                 Err(e) => return Err(net_verdict(&e)),
             }
         }
-        Ok(())
+        Ok(writes)
     }
 
     /// Receives exactly `n` bytes (never reading past them, so the peer's final
@@ -83,6 +87,7 @@ impl Transfer<'_> {
         offset: &mut u64,
         buf: &mut [u8],
         corrupt: &mut Option<u64>,
+        mut log: Option<&mut ReadLog>,
     ) -> Result<(), Verdict> {
         let pattern = Pattern::get();
         let start = stream_start(self.connection, self.directions().1);
@@ -107,12 +112,109 @@ impl Transfer<'_> {
                     }
                     *offset += k as u64;
                     self.counters.received.fetch_add(k as u64, Relaxed);
+                    if let Some(l) = log.as_deref_mut() {
+                        l.read(k);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(net_verdict(&e)),
             }
         }
         Ok(())
+    }
+
+    /// Runs a burst train (push or pull): the sender starts a burst every
+    /// period; the receiver times each burst by its byte offsets.
+    fn run_bursts(&self, b: BurstSpec) -> (FinalReport, Vec<TcpBurst>) {
+        let sending = matches!(
+            (self.spec.pattern, self.role),
+            (IoPattern::Push, Role::Client) | (IoPattern::Pull, Role::Server)
+        );
+        let t0 = Instant::now();
+        let period = Duration::from_millis(b.period_ms);
+        let (mut sent, mut received, mut corrupt) = (0u64, 0u64, None);
+        let mut buf = vec![0u8; self.buffer];
+        let mut bursts = Vec::new();
+        let mut outcome = Ok(());
+        let mut k = 0u64;
+        while k * b.size < self.spec.transfer {
+            let n = b.size.min(self.spec.transfer - k * b.size);
+            let mut rec = TcpBurst {
+                index: k,
+                side: if sending { "send" } else { "recv" }.into(),
+                bytes: n,
+                ..Default::default()
+            };
+            if sending {
+                let due = t0 + period * k as u32;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                rec.start_s = t0.elapsed().as_secs_f64();
+                rec.start_rt_ns = crate::udp::clock::realtime_ns();
+                let r = self.send(n, &mut sent);
+                rec.end_s = t0.elapsed().as_secs_f64();
+                rec.end_rt_ns = crate::udp::clock::realtime_ns();
+                match &r {
+                    Ok(w) => rec.calls = *w,
+                    Err(_) => rec.errors = 1,
+                }
+                if let Some(info) = tcp_info(self.stream) {
+                    rec.retransmits = Some(info.tcpi_total_retrans);
+                    rec.cwnd = Some(info.tcpi_snd_cwnd);
+                    rec.rtt_us = Some(info.tcpi_rtt);
+                }
+                outcome = r.map(|_| ());
+            } else {
+                let mut log = ReadLog::new(t0);
+                outcome = self.recv(n, &mut received, &mut buf, &mut corrupt, Some(&mut log));
+                (
+                    rec.start_s,
+                    rec.end_s,
+                    rec.calls,
+                    rec.read_sizes,
+                    rec.start_rt_ns,
+                    rec.end_rt_ns,
+                ) = log.finish();
+            }
+            rec.transfer_ms = (rec.end_s - rec.start_s) * 1e3;
+            let secs = rec.end_s - rec.start_s;
+            rec.rate_bps = if secs > 0.0 {
+                n as f64 * 8.0 / secs
+            } else {
+                0.0
+            };
+            rec.duty_pct = 100.0 * secs / period.as_secs_f64();
+            bursts.push(rec);
+            if outcome.is_err() {
+                break;
+            }
+            k += 1;
+        }
+        let verdict = match (outcome, corrupt) {
+            (_, Some(offset)) => Verdict::Corrupt { offset },
+            (Err(v), None) => v,
+            (Ok(()), None) => Verdict::Ok,
+        };
+        (
+            FinalReport {
+                sent,
+                received,
+                verdict,
+            },
+            bursts,
+        )
+    }
+
+    /// Runs the whole plan and returns this end's report, with its account of
+    /// each burst in burst mode.
+    pub fn run_with_bursts(&self) -> (FinalReport, Vec<TcpBurst>) {
+        match self.spec.burst {
+            Some(b) if matches!(self.spec.pattern, IoPattern::Push | IoPattern::Pull) => {
+                self.run_bursts(b)
+            }
+            _ => (self.run(), Vec::new()),
+        }
     }
 
     /// Runs the whole plan and returns this end's report.
@@ -131,15 +233,15 @@ impl Transfer<'_> {
         let mut outcome = Ok(());
         for step in plan {
             outcome = match step {
-                Step::Send(n) => self.send(n, &mut sent),
-                Step::Recv(n) => self.recv(n, &mut received, &mut buf, &mut corrupt),
+                Step::Send(n) => self.send(n, &mut sent).map(|_| ()),
+                Step::Recv(n) => self.recv(n, &mut received, &mut buf, &mut corrupt, None),
                 Step::Both { send, recv } => std::thread::scope(|s| {
                     let sender = s.spawn(|| {
                         let mut off = 0;
-                        let r = self.send(send, &mut off);
+                        let r = self.send(send, &mut off).map(|_| ());
                         (r, off)
                     });
-                    let r = self.recv(recv, &mut received, &mut buf, &mut corrupt);
+                    let r = self.recv(recv, &mut received, &mut buf, &mut corrupt, None);
                     let (sr, off) = sender.join().unwrap_or_else(|_| {
                         (
                             Err(Verdict::NetworkError {
@@ -167,6 +269,80 @@ impl Transfer<'_> {
             received,
             verdict,
         }
+    }
+}
+
+/// When each read of a burst happened and how big it was.
+struct ReadLog {
+    t0: Instant,
+    first: Option<(f64, u64)>,
+    last: (f64, u64),
+    reads: u64,
+    bins: Vec<(u64, u64)>,
+}
+
+impl ReadLog {
+    fn new(t0: Instant) -> Self {
+        ReadLog {
+            t0,
+            first: None,
+            last: (0.0, 0),
+            reads: 0,
+            bins: Vec::new(),
+        }
+    }
+
+    fn read(&mut self, n: usize) {
+        let at = (
+            self.t0.elapsed().as_secs_f64(),
+            crate::udp::clock::realtime_ns(),
+        );
+        self.first.get_or_insert(at);
+        self.last = at;
+        self.reads += 1;
+        // Power-of-two bins: 1, 2, 4, ... bytes.
+        let edge = if n == 0 {
+            0
+        } else {
+            1u64 << (63 - (n as u64).leading_zeros())
+        };
+        match self.bins.iter_mut().find(|(e, _)| *e == edge) {
+            Some((_, c)) => *c += 1,
+            None => self.bins.push((edge, 1)),
+        }
+    }
+
+    /// (first s, last s, reads, size bins, first realtime ns, last realtime ns).
+    fn finish(mut self) -> (f64, f64, u64, Vec<(u64, u64)>, u64, u64) {
+        self.bins.sort_unstable();
+        let first = self.first.unwrap_or((0.0, 0));
+        (
+            first.0,
+            self.last.0,
+            self.reads,
+            self.bins,
+            first.1,
+            self.last.1,
+        )
+    }
+}
+
+/// The kernel's TCP_INFO for a connection.
+fn tcp_info(stream: &TcpStream) -> Option<libc::tcp_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is a plain C struct; all-zero is valid. getsockopt writes at
+    // most `len` bytes into it and updates `len`.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        (r == 0).then_some(info)
     }
 }
 

@@ -222,6 +222,9 @@ pub fn run(
         &c,
     )?);
     let nonce = prove_reachability(&mut c, &sock, token)?;
+    // Time zero of the stream: taken before the server may start sending, so no
+    // datagram can arrive "before" it.
+    let epoch = Instant::now();
     match c.call(&Message::UdpReady {
         nonce,
         offset_ns: theta,
@@ -247,7 +250,6 @@ pub fn run(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Arc::new(AtomicU64::new(0));
-    let epoch = Instant::now();
     {
         let (sock, stop, tx) = (Arc::clone(&sock), Arc::clone(&stop), tx.clone());
         let spec = spec.clone();

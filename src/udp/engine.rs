@@ -442,7 +442,7 @@ pub fn run_receiver(
         start,
     } = until;
     let mut next_tick = cfg.interval;
-    let mut media_first: Option<(u64, u64)> = None;
+    let mut media_first: Option<(u64, i64)> = None;
     let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
     enable_rx_timestamps(sock);
     let mut bursts = cfg
@@ -489,7 +489,9 @@ pub fn run_receiver(
             // The kernel's receive time where available (exact per datagram, even
             // when a batch arrives at once), otherwise the batch's user-space time.
             let recv_ns = stamp.unwrap_or(batch_ns);
-            let mono = batch_mono.saturating_sub(batch_ns.saturating_sub(recv_ns));
+            // Receiver-relative time of this datagram, ns; signed, as a datagram
+            // may carry a kernel stamp from just before the receiver started.
+            let mono = batch_mono as i64 - (batch_ns as i64 - recv_ns as i64);
             let d = &buf[k * size..k * size + len];
             let Ok(h) = Header::read(d) else {
                 stats.on_invalid(len);
@@ -504,7 +506,7 @@ pub fn run_receiver(
             let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);
             if let Some((gap, depth)) = cfg.media {
                 let (s0, t0) = *media_first.get_or_insert((h.seq, mono));
-                let deadline = t0 + h.seq.saturating_sub(s0) * gap + depth;
+                let deadline = t0 + (h.seq.saturating_sub(s0) * gap + depth) as i64;
                 if arrival != Arrival::Duplicate && mono > deadline {
                     late_count += 1;
                     stats.on_late();

@@ -310,12 +310,12 @@ pub fn session(
                     refuse("proof of receipt failed: wrong or missing probe nonce".into());
                     break;
                 }
+                // Intervals and deadlines count from the start of the stream, not
+                // from the setup before it; taken before the client may start sending.
+                ctx.epoch = Instant::now();
                 if !send(&writer, &Message::UdpGo) {
                     break;
                 }
-                // Intervals and deadlines count from the start of the stream,
-                // not from the setup before it.
-                ctx.epoch = Instant::now();
                 worker = Some(work.start(ctx.clone(), offset_ns));
             }
             Message::UdpDone(rep) => work.sender_done(rep, &ctx),
