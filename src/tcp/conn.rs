@@ -191,11 +191,7 @@ impl Transfer<'_> {
             }
             k += 1;
         }
-        let verdict = match (outcome, corrupt) {
-            (_, Some(offset)) => Verdict::Corrupt { offset },
-            (Err(v), None) => v,
-            (Ok(()), None) => Verdict::Ok,
-        };
+        let verdict = verdict_of(outcome, corrupt);
         (
             FinalReport {
                 sent,
@@ -259,16 +255,21 @@ impl Transfer<'_> {
                 break;
             }
         }
-        let verdict = match (outcome, corrupt) {
-            (_, Some(offset)) => Verdict::Corrupt { offset },
-            (Err(v), None) => v,
-            (Ok(()), None) => Verdict::Ok,
-        };
+        let verdict = verdict_of(outcome, corrupt);
         FinalReport {
             sent,
             received,
             verdict,
         }
+    }
+}
+
+/// This end's verdict: corruption seen wins, then the I/O outcome.
+fn verdict_of(outcome: Result<(), Verdict>, corrupt: Option<u64>) -> Verdict {
+    match (outcome, corrupt) {
+        (_, Some(offset)) => Verdict::Corrupt { offset },
+        (Err(v), None) => v,
+        (Ok(()), None) => Verdict::Ok,
     }
 }
 
