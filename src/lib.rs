@@ -22,6 +22,7 @@ pub mod outcome;
 pub mod pattern;
 pub mod plan;
 pub mod proto;
+pub mod relay;
 pub mod report;
 pub mod rr;
 pub mod server;

@@ -25,6 +25,8 @@ use netrig::udp::pace::{Pacing, gap_for_rate};
 use netrig::units;
 
 /// Exit codes, documented in the README.
+mod relay_cmd;
+
 mod exit {
     pub const FATAL: u8 = 1;
     pub const NETWORK_ERROR: u8 = 3;
@@ -70,6 +72,10 @@ enum Cmd {
     /// Analyse a saved profile/sweep result (--json file): rate bins,
     /// congestion point, shaping or policing, committed burst.
     Analyze(AnalyzeArgs),
+    /// User-space impairment relay for TCP and UDP (no netem needed): loss,
+    /// duplication, reordering, delay and jitter, rate limits, corruption,
+    /// resets; seeded, and logs exactly what it did.
+    Relay(relay_cmd::RelayArgs),
 }
 
 #[derive(Args)]
@@ -1223,6 +1229,7 @@ fn main() -> ExitCode {
         Cmd::Crr(a) => crr(a),
         Cmd::Sweep(a) => sweep(a),
         Cmd::Analyze(a) => analyze_file(a),
+        Cmd::Relay(a) => relay_cmd::run(a),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

@@ -170,6 +170,26 @@ pub fn poll_readable(listeners: &[TcpListener], timeout: Duration) -> io::Result
     Ok(fds.iter().map(|p| p.revents != 0).collect())
 }
 
+/// Resets a TCP connection (the peer sees ECONNRESET, not a clean close),
+/// even while other threads hold clones of it.
+pub fn reset(stream: &TcpStream) {
+    let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+    // connect() with AF_UNSPEC disconnects a TCP socket; Linux sends a RST.
+    // SAFETY: a zeroed sockaddr with only the family set, with its size.
+    let r = unsafe {
+        let mut sa: libc::sockaddr = std::mem::zeroed();
+        sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(
+            stream.as_raw_fd(),
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

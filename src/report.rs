@@ -423,7 +423,7 @@ pub fn write_json(path: &Path, cfg: &TcpClientConfig, rep: &RunReport) -> io::Re
 
 /// Serializes `doc` as pretty JSON to a temporary file, syncs it, and renames
 /// it over `path`, so readers see the old file, the complete new one, or none.
-fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
+pub fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
     let mut tmp = PathBuf::from(path);
     tmp.set_extension(format!("tmp{}", std::process::id()));
     {

@@ -137,6 +137,26 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
     Duration::try_from_secs_f64(secs).map_err(|_| UnitError::OutOfRange(input.to_string()))
 }
 
+/// Parses a probability: `1%`, `0.5 %`, or a fraction `0.01`.
+pub fn parse_probability(input: &str) -> Result<f64, UnitError> {
+    let (value, unit) = split_number(input)?;
+    let p = match unit {
+        "%" => value / 100.0,
+        "" => value,
+        _ => {
+            return Err(UnitError::UnknownUnit {
+                input: input.to_string(),
+                unit: unit.to_string(),
+                expected: "% or a fraction",
+            });
+        }
+    };
+    if p > 1.0 {
+        return Err(UnitError::OutOfRange(input.to_string()));
+    }
+    Ok(p)
+}
+
 /// Formats a bit rate for people: `9.87 Gbit/s`.
 pub fn format_bits_per_sec(bits: f64) -> String {
     let (v, u) = if bits >= 1e12 {
@@ -173,6 +193,17 @@ pub fn format_bytes(bytes: u64) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn probabilities() {
+        assert_eq!(parse_probability("1%"), Ok(0.01));
+        assert_eq!(parse_probability("0.25"), Ok(0.25));
+        assert_eq!(parse_probability("100 %"), Ok(1.0));
+        assert!(parse_probability("101%").is_err());
+        assert!(parse_probability("2").is_err());
+        assert!(parse_probability("5x").is_err());
+        assert!(parse_probability("-1%").is_err());
+    }
 
     #[test]
     fn sizes() {

@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::{Event, Fault, Relay, TestServer, run_client};
+use common::{TestRelay, TestServer, run_client};
 use netrig::outcome::ResultKind;
 use netrig::plan::expected_bytes;
 use netrig::proto::{IoPattern, VerifyLevel};
+use netrig::relay::impair::ImpairSpec;
 use netrig::tcp::config::BufferSpec;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -84,10 +85,25 @@ fn thousands_of_short_connections_without_error() {
     assert_eq!(rep.servers[0].1.as_ref().unwrap().success, 3000);
 }
 
+fn flip_every(n: u64) -> ImpairSpec {
+    ImpairSpec {
+        corrupt_every: n,
+        ..Default::default()
+    }
+}
+
+fn cut_after(n: u64) -> ImpairSpec {
+    ImpairSpec {
+        reset_after: Some(n),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn flipped_byte_client_to_server_is_a_data_error_at_the_offset() {
     let srv = TestServer::start();
-    let relay = Relay::start(srv.addr, Fault::Flip { at: 123_457 }, Fault::None);
+    // One flip per MiB, at data offset 623,456.
+    let relay = TestRelay::one_way(srv.addr, flip_every(623_457), true);
     let (rep, got) = run_client(relay.addr, |c| {
         c.transfer = 1 << 20;
         c.connections = 1;
@@ -95,47 +111,58 @@ fn flipped_byte_client_to_server_is_a_data_error_at_the_offset() {
     });
     assert_eq!(rep.totals.data_errors, 1);
     assert_eq!(rep.totals.completed, 0);
-    let ev = relay.events();
-    let data_offset = ev
-        .iter()
-        .find_map(|e| match e {
-            Event::Flipped {
-                data_offset,
-                c2s: true,
-                ..
-            } => Some(*data_offset),
-            _ => None,
-        })
-        .expect("relay flipped a byte");
+    let ev = relay.events("corrupted");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].offset, Some(623_456));
     // The server found it and told the client, which names the same offset.
     assert_eq!(
         got.conns[0].result.detail,
-        format!("peer: corrupt data at offset {data_offset}")
+        "peer: corrupt data at offset 623456"
     );
     assert_eq!(rep.servers[0].1.as_ref().unwrap().data_errors, 1);
 }
 
 #[test]
-fn flipped_byte_server_to_client_is_found_by_the_client() {
+fn flipped_bytes_server_to_client_are_found_by_the_client_in_every_connection() {
     let srv = TestServer::start();
-    let relay = Relay::start(srv.addr, Fault::None, Fault::Flip { at: 500_000 });
+    let relay = TestRelay::one_way(
+        srv.addr,
+        ImpairSpec {
+            corrupt: 1e-6,
+            ..Default::default()
+        },
+        false,
+    );
     let (rep, got) = run_client(relay.addr, |c| {
         c.pattern = IoPattern::Pull;
-        c.transfer = 1 << 20;
-        c.connections = 1;
-        c.iterations = Some(1);
+        c.transfer = 4 << 20;
+        c.connections = 2;
+        c.iterations = Some(3);
     });
-    assert_eq!(rep.totals.data_errors, 1);
-    let Some(Event::Flipped { data_offset, .. }) = relay.events().first().cloned() else {
-        panic!("relay did not flip: {:?}", relay.events());
-    };
-    assert_eq!(
-        got.conns[0].result.detail,
-        format!("corrupt data at offset {data_offset}")
-    );
+    // Each connection's first flipped byte is the one its client reports.
+    let ev = relay.events("corrupted");
+    let mut firsts: std::collections::BTreeMap<u64, u64> = Default::default();
+    for e in &ev {
+        firsts.entry(e.flow).or_insert(e.offset.unwrap());
+    }
+    assert_eq!(rep.totals.data_errors, firsts.len() as u64, "{ev:?}");
+    assert_eq!(rep.totals.completed + rep.totals.data_errors, 6);
+    let mut want: Vec<String> = firsts
+        .values()
+        .map(|o| format!("corrupt data at offset {o}"))
+        .collect();
+    let mut seen: Vec<String> = got
+        .conns
+        .iter()
+        .filter(|c| c.result.kind == ResultKind::DataError)
+        .map(|c| c.result.detail.clone())
+        .collect();
+    want.sort();
+    seen.sort();
+    assert_eq!(seen, want);
     assert_eq!(
         rep.servers[0].1.as_ref().unwrap().data_errors,
-        1,
+        rep.totals.data_errors,
         "both ends agree"
     );
 }
@@ -143,21 +170,21 @@ fn flipped_byte_server_to_client_is_found_by_the_client() {
 #[test]
 fn connection_level_verification_does_not_inspect_bytes() {
     let srv = TestServer::start();
-    let relay = Relay::start(srv.addr, Fault::Flip { at: 200_000 }, Fault::None);
+    let relay = TestRelay::one_way(srv.addr, flip_every(200_000), true);
     let (rep, _) = run_client(relay.addr, |c| {
         c.transfer = 1 << 20;
         c.connections = 1;
         c.iterations = Some(1);
         c.verify = VerifyLevel::Connection;
     });
-    assert_eq!(relay.events().len(), 1);
+    assert_eq!(relay.events("corrupted").len(), 5);
     assert_eq!(rep.totals.completed, 1, "counts match, bytes not checked");
 }
 
 #[test]
 fn cut_connection_is_a_network_error_never_success() {
     let srv = TestServer::start();
-    let relay = Relay::start(srv.addr, Fault::Cut { after: 300_000 }, Fault::None);
+    let relay = TestRelay::one_way(srv.addr, cut_after(300_000), true);
     let (rep, got) = run_client(relay.addr, |c| {
         c.transfer = 4 << 20;
         c.connections = 2;
@@ -166,20 +193,16 @@ fn cut_connection_is_a_network_error_never_success() {
     assert_eq!(rep.totals.completed, 0, "{:?}", got.conns);
     assert_eq!(rep.totals.net_errors, 4, "{:?}", got.conns);
     assert!(got.conns.iter().all(|r| !r.result.detail.is_empty()));
-    assert_eq!(
-        relay
-            .events()
-            .iter()
-            .filter(|e| matches!(e, Event::Cut { .. }))
-            .count(),
-        4
-    );
+    let cuts = relay.events("reset");
+    assert_eq!(cuts.len(), 4);
+    assert!(cuts.iter().all(|e| e.offset == Some(300_000)));
+    assert_eq!(relay.counts().up.resets, 4);
 }
 
 #[test]
 fn cut_while_pulling_is_a_network_error() {
     let srv = TestServer::start();
-    let relay = Relay::start(srv.addr, Fault::None, Fault::Cut { after: 300_000 });
+    let relay = TestRelay::one_way(srv.addr, cut_after(300_000), false);
     let (rep, _) = run_client(relay.addr, |c| {
         c.pattern = IoPattern::Pull;
         c.transfer = 4 << 20;
@@ -187,7 +210,28 @@ fn cut_while_pulling_is_a_network_error() {
         c.iterations = Some(1);
     });
     assert_eq!(rep.totals.completed, 0);
-    assert_eq!(rep.totals.net_errors + rep.totals.data_errors, 1);
+    assert_eq!(rep.totals.net_errors, 1);
+    assert_eq!(relay.counts().down.resets, 1);
+}
+
+#[test]
+fn duplex_and_pushpull_data_is_impaired_but_the_protocol_is_not() {
+    let srv = TestServer::start();
+    for pattern in [IoPattern::Duplex, IoPattern::Pushpull] {
+        let relay = TestRelay::start(srv.addr, flip_every(700_001), flip_every(900_001));
+        let (rep, got) = run_client(relay.addr, |c| {
+            c.pattern = pattern;
+            c.transfer = 3 << 20;
+            c.push_bytes = 100_000;
+            c.pull_bytes = 70_000;
+            c.connections = 1;
+            c.iterations = Some(2);
+        });
+        // Every connection ends in an agreed data error, none in a protocol failure.
+        assert_eq!(rep.totals.data_errors, 2, "{pattern:?}: {:?}", got.conns);
+        let c = relay.counts();
+        assert!(c.up.stream_corrupted >= 2 && c.down.stream_corrupted >= 2);
+    }
 }
 
 #[test]

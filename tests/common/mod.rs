@@ -1,12 +1,14 @@
-//! Shared test helpers: an in-process server, a recording observer, and a TCP
-//! fault relay that records exactly what it did.
+//! Shared test helpers: an in-process server, a recording observer, and an
+//! in-process impairment relay that records exactly what it did.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use netrig::relay::impair::ImpairSpec;
+use netrig::relay::{Event, Relay, RelayConfig, RelayCounts, RelayHandle};
 
 use netrig::server::{Server, ServerConfig};
 use netrig::stats::IntervalRow;
@@ -74,122 +76,57 @@ pub fn run_client(
     (r, c)
 }
 
-/// What the relay does to one direction of every connection.
-#[derive(Clone, Copy, Debug)]
-pub enum Fault {
-    /// Pass everything through.
-    None,
-    /// XOR one byte at this offset of the TCP byte stream with 0x01.
-    Flip { at: u64 },
-    /// Reset both sides once this many bytes have passed.
-    Cut { after: u64 },
-}
-
-/// Something the relay did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// Flipped the byte at `stream_offset`; `data_offset` is the same byte
-    /// counted from the end of the connection's first frame (the data stream).
-    Flipped {
-        conn: usize,
-        c2s: bool,
-        stream_offset: u64,
-        data_offset: u64,
-    },
-    /// Reset the connection after `after` bytes.
-    Cut { conn: usize, c2s: bool, after: u64 },
-}
-
-pub struct Relay {
+/// A netrig relay on 127.0.0.1:<ephemeral> in front of `to`, keeping its
+/// events in memory; stopped on drop.
+pub struct TestRelay {
     pub addr: SocketAddr,
-    pub events: Arc<Mutex<Vec<Event>>>,
+    pub h: RelayHandle,
 }
 
-impl Relay {
-    /// Relays to `upstream`, applying `c2s` and `s2c` faults to every connection.
-    pub fn start(upstream: SocketAddr, c2s: Fault, s2c: Fault) -> Relay {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let ev = Arc::clone(&events);
-        std::thread::spawn(move || {
-            for (conn, c) in l.incoming().enumerate() {
-                let Ok(client) = c else { continue };
-                let Ok(server) = TcpStream::connect(upstream) else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let pair = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let e1 = Arc::clone(&ev);
-                let e2 = Arc::clone(&ev);
-                let (c1, s1) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || pump(conn, true, c1, s1, c2s, &e1, &pair));
-                let pair2 = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || pump(conn, false, server, client, s2c, &e2, &pair2));
-            }
-        });
-        Relay { addr, events }
+impl TestRelay {
+    pub fn start(to: SocketAddr, up: ImpairSpec, down: ImpairSpec) -> TestRelay {
+        let h = Relay::bind(RelayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            to,
+            up,
+            down,
+            seed: 42,
+            tcp: true,
+            udp: true,
+            log: None,
+            keep_events: true,
+            verbosity: 0,
+        })
+        .expect("bind relay")
+        .spawn();
+        TestRelay { addr: h.addr, h }
     }
 
-    pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap().clone()
+    /// Relays with `spec` on the client-to-server (`up`) or the other direction.
+    pub fn one_way(to: SocketAddr, spec: ImpairSpec, up: bool) -> TestRelay {
+        if up {
+            Self::start(to, spec, ImpairSpec::default())
+        } else {
+            Self::start(to, ImpairSpec::default(), spec)
+        }
+    }
+
+    pub fn counts(&self) -> RelayCounts {
+        self.h.counts()
+    }
+
+    /// Events named `name`.
+    pub fn events(&self, name: &str) -> Vec<Event> {
+        self.h
+            .events()
+            .into_iter()
+            .filter(|e| e.event == name)
+            .collect()
     }
 }
 
-fn reset(s: &TcpStream) {
-    let _ = socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO));
-    let _ = s.shutdown(Shutdown::Both);
-}
-
-fn pump(
-    conn: usize,
-    c2s: bool,
-    mut from: TcpStream,
-    mut to: TcpStream,
-    fault: Fault,
-    events: &Mutex<Vec<Event>>,
-    both: &(TcpStream, TcpStream),
-) {
-    let mut buf = vec![0u8; 65536];
-    let mut off = 0u64;
-    let mut head = Vec::new();
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => {
-                let _ = to.shutdown(Shutdown::Write);
-                return;
-            }
-            Ok(n) => n,
-        };
-        if head.len() < 8 {
-            head.extend_from_slice(&buf[..n.min(8 - head.len())]);
-        }
-        let chunk = &mut buf[..n];
-        match fault {
-            Fault::Flip { at } if off <= at && at < off + n as u64 => {
-                chunk[(at - off) as usize] ^= 0x01;
-                let frame = 8 + u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as u64;
-                events.lock().unwrap().push(Event::Flipped {
-                    conn,
-                    c2s,
-                    stream_offset: at,
-                    data_offset: at - frame,
-                });
-            }
-            Fault::Cut { after } if off + n as u64 > after => {
-                let keep = (after - off) as usize;
-                let _ = to.write_all(&chunk[..keep]);
-                events.lock().unwrap().push(Event::Cut { conn, c2s, after });
-                reset(&both.0);
-                reset(&both.1);
-                return;
-            }
-            _ => {}
-        }
-        if to.write_all(chunk).is_err() {
-            return;
-        }
-        off += n as u64;
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        self.h.stop();
     }
 }

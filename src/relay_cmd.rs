@@ -1,0 +1,255 @@
+//! `netrig relay`: flags to [`netrig::relay::RelayConfig`], a periodic and a
+//! final account of what was injected.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use netrig::relay::impair::ImpairSpec;
+use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts};
+use netrig::units;
+
+/// Which directions get the impairments.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Direction {
+    /// Client to server and server to client.
+    Both,
+    /// Client to server only.
+    Up,
+    /// Server to client only.
+    Down,
+}
+
+#[derive(Args)]
+pub struct RelayArgs {
+    /// Address to listen on, TCP and UDP on the same port (e.g. 127.0.0.1:5000, [::]:5000).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Where to forward: a netrig server, or any TCP/UDP service (HOST:PORT).
+    #[arg(long, value_name = "HOST:PORT")]
+    to: String,
+    /// Relay TCP only.
+    #[arg(long, conflicts_with = "udp_only")]
+    tcp_only: bool,
+    /// Relay UDP only.
+    #[arg(long)]
+    udp_only: bool,
+    /// Directions to impair.
+    #[arg(long, value_enum, default_value_t = Direction::Both)]
+    dir: Direction,
+    /// Drop datagrams at random with this probability (1% or 0.01).
+    #[arg(long, default_value = "0", value_parser = probability)]
+    loss: f64,
+    /// Drop every Nth datagram.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    drop_every: u64,
+    /// Duplicate datagrams at random with this probability.
+    #[arg(long, default_value = "0", value_parser = probability)]
+    dup: f64,
+    /// Duplicate every Nth datagram.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    dup_every: u64,
+    /// Hold datagrams back behind the next one with this probability.
+    #[arg(long, default_value = "0", value_parser = probability)]
+    reorder: f64,
+    /// Hold back every Nth datagram.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    reorder_every: u64,
+    /// Flip a payload bit: per datagram (UDP) or per byte (TCP data) with this probability.
+    #[arg(long, default_value = "0", value_parser = probability)]
+    corrupt: f64,
+    /// Flip a payload bit in every Nth datagram (UDP) or every Nth data byte (TCP).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    corrupt_every: u64,
+    /// Fixed delay added each way it applies.
+    #[arg(long, default_value = "0", value_parser = duration)]
+    delay: Duration,
+    /// Uniform jitter ± this around the delay (order is kept).
+    #[arg(long, default_value = "0", value_parser = duration)]
+    jitter: Duration,
+    /// Token-bucket rate (e.g. 50Mbit); shapes unless --police.
+    #[arg(long, value_parser = rate)]
+    rate: Option<u64>,
+    /// Token-bucket depth (default: 10 ms at the rate, at least 3000 bytes).
+    #[arg(long, value_parser = size)]
+    burst: Option<u64>,
+    /// Drop what exceeds the rate (policing) instead of queueing it (UDP; TCP is always shaped).
+    #[arg(long)]
+    police: bool,
+    /// Shaping: drop a datagram that would wait longer than this.
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    queue_limit: Duration,
+    /// Reset each TCP connection after this many data bytes in an impaired direction.
+    #[arg(long, value_parser = size)]
+    reset_after: Option<u64>,
+    /// Seed for the random choices (default: random, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write every impairment to this CSV file.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Write the final counts to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Stop after this long (default: until Ctrl-C).
+    #[arg(long, value_parser = duration)]
+    duration: Option<Duration>,
+    /// Print the counts every interval.
+    #[arg(long, value_parser = duration)]
+    interval: Option<Duration>,
+    /// 0 quiet, 1 connections and flows.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    verbosity: u8,
+}
+
+fn probability(s: &str) -> Result<f64, String> {
+    units::parse_probability(s).map_err(|e| e.to_string())
+}
+fn duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+fn rate(s: &str) -> Result<u64, String> {
+    match units::parse_rate(s).map_err(|e| e.to_string())? {
+        0 => Err("must be greater than zero".into()),
+        r => Ok(r),
+    }
+}
+
+impl RelayArgs {
+    fn spec(&self) -> ImpairSpec {
+        let rate = self.rate.unwrap_or(0);
+        ImpairSpec {
+            loss: self.loss,
+            drop_every: self.drop_every,
+            dup: self.dup,
+            dup_every: self.dup_every,
+            reorder: self.reorder,
+            reorder_every: self.reorder_every,
+            corrupt: self.corrupt,
+            corrupt_every: self.corrupt_every,
+            delay_ns: self.delay.as_nanos() as u64,
+            jitter_ns: self.jitter.as_nanos() as u64,
+            rate_bps: rate,
+            burst: self.burst.unwrap_or((rate / 800).max(3000)),
+            shape: !self.police,
+            queue_limit_ns: self.queue_limit.as_nanos() as u64,
+            reset_after: self.reset_after,
+        }
+    }
+}
+
+fn line(name: &str, c: &DirCounts) -> String {
+    format!(
+        "{name:<5} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>14} {:>8} {:>6}",
+        c.datagrams,
+        c.forwarded,
+        c.lost,
+        c.policed,
+        c.queue_dropped,
+        c.duplicated,
+        c.reordered,
+        c.corrupted,
+        c.stream_bytes,
+        c.stream_corrupted,
+        c.resets
+    )
+}
+
+fn print_counts(c: &RelayCounts) {
+    netrig::out!(
+        "{:<5} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>14} {:>8} {:>6}",
+        "dir",
+        "datagrams",
+        "forwarded",
+        "lost",
+        "policed",
+        "queue",
+        "dup",
+        "reorder",
+        "corrupt",
+        "tcp bytes",
+        "flipped",
+        "resets"
+    );
+    netrig::out!("{}", line("up", &c.up));
+    netrig::out!("{}", line("down", &c.down));
+    netrig::out!(
+        "{} TCP connections, {} UDP flows",
+        c.tcp_connections,
+        c.udp_flows
+    );
+}
+
+/// Runs `netrig relay`.
+pub fn run(a: RelayArgs) -> Result<ExitCode> {
+    let to = netrig::net::resolve(&a.to, netrig::net::DEFAULT_PORT)
+        .with_context(|| format!("cannot resolve --to {}", a.to))?
+        .into_iter()
+        .next()
+        .with_context(|| format!("--to {} has no address", a.to))?;
+    let spec = a.spec();
+    let none = ImpairSpec::default();
+    let (up, down) = match a.dir {
+        Direction::Both => (spec.clone(), spec),
+        Direction::Up => (spec, none),
+        Direction::Down => (none, spec),
+    };
+    let seed = a.seed.unwrap_or_else(rand::random);
+    let relay = Relay::bind(RelayConfig {
+        listen: a.listen,
+        to,
+        up,
+        down,
+        seed,
+        tcp: !a.udp_only,
+        udp: !a.tcp_only,
+        log: a.log.clone(),
+        keep_events: false,
+        verbosity: a.verbosity,
+    })
+    .context("cannot start the relay")?;
+    let h = relay.handle();
+    netrig::out!(
+        "netrig relay {} -> {to} ({}), seed {seed}",
+        h.addr,
+        match (a.tcp_only, a.udp_only) {
+            (true, _) => "TCP",
+            (_, true) => "UDP",
+            _ => "TCP and UDP",
+        }
+    );
+    let flag = crate::interrupt_flag();
+    let runner = std::thread::spawn(move || relay.run());
+    let start = Instant::now();
+    let mut next = a.interval;
+    while !flag.load(SeqCst) && a.duration.is_none_or(|d| start.elapsed() < d) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let (Some(n), Some(i)) = (next, a.interval)
+            && start.elapsed() >= n
+        {
+            print_counts(&h.counts());
+            next = Some(n + i);
+        }
+    }
+    h.stop();
+    let _ = runner.join();
+    let counts = h.counts();
+    print_counts(&counts);
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({ "seed": seed, "listen": h.addr, "to": to, "counts": counts });
+        netrig::report::write_atomically(p, &v)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(if flag.load(SeqCst) {
+        ExitCode::from(crate::exit::INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
