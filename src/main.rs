@@ -456,7 +456,7 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
                         code = exit::FATAL;
                     }
                 }
-                if rep.corrupt > 0 {
+                if rep.corrupt > 0 || rep.server_corrupt.is_some_and(|c| c > 0) {
                     code = code.max(exit::DATA_ERROR);
                 }
                 reports.push(rep);

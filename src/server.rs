@@ -357,7 +357,14 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 },
                 None,
             ) => {
-                crate::rr::serve::serve(stream, peer, spec, st.cfg.verbosity, st.cfg.idle_timeout);
+                crate::rr::serve::serve(
+                    stream,
+                    peer,
+                    spec,
+                    st.cfg.verbosity,
+                    st.cfg.idle_timeout,
+                    st.cfg.limits.max_duration,
+                );
                 break;
             }
             (

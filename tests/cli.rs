@@ -3,74 +3,15 @@
 //! codes and usage errors.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netrig::proto::{self, ErrorCode, Message};
 
-const BIN: &str = env!("CARGO_BIN_EXE_netrig");
-
-fn netrig(args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args);
-    c
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `netrig serve` on loopback and waits until it listens.
-fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["serve", "--listen", &listen];
-    args.extend_from_slice(extra);
-    let child = Proc(netrig(&args).stdout(Stdio::null()).spawn().unwrap());
-    let addr: SocketAddr = listen.parse().unwrap();
-    let t0 = Instant::now();
-    // A connection closed without a word is dropped silently by the server.
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, addr)
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
-/// Waits up to `secs` for the server's descriptors to return to `baseline`.
-fn settles_to(pid: u32, baseline: usize, secs: u64) -> usize {
-    let t0 = Instant::now();
-    loop {
-        let n = fd_count(pid);
-        if n <= baseline || t0.elapsed() > Duration::from_secs(secs) {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+#[path = "common/bin.rs"]
+mod bin;
+use bin::*;
 
 fn reply_to(addr: SocketAddr, bytes: &[u8]) -> Option<Message> {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -632,4 +573,126 @@ fn udp_profile_files() {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     let packets = doc["result"]["totals"]["packets"].as_u64().unwrap();
     assert_eq!(csv_rows(&jf).len() as u64, packets);
+}
+
+#[test]
+fn relay_binary_random_impairments_match_udp_reports_both_ways() {
+    let (_srv, srv_addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    for reverse in [false, true] {
+        let (js, log) = (dir.path().join("relay.json"), dir.path().join("events.csv"));
+        let (p, addr) = relay(
+            srv_addr,
+            &[
+                "--loss",
+                "3%",
+                "--dup",
+                "2%",
+                "--reorder",
+                "2%",
+                "--corrupt",
+                "2%",
+                "--seed",
+                "7",
+                "--json",
+                js.to_str().unwrap(),
+                "--log",
+                log.to_str().unwrap(),
+            ],
+        );
+        let port = addr.port().to_string();
+        let mut args = vec![
+            "udp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--rate",
+            "8Mbit",
+            "--size",
+            "500",
+            "-d",
+            "1",
+            "-v",
+            "0",
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        // Corrupt datagrams make it a data error (exit 4).
+        let (doc, _) = run_json(&args, 4);
+        let (code, _) = interrupt(p);
+        assert_eq!(code, Some(130));
+        let relay: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+        let c = &relay["counts"][if reverse { "down" } else { "up" }];
+        let t = &doc["result"]["totals"];
+        for (ours, theirs) in [
+            ("lost", "lost"),
+            ("duplicated", "duplicates"),
+            ("reordered", "reordered"),
+            ("corrupted", "corrupt"),
+        ] {
+            assert!(c[ours].as_u64().unwrap() > 5, "{ours}: {c}");
+            assert_eq!(
+                c[ours], t[theirs],
+                "reverse={reverse} {ours}: relay {c} netrig {t}"
+            );
+        }
+        // The log has one row per impairment.
+        let rows = csv_rows(&log);
+        let dir_name = if reverse { "down" } else { "up" };
+        let n = |e: &str| {
+            rows.iter()
+                .filter(|r| &r[3] == dir_name && &r[4] == e)
+                .count() as u64
+        };
+        assert_eq!(n("lost"), c["lost"].as_u64().unwrap());
+        assert_eq!(n("corrupted"), c["corrupted"].as_u64().unwrap());
+    }
+}
+
+#[test]
+fn relay_binary_corruption_is_a_tcp_data_error_at_the_logged_offset() {
+    let (_srv, srv_addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.csv");
+    let (p, addr) = relay(
+        srv_addr,
+        &[
+            "--corrupt-every",
+            "700001",
+            "--dir",
+            "up",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let conns = dir.path().join("conns.csv");
+    let target = addr.to_string();
+    let (doc, _) = run_json(
+        &[
+            "tcp",
+            &target,
+            "-c",
+            "2",
+            "-i",
+            "1",
+            "-t",
+            "1M",
+            "--connection-file",
+            conns.to_str().unwrap(),
+        ],
+        4,
+    );
+    let _ = interrupt(p);
+    assert_eq!(doc["result"]["totals"]["data_errors"], 2, "{doc}");
+    let rows = csv_rows(&log);
+    assert_eq!(rows.len(), 2, "one flip per 1 MiB connection");
+    assert!(rows.iter().all(|r| r[5].is_empty() && &r[7] == "700000"));
+    let details = std::fs::read_to_string(&conns).unwrap();
+    assert_eq!(
+        details.matches("corrupt data at offset 700000").count(),
+        2,
+        "{details}"
+    );
 }

@@ -293,3 +293,108 @@ fn crr_counts_transactions_and_handshakes() {
         "a transaction includes its handshake: {hs} < {tx}"
     );
 }
+
+#[test]
+fn tcp_corruption_each_way_is_counted_per_reply_and_per_request() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    for up in [true, false] {
+        // 100-byte requests and replies, one flipped byte every 1000 data bytes:
+        // exactly one request (or reply) in ten is corrupt.
+        let relay = TestRelay::one_way(
+            srv.addr,
+            ImpairSpec {
+                corrupt_every: 1000,
+                ..Default::default()
+            },
+            up,
+        );
+        let mut c = cfg(relay.addr, Transport::Tcp);
+        (c.size, c.reply, c.iterations, c.warmup) = (100, 100, 1000, 0);
+        let r = go(&c);
+        let counts = relay.counts();
+        let flipped = if up {
+            counts.up.stream_corrupted
+        } else {
+            counts.down.stream_corrupted
+        };
+        assert_eq!(flipped, 100);
+        if up {
+            assert_eq!((r.server_corrupt, r.corrupt), (Some(100), 0));
+        } else {
+            assert_eq!((r.server_corrupt, r.corrupt), (Some(0), 100));
+        }
+        assert_eq!(
+            r.server_requests,
+            Some(1000),
+            "a flip does not stop the test"
+        );
+    }
+}
+
+#[test]
+fn tcp_reset_is_a_failed_run_not_a_result() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    for up in [true, false] {
+        let relay = TestRelay::one_way(
+            srv.addr,
+            ImpairSpec {
+                reset_after: Some(5000),
+                ..Default::default()
+            },
+            up,
+        );
+        let mut c = cfg(relay.addr, Transport::Tcp);
+        (c.size, c.reply, c.iterations, c.warmup) = (100, 100, 1000, 0);
+        let e = run(&c, Arc::new(AtomicBool::new(false)), &mut |_| {})
+            .err()
+            .expect("a reset connection cannot succeed");
+        assert!(e.to_string().contains("failed after"), "up={up}: {e}");
+        assert_eq!(relay.events("reset").len(), 1);
+    }
+}
+
+#[test]
+fn udp_random_loss_each_way_and_delay_through_the_relay() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    let spec = ImpairSpec {
+        loss: 0.05,
+        delay_ns: 2_000_000,
+        ..Default::default()
+    };
+    let relay = TestRelay::start(srv.addr, spec.clone(), spec);
+    let mut c = cfg(relay.addr, Transport::Udp);
+    (c.iterations, c.warmup) = (400, 0);
+    c.timeout = Some(Duration::from_millis(60));
+    let r = go(&c);
+    let k = relay.counts();
+    assert!(k.up.lost > 5 && k.down.lost > 5, "{k:?}");
+    assert_eq!(r.lost_up, Some(k.up.lost));
+    assert_eq!(r.lost_down, Some(k.down.lost));
+    assert_eq!(r.received, 400 - k.up.lost - k.down.lost);
+    let l = r.latency.expect("latency");
+    // 2 ms each way: no round trip can be shorter than 4 ms.
+    assert!(l.min_us >= 4000.0, "{l:?}");
+}
+
+#[test]
+fn udp_sessions_outlive_the_handshake_timeout() {
+    // A server whose handshake timeout is far shorter than the test: the
+    // silent control connection of a running UDP test must not be dropped.
+    let srv = TestServer::start_with(|c| c.handshake_timeout = Duration::from_millis(200));
+    let mut c = cfg(srv.addr, Transport::Udp);
+    (c.iterations, c.warmup) = (100, 0);
+    c.interval = Some(Duration::from_millis(10));
+    let r = go(&c);
+    assert_eq!(r.received, 100);
+    assert_eq!(
+        r.server_requests,
+        Some(100),
+        "the session lived to say goodbye"
+    );
+}

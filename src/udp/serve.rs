@@ -217,6 +217,7 @@ pub fn session(
     label: &str,
     work: &mut dyn UdpWork,
     verbosity: u8,
+    max_time: Duration,
 ) {
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
@@ -313,6 +314,10 @@ pub fn session(
                 // Intervals and deadlines count from the start of the stream, not
                 // from the setup before it; taken before the client may start sending.
                 ctx.epoch = Instant::now();
+                // The control connection may now be silent for as long as the
+                // longest test the server allows (the handshake timeout no
+                // longer applies); keepalive notices a vanished client sooner.
+                let _ = stream.set_read_timeout(Some(max_time));
                 if !send(&writer, &Message::UdpGo) {
                     break;
                 }
@@ -438,5 +443,12 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
         spec,
         sent: Arc::new(Mutex::new(None)),
     };
-    session(stream, peer, &label, &mut work, verbosity);
+    session(
+        stream,
+        peer,
+        &label,
+        &mut work,
+        verbosity,
+        limits.max_duration,
+    );
 }

@@ -24,12 +24,18 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start() -> TestServer {
-        let server = Server::bind(ServerConfig {
+        Self::start_with(|_| {})
+    }
+
+    /// A server with `tweak` applied to the test defaults.
+    pub fn start_with(tweak: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let mut cfg = ServerConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
             verbosity: 0,
             ..ServerConfig::default()
-        })
-        .expect("bind test server");
+        };
+        tweak(&mut cfg);
+        let server = Server::bind(cfg).expect("bind test server");
         let addr = server.local_addrs()[0];
         let stop = server.stop_handle();
         let handle = Some(std::thread::spawn(move || server.run()));

@@ -1,0 +1,151 @@
+//! Running the `netrig` binary from tests: a server process, descriptor and
+//! memory readings, signals, and JSON results.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_netrig");
+
+pub fn netrig(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    c
+}
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `netrig serve` on loopback and waits until it listens.
+pub fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["serve", "--listen", &listen];
+    args.extend_from_slice(extra);
+    let child = Proc(netrig(&args).stdout(Stdio::null()).spawn().unwrap());
+    let addr: SocketAddr = listen.parse().unwrap();
+    let t0 = Instant::now();
+    // A connection closed without a word is dropped silently by the server.
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, addr)
+}
+
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Waits up to `secs` for the server's descriptors to return to `baseline`.
+pub fn settles_to(pid: u32, baseline: usize, secs: u64) -> usize {
+    let t0 = Instant::now();
+    loop {
+        let n = fd_count(pid);
+        if n <= baseline || t0.elapsed() > Duration::from_secs(secs) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Resident set size of a process, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Sends SIGINT.
+pub fn sigint(pid: u32) {
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Runs netrig with `args` plus `--json PATH`, expects exit code `code`,
+/// and returns the parsed JSON with the console output.
+pub fn run_json(args: &[&str], code: i32) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("out.json");
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--json", js.to_str().unwrap()]);
+    let out = netrig(&all).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{all:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    (v, stdout)
+}
+
+/// Starts `netrig relay --listen 127.0.0.1:<free> --to TO` with `extra`, and
+/// waits until it listens.
+pub fn relay(to: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let to = to.to_string();
+    let mut args = vec!["relay", "--listen", &listen, "--to", &to, "-v", "0"];
+    args.extend_from_slice(extra);
+    let child = Proc(
+        netrig(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = listen.parse().unwrap();
+    let t0 = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "relay did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, addr)
+}
+
+/// Stops a process with SIGINT and returns its exit code and stdout.
+pub fn interrupt(mut p: Proc) -> (Option<i32>, String) {
+    sigint(p.0.id());
+    let mut out = String::new();
+    if let Some(mut o) = p.0.stdout.take() {
+        use std::io::Read;
+        let _ = o.read_to_string(&mut out);
+    }
+    let code = p.0.wait().unwrap().code();
+    (code, out)
+}
