@@ -602,9 +602,18 @@ struct ServeArgs {
     /// Refuse UDP streams faster than this.
     #[arg(long, default_value = "40Gbit", value_parser = rate)]
     max_rate: u64,
-    /// Refuse UDP streams longer than this.
+    /// Refuse tests longer than this; stop TCP sessions that run longer.
     #[arg(long, default_value = "1h", value_parser = positive_duration)]
     max_duration: Duration,
+    /// Refuse tests that would move more bytes than this (both directions).
+    #[arg(long, default_value = "4T", value_parser = size)]
+    max_bytes: u64,
+    /// Refuse new tests while this many are running.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    max_tests: u32,
+    /// Refuse connections beyond this many open from one client address.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_conns_per_client: u32,
 }
 
 #[derive(Args)]
@@ -1096,6 +1105,9 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
         limits: Limits {
             max_rate_bps: a.max_rate,
             max_duration: a.max_duration,
+            max_bytes: a.max_bytes,
+            max_tests: a.max_tests,
+            max_conns_per_client: a.max_conns_per_client,
         },
     })
     .context("cannot listen")?;
@@ -1209,7 +1221,16 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
         print_summary(&rep);
     }
     let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
-    let code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
+    let mut code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
+    if !(rep.refusals.is_empty() && rep.server_errors.is_empty()) && code != exit::DATA_ERROR {
+        for (why, n) in &rep.refusals {
+            eprintln!("netrig: server refused {n} connection(s): {why}");
+        }
+        for (addr, why) in &rep.server_errors {
+            eprintln!("netrig: server {addr} stopped the test: {why}");
+        }
+        code = exit::REFUSED;
+    }
     Ok(finish(
         code,
         a.json.as_deref(),

@@ -350,6 +350,12 @@ pub fn print_summary(rep: &RunReport) {
         t.data_errors,
         t.cancelled
     );
+    for (why, n) in &rep.refusals {
+        crate::out!("Server refused {n} connection(s): {why}");
+    }
+    for (addr, why) in &rep.server_errors {
+        crate::out!("Server {addr} stopped the test: {why}");
+    }
     crate::out!();
     crate::out!(
         "Total Bytes Recv : {} ({})",

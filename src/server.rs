@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
@@ -45,13 +45,20 @@ pub struct ServerConfig {
     pub limits: Limits,
 }
 
-/// Caps the server enforces on every test request.
+/// Caps the server enforces on every test request. A refusal names the
+/// limit ("server limit: max duration 60 s …").
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Highest UDP stream rate, bit/s.
     pub max_rate_bps: u64,
-    /// Longest UDP stream.
+    /// Longest test of any kind; a TCP session still running then is stopped.
     pub max_duration: Duration,
+    /// Most bytes one test may move, both directions together.
+    pub max_bytes: u64,
+    /// Most tests running at once, from all clients.
+    pub max_tests: u32,
+    /// Most open connections (control and data) from one client address.
+    pub max_conns_per_client: u32,
 }
 
 impl Default for Limits {
@@ -59,6 +66,56 @@ impl Default for Limits {
         Limits {
             max_rate_bps: 40_000_000_000,
             max_duration: Duration::from_secs(3600),
+            max_bytes: 4 << 40,
+            max_tests: 64,
+            max_conns_per_client: 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Refuses a test that would move more than `max_bytes`.
+    pub fn check_bytes(&self, bytes: u64) -> Result<(), String> {
+        if bytes > self.max_bytes {
+            return Err(format!(
+                "server limit: max bytes per test {} (asked for {})",
+                self.max_bytes, bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counts something limited; the count goes down when the guard drops.
+struct Slot<'a>(&'a AtomicU64);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Takes one of `max` slots, or `None` when all are taken.
+fn take_slot(counter: &AtomicU64, max: u64) -> Option<Slot<'_>> {
+    let prev = counter.fetch_add(1, SeqCst);
+    let slot = Slot(counter);
+    (prev < max).then_some(slot)
+}
+
+/// Open connections from one client address.
+struct ClientSlot<'a> {
+    map: &'a Mutex<HashMap<IpAddr, u32>>,
+    ip: IpAddr,
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
         }
     }
 }
@@ -80,6 +137,8 @@ impl Default for ServerConfig {
 struct Session {
     peer: SocketAddr,
     spec: TcpSpec,
+    /// Bytes promised to data connections so far (transfer each).
+    reserved: AtomicU64,
     counters: Counters,
     cancelled: AtomicBool,
     live: Mutex<HashMap<Uuid, TcpStream>>,
@@ -91,6 +150,15 @@ impl Session {
         self.cancelled.store(true, SeqCst);
         for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Ends the session at once: data connections are reset, not wound
+    /// down, so a client blocked in a write learns of it immediately.
+    fn abort(&self) {
+        self.cancelled.store(true, SeqCst);
+        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            crate::net::reset(&s);
         }
     }
 
@@ -115,6 +183,8 @@ struct State {
     admitted: AtomicU64,
     finished: AtomicU64,
     stop: Arc<AtomicBool>,
+    tests: AtomicU64,
+    per_client: Mutex<HashMap<IpAddr, u32>>,
 }
 
 /// A bound server, ready to [`Server::run`].
@@ -162,6 +232,8 @@ impl Server {
                 admitted: AtomicU64::new(0),
                 finished: AtomicU64::new(0),
                 stop: Arc::new(AtomicBool::new(false)),
+                tests: AtomicU64::new(0),
+                per_client: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -257,6 +329,31 @@ fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
         return;
     }
     let _ = crate::net::set_nodelay(&stream, true);
+    let ip = peer.ip().to_canonical();
+    let _client = {
+        let mut m = st.per_client.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        *n += 1;
+        ClientSlot {
+            map: &st.per_client,
+            ip,
+        }
+    };
+    let open = st
+        .per_client
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&ip)
+        .copied()
+        .unwrap_or(0);
+    let max = st.cfg.limits.max_conns_per_client;
+    if open > max {
+        return reply_error(
+            &stream,
+            ErrorCode::Refused,
+            format!("server limit: max {max} connections per client address ({ip} has {open})"),
+        );
+    }
     let mut s = &stream;
     match read_message(&mut s) {
         Ok(Message::Hello(h)) => control(st, &stream, peer, h),
@@ -332,6 +429,8 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
     }
     let _ = crate::net::keepalive(stream);
     let mut session: Option<(Uuid, Arc<Session>)> = None;
+    let mut _test_slot = None;
+    let limits = st.cfg.limits;
     loop {
         let msg = match read_message(&mut s) {
             Ok(m) => m,
@@ -339,8 +438,43 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 reply_error(stream, ErrorCode::Malformed, e.to_string());
                 break;
             }
+            Err(ReadError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && session.is_some() =>
+            {
+                if let Some((_, sess)) = &session {
+                    sess.abort();
+                }
+                reply_error(
+                    stream,
+                    ErrorCode::Refused,
+                    format!(
+                        "server limit: max duration {} s reached; session stopped",
+                        limits.max_duration.as_secs_f64()
+                    ),
+                );
+                break;
+            }
             Err(_) => break,
         };
+        if matches!(msg, Message::TestRequest { .. }) && session.is_none() {
+            match take_slot(&st.tests, u64::from(limits.max_tests)) {
+                Some(slot) => _test_slot = Some(slot),
+                None => {
+                    reply_error(
+                        stream,
+                        ErrorCode::Refused,
+                        format!(
+                            "server limit: max {} concurrent tests reached; try again later",
+                            limits.max_tests
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
         match (msg, &session) {
             (
                 Message::TestRequest {
@@ -357,6 +491,12 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 },
                 None,
             ) => {
+                let bytes =
+                    (u64::from(spec.size) + u64::from(spec.reply)).saturating_mul(spec.iterations);
+                if let Err(why) = limits.check_bytes(bytes) {
+                    reply_error(stream, ErrorCode::Refused, why);
+                    break;
+                }
                 crate::rr::serve::serve(
                     stream,
                     peer,
@@ -372,12 +512,13 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                     test: TestSpec::Tcp(tcp),
                 },
                 None,
-            ) => match validate(&tcp) {
+            ) => match validate(&tcp).and_then(|t| limits.check_bytes(t.transfer).map(|_| t)) {
                 Ok(spec) => {
                     let id = Uuid::new_v4();
                     let sess = Arc::new(Session {
                         peer,
                         spec,
+                        reserved: AtomicU64::new(0),
                         counters: Counters::default(),
                         cancelled: AtomicBool::new(false),
                         live: Mutex::new(HashMap::new()),
@@ -398,8 +539,9 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(id, Arc::clone(&sess));
                     session = Some((id, sess));
-                    // Control idles during the test; keepalive notices a vanished client.
-                    let _ = stream.set_read_timeout(None);
+                    // Control idles during the test; keepalive notices a
+                    // vanished client, the timeout ends an endless session.
+                    let _ = stream.set_read_timeout(Some(limits.max_duration));
                     if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
                         break;
                     }
@@ -480,6 +622,20 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
             stream,
             ErrorCode::Refused,
             format!("buffer size {} outside 1..={MAX_BUFFER}", hello.buffer),
+        );
+    }
+    let promised = sess
+        .reserved
+        .fetch_add(sess.spec.transfer, SeqCst)
+        .saturating_add(sess.spec.transfer);
+    if promised > st.cfg.limits.max_bytes {
+        return reply_error(
+            stream,
+            ErrorCode::Refused,
+            format!(
+                "server limit: max bytes per test {} reached",
+                st.cfg.limits.max_bytes
+            ),
         );
     }
     if let Some(n) = st.cfg.exit_after

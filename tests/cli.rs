@@ -696,3 +696,76 @@ fn relay_binary_corruption_is_a_tcp_data_error_at_the_logged_offset() {
         "{details}"
     );
 }
+
+#[test]
+fn every_server_limit_refuses_with_its_name() {
+    let (_srv, addr) = serve(&[
+        "-v",
+        "0",
+        "--max-bytes",
+        "1M",
+        "--max-tests",
+        "1",
+        "--max-conns-per-client",
+        "3",
+    ]);
+    let t = addr.to_string();
+    let refused = |args: &[&str], needle: &str| {
+        let out = netrig(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    refused(
+        &["tcp", &t, "-t", "2M", "-v", "0"],
+        "server limit: max bytes per test 1048576 (asked for 2097152)",
+    );
+    refused(
+        &["tcp", &t, "-t", "900K", "-c", "1", "-i", "3", "-v", "0"],
+        "server refused 1 connection(s): server limit: max bytes per test 1048576 reached",
+    );
+    refused(
+        &["tcp", &t, "-t", "100K", "-c", "4", "-i", "1", "-v", "0"],
+        "server limit: max 3 connections per client address",
+    );
+    refused(
+        &[
+            "rr",
+            &t,
+            "--size",
+            "1000",
+            "--iterations",
+            "10000",
+            "-v",
+            "0",
+        ],
+        "server limit: max bytes per test",
+    );
+    let _busy = Proc(
+        netrig(&["udp", &t, "--rate", "100k", "-d", "3", "-v", "0"])
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    refused(
+        &["udp", &t, "--rate", "100k", "-d", "1", "-v", "0"],
+        "server limit: max 1 concurrent tests reached",
+    );
+}
+
+#[test]
+fn a_tcp_session_past_the_max_duration_is_stopped_at_once() {
+    let (_srv, addr) = serve(&["-v", "0", "--max-duration", "1s"]);
+    let t0 = Instant::now();
+    let out = netrig(&["tcp", &addr.to_string(), "-t", "1T", "-c", "2", "-v", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("stopped the test: server limit: max duration 1 s reached"),
+        "{err}"
+    );
+    // Reset, not wound down: the client learns of it within moments.
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+}

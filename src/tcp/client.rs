@@ -31,6 +31,9 @@ use crate::stats::{Counters, IntervalRow, Snapshot};
 
 pub use crate::control::ClientError;
 
+/// How a connection's result detail starts when the server refused it.
+pub const REFUSED_PREFIX: &str = "server refused: ";
+
 /// One data connection as it ended; a row of the connection file.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConnectionRecord {
@@ -81,6 +84,12 @@ pub struct RunReport {
     pub interrupted: bool,
     /// Servers whose control connection was lost mid-test (the run stopped starting connections).
     pub lost_servers: Vec<SocketAddr>,
+    /// Reasons the server gave for refusing data connections (a server
+    /// limit), with how many were refused for each; the run stops starting
+    /// connections at the first.
+    pub refusals: Vec<(String, u64)>,
+    /// Why servers stopped the test mid-way (a server limit), by server.
+    pub server_errors: Vec<(SocketAddr, String)>,
 }
 
 struct Session {
@@ -145,6 +154,18 @@ fn control_lost(s: &Session) -> bool {
     let r = c.peek(&mut [0u8; 1]);
     let _ = c.set_nonblocking(false);
     !matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// The error message a server sent before closing the control connection, if any.
+fn control_error(s: &Session) -> Option<String> {
+    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+    let r = crate::proto::read_message(&mut &*c);
+    let _ = c.set_read_timeout(None);
+    match r {
+        Ok(Message::Error { message, .. }) => Some(message),
+        _ => None,
+    }
 }
 
 fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
@@ -287,7 +308,7 @@ impl Shared {
         write_message(&mut s, &hello).map_err(|e| e.to_string())?;
         match read_message(&mut s) {
             Ok(Message::DataAck { connection }) if connection == id => {}
-            Ok(Message::Error { message, .. }) => return Err(format!("server refused: {message}")),
+            Ok(Message::Error { message, .. }) => return Err(format!("{REFUSED_PREFIX}{message}")),
             Ok(m) => return Err(format!("unexpected reply to data hello: {m:?}")),
             Err(e) => return Err(format!("data hello: {e}")),
         }
@@ -419,6 +440,8 @@ pub fn run(
     let deadline = shared.cfg.time_limit.map(|t| shared.start + t);
     let mut interrupted = false;
     let mut lost_servers = Vec::new();
+    let mut refusals: Vec<(String, u64)> = Vec::new();
+    let mut server_errors = Vec::new();
     loop {
         let now = Instant::now();
         let mut wait = Duration::from_millis(50);
@@ -426,7 +449,17 @@ pub fn run(
             wait = wait.min(t.saturating_duration_since(now));
         }
         match rx.recv_timeout(wait) {
-            Ok(rec) => obs.connection(&rec),
+            Ok(rec) => {
+                if let Some(why) = rec.result.detail.strip_prefix(REFUSED_PREFIX) {
+                    match refusals.iter_mut().find(|(w, _)| w == why) {
+                        Some((_, n)) => *n += 1,
+                        None => refusals.push((why.to_string(), 1)),
+                    }
+                    // More connections would only be refused too.
+                    shared.halt.store(true, SeqCst);
+                }
+                obs.connection(&rec)
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -440,6 +473,9 @@ pub fn run(
         if !shared.stop.load(SeqCst) {
             for s in &shared.sessions {
                 if !lost_servers.contains(&s.addr) && control_lost(s) {
+                    if let Some(why) = control_error(s) {
+                        server_errors.push((s.addr, why));
+                    }
                     lost_servers.push(s.addr);
                     shared.halt.store(true, SeqCst);
                 }
@@ -485,5 +521,7 @@ pub fn run(
         servers,
         interrupted,
         lost_servers,
+        refusals,
+        server_errors,
     })
 }

@@ -55,6 +55,7 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
             s.duration_ms as f64 / 1e3
         ));
     }
+    limits.check_bytes((rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3) as u64)?;
     if (s.size as usize) < HEADER_LEN || s.size as usize > MAX_DATAGRAM {
         return Err(format!(
             "datagram size {} outside {HEADER_LEN}..={MAX_DATAGRAM}",
