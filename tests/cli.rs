@@ -722,7 +722,7 @@ fn every_server_limit_refuses_with_its_name() {
     );
     refused(
         &["tcp", &t, "-t", "900K", "-c", "1", "-i", "3", "-v", "0"],
-        "server refused 1 connection(s): server limit: max bytes per test 1048576 reached",
+        "connection(s): server limit: max bytes per test 1048576 reached",
     );
     refused(
         &["tcp", &t, "-t", "100K", "-c", "4", "-i", "1", "-v", "0"],
