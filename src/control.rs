@@ -6,8 +6,9 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 use thiserror::Error;
 
+use crate::auth::Key;
 use crate::net;
-use crate::proto::{Message, PROTOCOL_VERSION, TestSpec, read_message, write_message};
+use crate::proto::{Hello, Message, PROTOCOL_VERSION, TestSpec, read_message, write_message};
 use crate::tcp::config::ConfigError;
 
 /// Why a run could not start or the server could not be talked to.
@@ -60,8 +61,9 @@ impl Control {
         port: u16,
         bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
         timeout: Duration,
+        key: Option<&Key>,
     ) -> Result<Control, ClientError> {
-        Self::connect_over(target, port, bind, timeout, net::Stream::Tcp)
+        Self::connect_over(target, port, bind, timeout, net::Stream::Tcp, key)
     }
 
     /// As [`Control::connect`], over TCP or one-to-one SCTP.
@@ -71,6 +73,7 @@ impl Control {
         bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
         timeout: Duration,
         kind: net::Stream,
+        key: Option<&Key>,
     ) -> Result<Control, ClientError> {
         let conn_err = |source| ClientError::Connect {
             target: target.to_string(),
@@ -96,12 +99,47 @@ impl Control {
             addr,
             stream,
         };
-        match c.call(&Message::Hello(Message::hello()))? {
-            Message::HelloAck(h) if h.protocol == PROTOCOL_VERSION => Ok(c),
-            Message::HelloAck(h) => {
+        let client_nonce = crate::auth::nonce();
+        let mut hello = Message::hello();
+        hello.nonce = Some(client_nonce.clone());
+        match c.call(&Message::Hello(hello))? {
+            Message::HelloAck(h) if h.protocol != PROTOCOL_VERSION => {
                 Err(c.refused(format!("server speaks protocol {}", h.protocol)))
             }
+            Message::HelloAck(Hello {
+                nonce: Some(server_nonce),
+                ..
+            }) => {
+                c.authenticate(key, &client_nonce, &server_nonce)?;
+                Ok(c)
+            }
+            Message::HelloAck(_) => Ok(c),
             m => Err(c.unexpected(m)),
+        }
+    }
+
+    /// Answers the server's challenge and checks its proof in turn.
+    fn authenticate(
+        &mut self,
+        key: Option<&Key>,
+        client_nonce: &str,
+        server_nonce: &str,
+    ) -> Result<(), ClientError> {
+        let Some(key) = key else {
+            return Err(self.refused(
+                "server requires authentication: give --key FILE or set NETRIG_KEY".into(),
+            ));
+        };
+        let bad = |e: crate::auth::AuthError| self.failed(e.to_string());
+        let cn = crate::auth::decode_nonce(client_nonce).map_err(bad)?;
+        let sn = crate::auth::decode_nonce(server_nonce).map_err(bad)?;
+        let proof = key.client_proof(&cn, &sn);
+        match self.call(&Message::Auth { proof })? {
+            Message::AuthOk { proof } if key.verify_server(&cn, &sn, &proof) => Ok(()),
+            Message::AuthOk { .. } => {
+                Err(self.failed("the server could not prove it knows the key"))
+            }
+            m => Err(self.unexpected(m)),
         }
     }
 

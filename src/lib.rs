@@ -16,6 +16,7 @@ macro_rules! out {
     }};
 }
 
+pub mod auth;
 pub mod control;
 pub mod net;
 pub mod outcome;

@@ -45,6 +45,17 @@ mod exit {
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Pre-shared key file: a server requires clients to prove they know it;
+    /// a client proves it. The key itself may be given in NETRIG_KEY instead.
+    #[arg(long, global = true, value_name = "FILE")]
+    key: Option<PathBuf>,
+}
+
+/// The pre-shared key of this run, loaded once in `main`.
+static KEY: std::sync::OnceLock<Option<netrig::auth::Key>> = std::sync::OnceLock::new();
+
+fn key() -> Option<netrig::auth::Key> {
+    KEY.get().cloned().flatten()
 }
 
 #[derive(Subcommand)]
@@ -220,6 +231,7 @@ fn crr(a: CrrArgs) -> Result<ExitCode> {
         a.connections,
     );
     cfg.time_limit = a.time_limit;
+    cfg.key = key();
     let mut col = netrig::rr::crr::CrrCollector::default();
     let result = client::run(cfg, interrupt_flag(), &mut col);
     if let Some(e) = embedded {
@@ -403,6 +415,7 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
     let base = RrConfig {
+        key: key(),
         target,
         port: a.port,
         transport: a.proto,
@@ -436,6 +449,7 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
             break;
         }
         let cfg = RrConfig {
+            key: key(),
             size,
             ..base.clone()
         };
@@ -511,6 +525,7 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
     let cfg = RrConfig {
+        key: key(),
         target: target.clone(),
         port: a.port,
         transport: Transport::Udp,
@@ -927,6 +942,7 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         (None, None) => unreachable!("an embedded server is started when no target is given"),
     };
     let cfg = UdpClientConfig {
+        key: key(),
         target,
         port: a.port,
         spec,
@@ -1096,6 +1112,7 @@ fn interrupt_flag() -> Arc<AtomicBool> {
 
 fn serve(a: ServeArgs) -> Result<ExitCode> {
     let server = Server::bind(ServerConfig {
+        key: key(),
         listen: a.listen,
         port: a.port,
         exit_after: a.exit_after,
@@ -1133,6 +1150,7 @@ struct Embedded {
 impl Embedded {
     fn start() -> Result<Embedded> {
         let server = Server::bind(ServerConfig {
+            key: key(),
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
             verbosity: 0,
             ..ServerConfig::default()
@@ -1154,6 +1172,7 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
+        key: key(),
         targets: Vec::new(),
         port: a.port,
         connections: a.connections,
@@ -1241,6 +1260,15 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match netrig::auth::Key::from_file_or_env(cli.key.as_deref()) {
+        Ok(k) => {
+            let _ = KEY.set(k);
+        }
+        Err(e) => {
+            eprintln!("netrig: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let r = match cli.cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Tcp(a) => tcp(a),

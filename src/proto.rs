@@ -73,6 +73,10 @@ pub struct Hello {
     pub software: String,
     /// Test kinds the client may request.
     pub capabilities: Vec<String>,
+    /// Authentication nonce, hex: the client's in its hello; in the server's
+    /// reply, present only when the server requires a pre-shared key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
 }
 
 /// Direction of data flow in a TCP test, as in ctsTraffic's `-pattern`.
@@ -354,6 +358,16 @@ pub enum Message {
     Hello(Hello),
     /// Server accepts the control connection.
     HelloAck(Hello),
+    /// Client proves it knows the pre-shared key (see `crate::auth`).
+    Auth {
+        /// HMAC proof, hex.
+        proof: String,
+    },
+    /// Server accepted the client's proof and proves it knows the key too.
+    AuthOk {
+        /// HMAC proof, hex.
+        proof: String,
+    },
     /// Client asks for a test.
     TestRequest {
         /// The test to run.
@@ -464,6 +478,7 @@ impl Message {
             protocol: PROTOCOL_VERSION,
             software: concat!("netrig ", env!("CARGO_PKG_VERSION")).to_string(),
             capabilities: CAPABILITIES.iter().map(|s| s.to_string()).collect(),
+            nonce: None,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct ServerConfig {
     pub verbosity: u8,
     /// Caps on what a client may ask this server to send or receive.
     pub limits: Limits,
+    /// Require clients to prove they know this pre-shared key.
+    pub key: Option<crate::auth::Key>,
 }
 
 /// Caps the server enforces on every test request. A refusal names the
@@ -130,6 +132,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(30),
             verbosity: 1,
             limits: Limits::default(),
+            key: None,
         }
     }
 }
@@ -257,6 +260,9 @@ impl Server {
         if st.cfg.verbosity >= 1 {
             for a in self.local_addrs() {
                 crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+            }
+            if st.cfg.key.is_some() {
+                crate::out!("clients must authenticate with the pre-shared key");
             }
             if self.listeners.len() > self.tcp_listeners {
                 crate::out!("also accepting SCTP on the same addresses");
@@ -424,8 +430,20 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
         return reply_error(stream, ErrorCode::Refused, "server is about to exit".into());
     }
     let mut s = stream;
-    if write_message(&mut s, &Message::HelloAck(Message::hello())).is_err() {
-        return;
+    match &st.cfg.key {
+        None => {
+            if write_message(&mut s, &Message::HelloAck(Message::hello())).is_err() {
+                return;
+            }
+        }
+        Some(key) => {
+            if let Err(why) = authenticate(key, stream, &hello) {
+                if st.cfg.verbosity >= 1 {
+                    crate::out!("{peer}: {why}");
+                }
+                return reply_error(stream, ErrorCode::Refused, why);
+            }
+        }
     }
     let _ = crate::net::keepalive(stream);
     let mut session: Option<(Uuid, Arc<Session>)> = None;
@@ -600,6 +618,34 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 sum.bytes_received
             );
         }
+    }
+}
+
+/// The message a client without the key gets.
+pub const AUTH_REQUIRED: &str =
+    "authentication required: this server needs a pre-shared key (--key FILE or NETRIG_KEY)";
+
+/// Runs the challenge-response on a control connection (see `crate::auth`).
+fn authenticate(key: &crate::auth::Key, stream: &TcpStream, hello: &Hello) -> Result<(), String> {
+    let client_nonce = hello
+        .nonce
+        .as_deref()
+        .and_then(|n| crate::auth::decode_nonce(n).ok())
+        .ok_or_else(|| AUTH_REQUIRED.to_string())?;
+    let server_nonce = crate::auth::nonce();
+    let mut ack = Message::hello();
+    ack.nonce = Some(server_nonce.clone());
+    let mut s = stream;
+    write_message(&mut s, &Message::HelloAck(ack)).map_err(|e| e.to_string())?;
+    let sn = crate::auth::decode_nonce(&server_nonce).map_err(|e| e.to_string())?;
+    match read_message(&mut s) {
+        Ok(Message::Auth { proof }) if key.verify_client(&client_nonce, &sn, &proof) => {
+            let proof = key.server_proof(&client_nonce, &sn);
+            write_message(&mut s, &Message::AuthOk { proof }).map_err(|e| e.to_string())
+        }
+        Ok(Message::Auth { .. }) => Err("authentication failed: wrong key".into()),
+        Ok(_) => Err(AUTH_REQUIRED.into()),
+        Err(e) => Err(format!("authentication: {e}")),
     }
 }
 

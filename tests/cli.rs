@@ -769,3 +769,69 @@ fn a_tcp_session_past_the_max_duration_is_stopped_at_once() {
     // Reset, not wound down: the client learns of it within moments.
     assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn a_server_with_a_key_admits_only_clients_that_prove_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyfile = dir.path().join("key");
+    std::fs::write(&keyfile, "a shared secret of some length\n").unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "another secret, not the same one").unwrap();
+    let (_srv, addr) = serve(&["-v", "0", "--key", keyfile.to_str().unwrap()]);
+    let t = addr.to_string();
+    let quick = |extra: &[&str], env: Option<&str>| {
+        let mut args = vec!["tcp", &t, "-t", "64K", "-c", "2", "-i", "1", "-v", "0"];
+        args.extend_from_slice(extra);
+        let mut c = netrig(&args);
+        c.env_remove("NETRIG_KEY");
+        if let Some(k) = env {
+            c.env("NETRIG_KEY", k);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = quick(&[], None);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        err.contains("server requires authentication: give --key FILE or set NETRIG_KEY"),
+        "{err}"
+    );
+    let (code, err) = quick(&["--key", wrong.to_str().unwrap()], None);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("authentication failed: wrong key"), "{err}");
+    assert_eq!(
+        quick(&["--key", keyfile.to_str().unwrap()], None).0,
+        Some(0)
+    );
+    assert_eq!(
+        quick(&[], Some("a shared secret of some length")).0,
+        Some(0)
+    );
+    // Every kind of test authenticates the same way.
+    for args in [
+        vec!["udp", &t, "--rate", "1M", "-d", "300ms", "-v", "0"],
+        vec!["rr", &t, "--iterations", "100", "-v", "0"],
+        vec!["rr", &t, "--proto", "udp", "--iterations", "100", "-v", "0"],
+    ] {
+        let mut full = args.clone();
+        full.extend_from_slice(&["--key", keyfile.to_str().unwrap()]);
+        let out = netrig(&full).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{full:?}");
+    }
+    // A client that does not even try gets the reason in the protocol.
+    assert!(matches!(
+        reply_to(addr, &proto::encode(&Message::Hello(Message::hello()))),
+        Some(Message::Error { code: ErrorCode::Refused, message }) if message.contains("authentication required")
+    ));
+    // A key too short to mean anything is a usage error.
+    let short = dir.path().join("short");
+    std::fs::write(&short, "abc").unwrap();
+    let out = netrig(&["tcp", &t, "--key", short.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 are needed"));
+}

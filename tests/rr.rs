@@ -16,6 +16,7 @@ use udp_relay::{Impair, UdpRelay};
 
 fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
     RrConfig {
+        key: None,
         target: target.to_string(),
         port: 0,
         transport,

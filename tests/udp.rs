@@ -53,6 +53,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
 
 fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, Collect) {
     let cfg = UdpClientConfig {
+        key: None,
         target: target.to_string(),
         port: 0,
         spec,
@@ -177,6 +178,7 @@ fn server_refuses_a_wrong_proof_of_receipt() {
         0,
         |_| Ok(None),
         std::time::Duration::from_secs(5),
+        None,
     )
     .unwrap();
     let Message::UdpAccept { .. } = c
@@ -214,6 +216,7 @@ fn server_rejects_bad_udp_specs_with_reasons() {
             0,
             |_| Ok(None),
             std::time::Duration::from_secs(5),
+            None,
         )
         .unwrap();
         match c.request(TestSpec::Udp(sp)) {

@@ -56,6 +56,9 @@ pub struct RrConfig {
     pub target: String,
     /// Port if the target names none.
     pub port: u16,
+    /// Pre-shared key for servers that require one (never written to files).
+    #[serde(skip)]
+    pub key: Option<crate::auth::Key>,
     /// Transport.
     pub transport: Transport,
     /// Request payload bytes.
@@ -243,6 +246,7 @@ pub fn run(
         bind,
         Duration::from_secs(10),
         stream_kind,
+        cfg.key.as_ref(),
     )?;
     let accept = c.request(TestSpec::Rr(spec))?;
     let new_stats = || {

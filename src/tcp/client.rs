@@ -170,7 +170,13 @@ fn control_error(s: &Session) -> Option<String> {
 
 fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-    let mut c = Control::connect(target, cfg.port, |addr| pick_bind(cfg, addr, 0), timeout)?;
+    let mut c = Control::connect(
+        target,
+        cfg.port,
+        |addr| pick_bind(cfg, addr, 0),
+        timeout,
+        cfg.key.as_ref(),
+    )?;
     let id = match c.request(TestSpec::Tcp(cfg.spec()))? {
         Message::TestAccept { session } => session,
         m => return Err(c.unexpected(m)),

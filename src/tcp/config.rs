@@ -85,6 +85,9 @@ pub struct TcpClientConfig {
     pub targets: Vec<String>,
     /// Port for targets that do not name one.
     pub port: u16,
+    /// Pre-shared key for servers that require one (never written to files).
+    #[serde(skip)]
+    pub key: Option<crate::auth::Key>,
     /// Concurrent connections (`--connections`).
     pub connections: u32,
     /// Rounds of `connections`; `None` is unbounded.
@@ -140,6 +143,7 @@ impl TcpClientConfig {
             interval: Some(Duration::from_secs(5)),
             idle_timeout: Some(Duration::from_secs(30)),
             seed: None,
+            key: None,
             burst: None,
         }
     }

@@ -24,6 +24,9 @@ pub struct UdpClientConfig {
     pub target: String,
     /// Port if the target names none.
     pub port: u16,
+    /// Pre-shared key for servers that require one (never written to files).
+    #[serde(skip)]
+    pub key: Option<crate::auth::Key>,
     /// The stream, as sent to the server.
     pub spec: UdpSpec,
     /// Trust the clocks (PTP): no offset estimation.
@@ -195,7 +198,13 @@ pub fn run(
 ) -> Result<UdpReport, ClientError> {
     let spec = &cfg.spec;
     let bind = |a: SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
-    let mut c = Control::connect(&cfg.target, cfg.port, bind, Duration::from_secs(10))?;
+    let mut c = Control::connect(
+        &cfg.target,
+        cfg.port,
+        bind,
+        Duration::from_secs(10),
+        cfg.key.as_ref(),
+    )?;
     let (port, token) = match c.request(TestSpec::Udp(spec.clone()))? {
         Message::UdpAccept { port, token, .. } => (port, token),
         m => return Err(c.unexpected(m)),
