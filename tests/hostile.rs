@@ -1,0 +1,385 @@
+//! A `netrig serve` process under hostile input and abuse: thousands of random
+//! and mutated control messages, a hundred clients killed mid-test, a server
+//! killed under a UDP client. Afterwards the server must still serve, and its
+//! descriptors and memory must be back where they were.
+
+#[path = "common/bin.rs"]
+mod bin;
+
+use bin::*;
+use netrig::proto::{
+    self, BurstSpec, DataHello, IoPattern, Message, RrProto, RrSpec, TcpSpec, TestSpec, UdpSpec,
+    VerifyLevel,
+};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+fn corpus() -> Vec<Message> {
+    let id = uuid::Uuid::from_u128(7);
+    let udp = UdpSpec {
+        reverse: true,
+        size: 1000,
+        gap_ps: 1_000_000_000,
+        duration_ms: 200,
+        pacing: netrig::udp::pace::Pacing::Sleep,
+        catch_up: false,
+        verify: true,
+        interval_ms: 100,
+        hist_bin_ns: 50_000,
+        hist_bins: 100,
+        offset_comp_ns: 0,
+        media: None,
+        profile: None,
+        precompute: false,
+        burst: None,
+    };
+    vec![
+        Message::Hello(Message::hello()),
+        Message::TestRequest {
+            test: TestSpec::Tcp(TcpSpec {
+                pattern: IoPattern::Pushpull,
+                transfer: 1 << 20,
+                push_bytes: 1000,
+                pull_bytes: 1000,
+                verify: VerifyLevel::Data,
+                connections: 2,
+                burst: Some(BurstSpec {
+                    size: 1000,
+                    period_ms: 10,
+                }),
+            }),
+        },
+        Message::TestRequest {
+            test: TestSpec::Udp(udp),
+        },
+        Message::TestRequest {
+            test: TestSpec::Rr(RrSpec {
+                proto: RrProto::Udp,
+                size: 64,
+                reply: 64,
+                iterations: 10,
+                nagle: false,
+            }),
+        },
+        Message::DataHello(DataHello {
+            session: id,
+            connection: id,
+            buffer: 65536,
+        }),
+        Message::UdpHandshake { token: 1 },
+        Message::UdpReady {
+            nonce: 2,
+            offset_ns: -5,
+        },
+        Message::TimeRequest { t1: 3 },
+        Message::Auth {
+            proof: "00".repeat(32),
+        },
+        Message::Stop,
+        Message::Goodbye,
+    ]
+}
+
+/// Replaces one JSON number or string in a payload with something hostile.
+fn splice(payload: &[u8], rng: &mut SmallRng) -> Vec<u8> {
+    let text = String::from_utf8_lossy(payload).to_string();
+    let spots: Vec<usize> = text
+        .char_indices()
+        .filter(|(_, c)| *c == ':')
+        .map(|(i, _)| i + 1)
+        .collect();
+    let Some(&at) = spots.get(rng.random_range(0..spots.len().max(1))) else {
+        return payload.to_vec();
+    };
+    let end = text[at..].find([',', '}']).map_or(text.len(), |e| at + e);
+    let evil = [
+        "-1",
+        "1e308",
+        "18446744073709551616",
+        "null",
+        "\"\"",
+        "[]",
+        "{}",
+        "true",
+        "0",
+        "4294967295",
+        "\"\\u0000\"",
+    ];
+    let pick = evil[rng.random_range(0..evil.len())].to_string();
+    let long = "\"".to_string() + &"x".repeat(rng.random_range(0..70_000)) + "\"";
+    let with = if rng.random_range(0..10) == 0 {
+        long
+    } else {
+        pick
+    };
+    format!("{}{}{}", &text[..at], with, &text[end..]).into_bytes()
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut b = vec![b'N', b'R', proto::FRAME_VERSION, 0];
+    b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// One hostile input: random bytes, or a valid message damaged one of several ways,
+/// sometimes behind a valid hello so that later protocol states are reached.
+fn hostile(rng: &mut SmallRng, corpus: &[Message]) -> Vec<u8> {
+    let m = &corpus[rng.random_range(0..corpus.len())];
+    let mut good = proto::encode(m);
+    let bad = match rng.random_range(0..6) {
+        0 => (0..rng.random_range(0..300))
+            .map(|_| rng.random())
+            .collect(),
+        1 => {
+            for _ in 0..rng.random_range(1..5) {
+                let i = rng.random_range(0..good.len());
+                good[i] ^= rng.random::<u8>() | 1;
+            }
+            good
+        }
+        2 => {
+            let cut = rng.random_range(0..good.len());
+            good.truncate(cut);
+            good
+        }
+        3 => frame(&splice(&good[proto::HEADER_LEN..], rng)),
+        4 => {
+            let len: u32 = rng.random();
+            good[4..8].copy_from_slice(&len.to_be_bytes());
+            good
+        }
+        _ => good,
+    };
+    if rng.random_range(0..2) == 0 {
+        let mut b = proto::encode(&Message::Hello(Message::hello()));
+        b.extend(bad);
+        b
+    } else {
+        bad
+    }
+}
+
+/// Sends `bytes`, closes the sending side, and names what came back.
+fn send_hostile(addr: SocketAddr, bytes: &[u8]) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return "connect failed".into();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut last = "closed silently".to_string();
+    loop {
+        match proto::read_message(&mut s) {
+            Ok(Message::Error { code, .. }) => last = format!("error {code:?}"),
+            Ok(m) => {
+                last = format!("{m:?}")
+                    .split([' ', '(', '{'])
+                    .next()
+                    .unwrap()
+                    .into()
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = s.read(&mut [0u8; 1]);
+    last
+}
+
+#[test]
+fn ten_thousand_random_and_mutated_control_messages() {
+    let (mut srv, addr) = serve(&["-v", "0", "--handshake-timeout", "500ms"]);
+    let pid = srv.0.id();
+    run_tcp_ok(addr);
+    let (fds, rss) = (fd_count(pid), rss_kib(pid));
+    let corpus = corpus();
+    let outcomes: Vec<BTreeMap<String, u64>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| {
+                let corpus = &corpus;
+                sc.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(0xBAD5EED ^ t);
+                    let mut seen = BTreeMap::new();
+                    for _ in 0..2500 {
+                        let b = hostile(&mut rng, corpus);
+                        *seen.entry(send_hostile(addr, &b)).or_insert(0) += 1;
+                    }
+                    seen
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all = BTreeMap::new();
+    for o in outcomes {
+        for (k, v) in o {
+            *all.entry(k).or_insert(0u64) += v;
+        }
+    }
+    eprintln!("outcomes of 10,000 hostile messages: {all:?}");
+    assert_eq!(all.values().sum::<u64>(), 10_000);
+    assert!(!all.contains_key("connect failed"), "{all:?}");
+    assert!(
+        all.get("error Malformed").copied().unwrap_or(0) > 1000,
+        "{all:?}"
+    );
+    assert!(srv.0.try_wait().unwrap().is_none(), "server died");
+    run_tcp_ok(addr);
+    let after = settles_to(pid, fds, 15);
+    assert!(after <= fds, "server fds {after} > baseline {fds}");
+    let grown = rss_kib(pid).saturating_sub(rss);
+    assert!(grown < 16 * 1024, "server RSS grew by {grown} KiB");
+}
+
+fn run_tcp_ok(addr: SocketAddr) {
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-t",
+        "1M",
+        "-c",
+        "4",
+        "-i",
+        "2",
+        "-v",
+        "0",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_hundred_clients_killed_mid_test_leave_no_trace() {
+    let (mut srv, addr) = serve(&["-v", "0"]);
+    let pid = srv.0.id();
+    let t = addr.to_string();
+    let kinds: [&[&str]; 5] = [
+        &["tcp", &t, "-c", "4", "-v", "0"],
+        &["tcp", &t, "--pattern", "pull", "-c", "2", "-v", "0"],
+        &["udp", &t, "--rate", "50M", "-d", "30", "-v", "0"],
+        &["udp", &t, "-R", "--rate", "50M", "-d", "30", "-v", "0"],
+        &["rr", &t, "--iterations", "100000000", "-v", "0"],
+    ];
+    // Warm up every kind once so lazily made state is in the baseline.
+    for k in kinds {
+        kill_after(k, 300);
+    }
+    run_tcp_ok(addr);
+    // The killed warm-up sessions wind down within moments.
+    std::thread::sleep(Duration::from_millis(500));
+    let fds = fd_count(pid);
+    let rss = rss_kib(pid);
+    for i in 0..100 {
+        kill_after(kinds[i % kinds.len()], 40 + (i as u64 % 4) * 30);
+    }
+    assert!(srv.0.try_wait().unwrap().is_none(), "server died");
+    run_tcp_ok(addr);
+    let after = settles_to(pid, fds, 15);
+    assert!(after <= fds, "server fds {after} > baseline {fds}");
+    let grown = rss_kib(pid).saturating_sub(rss);
+    eprintln!("server RSS {rss} KiB before, grew by {grown} KiB after 100 kills");
+    assert!(grown < 16 * 1024, "server RSS grew by {grown} KiB");
+}
+
+/// Starts a client, lets it run `ms`, and SIGKILLs it.
+fn kill_after(args: &[&str], ms: u64) {
+    let mut p = Proc(
+        netrig(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(ms));
+    p.0.kill().unwrap();
+    let _ = p.0.wait();
+}
+
+#[test]
+fn a_server_killed_under_a_udp_client_is_a_network_error_with_complete_json() {
+    for reverse in [false, true] {
+        let (mut srv, addr) = serve(&["-v", "0"]);
+        let dir = tempfile::tempdir().unwrap();
+        let js = dir.path().join("u.json");
+        let t = addr.to_string();
+        let mut args = vec![
+            "udp",
+            &t,
+            "--rate",
+            "10M",
+            "-d",
+            "30",
+            "-v",
+            "0",
+            "--json",
+            js.to_str().unwrap(),
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        let mut c = Proc(netrig(&args).spawn().unwrap());
+        std::thread::sleep(Duration::from_millis(800));
+        srv.0.kill().unwrap();
+        let _ = srv.0.wait();
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = c.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "client hung after server death"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(3), "reverse={reverse}");
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();
+        assert_eq!(doc["test"], "udp");
+    }
+}
+
+#[test]
+fn sigterm_like_sigint_leaves_complete_files() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (js, st) = (dir.path().join("t.json"), dir.path().join("s.csv"));
+    let p = Proc(
+        netrig(&[
+            "tcp",
+            &addr.to_string(),
+            "-c",
+            "2",
+            "-v",
+            "0",
+            "--interval",
+            "100ms",
+            "--json",
+            js.to_str().unwrap(),
+            "--status-file",
+            st.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &p.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut p = p;
+    let status = p.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert_eq!(doc["result"]["interrupted"], true);
+    let mut r = csv::Reader::from_path(&st).unwrap();
+    assert!(r.records().all(|x| x.is_ok()));
+}
