@@ -8,6 +8,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = netrig::units::parse_size(s);
         let _ = netrig::units::parse_rate(s);
         let _ = netrig::units::parse_duration(s);
+        let _ = netrig::units::parse_probability(s);
         let _ = s.parse::<netrig::tcp::config::BufferSpec>();
     }
 });

@@ -1,0 +1,26 @@
+//! Fuzzes what `netrig analyze` does with a result file: JSON from disk,
+//! decoded into a profile and intervals, then binned and analysed.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use netrig::udp::analyze::{analyze, bins, samples};
+use netrig::udp::profile::Profile;
+use netrig::udp::track::UdpInterval;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let Ok(profile) = serde_json::from_value::<Profile>(doc["config"]["spec"]["profile"].clone())
+    else {
+        return;
+    };
+    let Ok(intervals) =
+        serde_json::from_value::<Vec<UdpInterval>>(doc["result"]["intervals"].clone())
+    else {
+        return;
+    };
+    let s = samples(&profile, &intervals);
+    let _ = bins(&s, 1e6);
+    let _ = analyze(&s);
+});
