@@ -122,6 +122,47 @@ impl Key {
     }
 }
 
+/// Key for tagging one session's UDP test datagrams.
+pub type DatagramKey = [u8; 32];
+/// Bytes of HMAC tag at the end of an authenticated datagram.
+pub const TAG_LEN: usize = 16;
+
+impl Key {
+    /// The session's datagram key, derived from the key and both nonces (so
+    /// each session's is different and the pre-shared key is never used raw).
+    pub fn datagram_key(&self, client_nonce: &[u8], server_nonce: &[u8]) -> DatagramKey {
+        let m = self.mac(DATAGRAM_LABEL, client_nonce, server_nonce);
+        m.finalize().into_bytes().into()
+    }
+}
+
+fn datagram_mac(key: &DatagramKey, data: &[u8]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    m.update(data);
+    m
+}
+
+/// Writes the tag of `datagram[..len - TAG_LEN]` into its last [`TAG_LEN`] bytes.
+pub fn sign_datagram(key: &DatagramKey, datagram: &mut [u8]) {
+    let Some(body) = datagram.len().checked_sub(TAG_LEN) else {
+        return;
+    };
+    let tag = datagram_mac(key, &datagram[..body]).finalize().into_bytes();
+    datagram[body..].copy_from_slice(&tag[..TAG_LEN]);
+}
+
+/// Whether a datagram's trailing tag is right (constant time).
+pub fn datagram_is_authentic(key: &DatagramKey, datagram: &[u8]) -> bool {
+    let Some(body) = datagram.len().checked_sub(TAG_LEN) else {
+        return false;
+    };
+    datagram_mac(key, &datagram[..body])
+        .verify_truncated_left(&datagram[body..])
+        .is_ok()
+}
+
+const DATAGRAM_LABEL: &[u8] = b"netrig-datagram-v1";
 const CLIENT_LABEL: &[u8] = b"netrig-auth-v1 client";
 const SERVER_LABEL: &[u8] = b"netrig-auth-v1 server";
 
@@ -179,6 +220,25 @@ mod tests {
             k.client_proof(&[0u8; 16], &[0xffu8; 16]),
             "bab8d7eb672a713addd86cdf7cc21f59b62f6e3a99af863839702f3ca02d104c"
         );
+    }
+
+    #[test]
+    fn datagram_tags_detect_any_change() {
+        let k = key("0123456789abcdef").datagram_key(&[1; 16], &[2; 16]);
+        let other = key("0123456789abcdef").datagram_key(&[1; 16], &[3; 16]);
+        let mut d = vec![7u8; 100];
+        sign_datagram(&k, &mut d);
+        assert!(datagram_is_authentic(&k, &d));
+        assert!(
+            !datagram_is_authentic(&other, &d),
+            "keys differ per session"
+        );
+        for i in 0..d.len() {
+            let mut bad = d.clone();
+            bad[i] ^= 0x10;
+            assert!(!datagram_is_authentic(&k, &bad), "flip at {i}");
+        }
+        assert!(!datagram_is_authentic(&k, &d[..10]));
     }
 
     #[test]

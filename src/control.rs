@@ -51,6 +51,8 @@ pub struct Control {
     pub addr: SocketAddr,
     /// The connection.
     pub stream: TcpStream,
+    /// Key for this session's UDP datagram tags, when the server authenticated us.
+    pub datagram_key: Option<crate::auth::DatagramKey>,
 }
 
 impl Control {
@@ -98,6 +100,7 @@ impl Control {
             target: target.to_string(),
             addr,
             stream,
+            datagram_key: None,
         };
         let client_nonce = crate::auth::nonce();
         let mut hello = Message::hello();
@@ -135,7 +138,10 @@ impl Control {
         let sn = crate::auth::decode_nonce(server_nonce).map_err(bad)?;
         let proof = key.client_proof(&cn, &sn);
         match self.call(&Message::Auth { proof })? {
-            Message::AuthOk { proof } if key.verify_server(&cn, &sn, &proof) => Ok(()),
+            Message::AuthOk { proof } if key.verify_server(&cn, &sn, &proof) => {
+                self.datagram_key = Some(key.datagram_key(&cn, &sn));
+                Ok(())
+            }
             Message::AuthOk { .. } => {
                 Err(self.failed("the server could not prove it knows the key"))
             }

@@ -725,6 +725,11 @@ fn signed_duration(s: &str) -> Result<i64, String> {
 struct UdpArgs {
     /// Server (HOST, HOST:PORT, [V6]:PORT).
     target: Option<String>,
+    /// End every test datagram with an HMAC-SHA256 tag under the session's key
+    /// (needs --key here and on the server); altered or forged datagrams count as
+    /// corrupt and never as received.
+    #[arg(long)]
+    auth_datagrams: bool,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
     port: u16,
@@ -923,6 +928,7 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         profile,
         precompute: a.precompute,
         burst,
+        auth_datagrams: a.auth_datagrams,
     };
     let embedded = match &a.target {
         Some(_) => None,

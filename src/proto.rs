@@ -217,6 +217,11 @@ pub struct UdpSpec {
     /// `gap_ps` apart (a tiny gap means back to back).
     #[serde(default)]
     pub burst: Option<BurstSpec>,
+    /// End every datagram with an HMAC tag under the session's key (needs a
+    /// server and client with a pre-shared key); untagged or altered
+    /// datagrams are counted corrupt and never as received.
+    #[serde(default)]
+    pub auth_datagrams: bool,
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and

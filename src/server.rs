@@ -430,20 +430,22 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
         return reply_error(stream, ErrorCode::Refused, "server is about to exit".into());
     }
     let mut s = stream;
+    let mut datagram_key = None;
     match &st.cfg.key {
         None => {
             if write_message(&mut s, &Message::HelloAck(Message::hello())).is_err() {
                 return;
             }
         }
-        Some(key) => {
-            if let Err(why) = authenticate(key, stream, &hello) {
+        Some(key) => match authenticate(key, stream, &hello) {
+            Ok(k) => datagram_key = Some(k),
+            Err(why) => {
                 if st.cfg.verbosity >= 1 {
                     crate::out!("{peer}: {why}");
                 }
                 return reply_error(stream, ErrorCode::Refused, why);
             }
-        }
+        },
     }
     let _ = crate::net::keepalive(stream);
     let mut session: Option<(Uuid, Arc<Session>)> = None;
@@ -500,7 +502,14 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 },
                 None,
             ) => {
-                crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, st.cfg.limits);
+                crate::udp::serve::serve(
+                    stream,
+                    peer,
+                    spec,
+                    st.cfg.verbosity,
+                    st.cfg.limits,
+                    datagram_key,
+                );
                 break;
             }
             (
@@ -625,8 +634,13 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
 pub const AUTH_REQUIRED: &str =
     "authentication required: this server needs a pre-shared key (--key FILE or NETRIG_KEY)";
 
-/// Runs the challenge-response on a control connection (see `crate::auth`).
-fn authenticate(key: &crate::auth::Key, stream: &TcpStream, hello: &Hello) -> Result<(), String> {
+/// Runs the challenge-response on a control connection (see `crate::auth`);
+/// returns the session's datagram key.
+fn authenticate(
+    key: &crate::auth::Key,
+    stream: &TcpStream,
+    hello: &Hello,
+) -> Result<crate::auth::DatagramKey, String> {
     let client_nonce = hello
         .nonce
         .as_deref()
@@ -641,7 +655,8 @@ fn authenticate(key: &crate::auth::Key, stream: &TcpStream, hello: &Hello) -> Re
     match read_message(&mut s) {
         Ok(Message::Auth { proof }) if key.verify_client(&client_nonce, &sn, &proof) => {
             let proof = key.server_proof(&client_nonce, &sn);
-            write_message(&mut s, &Message::AuthOk { proof }).map_err(|e| e.to_string())
+            write_message(&mut s, &Message::AuthOk { proof }).map_err(|e| e.to_string())?;
+            Ok(key.datagram_key(&client_nonce, &sn))
         }
         Ok(Message::Auth { .. }) => Err("authentication failed: wrong key".into()),
         Ok(_) => Err(AUTH_REQUIRED.into()),

@@ -821,6 +821,45 @@ fn a_server_with_a_key_admits_only_clients_that_prove_it() {
         let out = netrig(&full).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{full:?}");
     }
+    // Tagged datagrams through a corrupting relay: every altered datagram is
+    // rejected (counted corrupt, never received), in both directions.
+    let (p, relayed) = relay(addr, &["--corrupt-every", "20", "--drop-every", "50"]);
+    let port = relayed.port().to_string();
+    for reverse in [false, true] {
+        let mut args = vec![
+            "udp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--rate",
+            "4M",
+            "--size",
+            "500",
+            "-d",
+            "1",
+            "-v",
+            "0",
+            "--auth-datagrams",
+            "--key",
+            keyfile.to_str().unwrap(),
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        let (doc, _) = run_json(&args, 4);
+        let t = &doc["result"]["totals"];
+        let sent = doc["result"]["sender"]["packets"].as_u64().unwrap();
+        // The relay drops every 50th datagram and corrupts every 20th of the
+        // rest (the 100th, 200th, … are dropped, not corrupted).
+        let corrupted = sent / 20 - sent / 100;
+        assert_eq!(t["corrupt"].as_u64().unwrap(), corrupted, "{t}");
+        assert_eq!(
+            t["lost"].as_u64().unwrap(),
+            sent / 50 + corrupted,
+            "dropped and rejected: {t}"
+        );
+    }
+    let _ = interrupt(p);
     // A client that does not even try gets the reason in the protocol.
     assert!(matches!(
         reply_to(addr, &proto::encode(&Message::Hello(Message::hello()))),

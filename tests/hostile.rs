@@ -36,6 +36,7 @@ fn corpus() -> Vec<Message> {
         profile: None,
         precompute: false,
         burst: None,
+        auth_datagrams: false,
     };
     vec![
         Message::Hello(Message::hello()),

@@ -33,6 +33,7 @@ impl UdpObserver for Collect {
 
 fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
     UdpSpec {
+        auth_datagrams: false,
         reverse,
         size,
         gap_ps: gap_for_rate(size, rate_bps),
@@ -237,6 +238,7 @@ fn every_pacing_mode_holds_its_rate() {
     tx.connect(rx.local_addr().unwrap()).unwrap();
     for pacing in [Pacing::Sleep, Pacing::Hybrid, Pacing::Spin] {
         let cfg = SenderConfig {
+            tag_key: None,
             size: 200,
             gap_ps: 500_000_000, // 500 us: 2000 datagrams/s
             duration: std::time::Duration::from_millis(500),

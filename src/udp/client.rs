@@ -205,6 +205,12 @@ pub fn run(
         Duration::from_secs(10),
         cfg.key.as_ref(),
     )?;
+    if spec.auth_datagrams && c.datagram_key.is_none() {
+        return Err(c.refused(
+            "--auth-datagrams needs a server with a pre-shared key, and the key here (--key or NETRIG_KEY)"
+                .into(),
+        ));
+    }
     let (port, token) = match c.request(TestSpec::Udp(spec.clone()))? {
         Message::UdpAccept { port, token, .. } => (port, token),
         m => return Err(c.unexpected(m)),
@@ -266,7 +272,7 @@ pub fn run(
             let deadline = Arc::clone(&deadline);
             let per_packet = cfg.per_packet;
             std::thread::spawn(move || {
-                let rc = receiver_config(&spec, -theta);
+                let rc = receiver_config(&spec, -theta, c.datagram_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Event>, bool);
@@ -301,7 +307,7 @@ pub fn run(
             std::thread::spawn(move || {
                 let _ = tx.send(Event::SenderDone(run_sender(
                     &sock,
-                    &sender_config(&spec),
+                    &sender_config(&spec, c.datagram_key),
                     &stop,
                 )));
             });

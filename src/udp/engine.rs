@@ -66,6 +66,8 @@ pub struct SenderConfig {
     pub precompute: bool,
     /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
     pub burst: Option<(u64, u64)>,
+    /// Tag every datagram with this session key.
+    pub tag_key: Option<crate::auth::DatagramKey>,
 }
 
 /// Most departures `precompute` holds in memory (16 bytes each); longer
@@ -322,6 +324,9 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
             }
             .write(d);
             fill_payload(cfg.stream, seq, &mut d[HEADER_LEN..]);
+            if let Some(k) = &cfg.tag_key {
+                crate::auth::sign_datagram(k, d);
+            }
             lens.push(size);
         }
         let sent = match send_batch(sock, &mut buf, stride, &lens) {
@@ -411,6 +416,8 @@ pub struct ReceiverConfig {
     pub verify: bool,
     /// Bursts: (datagrams per burst, period ns).
     pub burst: Option<(u64, u64)>,
+    /// Accept only datagrams tagged with this session key.
+    pub tag_key: Option<crate::auth::DatagramKey>,
 }
 
 /// When a receiver stops, and the time base its intervals use.
@@ -500,7 +507,16 @@ pub fn run_receiver(
             if h.stream != cfg.stream || h.flags & FLAG_HANDSHAKE != 0 {
                 continue;
             }
-            let corrupt = cfg.verify && verify_payload(h.stream, h.seq, &d[HEADER_LEN..]).is_err();
+            let mut payload = &d[HEADER_LEN..];
+            if let Some(k) = &cfg.tag_key {
+                // Nothing of an unauthenticated datagram is trusted, not even its sequence.
+                if !crate::auth::datagram_is_authentic(k, d) {
+                    stats.on_invalid(len);
+                    continue;
+                }
+                payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
+            }
+            let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
             let transit = recv_ns as i64 - h.send_ns as i64;
             let delay = transit - cfg.offset_ns + cfg.comp_ns;
             let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);

@@ -18,6 +18,7 @@ use super::engine::{
 };
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
+use crate::auth::DatagramKey;
 use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
 use crate::server::Limits;
 
@@ -84,8 +85,13 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
 }
 
 /// Receiver configuration both ends derive from the spec.
-pub fn receiver_config(s: &UdpSpec, offset_ns: i64) -> ReceiverConfig {
+pub fn receiver_config(
+    s: &UdpSpec,
+    offset_ns: i64,
+    tag_key: Option<DatagramKey>,
+) -> ReceiverConfig {
     ReceiverConfig {
+        tag_key: tag_key.filter(|_| s.auth_datagrams),
         stream: 1,
         max_size: s
             .profile
@@ -106,8 +112,9 @@ pub fn receiver_config(s: &UdpSpec, offset_ns: i64) -> ReceiverConfig {
 }
 
 /// Sender configuration both ends derive from the spec.
-pub fn sender_config(s: &UdpSpec) -> SenderConfig {
+pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig {
     SenderConfig {
+        tag_key: tag_key.filter(|_| s.auth_datagrams),
         size: s.size as usize,
         gap_ps: s.gap_ps,
         duration: Duration::from_millis(s.duration_ms),
@@ -363,21 +370,23 @@ pub fn session(
 /// A paced stream: the server sends (reverse) or receives.
 struct StreamWork {
     spec: UdpSpec,
+    tag_key: Option<DatagramKey>,
     sent: Arc<Mutex<Option<SenderReport>>>,
 }
 
 impl UdpWork for StreamWork {
     fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()> {
         let spec = self.spec.clone();
+        let tag_key = self.tag_key;
         if spec.reverse {
             std::thread::spawn(move || {
-                let rep = run_sender(&ctx.sock, &sender_config(&spec), &ctx.stop);
+                let rep = run_sender(&ctx.sock, &sender_config(&spec, tag_key), &ctx.stop);
                 send(&ctx.writer, &Message::UdpDone(rep));
             })
         } else {
             let sent = Arc::clone(&self.sent);
             std::thread::spawn(move || {
-                let cfg = receiver_config(&spec, offset_ns);
+                let cfg = receiver_config(&spec, offset_ns, tag_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 /// Forwards the receiver's output to the client.
                 struct ToClient(Arc<Mutex<TcpStream>>);
@@ -422,8 +431,29 @@ impl UdpWork for StreamWork {
 }
 
 /// Serves one UDP stream test on an accepted control connection.
-pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8, limits: Limits) {
-    if let Err(why) = validate(&spec, limits) {
+pub fn serve(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    spec: UdpSpec,
+    verbosity: u8,
+    limits: Limits,
+    tag_key: Option<DatagramKey>,
+) {
+    let checked = validate(&spec, limits).and_then(|_| {
+        if spec.auth_datagrams && tag_key.is_none() {
+            return Err(
+                "authenticated datagrams need a server with a pre-shared key (serve --key)".into(),
+            );
+        }
+        if spec.auth_datagrams && (spec.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
+            return Err(format!(
+                "authenticated datagrams need at least {} bytes",
+                HEADER_LEN + crate::auth::TAG_LEN
+            ));
+        }
+        Ok(())
+    });
+    if let Err(why) = checked {
         let mut s = stream;
         let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
         return;
@@ -442,6 +472,7 @@ pub fn serve(stream: &TcpStream, peer: SocketAddr, spec: UdpSpec, verbosity: u8,
     );
     let mut work = StreamWork {
         spec,
+        tag_key,
         sent: Arc::new(Mutex::new(None)),
     };
     session(
