@@ -295,17 +295,7 @@ fn server_killed_mid_test_is_a_network_error_with_complete_json() {
     let mut c = Proc(child);
     std::thread::sleep(Duration::from_millis(600));
     srv.0.kill().unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = c.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "client hung after server death"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut c, 20);
     assert_eq!(status.code(), Some(3), "network error exit code");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     assert!(doc["result"]["totals"]["net_errors"].as_u64().unwrap() >= 2);
@@ -500,15 +490,7 @@ fn udp_bind_dev() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--bind-dev nosuchdev0"));
-    let out = netrig(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_expect(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"], 0);
 }
 
 #[test]
@@ -524,53 +506,27 @@ fn udp_profile_files() {
     assert!(err.contains("bad.txt: line 3: rate"), "{err}");
     let good = dir.path().join("ramp.txt");
     std::fs::write(&good, "0; 1M; 200\n600ms, 5M, 800\n").unwrap();
-    let js = dir.path().join("p.json");
-    let out = netrig(&[
-        "udp",
-        "--profile",
-        good.to_str().unwrap(),
-        "-v",
-        "0",
-        "--json",
-        js.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    let (doc, _) = run_json(&["udp", "--profile", good.to_str().unwrap(), "-v", "0"], 0);
     // Ramp 1 -> 5 Mbit/s over 0.6 s: 225,000 bytes.
     let bytes = doc["result"]["sender"]["bytes"].as_f64().unwrap();
     assert!((bytes - 225_000.0).abs() < 2_500.0, "{bytes}");
     assert_eq!(doc["result"]["totals"]["lost"], 0);
     // Precomputed, server to client, per-datagram rows held in memory and written at the end.
     let jf = dir.path().join("rows.csv");
-    let out = netrig(&[
-        "udp",
-        "-R",
-        "--precompute",
-        "--profile",
-        good.to_str().unwrap(),
-        "-v",
-        "0",
-        "--json",
-        js.to_str().unwrap(),
-        "--jitter-file",
-        jf.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (doc, _) = run_json(
+        &[
+            "udp",
+            "-R",
+            "--precompute",
+            "--profile",
+            good.to_str().unwrap(),
+            "-v",
+            "0",
+            "--jitter-file",
+            jf.to_str().unwrap(),
+        ],
+        0,
     );
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     let packets = doc["result"]["totals"]["packets"].as_u64().unwrap();
     assert_eq!(csv_rows(&jf).len() as u64, packets);
 }

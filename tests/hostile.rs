@@ -327,17 +327,7 @@ fn a_server_killed_under_a_udp_client_is_a_network_error_with_complete_json() {
         std::thread::sleep(Duration::from_millis(800));
         srv.0.kill().unwrap();
         let _ = srv.0.wait();
-        let t0 = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = c.0.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "client hung after server death"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = wait_exit(&mut c, 20);
         assert_eq!(status.code(), Some(3), "reverse={reverse}");
         let doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();

@@ -1,6 +1,8 @@
 //! Rate profiles and congestion analysis against real limiters: a `tbf`
 //! shaper between two network namespaces, and a user-space policing relay.
 
+#[path = "common/bin.rs"]
+mod bin;
 mod common;
 #[path = "common/udp_relay.rs"]
 mod udp_relay;
@@ -167,12 +169,11 @@ fn sweep_through_a_policer_estimates_its_burst() {
         },
         true,
     );
-    let dir = tempfile::tempdir().unwrap();
-    let js = dir.path().join("sweep.json");
-    let out = Command::new(BIN)
-        .args([
+    let target = relay.addr.to_string();
+    let (doc, _) = bin::run_json(
+        &[
             "sweep",
-            &relay.addr.to_string(),
+            &target,
             "--to",
             "30M",
             "-d",
@@ -183,18 +184,10 @@ fn sweep_through_a_policer_estimates_its_burst() {
             "500",
             "-v",
             "0",
-            "--json",
-            js.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        0,
     );
-    let a = &json(&js)["result"]["analysis"];
+    let a = &doc["result"]["analysis"];
     eprintln!("policer analysis: {a}");
     assert_eq!(a["limiter"], "policing", "{a}");
     let c = a["congestion_bps"].as_f64().unwrap();

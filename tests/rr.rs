@@ -2,6 +2,8 @@
 //! loss up versus down and corruption through the impairment relay, and the
 //! SCTP path on kernels without SCTP.
 
+#[path = "common/bin.rs"]
+mod bin;
 mod common;
 #[path = "common/udp_relay.rs"]
 mod udp_relay;
@@ -179,16 +181,7 @@ fn sctp_without_kernel_support_says_so() {
 #[test]
 #[cfg_attr(not(sctp_kernel), ignore = "SCTP is not supported by this kernel")]
 fn sctp_round_trips() {
-    let out = std::process::Command::new(BIN)
-        .args(["rr", "--proto", "sctp", "-n", "100"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    bin::run_expect(&["rr", "--proto", "sctp", "-n", "100"], 0);
 }
 
 #[test]

@@ -92,6 +92,19 @@ pub fn sigint(pid: u32) {
     );
 }
 
+/// Runs netrig with `args`, expects exit code `code`, and returns its console output.
+pub fn run_expect(args: &[&str], code: i32) -> String {
+    let out = netrig(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Runs netrig with `args` plus `--json PATH`, expects exit code `code`,
 /// and returns the parsed JSON with the console output.
 pub fn run_json(args: &[&str], code: i32) -> (serde_json::Value, String) {
@@ -99,16 +112,24 @@ pub fn run_json(args: &[&str], code: i32) -> (serde_json::Value, String) {
     let js = dir.path().join("out.json");
     let mut all = args.to_vec();
     all.extend_from_slice(&["--json", js.to_str().unwrap()]);
-    let out = netrig(&all).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{all:?}: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_expect(&all, code);
     let v = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
     (v, stdout)
+}
+
+/// Waits for a process to exit by itself within `secs`.
+pub fn wait_exit(p: &mut Proc, secs: u64) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "process did not exit within {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Starts `netrig relay --listen 127.0.0.1:<free> --to TO` with `extra`, and
