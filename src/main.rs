@@ -304,6 +304,10 @@ struct RrArgs {
     /// Spin on non-blocking sockets instead of blocking (lowest latency, one core busy).
     #[arg(long)]
     busy_poll: bool,
+    /// UDP: end each round trip at the kernel's receive time of the reply
+    /// (SO_TIMESTAMPNS) instead of when netrig wakes up to read it.
+    #[arg(long)]
+    rx_timestamps: bool,
     /// UDP: a reply later than this counts as lost.
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
     timeout: Duration,
@@ -351,6 +355,9 @@ struct PingArgs {
     /// Spin instead of sleeping.
     #[arg(long)]
     busy_poll: bool,
+    /// End each round trip at the kernel's receive time of the reply (SO_TIMESTAMPNS).
+    #[arg(long)]
+    rx_timestamps: bool,
     /// Trust the clocks for the one-way split.
     #[arg(long)]
     synced: bool,
@@ -425,6 +432,7 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
         warmup: a.warmup,
         nagle: a.nagle,
         busy_poll: a.busy_poll,
+        rx_timestamps: a.rx_timestamps,
         timeout: Some(a.timeout),
         interval: None,
         hist_min_us: a.hist.hist_min.as_secs_f64() * 1e6,
@@ -535,6 +543,7 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
         warmup: 0,
         nagle: false,
         busy_poll: a.busy_poll,
+        rx_timestamps: a.rx_timestamps,
         timeout: Some(a.timeout),
         interval: Some(interval),
         hist_min_us: 0.0,

@@ -898,6 +898,13 @@ pub fn print_rr(
     if r.corrupt > 0 {
         crate::out!("Corrupt replies: {}", r.corrupt);
     }
+    if r.rx_stamped > 0 {
+        crate::out!(
+            "Kernel receive timestamps timed {} of {} replies",
+            r.rx_stamped,
+            r.received
+        );
+    }
     crate::out!();
     let title = format!(
         "netrig {:?} Synchronous Latency Test (Message Size {}, Reply Size {})",

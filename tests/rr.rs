@@ -28,6 +28,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         warmup: 50,
         nagle: false,
         busy_poll: false,
+        rx_timestamps: false,
         timeout: Some(Duration::from_millis(50)),
         interval: None,
         hist_min_us: 0.0,
@@ -391,4 +392,20 @@ fn udp_sessions_outlive_the_handshake_timeout() {
         Some(100),
         "the session lived to say goodbye"
     );
+}
+
+#[test]
+fn udp_round_trips_can_end_at_the_kernel_receive_time() {
+    let srv = TestServer::start();
+    let mut c = cfg(srv.addr, Transport::Udp);
+    c.rx_timestamps = true;
+    let r = go(&c);
+    assert_eq!(r.received, 2050);
+    // Every reply carried a kernel timestamp and was timed by it.
+    assert_eq!(r.rx_stamped, r.received);
+    let l = r.latency.expect("latency");
+    assert!(l.min_us > 0.0 && l.min_us <= l.mean_us);
+    // Without the option nothing is kernel-timed.
+    c.rx_timestamps = false;
+    assert_eq!(go(&c).rx_stamped, 0);
 }

@@ -73,6 +73,10 @@ pub struct RrConfig {
     pub nagle: bool,
     /// Spin on non-blocking sockets instead of sleeping in the kernel.
     pub busy_poll: bool,
+    /// UDP: end each round trip at the kernel's receive time of the reply
+    /// (SO_TIMESTAMPNS), not when this process wakes up to read it.
+    #[serde(default)]
+    pub rx_timestamps: bool,
     /// UDP: a reply later than this counts as lost.
     #[serde(with = "crate::report::duration_ms")]
     pub timeout: Option<Duration>,
@@ -143,6 +147,8 @@ pub struct RrReport {
     pub server_requests: Option<u64>,
     /// Corrupt requests the server saw.
     pub server_corrupt: Option<u64>,
+    /// Replies timed by their kernel receive timestamp (`rx_timestamps`).
+    pub rx_stamped: u64,
 }
 
 struct Run<'a> {
@@ -278,6 +284,7 @@ pub fn run(
             corrupt: 0,
             server_requests: None,
             server_corrupt: None,
+            rx_stamped: 0,
         },
         main_time: Duration::ZERO,
     };
@@ -411,6 +418,7 @@ fn udp(
     let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
     let sock: UdpSocket = data_socket(server, cfg.bind, None, 1 << 20, 1 << 20, c)?;
+    let stamped = cfg.rx_timestamps && crate::udp::engine::enable_rx_timestamps(&sock);
     let nonce = prove_reachability(c, &sock, token)?;
     match c.call(&Message::UdpReady {
         nonce,
@@ -444,6 +452,7 @@ fn udp(
         }
         .write(&mut req);
         let t0 = Instant::now();
+        let t_send = realtime_ns();
         run.rep.sent += 1;
         if sock.send(&req).is_err() {
             on_probe(&Probe {
@@ -470,16 +479,22 @@ fn udp(
             if !cfg.busy_poll {
                 let _ = sock.set_read_timeout(Some(left));
             }
-            let n = match sock.recv(&mut buf) {
-                Ok(n) => n,
+            let (n, stamp) = match crate::udp::engine::recv_stamped(&sock, &mut buf) {
+                Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && cfg.busy_poll => {
                     std::hint::spin_loop();
                     continue;
                 }
                 Err(_) => continue,
             };
-            let rtt = t0.elapsed();
-            let t4 = realtime_ns();
+            let mut rtt = t0.elapsed();
+            let mut t4 = realtime_ns();
+            let kernel_time = stamped && stamp.is_some();
+            if let (true, Some(st)) = (stamped, stamp) {
+                // The kernel's receive time leaves out this process's wake-up.
+                rtt = Duration::from_nanos(st.saturating_sub(t_send)).min(rtt);
+                t4 = st;
+            }
             let Ok(h) = Header::read(&buf[..n]) else {
                 continue;
             };
@@ -507,6 +522,7 @@ fn udp(
                 run.rep.corrupt += 1;
             }
             run.rep.received += 1;
+            run.rep.rx_stamped += u64::from(kernel_time);
             run.record(seq, rtt);
             probe.rtt_us = Some(rtt.as_nanos() as f64 / 1e3);
             probe.up_us = Some((t2 as f64 - t1 as f64 - theta) / 1e3);

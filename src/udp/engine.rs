@@ -549,12 +549,36 @@ pub fn run_receiver(
     }
 }
 
+/// Receives one datagram with its kernel receive time (CLOCK_REALTIME ns),
+/// where [`enable_rx_timestamps`] is on.
+pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; it points at `iov` and `control`, which
+    // outlive the call, with their true lengths.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = control.len() as _;
+    // SAFETY: recvmsg on a valid descriptor with the msghdr built above.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, rx_timestamp(&hdr)))
+}
+
 /// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns their lengths.
 /// Space for one message's ancillary data (a `timespec` in a `cmsghdr`).
 const CMSG_SPACE: usize = 64;
 
 /// Asks the kernel to timestamp every received datagram (SO_TIMESTAMPNS).
-fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
+/// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
+pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
     let on: libc::c_int = 1;
     // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
     unsafe {
