@@ -161,6 +161,8 @@ pub struct Analysis {
 /// Congestion thresholds.
 const RATE_SHORTFALL: f64 = 0.10;
 const LOSS_ONSET: f64 = 0.01;
+/// Delay growth that shows a queue, µs.
+const QUEUE_GROWTH_US: f64 = 1000.0;
 
 /// Finds the congestion point and classifies the limiter.
 pub fn analyze(samples: &[Sample]) -> Analysis {
@@ -181,9 +183,22 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
         ));
         return a;
     }
-    // Baseline delay: the quietest quarter of the run before congestion.
-    let congested =
-        |s: &Sample| s.received_bps < s.offered_bps * (1.0 - RATE_SHORTFALL) || s.loss > LOSS_ONSET;
+    // A shortfall without loss is congestion only if a queue is building (a
+    // shaper); otherwise the sender fell behind its schedule (a stall on a
+    // busy host), which says nothing about the path.
+    let floor = busy
+        .iter()
+        .filter_map(|s| s.delay_min_us)
+        .reduce(f64::min)
+        .unwrap_or(0.0);
+    let queueing = |s: &Sample| {
+        s.delay_avg_us
+            .is_some_and(|d| d > floor + QUEUE_GROWTH_US.max(3.0 * floor))
+    };
+    let congested = |s: &Sample| {
+        s.loss > LOSS_ONSET
+            || (s.received_bps < s.offered_bps * (1.0 - RATE_SHORTFALL) && queueing(s))
+    };
     // Two consecutive congested intervals mark the point (one can be noise).
     let idx = busy
         .windows(2)
@@ -359,6 +374,18 @@ mod tests {
         let a = analyze(&model(1e12, true, 0.0));
         assert_eq!(a.congestion_bps, None);
         assert!(a.evidence[0].contains("followed"));
+    }
+
+    #[test]
+    fn a_sender_that_falls_behind_is_not_congestion() {
+        // An unlimited path, but the sender stalls for three intervals early on:
+        // fewer datagrams arrive, none are lost and no queue builds.
+        let mut s = model(1e12, true, 0.0);
+        for x in &mut s[4..7] {
+            x.received_bps *= 0.5;
+        }
+        let a = analyze(&s);
+        assert_eq!(a.congestion_bps, None, "{:?}", a.evidence);
     }
 
     #[test]
