@@ -190,6 +190,25 @@ impl Control {
         }
     }
 
+    /// Whether the server has closed or reset the control connection, checked
+    /// without blocking and without consuming anything it sent.
+    ///
+    /// Tests whose data moves elsewhere (UDP) call this now and then: the
+    /// control connection is the only sign that a server died.
+    pub fn peer_gone(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut b = [0u8; 1];
+        let gone = match self.stream.peek(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        let _ = self.stream.set_nonblocking(false);
+        gone
+    }
+
     /// A reply that makes no sense at this point.
     pub fn unexpected(&self, m: Message) -> ClientError {
         self.failed(format!("unexpected reply {m:?}"))

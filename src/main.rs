@@ -481,7 +481,14 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
                 if rep.corrupt > 0 || rep.server_corrupt.is_some_and(|c| c > 0) {
                     code = code.max(exit::DATA_ERROR);
                 }
+                let failed = rep.error.clone();
                 reports.push(rep);
+                if let Some(e) = failed {
+                    // What was measured before the failure still goes to the files.
+                    eprintln!("netrig: {e}");
+                    code = code.max(exit::NETWORK_ERROR);
+                    break;
+                }
             }
             Err(e) => {
                 let c = client_error_exit(e);
@@ -579,6 +586,10 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
         Err(e) => return Ok(client_error_exit(e)),
     };
     netrig::report::print_ping_summary(&cfg, &rep);
+    if let Some(e) = &rep.error {
+        eprintln!("netrig: {e}");
+        return Ok(ExitCode::from(exit::NETWORK_ERROR));
+    }
     Ok(ExitCode::from(if rep.received == 0 && rep.sent > 0 {
         exit::NETWORK_ERROR
     } else {

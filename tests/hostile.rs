@@ -336,6 +336,57 @@ fn a_server_killed_under_a_udp_client_is_a_network_error_with_complete_json() {
 }
 
 #[test]
+fn a_server_killed_under_rr_is_a_network_error_with_what_was_measured() {
+    for proto in ["tcp", "udp"] {
+        let (mut srv, addr) = serve(&["-v", "0"]);
+        let dir = tempfile::tempdir().unwrap();
+        let js = dir.path().join("r.json");
+        let t = addr.to_string();
+        let mut c = Proc(
+            netrig(&[
+                "rr",
+                &t,
+                "--proto",
+                proto,
+                "--iterations",
+                "100000000",
+                "--warmup",
+                "0",
+                "-v",
+                "0",
+                "--json",
+                js.to_str().unwrap(),
+            ])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(800));
+        srv.0.kill().unwrap();
+        let _ = srv.0.wait();
+        let status = wait_exit(&mut c, 20);
+        let mut err = String::new();
+        let _ = c.0.stderr.take().unwrap().read_to_string(&mut err);
+        assert_eq!(status.code(), Some(3), "{proto}: {err}");
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();
+        let r = &doc["results"][0];
+        let error = r["error"].as_str().expect("the failure is in the JSON");
+        assert!(
+            err.contains(error),
+            "{proto}: stderr {err:?} names {error:?}"
+        );
+        // Round trips measured before the kill are kept.
+        assert!(r["received"].as_u64().unwrap() > 100, "{proto}: {r}");
+        assert_eq!(
+            r["latency"]["count"].as_u64(),
+            r["received"].as_u64(),
+            "{proto}: {r}"
+        );
+    }
+}
+
+#[test]
 fn sigterm_like_sigint_leaves_complete_files() {
     let (_srv, addr) = serve(&["-v", "0"]);
     let dir = tempfile::tempdir().unwrap();

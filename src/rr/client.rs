@@ -149,7 +149,13 @@ pub struct RrReport {
     pub server_corrupt: Option<u64>,
     /// Replies timed by their kernel receive timestamp (`rx_timestamps`).
     pub rx_stamped: u64,
+    /// The network error that ended the run early, if one did; everything
+    /// above counts what was measured before it.
+    pub error: Option<String>,
 }
+
+/// How often a UDP run checks that the server is still there.
+const LIVENESS_CHECK: Duration = Duration::from_millis(250);
 
 struct Run<'a> {
     cfg: &'a RrConfig,
@@ -285,6 +291,7 @@ pub fn run(
             server_requests: None,
             server_corrupt: None,
             rx_stamped: 0,
+            error: None,
         },
         main_time: Duration::ZERO,
     };
@@ -297,17 +304,20 @@ pub fn run(
         }
         (_, m) => Err(c.unexpected(m)),
     };
-    result?;
+    // Once round trips have begun, a failure ends the run but keeps what was
+    // measured: the caller reports it and still writes its files.
+    let failed = result.err().map(|e| e.to_string());
     let _ = c.stream.set_nonblocking(false);
     let _ = c.stream.set_read_timeout(Some(Duration::from_secs(5)));
     // A TCP server that still expects raw requests would read a goodbye frame
     // as request bytes: after an early stop, closing is the goodbye.
-    let finished = proto == RrProto::Udp || run.rep.sent == total;
+    let finished = failed.is_none() && (proto == RrProto::Udp || run.rep.sent == total);
     let server = match finished.then(|| c.call(&Message::Goodbye)) {
         Some(Ok(Message::Summary(s))) => Some(s),
         _ => None,
     };
     let mut rep = run.rep;
+    rep.error = failed;
     rep.interrupted = interrupt.load(SeqCst);
     rep.server_requests = server.as_ref().map(|s| s.requests);
     rep.server_corrupt = server.as_ref().map(|s| s.data_errors);
@@ -436,9 +446,19 @@ fn udp(
     let mut buf = vec![0u8; 65536];
     let mut expect = Vec::new();
     let start = Instant::now();
+    let mut checked = start;
     for seq in 0..total {
         if interrupt.load(SeqCst) {
             break;
+        }
+        if checked.elapsed() >= LIVENESS_CHECK {
+            checked = Instant::now();
+            if c.peer_gone() {
+                return Err(c.failed(format!(
+                    "the server closed the control connection after {} requests",
+                    run.rep.sent
+                )));
+            }
         }
         pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);
         fill_payload(1, seq, &mut req[HEADER_LEN..]);
