@@ -196,17 +196,7 @@ impl Control {
     /// Tests whose data moves elsewhere (UDP) call this now and then: the
     /// control connection is the only sign that a server died.
     pub fn peer_gone(&self) -> bool {
-        if self.stream.set_nonblocking(true).is_err() {
-            return true;
-        }
-        let mut b = [0u8; 1];
-        let gone = match self.stream.peek(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-        };
-        let _ = self.stream.set_nonblocking(false);
-        gone
+        crate::net::peer_state(&self.stream) == crate::net::PeerState::Gone
     }
 
     /// A reply that makes no sense at this point.

@@ -26,6 +26,7 @@ pub mod proto;
 pub mod relay;
 pub mod report;
 pub mod rr;
+pub mod sctp;
 pub mod server;
 pub mod stats;
 pub mod tcp;

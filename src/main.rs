@@ -308,9 +308,14 @@ struct RrArgs {
     /// (SO_TIMESTAMPNS) instead of when netrig wakes up to read it.
     #[arg(long)]
     rx_timestamps: bool,
-    /// UDP: a reply later than this counts as lost.
+    /// UDP: a reply later than this counts as lost. TCP and SCTP: no reply in
+    /// this time fails the run (what was measured is kept).
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
     timeout: Duration,
+    /// Local address to test from. With --proto sctp-seqpacket, a comma-separated
+    /// list makes the association multi-homed (sctp_bindx), as ACE's --bind a,b.
+    #[arg(long, value_name = "ADDR[,ADDR...]", value_delimiter = ',')]
+    bind: Vec<IpAddr>,
     /// Run request sizes 2^A ..= 2^B (e.g. 0..16) and print one row per size.
     #[arg(long, value_name = "A..B")]
     spectrum: Option<String>,
@@ -411,13 +416,21 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
         }
     };
     if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
-        && let Err(e) = netrig::rr::client::sctp_support(a.proto == Transport::SctpSeqpacket)
+        && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
     {
         eprintln!("netrig: {e}");
         return Ok(ExitCode::from(exit::UNSUPPORTED));
     }
     if a.size == 0 || a.size > u32::MAX as u64 || a.reply > u32::MAX as u64 {
         eprintln!("netrig: --size must be at least 1 byte");
+        return Ok(ExitCode::from(2));
+    }
+    if a.bind.len() > 1 && a.proto != Transport::SctpSeqpacket {
+        eprintln!("netrig: several --bind addresses need --proto sctp-seqpacket (multi-homing)");
+        return Ok(ExitCode::from(2));
+    }
+    if a.bind.iter().any(|b| b.is_ipv4() != a.bind[0].is_ipv4()) {
+        eprintln!("netrig: --bind addresses must all be IPv4 or all IPv6");
         return Ok(ExitCode::from(2));
     }
     let (target, embedded) = target_or_embedded(&a.target, a.verbosity)?;
@@ -440,7 +453,7 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
         hist_bins: a.hist.hist_bins as usize,
         outliers: a.hist.outliers,
         synced: false,
-        bind: None,
+        bind: a.bind.clone(),
     };
     let sizes: Vec<u32> = match spectrum {
         Some((lo, hi)) => (lo..=hi).map(|k| 1u32 << k).collect(),
@@ -558,7 +571,7 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
         hist_bins: 1000,
         outliers: 10,
         synced: a.synced,
-        bind: None,
+        bind: Vec::new(),
     };
     let verbose = a.verbosity >= 1;
     let size = a.size;

@@ -71,26 +71,37 @@ pub fn sctp_available() -> bool {
 pub fn set_nodelay(stream: &TcpStream, nodelay: bool) -> io::Result<()> {
     match stream.set_nodelay(nodelay) {
         Ok(()) => Ok(()),
-        Err(_) => {
-            const SCTP_NODELAY: libc::c_int = 3;
-            let v: libc::c_int = nodelay.into();
-            // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
-            let r = unsafe {
-                libc::setsockopt(
-                    stream.as_raw_fd(),
-                    libc::IPPROTO_SCTP,
-                    SCTP_NODELAY,
-                    (&v as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        }
+        Err(_) => crate::sctp::set_nodelay(stream.as_raw_fd(), nodelay),
     }
+}
+
+/// What a peer has done on a connection, seen without blocking or consuming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// Nothing to read.
+    Quiet,
+    /// Bytes are waiting.
+    Sent,
+    /// Closed, reset, or otherwise unusable.
+    Gone,
+}
+
+/// Peeks at `stream` without blocking. Used while the data of a test moves
+/// elsewhere (UDP, SCTP one-to-many), to notice a peer that said goodbye or
+/// died.
+pub fn peer_state(stream: &TcpStream) -> PeerState {
+    if stream.set_nonblocking(true).is_err() {
+        return PeerState::Gone;
+    }
+    let mut b = [0u8; 1];
+    let state = match stream.peek(&mut b) {
+        Ok(0) => PeerState::Gone,
+        Ok(_) => PeerState::Sent,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerState::Quiet,
+        Err(_) => PeerState::Gone,
+    };
+    let _ = stream.set_nonblocking(false);
+    state
 }
 
 /// Connects to `to`, optionally from local address `from`, within `timeout`.

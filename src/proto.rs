@@ -233,6 +233,10 @@ pub enum RrProto {
     Tcp,
     /// Datagrams, after the UDP proof of receipt.
     Udp,
+    /// Messages on an SCTP one-to-many (SOCK_SEQPACKET) association to the
+    /// port in [`Message::SeqpacketAccept`]; the control connection stays TCP.
+    #[serde(rename = "sctp-seqpacket")]
+    SctpSeqpacket,
 }
 
 /// The server-side description of a request/response test.
@@ -409,6 +413,14 @@ pub enum Message {
         port: u16,
         /// Token for the handshake datagrams.
         token: u64,
+    },
+    /// SCTP one-to-many request/response accepted: requests go to this port on
+    /// the control connection's server address.
+    SeqpacketAccept {
+        /// Session ID (for the pattern streams).
+        session: Uuid,
+        /// Server's SCTP port.
+        port: u16,
     },
     /// Clock exchange: client's send time.
     TimeRequest {
@@ -608,7 +620,26 @@ mod tests {
             Message::Stop,
             Message::Summary(SessionSummary::default()),
             Message::error(ErrorCode::Refused, "no"),
+            Message::TestRequest {
+                test: TestSpec::Rr(RrSpec {
+                    proto: RrProto::SctpSeqpacket,
+                    size: 64,
+                    reply: 2,
+                    iterations: 10,
+                    nagle: false,
+                }),
+            },
+            Message::SeqpacketAccept {
+                session: id,
+                port: 4795,
+            },
         ]
+    }
+
+    #[test]
+    fn seqpacket_is_named_as_on_the_command_line() {
+        let json = serde_json::to_string(&RrProto::SctpSeqpacket).unwrap();
+        assert_eq!(json, "\"sctp-seqpacket\"");
     }
 
     #[test]

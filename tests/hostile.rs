@@ -66,6 +66,15 @@ fn corpus() -> Vec<Message> {
                 nagle: false,
             }),
         },
+        Message::TestRequest {
+            test: TestSpec::Rr(RrSpec {
+                proto: RrProto::SctpSeqpacket,
+                size: 64,
+                reply: 64,
+                iterations: 10,
+                nagle: false,
+            }),
+        },
         Message::DataHello(DataHello {
             session: id,
             connection: id,

@@ -36,7 +36,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         hist_bins: 100,
         outliers: 10,
         synced: false,
-        bind: None,
+        bind: Vec::new(),
     }
 }
 
@@ -185,6 +185,71 @@ fn sctp_round_trips() {
     bin::run_expect(&["rr", "--proto", "sctp", "-n", "100"], 0);
 }
 
+/// ACE's one-to-many test, multi-homed on two loopback addresses: every
+/// request answered and verified by both ends.
+#[test]
+#[cfg_attr(not(sctp_kernel), ignore = "SCTP is not supported by this kernel")]
+fn sctp_seqpacket_multihomed_round_trips() {
+    let server = TestServer::start();
+    let mut c = cfg(server.addr, Transport::SctpSeqpacket);
+    c.bind = vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
+    let r = go(&c);
+    assert_eq!(r.error, None);
+    assert_eq!(r.received, 2050);
+    assert_eq!(r.corrupt, 0);
+    assert_eq!(r.server_requests, Some(2050));
+    assert_eq!(r.server_corrupt, Some(0));
+    assert_eq!(r.latency.as_ref().map(|l| l.count), Some(2000));
+}
+
+/// A server on a kernel without SCTP refuses a one-to-many request with the
+/// reason, rather than accepting and leaving the client waiting.
+#[test]
+#[cfg_attr(
+    sctp_kernel,
+    ignore = "this kernel has SCTP; see sctp_seqpacket_multihomed_round_trips"
+)]
+fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
+    use netrig::control::{ClientError, Control};
+    use netrig::proto::{RrProto, RrSpec, TestSpec};
+    let server = TestServer::start();
+    let mut c = Control::connect(
+        &server.addr.to_string(),
+        0,
+        |_| Ok(None),
+        Duration::from_secs(5),
+        None,
+    )
+    .unwrap();
+    let r = c.request(TestSpec::Rr(RrSpec {
+        proto: RrProto::SctpSeqpacket,
+        size: 64,
+        reply: 2,
+        iterations: 10,
+        nagle: false,
+    }));
+    match r {
+        Err(ClientError::Refused { message, .. }) => assert!(
+            message.contains("SCTP is not supported by this kernel"),
+            "{message}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn several_bind_addresses_need_sctp_seqpacket() {
+    let out = std::process::Command::new(BIN)
+        .args(["rr", "--bind", "127.0.0.1,127.0.0.2", "-n", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("need --proto sctp-seqpacket"), "{err}");
+    // One address is the local address of an ordinary TCP run.
+    bin::run_expect(&["rr", "--bind", "127.0.0.1", "-n", "50"], 0);
+}
+
 #[test]
 fn rr_cli_spectrum_and_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -329,7 +394,7 @@ fn tcp_corruption_each_way_is_counted_per_reply_and_per_request() {
 }
 
 #[test]
-fn tcp_reset_is_a_failed_run_not_a_result() {
+fn tcp_reset_is_a_failed_run_that_keeps_what_was_measured() {
     use common::TestRelay;
     use netrig::relay::impair::ImpairSpec;
     let srv = TestServer::start();
@@ -344,11 +409,19 @@ fn tcp_reset_is_a_failed_run_not_a_result() {
         );
         let mut c = cfg(relay.addr, Transport::Tcp);
         (c.size, c.reply, c.iterations, c.warmup) = (100, 100, 1000, 0);
-        let e = run(&c, Arc::new(AtomicBool::new(false)), &mut |_| {})
-            .err()
-            .expect("a reset connection cannot succeed");
-        assert!(e.to_string().contains("failed after"), "up={up}: {e}");
+        let (r, stats) = run(&c, Arc::new(AtomicBool::new(false)), &mut |_| {}).unwrap();
+        let e = r.error.expect("a reset connection cannot succeed");
+        assert!(e.contains("failed after"), "up={up}: {e}");
         assert_eq!(relay.events("reset").len(), 1);
+        // What was measured before the reset is kept: the relay resets after
+        // 5000 bytes one way, i.e. within the 50th request or reply.
+        assert!(
+            r.received > 0 && r.received <= 50,
+            "up={up}: {}",
+            r.received
+        );
+        assert_eq!(stats.count(), r.received);
+        assert_eq!(r.server_requests, None, "no summary after a reset");
     }
 }
 

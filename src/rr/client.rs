@@ -33,22 +33,6 @@ pub enum Transport {
     SctpSeqpacket,
 }
 
-/// Checks whether this kernel offers SCTP sockets of the given kind.
-pub fn sctp_support(seqpacket: bool) -> Result<(), String> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let ty = if seqpacket {
-        Type::SEQPACKET
-    } else {
-        Type::STREAM
-    };
-    match Socket::new(Domain::IPV4, ty, Some(Protocol::from(libc::IPPROTO_SCTP))) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!(
-            "SCTP is not supported by this kernel ({e}); load the sctp module or use --proto tcp|udp"
-        )),
-    }
-}
-
 /// Everything a request/response run needs.
 #[derive(Debug, Clone, Serialize)]
 pub struct RrConfig {
@@ -93,8 +77,9 @@ pub struct RrConfig {
     pub outliers: usize,
     /// Trust clocks (no offset estimate) for one-way splits.
     pub synced: bool,
-    /// Local address.
-    pub bind: Option<IpAddr>,
+    /// Local addresses: the first for the connection (and UDP socket); all of
+    /// them for an SCTP one-to-many association (multi-homed).
+    pub bind: Vec<IpAddr>,
 }
 
 /// One request's outcome, for ping-style printing.
@@ -228,19 +213,20 @@ pub fn run(
     let (proto, stream_kind) = match cfg.transport {
         Transport::Tcp => (RrProto::Tcp, crate::net::Stream::Tcp),
         Transport::Udp => (RrProto::Udp, crate::net::Stream::Tcp),
-        Transport::Sctp | Transport::SctpSeqpacket => {
-            let seqpacket = cfg.transport == Transport::SctpSeqpacket;
-            sctp_support(seqpacket).map_err(|message| ClientError::Refused {
+        Transport::Sctp => {
+            crate::sctp::support(false).map_err(|message| ClientError::Refused {
                 target: "this host".into(),
                 message,
             })?;
-            if seqpacket {
-                return Err(ClientError::Refused {
-                    target: cfg.target.clone(),
-                    message: "sctp-seqpacket (one-to-many, multi-homed) is not implemented yet; use --proto sctp".into(),
-                });
-            }
             (RrProto::Tcp, crate::net::Stream::Sctp)
+        }
+        // One-to-many: control over TCP, messages on an association of their own.
+        Transport::SctpSeqpacket => {
+            crate::sctp::support(true).map_err(|message| ClientError::Refused {
+                target: "this host".into(),
+                message,
+            })?;
+            (RrProto::SctpSeqpacket, crate::net::Stream::Tcp)
         }
     };
     let total = cfg.warmup.saturating_add(cfg.iterations);
@@ -251,7 +237,13 @@ pub fn run(
         iterations: total,
         nagle: cfg.nagle,
     };
-    let bind = |a: std::net::SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
+    let bind = |a: std::net::SocketAddr| {
+        Ok(cfg
+            .bind
+            .iter()
+            .copied()
+            .find(|b| b.is_ipv4() == a.is_ipv4()))
+    };
     let mut c = Control::connect_over(
         &cfg.target,
         cfg.port,
@@ -302,6 +294,9 @@ pub fn run(
         (RrProto::Udp, Message::UdpAccept { port, token, .. }) => {
             udp(&mut c, port, token, &mut run, total, &interrupt, on_probe)
         }
+        (RrProto::SctpSeqpacket, Message::SeqpacketAccept { session, port }) => {
+            seqpacket(&mut c, session, port, &mut run, total, &interrupt, on_probe)
+        }
         (_, m) => Err(c.unexpected(m)),
     };
     // Once round trips have begun, a failure ends the run but keeps what was
@@ -311,7 +306,7 @@ pub fn run(
     let _ = c.stream.set_read_timeout(Some(Duration::from_secs(5)));
     // A TCP server that still expects raw requests would read a goodbye frame
     // as request bytes: after an early stop, closing is the goodbye.
-    let finished = failed.is_none() && (proto == RrProto::Udp || run.rep.sent == total);
+    let finished = failed.is_none() && (proto != RrProto::Tcp || run.rep.sent == total);
     let server = match finished.then(|| c.call(&Message::Goodbye)) {
         Some(Ok(Message::Summary(s))) => Some(s),
         _ => None,
@@ -335,6 +330,7 @@ pub fn run(
     Ok((rep, run.main))
 }
 
+/// Request/response on the control connection itself (TCP, SCTP one-to-one).
 fn tcp(
     c: &mut Control,
     session: uuid::Uuid,
@@ -350,14 +346,102 @@ fn tcp(
     if cfg.busy_poll {
         let _ = s.set_nonblocking(true);
     }
+    let busy = cfg.busy_poll;
+    let r = exchanges(run, session, total, interrupt, on_probe, |req, rep| {
+        if busy {
+            spin_write(s, req)?;
+            spin_read(s, rep)?;
+        } else {
+            s.write_all(req)?;
+            s.read_exact(rep)?;
+        }
+        Ok(rep.len())
+    });
+    r.map_err(|(done, e)| {
+        c.failed(format!(
+            "request/response failed after {done} requests: {e}"
+        ))
+    })
+}
+
+/// Request/response as messages on an SCTP one-to-many association from a
+/// socket bound to every `--bind` address (multi-homed).
+#[allow(clippy::too_many_arguments)]
+fn seqpacket(
+    c: &mut Control,
+    session: uuid::Uuid,
+    port: u16,
+    run: &mut Run,
+    total: u64,
+    interrupt: &AtomicBool,
+    on_probe: &mut dyn FnMut(&Probe),
+) -> Result<(), ClientError> {
+    let cfg = run.cfg;
+    let server = std::net::SocketAddr::new(c.addr.ip(), port);
+    let bind: Vec<IpAddr> = cfg
+        .bind
+        .iter()
+        .copied()
+        .filter(|b| b.is_ipv4() == server.is_ipv4())
+        .collect();
+    let sock = crate::sctp::seqpacket_client(server, &bind)
+        .map_err(|e| c.failed(format!("SCTP one-to-many socket bound to {bind:?}: {e}")))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    let _ = crate::sctp::set_nodelay(fd, !cfg.nagle);
+    let _ = sock.set_read_timeout(Some(cfg.timeout.unwrap_or(Duration::from_secs(30))));
+    if cfg.busy_poll {
+        let _ = sock.set_nonblocking(true);
+    }
+    let to = socket2::SockAddr::from(server);
+    let busy = cfg.busy_poll;
+    let r = exchanges(run, session, total, interrupt, on_probe, |req, rep| {
+        loop {
+            match sock.send_to(req, &to) {
+                Ok(_) => break,
+                Err(e) if busy && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        loop {
+            match crate::sctp::recv_message(&sock, rep) {
+                Ok((n, _)) => return Ok(n),
+                Err(e) if busy && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    r.map_err(|(done, e)| {
+        c.failed(format!(
+            "SCTP one-to-many request/response failed after {done} requests: {e}"
+        ))
+    })
+}
+
+/// The loop shared by the transports whose every byte arrives or the run
+/// fails: build request `seq` as pattern, time `exchange` (which sends it and
+/// receives the reply, returning the reply's length), check the reply against
+/// the pattern. A failure returns the replies received before it.
+fn exchanges(
+    run: &mut Run,
+    session: uuid::Uuid,
+    total: u64,
+    interrupt: &AtomicBool,
+    on_probe: &mut dyn FnMut(&Probe),
+    mut exchange: impl FnMut(&[u8], &mut [u8]) -> io::Result<usize>,
+) -> Result<(), (u64, io::Error)> {
+    let cfg = run.cfg;
     let (req_start, rep_start) = (
         stream_start(session, Direction::ClientToServer),
         stream_start(session, Direction::ServerToClient),
     );
     let mut req = Vec::with_capacity(cfg.size as usize);
-    let mut rep = vec![0u8; cfg.reply as usize];
+    // One byte more than a reply, so a message transport shows a longer one.
+    let mut rep = vec![0u8; cfg.reply as usize + 1];
+    let reply = cfg.reply as usize;
+    let message = cfg.transport == Transport::SctpSeqpacket;
     let start = Instant::now();
-    let mut failure = None;
     for seq in 0..total {
         if interrupt.load(SeqCst) {
             break;
@@ -372,21 +456,28 @@ fn tcp(
             cfg.size as usize,
         );
         let t0 = Instant::now();
-        let r = if cfg.busy_poll {
-            spin_write(s, &req).and_then(|_| spin_read(s, &mut rep))
-        } else {
-            s.write_all(&req).and_then(|_| s.read_exact(&mut rep))
-        };
+        let r = exchange(&req, if message { &mut rep } else { &mut rep[..reply] });
         let rtt = t0.elapsed();
         run.rep.sent += 1;
-        if let Err(e) = r {
-            failure = Some(e);
-            break;
-        }
+        let n = r.map_err(|e| {
+            let e = match e.kind() {
+                // A read timeout shows as EAGAIN; say what it means.
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no reply within {:?} (--timeout)",
+                        cfg.timeout.unwrap_or_default()
+                    ),
+                ),
+                _ => e,
+            };
+            (run.rep.received, e)
+        })?;
         run.rep.received += 1;
-        if Pattern::get()
-            .verify(rep_start, seq * cfg.reply as u64, &rep)
-            .is_err()
+        if n != reply
+            || Pattern::get()
+                .verify(rep_start, seq * cfg.reply as u64, &rep[..reply])
+                .is_err()
         {
             run.rep.corrupt += 1;
         }
@@ -399,13 +490,7 @@ fn tcp(
             warmup: seq < cfg.warmup,
         });
     }
-    match failure {
-        Some(e) => Err(c.failed(format!(
-            "request/response failed after {} requests: {e}",
-            run.rep.received
-        ))),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -427,7 +512,8 @@ fn udp(
     run.rep.offset = offset;
     let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
-    let sock: UdpSocket = data_socket(server, cfg.bind, None, 1 << 20, 1 << 20, c)?;
+    let sock: UdpSocket =
+        data_socket(server, cfg.bind.first().copied(), None, 1 << 20, 1 << 20, c)?;
     let stamped = cfg.rx_timestamps && crate::udp::engine::enable_rx_timestamps(&sock);
     let nonce = prove_reachability(c, &sock, token)?;
     match c.call(&Message::UdpReady {

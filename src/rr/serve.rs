@@ -18,6 +18,11 @@ use crate::udp::serve::{UdpWork, WorkContext, session};
 
 /// Largest TCP request or reply.
 pub const MAX_TCP_MESSAGE: u32 = 16 << 20;
+/// Largest SCTP one-to-many request or reply: one message, which must fit the
+/// socket buffers.
+pub const MAX_SEQPACKET_MESSAGE: u32 = 1 << 20;
+/// How often a one-to-many session looks at its control connection.
+const CONTROL_CHECK: Duration = Duration::from_millis(100);
 /// Bytes at the start of every UDP reply payload: the server's receive time,
 /// then its bitwise complement so a corrupted timestamp is detected too.
 pub const UDP_REPLY_MIN: u32 = 16;
@@ -27,6 +32,7 @@ pub fn validate(s: &RrSpec) -> Result<(), String> {
     let max = match s.proto {
         RrProto::Tcp => MAX_TCP_MESSAGE,
         RrProto::Udp => (MAX_DATAGRAM - HEADER_LEN) as u32,
+        RrProto::SctpSeqpacket => MAX_SEQPACKET_MESSAGE,
     };
     if s.size == 0 || s.size > max || s.reply > max {
         return Err(format!(
@@ -85,6 +91,7 @@ pub fn serve(
             };
             session(stream, peer, &label, &mut work, verbosity, max_time);
         }
+        RrProto::SctpSeqpacket => seqpacket(stream, peer, &spec, verbosity, idle, max_time),
     }
 }
 
@@ -136,6 +143,115 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
         answered += 1;
     }
     let _ = stream.set_read_timeout(None);
+    if let Ok(Message::Goodbye) = read_message(&mut s) {
+        let sum = SessionSummary {
+            requests: answered,
+            data_errors: corrupt,
+            ..Default::default()
+        };
+        let _ = write_message(&mut s, &Message::Summary(sum));
+    }
+    if verbosity >= 1 {
+        crate::out!(
+            "session {id} from {peer} ended: {answered} requests answered, {corrupt} corrupt"
+        );
+    }
+}
+
+/// Serves request/response over an SCTP one-to-many socket of its own: each
+/// request is one message, verified as the pattern at `n × size`, and answered
+/// with one message of the pattern at `n × reply` to the association it came
+/// from. SCTP's cookie handshake means a peer proves it receives at its
+/// address before it can send a request, and the server answers at most the
+/// announced number of requests.
+fn seqpacket(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    spec: &RrSpec,
+    verbosity: u8,
+    idle: Duration,
+    max_time: Duration,
+) {
+    let mut s = stream;
+    if let Err(why) = crate::sctp::support(true) {
+        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        return;
+    }
+    let family = stream.local_addr().unwrap_or(peer);
+    let (sock, port) = match crate::sctp::seqpacket_listener(family) {
+        Ok(x) => x,
+        Err(e) => {
+            let why = format!("cannot open an SCTP one-to-many socket: {e}");
+            let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+            return;
+        }
+    };
+    let id = Uuid::new_v4();
+    if write_message(&mut s, &Message::SeqpacketAccept { session: id, port }).is_err() {
+        return;
+    }
+    if verbosity >= 1 {
+        crate::out!(
+            "session {id} from {peer}: rr sctp-seqpacket {} B request / {} B reply, {} iterations, port {port}",
+            spec.size,
+            spec.reply,
+            spec.iterations
+        );
+    }
+    let _ = crate::sctp::set_nodelay(std::os::fd::AsRawFd::as_raw_fd(&sock), !spec.nagle);
+    let _ = sock.set_read_timeout(Some(CONTROL_CHECK));
+    let (req_start, rep_start) = (
+        stream_start(id, Direction::ClientToServer),
+        stream_start(id, Direction::ServerToClient),
+    );
+    // One byte more than a request, so a longer message shows as corrupt.
+    let mut buf = vec![0u8; spec.size as usize + 1];
+    let mut out = Vec::with_capacity(spec.reply as usize);
+    let (mut answered, mut corrupt) = (0u64, 0u64);
+    let started = std::time::Instant::now();
+    let mut last = started;
+    while answered < spec.iterations && started.elapsed() < max_time {
+        match crate::sctp::recv_message(&sock, &mut buf) {
+            Ok((n, from)) => {
+                last = std::time::Instant::now();
+                if n != spec.size as usize
+                    || Pattern::get()
+                        .verify(req_start, answered * spec.size as u64, &buf[..n])
+                        .is_err()
+                {
+                    corrupt += 1;
+                }
+                out.clear();
+                let _ = write_pattern(
+                    &mut out,
+                    rep_start,
+                    answered * spec.reply as u64,
+                    spec.reply as usize,
+                );
+                if sock.send_to(&out, &from).is_err() {
+                    break;
+                }
+                answered += 1;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                // A goodbye (early stop), a vanished client or a silent one ends it.
+                if crate::net::peer_state(stream) != crate::net::PeerState::Quiet
+                    || last.elapsed() > idle
+                {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = stream.set_read_timeout(Some(idle));
     if let Ok(Message::Goodbye) = read_message(&mut s) {
         let sum = SessionSummary {
             requests: answered,
