@@ -4,7 +4,9 @@
 # messages (echoed at the same size). Prints p50/p99 round trip (us) and
 # transactions per second, and netrig/peer ratios (for latency, < 1 is better).
 # qperf reports only a mean one-way latency: its round trip is shown as 2x that
-# and it has no percentiles. Not a test: compare ratios within one run.
+# and it has no percentiles. For UDP, a netrig-ts row adds --rx-timestamps
+# (round trips end at the kernel's receive time). Not a test: compare ratios
+# within one run.
 #
 # Usage: bench/rr.sh [SECONDS_PER_RUN]   (default 3)
 set -euo pipefail
@@ -46,8 +48,8 @@ us = float(m.group(1)) * {"us": 1, "ms": 1000, "ns": 0.001}[m.group(2)]
 print("%.2f - %.0f" % (2 * us, 1e6 / (2 * us)))
 PY
 }
-netrig_run() { # $1 proto, $2 size, $3 iterations
-    $NETRIG rr 127.0.0.1 -p $PN --proto "$1" --size "$2" --reply "$2" -n "$3" -v 0 --json "$WORK/n.json" >/dev/null 2>&1 || true
+netrig_run() { # $1 proto, $2 size, $3 iterations, [$4 extra flag]
+    $NETRIG rr 127.0.0.1 -p $PN --proto "$1" --size "$2" --reply "$2" -n "$3" ${4:-} -v 0 --json "$WORK/n.json" >/dev/null 2>&1 || true
     python3 - "$WORK/n.json" <<'PY'
 import json, sys
 try:
@@ -69,5 +71,11 @@ for P in tcp udp; do
         printf '%-5s %-6s %-9s %10s %10s %10s\n' "$P" "$S" netrig "$n50" "$n99" "$ntps"
         printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" sockperf "$s50" "$s99" "$stps" "$(ratio "$n50" "$s50")" "$(ratio "$n99" "$s99")" "$(ratio "$ntps" "$stps")"
         printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" qperf "$q50(mean)" - "$qtps" "$(ratio "$n50" "$q50")" - "$(ratio "$ntps" "$qtps")"
+        if [ "$P" = udp ]; then
+            # Round trips ending at the kernel's receive time (SO_TIMESTAMPNS):
+            # what the path took, without the client's wake-up.
+            read -r t50 t99 ttps < <(netrig_run udp "$S" "$N" --rx-timestamps); sleep 0.3
+            printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s (vs sockperf)\n' "$P" "$S" netrig-ts "$t50" "$t99" "$ttps" "$(ratio "$t50" "$s50")" "$(ratio "$t99" "$s99")" "$(ratio "$ttps" "$stps")"
+        fi
     done
 done

@@ -142,8 +142,12 @@ pub struct RrReport {
 /// How often a UDP run checks that the server is still there.
 const LIVENESS_CHECK: Duration = Duration::from_millis(250);
 
+/// One run in progress: its settings, its samples so far, and its stop flag.
 struct Run<'a> {
     cfg: &'a RrConfig,
+    /// Requests to send, warm-up included.
+    total: u64,
+    interrupt: &'a AtomicBool,
     warm: LatencyStats,
     main: LatencyStats,
     rep: RrReport,
@@ -263,6 +267,8 @@ pub fn run(
     };
     let mut run = Run {
         cfg,
+        total,
+        interrupt: &interrupt,
         warm: new_stats(),
         main: new_stats(),
         rep: RrReport {
@@ -288,14 +294,12 @@ pub fn run(
         main_time: Duration::ZERO,
     };
     let result = match (proto, accept) {
-        (RrProto::Tcp, Message::TestAccept { session }) => {
-            tcp(&mut c, session, &mut run, total, &interrupt, on_probe)
-        }
+        (RrProto::Tcp, Message::TestAccept { session }) => tcp(&mut c, session, &mut run, on_probe),
         (RrProto::Udp, Message::UdpAccept { port, token, .. }) => {
-            udp(&mut c, port, token, &mut run, total, &interrupt, on_probe)
+            udp(&mut c, port, token, &mut run, on_probe)
         }
         (RrProto::SctpSeqpacket, Message::SeqpacketAccept { session, port }) => {
-            seqpacket(&mut c, session, port, &mut run, total, &interrupt, on_probe)
+            seqpacket(&mut c, session, port, &mut run, on_probe)
         }
         (_, m) => Err(c.unexpected(m)),
     };
@@ -335,8 +339,6 @@ fn tcp(
     c: &mut Control,
     session: uuid::Uuid,
     run: &mut Run,
-    total: u64,
-    interrupt: &AtomicBool,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
@@ -347,7 +349,7 @@ fn tcp(
         let _ = s.set_nonblocking(true);
     }
     let busy = cfg.busy_poll;
-    let r = exchanges(run, session, total, interrupt, on_probe, |req, rep| {
+    let r = exchanges(run, session, on_probe, |req, rep| {
         if busy {
             spin_write(s, req)?;
             spin_read(s, rep)?;
@@ -366,14 +368,11 @@ fn tcp(
 
 /// Request/response as messages on an SCTP one-to-many association from a
 /// socket bound to every `--bind` address (multi-homed).
-#[allow(clippy::too_many_arguments)]
 fn seqpacket(
     c: &mut Control,
     session: uuid::Uuid,
     port: u16,
     run: &mut Run,
-    total: u64,
-    interrupt: &AtomicBool,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
@@ -394,7 +393,7 @@ fn seqpacket(
     }
     let to = socket2::SockAddr::from(server);
     let busy = cfg.busy_poll;
-    let r = exchanges(run, session, total, interrupt, on_probe, |req, rep| {
+    let r = exchanges(run, session, on_probe, |req, rep| {
         loop {
             match sock.send_to(req, &to) {
                 Ok(_) => break,
@@ -426,12 +425,10 @@ fn seqpacket(
 fn exchanges(
     run: &mut Run,
     session: uuid::Uuid,
-    total: u64,
-    interrupt: &AtomicBool,
     on_probe: &mut dyn FnMut(&Probe),
     mut exchange: impl FnMut(&[u8], &mut [u8]) -> io::Result<usize>,
 ) -> Result<(), (u64, io::Error)> {
-    let cfg = run.cfg;
+    let (cfg, total, interrupt) = (run.cfg, run.total, run.interrupt);
     let (req_start, rep_start) = (
         stream_start(session, Direction::ClientToServer),
         stream_start(session, Direction::ServerToClient),
@@ -493,17 +490,14 @@ fn exchanges(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn udp(
     c: &mut Control,
     port: u16,
     token: u64,
     run: &mut Run,
-    total: u64,
-    interrupt: &AtomicBool,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(), ClientError> {
-    let cfg = run.cfg;
+    let (cfg, total, interrupt) = (run.cfg, run.total, run.interrupt);
     let offset = if cfg.synced {
         None
     } else {

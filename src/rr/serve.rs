@@ -143,19 +143,7 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
         answered += 1;
     }
     let _ = stream.set_read_timeout(None);
-    if let Ok(Message::Goodbye) = read_message(&mut s) {
-        let sum = SessionSummary {
-            requests: answered,
-            data_errors: corrupt,
-            ..Default::default()
-        };
-        let _ = write_message(&mut s, &Message::Summary(sum));
-    }
-    if verbosity >= 1 {
-        crate::out!(
-            "session {id} from {peer} ended: {answered} requests answered, {corrupt} corrupt"
-        );
-    }
+    goodbye(stream, id, peer, (answered, corrupt), verbosity);
 }
 
 /// Serves request/response over an SCTP one-to-many socket of its own: each
@@ -252,6 +240,19 @@ fn seqpacket(
         }
     }
     let _ = stream.set_read_timeout(Some(idle));
+    goodbye(stream, id, peer, (answered, corrupt), verbosity);
+}
+
+/// Ends a stream or one-to-many session: answers the client's goodbye with
+/// the requests answered and the corrupt ones, and logs the end.
+fn goodbye(
+    stream: &TcpStream,
+    id: Uuid,
+    peer: SocketAddr,
+    (answered, corrupt): (u64, u64),
+    verbosity: u8,
+) {
+    let mut s = stream;
     if let Ok(Message::Goodbye) = read_message(&mut s) {
         let sum = SessionSummary {
             requests: answered,

@@ -287,14 +287,21 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
                 .filter(|s| s.start >= t1 && s.end <= t2)
                 .map(|s| s.bytes as f64)
                 .sum();
-            let bc = received - settled * (t2 - t1) / 8.0;
-            a.burst_bytes = Some(bc.max(0.0));
-            a.evidence.push(format!(
-                    "burst: t1={t1:.2}s (offered reached {:.2} Mbit/s), t2={t2:.2}s (received fell back): Bc = {:.0} B received - TRf*(t2-t1)/8 = {:.0} B",
+            let carried = settled * (t2 - t1) / 8.0;
+            let bc = received - carried;
+            if bc > 0.0 {
+                a.burst_bytes = Some(bc);
+                a.evidence.push(format!(
+                    "burst: t1={t1:.2}s (offered reached {:.2} Mbit/s), t2={t2:.2}s (received fell back): Bc = {received:.0} B received - TRf*(t2-t1)/8 = {bc:.0} B",
                     settled / 1e6,
-                    received,
-                    bc.max(0.0)
                 ));
+            } else {
+                // A policer lets through at least TRf: less means the stream
+                // did not follow its schedule there, and Eq. 1 does not apply.
+                a.evidence.push(format!(
+                    "burst: not estimated: only {received:.0} B arrived between t1={t1:.2}s and t2={t2:.2}s, less than the {carried:.0} B the settled rate carries; the stream did not follow its schedule there (a sender stall?)"
+                ));
+            }
         }
     }
     a
@@ -365,6 +372,29 @@ mod tests {
         assert!(
             (bc / 400_000.0 - 1.0).abs() < 0.3,
             "Bc {bc}: {:?}",
+            a.evidence
+        );
+    }
+
+    #[test]
+    fn a_sender_stall_at_the_burst_leaves_it_unestimated_rather_than_wrong() {
+        let mut samples = model(10e6, false, 400_000.0);
+        // Nothing left the sender from t=10 s (when the offered rate reached
+        // the policer's) to t=12 s.
+        for s in samples
+            .iter_mut()
+            .filter(|s| s.start >= 10.0 && s.end <= 12.0)
+        {
+            (s.bytes, s.received_bps, s.loss) = (0, 0.0, 0.0);
+        }
+        let a = analyze(&samples);
+        assert_eq!(a.limiter, Some(Limiter::Policing), "{:?}", a.evidence);
+        assert_eq!(a.burst_bytes, None, "{:?}", a.evidence);
+        assert!(
+            a.evidence
+                .iter()
+                .any(|e| e.contains("burst: not estimated")),
+            "{:?}",
             a.evidence
         );
     }
