@@ -178,7 +178,10 @@ fn analyze_file(a: AnalyzeArgs) -> Result<ExitCode> {
         Ok(i) => i,
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
-    let (bins, analysis) = analyse(&profile, &intervals, a.bin);
+    let (bins, mut analysis) = analyse(&profile, &intervals, a.bin);
+    if let Some(late) = doc["result"]["sender"]["late_max_us"].as_f64() {
+        netrig::udp::analyze::note_sender_lateness(&mut analysis, late);
+    }
     print_analysis(&bins, &analysis);
     if let Some(p) = &a.csv {
         write_bins(p, &bins).with_context(|| format!("cannot write {}", p.display()))?;
@@ -1062,7 +1065,10 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
     };
     let mut rep = rep;
     if let Some(p) = &cfg.spec.profile {
-        let (bins, analysis) = analyse(p, &rep.intervals, a.bin);
+        let (bins, mut analysis) = analyse(p, &rep.intervals, a.bin);
+        if let Some(s) = &rep.sender {
+            netrig::udp::analyze::note_sender_lateness(&mut analysis, s.late_max_us);
+        }
         rep.bins = Some(bins);
         rep.analysis = Some(analysis);
     }

@@ -210,6 +210,24 @@ impl Shared {
         self.t0.elapsed().as_nanos() as u64
     }
 
+    /// When a datagram reached the relay's socket, on the relay's clock, from
+    /// its kernel receive time (CLOCK_REALTIME). Impairments act on arrival
+    /// times, as a router's would: if this process is descheduled for a few
+    /// ms, the datagrams that queued meanwhile are not seen as a burst (which
+    /// a policer would drop), and their delay counts from when they came.
+    fn arrival_ns(&self, stamp: Option<u64>) -> u64 {
+        let now = self.now_ns();
+        match stamp {
+            // A clock step could make the age absurd; trust it up to a second.
+            Some(st) => now.saturating_sub(
+                crate::udp::clock::realtime_ns()
+                    .saturating_sub(st)
+                    .min(1_000_000_000),
+            ),
+            None => now,
+        }
+    }
+
     fn spec(&self, dir: Dir) -> &ImpairSpec {
         match dir {
             Dir::Up => &self.cfg.up,
@@ -769,11 +787,12 @@ fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> io::Result<u
 /// Plain UDP on the listening port: one upstream socket per client address.
 fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+    crate::udp::engine::enable_rx_timestamps(&sock);
     let sock = Arc::new(sock);
     let mut flows: HashMap<SocketAddr, PlainFlow> = HashMap::new();
     let mut buf = vec![0u8; 65536];
     while !sh.stop.load(SeqCst) {
-        let (n, src) = match sock.recv_from(&mut buf) {
+        let (n, src, stamp) = match crate::udp::engine::recv_from_stamped(&sock, &mut buf) {
             Ok(x) => x,
             Err(_) => {
                 for (_, p, _) in flows.values_mut() {
@@ -790,7 +809,7 @@ fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
                 None => continue,
             },
         };
-        flow.1.handle(&mut buf[..n]);
+        flow.1.handle(&mut buf[..n], sh.arrival_ns(stamp));
     }
 }
 
@@ -839,17 +858,18 @@ fn datagram_pump(
     stop: &AtomicBool,
 ) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    crate::udp::engine::enable_rx_timestamps(from);
     let mut pipe = Pipe::new(sh, flow, dir, out);
     let mut buf = vec![0u8; 65536];
     let mut last = Instant::now();
     while !stop.load(SeqCst) && !sh.stop.load(SeqCst) && last.elapsed() < Duration::from_secs(60) {
-        match from.recv_from(&mut buf) {
-            Ok((n, src)) => {
+        match crate::udp::engine::recv_from_stamped(from, &mut buf) {
+            Ok((n, src, stamp)) => {
                 last = Instant::now();
                 if let Some(l) = learn {
                     *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(src);
                 }
-                pipe.handle(&mut buf[..n]);
+                pipe.handle(&mut buf[..n], sh.arrival_ns(stamp));
             }
             // Nothing followed a held datagram: release it in order (not a reorder).
             Err(_) => pipe.idle(),
@@ -925,9 +945,9 @@ impl Pipe {
         });
     }
 
-    fn handle(&mut self, d: &mut [u8]) {
+    /// Impairs and forwards one datagram that arrived at `now` (relay clock).
+    fn handle(&mut self, d: &mut [u8], now: u64) {
         let header = Header::read(d).ok();
-        let now = self.sh.now_ns();
         // netrig's setup handshake is not test traffic.
         if header.is_some_and(|h| h.flags & FLAG_HANDSHAKE != 0) {
             self.emit(now, d);

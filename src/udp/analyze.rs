@@ -164,6 +164,22 @@ const LOSS_ONSET: f64 = 0.01;
 /// Delay growth that shows a queue, µs.
 const QUEUE_GROWTH_US: f64 = 1000.0;
 
+/// Sender lateness above which a profile run counts as disturbed, µs.
+pub const DISTURBED_LATE_US: f64 = 10_000.0;
+
+/// Adds what the sender knows to an analysis: a sender that fell more than
+/// [`DISTURBED_LATE_US`] behind its schedule (a busy host) did not offer the
+/// profile's rate then, so the verdict is flagged and its confidence halved.
+pub fn note_sender_lateness(a: &mut Analysis, late_max_us: f64) {
+    if late_max_us > DISTURBED_LATE_US {
+        a.evidence.push(format!(
+            "disturbed: the sender fell up to {:.0} ms behind its schedule (this host was busy), so the offered rate was not the profile's at times; repeat the run before trusting the verdict",
+            late_max_us / 1e3
+        ));
+        a.confidence *= 0.5;
+    }
+}
+
 /// Finds the congestion point and classifies the limiter.
 pub fn analyze(samples: &[Sample]) -> Analysis {
     let mut a = Analysis {
@@ -226,16 +242,22 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
         .copied();
     a.settled_bps = Some(settled);
     let loss_after = after.iter().map(|s| s.loss).sum::<f64>() / after.len() as f64;
-    let base_delay = before
-        .iter()
-        .filter_map(|s| s.delay_avg_us)
-        .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.min(d))))
+    // Delays are compared as medians of the intervals' means, before and
+    // after the congestion point. A shaper's queue stays full while the
+    // offered rate is above what it passes, so the typical interval after
+    // shows it. A busy host pauses processes for a few ms now and then, before
+    // congestion as much as after: medians let that pass, so it is not
+    // mistaken for a queue.
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let base_delay = median(&mut before.iter().filter_map(|s| s.delay_avg_us).collect())
         .or_else(|| busy.iter().filter_map(|s| s.delay_min_us).reduce(f64::min))
         .unwrap_or(0.0);
-    let delay_after = after
-        .iter()
-        .filter_map(|s| s.delay_avg_us)
-        .fold(0.0, f64::max);
+    let mut delays: Vec<f64> = after.iter().filter_map(|s| s.delay_avg_us).collect();
+    let delay_after = median(&mut delays).unwrap_or(0.0);
+    let delay_peak = delays.last().copied().unwrap_or(0.0);
     let delay_growth = delay_after - base_delay;
     a.evidence.push(format!(
         "received rate fell {:.0}% below offered at t={:.2}s (offered {:.2} Mbit/s, received {:.2} Mbit/s); settles at {:.2} Mbit/s",
@@ -246,10 +268,11 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
         settled / 1e6
     ));
     a.evidence.push(format!(
-        "mean loss after congestion {:.1}%; one-way delay grew from {:.0} us to {:.0} us",
+        "mean loss after congestion {:.1}%; median one-way delay {:.0} us before congestion, {:.0} us after (peak {:.0} us)",
         100.0 * loss_after,
         base_delay,
-        delay_after
+        delay_after,
+        delay_peak
     ));
     // A shaper's queue adds at least a few ms (and many times the base delay);
     // a policer adds none.
@@ -377,6 +400,16 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_slow_interval_does_not_make_a_policer_a_shaper() {
+        let mut samples = model(10e6, false, 400_000.0);
+        // The host paused the receiver for 20 ms once, after congestion.
+        samples[30].delay_avg_us = Some(20_000.0);
+        let a = analyze(&samples);
+        assert_eq!(a.limiter, Some(Limiter::Policing), "{:?}", a.evidence);
+        assert!(a.burst_bytes.is_some(), "{:?}", a.evidence);
+    }
+
+    #[test]
     fn a_sender_stall_at_the_burst_leaves_it_unestimated_rather_than_wrong() {
         let mut samples = model(10e6, false, 400_000.0);
         // Nothing left the sender from t=10 s (when the offered rate reached
@@ -397,6 +430,17 @@ mod tests {
             "{:?}",
             a.evidence
         );
+    }
+
+    #[test]
+    fn a_late_sender_is_flagged_and_lowers_confidence() {
+        let mut a = analyze(&model(10e6, false, 400_000.0));
+        let before = a.confidence;
+        note_sender_lateness(&mut a, 500.0);
+        assert_eq!(a.confidence, before);
+        note_sender_lateness(&mut a, 150_000.0);
+        assert_eq!(a.confidence, before / 2.0);
+        assert!(a.evidence.last().unwrap().contains("up to 150 ms behind"));
     }
 
     #[test]

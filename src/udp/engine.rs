@@ -573,11 +573,46 @@ pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Opti
     Ok((n as usize, rx_timestamp(&hdr)))
 }
 
-/// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns their lengths.
+/// Receives one datagram with its sender and its kernel receive time
+/// (CLOCK_REALTIME ns), where [`enable_rx_timestamps`] is on.
+pub fn recv_from_stamped(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr, Option<u64>)> {
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `try_init` hands over zeroed address storage and its size;
+    // recvmsg writes at most that much there and reports the length it used.
+    // The msghdr points at `iov` and `control`, which outlive the call.
+    let ((n, stamp), from) = unsafe {
+        socket2::SockAddr::try_init(|storage, len| {
+            let mut hdr: libc::msghdr = std::mem::zeroed();
+            hdr.msg_name = storage.cast();
+            hdr.msg_namelen = *len;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_controllen = control.len() as _;
+            let n = libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0);
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            *len = hdr.msg_namelen;
+            Ok((n as usize, rx_timestamp(&hdr)))
+        })
+    }?;
+    let from = from
+        .as_socket()
+        .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
+    Ok((n, from, stamp))
+}
+
 /// Space for one message's ancillary data (a `timespec` in a `cmsghdr`).
 const CMSG_SPACE: usize = 64;
 
-/// Asks the kernel to timestamp every received datagram (SO_TIMESTAMPNS).
 /// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
 pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
     let on: libc::c_int = 1;
