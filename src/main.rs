@@ -253,6 +253,9 @@ fn crr(a: CrrArgs) -> Result<ExitCode> {
             &rep,
             col.first_failure.as_deref(),
         );
+    } else if let Some(f) = &col.first_failure {
+        // Quiet mode still says why the exit code is not 0.
+        eprintln!("netrig: {} transactions failed; first: {f}", rep.failed);
     }
     let code = run_code(run.totals.data_errors > 0, rep.failed > 0, run.interrupted);
     Ok(finish(
