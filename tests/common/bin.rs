@@ -112,8 +112,20 @@ pub fn run_json(args: &[&str], code: i32) -> (serde_json::Value, String) {
     let js = dir.path().join("out.json");
     let mut all = args.to_vec();
     all.extend_from_slice(&["--json", js.to_str().unwrap()]);
-    let stdout = run_expect(&all, code);
-    let v = serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    let out = netrig(&all).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let json = std::fs::read_to_string(&js).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    // On a wrong exit code, the report's totals say why better than the console.
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: {stdout}\n{}\ntotals: {}\nsender: {}",
+        String::from_utf8_lossy(&out.stderr),
+        v["result"]["totals"],
+        v["result"]["sender"]
+    );
+    assert!(!v.is_null(), "{args:?}: no JSON report");
     (v, stdout)
 }
 
