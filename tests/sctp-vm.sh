@@ -49,7 +49,7 @@ LIB_TEST=$(cargo test --release --lib --no-run 2>&1 | grep -o 'target/release/de
 NETRIG=$ROOT/target/release/netrig
 
 INITRD=$DIR/initramfs
-rm -rf "$INITRD" && mkdir -p "$INITRD"/{bin,proc,sys,dev,tmp,modules}
+rm -rf "$INITRD" && mkdir -p "$INITRD"/{bin,proc,sys,dev,scratch,modules}
 cp "$BB" "$INITRD/bin/busybox"
 for a in sh mount insmod ip poweroff cat echo sleep timeout; do ln -sf busybox "$INITRD/bin/$a"; done
 for m in crypto/crc32c_generic lib/libcrc32c net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel net/sctp/sctp; do
@@ -70,23 +70,24 @@ cat > "$INITRD/init" <<EOF
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
+# Scratch space off /tmp: a checkout under /tmp (as in CI) must stay visible.
+mount -t tmpfs scratch /scratch
 for m in crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel sctp; do insmod /modules/\$m.ko || echo "insmod \$m failed"; done
 ip link set lo up
-export HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
-cd /tmp
+export HOME=/scratch TMPDIR=/scratch RUST_BACKTRACE=1
+cd /scratch
 rc=0
 echo "== netrig rr --proto sctp"
 $NETRIG rr --proto sctp -n 20000 --size 64 --reply 2 || rc=1
 echo "== netrig rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2"
-$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 20000 --size 64 --reply 2 > /tmp/seq.out 2>&1 &
+$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 20000 --size 64 --reply 2 > /scratch/seq.out 2>&1 &
 sleep 3
 # The kernel's view of the associations: the client's must list both local
 # addresses, the server's both remote ones.
 echo "== /proc/net/sctp/assocs during the multi-homed run"
 cat /proc/net/sctp/assocs
 wait \$! || rc=1
-cat /tmp/seq.out
+cat /scratch/seq.out
 echo "== netrig rr --proto sctp-seqpacket --spectrum 0..16"
 $NETRIG rr --proto sctp-seqpacket --spectrum 0..16 -n 200 || rc=1
 echo "== ignored SCTP tests"
