@@ -67,6 +67,7 @@ done
 
 cat > "$INITRD/init" <<EOF
 #!/bin/sh
+echo
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
