@@ -46,6 +46,22 @@ fn go(c: &RrConfig) -> RrReport {
         .0
 }
 
+/// Transactions per second count wall-clock time, pauses between round trips
+/// included (ACE's calls per second), not just the sum of round trips: paced
+/// at one request per millisecond, a run does at most ~1000 per second.
+#[test]
+fn transactions_per_second_are_wall_clock() {
+    let srv = TestServer::start();
+    for t in [Transport::Tcp, Transport::Udp] {
+        let mut c = cfg(srv.addr, t);
+        (c.iterations, c.warmup, c.interval) = (300, 0, Some(Duration::from_millis(1)));
+        let r = go(&c);
+        let tps = r.transactions_per_sec;
+        // The sum of ~20 us round trips would give ~50,000.
+        assert!(tps > 100.0 && tps < 1050.0, "{t:?}: {tps}");
+    }
+}
+
 #[test]
 fn tcp_and_udp_round_trips_with_warmup_apart() {
     let srv = TestServer::start();

@@ -151,7 +151,10 @@ struct Run<'a> {
     warm: LatencyStats,
     main: LatencyStats,
     rep: RrReport,
-    main_time: Duration,
+    /// Wall-clock span of the measured round trips: from the start of the
+    /// first to the end of the last (transactions per second, as ACE counts
+    /// them, include everything between round trips).
+    main_span: Option<(Instant, Instant)>,
 }
 
 impl Run<'_> {
@@ -161,7 +164,11 @@ impl Run<'_> {
             self.warm.record_ns(ns);
         } else {
             self.main.record_ns(ns);
-            self.main_time += rtt;
+            let now = Instant::now();
+            let first = self
+                .main_span
+                .map_or(now.checked_sub(rtt).unwrap_or(now), |s| s.0);
+            self.main_span = Some((first, now));
         }
     }
 }
@@ -291,7 +298,7 @@ pub fn run(
             rx_stamped: 0,
             error: None,
         },
-        main_time: Duration::ZERO,
+        main_span: None,
     };
     let result = match (proto, accept) {
         (RrProto::Tcp, Message::TestAccept { session }) => tcp(&mut c, session, &mut run, on_probe),
@@ -322,8 +329,10 @@ pub fn run(
     rep.server_corrupt = server.as_ref().map(|s| s.data_errors);
     rep.warmup = run.warm.summary();
     rep.latency = run.main.summary();
-    if !run.main_time.is_zero() {
-        rep.transactions_per_sec = run.main.count() as f64 / run.main_time.as_secs_f64();
+    if let Some((first, last)) = run.main_span
+        && last > first
+    {
+        rep.transactions_per_sec = run.main.count() as f64 / (last - first).as_secs_f64();
     }
     if proto == RrProto::Udp
         && let Some(s) = server
