@@ -121,6 +121,14 @@ fn seqpacket(domain: Domain) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// The port a bound socket got.
+fn local_port(s: &Socket) -> io::Result<u16> {
+    s.local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .ok_or_else(|| io::Error::other("SCTP socket has no port"))
+}
+
 /// A one-to-many socket listening on every address of `family`'s kind
 /// (IPv6 also takes IPv4) on an ephemeral port. Binding the wildcard lets the
 /// kernel offer all the host's addresses, so associations are multi-homed.
@@ -134,11 +142,7 @@ pub fn seqpacket_listener(family: SocketAddr) -> io::Result<(Socket, u16)> {
     };
     s.bind(&any.into())?;
     s.listen(16)?;
-    let port = s
-        .local_addr()?
-        .as_socket()
-        .map(|a| a.port())
-        .ok_or_else(|| io::Error::other("SCTP socket has no port"))?;
+    let port = local_port(&s)?;
     Ok((s, port))
 }
 
@@ -152,11 +156,7 @@ pub fn seqpacket_client(server: SocketAddr, bind: &[IpAddr]) -> io::Result<Socke
     }
     if let Some((first, rest)) = bind.split_first() {
         s.bind(&SocketAddr::new(*first, 0).into())?;
-        let port = s
-            .local_addr()?
-            .as_socket()
-            .map(|a| a.port())
-            .ok_or_else(|| io::Error::other("SCTP socket has no port"))?;
+        let port = local_port(&s)?;
         let more: Vec<SocketAddr> = rest.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
         bindx_add(&s, &more)?;
     }

@@ -11,7 +11,6 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -148,12 +147,7 @@ fn control_call(s: &Session, msg: &Message) -> Result<Message, ClientError> {
 /// byte or end of stream means the session is over.
 fn control_lost(s: &Session) -> bool {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    if c.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let r = c.peek(&mut [0u8; 1]);
-    let _ = c.set_nonblocking(false);
-    !matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+    crate::net::peer_state(&c) != crate::net::PeerState::Quiet
 }
 
 /// The error message a server sent before closing the control connection, if any.

@@ -553,24 +553,7 @@ pub fn run_receiver(
 /// Receives one datagram with its kernel receive time (CLOCK_REALTIME ns),
 /// where [`enable_rx_timestamps`] is on.
 pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
-    let mut control = [0u8; CMSG_SPACE];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; it points at `iov` and `control`, which
-    // outlive the call, with their true lengths.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = control.len() as _;
-    // SAFETY: recvmsg on a valid descriptor with the msghdr built above.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((n as usize, rx_timestamp(&hdr)))
+    recv_from_stamped(sock, buf).map(|(n, _, stamp)| (n, stamp))
 }
 
 /// Receives one datagram with its sender and its kernel receive time
