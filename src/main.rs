@@ -476,7 +476,6 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
             break;
         }
         let cfg = RrConfig {
-            key: key(),
             size,
             ..base.clone()
         };

@@ -176,12 +176,9 @@ impl Run<'_> {
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        match retrying(true, || s.read(&mut buf[got..]))? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
         }
     }
     Ok(())
@@ -190,14 +187,21 @@ fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
 fn spin_write(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
-        match s.write(&buf[done..]) {
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+        done += retrying(true, || s.write(&buf[done..]))?;
     }
     Ok(())
+}
+
+/// Runs one socket call until it completes: again after a signal, and, when
+/// busy-polling a non-blocking socket, again (spinning) while it would block.
+fn retrying<T>(busy: bool, mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match call() {
+            Err(e) if busy && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
 
 /// Waits for the next slot of an `--interval` schedule.
@@ -220,25 +224,21 @@ pub fn run(
     interrupt: Arc<AtomicBool>,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(RrReport, LatencyStats), ClientError> {
-    // SCTP one-to-one runs the stream protocol, exactly like TCP.
+    if matches!(cfg.transport, Transport::Sctp | Transport::SctpSeqpacket) {
+        crate::sctp::support(cfg.transport == Transport::SctpSeqpacket).map_err(|message| {
+            ClientError::Refused {
+                target: "this host".into(),
+                message,
+            }
+        })?;
+    }
     let (proto, stream_kind) = match cfg.transport {
         Transport::Tcp => (RrProto::Tcp, crate::net::Stream::Tcp),
         Transport::Udp => (RrProto::Udp, crate::net::Stream::Tcp),
-        Transport::Sctp => {
-            crate::sctp::support(false).map_err(|message| ClientError::Refused {
-                target: "this host".into(),
-                message,
-            })?;
-            (RrProto::Tcp, crate::net::Stream::Sctp)
-        }
+        // SCTP one-to-one runs the stream protocol, exactly like TCP.
+        Transport::Sctp => (RrProto::Tcp, crate::net::Stream::Sctp),
         // One-to-many: control over TCP, messages on an association of their own.
-        Transport::SctpSeqpacket => {
-            crate::sctp::support(true).map_err(|message| ClientError::Refused {
-                target: "this host".into(),
-                message,
-            })?;
-            (RrProto::SctpSeqpacket, crate::net::Stream::Tcp)
-        }
+        Transport::SctpSeqpacket => (RrProto::SctpSeqpacket, crate::net::Stream::Tcp),
     };
     let total = cfg.warmup.saturating_add(cfg.iterations);
     let spec = RrSpec {
@@ -403,22 +403,8 @@ fn seqpacket(
     let to = socket2::SockAddr::from(server);
     let busy = cfg.busy_poll;
     let r = exchanges(run, session, on_probe, |req, rep| {
-        loop {
-            match sock.send_to(req, &to) {
-                Ok(_) => break,
-                Err(e) if busy && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        loop {
-            match crate::sctp::recv_message(&sock, rep) {
-                Ok((n, _)) => return Ok(n),
-                Err(e) if busy && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        retrying(busy, || sock.send_to(req, &to))?;
+        retrying(busy, || crate::sctp::recv_message(&sock, rep)).map(|(n, _)| n)
     });
     r.map_err(|(done, e)| {
         c.failed(format!(
