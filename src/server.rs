@@ -336,22 +336,16 @@ fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
     }
     let _ = crate::net::set_nodelay(&stream, true);
     let ip = peer.ip().to_canonical();
-    let _client = {
+    let (_client, open) = {
         let mut m = st.per_client.lock().unwrap_or_else(|e| e.into_inner());
         let n = m.entry(ip).or_insert(0);
         *n += 1;
-        ClientSlot {
+        let slot = ClientSlot {
             map: &st.per_client,
             ip,
-        }
+        };
+        (slot, *n)
     };
-    let open = st
-        .per_client
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&ip)
-        .copied()
-        .unwrap_or(0);
     let max = st.cfg.limits.max_conns_per_client;
     if open > max {
         return reply_error(
