@@ -564,7 +564,7 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
         transport: Transport::Udp,
         size: a.size as u32,
         reply: a.size as u32,
-        iterations: a.count.unwrap_or(u64::MAX / 4),
+        iterations: a.count.unwrap_or(netrig::rr::client::UNBOUNDED),
         warmup: 0,
         nagle: false,
         busy_poll: a.busy_poll,
@@ -581,18 +581,8 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
     let verbose = a.verbosity >= 1;
     let size = a.size;
     let mut on_probe = |p: &netrig::rr::client::Probe| {
-        if !verbose {
-            return;
-        }
-        match (p.rtt_us, p.up_us, p.down_us) {
-            (Some(rtt), Some(up), Some(down)) => netrig::out!(
-                "{size} bytes from {target}: seq={} rtt={:.3} ms up={:.3} ms down={:.3} ms",
-                p.seq,
-                rtt / 1e3,
-                up / 1e3,
-                down / 1e3
-            ),
-            _ => netrig::out!("seq={} lost (no reply within the timeout)", p.seq),
+        if verbose {
+            netrig::out!("{}", netrig::report::ping_line(size, &target, p));
         }
     };
     let result = netrig::rr::client::run(&cfg, interrupt_flag(), &mut on_probe);

@@ -252,6 +252,11 @@ pub struct RrSpec {
     pub iterations: u64,
     /// Enable Nagle (off by default, as in ACE).
     pub nagle: bool,
+    /// Run until the client stops (an unbounded `ping`): `iterations` is then
+    /// no bound, and the server answers as many requests as its `--max-bytes`
+    /// allows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub until_stopped: bool,
 }
 
 /// What a client asks the server to run.
@@ -627,6 +632,7 @@ mod tests {
                     reply: 2,
                     iterations: 10,
                     nagle: false,
+                    until_stopped: false,
                 }),
             },
             Message::SeqpacketAccept {

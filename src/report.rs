@@ -913,6 +913,34 @@ pub fn print_rr(
     let _ = write!(io::stdout(), "{}", stats.render_ace(&title, all_bins));
 }
 
+/// One `ping` line per probe. The one-way split is shown as a fact only when
+/// the clocks are trusted (`--synced`); otherwise with the clock offset's ±
+/// bound, since a queue on one side of an estimated offset moves half its
+/// delay to the other direction.
+pub fn ping_line(size: u64, target: &str, p: &crate::rr::client::Probe) -> String {
+    if p.late {
+        return format!(
+            "seq={} late reply (after the timeout; counted late, not received)",
+            p.seq
+        );
+    }
+    let Some(rtt) = p.rtt_us else {
+        return format!("seq={} lost (no reply within the timeout)", p.seq);
+    };
+    let mut line = format!(
+        "{size} bytes from {target}: seq={} rtt={:.3} ms",
+        p.seq,
+        rtt / 1e3
+    );
+    if let (Some(up), Some(down)) = (p.up_us, p.down_us) {
+        let err = p
+            .split_error_us
+            .map_or(String::new(), |e| format!("\u{b1}{:.3}", e / 1e3));
+        line += &format!(" up={:.3}{err} ms down={:.3}{err} ms", up / 1e3, down / 1e3);
+    }
+    line
+}
+
 /// Prints ping's closing summary.
 pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::client::RrReport) {
     let lost = r.sent.saturating_sub(r.received);

@@ -76,6 +76,24 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// How many requests a request/response test may have answered: all it
+    /// asks for if they fit `max_bytes`, or, for a test that runs until the
+    /// client stops, as many as fit.
+    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, String> {
+        let per = (u64::from(spec.size) + u64::from(spec.reply)).max(1);
+        if spec.until_stopped {
+            return match self.max_bytes / per {
+                0 => Err(format!(
+                    "server limit: max bytes per test {} (one request and reply take {per})",
+                    self.max_bytes
+                )),
+                n => Ok(n),
+            };
+        }
+        self.check_bytes(per.saturating_mul(spec.iterations))
+            .map(|()| spec.iterations)
+    }
+
     /// Refuses a test that would move more than `max_bytes`.
     pub fn check_bytes(&self, bytes: u64) -> Result<(), String> {
         if bytes > self.max_bytes {
@@ -512,11 +530,13 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 },
                 None,
             ) => {
-                let bytes =
-                    (u64::from(spec.size) + u64::from(spec.reply)).saturating_mul(spec.iterations);
-                if let Err(why) = limits.check_bytes(bytes) {
-                    reply_error(stream, ErrorCode::Refused, why);
-                    break;
+                let mut spec = spec;
+                match limits.rr_requests(&spec) {
+                    Ok(n) => spec.iterations = n,
+                    Err(why) => {
+                        reply_error(stream, ErrorCode::Refused, why);
+                        break;
+                    }
                 }
                 crate::rr::serve::serve(
                     stream,

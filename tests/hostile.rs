@@ -64,6 +64,7 @@ fn corpus() -> Vec<Message> {
                 reply: 64,
                 iterations: 10,
                 nagle: false,
+                until_stopped: false,
             }),
         },
         Message::TestRequest {
@@ -73,6 +74,7 @@ fn corpus() -> Vec<Message> {
                 reply: 64,
                 iterations: 10,
                 nagle: false,
+                until_stopped: false,
             }),
         },
         Message::DataHello(DataHello {

@@ -243,6 +243,7 @@ fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
         reply: 2,
         iterations: 10,
         nagle: false,
+        until_stopped: false,
     }));
     match r {
         Err(ClientError::Refused { message, .. }) => assert!(
@@ -497,4 +498,123 @@ fn udp_round_trips_can_end_at_the_kernel_receive_time() {
     // Without the option nothing is kernel-timed.
     c.rx_timestamps = false;
     assert_eq!(go(&c).rx_stamped, 0);
+}
+
+/// Probes keep their absolute schedule whatever is lost: with every 5th
+/// request dropped and a 1 s timeout, 20 probes 50 ms apart still all leave
+/// within ~1 s (waiting for each lost reply would take 4 s longer), and a
+/// lost probe never delays the next.
+#[test]
+fn ping_schedule_does_not_wait_for_lost_replies() {
+    let srv = TestServer::start();
+    let relay = UdpRelay::start(
+        srv.addr,
+        Impair {
+            drop_every: 5,
+            ..Default::default()
+        },
+        true,
+    );
+    let mut c = cfg(relay.addr, Transport::Udp);
+    (c.iterations, c.warmup) = (20, 0);
+    c.interval = Some(Duration::from_millis(50));
+    c.timeout = Some(Duration::from_secs(1));
+    let t0 = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+        seen.push((p.seq, p.rtt_us.is_some(), t0.elapsed()))
+    })
+    .unwrap()
+    .0;
+    assert_eq!((r.sent, r.received, r.lost_up), (20, 16, Some(4)));
+    // The reply to probe 19 comes ~950 ms after the start; a schedule held up
+    // by each lost reply would put it past 4.9 s.
+    let last_ok = seen.iter().filter(|s| s.1).map(|s| s.2).max().unwrap();
+    assert!(last_ok < Duration::from_millis(2500), "{seen:?}");
+    // Probe 5 (after the first loss, probe 4) is answered well before probe
+    // 4's timeout would have let a waiting sender go on.
+    let p5 = seen.iter().find(|s| s.0 == 5).unwrap();
+    assert!(p5.1 && p5.2 < Duration::from_millis(900), "{seen:?}");
+}
+
+/// A reply that comes after its timeout is matched to its probe and counted
+/// late, once: not received, and not lost a second time in the down count.
+#[test]
+fn late_replies_are_counted_late_not_lost_twice() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    let down = ImpairSpec {
+        delay_ns: 150_000_000,
+        ..Default::default()
+    };
+    let relay = TestRelay::start(srv.addr, ImpairSpec::default(), down);
+    let mut c = cfg(relay.addr, Transport::Udp);
+    (c.iterations, c.warmup) = (10, 0);
+    // Probe i leaves at 40i ms, times out at 40i + 50 and is answered at
+    // 40i + 150; the run ends at probe 9's timeout (410 ms), after the late
+    // replies to probes 0..=6.
+    c.interval = Some(Duration::from_millis(40));
+    c.timeout = Some(Duration::from_millis(50));
+    let mut lines = Vec::new();
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+        lines.push(netrig::report::ping_line(64, "x", p))
+    })
+    .unwrap()
+    .0;
+    // The run waits for each probe's timeout, not for late replies: the
+    // last replies may still be in flight when it ends.
+    assert_eq!(r.received, 0, "{lines:?}");
+    assert!(r.late >= 5, "{r:?} {lines:?}");
+    assert_eq!(r.lost_up, Some(0));
+    assert_eq!(r.lost_down, Some(10 - r.late), "{r:?}");
+    assert_eq!(lines.iter().filter(|l| l.contains("lost")).count(), 10);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("late reply")).count() as u64,
+        r.late
+    );
+}
+
+/// Unsynchronised clocks: each probe's one-way split carries the offset's ±
+/// bound; with --synced it is given as measured.
+#[test]
+fn ping_split_carries_its_bound_unless_clocks_are_synced() {
+    let srv = TestServer::start();
+    for synced in [false, true] {
+        let mut c = cfg(srv.addr, Transport::Udp);
+        (c.iterations, c.warmup, c.synced) = (3, 0, synced);
+        c.interval = Some(Duration::from_millis(5));
+        let mut lines = Vec::new();
+        run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+            lines.push(netrig::report::ping_line(64, "x", p))
+        })
+        .unwrap();
+        assert_eq!(lines.len(), 3);
+        for l in &lines {
+            assert!(l.contains(" up=") && l.contains(" down="), "{l}");
+            assert_eq!(l.contains('\u{b1}'), !synced, "{l}");
+        }
+    }
+}
+
+/// `ping` without a count runs until interrupted, against a default server
+/// (it used to ask for 2^64 requests and be refused by --max-bytes).
+#[test]
+fn unbounded_ping_is_accepted_and_runs_until_interrupted() {
+    let srv = TestServer::start();
+    let mut c = cfg(srv.addr, Transport::Udp);
+    (c.iterations, c.warmup) = (netrig::rr::client::UNBOUNDED, 0);
+    c.interval = Some(Duration::from_millis(5));
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let mut n = 0;
+    let r = run(&c, Arc::clone(&stop), &mut |_| {
+        n += 1;
+        if n == 20 {
+            s.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    })
+    .expect("a default server accepts an unbounded ping")
+    .0;
+    assert!(r.interrupted && r.received >= 20, "{r:?}");
 }

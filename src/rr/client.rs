@@ -5,19 +5,17 @@
 
 use serde::Serialize;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::hist::{LatencyStats, Summary};
-use super::serve::{UDP_REPLY_MIN, write_pattern};
+use super::serve::write_pattern;
 use crate::control::{ClientError, Control};
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::proto::{Message, RrProto, RrSpec, TestSpec};
-use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
-use crate::udp::clock::{Offset, realtime_ns};
-use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use crate::udp::clock::Offset;
 
 /// Transport as the user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -49,7 +47,7 @@ pub struct RrConfig {
     pub size: u32,
     /// Reply payload bytes.
     pub reply: u32,
-    /// Measured iterations (`u64::MAX` = until Ctrl-C).
+    /// Measured iterations ([`UNBOUNDED`] = until Ctrl-C).
     pub iterations: u64,
     /// Iterations before measuring, reported separately.
     pub warmup: u64,
@@ -82,6 +80,9 @@ pub struct RrConfig {
     pub bind: Vec<IpAddr>,
 }
 
+/// `RrConfig::iterations` for a run that goes on until it is interrupted.
+pub const UNBOUNDED: u64 = u64::MAX;
+
 /// One request's outcome, for ping-style printing.
 #[derive(Debug, Clone, Serialize)]
 pub struct Probe {
@@ -93,6 +94,11 @@ pub struct Probe {
     pub up_us: Option<f64>,
     /// Estimated server-to-client delay, µs (UDP).
     pub down_us: Option<f64>,
+    /// The one-way split is right to within ± this, µs (the clock offset's
+    /// bound); `None` when the clocks are trusted (`--synced`) or over TCP.
+    pub split_error_us: Option<f64>,
+    /// A reply that came after its request had timed out (and was reported lost).
+    pub late: bool,
     /// Part of the warm-up.
     pub warmup: bool,
 }
@@ -140,17 +146,17 @@ pub struct RrReport {
 }
 
 /// How often a UDP run checks that the server is still there.
-const LIVENESS_CHECK: Duration = Duration::from_millis(250);
+pub(super) const LIVENESS_CHECK: Duration = Duration::from_millis(250);
 
 /// One run in progress: its settings, its samples so far, and its stop flag.
-struct Run<'a> {
-    cfg: &'a RrConfig,
+pub(super) struct Run<'a> {
+    pub(super) cfg: &'a RrConfig,
     /// Requests to send, warm-up included.
-    total: u64,
-    interrupt: &'a AtomicBool,
+    pub(super) total: u64,
+    pub(super) interrupt: &'a AtomicBool,
     warm: LatencyStats,
     main: LatencyStats,
-    rep: RrReport,
+    pub(super) rep: RrReport,
     /// Wall-clock span of the measured round trips: from the start of the
     /// first to the end of the last (transactions per second, as ACE counts
     /// them, include everything between round trips).
@@ -158,7 +164,7 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn record(&mut self, seq: u64, rtt: Duration) {
+    pub(super) fn record(&mut self, seq: u64, rtt: Duration) {
         let ns = rtt.as_nanos() as u64;
         if seq < self.cfg.warmup {
             self.warm.record_ns(ns);
@@ -247,6 +253,7 @@ pub fn run(
         reply: cfg.reply,
         iterations: total,
         nagle: cfg.nagle,
+        until_stopped: cfg.iterations == UNBOUNDED,
     };
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg
@@ -303,7 +310,7 @@ pub fn run(
     let result = match (proto, accept) {
         (RrProto::Tcp, Message::TestAccept { session }) => tcp(&mut c, session, &mut run, on_probe),
         (RrProto::Udp, Message::UdpAccept { port, token, .. }) => {
-            udp(&mut c, port, token, &mut run, on_probe)
+            super::udp::run(&mut c, port, token, &mut run, on_probe)
         }
         (RrProto::SctpSeqpacket, Message::SeqpacketAccept { session, port }) => {
             seqpacket(&mut c, session, port, &mut run, on_probe)
@@ -479,152 +486,10 @@ fn exchanges(
             rtt_us: Some(rtt.as_nanos() as f64 / 1e3),
             up_us: None,
             down_us: None,
+            split_error_us: None,
+            late: false,
             warmup: seq < cfg.warmup,
         });
-    }
-    Ok(())
-}
-
-fn udp(
-    c: &mut Control,
-    port: u16,
-    token: u64,
-    run: &mut Run,
-    on_probe: &mut dyn FnMut(&Probe),
-) -> Result<(), ClientError> {
-    let (cfg, total, interrupt) = (run.cfg, run.total, run.interrupt);
-    let offset = if cfg.synced {
-        None
-    } else {
-        Some(offset_estimate(c)?)
-    };
-    run.rep.offset = offset;
-    let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
-    let server = std::net::SocketAddr::new(c.addr.ip(), port);
-    let sock: UdpSocket =
-        data_socket(server, cfg.bind.first().copied(), None, 1 << 20, 1 << 20, c)?;
-    let stamped = cfg.rx_timestamps && crate::udp::engine::enable_rx_timestamps(&sock);
-    let nonce = prove_reachability(c, &sock, token)?;
-    match c.call(&Message::UdpReady {
-        nonce,
-        offset_ns: theta as i64,
-    })? {
-        Message::UdpGo => {}
-        m => return Err(c.unexpected(m)),
-    }
-    let timeout = cfg.timeout.unwrap_or(Duration::from_secs(1));
-    if cfg.busy_poll {
-        sock.set_nonblocking(true)
-            .map_err(|e| c.failed(e.to_string()))?;
-    }
-    let mut req = vec![0u8; HEADER_LEN + cfg.size as usize];
-    let mut buf = vec![0u8; 65536];
-    let mut expect = Vec::new();
-    let start = Instant::now();
-    let mut checked = start;
-    for seq in 0..total {
-        if interrupt.load(SeqCst) {
-            break;
-        }
-        if checked.elapsed() >= LIVENESS_CHECK {
-            checked = Instant::now();
-            if c.peer_gone() {
-                return Err(c.failed(format!(
-                    "the server closed the control connection after {} requests",
-                    run.rep.sent
-                )));
-            }
-        }
-        pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);
-        fill_payload(1, seq, &mut req[HEADER_LEN..]);
-        let t1 = realtime_ns();
-        Header {
-            flags: 0,
-            stream: 1,
-            seq,
-            send_ns: t1,
-            payload_len: cfg.size,
-        }
-        .write(&mut req);
-        let t0 = Instant::now();
-        let t_send = realtime_ns();
-        run.rep.sent += 1;
-        if sock.send(&req).is_err() {
-            on_probe(&Probe {
-                seq,
-                rtt_us: None,
-                up_us: None,
-                down_us: None,
-                warmup: seq < cfg.warmup,
-            });
-            continue;
-        }
-        let mut probe = Probe {
-            seq,
-            rtt_us: None,
-            up_us: None,
-            down_us: None,
-            warmup: seq < cfg.warmup,
-        };
-        loop {
-            let left = timeout.saturating_sub(t0.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            if !cfg.busy_poll {
-                let _ = sock.set_read_timeout(Some(left));
-            }
-            let (n, stamp) = match crate::udp::engine::recv_stamped(&sock, &mut buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && cfg.busy_poll => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let mut rtt = t0.elapsed();
-            let mut t4 = realtime_ns();
-            let kernel_time = stamped && stamp.is_some();
-            if let (true, Some(st)) = (stamped, stamp) {
-                // The kernel's receive time leaves out this process's wake-up.
-                rtt = Duration::from_nanos(st.saturating_sub(t_send)).min(rtt);
-                t4 = st;
-            }
-            let Ok(h) = Header::read(&buf[..n]) else {
-                continue;
-            };
-            if h.flags & FLAG_HANDSHAKE != 0 {
-                continue;
-            }
-            if h.seq < seq {
-                run.rep.late += 1;
-                continue;
-            }
-            if h.seq != seq || n < HEADER_LEN + UDP_REPLY_MIN as usize {
-                continue;
-            }
-            // The reply is the server's timestamp, its complement, then the
-            // pattern for (stream ^ 1, seq).
-            let word = |at: usize| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&buf[HEADER_LEN + at..HEADER_LEN + at + 8]);
-                u64::from_be_bytes(b)
-            };
-            let t2 = word(0);
-            expect.resize(n - HEADER_LEN, 0);
-            fill_payload(h.stream ^ 1, h.seq, &mut expect);
-            if word(8) != !t2 || buf[HEADER_LEN + 16..n] != expect[16..] {
-                run.rep.corrupt += 1;
-            }
-            run.rep.received += 1;
-            run.rep.rx_stamped += u64::from(kernel_time);
-            run.record(seq, rtt);
-            probe.rtt_us = Some(rtt.as_nanos() as f64 / 1e3);
-            probe.up_us = Some((t2 as f64 - t1 as f64 - theta) / 1e3);
-            probe.down_us = Some((t4 as f64 - h.send_ns as f64 + theta) / 1e3);
-            break;
-        }
-        on_probe(&probe);
     }
     Ok(())
 }

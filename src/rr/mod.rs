@@ -5,3 +5,4 @@ pub mod client;
 pub mod crr;
 pub mod hist;
 pub mod serve;
+mod udp;

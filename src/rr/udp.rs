@@ -1,0 +1,267 @@
+//! UDP request/response (`rr --proto udp`, `ping`): requests leave on their
+//! own schedule whatever happens to earlier ones, and every reply is matched
+//! to its request by sequence number. Without `--interval` the next request
+//! leaves as soon as the previous one is answered or has timed out (ACE's
+//! back-to-back test); with one, request *i* is due at start + i × interval,
+//! so a lost reply never delays the probes after it (ping's schedule).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::UdpSocket;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use super::client::{LIVENESS_CHECK, Probe, Run};
+use super::serve::UDP_REPLY_MIN;
+use crate::control::{ClientError, Control};
+use crate::proto::Message;
+use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
+use crate::udp::clock::realtime_ns;
+use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+
+/// How many timed-out requests are remembered so that a reply arriving after
+/// its timeout is counted late (not ignored, and not lost twice).
+const EXPIRED_MEMORY: usize = 65_536;
+
+/// A request in flight.
+struct Pending {
+    seq: u64,
+    /// Monotonic send time (round trip start).
+    t0: Instant,
+    /// Realtime send time, stamped into the header (one-way up).
+    t1: u64,
+    /// Realtime just before the send call (kernel receive stamps compare to it).
+    t_send: u64,
+}
+
+/// When request `seq` is due on an `interval` schedule starting at `start`.
+fn due(start: Instant, interval: Duration, seq: u64) -> Instant {
+    let ns = interval.as_nanos().saturating_mul(u128::from(seq));
+    start + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX / 2))
+}
+
+/// Runs UDP round trips after the control connection has accepted them.
+pub(super) fn run(
+    c: &mut Control,
+    port: u16,
+    token: u64,
+    run: &mut Run,
+    on_probe: &mut dyn FnMut(&Probe),
+) -> Result<(), ClientError> {
+    let cfg = run.cfg;
+    let offset = if cfg.synced {
+        None
+    } else {
+        Some(offset_estimate(c)?)
+    };
+    run.rep.offset = offset;
+    let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
+    let split_error_us = offset.map(|o| o.uncertainty_ns as f64 / 1e3);
+    let server = std::net::SocketAddr::new(c.addr.ip(), port);
+    let sock: UdpSocket =
+        data_socket(server, cfg.bind.first().copied(), None, 1 << 20, 1 << 20, c)?;
+    let stamped = cfg.rx_timestamps && crate::udp::engine::enable_rx_timestamps(&sock);
+    let nonce = prove_reachability(c, &sock, token)?;
+    match c.call(&Message::UdpReady {
+        nonce,
+        offset_ns: theta as i64,
+    })? {
+        Message::UdpGo => {}
+        m => return Err(c.unexpected(m)),
+    }
+    let timeout = cfg.timeout.unwrap_or(Duration::from_secs(1));
+    if cfg.busy_poll {
+        sock.set_nonblocking(true)
+            .map_err(|e| c.failed(e.to_string()))?;
+    }
+    let mut req = vec![0u8; HEADER_LEN + cfg.size as usize];
+    let mut buf = vec![0u8; 65536];
+    let mut expect = Vec::new();
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut expired: VecDeque<u64> = VecDeque::new();
+    let mut next = 0u64;
+    let start = Instant::now();
+    let mut checked = start;
+    let probe = |seq: u64, warm: u64| Probe {
+        seq,
+        rtt_us: None,
+        up_us: None,
+        down_us: None,
+        split_error_us,
+        late: false,
+        warmup: seq < warm,
+    };
+    loop {
+        if run.interrupt.load(SeqCst) {
+            break;
+        }
+        let now = Instant::now();
+        if now.duration_since(checked) >= LIVENESS_CHECK {
+            checked = now;
+            if c.peer_gone() {
+                return Err(c.failed(format!(
+                    "the server closed the control connection after {} requests",
+                    run.rep.sent
+                )));
+            }
+        }
+        // Requests whose timeout has passed are lost (until a reply proves late).
+        while let Some(p) = pending.front()
+            && now.duration_since(p.t0) >= timeout
+        {
+            let seq = p.seq;
+            pending.pop_front();
+            if expired.len() == EXPIRED_MEMORY {
+                expired.pop_front();
+            }
+            expired.push_back(seq);
+            on_probe(&probe(seq, cfg.warmup));
+        }
+        let next_due = (next < run.total).then(|| match cfg.interval {
+            Some(iv) => due(start, iv, next),
+            // Back to back: the next request waits for this one's fate.
+            None if pending.is_empty() => now,
+            None => now + timeout,
+        });
+        if let Some(d) = next_due
+            && d <= now
+        {
+            let seq = next;
+            next += 1;
+            fill_payload(1, seq, &mut req[HEADER_LEN..]);
+            let t1 = realtime_ns();
+            Header {
+                flags: 0,
+                stream: 1,
+                seq,
+                send_ns: t1,
+                payload_len: cfg.size,
+            }
+            .write(&mut req);
+            let t0 = Instant::now();
+            let t_send = realtime_ns();
+            run.rep.sent += 1;
+            if sock.send(&req).is_ok() {
+                pending.push_back(Pending {
+                    seq,
+                    t0,
+                    t1,
+                    t_send,
+                });
+            } else {
+                on_probe(&probe(seq, cfg.warmup));
+            }
+            continue;
+        }
+        if next_due.is_none() && pending.is_empty() {
+            break;
+        }
+        // Sleep in the socket until the next send, the next timeout, or a
+        // liveness check, whichever comes first.
+        let mut wake = checked + LIVENESS_CHECK;
+        if let Some(d) = next_due {
+            wake = wake.min(d);
+        }
+        if let Some(p) = pending.front() {
+            wake = wake.min(p.t0 + timeout);
+        }
+        let left = wake.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            continue;
+        }
+        if cfg.busy_poll {
+            std::hint::spin_loop();
+        } else {
+            let _ = sock.set_read_timeout(Some(left));
+        }
+        let (n, stamp) = match crate::udp::engine::recv_stamped(&sock, &mut buf) {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            // ICMP errors (port unreachable) surface here; the request stays
+            // pending and times out as lost.
+            Err(_) => continue,
+        };
+        let arrived = Instant::now();
+        let Ok(h) = Header::read(&buf[..n]) else {
+            continue;
+        };
+        if h.flags & FLAG_HANDSHAKE != 0 || n < HEADER_LEN + UDP_REPLY_MIN as usize {
+            continue;
+        }
+        let Some(i) = pending.iter().position(|p| p.seq == h.seq) else {
+            // Not in flight: a reply after its timeout counts late once;
+            // anything else (a duplicate) is ignored.
+            if let Some(j) = expired.iter().position(|&s| s == h.seq) {
+                expired.remove(j);
+                run.rep.late += 1;
+                let mut p = probe(h.seq, cfg.warmup);
+                p.late = true;
+                on_probe(&p);
+            }
+            continue;
+        };
+        let Some(p) = pending.remove(i) else {
+            continue;
+        };
+        let mut rtt = arrived.duration_since(p.t0);
+        let mut t4 = realtime_ns();
+        let kernel_time = stamped && stamp.is_some();
+        if let (true, Some(st)) = (stamped, stamp) {
+            // The kernel's receive time leaves out this process's wake-up.
+            rtt = Duration::from_nanos(st.saturating_sub(p.t_send)).min(rtt);
+            t4 = st;
+        }
+        // The reply is the server's timestamp, its complement, then the
+        // pattern for (stream ^ 1, seq).
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[HEADER_LEN + at..HEADER_LEN + at + 8]);
+            u64::from_be_bytes(b)
+        };
+        let t2 = word(0);
+        expect.resize(n - HEADER_LEN, 0);
+        fill_payload(h.stream ^ 1, h.seq, &mut expect);
+        if word(8) != !t2 || buf[HEADER_LEN + 16..n] != expect[16..] {
+            run.rep.corrupt += 1;
+        }
+        run.rep.received += 1;
+        run.rep.rx_stamped += u64::from(kernel_time);
+        run.record(p.seq, rtt);
+        let mut out = probe(p.seq, cfg.warmup);
+        out.rtt_us = Some(rtt.as_nanos() as f64 / 1e3);
+        out.up_us = Some((t2 as f64 - p.t1 as f64 - theta) / 1e3);
+        out.down_us = Some((t4 as f64 - h.send_ns as f64 + theta) / 1e3);
+        on_probe(&out);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_is_absolute_and_does_not_overflow() {
+        let s = Instant::now();
+        let iv = Duration::from_millis(10);
+        assert_eq!(due(s, iv, 0), s);
+        assert_eq!(due(s, iv, 7) - s, Duration::from_millis(70));
+        // Far beyond u32 sequence numbers the schedule still moves forward.
+        let far = (1u64 << 33) + 5;
+        assert_eq!(
+            due(s, Duration::from_nanos(1), far) - s,
+            Duration::from_nanos(far)
+        );
+        // An absurd product saturates instead of panicking.
+        let _ = due(s, Duration::from_secs(1 << 40), u64::MAX);
+    }
+}
