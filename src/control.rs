@@ -8,7 +8,14 @@ use thiserror::Error;
 
 use crate::auth::Key;
 use crate::net;
-use crate::proto::{Hello, Message, PROTOCOL_VERSION, TestSpec, read_message, write_message};
+use crate::proto::{
+    Hello, Message, PROTOCOL_VERSION, ProtoError, ReadError, TestSpec, foreign_server,
+    read_message, write_message,
+};
+
+/// How long a server has to answer hello before it is taken for something
+/// that is not a netrig server.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 use crate::tcp::config::ConfigError;
 
 /// Why a run could not start or the server could not be talked to.
@@ -32,6 +39,14 @@ pub enum ClientError {
         target: String,
         /// What went wrong.
         detail: String,
+    },
+    /// Something answered at the address, but not a netrig server.
+    #[error("{target} is not a netrig server ({why})")]
+    NotNetrig {
+        /// The target and the address that answered.
+        target: String,
+        /// What it did instead.
+        why: String,
     },
     /// The server refused the test.
     #[error("server {target} refused the test: {message}")]
@@ -105,7 +120,11 @@ impl Control {
         let client_nonce = crate::auth::nonce();
         let mut hello = Message::hello();
         hello.nonce = Some(client_nonce.clone());
-        match c.call(&Message::Hello(hello))? {
+        c.send(&Message::Hello(hello))?;
+        let _ = c.stream.set_read_timeout(Some(timeout.min(HELLO_TIMEOUT)));
+        let reply = c.hello_reply()?;
+        let _ = c.stream.set_read_timeout(Some(timeout));
+        match reply {
             Message::HelloAck(h) if h.protocol != PROTOCOL_VERSION => {
                 Err(c.refused(format!("server speaks protocol {}", h.protocol)))
             }
@@ -118,6 +137,47 @@ impl Control {
             }
             Message::HelloAck(_) => Ok(c),
             m => Err(c.unexpected(m)),
+        }
+    }
+
+    /// Reads the answer to our hello, naming what answered when it is not a
+    /// netrig server: silence, a close, or another protocol's first bytes.
+    fn hello_reply(&mut self) -> Result<Message, ClientError> {
+        let not_netrig = |c: &Control, why: String| ClientError::NotNetrig {
+            target: format!("{} ({})", c.target, c.addr),
+            why,
+        };
+        match read_message(&mut self.stream) {
+            Ok(Message::Error { message, .. }) => Err(self.refused(message)),
+            Ok(m) => Ok(m),
+            Err(ReadError::Proto(ProtoError::BadMagic(m))) => {
+                let first = if m[1] == 0 { &m[..1] } else { &m[..] };
+                let why = foreign_server(first).map_or_else(
+                    || format!("it answered with bytes {first:02x?}"),
+                    str::to_string,
+                );
+                Err(not_netrig(self, why))
+            }
+            Err(ReadError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                let secs = self
+                    .stream
+                    .read_timeout()
+                    .ok()
+                    .flatten()
+                    .unwrap_or(HELLO_TIMEOUT)
+                    .as_secs_f64();
+                Err(not_netrig(self, format!("no reply to hello within {secs}s")))
+            }
+            Err(ReadError::Eof) => Err(not_netrig(
+                self,
+                "it closed the connection without answering hello".into(),
+            )),
+            Err(e) => Err(self.failed(e.to_string())),
         }
     }
 

@@ -1127,7 +1127,9 @@ fn client_error_exit(e: ClientError) -> ExitCode {
     eprintln!("netrig: {e}");
     ExitCode::from(match e {
         ClientError::Refused { .. } => exit::REFUSED,
-        ClientError::Connect { .. } | ClientError::Control { .. } => exit::NETWORK_ERROR,
+        ClientError::Connect { .. } | ClientError::Control { .. } | ClientError::NotNetrig { .. } => {
+            exit::NETWORK_ERROR
+        }
         ClientError::Config(_) => 2,
     })
 }

@@ -505,6 +505,21 @@ impl Message {
     }
 }
 
+/// What a peer that answered a hello with something other than a netrig
+/// frame probably is, from its first bytes (`None`: no idea).
+///
+/// iperf3's server reads the client's 37-byte cookie and answers with one
+/// state byte: `PARAM_EXCHANGE` (9) or `ACCESS_DENIED` (-1) when busy
+/// (iperf3 `src/iperf_api.h`). HTTP and SSH servers open with their names.
+pub fn foreign_server(first: &[u8]) -> Option<&'static str> {
+    match first {
+        [b'H', b'T', ..] | [b'<', ..] => Some("it answered with HTTP"),
+        [b'S', b'S', ..] => Some("it looks like an SSH server"),
+        [9] | [9, 0, ..] | [0xff] | [0xff, 0, ..] => Some("it looks like an iperf3 server"),
+        _ => None,
+    }
+}
+
 /// Encodes a message into one frame.
 pub fn encode(msg: &Message) -> Vec<u8> {
     // Serializing these plain structs to JSON cannot fail.
@@ -590,6 +605,18 @@ pub fn write_message(w: &mut impl Write, msg: &Message) -> io::Result<()> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn foreign_servers_are_named_by_their_first_bytes() {
+        assert_eq!(foreign_server(b"HTTP/1.0 400"), Some("it answered with HTTP"));
+        assert_eq!(foreign_server(b"SSH-2.0"), Some("it looks like an SSH server"));
+        assert_eq!(foreign_server(&[9]), Some("it looks like an iperf3 server"));
+        assert_eq!(foreign_server(&[9, 0]), Some("it looks like an iperf3 server"));
+        assert_eq!(foreign_server(&[0xff]), Some("it looks like an iperf3 server"));
+        assert_eq!(foreign_server(&[9, 1]), None);
+        assert_eq!(foreign_server(b"NR"), None);
+        assert_eq!(foreign_server(&[]), None);
+    }
 
     fn samples() -> Vec<Message> {
         let id = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
