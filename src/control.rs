@@ -171,7 +171,10 @@ impl Control {
                     .flatten()
                     .unwrap_or(HELLO_TIMEOUT)
                     .as_secs_f64();
-                Err(not_netrig(self, format!("no reply to hello within {secs}s")))
+                Err(not_netrig(
+                    self,
+                    format!("no reply to hello within {secs}s"),
+                ))
             }
             Err(ReadError::Eof) => Err(not_netrig(
                 self,

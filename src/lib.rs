@@ -12,7 +12,7 @@
 macro_rules! out {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        let _ = writeln!($crate::output::console(), $($t)*);
     }};
 }
 
@@ -20,6 +20,7 @@ pub mod auth;
 pub mod control;
 pub mod net;
 pub mod outcome;
+pub mod output;
 pub mod pattern;
 pub mod plan;
 pub mod proto;

@@ -152,6 +152,9 @@ fn analyse(
 }
 
 fn analyze_file(a: AnalyzeArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([("--csv", a.csv.as_deref())]) {
+        return Ok(c);
+    }
     let text =
         std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
     let bad = |why: String| {
@@ -192,6 +195,7 @@ fn analyze_file(a: AnalyzeArgs) -> Result<ExitCode> {
 #[derive(Args)]
 struct CrrArgs {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
     target: Option<String>,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
@@ -220,6 +224,9 @@ struct CrrArgs {
 }
 
 fn crr(a: CrrArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([("--json", a.json.as_deref())]) {
+        return Ok(c);
+    }
     if a.size == 0 || a.size > 1 << 20 || a.reply > 1 << 20 {
         eprintln!("netrig: --size must be 1..=1M and --reply at most 1M");
         return Ok(ExitCode::from(2));
@@ -285,6 +292,7 @@ struct HistArgs {
 #[derive(Args)]
 struct RrArgs {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
     target: Option<String>,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
@@ -344,6 +352,7 @@ struct RrArgs {
 #[derive(Args)]
 struct PingArgs {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
     target: Option<String>,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
@@ -372,6 +381,9 @@ struct PingArgs {
     /// Trust the clocks for the one-way split.
     #[arg(long)]
     synced: bool,
+    /// Write the report as JSON ("-": standard output).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
     /// 0 summary only, 1 a line per probe.
     #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
     verbosity: u8,
@@ -414,6 +426,13 @@ fn parse_spectrum(s: &str) -> Result<(u32, u32), String> {
 }
 
 fn rr(a: RrArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([
+        ("--json", a.json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--hist-file", a.hist_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
     let spectrum = match a.spectrum.as_deref().map(parse_spectrum).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -539,6 +558,9 @@ fn rr(a: RrArgs) -> Result<ExitCode> {
 }
 
 fn ping(a: PingArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([("--json", a.json.as_deref())]) {
+        return Ok(c);
+    }
     let interval = match a.rate {
         Some(r) if r > 0.0 && r.is_finite() => Duration::from_secs_f64(1.0 / r),
         Some(_) => {
@@ -594,15 +616,46 @@ fn ping(a: PingArgs) -> Result<ExitCode> {
         Err(e) => return Ok(client_error_exit(e)),
     };
     netrig::report::print_ping_summary(&cfg, &rep);
-    if let Some(e) = &rep.error {
+    let code = if let Some(e) = &rep.error {
         eprintln!("netrig: {e}");
-        return Ok(ExitCode::from(exit::NETWORK_ERROR));
-    }
-    Ok(ExitCode::from(if rep.received == 0 && rep.sent > 0 {
         exit::NETWORK_ERROR
+    } else if rep.received == 0 && rep.sent > 0 {
+        exit::NETWORK_ERROR
+    } else if rep.interrupted && a.count.is_some() {
+        // Without -c, Ctrl-C is how a ping ends (as ping(8)); with one, it
+        // cut the run short.
+        exit::INTERRUPTED
     } else {
         0
-    }))
+    };
+    let reports = [rep];
+    Ok(finish(
+        code,
+        a.json.as_deref(),
+        |p| netrig::report::write_rr_json(p, &cfg, &reports),
+        Vec::new(),
+    ))
+}
+
+fn target_arg(s: &str) -> Result<String, String> {
+    netrig::net::check_target(s).map(|()| s.to_string())
+}
+
+/// Checks every output path before a test starts; a bad one is a usage
+/// error that names the flag (exit 2).
+fn check_outputs<'a>(
+    outputs: impl IntoIterator<Item = (&'static str, Option<&'a std::path::Path>)>,
+) -> Result<(), ExitCode> {
+    let outputs: Vec<_> = outputs.into_iter().collect();
+    let paths = outputs.iter().map(|(_, p)| *p);
+    netrig::output::check_all(paths).map_err(|e| {
+        let flag = outputs
+            .iter()
+            .find(|(_, p)| *p == Some(e.path()))
+            .map_or("output", |(f, _)| f);
+        eprintln!("netrig: {flag} {e}");
+        ExitCode::from(2)
+    })
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -662,9 +715,10 @@ struct ServeArgs {
 #[derive(Args)]
 struct TcpArgs {
     /// Servers to test against (HOST, HOST:PORT, [V6]:PORT), used round-robin.
+    #[arg(value_parser = target_arg)]
     targets: Vec<String>,
     /// Another target (same as a positional one).
-    #[arg(long = "target", value_name = "HOST")]
+    #[arg(long = "target", value_name = "HOST", value_parser = target_arg)]
     more_targets: Vec<String>,
     /// Port for targets that do not name one.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
@@ -751,7 +805,8 @@ fn signed_duration(s: &str) -> Result<i64, String> {
 
 #[derive(Args)]
 struct UdpArgs {
-    /// Server (HOST, HOST:PORT, [V6]:PORT).
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
     target: Option<String>,
     /// End every test datagram with an HMAC-SHA256 tag under the session's key
     /// (needs --key here and on the server); altered or forged datagrams count as
@@ -868,6 +923,14 @@ fn udp(a: UdpArgs) -> Result<ExitCode> {
 }
 
 fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([
+        ("--json", a.json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--status-file", a.status_file.as_deref()),
+        ("--jitter-file", a.jitter_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
     use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
     let (size, gap_ps, reverse, media) = if a.media {
         let bitrate = a.bitrate.unwrap_or_default();
@@ -1070,10 +1133,14 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
             print_analysis(b, an);
         }
     }
+    let mut output_errors = reporter.take_errors();
     if let (Some(path), Some(b)) = (&a.csv, &rep.bins)
         && let Err(e) = write_bins(path, b)
     {
-        eprintln!("netrig: cannot write {}: {e}", path.display());
+        output_errors.push(std::io::Error::new(
+            e.kind(),
+            format!("cannot write {}: {e}", path.display()),
+        ));
     }
     let code = run_code(
         rep.totals.as_ref().is_some_and(|t| t.corrupt > 0),
@@ -1084,7 +1151,7 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         code,
         a.json.as_deref(),
         |p| write_udp_json(p, &cfg, &rep),
-        reporter.take_errors(),
+        output_errors,
     ))
 }
 
@@ -1127,20 +1194,27 @@ fn client_error_exit(e: ClientError) -> ExitCode {
     eprintln!("netrig: {e}");
     ExitCode::from(match e {
         ClientError::Refused { .. } => exit::REFUSED,
-        ClientError::Connect { .. } | ClientError::Control { .. } | ClientError::NotNetrig { .. } => {
-            exit::NETWORK_ERROR
-        }
+        ClientError::Connect { .. }
+        | ClientError::Control { .. }
+        | ClientError::NotNetrig { .. } => exit::NETWORK_ERROR,
         ClientError::Config(_) => 2,
     })
 }
 
+/// The flag SIGINT and SIGTERM set: the run stops gracefully and writes
+/// everything it measured. GNU `timeout` and impatient users send a second
+/// signal within a second, so only a third one exits at once (row files are
+/// flushed row by row and stay parseable; the JSON is then not written).
 fn interrupt_flag() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&flag);
-    // A second Ctrl-C exits at once; files are flushed row by row, so they stay parseable.
+    let signals = std::sync::atomic::AtomicU32::new(0);
     let r = ctrlc::set_handler(move || {
-        if f.swap(true, SeqCst) {
-            std::process::exit(exit::INTERRUPTED as i32);
+        f.store(true, SeqCst);
+        match signals.fetch_add(1, SeqCst) {
+            0 => {}
+            1 => eprintln!("netrig: stopping and writing results; a third signal exits at once"),
+            _ => std::process::exit(exit::INTERRUPTED as i32),
         }
     });
     if let Err(e) = r {
@@ -1208,6 +1282,13 @@ impl Embedded {
 }
 
 fn tcp(a: TcpArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([
+        ("--json", a.json.as_deref()),
+        ("--status-file", a.status_file.as_deref()),
+        ("--connection-file", a.connection_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
@@ -1266,7 +1347,6 @@ fn tcp(a: TcpArgs) -> Result<ExitCode> {
     .context("cannot open an output file")?;
     reporter.trip_times = a.trip_times;
     let flag = interrupt_flag();
-    reporter.banner(&cfg, &targets);
     let result = client::run(cfg.clone(), flag, &mut reporter);
     if let Some(e) = embedded {
         e.finish();

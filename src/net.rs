@@ -135,6 +135,36 @@ pub fn keepalive(stream: &TcpStream) -> io::Result<()> {
     socket2::SockRef::from(stream).set_tcp_keepalive(&ka)
 }
 
+/// Checks a target's form (`HOST`, `HOST:PORT`, `IP`, `[V6]:PORT`) without
+/// resolving it, so a bad port is a usage error rather than a network one.
+pub fn check_target(target: &str) -> Result<(), String> {
+    let t = target.trim();
+    if t.is_empty() {
+        return Err("empty target".into());
+    }
+    if t.parse::<SocketAddr>().is_ok()
+        || t.trim_matches(|c| c == '[' || c == ']')
+            .parse::<IpAddr>()
+            .is_ok()
+    {
+        return Ok(());
+    }
+    let Some((host, port)) = t.rsplit_once(':') else {
+        return Ok(());
+    };
+    if host.is_empty() || host.contains(':') && !host.starts_with('[') {
+        return Err(format!(
+            "'{t}' is neither HOST:PORT nor an address ([V6]:PORT for IPv6)"
+        ));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(format!(
+            "port '{port}' in '{t}' is not a number from 1 to 65535"
+        )),
+    }
+}
+
 /// Resolves `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
 pub fn resolve(target: &str, default_port: u16) -> io::Result<Vec<SocketAddr>> {
     let t = target.trim();
@@ -204,6 +234,25 @@ pub fn reset(stream: &TcpStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn target_forms() {
+        for ok in [
+            "host",
+            "host:80",
+            "10.0.0.1",
+            "10.0.0.1:5",
+            "::1",
+            "[::1]",
+            "[::1]:9",
+            "fe80::1",
+        ] {
+            assert_eq!(check_target(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "host:99999", "host:0", "host:", "1.2.3.4:x", ":80"] {
+            assert!(check_target(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn resolve_forms() {

@@ -85,6 +85,17 @@ fn kind_of(v: &Verdict) -> ResultKind {
     }
 }
 
+/// A network error on a connection of a run that was being stopped is the
+/// stop's doing: the server cancels its connections when told to stop, and
+/// one whose data phase had just ended loses its final report to that. Both
+/// ends then count it cancelled. Data errors stay findings.
+pub fn after_stop(result: ConnResult, stopped: bool) -> ConnResult {
+    if stopped && result.kind == ResultKind::NetworkError {
+        return ConnResult::new(ResultKind::Cancelled, "stopped before completion");
+    }
+    result
+}
+
 /// Combines this end's report with the peer's (or the reason there is none).
 pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &str>) -> ConnResult {
     let my_kind = kind_of(&mine.verdict);
@@ -123,6 +134,20 @@ pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &str>) -> ConnResult
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_network_errors_of_a_stopped_run_become_cancellations() {
+        let net = || ConnResult::new(ResultKind::NetworkError, "no result from peer");
+        assert_eq!(after_stop(net(), true).kind, ResultKind::Cancelled);
+        assert_eq!(after_stop(net(), false).kind, ResultKind::NetworkError);
+        for k in [
+            ResultKind::Success,
+            ResultKind::DataError,
+            ResultKind::Cancelled,
+        ] {
+            assert_eq!(after_stop(ConnResult::new(k, "x"), true).kind, k);
+        }
+    }
 
     fn rep(sent: u64, received: u64, verdict: Verdict) -> FinalReport {
         FinalReport {

@@ -608,11 +608,23 @@ mod tests {
 
     #[test]
     fn foreign_servers_are_named_by_their_first_bytes() {
-        assert_eq!(foreign_server(b"HTTP/1.0 400"), Some("it answered with HTTP"));
-        assert_eq!(foreign_server(b"SSH-2.0"), Some("it looks like an SSH server"));
+        assert_eq!(
+            foreign_server(b"HTTP/1.0 400"),
+            Some("it answered with HTTP")
+        );
+        assert_eq!(
+            foreign_server(b"SSH-2.0"),
+            Some("it looks like an SSH server")
+        );
         assert_eq!(foreign_server(&[9]), Some("it looks like an iperf3 server"));
-        assert_eq!(foreign_server(&[9, 0]), Some("it looks like an iperf3 server"));
-        assert_eq!(foreign_server(&[0xff]), Some("it looks like an iperf3 server"));
+        assert_eq!(
+            foreign_server(&[9, 0]),
+            Some("it looks like an iperf3 server")
+        );
+        assert_eq!(
+            foreign_server(&[0xff]),
+            Some("it looks like an iperf3 server")
+        );
         assert_eq!(foreign_server(&[9, 1]), None);
         assert_eq!(foreign_server(b"NR"), None);
         assert_eq!(foreign_server(&[]), None);

@@ -189,6 +189,11 @@ fn print_counts(c: &RelayCounts) {
 
 /// Runs `netrig relay`.
 pub fn run(a: RelayArgs) -> Result<ExitCode> {
+    if let Err(c) =
+        crate::check_outputs([("--log", a.log.as_deref()), ("--json", a.json.as_deref())])
+    {
+        return Ok(c);
+    }
     let to = netrig::net::resolve(&a.to, netrig::net::DEFAULT_PORT)
         .with_context(|| format!("cannot resolve --to {}", a.to))?
         .into_iter()

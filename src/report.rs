@@ -7,9 +7,9 @@
 //! renamed, so it is either complete or absent.
 
 use serde::Serialize;
-use std::fs::File;
+
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::outcome::ResultKind;
 use crate::stats::IntervalRow;
@@ -44,9 +44,8 @@ impl RowWriter {
         let csv = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-        let file = File::create(path)?;
         let mut w = RowWriter {
-            out: Box::new(BufWriter::new(file)),
+            out: Box::new(BufWriter::new(crate::output::create(path)?)),
             csv,
             widths: widths.to_vec(),
         };
@@ -163,7 +162,7 @@ impl Reporter {
         Ok(Reporter {
             verbosity,
             trip_times: false,
-            console: RowWriter::console(Box::new(io::stdout()), &STATUS_WIDTHS),
+            console: RowWriter::console(crate::output::console(), &STATUS_WIDTHS),
             status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
             errors: Vec::new(),
@@ -174,6 +173,11 @@ impl Reporter {
     pub fn banner(&mut self, cfg: &TcpClientConfig, targets: &[String]) {
         if self.verbosity == 0 {
             return;
+        }
+        if cfg.iterations.is_none() && cfg.time_limit.is_none() {
+            crate::out!(
+                "Runs until Ctrl-C: no --iterations or --time-limit (ctsTraffic's default)."
+            );
         }
         crate::out!("Configured Settings");
         crate::out!("    Protocol: TCP");
@@ -237,6 +241,10 @@ impl Reporter {
 }
 
 impl Observer for Reporter {
+    fn started(&mut self, cfg: &TcpClientConfig) {
+        self.banner(cfg, &cfg.targets);
+    }
+
     fn interval(&mut self, row: &IntervalRow) {
         let cells = row.cells();
         if self.verbosity >= 1 {
@@ -427,18 +435,13 @@ pub fn write_json(path: &Path, cfg: &TcpClientConfig, rep: &RunReport) -> io::Re
     write_atomically(path, &doc)
 }
 
-/// Serializes `doc` as pretty JSON to a temporary file, syncs it, and renames
-/// it over `path`, so readers see the old file, the complete new one, or none.
+/// Writes `doc` as pretty JSON; a regular file is replaced atomically, so
+/// readers see the old file or the complete new one (see [`crate::output`]).
 pub fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
-    let mut tmp = PathBuf::from(path);
-    tmp.set_extension(format!("tmp{}", std::process::id()));
-    {
-        let mut f = BufWriter::new(File::create(&tmp)?);
-        serde_json::to_writer_pretty(&mut f, doc).map_err(io::Error::other)?;
-        f.write_all(b"\n")?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
+    crate::output::replace(path, |w| {
+        serde_json::to_writer_pretty(&mut *w, doc).map_err(io::Error::other)?;
+        w.write_all(b"\n")
+    })
 }
 
 /// Columns of the UDP receiver table.
@@ -588,7 +591,7 @@ impl UdpReporter {
             verbosity,
             media,
             last_slice: 0.0,
-            console: RowWriter::console(Box::new(io::stdout()), w),
+            console: RowWriter::console(crate::output::console(), w),
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
@@ -825,7 +828,7 @@ pub fn write_spectrum_csv(path: &Path, reports: &[crate::rr::client::RrReport]) 
 
 /// Writes the histogram as CSV: low, high (µs; empty for below/above), count, fraction, cumulative.
 pub fn write_hist_csv(path: &Path, stats: &crate::rr::hist::LatencyStats) -> io::Result<()> {
-    let mut w = csv::Writer::from_path(path).map_err(io::Error::other)?;
+    let mut w = csv::Writer::from_writer(crate::output::create(path)?);
     w.write_record(["LowUs", "HighUs", "Count", "Fraction", "Cumulative"])
         .map_err(io::Error::other)?;
     let n = stats.count().max(1) as f64;
@@ -910,7 +913,11 @@ pub fn print_rr(
         "netrig {:?} Synchronous Latency Test (Message Size {}, Reply Size {})",
         r.transport, r.size, r.reply
     );
-    let _ = write!(io::stdout(), "{}", stats.render_ace(&title, all_bins));
+    let _ = write!(
+        crate::output::console(),
+        "{}",
+        stats.render_ace(&title, all_bins)
+    );
 }
 
 /// One `ping` line per probe. The one-way split is shown as a fact only when
@@ -1085,7 +1092,7 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
 pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
     crate::out!();
     crate::out!("Per offered-rate bin:");
-    let mut w = RowWriter::console(Box::new(io::stdout()), &[9, 12, 13, 8, 11, 11, 11, 10]);
+    let mut w = RowWriter::console(crate::output::console(), &[9, 12, 13, 8, 11, 11, 11, 10]);
     let _ = w.row(&BIN_HEADERS);
     for b in bins {
         let _ = w.row(&bin_cells(b));

@@ -91,3 +91,207 @@ fn a_peer_that_is_not_netrig_is_named_within_seconds() {
         assert!(el < Duration::from_secs(9), "{why}: took {el:?}");
     }
 }
+
+/// Reads `child`'s stdout on a thread; returns a receiver of its lines.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line that satisfies `pred`, returning the lines seen.
+fn wait_for_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    pred: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            let hit = pred(&l);
+            seen.push(l);
+            if hit {
+                return seen;
+            }
+        }
+    }
+    panic!("no such line within 20 s: {seen:?}");
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: plain kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+}
+
+/// Two SIGTERMs back to back (GNU `timeout` sends two) still leave a
+/// complete JSON report and exit 130; only a third signal cuts the wait.
+#[test]
+fn two_quick_signals_still_write_every_file() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let addr = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("tcp", vec!["tcp", &addr, "--interval", "100ms"]),
+        ("udp", vec!["udp", &addr, "-d", "30", "--interval", "100ms"]),
+        ("ping", vec!["ping", &addr, "-c", "100000", "-i", "10ms"]),
+    ];
+    for (name, args) in cases {
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            let js = dir.path().join(format!("{name}-{sig}.json"));
+            let mut all = args.clone();
+            all.extend(["--json", js.to_str().unwrap()]);
+            let mut child = netrig(&all)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let rx = lines_of(&mut child);
+            // Running: the first interval row (tcp, udp) or probe (ping).
+            wait_for_line(&rx, |l| {
+                l.trim_start().starts_with("0.")
+                    || l.trim_start().starts_with("1.")
+                    || l.contains("seq=")
+            });
+            let pid = child.id();
+            signal(pid, sig);
+            signal(pid, sig);
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(130), "{name} {sig}: {err}");
+            let doc: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+            assert!(
+                doc["result"].is_object() || doc["results"].is_array(),
+                "{doc}"
+            );
+        }
+    }
+}
+
+/// Every output path is checked before the test starts: a directory, a
+/// missing directory or a path given twice is a usage error (exit 2) naming
+/// the flag, at once, and nothing is left behind.
+#[test]
+fn bad_output_paths_are_usage_errors_before_the_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let missing = format!("{d}/no/such/x.csv");
+    let same = format!("{d}/same.csv");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["tcp", "--json", &d],
+        vec!["tcp", "--status-file", &missing],
+        vec!["tcp", "--connection-file", &missing],
+        vec!["udp", "--status-file", &same, "--json", &same],
+        vec!["udp", "--jitter-file", &missing, "-R"],
+        vec!["sweep", "--to", "10M", "--csv", &missing],
+        vec!["rr", "--hist-file", &missing],
+        vec!["rr", "--csv", &missing],
+        vec!["ping", "-c", "1", "--json", &missing],
+        vec!["crr", "--json", &missing],
+        vec!["analyze", "x.json", "--csv", &missing],
+        vec![
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            "127.0.0.1:9",
+            "--log",
+            &missing,
+        ],
+    ];
+    for args in cases {
+        let t0 = Instant::now();
+        let out = netrig(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let flag = args.iter().rev().nth(1).unwrap();
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.contains(flag) || err.contains("two outputs"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "{args:?}: not at once"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// `--json -` writes the report to standard output (the console moves to
+/// standard error); `--json` through a symlink writes through it and keeps
+/// the link.
+#[test]
+fn json_to_stdout_and_through_symlinks() {
+    let out = netrig(&["ping", "-c", "3", "-i", "10ms", "--json", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(doc["test"], "rr");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("probes sent"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("real.json");
+    let link = dir.path().join("link.json");
+    std::fs::write(&target, "").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    run_expect(&["rr", "-n", "10", "--json", link.to_str().unwrap()], 0);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&target).unwrap()).unwrap();
+    assert_eq!(doc["test"], "rr");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+}
+
+/// A target with a bad port is a usage error (exit 2), not a network one.
+#[test]
+fn a_bad_target_is_a_usage_error() {
+    for cmd in ["tcp", "udp", "rr", "ping", "crr"] {
+        let out = netrig(&[cmd, "127.0.0.1:99999"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("99999"));
+    }
+}
+
+/// An unbounded TCP run says so on its first line; a failure to connect is
+/// the only thing printed.
+#[test]
+fn unbounded_tcp_says_so_first_and_errors_come_alone() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let mut child = netrig(&["tcp", &addr.to_string(), "--transfer", "1M"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    let first = wait_for_line(&rx, |_| true);
+    assert!(first[0].starts_with("Runs until Ctrl-C"), "{first:?}");
+    signal(child.id(), libc::SIGINT);
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+
+    let port = free_port();
+    let out = netrig(&["tcp", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}

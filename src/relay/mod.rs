@@ -20,7 +20,7 @@ pub mod impair;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::fs::File;
+
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -197,7 +197,7 @@ struct Shared {
     udp_flows: AtomicU64,
     next_flow: AtomicU64,
     events: Mutex<Vec<Event>>,
-    log: Option<Mutex<BufWriter<File>>>,
+    log: Option<Mutex<BufWriter<Box<dyn std::io::Write + Send>>>>,
     /// TCP test sessions seen on control connections: data bytes (up, down)
     /// of each of their data connections.
     sessions: Mutex<HashMap<Uuid, (u64, u64)>>,
@@ -363,7 +363,8 @@ impl Relay {
         let log = match &cfg.log {
             Some(p) => {
                 let mut w = BufWriter::new(
-                    File::create(p).map_err(io_err(format!("cannot create {}", p.display())))?,
+                    crate::output::create(p)
+                        .map_err(io_err(format!("cannot create {}", p.display())))?,
                 );
                 let _ = writeln!(w, "{LOG_HEADER}");
                 Some(Mutex::new(w))

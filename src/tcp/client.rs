@@ -62,6 +62,8 @@ pub struct ConnectionRecord {
 
 /// Receives the run's output as it happens.
 pub trait Observer {
+    /// Every server has accepted the test; data connections start now.
+    fn started(&mut self, _cfg: &TcpClientConfig) {}
     /// A status interval ended.
     fn interval(&mut self, row: &IntervalRow);
     /// A connection ended.
@@ -327,6 +329,7 @@ impl Shared {
         self.counters.in_flight.fetch_sub(1, Relaxed);
         cancel_if_stopped(&mut mine, self.stop.load(SeqCst));
         let (mine, result) = exchange_finals(stream, mine);
+        let result = crate::outcome::after_stop(result, self.stop.load(SeqCst));
         if spec.burst.is_some()
             && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
         {
@@ -381,6 +384,7 @@ pub fn run(
             detail: "no target given".into(),
         });
     }
+    obs.started(&cfg);
     let workers = (cfg.connections as u64).min(cfg.total_connections()) as usize;
     let seed = cfg.seed.unwrap_or_else(rand::random);
     let shared = Arc::new(Shared {
