@@ -89,7 +89,14 @@ enum Cmd {
     Relay(relay_cmd::RelayArgs),
 }
 
+/// A sweep makes its own rate profile: the flags that set another rate or
+/// stream shape conflict with it.
 #[derive(Args)]
+#[command(group(
+    clap::ArgGroup::new("sweep_range")
+        .args(["to"])
+        .conflicts_with_all(["rate", "gap", "profile", "media", "burst_size"])
+))]
 struct SweepArgs {
     /// Rate at the end of the sweep.
     #[arg(long, value_parser = rate)]
@@ -880,17 +887,19 @@ struct UdpArgs {
     /// replaces --rate/--gap/--size/--duration.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "gap", "media"])]
     profile: Option<PathBuf>,
-    /// Media stream (ctsTraffic): the server sends one datagram per frame.
-    #[arg(long, requires = "bitrate")]
+    /// Media stream (ctsTraffic): the server sends one datagram per frame
+    /// (so the frame size follows from --bitrate and --fps, and the direction
+    /// is always server to client).
+    #[arg(long, requires = "bitrate", conflicts_with_all = ["rate", "gap", "size", "reverse"])]
     media: bool,
     /// Media: stream bit rate (frame size = bitrate / 8 / fps).
-    #[arg(long, value_parser = rate)]
+    #[arg(long, value_parser = rate, requires = "media")]
     bitrate: Option<u64>,
     /// Media: frames per second.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "media")]
     fps: u32,
     /// Media: playout buffer; frames later than their slot plus this are late.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = duration, requires = "media")]
     buffer_depth: Duration,
     /// Write one row per received datagram (needs --reverse or --media: the client must receive).
     #[arg(long, value_name = "FILE")]
@@ -932,6 +941,20 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         return Ok(c);
     }
     use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
+    if a.profile.is_none() && sweep_profile.is_none() {
+        for (set, flag) in [
+            (a.precompute, "--precompute"),
+            (a.bin.is_some(), "--bin"),
+            (a.csv.is_some(), "--csv"),
+        ] {
+            if set {
+                eprintln!(
+                    "netrig: {flag} applies to rate profiles: give --profile FILE or use `netrig sweep`"
+                );
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
     let (size, gap_ps, reverse, media) = if a.media {
         let bitrate = a.bitrate.unwrap_or_default();
         let frame = bitrate / 8 / u64::from(a.fps);

@@ -295,3 +295,26 @@ fn unbounded_tcp_says_so_first_and_errors_come_alone() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
 }
+
+/// Flags that another flag makes meaningless are usage errors, never
+/// silently ignored: a sweep makes its own profile, a media stream its own
+/// rate, size and direction, and the profile-only flags need a profile.
+#[test]
+fn conflicting_flags_are_usage_errors() {
+    let cases: [&[&str]; 9] = [
+        &["sweep", "--to", "10M", "--rate", "5M"],
+        &["sweep", "--to", "10M", "--gap", "5us"],
+        &["sweep", "--to", "10M", "--profile", "x.txt"],
+        &["sweep", "--to", "10M", "--media", "--bitrate", "1M"],
+        &["udp", "--media", "--bitrate", "1M", "--rate", "5M"],
+        &["udp", "--media", "--bitrate", "1M", "--size", "100"],
+        &["udp", "--fps", "30"],
+        &["udp", "--csv", "bins.csv"],
+        &["udp", "--precompute"],
+    ];
+    for args in cases {
+        let out = netrig(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: the test must not start");
+    }
+}
