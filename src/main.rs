@@ -130,7 +130,7 @@ fn sweep(a: SweepArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let size = a.udp.size as u32;
-    let dur = a.udp.duration.as_nanos() as u64;
+    let dur = a.udp.duration.unwrap_or(DEFAULT_UDP_DURATION).as_nanos() as u64;
     let profile = match netrig::udp::profile::Profile::sweep(a.from, a.to, dur, size) {
         Ok(p) => p,
         Err(e) => {
@@ -835,9 +835,11 @@ struct UdpArgs {
     /// Server sends to client (default: client sends to server).
     #[arg(short = 'R', long)]
     reverse: bool,
-    /// How long to send (--length is the same, as in ctsTraffic).
-    #[arg(short, long, alias = "length", default_value = "10s", value_parser = positive_duration)]
-    duration: Duration,
+    /// How long to send, default 10s (--length is the same, as in ctsTraffic).
+    /// With --profile: the profile's length by default; a longer duration
+    /// repeats the profile (as FlowPing -w), a shorter one cuts it.
+    #[arg(short, long, alias = "length", value_parser = positive_duration)]
+    duration: Option<Duration>,
     /// Receiver status interval.
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
     interval: Duration,
@@ -887,6 +889,10 @@ struct UdpArgs {
     /// replaces --rate/--gap/--size/--duration.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "gap", "media"])]
     profile: Option<PathBuf>,
+    /// Scenario file format: auto (bare numbers only = FlowPing), netrig
+    /// (rates need units) or flowping (seconds, kbit/s, bytes).
+    #[arg(long, value_enum, default_value_t = netrig::udp::scenario::Format::Auto, requires = "profile")]
+    profile_format: netrig::udp::scenario::Format,
     /// Media stream (ctsTraffic): the server sends one datagram per frame
     /// (so the frame size follows from --bitrate and --fps, and the direction
     /// is always server to client).
@@ -926,6 +932,9 @@ struct UdpArgs {
     #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
     verbosity: u8,
 }
+
+/// How long a UDP stream or sweep runs without --duration.
+const DEFAULT_UDP_DURATION: Duration = Duration::from_secs(10);
 
 fn udp(a: UdpArgs) -> Result<ExitCode> {
     udp_with(a, None)
@@ -996,8 +1005,28 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
         (Some(path), None) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
-            match netrig::udp::profile::Profile::parse(&text) {
-                Ok(p) => Some(p),
+            let parsed =
+                netrig::udp::scenario::parse(&text, a.profile_format).and_then(|(p, f)| {
+                    match a.duration {
+                        Some(d) => p.fit(d.as_nanos().min(u64::MAX as u128) as u64),
+                        None => Ok(p),
+                    }
+                    .map(|p| (p, f))
+                });
+            match parsed {
+                Ok((p, format)) => {
+                    if a.verbosity >= 1 {
+                        netrig::out!(
+                            "Profile {}: {}, {} steps, {:.3} s, {} on average",
+                            path.display(),
+                            format.describe(),
+                            p.steps().len(),
+                            p.duration_ns() as f64 / 1e9,
+                            units::format_bits_per_sec(p.bytes() * 8e9 / p.duration_ns() as f64)
+                        );
+                    }
+                    Some(p)
+                }
                 Err(e) => {
                     eprintln!("netrig: {}: {e}", path.display());
                     return Ok(ExitCode::from(2));
@@ -1011,7 +1040,14 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
             gap_for_rate(p.max_size(), p.max_rate().max(1)),
             (p.duration_ns() / 1_000_000).max(1),
         ),
-        None => (size, gap_ps, a.duration.as_millis().max(1) as u64),
+        None => (
+            size,
+            gap_ps,
+            a.duration
+                .unwrap_or(DEFAULT_UDP_DURATION)
+                .as_millis()
+                .max(1) as u64,
+        ),
     };
     let burst = a
         .burst_size

@@ -318,3 +318,31 @@ fn conflicting_flags_are_usage_errors() {
         assert!(out.stdout.is_empty(), "{args:?}: the test must not start");
     }
 }
+
+/// A FlowPing scenario file runs with FlowPing's meaning (rates in kbit/s,
+/// the rate ramping between points, the file repeated to --duration): the
+/// bytes sent are the profile's integral, 5.25 Mbit per 1.5 s pass, not a
+/// thousandth of it.
+#[test]
+fn flowping_scenario_files_run_with_flowpings_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("scenario.txt");
+    std::fs::write(&f, "0 1000 500\n0.5 5000 500\n1 5000 1000\n1.5 0 1000\n").unwrap();
+    let f = f.to_str().unwrap();
+    for (duration, passes) in [(None, 1.0), (Some("3s"), 2.0)] {
+        let mut args = vec!["udp", "--profile", f, "--catch-up", "-v", "1"];
+        if let Some(d) = duration {
+            args.extend(["-d", d]);
+        }
+        let (v, out) = run_json(&args, 0);
+        assert!(out.contains("FlowPing format"), "{out}");
+        let sent = v["result"]["sender"]["bytes"].as_f64().unwrap();
+        let want = passes * 5.25e6 / 8.0;
+        // Within two datagrams: the schedule tracks the integral to half a
+        // datagram, and the last may fall just past the end.
+        assert!(
+            (sent - want).abs() <= 2000.0,
+            "sent {sent}, FlowPing sends {want}"
+        );
+    }
+}

@@ -8,5 +8,6 @@ pub mod engine;
 pub mod header;
 pub mod pace;
 pub mod profile;
+pub mod scenario;
 pub mod serve;
 pub mod track;

@@ -1,18 +1,10 @@
-//! Rate profiles (FlowPing scenario files), free of I/O: parse a profile,
-//! evaluate rate and datagram size at any time, and generate the departure
-//! schedule it implies.
-//!
-//! A profile file has one step per line: `TIME RATE SIZE [ramp|hold]`,
-//! fields separated by spaces, tabs, commas or semicolons; `#` starts a
-//! comment. TIME is the step's offset from the start (`0`, `10s`, `500ms`),
-//! RATE a bit rate (`0`, `100k`, `10Mbit`), SIZE the datagram size in bytes.
-//! Between a step and the next the rate and size change linearly (`ramp`, the
-//! default) or stay put (`hold`). The profile ends at the last step's time.
+//! Rate profiles, free of I/O: steps of rate and datagram size over time,
+//! the rate and size in force at any time, fitting to a test's duration, and
+//! the departure schedule a profile implies. The files they come from are
+//! read by [`crate::udp::scenario`].
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-
-use crate::units::{parse_duration, parse_rate, parse_size};
 
 /// One step of a profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,12 +49,35 @@ pub enum ProfileError {
     /// Fewer than two steps, or a first step not at time 0.
     #[error("a profile needs at least two steps, the first at time 0")]
     TooShort,
+    /// Repeating the profile to the duration would take too many steps.
+    #[error("repeated to --duration the profile would have more than {max} steps")]
+    TooLong {
+        /// The most steps allowed.
+        max: usize,
+    },
+    /// A rate without a unit in netrig's format.
+    #[error(
+        "line {line}: rate '{rate}' has no unit: write e.g. {rate}k or {rate}M (bit/s), or give --profile-format flowping for FlowPing's kbit/s"
+    )]
+    BareRate {
+        /// 1-based line number.
+        line: usize,
+        /// The rate as written.
+        rate: String,
+    },
 }
+
+/// Most steps a profile may have after repeating.
+pub const MAX_STEPS: usize = 1_000_000;
 
 /// A validated profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
     steps: Vec<Step>,
+    /// The datagram size stays at each step's value until the next step
+    /// while the rate ramps (FlowPing's meaning), instead of ramping too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    size_steps: bool,
 }
 
 impl Profile {
@@ -76,7 +91,58 @@ impl Profile {
                 return Err(ProfileError::NotIncreasing { line: i + 2 });
             }
         }
-        Ok(Profile { steps })
+        Ok(Profile {
+            steps,
+            size_steps: false,
+        })
+    }
+
+    /// The same profile with sizes that change in steps (FlowPing).
+    pub fn with_size_steps(mut self) -> Profile {
+        self.size_steps = true;
+        self
+    }
+
+    /// The profile fitted to `duration_ns`: cut there, or repeated from its
+    /// start until then, as FlowPing repeats a scenario shorter than its
+    /// deadline. A repeat starts 1 ns after the previous pass ends (steps must
+    /// increase), so its first rate applies at once.
+    pub fn fit(&self, duration_ns: u64) -> Result<Profile, ProfileError> {
+        let period = self.duration_ns();
+        let mut steps: Vec<Step> = Vec::new();
+        let mut base = 0u64;
+        let next = 'passes: loop {
+            for (i, s) in self.steps.iter().enumerate() {
+                let at = base + s.at_ns + u64::from(base > 0 && i == 0);
+                if at >= duration_ns {
+                    break 'passes Step { at_ns: at, ..*s };
+                }
+                if steps.len() >= MAX_STEPS {
+                    return Err(ProfileError::TooLong { max: MAX_STEPS });
+                }
+                steps.push(Step { at_ns: at, ..*s });
+            }
+            base += period;
+        };
+        // The last step closes the profile at the duration, with the rate and
+        // size in force there.
+        steps.push(next);
+        let mut p = Profile {
+            steps,
+            size_steps: self.size_steps,
+        };
+        let (rate, size) = p.at(duration_ns);
+        p.steps.pop();
+        p.steps.push(Step {
+            at_ns: duration_ns,
+            rate_bps: rate.round() as u64,
+            size: size.round() as u32,
+            hold: false,
+        });
+        Profile::new(p.steps).map(|q| Profile {
+            size_steps: self.size_steps,
+            ..q
+        })
     }
 
     /// A linear sweep from `from` to `to` bit/s over `duration_ns` at a fixed size.
@@ -95,54 +161,9 @@ impl Profile {
         Profile::new(vec![step(0, from_bps), step(duration_ns, to_bps)])
     }
 
-    /// Parses a profile file's text.
+    /// Parses a scenario file in either format (see [`crate::udp::scenario`]).
     pub fn parse(text: &str) -> Result<Profile, ProfileError> {
-        let mut steps = Vec::new();
-        for (i, raw) in text.lines().enumerate() {
-            let line = i + 1;
-            let body = raw.split('#').next().unwrap_or("");
-            let fields: Vec<&str> = body
-                .split(|c: char| c.is_whitespace() || c == ',' || c == ';')
-                .filter(|f| !f.is_empty())
-                .collect();
-            if fields.is_empty() {
-                continue;
-            }
-            if !(3..=4).contains(&fields.len()) {
-                return Err(ProfileError::Fields {
-                    line,
-                    found: fields.len(),
-                });
-            }
-            let err = |field, reason: String| ProfileError::Field {
-                line,
-                field,
-                reason,
-            };
-            let at = parse_duration(fields[0]).map_err(|e| err("time", e.to_string()))?;
-            let rate = parse_rate(fields[1]).map_err(|e| err("rate", e.to_string()))?;
-            let size = parse_size(fields[2]).map_err(|e| err("size", e.to_string()))?;
-            if !(32..=65_507).contains(&size) {
-                return Err(err("size", format!("{size} is outside 32..=65507 bytes")));
-            }
-            let hold = match fields.get(3).map(|s| s.to_ascii_lowercase()) {
-                None => false,
-                Some(m) if m == "ramp" => false,
-                Some(m) if m == "hold" => true,
-                Some(m) => return Err(err("mode", format!("'{m}' is neither ramp nor hold"))),
-            };
-            let at_ns = at.as_nanos().min(u64::MAX as u128) as u64;
-            if steps.last().is_some_and(|s: &Step| at_ns <= s.at_ns) {
-                return Err(ProfileError::NotIncreasing { line });
-            }
-            steps.push(Step {
-                at_ns,
-                rate_bps: rate,
-                size: size as u32,
-                hold,
-            });
-        }
-        Profile::new(steps)
+        crate::udp::scenario::parse(text, crate::udp::scenario::Format::Auto).map(|(p, _)| p)
     }
 
     /// The steps.
@@ -180,10 +201,12 @@ impl Profile {
         }
         let f = (t_ns - a.at_ns) as f64 / (b.at_ns - a.at_ns) as f64;
         let lerp = |x: f64, y: f64| x + (y - x) * f;
-        (
-            lerp(a.rate_bps as f64, b.rate_bps as f64),
-            lerp(a.size as f64, b.size as f64),
-        )
+        let size = if self.size_steps {
+            a.size as f64
+        } else {
+            lerp(a.size as f64, b.size as f64)
+        };
+        (lerp(a.rate_bps as f64, b.rate_bps as f64), size)
     }
 
     /// Departures `(time ns, size bytes)` in order. The schedule follows the
