@@ -189,8 +189,10 @@ fn analyze_file(a: AnalyzeArgs) -> Result<ExitCode> {
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
     let (bins, mut analysis) = analyse(&profile, &intervals, a.bin);
-    if let Some(late) = doc["result"]["sender"]["late_max_us"].as_f64() {
-        netrig::udp::analyze::note_sender_lateness(&mut analysis, late);
+    if let Ok(s) =
+        serde_json::from_value::<netrig::udp::engine::SenderReport>(doc["result"]["sender"].clone())
+    {
+        netrig::udp::analyze::note_sender(&mut analysis, &s);
     }
     print_analysis(&bins, &analysis);
     if let Some(p) = &a.csv {
@@ -1181,10 +1183,17 @@ fn udp_with(a: UdpArgs, sweep_profile: Option<netrig::udp::profile::Profile>) ->
     if let Some(p) = &cfg.spec.profile {
         let (bins, mut analysis) = analyse(p, &rep.intervals, a.bin);
         if let Some(s) = &rep.sender {
-            netrig::udp::analyze::note_sender_lateness(&mut analysis, s.late_max_us);
+            netrig::udp::analyze::note_sender(&mut analysis, s);
         }
         rep.bins = Some(bins);
         rep.analysis = Some(analysis);
+    }
+    if let Some(w) = rep
+        .sender
+        .as_ref()
+        .and_then(netrig::report::sender_limited_warning)
+    {
+        eprintln!("netrig: warning: {w}");
     }
     if a.verbosity >= 1 {
         print_udp_summary(&cfg, &rep);

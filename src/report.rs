@@ -920,6 +920,21 @@ pub fn print_rr(
     );
 }
 
+/// The warning for a sender that fell more than 1% short of its schedule
+/// (`None` when it kept up).
+pub fn sender_limited_warning(s: &crate::udp::engine::SenderReport) -> Option<String> {
+    s.sender_limited.then(|| {
+        format!(
+            "sender-limited: the schedule asked for {} bytes ({}), {} bytes ({}) left the sender, {:.1}% short; this host could not keep up, so the path was never offered the asked rate",
+            s.asked_bytes,
+            format_bits_per_sec(s.asked_bps),
+            s.bytes,
+            format_bits_per_sec(s.achieved_bps),
+            100.0 * (1.0 - s.bytes as f64 / s.asked_bytes.max(1) as f64)
+        )
+    })
+}
+
 /// One `ping` line per probe. The one-way split is shown as a fact only when
 /// the clocks are trusted (`--synced`); otherwise with the clock offset's ±
 /// bound, since a queue on one side of an estimated offset moves half its

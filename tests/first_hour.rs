@@ -346,3 +346,32 @@ fn flowping_scenario_files_run_with_flowpings_meaning() {
         );
     }
 }
+
+/// A sender that cannot keep up with its schedule says so: a warning on
+/// stderr and `sender_limited` with the asked and achieved rates in the JSON.
+/// A schedule it can keep is not flagged.
+#[test]
+fn a_sender_that_falls_short_of_its_schedule_is_flagged() {
+    // 20 Gbit/s of 64-byte datagrams is 39 M datagrams/s: no host keeps up.
+    let out = netrig(&[
+        "udp", "--rate", "20G", "--size", "64", "-d", "1", "-v", "0", "--json", "-",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("warning: sender-limited"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["result"]["sender"];
+    assert_eq!(s["sender_limited"], true, "{s}");
+    let asked = s["asked_bps"].as_f64().unwrap();
+    assert!((asked - 20e9).abs() < 0.05 * 20e9, "{s}");
+    assert!(s["achieved_bps"].as_f64().unwrap() < 0.99 * asked, "{s}");
+
+    let (v, _) = run_json(&["udp", "--rate", "2M", "-d", "1", "-v", "0"], 0);
+    assert_eq!(
+        v["result"]["sender"]["sender_limited"], false,
+        "{}",
+        v["result"]["sender"]
+    );
+}

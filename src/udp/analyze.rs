@@ -169,13 +169,27 @@ pub const DISTURBED_LATE_US: f64 = 10_000.0;
 
 /// Adds what the sender knows to an analysis: a sender that fell more than
 /// [`DISTURBED_LATE_US`] behind its schedule (a busy host) did not offer the
-/// profile's rate then, so the verdict is flagged and its confidence halved.
-pub fn note_sender_lateness(a: &mut Analysis, late_max_us: f64) {
-    if late_max_us > DISTURBED_LATE_US {
+/// profile's rate then, and one that sent over 1% less than the profile
+/// asked for (sender-limited) never offered it; either way the verdict is
+/// flagged and its confidence halved (once).
+pub fn note_sender(a: &mut Analysis, s: &super::engine::SenderReport) {
+    let mut disturbed = false;
+    if s.late_max_us > DISTURBED_LATE_US {
         a.evidence.push(format!(
             "disturbed: the sender fell up to {:.0} ms behind its schedule (this host was busy), so the offered rate was not the profile's at times; repeat the run before trusting the verdict",
-            late_max_us / 1e3
+            s.late_max_us / 1e3
         ));
+        disturbed = true;
+    }
+    if s.sender_limited {
+        a.evidence.push(format!(
+            "sender-limited: {:.2} Mbit/s left the sender where the profile asked for {:.2} Mbit/s; rates below are what was asked, not what was offered, so a shortfall may be the sender's",
+            s.achieved_bps / 1e6,
+            s.asked_bps / 1e6
+        ));
+        disturbed = true;
+    }
+    if disturbed {
         a.confidence *= 0.5;
     }
 }
@@ -433,14 +447,39 @@ mod tests {
     }
 
     #[test]
-    fn a_late_sender_is_flagged_and_lowers_confidence() {
-        let mut a = analyze(&model(10e6, false, 400_000.0));
-        let before = a.confidence;
-        note_sender_lateness(&mut a, 500.0);
-        assert_eq!(a.confidence, before);
-        note_sender_lateness(&mut a, 150_000.0);
-        assert_eq!(a.confidence, before / 2.0);
+    fn a_late_or_limited_sender_is_flagged_and_lowers_confidence_once() {
+        use crate::udp::engine::SenderReport;
+        let sender = |late_max_us, sender_limited| SenderReport {
+            late_max_us,
+            sender_limited,
+            asked_bps: 50e6,
+            achieved_bps: 42.818e6,
+            ..Default::default()
+        };
+        let base = analyze(&model(10e6, false, 400_000.0));
+        let mut a = base.clone();
+        note_sender(&mut a, &sender(500.0, false));
+        assert_eq!(a, base, "a punctual sender that kept up changes nothing");
+        note_sender(&mut a, &sender(150_000.0, false));
+        assert_eq!(a.confidence, base.confidence / 2.0);
         assert!(a.evidence.last().unwrap().contains("up to 150 ms behind"));
+        let mut b = base.clone();
+        note_sender(&mut b, &sender(DISTURBED_LATE_US, true));
+        assert_eq!(b.confidence, base.confidence / 2.0);
+        assert!(
+            b.evidence
+                .last()
+                .unwrap()
+                .contains("42.82 Mbit/s left the sender where the profile asked for 50.00")
+        );
+        let mut c = base.clone();
+        note_sender(&mut c, &sender(150_000.0, true));
+        assert_eq!(
+            c.confidence,
+            base.confidence / 2.0,
+            "halved once, not twice"
+        );
+        assert_eq!(c.evidence.len(), base.evidence.len() + 2);
     }
 
     #[test]

@@ -43,7 +43,20 @@ pub struct SenderReport {
     pub slips: u64,
     /// Send calls that failed (e.g. ENOBUFS, ICMP-refused); the datagrams count as not sent.
     pub send_errors: u64,
+    /// Bytes the schedule asked for up to when sending stopped.
+    #[serde(default)]
+    pub asked_bytes: u64,
+    /// The schedule's rate over the same time, bit/s.
+    #[serde(default)]
+    pub asked_bps: f64,
+    /// Less than 99% of the asked bytes left this sender: it could not keep
+    /// up, and the path was never offered the asked rate.
+    #[serde(default)]
+    pub sender_limited: bool,
 }
+
+/// Share of the asked bytes below which a sender counts as limited.
+pub const SENDER_LIMITED_BELOW: f64 = 0.99;
 
 /// What the sender needs.
 #[derive(Debug, Clone)]
@@ -177,6 +190,31 @@ impl Plan {
                     *next = deps.next();
                 }
             }
+        }
+    }
+
+    /// Bytes this plan asks for before `t_ns` on its original schedule
+    /// (stalls re-anchor the live schedule; this one does not move).
+    fn asked_bytes(&self, cfg: &SenderConfig, t_ns: u64) -> u64 {
+        if let Some((per_burst, period_ns)) = cfg.burst {
+            let size = cfg.size.max(HEADER_LEN) as u32;
+            return super::profile::burst_departures(
+                size,
+                per_burst,
+                period_ns,
+                cfg.gap_ps / 1000,
+                t_ns,
+            )
+            .map(|(_, s)| u64::from(s))
+            .sum();
+        }
+        match (self, &cfg.profile) {
+            (_, Some(p)) => p.bytes_until(t_ns).round() as u64,
+            (Plan::Fixed { size, .. }, None) => {
+                let due = (u128::from(t_ns) * 1000).div_ceil(u128::from(cfg.gap_ps.max(1)));
+                (due as u64).saturating_mul(*size as u64)
+            }
+            (Plan::Profile { .. }, None) => 0,
         }
     }
 
@@ -355,6 +393,12 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         rep.packets += sent as u64;
     }
     rep.slips = plan.slips();
+    let stopped_ns = (start.elapsed().as_nanos() as u64).min(end_ns);
+    rep.asked_bytes = plan.asked_bytes(cfg, stopped_ns);
+    if stopped_ns > 0 {
+        rep.asked_bps = rep.asked_bytes as f64 * 8e9 / stopped_ns as f64;
+    }
+    rep.sender_limited = sender_limited(rep.bytes, rep.asked_bytes);
     rep.duration_secs = first_ns.map_or(0.0, |f| (last_ns - f) as f64 / 1e9 + last_gap_ns / 1e9);
     if rep.duration_secs > 0.0 {
         rep.achieved_bps = rep.bytes as f64 * 8.0 / rep.duration_secs;
@@ -368,6 +412,26 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         rep.gap_error_mean_us = gap_err_sum / gap_err_n as f64 / 1e3;
     }
     rep
+}
+
+/// Whether a sender that sent `sent` of `asked` bytes fell short of its
+/// schedule by more than 1%.
+pub fn sender_limited(sent: u64, asked: u64) -> bool {
+    (sent as f64) < asked as f64 * SENDER_LIMITED_BELOW
+}
+
+#[cfg(test)]
+mod limited_tests {
+    use super::sender_limited;
+
+    #[test]
+    fn more_than_one_percent_short_is_sender_limited() {
+        assert!(!sender_limited(990, 1000));
+        assert!(sender_limited(989, 1000));
+        assert!(!sender_limited(1000, 1000));
+        assert!(!sender_limited(1200, 1000));
+        assert!(!sender_limited(0, 0));
+    }
 }
 
 /// One received datagram, for the jitter (per-datagram) file.

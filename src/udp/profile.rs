@@ -245,15 +245,26 @@ impl Profile {
 
     /// Bytes the profile asks for: the integral of rate over time, / 8.
     pub fn bytes(&self) -> f64 {
+        self.bytes_until(self.duration_ns())
+    }
+
+    /// Bytes the profile asks for before `t_ns`.
+    pub fn bytes_until(&self, t_ns: u64) -> f64 {
         let mut total = 0.0;
         for w in self.steps.windows(2) {
-            let dt = (w[1].at_ns - w[0].at_ns) as f64 / 1e9;
-            let end_rate = if w[0].hold {
-                w[0].rate_bps
+            if w[0].at_ns >= t_ns {
+                break;
+            }
+            let end = w[1].at_ns.min(t_ns);
+            let dt = (end - w[0].at_ns) as f64 / 1e9;
+            let r0 = w[0].rate_bps as f64;
+            let r1 = if w[0].hold { r0 } else { self.at(end).0 };
+            let r1 = if end == w[1].at_ns && !w[0].hold {
+                w[1].rate_bps as f64
             } else {
-                w[1].rate_bps
+                r1
             };
-            total += dt * (w[0].rate_bps as f64 + end_rate as f64) / 2.0 / 8.0;
+            total += dt * (r0 + r1) / 2.0 / 8.0;
         }
         total
     }

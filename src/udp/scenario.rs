@@ -239,6 +239,20 @@ mod tests {
     }
 
     #[test]
+    fn bytes_until_integrates_ramps_holds_and_steps() {
+        let (p, _) = parse(FLOWPING, Format::Flowping).unwrap();
+        assert_eq!(p.bytes_until(0), 0.0);
+        // 1 -> 3 Mbit/s over the first second: 2 Mbit.
+        assert_eq!(p.bytes_until(1_000_000_000), 2e6 / 8.0);
+        assert_eq!(p.bytes_until(2_000_000_000), 6e6 / 8.0);
+        assert_eq!(p.bytes_until(3_000_000_000), 11e6 / 8.0);
+        assert_eq!(p.bytes_until(6_000_000_000), p.bytes());
+        assert_eq!(p.bytes_until(60_000_000_000), p.bytes());
+        let (h, _) = parse("0 8M 100 hold\n1s 0 100\n", Format::Auto).unwrap();
+        assert_eq!(h.bytes_until(500_000_000), 0.5e6);
+    }
+
+    #[test]
     fn fitting_repeats_or_cuts_as_flowping_does() {
         let (p, _) = parse(FLOWPING, Format::Flowping).unwrap();
         let twice = p.fit(12_000_000_000).unwrap();
