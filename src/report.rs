@@ -1106,7 +1106,9 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
 /// Prints the rate-bin table and the analysis of a profile/sweep run.
 pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
     crate::out!();
-    crate::out!("Per offered-rate bin:");
+    crate::out!(
+        "Per offered-rate bin (rates are UDP payload, Mbit/s; on the wire add the headers below):"
+    );
     let mut w = RowWriter::console(crate::output::console(), &[9, 12, 13, 8, 11, 11, 11, 10]);
     let _ = w.row(&BIN_HEADERS);
     for b in bins {
@@ -1115,9 +1117,12 @@ pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze
     crate::out!();
     match (a.congestion_bps, a.limiter) {
         (Some(c), Some(l)) => crate::out!(
-            "Analysis: congestion point at {} offered (t={:.2} s); limiter: {:?}{}; confidence {:.0}%",
-            format_bits_per_sec(c),
+            "Analysis: congestion from t={:.2} s at {} of UDP payload ({} on the wire with {} B of UDP/IPv4/Ethernet headers per {:.0} B datagram); limiter: {:?}{}; confidence {:.0}%",
             a.congestion_at.unwrap_or(0.0),
+            format_bits_per_sec(c),
+            format_bits_per_sec(a.congestion_wire_bps.unwrap_or(c)),
+            a.frame_overhead_bytes,
+            a.congestion_size.unwrap_or(0.0),
             l,
             a.burst_bytes
                 .map_or(String::new(), |b| format!(", committed burst ~{b:.0} B")),

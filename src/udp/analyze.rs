@@ -33,6 +33,22 @@ pub struct Sample {
     pub delay_min_us: Option<f64>,
     /// Max one-way delay, µs.
     pub delay_max_us: Option<f64>,
+    /// Datagram size the profile asks for in the interval, bytes (UDP payload).
+    #[serde(default)]
+    pub size: f64,
+}
+
+/// Bytes each datagram carries on an Ethernet link besides its UDP payload:
+/// the UDP header (8), IPv4 header (20) and Ethernet header (14), which is
+/// what a Linux qdisc such as tbf counts.
+pub const FRAME_OVERHEAD_V4: u32 = 8 + 20 + 14;
+
+/// The on-the-wire rate of `payload_bps` of UDP payload in `size`-byte datagrams.
+pub fn wire_bps(payload_bps: f64, size: f64, overhead: u32) -> f64 {
+    if size <= 0.0 {
+        return payload_bps;
+    }
+    payload_bps * (size + f64::from(overhead)) / size
 }
 
 /// Turns receiver intervals into samples using the profile for the offered rate.
@@ -62,6 +78,7 @@ pub fn samples(profile: &Profile, intervals: &[UdpInterval]) -> Vec<Sample> {
             delay_avg_us: iv.delay_avg_us,
             delay_min_us: iv.delay_min_us,
             delay_max_us: iv.delay_max_us,
+            size: profile.at(mid).1,
         });
     }
     out
@@ -142,9 +159,21 @@ pub enum Limiter {
 /// The congestion analysis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Analysis {
-    /// Offered rate where the path stopped following, bit/s (None: never congested).
+    /// UDP payload rate where the path stopped following the offered rate,
+    /// bit/s (None: never congested).
     pub congestion_bps: Option<f64>,
-    /// Time of the congestion point, s.
+    /// The same rate on the wire: payload plus [`Analysis::frame_overhead_bytes`]
+    /// per datagram, bit/s.
+    #[serde(default)]
+    pub congestion_wire_bps: Option<f64>,
+    /// Header bytes per datagram counted for the wire rate.
+    #[serde(default)]
+    pub frame_overhead_bytes: u32,
+    /// Datagram size at the congestion point, bytes (UDP payload).
+    #[serde(default)]
+    pub congestion_size: Option<f64>,
+    /// When congestion began: the start of the first of the two congested
+    /// intervals that mark it, s. The evidence uses the same time.
     pub congestion_at: Option<f64>,
     /// The rate the path settles at after congestion (TRf), bit/s.
     pub settled_bps: Option<f64>,
@@ -198,6 +227,9 @@ pub fn note_sender(a: &mut Analysis, s: &super::engine::SenderReport) {
 pub fn analyze(samples: &[Sample]) -> Analysis {
     let mut a = Analysis {
         congestion_bps: None,
+        congestion_wire_bps: None,
+        frame_overhead_bytes: FRAME_OVERHEAD_V4,
+        congestion_size: None,
         congestion_at: None,
         settled_bps: None,
         limiter: None,
@@ -299,8 +331,11 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
     } else {
         Limiter::Unclear
     });
-    a.congestion_bps = Some(reach.map_or(point.offered_bps, |_| settled));
-    a.congestion_at = Some(reach.map_or(point.start, |s| s.end));
+    let payload = reach.map_or(point.offered_bps, |_| settled);
+    a.congestion_bps = Some(payload);
+    a.congestion_size = Some(point.size);
+    a.congestion_wire_bps = Some(wire_bps(payload, point.size, a.frame_overhead_bytes));
+    a.congestion_at = Some(point.start);
     a.confidence = match a.limiter {
         Some(Limiter::Shaping) => (delay_growth / (delay_growth + 5000.0)).clamp(0.5, 0.95),
         Some(Limiter::Policing) => (loss_after / (loss_after + 0.05)).clamp(0.5, 0.95),
@@ -388,9 +423,28 @@ mod tests {
                 delay_avg_us: Some(delay),
                 delay_min_us: Some(delay * 0.9),
                 delay_max_us: Some(delay * 1.1),
+                size: 1000.0,
             });
         }
         out
+    }
+
+    #[test]
+    fn the_headline_time_is_the_evidence_time_and_wire_rates_add_headers() {
+        let a = analyze(&model(10e6, false, 400_000.0));
+        let t = a.congestion_at.unwrap();
+        assert!(
+            a.evidence[0].contains(&format!("at t={t:.2}s")),
+            "{t} {:?}",
+            a.evidence
+        );
+        let (p, w) = (a.congestion_bps.unwrap(), a.congestion_wire_bps.unwrap());
+        assert_eq!(w, p * 1042.0 / 1000.0);
+        assert_eq!(
+            wire_bps(47.97e6, 1000.0, FRAME_OVERHEAD_V4).round(),
+            49_984_740.0
+        );
+        assert_eq!(wire_bps(1e6, 0.0, 42), 1e6);
     }
 
     #[test]
