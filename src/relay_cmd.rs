@@ -71,9 +71,13 @@ pub struct RelayArgs {
     /// Uniform jitter ± this around the delay (order is kept).
     #[arg(long, default_value = "0", value_parser = duration)]
     jitter: Duration,
-    /// Token-bucket rate (e.g. 50Mbit); shapes unless --police.
+    /// Token-bucket rate (e.g. 50Mbit) for each direction of the whole relay,
+    /// all TCP connections and UDP flows together, as a link's; shapes unless --police.
     #[arg(long, value_parser = rate)]
     rate: Option<u64>,
+    /// Give each TCP connection and UDP flow its own --rate instead.
+    #[arg(long, requires = "rate")]
+    rate_per_flow: bool,
     /// Token-bucket depth (default: 10 ms at the rate, at least 3000 bytes).
     #[arg(long, value_parser = size)]
     burst: Option<u64>,
@@ -218,6 +222,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         log: a.log.clone(),
         keep_events: false,
         verbosity: a.verbosity,
+        rate_per_flow: a.rate_per_flow,
     })
     .context("cannot start the relay")?;
     let h = relay.handle();

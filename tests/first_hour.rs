@@ -375,3 +375,51 @@ fn a_sender_that_falls_short_of_its_schedule_is_flagged() {
         v["result"]["sender"]
     );
 }
+
+/// `relay --rate` limits each direction of the whole relay: two TCP
+/// connections share 20 Mbit/s instead of getting 20 each; `--rate-per-flow`
+/// gives each its own.
+#[test]
+fn relay_rate_limits_the_whole_relay_unless_per_flow() {
+    let (_srv, server) = serve(&["-v", "0"]);
+    let goodput = |extra: &[&str]| {
+        let mut args = vec!["--rate", "20M"];
+        args.extend_from_slice(extra);
+        let (_relay, addr) = relay(server, &args);
+        let (v, _) = run_json(
+            &[
+                "tcp",
+                &addr.to_string(),
+                "-c",
+                "2",
+                "-i",
+                "1",
+                "--transfer",
+                "2500K",
+                "-v",
+                "0",
+            ],
+            0,
+        );
+        let r = &v["result"];
+        let bytes = r["totals"]["sent"].as_f64().unwrap();
+        bytes * 8.0 / r["duration_secs"].as_f64().unwrap()
+    };
+    let shared = goodput(&[]);
+    // A token bucket passes no more than its rate (plus a 25 KB burst).
+    assert!(
+        shared < 20e6 * 1.15,
+        "two connections through --rate 20M: {shared}"
+    );
+    // Each connection its own 20 Mbit/s: well above one bucket's rate
+    // (tried a few times: a busy host can slow the senders).
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let per_flow = goodput(&["--rate-per-flow"]);
+        seen.push(per_flow);
+        if per_flow > 20e6 * 1.4 {
+            return;
+        }
+    }
+    panic!("--rate-per-flow never exceeded one bucket's rate: {seen:?}");
+}

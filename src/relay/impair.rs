@@ -8,6 +8,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
 
 /// What the relay does to one direction of traffic.
@@ -143,6 +144,21 @@ impl TokenBucket {
     }
 }
 
+/// A token bucket that several flows draw from, so that a rate limits a
+/// whole direction of a relay rather than each connection or flow.
+pub type SharedBucket = Arc<Mutex<TokenBucket>>;
+
+/// A full bucket for `spec`'s rate, if it has one.
+pub fn bucket_for(spec: &ImpairSpec, now_ns: u64) -> Option<SharedBucket> {
+    (spec.rate_bps > 0).then(|| {
+        Arc::new(Mutex::new(TokenBucket::new(
+            spec.rate_bps,
+            spec.burst,
+            now_ns,
+        )))
+    })
+}
+
 /// Why a datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropCause {
@@ -192,7 +208,7 @@ fn delayed(spec: &ImpairSpec, rng: &mut SmallRng, ready_ns: u64, last_ns: u64) -
 pub struct DatagramImpairer {
     spec: ImpairSpec,
     rng: SmallRng,
-    bucket: Option<TokenBucket>,
+    bucket: Option<SharedBucket>,
     index: u64,
     last_departure: u64,
 }
@@ -200,8 +216,7 @@ pub struct DatagramImpairer {
 impl DatagramImpairer {
     /// A new impairer; `seed` makes its random choices repeatable.
     pub fn new(spec: ImpairSpec, seed: u64, now_ns: u64) -> DatagramImpairer {
-        let bucket =
-            (spec.rate_bps > 0).then(|| TokenBucket::new(spec.rate_bps, spec.burst, now_ns));
+        let bucket = bucket_for(&spec, now_ns);
         DatagramImpairer {
             spec,
             rng: SmallRng::seed_from_u64(seed),
@@ -209,6 +224,13 @@ impl DatagramImpairer {
             index: 0,
             last_departure: 0,
         }
+    }
+
+    /// Draws from `bucket` (shared with other flows) instead of a bucket of
+    /// its own.
+    pub fn with_bucket(mut self, bucket: Option<SharedBucket>) -> DatagramImpairer {
+        self.bucket = bucket;
+        self
     }
 
     /// Datagrams decided so far.
@@ -237,7 +259,8 @@ impl DatagramImpairer {
         let dup = self.chance(p_dup) || every(dup_every, i);
         let pick = self.rng.random::<u64>() as usize;
         let mut ready = now_ns;
-        if let Some(b) = &mut self.bucket {
+        if let Some(b) = &self.bucket {
+            let mut b = b.lock().unwrap_or_else(PoisonError::into_inner);
             if self.spec.shape {
                 match b.shape(len, now_ns, self.spec.queue_limit_ns) {
                     Some(t) => ready = t,

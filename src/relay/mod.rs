@@ -33,7 +33,7 @@ use uuid::Uuid;
 use crate::proto::{Message, RrProto, TestSpec};
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use framer::{After, Framer, Piece};
-use impair::{Action, DatagramImpairer, DropCause, ImpairSpec, StreamImpairer, TokenBucket};
+use impair::{Action, DatagramImpairer, DropCause, ImpairSpec, SharedBucket, StreamImpairer};
 
 /// Relay settings.
 #[derive(Debug, Clone)]
@@ -58,6 +58,9 @@ pub struct RelayConfig {
     pub keep_events: bool,
     /// 0 quiet, 1 connections and flows.
     pub verbosity: u8,
+    /// A rate limits each TCP connection and UDP flow on its own, instead of
+    /// each direction of the whole relay.
+    pub rate_per_flow: bool,
 }
 
 /// Direction through the relay.
@@ -203,6 +206,9 @@ struct Shared {
     sessions: Mutex<HashMap<Uuid, (u64, u64)>>,
     stop: AtomicBool,
     t0: Instant,
+    /// One token bucket per direction for the whole relay (unless
+    /// `rate_per_flow`), as a link's rate limits everything on it.
+    buckets: [Option<SharedBucket>; 2],
 }
 
 impl Shared {
@@ -225,6 +231,15 @@ impl Shared {
                     .min(1_000_000_000),
             ),
             None => now,
+        }
+    }
+
+    /// The token bucket a new connection or flow in `dir` draws from.
+    fn bucket(&self, dir: Dir) -> Option<SharedBucket> {
+        if self.cfg.rate_per_flow {
+            impair::bucket_for(self.spec(dir), self.now_ns())
+        } else {
+            self.buckets[dir.index()].clone()
         }
     }
 
@@ -371,8 +386,13 @@ impl Relay {
             }
             None => None,
         };
+        let buckets = [
+            impair::bucket_for(&cfg.up, 0),
+            impair::bucket_for(&cfg.down, 0),
+        ];
         Ok(Relay {
             shared: Arc::new(Shared {
+                buckets,
                 cfg,
                 counts: Default::default(),
                 tcp_connections: AtomicU64::new(0),
@@ -650,8 +670,7 @@ fn pump(
     };
     let mut out = StreamOut {
         to: &mut to,
-        bucket: (spec.rate_bps > 0)
-            .then(|| TokenBucket::new(spec.rate_bps, spec.burst, sh.now_ns())),
+        bucket: sh.bucket(dir),
         delayed,
     };
     let counts = sh.counts(dir);
@@ -721,7 +740,7 @@ fn pump(
 /// shaper and a delay line.
 struct StreamOut<'a> {
     to: &'a mut TcpStream,
-    bucket: Option<TokenBucket>,
+    bucket: Option<SharedBucket>,
     delayed: Option<Delayed>,
 }
 
@@ -729,9 +748,13 @@ impl StreamOut<'_> {
     /// When `len` bytes arriving now may leave the shaper.
     fn ready(&mut self, sh: &Shared, len: usize) -> u64 {
         let now = sh.now_ns();
-        match &mut self.bucket {
+        match &self.bucket {
             // TCP's own flow control bounds the queue: no limit here.
-            Some(b) => b.shape(len, now, u64::MAX).unwrap_or(now),
+            Some(b) => b
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .shape(len, now, u64::MAX)
+                .unwrap_or(now),
             None => now,
         }
     }
@@ -914,7 +937,8 @@ impl Pipe {
             tx
         });
         Pipe {
-            imp: DatagramImpairer::new(spec, sh.seed(flow, dir), sh.now_ns()),
+            imp: DatagramImpairer::new(spec, sh.seed(flow, dir), sh.now_ns())
+                .with_bucket(sh.bucket(dir)),
             sh: Arc::clone(sh),
             flow,
             dir,

@@ -102,6 +102,7 @@ impl TestRelay {
             log: None,
             keep_events: true,
             verbosity: 0,
+            rate_per_flow: false,
         })
         .expect("bind relay")
         .spawn();
