@@ -16,8 +16,23 @@ cargo build --release -q
 NETRIG=target/release/netrig
 WORK=$(mktemp -d)
 PIDS=()
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; [ "$BENCH_FAILED" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
+
+# numbers NAME V... fails the bench, naming the figure, unless every V is a
+# number: a bench must never print nan or an empty cell as a result.
+numbers() {
+    local name=$1 v; shift
+    for v in "$@"; do
+        if ! python3 -c "import sys,math; x=float(sys.argv[1]); sys.exit(math.isnan(x) or math.isinf(x))" "$v" 2>/dev/null; then
+            echo "bench: $name: '$v' is not a number (a run failed; see its output in $WORK)" >&2
+            BENCH_FAILED=1
+        fi
+    done
+}
+BENCH_FAILED=0
+# Call at the end: a bench with a missing figure exits non-zero.
+bench_done() { exit "$BENCH_FAILED"; }
 
 # ratio A B prints A/B to two decimals, or n/a.
 ratio() { python3 -c "import sys,math; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b and not math.isnan(a/b) else 'n/a')" "$1" "$2"; }

@@ -68,6 +68,7 @@ for P in tcp udp; do
         read -r n50 n99 ntps < <(netrig_run "$P" "$S" "$N"); sleep 0.3
         read -r s50 s99 stps < <(sockperf_run "$P" "$S"); sleep 0.3
         read -r q50 _ qtps < <(qperf_run "$P" "$S"); sleep 0.3
+        numbers "rr $P $S B" "$n50" "$n99" "$ntps" "$s50" "$s99" "$stps" "$q50" "$qtps"
         printf '%-5s %-6s %-9s %10s %10s %10s\n' "$P" "$S" netrig "$n50" "$n99" "$ntps"
         printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" sockperf "$s50" "$s99" "$stps" "$(ratio "$n50" "$s50")" "$(ratio "$n99" "$s99")" "$(ratio "$ntps" "$stps")"
         printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s\n' "$P" "$S" qperf "$q50(mean)" - "$qtps" "$(ratio "$n50" "$q50")" - "$(ratio "$ntps" "$qtps")"
@@ -75,7 +76,9 @@ for P in tcp udp; do
             # Round trips ending at the kernel's receive time (SO_TIMESTAMPNS):
             # what the path took, without the client's wake-up.
             read -r t50 t99 ttps < <(netrig_run udp "$S" "$N" --rx-timestamps); sleep 0.3
+            numbers "rr udp $S B --rx-timestamps" "$t50" "$t99" "$ttps"
             printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s (vs sockperf)\n' "$P" "$S" netrig-ts "$t50" "$t99" "$ttps" "$(ratio "$t50" "$s50")" "$(ratio "$t99" "$s99")" "$(ratio "$ttps" "$stps")"
         fi
     done
 done
+bench_done

@@ -22,13 +22,20 @@ iperf3_gbps() { # $1 = parallel streams; receiver-side goodput
     iperf3 -c 127.0.0.1 -p $P3 -t "$T" -P "$1" -J > "$WORK/i3.json"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$WORK/i3.json"
 }
-iperf2_gbps() { # CSV report; with -P > 1 the last line is the sum
+iperf2_gbps() { # CSV report, one line per stream (id in column 6). Some
+    # versions add a sum line with id -1; iperf 2.1.8 does not with -P 4, so
+    # sum the streams unless a sum line is there.
     iperf -c 127.0.0.1 -p $P2 -t "$T" -P "$1" -y C > "$WORK/i2.csv"
-    tail -n 1 "$WORK/i2.csv" | awk -F, '{printf "%.2f\n", $NF/1e9}'
+    python3 - "$WORK/i2.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) >= 9]
+total = [float(r[8]) for r in rows if r[5].strip() == "-1"]
+print("%.2f" % ((total[0] if total else sum(float(r[8]) for r in rows)) / 1e9) if rows else "nan")
+PY
 }
 netrig_gbps() { # $1 = connections, $2 = verify level; bytes the server received (and verified)
     $NETRIG tcp 127.0.0.1 -p $PN -c "$1" --transfer 1T --time-limit "${T}s" \
-        --verify "$2" -v 0 --json "$WORK/n.json" || true
+        --verify "$2" -v 0 --json "$WORK/n.json" > "$WORK/n.out" 2>&1 || { echo "netrig tcp failed:" >&2; cat "$WORK/n.out" >&2; }
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]; s=sum(x[1]["bytes_received"] for x in d["servers"] if x[1]); print("%.2f" % (s*8/d["duration_secs"]/1e9))' "$WORK/n.json"
 }
 
@@ -38,7 +45,9 @@ for P in 1 4; do
     b=$(iperf2_gbps $P); sleep 0.5
     v=$(netrig_gbps $P data); sleep 0.5
     n=$(netrig_gbps $P connection); sleep 0.5
+    numbers "tcp -P $P" "$a" "$b" "$v" "$n"
     cost=$(python3 -c "import sys; v,n=float(sys.argv[1]),float(sys.argv[2]); print('%.0f%%' % (100*(1-v/n)) if n else 'n/a')" "$v" "$n")
     printf '%-6s %10s %10s %14s %14s %12s %12s %12s\n' "$P" "$a" "$b" "$v" "$n" "$(ratio "$v" "$a")" "$(ratio "$v" "$b")" "$cost"
 done
 echo "(Gbit/s of goodput at the receiver; verify-cost = throughput lost to checking every byte)"
+bench_done

@@ -16,7 +16,8 @@ ensure_peers iperf3:iperf3 iperf:iperf
 P3=15311 P2=15312 PN=15313
 iperf3 -s -p $P3 >/dev/null 2>&1 & PIDS+=($!)
 iperf -s -u -e -p $P2 >/dev/null 2>&1 & PIDS+=($!)
-$NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
+# The server's default --max-rate (40 Gbit/s) would refuse the maximum-rate runs.
+$NETRIG serve --listen 127.0.0.1:$PN -v 0 --max-rate 1000G & PIDS+=($!)
 sleep 1
 
 # Each prints: pps Gbit/s loss% jitter_us
@@ -68,6 +69,7 @@ for S in 64 1400; do
     read -r n_pps n_g n_l _ _ _ < <(netrig_run "$S" --rate 100G --pacing spin); sleep 0.5
     read -r a_pps a_g a_l _ < <(iperf3_run "$S" 0); sleep 0.5
     read -r b_pps b_g b_l _ < <(iperf2_run "$S" 100G); sleep 0.5
+    numbers "max rate $S B" "$n_pps" "$n_g" "$n_l" "$a_pps" "$a_g" "$a_l" "$b_pps" "$b_g" "$b_l"
     printf '%-6s %-8s %12s %10s %8s %10s\n' "$S" netrig "$n_pps" "$n_g" "$n_l" ""
     printf '%-6s %-8s %12s %10s %8s %10s\n' "$S" iperf3 "$a_pps" "$a_g" "$a_l" "n/i3 $(ratio "$n_pps" "$a_pps")"
     printf '%-6s %-8s %12s %10s %8s %10s\n' "$S" iperf2 "$b_pps" "$b_g" "$b_l" "n/i2 $(ratio "$n_pps" "$b_pps")"
@@ -80,7 +82,9 @@ for PPS in 10000 100000; do
     GAP_NS=$((1000000000 / PPS))
     read -r n_pps _ _ n_j n_ge n_lp < <(netrig_run 1000 --gap "${GAP_NS}ns" --pacing hybrid); sleep 0.5
     read -r b_pps _ _ b_j < <(iperf2_run 1000 "${PPS}pps"); sleep 0.5
+    numbers "pacing $PPS pps" "$n_pps" "$n_j" "$n_ge" "$n_lp" "$b_pps" "$b_j"
     printf '%-8s %-8s %10s %12s %14s %16s\n' "$PPS" netrig "$n_pps" "$n_j" "$n_ge" "$n_lp"
     printf '%-8s %-8s %10s %12s %14s %16s\n' "$PPS" iperf2 "$b_pps" "$b_j" "-" "-"
     echo "         jitter ratio netrig/iperf2: $(ratio "$n_j" "$b_j")   pps ratio: $(ratio "$n_pps" "$b_pps")"
 done
+bench_done
