@@ -19,7 +19,7 @@ PS_UDP=15331 PS_TCP=15332 PQ=15333 PN=15334
 sockperf server -p $PS_UDP >/dev/null 2>&1 & PIDS+=($!)
 sockperf server -p $PS_TCP --tcp >/dev/null 2>&1 & PIDS+=($!)
 qperf -lp $PQ >/dev/null 2>&1 & PIDS+=($!)
-$NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
+$NETRIG serve --listen 127.0.0.1:$PN -q & PIDS+=($!)
 sleep 1
 
 # Each prints: p50_us p99_us tps
@@ -49,11 +49,11 @@ print("%.2f - %.0f" % (2 * us, 1e6 / (2 * us)))
 PY
 }
 netrig_run() { # $1 proto, $2 size, $3 iterations, [$4 extra flag]
-    $NETRIG rr 127.0.0.1 -p $PN --proto "$1" --size "$2" --reply "$2" -n "$3" ${4:-} -v 0 --json "$WORK/n.json" >/dev/null 2>&1 || true
+    $NETRIG rr 127.0.0.1 -p $PN --proto "$1" -l "$2" --reply "$2" -n "$3" ${4:-} -q --json "$WORK/n.json" >/dev/null 2>&1 || true
     python3 - "$WORK/n.json" <<'PY'
 import json, sys
 try:
-    r = json.load(open(sys.argv[1]))["results"][0]
+    r = json.load(open(sys.argv[1]))["result"]["runs"][0]
     p = dict(r["latency"]["percentiles_us"])
     print("%.2f %.2f %.0f" % (p["p50"], p["p99"], r["transactions_per_sec"]))
 except Exception:

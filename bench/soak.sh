@@ -34,14 +34,14 @@ def start(args):
     procs.append(p); return p
 
 sport = free_port()
-server = start(["serve", "--listen", f"127.0.0.1:{sport}", "-v", "0", "--max-tests", "500"])
+server = start(["serve", "--listen", f"127.0.0.1:{sport}", "-q", "--max-tests", "500"])
 wait_listen(sport)
 
 relays = {}
 def relay(name, *faults):
     port = free_port()
     js, log = f"{WORK}/{name}.json", f"{WORK}/{name}.csv"
-    p = start(["relay", "--listen", f"127.0.0.1:{port}", "--to", f"127.0.0.1:{sport}", "-v", "0",
+    p = start(["relay", "--listen", f"127.0.0.1:{port}", "--to", f"127.0.0.1:{sport}", "-q",
                "--json", js, "--log", log, *faults])
     wait_listen(port)
     relays[name] = (p, port, js, log)
@@ -62,7 +62,7 @@ kills = 0
 
 def run_json(kind, args, env=None):
     js = f"{WORK}/{kind}-{threading.get_ident()}-{time.monotonic_ns()}.json"
-    r = subprocess.run([BIN] + args + ["-v", "0", "--json", js], stdout=subprocess.DEVNULL,
+    r = subprocess.run([BIN] + args + ["-q", "--json", js], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
     with lock:
         runs[kind] = runs.get(kind, 0) + 1
@@ -84,7 +84,7 @@ def job(i, rng):
     global churn_bad, kills
     k = i % 7
     if k in (0, 1):
-        args = ["udp", f"127.0.0.1:{udp_port}", "--rate", "20M", "--size", "1000", "-d", "2"]
+        args = ["udp", f"127.0.0.1:{udp_port}", "-b", "20M", "-l", "1000", "-t", "2"]
         if k == 1:
             args.append("-R")
         d = run_json("udp", args)
@@ -93,31 +93,31 @@ def job(i, rng):
             add("udp lost", t["lost"]); add("udp duplicated", t["duplicates"])
             add("udp reordered", t["reordered"]); add("udp corrupt", t["corrupt"])
     elif k == 2:
-        d = run_json("tcp through corruption", ["tcp", f"127.0.0.1:{flip_port}", "-t", "4M", "-c", "4", "-i", "2"])
+        d = run_json("tcp through corruption", ["tcp", f"127.0.0.1:{flip_port}", "-n", "4M", "-P", "4", "--iterations", "2"])
         if d:
             add("tcp data errors", d["result"]["totals"]["data_errors"])
     elif k == 3:
-        d = run_json("tcp through resets", ["tcp", f"127.0.0.1:{reset_port}", "-t", "2M", "-c", "2", "-i", "1"])
+        d = run_json("tcp through resets", ["tcp", f"127.0.0.1:{reset_port}", "-n", "2M", "-P", "2", "--iterations", "1"])
         if d:
             add("tcp resets", d["result"]["totals"]["net_errors"])
     elif k == 4:
         d = run_json("rr udp through loss", ["rr", f"127.0.0.1:{rr_port}", "--proto", "udp",
-                                             "--iterations", "2000", "--warmup", "0", "--timeout", "50ms"])
+                                             "-n", "2000", "--warmup", "0", "--timeout", "50ms"])
         if d:
-            r = d["results"][0]
+            r = d["result"]["runs"][0]
             add("rr lost", (r.get("lost_up") or 0) + (r.get("lost_down") or 0))
     elif k == 5:
-        d = run_json("tcp churn", ["tcp", f"127.0.0.1:{sport}", "-t", "4K", "-c", "20", "-i", "10"])
+        d = run_json("tcp churn", ["tcp", f"127.0.0.1:{sport}", "-n", "4K", "-P", "20", "--iterations", "10"])
         ok = d and d["result"]["totals"]["completed"] == 200
         if not ok:
             with lock:
                 churn_bad += 1
         if d:
-            d2 = run_json("rr tcp", ["rr", f"127.0.0.1:{sport}", "--iterations", "5000"])
+            d2 = run_json("rr tcp", ["rr", f"127.0.0.1:{sport}", "-n", "5000"])
     else:
-        kind = rng.choice([["tcp", "-c", "4"], ["udp", "--rate", "50M", "-d", "30"],
-                           ["udp", "-R", "--rate", "50M", "-d", "30"], ["rr", "--iterations", "100000000"]])
-        p = subprocess.Popen([BIN, kind[0], f"127.0.0.1:{sport}", *kind[1:], "-v", "0"],
+        kind = rng.choice([["tcp", "-P", "4"], ["udp", "-b", "50M", "-t", "30"],
+                           ["udp", "-R", "-b", "50M", "-t", "30"], ["rr", "-n", "100000000"]])
+        p = subprocess.Popen([BIN, kind[0], f"127.0.0.1:{sport}", *kind[1:], "-q"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.1, 0.6))
         p.kill(); p.wait()
@@ -163,7 +163,7 @@ counts = {}
 for name, (p, port, js, log) in relays.items():
     p.send_signal(signal.SIGINT); p.wait(timeout=30)
     with open(js) as f:
-        counts[name] = json.load(f)["counts"]
+        counts[name] = json.load(f)["result"]
 
 def both(c, *keys):
     return sum(c[d][k] for d in ("up", "down") for k in keys)

@@ -15,7 +15,7 @@ P3=15201 P2=15202 PN=15203
 
 iperf3 -s -p $P3 >/dev/null 2>&1 & PIDS+=($!)
 iperf -s -p $P2 >/dev/null 2>&1 & PIDS+=($!)
-$NETRIG serve --listen 127.0.0.1:$PN -v 0 & PIDS+=($!)
+$NETRIG serve --listen 127.0.0.1:$PN -q & PIDS+=($!)
 sleep 1
 
 iperf3_gbps() { # $1 = parallel streams; receiver-side goodput
@@ -34,8 +34,8 @@ print("%.2f" % ((total[0] if total else sum(float(r[8]) for r in rows)) / 1e9) i
 PY
 }
 netrig_gbps() { # $1 = connections, $2 = verify level; bytes the server received (and verified)
-    $NETRIG tcp 127.0.0.1 -p $PN -c "$1" --transfer 1T --time-limit "${T}s" \
-        --verify "$2" -v 0 --json "$WORK/n.json" > "$WORK/n.out" 2>&1 || { echo "netrig tcp failed:" >&2; cat "$WORK/n.out" >&2; }
+    $NETRIG tcp 127.0.0.1 -p $PN -P "$1" -n 1T -t "${T}s" \
+        --verify "$2" -q --json "$WORK/n.json" > "$WORK/n.out" 2>&1 || { echo "netrig tcp failed:" >&2; cat "$WORK/n.out" >&2; }
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]; s=sum(x[1]["bytes_received"] for x in d["servers"] if x[1]); print("%.2f" % (s*8/d["duration_secs"]/1e9))' "$WORK/n.json"
 }
 

@@ -50,7 +50,7 @@ PY
 }
 netrig_run() { # $1 size, $2 netrig rate/gap flags...
     local size=$1; shift
-    $NETRIG udp 127.0.0.1 -p $PN --size "$size" "$@" -d "${T}s" -v 0 --json "$WORK/n.json" >/dev/null 2>&1 || true
+    $NETRIG udp 127.0.0.1 -p $PN -l "$size" "$@" -t "${T}s" -q --json "$WORK/n.json" >/dev/null 2>&1 || true
     python3 - "$WORK/n.json" <<'PY'
 import json, sys
 try:
@@ -66,7 +66,7 @@ PY
 echo "== Maximum rate (received)"
 printf '%-6s %-8s %12s %10s %8s %10s\n' size tool pps Gbit/s loss% ratio-pps
 for S in 64 1400; do
-    read -r n_pps n_g n_l _ _ _ < <(netrig_run "$S" --rate 100G --pacing spin); sleep 0.5
+    read -r n_pps n_g n_l _ _ _ < <(netrig_run "$S" -b 100G --pacing spin); sleep 0.5
     read -r a_pps a_g a_l _ < <(iperf3_run "$S" 0); sleep 0.5
     read -r b_pps b_g b_l _ < <(iperf2_run "$S" 100G); sleep 0.5
     numbers "max rate $S B" "$n_pps" "$n_g" "$n_l" "$a_pps" "$a_g" "$a_l" "$b_pps" "$b_g" "$b_l"

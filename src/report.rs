@@ -416,23 +416,49 @@ pub fn print_summary(rep: &RunReport) {
     }
 }
 
+/// Version of the JSON envelope every command writes (`netrig` in the
+/// document; `schema/netrig.schema.json` describes it).
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// The one JSON document every command writes: which test, with what
+/// configuration, what it measured, and why it failed if it did.
 #[derive(Serialize)]
-struct JsonReport<'a> {
-    netrig: &'static str,
-    test: &'static str,
-    config: &'a TcpClientConfig,
-    result: &'a RunReport,
+pub struct Envelope<'a, C: Serialize, R: Serialize> {
+    /// Envelope format version.
+    pub netrig: u32,
+    /// netrig's version.
+    pub version: &'static str,
+    /// The command: tcp, udp, rr, ping, crr, sweep, relay.
+    pub test: &'a str,
+    /// The configuration as run.
+    pub config: &'a C,
+    /// What was measured (null when nothing was).
+    pub result: Option<&'a R>,
+    /// Why the run failed, when it did; `result` then holds what was
+    /// measured before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
 }
 
-/// Writes the JSON report atomically (temporary file, then rename).
-pub fn write_json(path: &Path, cfg: &TcpClientConfig, rep: &RunReport) -> io::Result<()> {
-    let doc = JsonReport {
-        netrig: env!("CARGO_PKG_VERSION"),
-        test: "tcp",
-        config: cfg,
-        result: rep,
-    };
-    write_atomically(path, &doc)
+/// Writes a command's JSON envelope to `path` (see [`write_atomically`]).
+pub fn write_envelope<C: Serialize, R: Serialize>(
+    path: &Path,
+    test: &str,
+    config: &C,
+    result: Option<&R>,
+    error: Option<&str>,
+) -> io::Result<()> {
+    write_atomically(
+        path,
+        &Envelope {
+            netrig: ENVELOPE_VERSION,
+            version: env!("CARGO_PKG_VERSION"),
+            test,
+            config,
+            result,
+            error,
+        },
+    )
 }
 
 /// Writes `doc` as pretty JSON; a regular file is replaced atomically, so
@@ -760,29 +786,6 @@ pub fn print_udp_summary(
 }
 
 /// Writes a UDP run's JSON report atomically.
-pub fn write_udp_json(
-    path: &Path,
-    cfg: &crate::udp::client::UdpClientConfig,
-    rep: &crate::udp::client::UdpReport,
-) -> io::Result<()> {
-    #[derive(Serialize)]
-    struct Doc<'a> {
-        netrig: &'static str,
-        test: &'static str,
-        config: &'a crate::udp::client::UdpClientConfig,
-        result: &'a crate::udp::client::UdpReport,
-    }
-    write_atomically(
-        path,
-        &Doc {
-            netrig: env!("CARGO_PKG_VERSION"),
-            test: "udp",
-            config: cfg,
-            result: rep,
-        },
-    )
-}
-
 /// Columns of a spectrum row (one request size).
 pub const SPECTRUM_HEADERS: [&str; 12] = [
     "Size", "Reply", "Count", "MinUs", "MeanUs", "P50Us", "P99Us", "P99.9Us", "MaxUs", "StddevUs",
@@ -1000,29 +1003,6 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
 }
 
 /// Writes request/response reports as JSON.
-pub fn write_rr_json(
-    path: &Path,
-    cfg: &crate::rr::client::RrConfig,
-    reports: &[crate::rr::client::RrReport],
-) -> io::Result<()> {
-    #[derive(Serialize)]
-    struct Doc<'a> {
-        netrig: &'static str,
-        test: &'static str,
-        config: &'a crate::rr::client::RrConfig,
-        results: &'a [crate::rr::client::RrReport],
-    }
-    write_atomically(
-        path,
-        &Doc {
-            netrig: env!("CARGO_PKG_VERSION"),
-            test: "rr",
-            config: cfg,
-            results: reports,
-        },
-    )
-}
-
 /// Prints a crr run.
 pub fn print_crr(
     size: u64,
@@ -1058,24 +1038,6 @@ pub fn print_crr(
     if let Some(f) = first_failure {
         crate::out!("First failure: {f}");
     }
-}
-
-/// Writes a crr report as JSON.
-pub fn write_crr_json(path: &Path, r: &crate::rr::crr::CrrReport) -> io::Result<()> {
-    #[derive(Serialize)]
-    struct Doc<'a> {
-        netrig: &'static str,
-        test: &'static str,
-        result: &'a crate::rr::crr::CrrReport,
-    }
-    write_atomically(
-        path,
-        &Doc {
-            netrig: env!("CARGO_PKG_VERSION"),
-            test: "crr",
-            result: r,
-        },
-    )
 }
 
 /// Columns of the sweep (rate bin) table.

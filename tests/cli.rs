@@ -67,7 +67,7 @@ fn server_survives_garbage_and_answers_with_reasons() {
     // One good test first so lazily created state is in the baseline.
     run_ok(
         &addr.to_string(),
-        &["--transfer", "64K", "-c", "2", "-i", "1"],
+        &["--transfer", "64K", "-c", "2", "--iterations", "1"],
     );
     let baseline = fd_count(pid);
 
@@ -129,7 +129,7 @@ fn server_survives_garbage_and_answers_with_reasons() {
     std::thread::sleep(Duration::from_millis(500));
     run_ok(
         &addr.to_string(),
-        &["--transfer", "1M", "-c", "4", "-i", "2"],
+        &["--transfer", "1M", "-c", "4", "--iterations", "2"],
     );
     let after = settles_to(pid, baseline, 10);
     assert!(
@@ -144,7 +144,7 @@ fn killed_clients_leave_the_server_serving() {
     let pid = srv.0.id();
     run_ok(
         &addr.to_string(),
-        &["--transfer", "64K", "-c", "2", "-i", "1"],
+        &["--transfer", "64K", "-c", "2", "--iterations", "1"],
     );
     let baseline = fd_count(pid);
     for pattern in ["push", "pull", "duplex"] {
@@ -158,7 +158,7 @@ fn killed_clients_leave_the_server_serving() {
     }
     let out = run_ok(
         &addr.to_string(),
-        &["--transfer", "4M", "-c", "4", "-i", "2"],
+        &["--transfer", "4M", "-c", "4", "--iterations", "2"],
     );
     assert!(out.contains("SuccessfulConnections [8]"), "{out}");
     let after = settles_to(pid, baseline, 10);
@@ -262,7 +262,7 @@ fn exit_after_stops_the_server() {
     let (mut srv, addr) = serve(&["--exit-after", "4", "-v", "0"]);
     run_ok(
         &addr.to_string(),
-        &["--transfer", "1M", "-c", "2", "-i", "2"],
+        &["--transfer", "1M", "-c", "2", "--iterations", "2"],
     );
     let t0 = Instant::now();
     loop {
@@ -602,7 +602,7 @@ fn relay_binary_random_impairments_match_udp_reports_both_ways() {
         assert_eq!(code, Some(130));
         let relay: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
-        let c = &relay["counts"][if reverse { "down" } else { "up" }];
+        let c = &relay["result"][if reverse { "down" } else { "up" }];
         let t = &doc["result"]["totals"];
         for (ours, theirs) in [
             ("lost", "lost"),
@@ -653,9 +653,9 @@ fn relay_binary_corruption_is_a_tcp_data_error_at_the_logged_offset() {
             &target,
             "-c",
             "2",
-            "-i",
+            "--iterations",
             "1",
-            "-t",
+            "-n",
             "1M",
             "--connection-file",
             conns.to_str().unwrap(),
@@ -695,15 +695,37 @@ fn every_server_limit_refuses_with_its_name() {
         assert!(err.contains(needle), "{args:?}: {err}");
     };
     refused(
-        &["tcp", &t, "-t", "2M", "-v", "0"],
+        &["tcp", &t, "-n", "2M", "-v", "0"],
         "server limit: max bytes per test 1048576 (asked for 2097152)",
     );
     refused(
-        &["tcp", &t, "-t", "900K", "-c", "1", "-i", "3", "-v", "0"],
+        &[
+            "tcp",
+            &t,
+            "-n",
+            "900K",
+            "-c",
+            "1",
+            "--iterations",
+            "3",
+            "-v",
+            "0",
+        ],
         "connection(s): server limit: max bytes per test 1048576 reached",
     );
     refused(
-        &["tcp", &t, "-t", "100K", "-c", "4", "-i", "1", "-v", "0"],
+        &[
+            "tcp",
+            &t,
+            "-n",
+            "100K",
+            "-c",
+            "4",
+            "--iterations",
+            "1",
+            "-v",
+            "0",
+        ],
         "server limit: max 3 connections per client address",
     );
     refused(
@@ -735,7 +757,7 @@ fn every_server_limit_refuses_with_its_name() {
 fn a_tcp_session_past_the_max_duration_is_stopped_at_once() {
     let (_srv, addr) = serve(&["-v", "0", "--max-duration", "1s"]);
     let t0 = Instant::now();
-    let out = netrig(&["tcp", &addr.to_string(), "-t", "1T", "-c", "2", "-v", "0"])
+    let out = netrig(&["tcp", &addr.to_string(), "-n", "1T", "-c", "2", "-v", "0"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -758,7 +780,18 @@ fn a_server_with_a_key_admits_only_clients_that_prove_it() {
     let (_srv, addr) = serve(&["-v", "0", "--key", keyfile.to_str().unwrap()]);
     let t = addr.to_string();
     let quick = |extra: &[&str], env: Option<&str>| {
-        let mut args = vec!["tcp", &t, "-t", "64K", "-c", "2", "-i", "1", "-v", "0"];
+        let mut args = vec![
+            "tcp",
+            &t,
+            "-n",
+            "64K",
+            "-c",
+            "2",
+            "--iterations",
+            "1",
+            "-v",
+            "0",
+        ];
         args.extend_from_slice(extra);
         let mut c = netrig(&args);
         c.env_remove("NETRIG_KEY");

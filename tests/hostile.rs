@@ -251,11 +251,11 @@ fn run_tcp_ok(addr: SocketAddr) {
     let out = netrig(&[
         "tcp",
         &addr.to_string(),
-        "-t",
+        "-n",
         "1M",
         "-c",
         "4",
-        "-i",
+        "--iterations",
         "2",
         "-v",
         "0",
@@ -381,7 +381,7 @@ fn a_server_killed_under_rr_is_a_network_error_with_what_was_measured() {
         assert_eq!(status.code(), Some(3), "{proto}: {err}");
         let doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();
-        let r = &doc["results"][0];
+        let r = &doc["result"]["runs"][0];
         let error = r["error"].as_str().expect("the failure is in the JSON");
         assert!(
             err.contains(error),

@@ -79,9 +79,9 @@ export HOME=/scratch TMPDIR=/scratch RUST_BACKTRACE=1
 cd /scratch
 rc=0
 echo "== netrig rr --proto sctp"
-$NETRIG rr --proto sctp -n 20000 --size 64 --reply 2 || rc=1
+$NETRIG rr --proto sctp -n 20000 -l 64 --reply 2 || rc=1
 echo "== netrig rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2"
-$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 20000 --size 64 --reply 2 > /scratch/seq.out 2>&1 &
+$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 20000 -l 64 --reply 2 > /scratch/seq.out 2>&1 &
 sleep 3
 # The kernel's view of the associations: the client's must list both local
 # addresses, the server's both remote ones.

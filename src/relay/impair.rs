@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
 
 /// What the relay does to one direction of traffic.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct ImpairSpec {
     /// Probability that a datagram is dropped.
     pub loss: f64,

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+use super::{Json, Verbosity};
 use netrig::relay::impair::ImpairSpec;
 use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts};
 use netrig::units;
@@ -96,18 +97,17 @@ pub struct RelayArgs {
     /// Write every impairment to this CSV file.
     #[arg(long)]
     log: Option<PathBuf>,
-    /// Write the final counts to this JSON file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    #[command(flatten)]
+    json: Json,
     /// Stop after this long (default: until Ctrl-C).
-    #[arg(long, value_parser = duration)]
-    duration: Option<Duration>,
+    #[arg(short = 't', long = "time", visible_alias = "duration", value_parser = duration)]
+    time: Option<Duration>,
     /// Print the counts every interval.
-    #[arg(long, value_parser = duration)]
+    #[arg(short = 'i', long, value_parser = duration)]
     interval: Option<Duration>,
-    /// 0 quiet, 1 connections and flows.
-    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    verbosity: u8,
+    /// -q: only the final counts; default: also each connection and flow.
+    #[command(flatten)]
+    verbosity: Verbosity,
 }
 
 fn probability(s: &str) -> Result<f64, String> {
@@ -193,8 +193,8 @@ fn print_counts(c: &RelayCounts) {
 
 /// Runs `netrig relay`.
 pub fn run(a: RelayArgs) -> Result<ExitCode> {
-    if let Err(c) =
-        crate::check_outputs([("--log", a.log.as_deref()), ("--json", a.json.as_deref())])
+    let json = a.json.path();
+    if let Err(c) = super::check_outputs([("--log", a.log.as_deref()), ("--json", json.as_deref())])
     {
         return Ok(c);
     }
@@ -211,6 +211,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         Direction::Down => (none, spec),
     };
     let seed = a.seed.unwrap_or_else(rand::random);
+    let (up_spec, down_spec) = (up.clone(), down.clone());
     let relay = Relay::bind(RelayConfig {
         listen: a.listen,
         to,
@@ -221,7 +222,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         udp: !a.tcp_only,
         log: a.log.clone(),
         keep_events: false,
-        verbosity: a.verbosity,
+        verbosity: a.verbosity.level().min(1),
         rate_per_flow: a.rate_per_flow,
     })
     .context("cannot start the relay")?;
@@ -235,11 +236,11 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
             _ => "TCP and UDP",
         }
     );
-    let flag = crate::interrupt_flag();
+    let flag = super::interrupt_flag();
     let runner = std::thread::spawn(move || relay.run());
     let start = Instant::now();
     let mut next = a.interval;
-    while !flag.load(SeqCst) && a.duration.is_none_or(|d| start.elapsed() < d) {
+    while !flag.load(SeqCst) && a.time.is_none_or(|d| start.elapsed() < d) {
         std::thread::sleep(Duration::from_millis(20));
         if let (Some(n), Some(i)) = (next, a.interval)
             && start.elapsed() >= n
@@ -252,14 +253,19 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let _ = runner.join();
     let counts = h.counts();
     print_counts(&counts);
-    if let Some(p) = &a.json {
-        let v = serde_json::json!({ "seed": seed, "listen": h.addr, "to": to, "counts": counts });
-        netrig::report::write_atomically(p, &v)
-            .with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(if flag.load(SeqCst) {
-        ExitCode::from(crate::exit::INTERRUPTED)
+    let config = serde_json::json!({
+        "listen": h.addr, "to": to, "seed": seed, "up": up_spec, "down": down_spec,
+        "tcp": !a.udp_only, "udp": !a.tcp_only, "rate_per_flow": a.rate_per_flow,
+    });
+    let code = if flag.load(SeqCst) {
+        super::exit::INTERRUPTED
     } else {
-        ExitCode::SUCCESS
-    })
+        0
+    };
+    Ok(super::finish(
+        code,
+        json.as_deref(),
+        |p| netrig::report::write_envelope(p, "relay", &config, Some(&counts), None),
+        Vec::new(),
+    ))
 }

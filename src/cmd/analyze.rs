@@ -1,0 +1,64 @@
+//! `netrig analyze`: re-analyse a saved profile or sweep result.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{check_outputs, rate};
+use netrig::report::{print_analysis, write_bins};
+
+#[derive(Args)]
+pub struct AnalyzeArgs {
+    /// A JSON file written by `netrig udp --profile … --json` or `netrig sweep … --json`.
+    file: PathBuf,
+    /// Rate bin width (default: a twentieth of the peak rate).
+    #[arg(long, value_parser = rate)]
+    bin: Option<u64>,
+    /// Write the rate-bin table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+}
+
+pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([("--csv", a.csv.as_deref())]) {
+        return Ok(c);
+    }
+    let text =
+        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let bad = |why: String| {
+        eprintln!("netrig: {}: {why}", a.file.display());
+        Ok(ExitCode::from(2))
+    };
+    let doc: serde_json::Value = match serde_json::from_slice(&text) {
+        Ok(d) => d,
+        Err(e) => return bad(format!("not JSON: {e}")),
+    };
+    let profile =
+        match serde_json::from_value::<netrig::udp::profile::Profile>(
+            doc["config"]["spec"]["profile"].clone(),
+        ) {
+            Ok(p) => p,
+            Err(_) => return bad(
+                "no rate profile in config.spec.profile (is it from `udp --profile` or `sweep`?)"
+                    .into(),
+            ),
+        };
+    let intervals = match serde_json::from_value::<Vec<netrig::udp::track::UdpInterval>>(
+        doc["result"]["intervals"].clone(),
+    ) {
+        Ok(i) => i,
+        Err(e) => return bad(format!("result.intervals: {e}")),
+    };
+    let (bins, mut analysis) = super::udp::analyse(&profile, &intervals, a.bin);
+    if let Ok(s) =
+        serde_json::from_value::<netrig::udp::engine::SenderReport>(doc["result"]["sender"].clone())
+    {
+        netrig::udp::analyze::note_sender(&mut analysis, &s);
+    }
+    print_analysis(&bins, &analysis);
+    if let Some(p) = &a.csv {
+        write_bins(p, &bins).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

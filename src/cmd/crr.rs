@@ -1,0 +1,114 @@
+//! `netrig crr`: connect/request/response/close churn, every transaction a
+//! verified netrig TCP connection.
+
+use anyhow::Result;
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{
+    Json, KeyArg, Verbosity, check_outputs, client_error_exit, finish, interrupt_flag,
+    positive_duration, run_code, size, target_arg, target_or_embedded, usage,
+};
+use netrig::tcp::client;
+
+#[derive(Args)]
+pub struct CrrArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Request size in bytes.
+    #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]
+    length: u64,
+    /// Reply size in bytes.
+    #[arg(long, default_value = "2", value_parser = size)]
+    reply: u64,
+    /// Transactions (connections) in total.
+    #[arg(
+        short = 'n',
+        long = "count",
+        visible_alias = "transactions",
+        default_value_t = 10_000
+    )]
+    count: u64,
+    /// Transactions in flight at once.
+    #[arg(
+        short = 'P',
+        long = "parallel",
+        visible_alias = "connections",
+        short_alias = 'c',
+        default_value_t = 1
+    )]
+    parallel: u32,
+    /// Stop after this long.
+    #[arg(short = 't', long = "time", visible_alias = "time-limit", value_parser = positive_duration)]
+    time: Option<Duration>,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+pub fn run(a: CrrArgs) -> Result<ExitCode> {
+    let json = a.json.path();
+    let verbosity = a.verbosity.level();
+    if let Err(c) = check_outputs([("--json", json.as_deref())]) {
+        return Ok(c);
+    }
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    if a.length == 0 || a.length > 1 << 20 || a.reply > 1 << 20 {
+        return Ok(usage("--length must be 1..=1M and --reply at most 1M"));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let mut cfg = netrig::rr::crr::config(
+        target,
+        a.port,
+        a.length as u32,
+        a.reply as u32,
+        a.count,
+        a.parallel,
+    );
+    cfg.time_limit = a.time;
+    cfg.key = key;
+    let mut col = netrig::rr::crr::CrrCollector::default();
+    let result = client::run(cfg.clone(), interrupt_flag(), &mut col);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let run = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e, "crr", json.as_deref(), &cfg)),
+    };
+    let rep = col.report(run.duration_secs);
+    if verbosity >= 1 {
+        netrig::report::print_crr(
+            a.length,
+            a.reply,
+            a.parallel,
+            &rep,
+            col.first_failure.as_deref(),
+        );
+    } else if let Some(f) = &col.first_failure {
+        // Quiet mode still says why the exit code is not 0.
+        eprintln!("netrig: {} transactions failed; first: {f}", rep.failed);
+    }
+    let code = run_code(run.totals.data_errors > 0, rep.failed > 0, run.interrupted);
+    let failure = col
+        .first_failure
+        .as_ref()
+        .map(|f| format!("{} transactions failed; first: {f}", rep.failed));
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| netrig::report::write_envelope(p, "crr", &cfg, Some(&rep), failure.as_deref()),
+        Vec::new(),
+    ))
+}

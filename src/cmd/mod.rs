@@ -1,0 +1,337 @@
+//! The `netrig` command line: one module per subcommand (flags to a library
+//! configuration, a run, a report and an exit code), and what they share:
+//! the flags every test spells the same way, output-path checks, signals,
+//! the embedded server and exit codes.
+//!
+//! Flags follow iperf3 where the concept is the same (`-t` time, `-i`
+//! interval, `-n` bytes or count, `-P` parallel connections, `-l` length,
+//! `-b` bit rate, `-R` reverse, `-J` JSON, `-p` port, `-B` bind), with
+//! ctsTraffic's long names as aliases. Spellings of earlier releases stay as
+//! hidden aliases for one release.
+
+use anyhow::{Context, Result};
+use clap::{ArgAction, Args};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::Duration;
+
+use netrig::server::{Server, ServerConfig};
+use netrig::tcp::client::ClientError;
+use netrig::units;
+
+pub mod analyze;
+pub mod crr;
+pub mod ping;
+pub mod relay;
+pub mod rr;
+pub mod serve;
+pub mod sweep;
+pub mod tcp;
+pub mod udp;
+
+/// Exit codes, documented in the README.
+pub mod exit {
+    pub const FATAL: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const NETWORK_ERROR: u8 = 3;
+    pub const DATA_ERROR: u8 = 4;
+    pub const REFUSED: u8 = 5;
+    pub const UNSUPPORTED: u8 = 6;
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// `-v`/`-vv` (more), `-q` (quiet), or a level with `--verbosity N`.
+#[derive(Args, Clone, Copy)]
+pub struct Verbosity {
+    /// More output: -v also failed connections or every bin, -vv everything.
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count, conflicts_with = "level")]
+    more: u8,
+    /// Errors and warnings only.
+    #[arg(short = 'q', long, conflicts_with_all = ["more", "level"])]
+    quiet: bool,
+    /// Output level 0–3 (0 = -q, 1 = default, 2 = -v, 3 = -vv).
+    #[arg(long = "verbosity", value_name = "N", value_parser = clap::value_parser!(u8).range(0..=3))]
+    level: Option<u8>,
+}
+
+impl Verbosity {
+    /// The level: 0 quiet, 1 default, 2 and 3 more.
+    pub fn level(self) -> u8 {
+        match (self.level, self.quiet) {
+            (Some(l), _) => l,
+            (None, true) => 0,
+            (None, false) => (1 + self.more).min(3),
+        }
+    }
+}
+
+/// `-J` / `--json FILE`.
+#[derive(Args, Clone)]
+pub struct Json {
+    /// Write the JSON report to FILE ("-": standard output; the console then
+    /// goes to standard error).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The JSON report on standard output, as iperf3 -J (same as --json -).
+    #[arg(short = 'J', conflicts_with = "json")]
+    json_stdout: bool,
+}
+
+impl Json {
+    /// Where the JSON report goes, if anywhere.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.json.clone().or_else(|| {
+            self.json_stdout
+                .then(|| PathBuf::from(netrig::output::STDOUT))
+        })
+    }
+}
+
+/// `--key FILE` (or NETRIG_KEY) on the commands that talk to a server.
+#[derive(Args, Clone)]
+pub struct KeyArg {
+    /// Pre-shared key file: a server requires clients to prove they know it;
+    /// a client proves it. The key itself may be given in NETRIG_KEY instead.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+}
+
+impl KeyArg {
+    /// Loads the key from the file or NETRIG_KEY (a bad key is a usage error).
+    pub fn load(&self) -> Result<Option<netrig::auth::Key>, ExitCode> {
+        netrig::auth::Key::from_file_or_env(self.key.as_deref()).map_err(|e| {
+            eprintln!("netrig: {e}");
+            ExitCode::from(exit::USAGE)
+        })
+    }
+}
+
+pub fn target_arg(s: &str) -> Result<String, String> {
+    netrig::net::check_target(s).map(|()| s.to_string())
+}
+pub fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+pub fn duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err("must be greater than zero".into()),
+        d => Ok(d),
+    }
+}
+/// A duration that may be negative (`-500us`), in ns.
+pub fn signed_duration(s: &str) -> Result<i64, String> {
+    let (neg, body) = s.strip_prefix('-').map_or((false, s), |b| (true, b));
+    let ns = duration(body)?.as_nanos() as i64;
+    Ok(if neg { -ns } else { ns })
+}
+pub fn rate(s: &str) -> Result<u64, String> {
+    match units::parse_rate(s).map_err(|e| e.to_string())? {
+        0 => Err("must be greater than zero".into()),
+        r => Ok(r),
+    }
+}
+pub fn rate_or_zero(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+/// Checks every output path before a test starts; a bad one is a usage
+/// error that names the flag (exit 2).
+pub fn check_outputs<'a>(
+    outputs: impl IntoIterator<Item = (&'static str, Option<&'a Path>)>,
+) -> Result<(), ExitCode> {
+    let outputs: Vec<_> = outputs.into_iter().collect();
+    netrig::output::check_all(outputs.iter().map(|(_, p)| *p)).map_err(|e| {
+        let flag = outputs
+            .iter()
+            .find(|(_, p)| *p == Some(e.path()))
+            .map_or("output", |(f, _)| f);
+        eprintln!("netrig: {flag} {e}");
+        ExitCode::from(exit::USAGE)
+    })
+}
+
+/// A usage error found after parsing: one line, exit 2.
+pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("netrig: {msg}");
+    ExitCode::from(exit::USAGE)
+}
+
+/// The exit code of a finished run: data errors win over network errors,
+/// which win over an interrupt.
+pub fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> u8 {
+    if data_error {
+        exit::DATA_ERROR
+    } else if network_error {
+        exit::NETWORK_ERROR
+    } else if interrupted {
+        exit::INTERRUPTED
+    } else {
+        0
+    }
+}
+
+/// Writes the JSON report if asked and folds output errors into the exit code.
+pub fn finish(
+    mut code: u8,
+    json: Option<&Path>,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
+    output_errors: Vec<std::io::Error>,
+) -> ExitCode {
+    if let Some(p) = json
+        && let Err(e) = write(p)
+    {
+        eprintln!("netrig: cannot write {}: {e}", p.display());
+        code = code.max(exit::FATAL);
+    }
+    for e in output_errors {
+        eprintln!("netrig: output error: {e}");
+        code = code.max(exit::FATAL);
+    }
+    ExitCode::from(code)
+}
+
+/// Reports a client error that stopped a run before it measured anything,
+/// writes a JSON report saying so (for monitoring), and picks the exit code.
+pub fn client_error_exit(
+    e: ClientError,
+    test: &str,
+    json: Option<&Path>,
+    config: &impl serde::Serialize,
+) -> ExitCode {
+    eprintln!("netrig: {e}");
+    let code = match e {
+        ClientError::Refused { .. } => exit::REFUSED,
+        ClientError::Connect { .. }
+        | ClientError::Control { .. }
+        | ClientError::NotNetrig { .. } => exit::NETWORK_ERROR,
+        ClientError::Config(_) => exit::USAGE,
+    };
+    let message = e.to_string();
+    finish(
+        code,
+        json,
+        |p| netrig::report::write_envelope(p, test, config, None::<&()>, Some(&message)),
+        Vec::new(),
+    )
+}
+
+/// The flag SIGINT and SIGTERM set: the run stops gracefully and writes
+/// everything it measured. GNU `timeout` and impatient users send a second
+/// signal within a second, so only a third one exits at once (row files are
+/// flushed row by row and stay parseable; the JSON is then not written).
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&flag);
+        let signals = std::sync::atomic::AtomicU32::new(0);
+        let r = ctrlc::set_handler(move || {
+            f.store(true, SeqCst);
+            match signals.fetch_add(1, SeqCst) {
+                0 => {}
+                1 => {
+                    eprintln!("netrig: stopping and writing results; a third signal exits at once")
+                }
+                _ => std::process::exit(exit::INTERRUPTED as i32),
+            }
+        });
+        if let Err(e) = r {
+            eprintln!("netrig: warning: cannot install the Ctrl-C handler: {e}");
+        }
+        flag
+    })
+    .clone()
+}
+
+/// An in-process server on loopback for runs without a target.
+pub struct Embedded {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl Embedded {
+    pub fn start(key: Option<netrig::auth::Key>) -> Result<Embedded> {
+        let server = Server::bind(ServerConfig {
+            key,
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
+            verbosity: 0,
+            ..ServerConfig::default()
+        })
+        .context("cannot start the embedded server")?;
+        let addr = server.local_addrs()[0];
+        let stop = server.stop_handle();
+        let handle = std::thread::spawn(move || server.run());
+        Ok(Embedded { addr, stop, handle })
+    }
+
+    pub fn finish(self) {
+        self.stop.store(true, SeqCst);
+        let _ = self.handle.join();
+    }
+}
+
+/// Starts an embedded server when no target is given; returns the target to use.
+pub fn target_or_embedded(
+    target: &Option<String>,
+    key: &Option<netrig::auth::Key>,
+    verbosity: u8,
+) -> Result<(String, Option<Embedded>)> {
+    match target {
+        Some(t) => Ok((t.clone(), None)),
+        None => {
+            let e = Embedded::start(key.clone())?;
+            if verbosity >= 1 {
+                netrig::out!(
+                    "No target given: testing against an embedded server on {}.",
+                    e.addr
+                );
+            }
+            Ok((e.addr.to_string(), Some(e)))
+        }
+    }
+}
+
+/// Rewrites spellings of earlier releases that clap cannot express as
+/// aliases: `-v N` (a level) is now `--verbosity N`, since `-v` counts.
+pub fn legacy_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut it = args.into_iter().peekable();
+    while let Some(a) = it.next() {
+        let level = it
+            .peek()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"));
+        if (a == "-v" || a == "--verbosity") && level {
+            out.push("--verbosity".into());
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_verbosity_numbers_become_levels() {
+        let v = |a: &[&str]| {
+            legacy_args(a.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(v(&["tcp", "-v", "0"]), ["tcp", "--verbosity", "0"]);
+        assert_eq!(v(&["tcp", "-v", "host"]), ["tcp", "-v", "host"]);
+        assert_eq!(v(&["tcp", "-vv"]), ["tcp", "-vv"]);
+        assert_eq!(v(&["tcp", "-v"]), ["tcp", "-v"]);
+    }
+}

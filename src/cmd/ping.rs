@@ -1,0 +1,152 @@
+//! `netrig ping`: UDP probes on an absolute schedule, one line each, with
+//! the round trip, its one-way split and loss per direction.
+
+use anyhow::Result;
+use clap::Args;
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::rr::RrResult;
+use super::{
+    Json, KeyArg, Verbosity, check_outputs, client_error_exit, exit, finish, interrupt_flag,
+    positive_duration, size, target_arg, target_or_embedded, usage,
+};
+use netrig::rr::client::{RrConfig, Transport};
+
+#[derive(Args)]
+pub struct PingArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Time between probes (down to microseconds; use --busy-poll below ~100us).
+    #[arg(short, long, default_value = "1s", value_parser = positive_duration, conflicts_with = "rate")]
+    interval: Duration,
+    /// Probes per second instead of --interval.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Probe payload bytes.
+    #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]
+    length: u64,
+    /// Stop after this many probes (default: until Ctrl-C).
+    #[arg(short = 'n', long = "count", short_alias = 'c')]
+    count: Option<u64>,
+    /// A reply later than this counts as lost (and, if it comes, late).
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    timeout: Duration,
+    /// Spin instead of sleeping.
+    #[arg(long)]
+    busy_poll: bool,
+    /// End each round trip at the kernel's receive time of the reply (SO_TIMESTAMPNS).
+    #[arg(long)]
+    rx_timestamps: bool,
+    /// Trust the clocks: print the one-way split without its ± bound.
+    #[arg(long)]
+    synced: bool,
+    /// Local address to probe from.
+    #[arg(short = 'B', long, value_name = "IP")]
+    bind: Option<IpAddr>,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+pub fn run(a: PingArgs) -> Result<ExitCode> {
+    let json = a.json.path();
+    let verbosity = a.verbosity.level();
+    if let Err(c) = check_outputs([("--json", json.as_deref())]) {
+        return Ok(c);
+    }
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    let interval = match a.rate {
+        Some(r) if r > 0.0 && r.is_finite() => Duration::from_secs_f64(1.0 / r),
+        Some(_) => {
+            return Ok(usage(
+                "--rate must be a positive number of probes per second",
+            ));
+        }
+        None => a.interval,
+    };
+    let max = (netrig::udp::header::MAX_DATAGRAM - netrig::udp::header::HEADER_LEN) as u64;
+    if a.length > max || a.length == 0 {
+        return Ok(usage(format!("--length must be 1..={max} bytes")));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let cfg = RrConfig {
+        key,
+        target: target.clone(),
+        port: a.port,
+        transport: Transport::Udp,
+        size: a.length as u32,
+        reply: a.length as u32,
+        iterations: a.count.unwrap_or(netrig::rr::client::UNBOUNDED),
+        warmup: 0,
+        nagle: false,
+        busy_poll: a.busy_poll,
+        rx_timestamps: a.rx_timestamps,
+        timeout: Some(a.timeout),
+        interval: Some(interval),
+        hist_min_us: 0.0,
+        hist_max_us: 1e6,
+        hist_bins: 1000,
+        outliers: 10,
+        synced: a.synced,
+        bind: a.bind.into_iter().collect(),
+    };
+    let size = a.length;
+    let mut on_probe = |p: &netrig::rr::client::Probe| {
+        if verbosity >= 1 {
+            netrig::out!("{}", netrig::report::ping_line(size, &target, p));
+        }
+    };
+    let result = netrig::rr::client::run(&cfg, interrupt_flag(), &mut on_probe);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let (rep, _) = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e, "ping", json.as_deref(), &cfg)),
+    };
+    if verbosity >= 1 {
+        netrig::report::print_ping_summary(&cfg, &rep);
+    }
+    let code = if let Some(e) = &rep.error {
+        eprintln!("netrig: {e}");
+        exit::NETWORK_ERROR
+    } else if rep.received == 0 && rep.sent > 0 {
+        exit::NETWORK_ERROR
+    } else if rep.interrupted && a.count.is_some() {
+        // Without a count, Ctrl-C is how a ping ends (as ping(8)); with one,
+        // it cut the run short.
+        exit::INTERRUPTED
+    } else {
+        0
+    };
+    let failure = rep.error.clone().or_else(|| {
+        (rep.received == 0 && rep.sent > 0).then(|| "no probe was answered".to_string())
+    });
+    let runs = [rep];
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| {
+            netrig::report::write_envelope(
+                p,
+                "ping",
+                &cfg,
+                Some(&RrResult { runs: &runs }),
+                failure.as_deref(),
+            )
+        },
+        Vec::new(),
+    ))
+}

@@ -1,0 +1,274 @@
+//! `netrig rr`: request/response round trips (ACE's perf tests) over TCP,
+//! UDP or SCTP, one size or a spectrum of sizes.
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::{
+    Json, KeyArg, Verbosity, check_outputs, client_error_exit, duration, exit, finish,
+    interrupt_flag, positive_duration, size, target_arg, target_or_embedded, usage,
+};
+use netrig::rr::client::{RrConfig, RrReport, Transport};
+
+#[derive(Args)]
+pub struct HistArgs {
+    /// Histogram lower bound (ACE -m).
+    #[arg(long, default_value = "0", value_parser = duration)]
+    hist_min: Duration,
+    /// Histogram upper bound (ACE -M).
+    #[arg(long, default_value = "10ms", value_parser = positive_duration)]
+    hist_max: Duration,
+    /// Histogram bins (ACE -b).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    hist_bins: u32,
+    /// Largest outliers kept and listed (ACE -x).
+    #[arg(long, default_value_t = 100)]
+    outliers: usize,
+}
+
+#[derive(Args)]
+pub struct RrArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
+    target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Transport.
+    #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+    proto: Transport,
+    /// Request size in bytes.
+    #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]
+    length: u64,
+    /// Reply size in bytes (ACE replies with 2).
+    #[arg(long, default_value = "2", value_parser = size)]
+    reply: u64,
+    /// Measured round trips (ACE -i).
+    #[arg(
+        short = 'n',
+        long = "count",
+        visible_alias = "iterations",
+        default_value_t = 100_000
+    )]
+    count: u64,
+    /// Round trips before measuring, reported separately.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// Enable Nagle's algorithm (off by default, as ACE).
+    #[arg(long)]
+    nagle: bool,
+    /// Spin on non-blocking sockets instead of blocking (lowest latency, one core busy).
+    #[arg(long)]
+    busy_poll: bool,
+    /// UDP: end each round trip at the kernel's receive time of the reply
+    /// (SO_TIMESTAMPNS) instead of when netrig wakes up to read it.
+    #[arg(long)]
+    rx_timestamps: bool,
+    /// UDP: a reply later than this counts as lost. TCP and SCTP: no reply in
+    /// this time fails the run (what was measured is kept).
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
+    timeout: Duration,
+    /// Local address to test from. With --proto sctp-seqpacket, a comma-separated
+    /// list makes the association multi-homed (sctp_bindx), as ACE's --bind a,b.
+    #[arg(
+        short = 'B',
+        long,
+        value_name = "ADDR[,ADDR...]",
+        value_delimiter = ','
+    )]
+    bind: Vec<IpAddr>,
+    /// Run request sizes 2^A ..= 2^B (e.g. 0..16) and print one row per size.
+    #[arg(long, value_name = "A..B")]
+    spectrum: Option<String>,
+    /// Write the spectrum rows (or the single run's summary) as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the histogram as CSV (low_us, high_us, count, fraction, cumulative).
+    #[arg(long, value_name = "FILE")]
+    hist_file: Option<PathBuf>,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    hist: HistArgs,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+/// What `rr` and `ping` put under `result` in the JSON envelope: one run per
+/// request size (one, unless `--spectrum`).
+#[derive(Serialize)]
+pub struct RrResult<'a> {
+    /// The runs, in order.
+    pub runs: &'a [RrReport],
+}
+
+fn parse_spectrum(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s.split_once("..").ok_or("expected A..B, e.g. 0..16")?;
+    let a: u32 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{a}' is not a power of two exponent"))?;
+    let b: u32 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{b}' is not a power of two exponent"))?;
+    if a > b || b > 24 {
+        return Err(format!("spectrum {a}..{b}: need A <= B <= 24"));
+    }
+    Ok((a, b))
+}
+
+pub fn run(a: RrArgs) -> Result<ExitCode> {
+    let json = a.json.path();
+    let verbosity = a.verbosity.level();
+    if let Err(c) = check_outputs([
+        ("--json", json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--hist-file", a.hist_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    let spectrum = match a.spectrum.as_deref().map(parse_spectrum).transpose() {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(format!("--spectrum: {e}"))),
+    };
+    if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
+        && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
+    {
+        eprintln!("netrig: {e}");
+        return Ok(ExitCode::from(exit::UNSUPPORTED));
+    }
+    if a.length == 0 || a.length > u32::MAX as u64 || a.reply > u32::MAX as u64 {
+        return Ok(usage("--length must be at least 1 byte"));
+    }
+    if a.bind.len() > 1 && a.proto != Transport::SctpSeqpacket {
+        return Ok(usage(
+            "several --bind addresses need --proto sctp-seqpacket (multi-homing)",
+        ));
+    }
+    if a.bind.iter().any(|b| b.is_ipv4() != a.bind[0].is_ipv4()) {
+        return Ok(usage("--bind addresses must all be IPv4 or all IPv6"));
+    }
+    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let base = RrConfig {
+        key,
+        target,
+        port: a.port,
+        transport: a.proto,
+        size: a.length as u32,
+        reply: a.reply as u32,
+        iterations: a.count,
+        warmup: a.warmup,
+        nagle: a.nagle,
+        busy_poll: a.busy_poll,
+        rx_timestamps: a.rx_timestamps,
+        timeout: Some(a.timeout),
+        interval: None,
+        hist_min_us: a.hist.hist_min.as_secs_f64() * 1e6,
+        hist_max_us: a.hist.hist_max.as_secs_f64() * 1e6,
+        hist_bins: a.hist.hist_bins as usize,
+        outliers: a.hist.outliers,
+        synced: false,
+        bind: a.bind.clone(),
+    };
+    let sizes: Vec<u32> = match spectrum {
+        Some((lo, hi)) => (lo..=hi).map(|k| 1u32 << k).collect(),
+        None => vec![base.size],
+    };
+    let interrupt = interrupt_flag();
+    let mut reports = Vec::new();
+    let mut code = 0;
+    let mut output_errors = Vec::new();
+    if spectrum.is_some() && verbosity >= 1 {
+        netrig::out!("{}", netrig::report::SPECTRUM_HEADERS.join(" "));
+    }
+    for size in sizes {
+        if interrupt.load(SeqCst) {
+            break;
+        }
+        let cfg = RrConfig {
+            size,
+            ..base.clone()
+        };
+        match netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |_| {}) {
+            Ok((rep, stats)) => {
+                if spectrum.is_some() {
+                    if verbosity >= 1 {
+                        netrig::out!("{}", netrig::report::spectrum_cells(&rep).join(" "));
+                    }
+                } else {
+                    if verbosity >= 1 {
+                        netrig::report::print_rr(&cfg, &rep, &stats, verbosity >= 2);
+                    }
+                    if let Some(p) = &a.hist_file
+                        && let Err(e) = netrig::report::write_hist_csv(p, &stats)
+                    {
+                        output_errors.push(std::io::Error::new(
+                            e.kind(),
+                            format!("cannot write {}: {e}", p.display()),
+                        ));
+                    }
+                }
+                if rep.corrupt > 0 || rep.server_corrupt.is_some_and(|c| c > 0) {
+                    code = code.max(exit::DATA_ERROR);
+                }
+                let failed = rep.error.clone();
+                reports.push(rep);
+                if let Some(e) = failed {
+                    // What was measured before the failure still goes to the files.
+                    eprintln!("netrig: {e}");
+                    code = code.max(exit::NETWORK_ERROR);
+                    break;
+                }
+            }
+            Err(e) => {
+                if let Some(e) = embedded {
+                    e.finish();
+                }
+                return Ok(client_error_exit(e, "rr", json.as_deref(), &base));
+            }
+        }
+    }
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    if let Some(p) = &a.csv
+        && let Err(e) = netrig::report::write_spectrum_csv(p, &reports)
+    {
+        output_errors.push(std::io::Error::new(
+            e.kind(),
+            format!("cannot write {}: {e}", p.display()),
+        ));
+    }
+    if interrupt.load(SeqCst) && code == 0 {
+        code = exit::INTERRUPTED;
+    }
+    let failure = reports.iter().find_map(|r| r.error.clone());
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| {
+            netrig::report::write_envelope(
+                p,
+                "rr",
+                &base,
+                Some(&RrResult { runs: &reports }),
+                failure.as_deref(),
+            )
+        },
+        output_errors,
+    ))
+}

@@ -1,0 +1,86 @@
+//! `netrig serve`: the server. It takes no test options, only limits: each
+//! client describes its test.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::{KeyArg, Verbosity, interrupt_flag, positive_duration, rate, size};
+use netrig::server::{Limits, Server, ServerConfig};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on (repeatable). Default: [::] dual-stack (IPv4 and IPv6).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Vec<SocketAddr>,
+    /// Port for the default listen address.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Exit after this many data connections have completed.
+    #[arg(long, value_name = "N")]
+    exit_after: Option<u64>,
+    /// A new connection must identify itself within this time.
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
+    handshake_timeout: Duration,
+    /// Drop a data connection that makes no progress for this long.
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    idle_timeout: Duration,
+    /// -q silent, default one line per session, -v also failed
+    /// connections, -vv every connection.
+    #[command(flatten)]
+    verbosity: Verbosity,
+    /// Refuse UDP streams faster than this.
+    #[arg(long, default_value = "40Gbit", value_parser = rate)]
+    max_rate: u64,
+    /// Refuse tests longer than this; stop TCP sessions that run longer.
+    #[arg(long, default_value = "1h", value_parser = positive_duration)]
+    max_duration: Duration,
+    /// Refuse tests that would move more bytes than this (both directions).
+    #[arg(long, default_value = "4T", value_parser = size)]
+    max_bytes: u64,
+    /// Refuse new tests while this many are running.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    max_tests: u32,
+    /// Refuse connections beyond this many open from one client address.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_conns_per_client: u32,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+pub fn run(a: ServeArgs) -> Result<ExitCode> {
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    let server = Server::bind(ServerConfig {
+        key,
+        listen: a.listen,
+        port: a.port,
+        exit_after: a.exit_after,
+        handshake_timeout: a.handshake_timeout,
+        idle_timeout: a.idle_timeout,
+        verbosity: a.verbosity.level(),
+        limits: Limits {
+            max_rate_bps: a.max_rate,
+            max_duration: a.max_duration,
+            max_bytes: a.max_bytes,
+            max_tests: a.max_tests,
+            max_conns_per_client: a.max_conns_per_client,
+        },
+    })
+    .context("cannot listen")?;
+    let stop = server.stop_handle();
+    let flag = interrupt_flag();
+    std::thread::spawn(move || {
+        while !flag.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, SeqCst);
+    });
+    server.run().context("server failed")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,218 @@
+//! `netrig tcp`: goodput and reliability with ctsTraffic's semantics.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{
+    Embedded, Json, KeyArg, Verbosity, check_outputs, client_error_exit, exit, finish,
+    interrupt_flag, positive_duration, run_code, size, target_arg, usage,
+};
+use netrig::proto::{IoPattern, VerifyLevel};
+use netrig::report::{Reporter, print_summary};
+use netrig::tcp::client;
+use netrig::tcp::config::{BufferSpec, TcpClientConfig};
+
+#[derive(Args)]
+pub struct TcpArgs {
+    /// Servers to test against (HOST, HOST:PORT, [V6]:PORT), used round-robin;
+    /// none: an embedded server on loopback.
+    #[arg(value_parser = target_arg)]
+    targets: Vec<String>,
+    /// Another target (same as a positional one).
+    #[arg(long = "target", value_name = "HOST", value_parser = target_arg)]
+    more_targets: Vec<String>,
+    /// Port for targets that do not name one.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Connections to keep established at once (ctsTraffic -Connections).
+    #[arg(
+        short = 'P',
+        long = "parallel",
+        visible_alias = "connections",
+        short_alias = 'c',
+        default_value_t = 8
+    )]
+    parallel: u32,
+    /// Rounds of --parallel connections: total = parallel x iterations
+    /// (ctsTraffic -Iterations). Default: until Ctrl-C or --time (one round
+    /// when no target is given).
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Maximum connection attempts in progress at once.
+    #[arg(long, default_value_t = 1000)]
+    throttle: u32,
+    /// Bytes per connection, both directions together (ctsTraffic -Transfer).
+    #[arg(short = 'n', long = "bytes", visible_alias = "transfer", default_value = "1G", value_parser = size)]
+    bytes: u64,
+    /// Bytes per send/receive: a size (64K) or a random range per connection
+    /// ([1K,1M]) (ctsTraffic -Buffer).
+    #[arg(short = 'l', long = "length", visible_alias = "buffer", default_value = "64K", value_parser = buffer)]
+    length: BufferSpec,
+    /// Data flow: push (client sends), pull (server sends), pushpull (alternate), duplex (both).
+    #[arg(long, value_enum, default_value_t = IoPattern::Push)]
+    pattern: IoPattern,
+    /// pushpull: bytes the client sends per turn.
+    #[arg(long, default_value = "1M", value_parser = size)]
+    push_bytes: u64,
+    /// pushpull: bytes the server sends per turn.
+    #[arg(long, default_value = "1M", value_parser = size)]
+    pull_bytes: u64,
+    /// Stop after this long; in-flight connections are cancelled, not failed
+    /// (ctsTraffic -TimeLimit).
+    #[arg(short = 't', long = "time", visible_alias = "time-limit", alias = "duration", value_parser = positive_duration)]
+    time: Option<Duration>,
+    /// Local address to connect from (repeatable or comma-separated; used
+    /// round-robin per IP family).
+    #[arg(short = 'B', long, value_name = "IP[,IP...]", value_delimiter = ',')]
+    bind: Vec<IpAddr>,
+    /// data: check every byte against the pattern; connection: byte counts only.
+    #[arg(long, value_enum, default_value_t = VerifyLevel::Data)]
+    verify: VerifyLevel,
+    /// Status interval (ms resolution).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
+    interval: Duration,
+    /// Write the status table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    status_file: Option<PathBuf>,
+    /// Write one row per connection here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    connection_file: Option<PathBuf>,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    /// A connection making no progress for this long fails with a network error.
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    idle_timeout: Duration,
+    /// Seed for random buffer sizes (for reproducible runs).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Send each connection's bytes in bursts of this many (iperf2
+    /// --burst-size; push or pull only).
+    #[arg(long, value_parser = size, requires = "burst_period")]
+    burst_size: Option<u64>,
+    /// Time from one burst's start to the next.
+    #[arg(long, value_parser = positive_duration, requires = "burst_size")]
+    burst_period: Option<Duration>,
+    /// Bursts: clocks are synchronised, so print each burst's end-to-end time
+    /// (sender's first byte to receiver's last).
+    #[arg(long, requires = "burst_size")]
+    trip_times: bool,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+fn buffer(s: &str) -> Result<BufferSpec, String> {
+    s.parse()
+        .map_err(|e: netrig::tcp::config::ConfigError| e.to_string())
+}
+
+pub fn run(a: TcpArgs) -> Result<ExitCode> {
+    let json = a.json.path();
+    if let Err(c) = check_outputs([
+        ("--json", json.as_deref()),
+        ("--status-file", a.status_file.as_deref()),
+        ("--connection-file", a.connection_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    let verbosity = a.verbosity.level();
+    let mut targets = a.targets;
+    targets.extend(a.more_targets);
+    let mut cfg = TcpClientConfig {
+        key: key.clone(),
+        targets: Vec::new(),
+        port: a.port,
+        connections: a.parallel,
+        iterations: a.iterations,
+        throttle: a.throttle,
+        pattern: a.pattern,
+        transfer: a.bytes,
+        push_bytes: a.push_bytes,
+        pull_bytes: a.pull_bytes,
+        buffer: a.length,
+        verify: a.verify,
+        time_limit: a.time,
+        bind: a.bind,
+        interval: Some(a.interval),
+        idle_timeout: Some(a.idle_timeout),
+        seed: a.seed,
+        burst: a
+            .burst_size
+            .zip(a.burst_period)
+            .map(|(size, p)| netrig::proto::BurstSpec {
+                size,
+                period_ms: p.as_millis().max(1) as u64,
+            }),
+    };
+    if let Err(e) = cfg.validate() {
+        return Ok(usage(e));
+    }
+    let embedded = if targets.is_empty() {
+        let e = Embedded::start(key)?;
+        if cfg.iterations.is_none() && cfg.time_limit.is_none() {
+            cfg.iterations = Some(1);
+        }
+        if verbosity >= 1 {
+            netrig::out!(
+                "No target given: testing against an embedded server on {}.\n",
+                e.addr
+            );
+        }
+        targets.push(e.addr.to_string());
+        Some(e)
+    } else {
+        None
+    };
+    cfg.targets = targets;
+
+    let mut reporter = Reporter::new(
+        verbosity,
+        a.status_file.as_deref(),
+        a.connection_file.as_deref(),
+    )
+    .context("cannot open an output file")?;
+    reporter.trip_times = a.trip_times;
+    let result = client::run(cfg.clone(), interrupt_flag(), &mut reporter);
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let rep = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e, "tcp", json.as_deref(), &cfg)),
+    };
+    if verbosity >= 1 {
+        print_summary(&rep);
+    }
+    let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
+    let mut code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
+    let mut failure = None;
+    if !(rep.refusals.is_empty() && rep.server_errors.is_empty()) && code != exit::DATA_ERROR {
+        for (why, n) in &rep.refusals {
+            eprintln!("netrig: server refused {n} connection(s): {why}");
+            failure.get_or_insert_with(|| format!("server refused {n} connection(s): {why}"));
+        }
+        for (addr, why) in &rep.server_errors {
+            eprintln!("netrig: server {addr} stopped the test: {why}");
+            failure.get_or_insert_with(|| format!("server {addr} stopped the test: {why}"));
+        }
+        code = exit::REFUSED;
+    }
+    if let Some(lost) = rep.lost_servers.first() {
+        failure.get_or_insert_with(|| format!("server {lost} was lost mid-test"));
+    }
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| netrig::report::write_envelope(p, "tcp", &cfg, Some(&rep), failure.as_deref()),
+        reporter.take_errors(),
+    ))
+}

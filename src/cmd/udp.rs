@@ -1,0 +1,460 @@
+//! `netrig udp`: paced UDP streams (loss, duplicates, reordering, one-way
+//! delay, jitter), media streams, bursts and rate profiles.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{
+    Embedded, Json, KeyArg, Verbosity, check_outputs, client_error_exit, duration, finish,
+    interrupt_flag, positive_duration, rate, run_code, signed_duration, size, target_arg, usage,
+};
+use netrig::proto::{MediaSpec, UdpSpec};
+use netrig::report::{UdpReporter, print_analysis, print_udp_summary, write_bins};
+use netrig::udp::client::UdpClientConfig;
+use netrig::udp::pace::{Pacing, gap_for_rate};
+use netrig::units;
+
+/// The sending rate without --bitrate or --gap, bit/s.
+pub const DEFAULT_RATE: u64 = 10_000_000;
+
+#[derive(Args)]
+pub struct UdpArgs {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
+    pub target: Option<String>,
+    /// End every test datagram with an HMAC-SHA256 tag under the session's key
+    /// (needs --key here and on the server); altered or forged datagrams count as
+    /// corrupt and never as received.
+    #[arg(long)]
+    auth_datagrams: bool,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    port: u16,
+    /// Sending rate in bit/s (e.g. 100M, 1700Mbit, 1G), default 10M; with
+    /// --media, the stream's bit rate.
+    #[arg(short = 'b', long = "bitrate", alias = "rate", short_alias = 'r', value_parser = rate, conflicts_with = "gap")]
+    pub bitrate: Option<u64>,
+    /// Gap between datagrams instead of a rate (e.g. 5us).
+    #[arg(long, value_parser = positive_duration)]
+    pub gap: Option<Duration>,
+    /// Datagram size in bytes (UDP payload, including netrig's 32-byte header).
+    #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "1000", value_parser = size)]
+    pub length: u64,
+    /// Server sends to client (default: client sends to server).
+    #[arg(short = 'R', long)]
+    pub reverse: bool,
+    /// How long to send, default 10s. With --profile: the profile's length
+    /// by default; a longer time repeats the profile (as FlowPing -w), a
+    /// shorter one cuts it.
+    #[arg(short = 't', long = "time", visible_alias = "duration", short_alias = 'd', value_parser = positive_duration)]
+    pub time: Option<Duration>,
+    /// Receiver status interval.
+    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
+    interval: Duration,
+    /// How the sender waits between datagrams.
+    #[arg(long, value_enum, default_value_t = Pacing::Hybrid)]
+    pacing: Pacing,
+    /// After a stall, send the missed datagrams in a burst instead of re-anchoring the schedule.
+    #[arg(long)]
+    catch_up: bool,
+    /// Do not verify payloads.
+    #[arg(long)]
+    no_verify: bool,
+    /// Trust that both clocks are synchronised (PTP): report absolute one-way delay.
+    #[arg(long)]
+    synced: bool,
+    /// Known delay compensation added to every one-way delay (e.g. 2ms, -500us).
+    #[arg(long, value_parser = signed_duration, allow_hyphen_values = true, default_value = "0")]
+    offset_comp: i64,
+    /// Delay histogram bin width.
+    #[arg(long, default_value = "50us", value_parser = positive_duration)]
+    hist_bin: Duration,
+    /// Delay histogram bin count (the last bin takes everything above).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    hist_bins: u32,
+    /// Send in bursts of this many bytes (iperf2 --burst-size); with --rate, datagrams
+    /// within a burst are paced at that rate, otherwise sent back to back.
+    #[arg(long, value_parser = size, requires = "burst_period", conflicts_with_all = ["profile", "media"])]
+    pub burst_size: Option<u64>,
+    /// Time from one burst's start to the next (iperf2 --burst-period).
+    #[arg(long, value_parser = positive_duration, requires = "burst_size")]
+    burst_period: Option<Duration>,
+    /// Bursts: clocks are synchronised, so report each burst's first-send-to-last-arrival
+    /// time end to end (implies --synced).
+    #[arg(long)]
+    trip_times: bool,
+    /// Profile/sweep runs: compute the whole schedule before the stream starts, and keep
+    /// per-datagram results in memory, writing them (--jitter-file) after the test.
+    #[arg(long)]
+    precompute: bool,
+    /// Profile/sweep runs: rate bin width of the final table (default: a twentieth of the peak).
+    #[arg(long, value_parser = rate)]
+    bin: Option<u64>,
+    /// Profile/sweep runs: write the rate-bin table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Rate profile file (FlowPing scenario: TIME RATE SIZE [ramp|hold] per line);
+    /// replaces --rate/--gap/--size/--duration.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["bitrate", "gap", "media"])]
+    pub profile: Option<PathBuf>,
+    /// Scenario file format: auto (bare numbers only = FlowPing), netrig
+    /// (rates need units) or flowping (seconds, kbit/s, bytes).
+    #[arg(long, value_enum, default_value_t = netrig::udp::scenario::Format::Auto, requires = "profile")]
+    profile_format: netrig::udp::scenario::Format,
+    /// Media stream (ctsTraffic): the server sends one datagram per frame of
+    /// --bitrate / 8 / --fps bytes (so no --length or --gap), always server
+    /// to client.
+    #[arg(long, requires = "bitrate", conflicts_with_all = ["gap", "length", "reverse"])]
+    pub media: bool,
+    /// Media: frames per second.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "media")]
+    fps: u32,
+    /// Media: playout buffer; frames later than their slot plus this are late.
+    #[arg(long, default_value = "1s", value_parser = duration, requires = "media")]
+    buffer_depth: Duration,
+    /// Write one row per received datagram (needs --reverse or --media: the client must receive).
+    #[arg(long, value_name = "FILE")]
+    jitter_file: Option<PathBuf>,
+    /// Bind the data socket to this interface (SO_BINDTODEVICE).
+    #[arg(long, value_name = "IFACE")]
+    bind_dev: Option<String>,
+    /// Local address for the control and data sockets.
+    #[arg(short = 'B', long, value_name = "IP")]
+    bind: Option<IpAddr>,
+    /// Data socket receive buffer (default 1M for media, 4M otherwise).
+    #[arg(long, value_parser = size)]
+    rcvbuf: Option<u64>,
+    /// Data socket send buffer (default 4M).
+    #[arg(long, value_parser = size)]
+    sndbuf: Option<u64>,
+    /// Write the interval table here (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    status_file: Option<PathBuf>,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    #[command(flatten)]
+    pub key: KeyArg,
+}
+
+/// How long a UDP stream or sweep runs without --duration.
+pub const DEFAULT_UDP_DURATION: Duration = Duration::from_secs(10);
+
+pub fn run(a: UdpArgs) -> Result<ExitCode> {
+    run_with(a, None)
+}
+
+pub fn run_with(
+    a: UdpArgs,
+    sweep_profile: Option<netrig::udp::profile::Profile>,
+) -> Result<ExitCode> {
+    let json = a.json.path();
+    let verbosity = a.verbosity.level();
+    // The test's name in the JSON envelope.
+    let test = if sweep_profile.is_some() {
+        "sweep"
+    } else {
+        "udp"
+    };
+    if let Err(c) = check_outputs([
+        ("--json", json.as_deref()),
+        ("--csv", a.csv.as_deref()),
+        ("--status-file", a.status_file.as_deref()),
+        ("--jitter-file", a.jitter_file.as_deref()),
+    ]) {
+        return Ok(c);
+    }
+    use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
+    let key = match a.key.load() {
+        Ok(k) => k,
+        Err(c) => return Ok(c),
+    };
+    if a.profile.is_none() && sweep_profile.is_none() {
+        for (set, flag) in [
+            (a.precompute, "--precompute"),
+            (a.bin.is_some(), "--bin"),
+            (a.csv.is_some(), "--csv"),
+        ] {
+            if set {
+                return Ok(usage(format!(
+                    "{flag} applies to rate profiles: give --profile FILE or use `netrig sweep`"
+                )));
+            }
+        }
+    }
+    let (size, gap_ps, reverse, media) = if a.media {
+        let bitrate = a.bitrate.unwrap_or_default();
+        let frame = bitrate / 8 / u64::from(a.fps);
+        if frame < HEADER_LEN as u64 || frame > MAX_DATAGRAM as u64 {
+            anyhow::bail!(
+                "media frame of {frame} bytes (bitrate / 8 / fps) must be {HEADER_LEN}..={MAX_DATAGRAM} bytes: adjust --bitrate or --fps"
+            );
+        }
+        let media = MediaSpec {
+            fps: a.fps,
+            buffer_depth_ms: a.buffer_depth.as_millis() as u64,
+        };
+        (
+            frame,
+            1_000_000_000_000 / u64::from(a.fps),
+            true,
+            Some(media),
+        )
+    } else {
+        if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
+            eprintln!("netrig: --size must be {HEADER_LEN}..={MAX_DATAGRAM} bytes");
+            return Ok(ExitCode::from(2));
+        }
+        let gap = match (a.bitrate, a.gap) {
+            (_, Some(g)) => g.as_nanos() as u64 * 1000,
+            (r, None) => gap_for_rate(a.length as u32, r.unwrap_or(DEFAULT_RATE)),
+        };
+        (a.length, gap, a.reverse, None)
+    };
+    if a.jitter_file.is_some() && !reverse {
+        eprintln!(
+            "netrig: --jitter-file needs --reverse or --media (the client must be the receiver)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let profile = match (&a.profile, sweep_profile) {
+        (_, Some(p)) => Some(p),
+        (None, None) => None,
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let parsed =
+                netrig::udp::scenario::parse(&text, a.profile_format).and_then(|(p, f)| {
+                    match a.time {
+                        Some(d) => p.fit(d.as_nanos().min(u64::MAX as u128) as u64),
+                        None => Ok(p),
+                    }
+                    .map(|p| (p, f))
+                });
+            match parsed {
+                Ok((p, format)) => {
+                    if verbosity >= 1 {
+                        netrig::out!(
+                            "Profile {}: {}, {} steps, {:.3} s, {} on average",
+                            path.display(),
+                            format.describe(),
+                            p.steps().len(),
+                            p.duration_ns() as f64 / 1e9,
+                            units::format_bits_per_sec(p.bytes() * 8e9 / p.duration_ns() as f64)
+                        );
+                    }
+                    Some(p)
+                }
+                Err(e) => {
+                    eprintln!("netrig: {}: {e}", path.display());
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+    };
+    let (size, gap_ps, duration_ms) = match &profile {
+        Some(p) => (
+            u64::from(p.max_size()),
+            gap_for_rate(p.max_size(), p.max_rate().max(1)),
+            (p.duration_ns() / 1_000_000).max(1),
+        ),
+        None => (
+            size,
+            gap_ps,
+            a.time.unwrap_or(DEFAULT_UDP_DURATION).as_millis().max(1) as u64,
+        ),
+    };
+    let burst = a
+        .burst_size
+        .zip(a.burst_period)
+        .map(|(b, p)| netrig::proto::BurstSpec {
+            size: b,
+            period_ms: p.as_millis().max(1) as u64,
+        });
+    // Without an explicit rate, a burst's datagrams go back to back.
+    let gap_ps = if burst.is_some() && a.bitrate.is_none() && a.gap.is_none() {
+        1
+    } else {
+        gap_ps
+    };
+    let spec = UdpSpec {
+        reverse,
+        size: size as u32,
+        gap_ps,
+        duration_ms,
+        pacing: a.pacing,
+        catch_up: a.catch_up,
+        verify: !a.no_verify,
+        interval_ms: a.interval.as_millis().max(1) as u64,
+        hist_bin_ns: a.hist_bin.as_nanos() as u64,
+        hist_bins: a.hist_bins,
+        offset_comp_ns: a.offset_comp,
+        media,
+        profile,
+        precompute: a.precompute,
+        burst,
+        auth_datagrams: a.auth_datagrams,
+    };
+    let embedded = match &a.target {
+        Some(_) => None,
+        None => Some(Embedded::start(key.clone())?),
+    };
+    let target = match (&a.target, &embedded) {
+        (Some(t), _) => t.clone(),
+        (None, Some(e)) => {
+            if verbosity >= 1 {
+                netrig::out!(
+                    "No target given: testing against an embedded server on {}.",
+                    e.addr
+                );
+            }
+            e.addr.to_string()
+        }
+        (None, None) => unreachable!("an embedded server is started when no target is given"),
+    };
+    let cfg = UdpClientConfig {
+        key: key.clone(),
+        target,
+        port: a.port,
+        spec,
+        synced: a.synced || a.trip_times,
+        bind: a.bind,
+        bind_dev: a.bind_dev,
+        rcvbuf: a.rcvbuf.map(|v| v as usize),
+        sndbuf: a.sndbuf.map(|v| v as usize),
+        per_packet: a.jitter_file.is_some(),
+    };
+    if verbosity >= 1 && cfg.spec.burst.is_some() {
+        let (s, b) = (
+            &cfg.spec,
+            cfg.spec.burst.unwrap_or(netrig::proto::BurstSpec {
+                size: 0,
+                period_ms: 1,
+            }),
+        );
+        netrig::out!(
+            "UDP {}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",
+            if s.reverse {
+                "server -> client"
+            } else {
+                "client -> server"
+            },
+            b.size,
+            s.size,
+            if s.gap_ps > 1 {
+                format!(", {:.3} us apart", s.gap_ps as f64 / 1e6)
+            } else {
+                ", back to back".into()
+            },
+            b.period_ms,
+            s.duration_ms as f64 / 1e3
+        );
+    } else if verbosity >= 1 {
+        let s = &cfg.spec;
+        netrig::out!(
+            "UDP {}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
+            if s.reverse {
+                "server -> client"
+            } else {
+                "client -> server"
+            },
+            s.size,
+            s.gap_ps as f64 / 1e6,
+            units::format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
+            s.duration_ms as f64 / 1e3,
+            s.pacing,
+            if s.media.is_some() {
+                ", media stream"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut reporter = UdpReporter::new(
+        verbosity,
+        cfg.spec.media.is_some(),
+        a.status_file.as_deref(),
+        a.jitter_file.as_deref(),
+    )
+    .context("cannot open an output file")?;
+    if a.precompute {
+        reporter.hold_packets();
+    }
+    if a.trip_times {
+        reporter.show_trip_times();
+    }
+    let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
+    reporter.finish();
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let rep = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(client_error_exit(e, test, json.as_deref(), &cfg)),
+    };
+    let mut rep = rep;
+    if let Some(p) = &cfg.spec.profile {
+        let (bins, mut analysis) = analyse(p, &rep.intervals, a.bin);
+        if let Some(s) = &rep.sender {
+            netrig::udp::analyze::note_sender(&mut analysis, s);
+        }
+        rep.bins = Some(bins);
+        rep.analysis = Some(analysis);
+    }
+    if let Some(w) = rep
+        .sender
+        .as_ref()
+        .and_then(netrig::report::sender_limited_warning)
+    {
+        eprintln!("netrig: warning: {w}");
+    }
+    if verbosity >= 1 {
+        print_udp_summary(&cfg, &rep);
+        if let (Some(b), Some(an)) = (&rep.bins, &rep.analysis) {
+            print_analysis(b, an);
+        }
+    }
+    let mut output_errors = reporter.take_errors();
+    if let (Some(path), Some(b)) = (&a.csv, &rep.bins)
+        && let Err(e) = write_bins(path, b)
+    {
+        output_errors.push(std::io::Error::new(
+            e.kind(),
+            format!("cannot write {}: {e}", path.display()),
+        ));
+    }
+    let code = run_code(
+        rep.totals.as_ref().is_some_and(|t| t.corrupt > 0),
+        rep.server_lost,
+        rep.interrupted,
+    );
+    let failure = rep.server_lost.then_some("the server was lost mid-test");
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| netrig::report::write_envelope(p, test, &cfg, Some(&rep), failure),
+        output_errors,
+    ))
+}
+
+/// Bins and analyses a profile run's intervals.
+pub fn analyse(
+    profile: &netrig::udp::profile::Profile,
+    intervals: &[netrig::udp::track::UdpInterval],
+    bin: Option<u64>,
+) -> (
+    Vec<netrig::udp::analyze::Bin>,
+    netrig::udp::analyze::Analysis,
+) {
+    let samples = netrig::udp::analyze::samples(profile, intervals);
+    let width = bin.map_or(profile.max_rate() as f64 / 20.0, |b| b as f64);
+    (
+        netrig::udp::analyze::bins(&samples, width),
+        netrig::udp::analyze::analyze(&samples),
+    )
+}
