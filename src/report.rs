@@ -89,6 +89,8 @@ impl RowWriter {
 
 /// Column widths of the status table.
 pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
+/// Widths of the console status table (rates with units).
+const CONSOLE_STATUS_WIDTHS: [usize; 7] = [10, 14, 14, 9, 9, 8, 9];
 
 /// Columns of the connection file.
 pub const CONNECTION_HEADERS: [&str; 13] = [
@@ -162,7 +164,7 @@ impl Reporter {
         Ok(Reporter {
             verbosity,
             trip_times: false,
-            console: RowWriter::console(crate::output::console(), &STATUS_WIDTHS),
+            console: RowWriter::console(crate::output::console(), &CONSOLE_STATUS_WIDTHS),
             status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
             errors: Vec::new(),
@@ -175,55 +177,64 @@ impl Reporter {
             return;
         }
         if cfg.iterations.is_none() && cfg.time_limit.is_none() {
-            crate::out!(
-                "Runs until Ctrl-C: no --iterations or --time-limit (ctsTraffic's default)."
-            );
+            crate::out!("Runs until Ctrl-C: no --iterations or --time (ctsTraffic's default).");
         }
-        crate::out!("Configured Settings");
-        crate::out!("    Protocol: TCP");
-        crate::out!("    IoPattern: {:?}", cfg.pattern);
-        crate::out!("    Level of verification: {:?}", cfg.verify);
-        match cfg.buffer {
-            crate::tcp::config::BufferSpec::Fixed(b) => {
-                crate::out!("    Buffer used for each IO request: {b} bytes")
-            }
-            crate::tcp::config::BufferSpec::Range(a, b) => {
-                crate::out!(
-                    "    Buffer used for each IO request: random per connection in [{a}, {b}] bytes"
-                )
-            }
-        }
-        crate::out!("    Total transfer per connection: {} bytes", cfg.transfer);
-        crate::out!("    Connecting out to: {}", targets.join(", "));
-        crate::out!(
-            "    Connection limit (maximum established connections): {}",
-            cfg.connections
-        );
-        crate::out!(
-            "    Connection throttling rate (maximum pended connection attempts): {}",
-            cfg.throttle
-        );
-        match cfg.iterations {
-            Some(i) => crate::out!(
-                "    Total outgoing connections before exit (iterations * concurrent connections): {}",
-                i * cfg.connections as u64
+        let buffer = match cfg.buffer {
+            crate::tcp::config::BufferSpec::Fixed(b) => crate::units::format_bytes(u64::from(b)),
+            crate::tcp::config::BufferSpec::Range(a, b) => format!(
+                "{}..{} (random per connection)",
+                crate::units::format_bytes(u64::from(a)),
+                crate::units::format_bytes(u64::from(b))
             ),
-            None => crate::out!("    Total outgoing connections before exit: unbounded"),
-        }
-        if let Some(t) = cfg.time_limit {
-            crate::out!("    Time limit: {:.3} s", t.as_secs_f64());
-        }
-        crate::out!();
-        crate::out!("Legend:");
-        crate::out!("* TimeSlice - (seconds) cumulative runtime");
+        };
+        let total = match (cfg.iterations, cfg.time_limit) {
+            (Some(i), _) => format!("{} connections in all", i * u64::from(cfg.connections)),
+            (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
+            (None, None) => "until Ctrl-C".into(),
+        };
         crate::out!(
-            "* Send & Recv Rates - bytes/sec that were transferred within the TimeSlice period"
+            "TCP {:?} to {}: {} at a time x {} each, {} buffers, verify {:?}; {}",
+            cfg.pattern,
+            targets.join(", "),
+            cfg.connections,
+            crate::units::format_bytes(cfg.transfer),
+            buffer,
+            cfg.verify,
+            total
         );
-        crate::out!("* In-Flight - count of established connections transmitting IO pattern data");
-        crate::out!("* Completed - cumulative count of successfully completed IO patterns");
-        crate::out!("* NetError - cumulative count of failed IO patterns due to network errors");
-        crate::out!("* DataError - cumulative count of failed IO patterns due to data errors");
-        let h = IntervalRow::HEADERS;
+        if self.verbosity >= 2 {
+            // ctsTraffic's own settings block and legend, for those who know it.
+            crate::out!("Configured Settings");
+            crate::out!("    Protocol: TCP");
+            crate::out!("    IoPattern: {:?}", cfg.pattern);
+            crate::out!("    Level of verification: {:?}", cfg.verify);
+            crate::out!("    Buffer used for each IO request: {buffer}");
+            crate::out!("    Total transfer per connection: {} bytes", cfg.transfer);
+            crate::out!("    Connecting out to: {}", targets.join(", "));
+            crate::out!(
+                "    Connection limit (maximum established connections): {}",
+                cfg.connections
+            );
+            crate::out!(
+                "    Connection throttling rate (maximum pended connection attempts): {}",
+                cfg.throttle
+            );
+            crate::out!();
+            crate::out!("Legend:");
+            crate::out!("* TimeSlice - (seconds) cumulative runtime");
+            crate::out!(
+                "* Send & Recv - bit/s transferred within the TimeSlice period (files: SendBps/RecvBps, bytes/s)"
+            );
+            crate::out!(
+                "* In-Flight - count of established connections transmitting IO pattern data"
+            );
+            crate::out!("* Completed - cumulative count of successfully completed IO patterns");
+            crate::out!(
+                "* NetError - cumulative count of failed IO patterns due to network errors"
+            );
+            crate::out!("* DataError - cumulative count of failed IO patterns due to data errors");
+        }
+        let h = IntervalRow::CONSOLE_HEADERS;
         // The console is not an output file: a closed stdout is not an error.
         let _ = self.console.row(&h);
     }
@@ -248,7 +259,7 @@ impl Observer for Reporter {
     fn interval(&mut self, row: &IntervalRow) {
         let cells = row.cells();
         if self.verbosity >= 1 {
-            let _ = self.console.row(&cells);
+            let _ = self.console.row(&row.console_cells());
         }
         if self.status.is_some() {
             self.note(|r| r.status.as_mut().map_or(Ok(()), |w| w.row(&cells)));
@@ -530,6 +541,49 @@ fn udp_cells(iv: &crate::udp::track::UdpInterval) -> Vec<String> {
     ]
 }
 
+/// Columns of the UDP table on the console: the file's, plus the rate (bit/s
+/// with units) and loss percent, as iperf3 users expect.
+pub const UDP_CONSOLE_HEADERS: [&str; 15] = [
+    "TimeSlice",
+    "Rate",
+    "Bytes",
+    "Packets",
+    "Drops",
+    "Loss%",
+    "ConsecDrops",
+    "Dups",
+    "Reordered",
+    "Corrupt",
+    "Late",
+    "DelayMinUs",
+    "DelayAvgUs",
+    "DelayMaxUs",
+    "JitterUs",
+];
+const UDP_CONSOLE_WIDTHS: [usize; 15] = [10, 14, 12, 9, 7, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+
+/// Loss in an interval, percent: gaps opened (net of late arrivals) over the
+/// datagrams the interval accounts for.
+pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
+    let drops = iv.drops.max(0) as f64;
+    let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + drops;
+    if expected > 0.0 {
+        100.0 * drops / expected
+    } else {
+        0.0
+    }
+}
+
+fn udp_console_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
+    let mut c = udp_cells(iv);
+    c.insert(
+        1,
+        format_bits_per_sec(iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)),
+    );
+    c.insert(5, format!("{:.2}", interval_loss_pct(iv)));
+    c
+}
+
 fn media_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
     let good = iv
         .packets
@@ -613,11 +667,16 @@ impl UdpReporter {
             })
             .transpose()
         };
+        let (ch, cw): (&[&str], &[usize]) = if media {
+            (h, w)
+        } else {
+            (&UDP_CONSOLE_HEADERS, &UDP_CONSOLE_WIDTHS)
+        };
         let mut r = UdpReporter {
             verbosity,
             media,
             last_slice: 0.0,
-            console: RowWriter::console(crate::output::console(), w),
+            console: RowWriter::console(crate::output::console(), cw),
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
@@ -626,7 +685,7 @@ impl UdpReporter {
         };
         if verbosity >= 1 {
             // The console is not an output file: a closed stdout is not an error.
-            let _ = r.console.row(h);
+            let _ = r.console.row(ch);
         }
         Ok(r)
     }
@@ -639,14 +698,20 @@ impl UdpReporter {
 
 impl crate::udp::client::UdpObserver for UdpReporter {
     fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
+        let secs = iv.time_slice - self.last_slice;
         let cells = if self.media {
-            media_cells(iv, iv.time_slice - self.last_slice)
+            media_cells(iv, secs)
         } else {
             udp_cells(iv)
         };
         self.last_slice = iv.time_slice;
         if self.verbosity >= 1 {
-            let _ = self.console.row(&cells);
+            let shown = if self.media {
+                cells.clone()
+            } else {
+                udp_console_cells(iv, secs)
+            };
+            let _ = self.console.row(&shown);
         }
         if let Some(w) = self.status.as_mut()
             && let Err(e) = w.row(&cells)
@@ -692,10 +757,12 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     }
 }
 
-/// Prints the UDP run's final summary.
+/// Prints the UDP run's final summary; `verbose` adds the delay histogram (which the
+/// JSON report always has).
 pub fn print_udp_summary(
     cfg: &crate::udp::client::UdpClientConfig,
     rep: &crate::udp::client::UdpReport,
+    verbose: bool,
 ) {
     crate::out!();
     match &rep.offset {
@@ -771,7 +838,7 @@ pub fn print_udp_summary(
         crate::out!("Delay percentiles (us): {}", p.join(", "));
     }
     let shown: Vec<_> = t.histogram.iter().filter(|(_, n)| *n > 0).collect();
-    if !shown.is_empty() {
+    if verbose && !shown.is_empty() {
         crate::out!("Delay histogram (bin start us, count; last bin includes everything above):");
         for (edge, n) in shown {
             crate::out!("  {edge:>10.1} {n}");

@@ -129,6 +129,26 @@ impl IntervalRow {
         }
     }
 
+    /// Column names on the console, where rates are bits per second with units.
+    pub const CONSOLE_HEADERS: [&'static str; 7] = [
+        "TimeSlice",
+        "Send",
+        "Recv",
+        "In-Flight",
+        "Completed",
+        "NetError",
+        "DataError",
+    ];
+
+    /// The row as a person reads it: rates in bit/s with units
+    /// ([`Self::cells`] keeps ctsTraffic's exact bytes per second for files).
+    pub fn console_cells(&self) -> [String; 7] {
+        let mut c = self.cells();
+        c[1] = crate::units::format_bits_per_sec(self.send_bps as f64 * 8.0);
+        c[2] = crate::units::format_bits_per_sec(self.recv_bps as f64 * 8.0);
+        c
+    }
+
     /// The row's cells as text, in [`Self::HEADERS`] order.
     pub fn cells(&self) -> [String; 7] {
         [

@@ -420,3 +420,51 @@ fn relay_rate_limits_the_whole_relay_unless_per_flow() {
     }
     panic!("--rate-per-flow never exceeded one bucket's rate: {seen:?}");
 }
+
+/// What a person reads: rates in bit/s with units on the console (files keep
+/// ctsTraffic's bytes per second), UDP intervals with a rate and loss
+/// percent, the delay histogram only with -v, nothing but errors with -q,
+/// and -J for JSON on standard output, as iperf3.
+#[test]
+fn console_output_for_people_and_the_iperf3_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("s.csv");
+    let out = run_expect(
+        &[
+            "tcp",
+            "-P",
+            "2",
+            "-n",
+            "8M",
+            "-i",
+            "100ms",
+            "--status-file",
+            status.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(out.contains(" Send ") && out.contains("bit/s"), "{out}");
+    let csv = std::fs::read_to_string(&status).unwrap();
+    assert!(csv.starts_with("TimeSlice,SendBps,RecvBps,"), "{csv}");
+    assert!(!csv.contains("bit/s"), "{csv}");
+
+    let out = run_expect(&["udp", "-t", "1", "-b", "8M"], 0);
+    assert!(
+        out.contains("Rate") && out.contains("Loss%") && out.contains("Mbit/s"),
+        "{out}"
+    );
+    assert!(!out.contains("Delay histogram"), "{out}");
+    let out = run_expect(&["udp", "-t", "1", "-b", "8M", "-v"], 0);
+    assert!(out.contains("Delay histogram"), "{out}");
+
+    let out = netrig(&["rr", "-n", "100", "-q"]).output().unwrap();
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let out = netrig(&["rr", "-n", "100", "-J"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("-J: JSON on stdout");
+    assert_eq!(
+        (v["netrig"].as_u64(), v["test"].as_str()),
+        (Some(1), Some("rr"))
+    );
+    // The console moved to stderr.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Round trip"));
+}

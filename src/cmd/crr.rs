@@ -54,6 +54,23 @@ pub struct CrrArgs {
     key: KeyArg,
 }
 
+/// The crr collector, with a progress bar that moves as transactions end.
+struct Counted {
+    inner: netrig::rr::crr::CrrCollector,
+    progress: super::progress::Progress,
+}
+
+impl client::Observer for Counted {
+    fn interval(&mut self, row: &netrig::stats::IntervalRow) {
+        self.inner.interval(row);
+    }
+
+    fn connection(&mut self, rec: &client::ConnectionRecord) {
+        self.progress.inc();
+        self.inner.connection(rec);
+    }
+}
+
 pub fn run(a: CrrArgs) -> Result<ExitCode> {
     let json = a.json.path();
     let verbosity = a.verbosity.level();
@@ -78,8 +95,13 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     );
     cfg.time_limit = a.time;
     cfg.key = key;
-    let mut col = netrig::rr::crr::CrrCollector::default();
+    let mut col = Counted {
+        inner: netrig::rr::crr::CrrCollector::default(),
+        progress: super::progress::Progress::new(a.count, "transactions", verbosity),
+    };
     let result = client::run(cfg.clone(), interrupt_flag(), &mut col);
+    col.progress.finish();
+    let col = col.inner;
     if let Some(e) = embedded {
         e.finish();
     }

@@ -25,6 +25,7 @@ use netrig::units;
 pub mod analyze;
 pub mod crr;
 pub mod ping;
+pub mod progress;
 pub mod relay;
 pub mod rr;
 pub mod serve;

@@ -189,6 +189,11 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         None => vec![base.size],
     };
     let interrupt = interrupt_flag();
+    let progress = super::progress::Progress::new(
+        (base.iterations.saturating_add(base.warmup)).saturating_mul(sizes.len() as u64),
+        "round trips",
+        verbosity,
+    );
     let mut reports = Vec::new();
     let mut code = 0;
     let mut output_errors = Vec::new();
@@ -203,7 +208,11 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
             size,
             ..base.clone()
         };
-        match netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |_| {}) {
+        let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |_| progress.inc());
+        if spectrum.is_none() {
+            progress.finish();
+        }
+        match result {
             Ok((rep, stats)) => {
                 if spectrum.is_some() {
                     if verbosity >= 1 {
@@ -242,6 +251,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
             }
         }
     }
+    progress.finish();
     if let Some(e) = embedded {
         e.finish();
     }

@@ -414,7 +414,7 @@ pub fn run_with(
         eprintln!("netrig: warning: {w}");
     }
     if verbosity >= 1 {
-        print_udp_summary(&cfg, &rep);
+        print_udp_summary(&cfg, &rep, verbosity >= 2);
         if let (Some(b), Some(an)) = (&rep.bins, &rep.analysis) {
             print_analysis(b, an);
         }
