@@ -11,6 +11,8 @@ mod cmd;
 #[command(
     name = "netrig",
     version,
+    // A flag given twice takes its last value, so scripts can append overrides.
+    args_override_self = true,
     about = "Measure what a network path really delivers: goodput, latency, loss, reliability — every byte verified."
 )]
 struct Cli {
