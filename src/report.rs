@@ -598,9 +598,48 @@ fn media_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<S
     ]
 }
 
+/// The one-line description of a UDP stream printed before its table.
+pub fn udp_banner(s: &crate::proto::UdpSpec) -> String {
+    let dir = if s.reverse {
+        "server -> client"
+    } else {
+        "client -> server"
+    };
+    match s.burst {
+        Some(b) => format!(
+            "UDP {dir}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",
+            b.size,
+            s.size,
+            if s.gap_ps > 1 {
+                format!(", {:.3} us apart", s.gap_ps as f64 / 1e6)
+            } else {
+                ", back to back".into()
+            },
+            b.period_ms,
+            s.duration_ms as f64 / 1e3
+        ),
+        None => format!(
+            "UDP {dir}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
+            s.size,
+            s.gap_ps as f64 / 1e6,
+            format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
+            s.duration_ms as f64 / 1e3,
+            s.pacing,
+            if s.media.is_some() {
+                ", media stream"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
 /// The UDP client's observer: console table and optional files.
 pub struct UdpReporter {
     verbosity: u8,
+    /// Lines printed, with the table header, once the server has accepted.
+    banner: Vec<String>,
+    header: &'static [&'static str],
     media: bool,
     last_slice: f64,
     console: RowWriter,
@@ -667,13 +706,15 @@ impl UdpReporter {
             })
             .transpose()
         };
-        let (ch, cw): (&[&str], &[usize]) = if media {
-            (h, w)
-        } else {
-            (&UDP_CONSOLE_HEADERS, &UDP_CONSOLE_WIDTHS)
-        };
-        let mut r = UdpReporter {
+        let cw: &[usize] = if media { w } else { &UDP_CONSOLE_WIDTHS };
+        let r = UdpReporter {
             verbosity,
+            banner: Vec::new(),
+            header: if media {
+                &MEDIA_HEADERS
+            } else {
+                &UDP_CONSOLE_HEADERS
+            },
             media,
             last_slice: 0.0,
             console: RowWriter::console(crate::output::console(), cw),
@@ -683,10 +724,6 @@ impl UdpReporter {
             trip_times: false,
             errors: Vec::new(),
         };
-        if verbosity >= 1 {
-            // The console is not an output file: a closed stdout is not an error.
-            let _ = r.console.row(ch);
-        }
         Ok(r)
     }
 
@@ -694,9 +731,24 @@ impl UdpReporter {
     pub fn take_errors(&mut self) -> Vec<io::Error> {
         std::mem::take(&mut self.errors)
     }
+
+    /// Lines to print before the table, once the server has accepted.
+    pub fn set_banner(&mut self, lines: Vec<String>) {
+        self.banner = lines;
+    }
 }
 
 impl crate::udp::client::UdpObserver for UdpReporter {
+    fn started(&mut self) {
+        if self.verbosity >= 1 {
+            for l in &self.banner {
+                crate::out!("{l}");
+            }
+            // The console is not an output file: a closed stdout is not an error.
+            let _ = self.console.row(self.header);
+        }
+    }
+
     fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
         let secs = iv.time_slice - self.last_slice;
         let cells = if self.media {

@@ -280,17 +280,25 @@ fn unbounded_tcp_says_so_first_and_errors_come_alone() {
     signal(child.id(), libc::SIGINT);
     assert_eq!(child.wait().unwrap().code(), Some(130));
 
-    let port = free_port();
-    let out = netrig(&["tcp", &format!("127.0.0.1:{port}")])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    assert!(
-        out.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    let target = format!("127.0.0.1:{}", free_port());
+    for cmd in ["tcp", "udp", "sweep", "rr", "ping", "crr"] {
+        let mut args = vec![cmd, target.as_str()];
+        if cmd == "sweep" {
+            args.extend(["--to-rate", "1M"]);
+        }
+        let out = netrig(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{cmd}");
+        assert!(
+            out.stdout.is_empty(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).lines().count(),
+            1,
+            "{cmd}"
+        );
+    }
 }
 
 /// Flags that another flag makes meaningless are usage errors, never
@@ -303,7 +311,7 @@ fn conflicting_flags_are_usage_errors() {
         &["sweep", "--to", "10M", "--gap", "5us"],
         &["sweep", "--to", "10M", "--profile", "x.txt"],
         &["sweep", "--to", "10M", "--media", "--bitrate", "1M"],
-        &["udp", "--media", "--bitrate", "1M", "--rate", "5M"],
+        &["udp", "--media", "--bitrate", "1M", "--gap", "5us"],
         &["udp", "--media", "--bitrate", "1M", "--size", "100"],
         &["udp", "--fps", "30"],
         &["udp", "--csv", "bins.csv"],
@@ -365,12 +373,17 @@ fn a_sender_that_falls_short_of_its_schedule_is_flagged() {
     assert!((asked - 20e9).abs() < 0.05 * 20e9, "{s}");
     assert!(s["achieved_bps"].as_f64().unwrap() < 0.99 * asked, "{s}");
 
-    let (v, _) = run_json(&["udp", "--rate", "2M", "-d", "1", "-v", "0"], 0);
-    assert_eq!(
-        v["result"]["sender"]["sender_limited"], false,
-        "{}",
-        v["result"]["sender"]
-    );
+    // A schedule the host keeps is not flagged (tried a few times: a stall of
+    // a busy host really does make a sender fall short).
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (v, _) = run_json(&["udp", "--rate", "2M", "-d", "1", "-v", "0"], 0);
+        if v["result"]["sender"]["sender_limited"] == false {
+            return;
+        }
+        seen.push(v["result"]["sender"].clone());
+    }
+    panic!("a 2 Mbit/s stream was flagged sender-limited three times: {seen:?}");
 }
 
 /// `relay --rate` limits each direction of the whole relay: two TCP

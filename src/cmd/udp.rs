@@ -222,6 +222,7 @@ pub fn run_with(
         );
         return Ok(ExitCode::from(2));
     }
+    let mut banner = Vec::new();
     let profile = match (&a.profile, sweep_profile) {
         (_, Some(p)) => Some(p),
         (None, None) => None,
@@ -239,14 +240,14 @@ pub fn run_with(
             match parsed {
                 Ok((p, format)) => {
                     if verbosity >= 1 {
-                        netrig::out!(
+                        banner.push(format!(
                             "Profile {}: {}, {} steps, {:.3} s, {} on average",
                             path.display(),
                             format.describe(),
                             p.steps().len(),
                             p.duration_ns() as f64 / 1e9,
                             units::format_bits_per_sec(p.bytes() * 8e9 / p.duration_ns() as f64)
-                        );
+                        ));
                     }
                     Some(p)
                 }
@@ -329,52 +330,7 @@ pub fn run_with(
         sndbuf: a.sndbuf.map(|v| v as usize),
         per_packet: a.jitter_file.is_some(),
     };
-    if verbosity >= 1 && cfg.spec.burst.is_some() {
-        let (s, b) = (
-            &cfg.spec,
-            cfg.spec.burst.unwrap_or(netrig::proto::BurstSpec {
-                size: 0,
-                period_ms: 1,
-            }),
-        );
-        netrig::out!(
-            "UDP {}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",
-            if s.reverse {
-                "server -> client"
-            } else {
-                "client -> server"
-            },
-            b.size,
-            s.size,
-            if s.gap_ps > 1 {
-                format!(", {:.3} us apart", s.gap_ps as f64 / 1e6)
-            } else {
-                ", back to back".into()
-            },
-            b.period_ms,
-            s.duration_ms as f64 / 1e3
-        );
-    } else if verbosity >= 1 {
-        let s = &cfg.spec;
-        netrig::out!(
-            "UDP {}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
-            if s.reverse {
-                "server -> client"
-            } else {
-                "client -> server"
-            },
-            s.size,
-            s.gap_ps as f64 / 1e6,
-            units::format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
-            s.duration_ms as f64 / 1e3,
-            s.pacing,
-            if s.media.is_some() {
-                ", media stream"
-            } else {
-                ""
-            }
-        );
-    }
+    banner.push(netrig::report::udp_banner(&cfg.spec));
     let mut reporter = UdpReporter::new(
         verbosity,
         cfg.spec.media.is_some(),
@@ -382,6 +338,8 @@ pub fn run_with(
         a.jitter_file.as_deref(),
     )
     .context("cannot open an output file")?;
+    // Printed once the server has accepted, so an error comes first and alone.
+    reporter.set_banner(banner);
     if a.precompute {
         reporter.hold_packets();
     }

@@ -45,6 +45,8 @@ pub struct UdpClientConfig {
 
 /// Receives the run's output as it happens.
 pub trait UdpObserver {
+    /// The server has accepted the test; the stream starts now.
+    fn started(&mut self) {}
     /// A receiver interval ended (whichever end received).
     fn interval(&mut self, iv: &UdpInterval);
     /// A datagram arrived at the client (only with `per_packet`).
@@ -215,6 +217,7 @@ pub fn run(
         Message::UdpAccept { port, token, .. } => (port, token),
         m => return Err(c.unexpected(m)),
     };
+    obs.started();
     let offset = if cfg.synced {
         None
     } else {
