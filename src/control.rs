@@ -13,6 +13,11 @@ use crate::proto::{
     read_message, write_message,
 };
 
+/// How long a client waits for a server's answers once a run is stopping
+/// (Ctrl-C, --time): a stuck server must not keep the results from being
+/// written.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// How long a server has to answer hello before it is taken for something
 /// that is not a netrig server.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(3);

@@ -481,3 +481,58 @@ fn console_output_for_people_and_the_iperf3_flags() {
     // The console moved to stderr.
     assert!(String::from_utf8_lossy(&out.stderr).contains("Round trip"));
 }
+
+/// A server that stops answering (SIGSTOP) cannot keep a stopping client
+/// from writing its results: after Ctrl-C the client waits a bounded grace
+/// period, then exits with complete files.
+#[test]
+fn a_stuck_server_cannot_hold_up_the_results() {
+    // The four at once: each waits out the same grace period.
+    let runs: Vec<_> = [
+        vec!["tcp", "-n", "1G"],
+        vec!["udp", "-t", "30"],
+        vec!["udp", "-t", "30", "-R"],
+        vec!["ping", "-i", "10ms"],
+    ]
+    .into_iter()
+    .map(|args| std::thread::spawn(move || stuck_server_run(&args)))
+    .collect();
+    for r in runs {
+        r.join().unwrap();
+    }
+}
+
+fn stuck_server_run(args: &[&str]) {
+    let (srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("r.json");
+    let addr = addr.to_string();
+    let mut all = vec![args[0], addr.as_str()];
+    all.extend(&args[1..]);
+    all.extend(["--json", js.to_str().unwrap()]);
+    let mut child = netrig(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    wait_for_line(&rx, |l| {
+        l.trim_start().starts_with("1.") || l.contains("seq=5 ")
+    });
+    signal(srv.0.id(), libc::SIGSTOP);
+    let t0 = Instant::now();
+    signal(child.id(), libc::SIGINT);
+    let status = child.wait().unwrap();
+    let waited = t0.elapsed();
+    signal(srv.0.id(), libc::SIGCONT);
+    assert!(
+        waited < Duration::from_secs(15),
+        "{args:?}: waited {waited:?}"
+    );
+    assert!(
+        matches!(status.code(), Some(0 | 3 | 130)),
+        "{args:?}: {status}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert!(doc["result"].is_object(), "{args:?}: {doc}");
+}

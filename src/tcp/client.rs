@@ -98,6 +98,9 @@ struct Session {
     addr: SocketAddr,
     id: Uuid,
     control: Mutex<TcpStream>,
+    /// The server did not answer the stop within the grace period: do not
+    /// wait for it a second time.
+    unresponsive: AtomicBool,
 }
 
 /// A counting semaphore bounding connects in progress (`--throttle`).
@@ -132,6 +135,13 @@ struct Shared {
     throttle: Throttle,
     live: Mutex<HashMap<u64, TcpStream>>,
     start: Instant,
+}
+
+/// Bounds how long calls on a session's control connection may wait.
+fn set_control_timeout(s: &Session, t: Duration) {
+    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = c.set_read_timeout(Some(t));
+    let _ = c.set_write_timeout(Some(t));
 }
 
 fn control_call(s: &Session, msg: &Message) -> Result<Message, ClientError> {
@@ -184,6 +194,7 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
         addr: c.addr,
         id,
         control: Mutex::new(c.stream),
+        unresponsive: AtomicBool::new(false),
     })
 }
 
@@ -357,8 +368,12 @@ impl Shared {
             return;
         }
         for s in &self.sessions {
-            // Best effort: a dead server cannot be told anything.
-            let _ = control_call(s, &Message::Stop);
+            // Best effort, and bounded: a dead or stuck server cannot be told
+            // anything.
+            set_control_timeout(s, crate::control::STOP_GRACE);
+            if control_call(s, &Message::Stop).is_err() {
+                s.unresponsive.store(true, SeqCst);
+            }
         }
         for (_, sock) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             let _ = sock.shutdown(Shutdown::Both);
@@ -508,10 +523,11 @@ pub fn run(
 
     let mut servers = Vec::new();
     for s in &shared.sessions {
-        if lost_servers.contains(&s.addr) {
+        if lost_servers.contains(&s.addr) || s.unresponsive.load(SeqCst) {
             servers.push((s.addr, None));
             continue;
         }
+        set_control_timeout(s, crate::control::STOP_GRACE);
         let summary = match control_call(s, &Message::Goodbye) {
             Ok(Message::Summary(sum)) => Some(sum),
             _ => None,

@@ -332,6 +332,11 @@ pub fn run(
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut goodbye_sent = false;
+    // When this end started waiting for the server to finish (after Ctrl-C,
+    // or past the test's time): a stuck server gets STOP_GRACE, then the run
+    // ends with what was measured.
+    let mut waiting_since: Option<Instant> = None;
+    let mut worker_done = false;
     let limit = Duration::from_millis(spec.duration_ms) + drain_for(spec) + Duration::from_secs(10);
     loop {
         let done = rep.totals.is_some() || rep.server_lost;
@@ -346,6 +351,7 @@ pub fn run(
         if interrupt.load(SeqCst) && !rep.interrupted {
             rep.interrupted = true;
             stop.store(true, SeqCst);
+            waiting_since.get_or_insert_with(Instant::now);
             if spec.reverse {
                 let _ = c.send(&Message::Stop);
             }
@@ -354,6 +360,20 @@ pub fn run(
             // The far end never finished: stop with what we have.
             stop.store(true, SeqCst);
             rep.server_lost = true;
+            waiting_since.get_or_insert_with(Instant::now);
+        }
+        if let Some(t) = waiting_since {
+            let waited = t.elapsed();
+            if waited > crate::control::STOP_GRACE && rep.totals.is_none() {
+                rep.server_lost = true;
+            }
+            // The control reader may be blocked on a silent server: end once
+            // the local worker has handed over, or after a second grace.
+            if waited > crate::control::STOP_GRACE
+                && (worker_done || waited > 2 * crate::control::STOP_GRACE)
+            {
+                break;
+            }
         }
         let ev = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => ev,
@@ -371,6 +391,7 @@ pub fn run(
                 rep.bursts.push(b);
             }
             Event::SenderDone(s) => {
+                worker_done = true;
                 rep.duration_secs = epoch.elapsed().as_secs_f64();
                 if c.send(&Message::UdpDone(s.clone())).is_err() {
                     rep.server_lost = true;
@@ -378,6 +399,7 @@ pub fn run(
                 rep.sender = Some(s);
             }
             Event::ReceiverDone(s) => {
+                worker_done = true;
                 rep.duration_secs = epoch.elapsed().as_secs_f64();
                 rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
                 stats = Some(s);
