@@ -6,7 +6,7 @@
 //! so a lost reply never delays the probes after it (ping's schedule).
 
 use std::collections::VecDeque;
-use std::io;
+
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
@@ -176,16 +176,7 @@ pub(super) fn run(
         }
         let (n, stamp) = match crate::udp::engine::recv_stamped(&sock, &mut buf) {
             Ok(r) => r,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
+            Err(e) if crate::udp::engine::nothing_yet(&e) => continue,
             // ICMP errors (port unreachable) surface here; the request stays
             // pending and times out as lost.
             Err(_) => continue,

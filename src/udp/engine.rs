@@ -414,6 +414,15 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
     rep
 }
 
+/// A receive that found nothing this time (timeout, a signal, or nothing
+/// ready on a non-blocking socket): try again.
+pub fn nothing_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Whether a sender that sent `sent` of `asked` bytes fell short of its
 /// schedule by more than 1%.
 pub fn sender_limited(sent: u64, asked: u64) -> bool {
@@ -541,16 +550,7 @@ pub fn run_receiver(
         }
         let lens = match recv_batch(sock, &mut buf, size, &mut control) {
             Ok(l) => l,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
+            Err(e) if nothing_yet(&e) => continue,
             // ICMP errors from an earlier send on this socket are not fatal for a receiver.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
             Err(e) => return Err(e),

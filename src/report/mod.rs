@@ -1,0 +1,152 @@
+//! Output people can use: the live console tables, status and connection files
+//! (CSV when the name ends in `.csv`, aligned text otherwise), the final
+//! summaries and the JSON report, one module per engine's output (`tcp`,
+//! `udp`, `rr`, `analysis`); what they share lives here.
+//!
+//! Files are written a whole row at a time and flushed, so a file cut off by a
+//! crash still parses; the JSON report is written to a temporary file and
+//! renamed, so it is either complete or absent.
+
+use serde::Serialize;
+
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+mod analysis;
+mod rr;
+mod tcp;
+mod udp;
+
+pub use analysis::*;
+pub use rr::*;
+pub use tcp::*;
+pub use udp::*;
+
+/// Serde helper: an optional duration as integer milliseconds.
+pub mod duration_ms {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    /// Serializes `Some(d)` as milliseconds, `None` as null.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(d.as_millis() as u64),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// A microsecond figure for a table cell, `-` when there is none.
+fn opt_us(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
+/// Writes rows of cells as CSV or as fixed-width text.
+pub struct RowWriter {
+    out: Box<dyn Write + Send>,
+    csv: bool,
+    widths: Vec<usize>,
+}
+
+impl RowWriter {
+    /// Creates the file and writes the header row. CSV if the name ends in `.csv`.
+    pub fn create(path: &Path, headers: &[&str], widths: &[usize]) -> io::Result<RowWriter> {
+        let csv = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        let mut w = RowWriter {
+            out: Box::new(BufWriter::new(crate::output::create(path)?)),
+            csv,
+            widths: widths.to_vec(),
+        };
+        w.row(headers)?;
+        Ok(w)
+    }
+
+    /// A writer to any sink (used for the console).
+    pub fn console(out: Box<dyn Write + Send>, widths: &[usize]) -> RowWriter {
+        RowWriter {
+            out,
+            csv: false,
+            widths: widths.to_vec(),
+        }
+    }
+
+    /// Writes one row and flushes it.
+    pub fn row<S: AsRef<str>>(&mut self, cells: &[S]) -> io::Result<()> {
+        let line = if self.csv {
+            let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+            w.write_record(cells.iter().map(|c| c.as_ref()))
+                .map_err(io::Error::other)?;
+            w.into_inner()
+                .map_err(|e| io::Error::other(e.to_string()))?
+        } else {
+            let mut s = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let w = self.widths.get(i).copied().unwrap_or(0);
+                if i > 0 {
+                    s.push(' ');
+                }
+                s.push_str(&format!("{:>w$}", c.as_ref()));
+            }
+            s.push('\n');
+            s.into_bytes()
+        };
+        self.out.write_all(&line)?;
+        self.out.flush()
+    }
+}
+
+/// Version of the JSON envelope every command writes (`netrig` in the
+/// document; `schema/netrig.schema.json` describes it).
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// The one JSON document every command writes: which test, with what
+/// configuration, what it measured, and why it failed if it did.
+#[derive(Serialize)]
+pub struct Envelope<'a, C: Serialize, R: Serialize> {
+    /// Envelope format version.
+    pub netrig: u32,
+    /// netrig's version.
+    pub version: &'static str,
+    /// The command: tcp, udp, rr, ping, crr, sweep, relay.
+    pub test: &'a str,
+    /// The configuration as run.
+    pub config: &'a C,
+    /// What was measured (null when nothing was).
+    pub result: Option<&'a R>,
+    /// Why the run failed, when it did; `result` then holds what was
+    /// measured before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
+}
+
+/// Writes a command's JSON envelope to `path` (see [`write_atomically`]).
+pub fn write_envelope<C: Serialize, R: Serialize>(
+    path: &Path,
+    test: &str,
+    config: &C,
+    result: Option<&R>,
+    error: Option<&str>,
+) -> io::Result<()> {
+    write_atomically(
+        path,
+        &Envelope {
+            netrig: ENVELOPE_VERSION,
+            version: env!("CARGO_PKG_VERSION"),
+            test,
+            config,
+            result,
+            error,
+        },
+    )
+}
+
+/// Writes `doc` as pretty JSON; a regular file is replaced atomically, so
+/// readers see the old file or the complete new one (see [`crate::output`]).
+pub fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
+    crate::output::replace(path, |w| {
+        serde_json::to_writer_pretty(&mut *w, doc).map_err(io::Error::other)?;
+        w.write_all(b"\n")
+    })
+}

@@ -1,0 +1,247 @@
+//! Request/response output: rr reports and spectra, ACE histograms, ping
+//! lines and summaries, crr.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use super::RowWriter;
+
+/// Writes a UDP run's JSON report atomically.
+/// Columns of a spectrum row (one request size).
+pub const SPECTRUM_HEADERS: [&str; 12] = [
+    "Size", "Reply", "Count", "MinUs", "MeanUs", "P50Us", "P99Us", "P99.9Us", "MaxUs", "StddevUs",
+    "TPS", "Lost",
+];
+
+/// One spectrum row.
+pub fn spectrum_cells(r: &crate::rr::client::RrReport) -> Vec<String> {
+    let l = r.latency.as_ref();
+    let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"));
+    let pct = |name: &str| {
+        l.and_then(|s| {
+            s.percentiles_us
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| *v)
+        })
+    };
+    vec![
+        r.size.to_string(),
+        r.reply.to_string(),
+        l.map_or(0, |s| s.count).to_string(),
+        f(l.map(|s| s.min_us)),
+        f(l.map(|s| s.mean_us)),
+        f(pct("p50")),
+        f(pct("p99")),
+        f(pct("p99.9")),
+        f(l.map(|s| s.max_us)),
+        f(l.map(|s| s.stddev_us)),
+        format!("{:.0}", r.transactions_per_sec),
+        r.sent.saturating_sub(r.received).to_string(),
+    ]
+}
+
+/// Writes spectrum (or single-run) rows as CSV.
+pub fn write_spectrum_csv(path: &Path, reports: &[crate::rr::client::RrReport]) -> io::Result<()> {
+    let mut w = RowWriter::create(path, &SPECTRUM_HEADERS, &[0; 12])?;
+    for r in reports {
+        w.row(&spectrum_cells(r))?;
+    }
+    Ok(())
+}
+
+/// Writes the histogram as CSV: low, high (µs; empty for below/above), count, fraction, cumulative.
+pub fn write_hist_csv(path: &Path, stats: &crate::rr::hist::LatencyStats) -> io::Result<()> {
+    let mut w = csv::Writer::from_writer(crate::output::create(path)?);
+    w.write_record(["LowUs", "HighUs", "Count", "Fraction", "Cumulative"])
+        .map_err(io::Error::other)?;
+    let n = stats.count().max(1) as f64;
+    let mut cum = 0;
+    for (lo, hi, c) in stats.rows() {
+        cum += c;
+        let s = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
+        w.write_record([
+            s(lo),
+            s(hi),
+            c.to_string(),
+            format!("{:.6}", c as f64 / n),
+            format!("{:.6}", cum as f64 / n),
+        ])
+        .map_err(io::Error::other)?;
+    }
+    w.flush()
+}
+
+fn print_summary_line(label: &str, s: &crate::rr::hist::Summary) {
+    crate::out!(
+        "{label}: count {} min {:.3} mean {:.3} max {:.3} stddev {:.3} variance {:.3} (us)",
+        s.count,
+        s.min_us,
+        s.mean_us,
+        s.max_us,
+        s.stddev_us,
+        s.variance_us2
+    );
+}
+
+/// Prints a request/response run: summary, percentiles, TPS, ACE histogram.
+pub fn print_rr(
+    cfg: &crate::rr::client::RrConfig,
+    r: &crate::rr::client::RrReport,
+    stats: &crate::rr::hist::LatencyStats,
+    all_bins: bool,
+) {
+    crate::out!(
+        "Request/response over {:?}: {} B request, {} B reply, {} measured + {} warm-up iterations{}{}",
+        r.transport,
+        r.size,
+        r.reply,
+        cfg.iterations,
+        cfg.warmup,
+        if cfg.nagle { ", Nagle on" } else { "" },
+        if cfg.busy_poll { ", busy-poll" } else { "" }
+    );
+    if let Some(w) = &r.warmup {
+        print_summary_line("Warm-up round trip", w);
+    }
+    let Some(l) = &r.latency else {
+        crate::out!("No measured round trips.");
+        return;
+    };
+    print_summary_line("Round trip", l);
+    let p: Vec<String> = l
+        .percentiles_us
+        .iter()
+        .map(|(n, v)| format!("{n} {v:.3}"))
+        .collect();
+    crate::out!("Percentiles (us): {}", p.join(", "));
+    crate::out!("Transactions per second: {:.0}", r.transactions_per_sec);
+    if let (Some(up), Some(down)) = (r.lost_up, r.lost_down) {
+        crate::out!(
+            "Lost: {up} requests on the way up, {down} replies on the way down; {} late replies",
+            r.late
+        );
+    }
+    if r.corrupt > 0 {
+        crate::out!("Corrupt replies: {}", r.corrupt);
+    }
+    if r.rx_stamped > 0 {
+        crate::out!(
+            "Kernel receive timestamps timed {} of {} replies",
+            r.rx_stamped,
+            r.received
+        );
+    }
+    crate::out!();
+    let title = format!(
+        "netrig {:?} Synchronous Latency Test (Message Size {}, Reply Size {})",
+        r.transport, r.size, r.reply
+    );
+    let _ = write!(
+        crate::output::console(),
+        "{}",
+        stats.render_ace(&title, all_bins)
+    );
+}
+
+/// One `ping` line per probe. The one-way split is shown as a fact only when
+/// the clocks are trusted (`--synced`); otherwise with the clock offset's ±
+/// bound, since a queue on one side of an estimated offset moves half its
+/// delay to the other direction.
+pub fn ping_line(size: u64, target: &str, p: &crate::rr::client::Probe) -> String {
+    if p.late {
+        return format!(
+            "seq={} late reply (after the timeout; counted late, not received)",
+            p.seq
+        );
+    }
+    let Some(rtt) = p.rtt_us else {
+        return format!("seq={} lost (no reply within the timeout)", p.seq);
+    };
+    let mut line = format!(
+        "{size} bytes from {target}: seq={} rtt={:.3} ms",
+        p.seq,
+        rtt / 1e3
+    );
+    if let (Some(up), Some(down)) = (p.up_us, p.down_us) {
+        let err = p
+            .split_error_us
+            .map_or(String::new(), |e| format!("\u{b1}{:.3}", e / 1e3));
+        line += &format!(" up={:.3}{err} ms down={:.3}{err} ms", up / 1e3, down / 1e3);
+    }
+    line
+}
+
+/// Prints ping's closing summary.
+pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::client::RrReport) {
+    let lost = r.sent.saturating_sub(r.received);
+    crate::out!();
+    crate::out!("--- {} netrig ping statistics ---", cfg.target);
+    crate::out!(
+        "{} probes sent, {} received, {:.1}% loss (up {}, down {}), {} late",
+        r.sent,
+        r.received,
+        if r.sent > 0 {
+            100.0 * lost as f64 / r.sent as f64
+        } else {
+            0.0
+        },
+        r.lost_up.map_or("?".into(), |v| v.to_string()),
+        r.lost_down.map_or("?".into(), |v| v.to_string()),
+        r.late
+    );
+    if let Some(l) = &r.latency {
+        crate::out!(
+            "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
+            l.min_us / 1e3,
+            l.mean_us / 1e3,
+            l.max_us / 1e3,
+            l.stddev_us / 1e3
+        );
+    }
+    if let Some(o) = &r.offset {
+        crate::out!(
+            "one-way split uses a clock offset of {:.1} us +/- {:.1} us (estimated in band)",
+            o.server_minus_client_ns as f64 / 1e3,
+            o.uncertainty_ns as f64 / 1e3
+        );
+    }
+}
+
+/// Writes request/response reports as JSON.
+/// Prints a crr run.
+pub fn print_crr(
+    size: u64,
+    reply: u64,
+    parallel: u32,
+    r: &crate::rr::crr::CrrReport,
+    first_failure: Option<&str>,
+) {
+    crate::out!(
+        "Connect/request/response/close over TCP: {size} B request, {reply} B reply, {parallel} in flight"
+    );
+    crate::out!(
+        "Transactions: {} succeeded, {} failed in {:.3} s = {:.0} connections/s",
+        r.transactions,
+        r.failed,
+        r.duration_secs,
+        r.per_sec
+    );
+    for (label, s) in [
+        ("Handshake (connect)", &r.handshake),
+        ("Transaction (connect to agreed result)", &r.transaction),
+    ] {
+        if let Some(s) = s {
+            print_summary_line(label, s);
+            let p: Vec<String> = s
+                .percentiles_us
+                .iter()
+                .map(|(n, v)| format!("{n} {v:.3}"))
+                .collect();
+            crate::out!("  percentiles (us): {}", p.join(", "));
+        }
+    }
+    if let Some(f) = first_failure {
+        crate::out!("First failure: {f}");
+    }
+}

@@ -1,0 +1,351 @@
+//! The TCP engine's output: status and connection tables, bursts, the summary.
+
+use std::io;
+use std::path::Path;
+
+use super::RowWriter;
+use crate::outcome::ResultKind;
+use crate::stats::IntervalRow;
+use crate::tcp::client::{ConnectionRecord, Observer, RunReport};
+use crate::tcp::config::TcpClientConfig;
+use crate::units::{format_bits_per_sec, format_bytes};
+
+/// Column widths of the status table.
+pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
+/// Widths of the console status table (rates with units).
+const CONSOLE_STATUS_WIDTHS: [usize; 7] = [10, 14, 14, 9, 9, 8, 9];
+
+/// Columns of the connection file.
+pub const CONNECTION_HEADERS: [&str; 13] = [
+    "TimeSlice",
+    "LocalAddress",
+    "RemoteAddress",
+    "SendBytes",
+    "SendBps",
+    "RecvBytes",
+    "RecvBps",
+    "TimeMs",
+    "BufferSize",
+    "Result",
+    "ErrorDetail",
+    "ConnectionId",
+    "ConnectMs",
+];
+const CONNECTION_WIDTHS: [usize; 13] = [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36, 10];
+
+fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
+    let secs = r.time_ms / 1e3;
+    let bps = |b: u64| {
+        if secs > 0.0 {
+            ((b as f64) / secs).round() as u64
+        } else {
+            0
+        }
+    };
+    [
+        format!("{:.3}", r.time_slice),
+        r.local.map_or_else(|| "-".to_string(), |a| a.to_string()),
+        r.remote.to_string(),
+        r.sent.to_string(),
+        bps(r.sent).to_string(),
+        r.received.to_string(),
+        bps(r.received).to_string(),
+        format!("{:.3}", r.time_ms),
+        r.buffer.to_string(),
+        r.result.kind.to_string(),
+        r.result.detail.clone(),
+        r.connection_id.to_string(),
+        format!("{:.3}", r.connect_ms),
+    ]
+}
+
+/// The client's observer: console table and optional files.
+pub struct Reporter {
+    verbosity: u8,
+    /// Print each burst's end-to-end time (clocks synchronised).
+    pub trip_times: bool,
+    console: RowWriter,
+    status: Option<RowWriter>,
+    connections: Option<RowWriter>,
+    errors: Vec<io::Error>,
+}
+
+impl Reporter {
+    /// Opens the output files (so a bad path fails before the test starts).
+    pub fn new(
+        verbosity: u8,
+        status_file: Option<&Path>,
+        connection_file: Option<&Path>,
+    ) -> io::Result<Reporter> {
+        let open = |p: Option<&Path>, h: &[&str], w: &[usize]| {
+            p.map(|p| {
+                RowWriter::create(p, h, w)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+            })
+            .transpose()
+        };
+        Ok(Reporter {
+            verbosity,
+            trip_times: false,
+            console: RowWriter::console(crate::output::console(), &CONSOLE_STATUS_WIDTHS),
+            status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
+            connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
+            errors: Vec::new(),
+        })
+    }
+
+    /// Prints the settings banner and the table header.
+    pub fn banner(&mut self, cfg: &TcpClientConfig, targets: &[String]) {
+        if self.verbosity == 0 {
+            return;
+        }
+        if cfg.iterations.is_none() && cfg.time_limit.is_none() {
+            crate::out!("Runs until Ctrl-C: no --iterations or --time (ctsTraffic's default).");
+        }
+        let buffer = match cfg.buffer {
+            crate::tcp::config::BufferSpec::Fixed(b) => crate::units::format_bytes(u64::from(b)),
+            crate::tcp::config::BufferSpec::Range(a, b) => format!(
+                "{}..{} (random per connection)",
+                crate::units::format_bytes(u64::from(a)),
+                crate::units::format_bytes(u64::from(b))
+            ),
+        };
+        let total = match (cfg.iterations, cfg.time_limit) {
+            (Some(i), _) => format!("{} connections in all", i * u64::from(cfg.connections)),
+            (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
+            (None, None) => "until Ctrl-C".into(),
+        };
+        crate::out!(
+            "TCP {:?} to {}: {} at a time x {} each, {} buffers, verify {:?}; {}",
+            cfg.pattern,
+            targets.join(", "),
+            cfg.connections,
+            crate::units::format_bytes(cfg.transfer),
+            buffer,
+            cfg.verify,
+            total
+        );
+        if self.verbosity >= 2 {
+            // ctsTraffic's own settings block and legend, for those who know it.
+            crate::out!("Configured Settings");
+            crate::out!("    Protocol: TCP");
+            crate::out!("    IoPattern: {:?}", cfg.pattern);
+            crate::out!("    Level of verification: {:?}", cfg.verify);
+            crate::out!("    Buffer used for each IO request: {buffer}");
+            crate::out!("    Total transfer per connection: {} bytes", cfg.transfer);
+            crate::out!("    Connecting out to: {}", targets.join(", "));
+            crate::out!(
+                "    Connection limit (maximum established connections): {}",
+                cfg.connections
+            );
+            crate::out!(
+                "    Connection throttling rate (maximum pended connection attempts): {}",
+                cfg.throttle
+            );
+            crate::out!();
+            crate::out!("Legend:");
+            crate::out!("* TimeSlice - (seconds) cumulative runtime");
+            crate::out!(
+                "* Send & Recv - bit/s transferred within the TimeSlice period (files: SendBps/RecvBps, bytes/s)"
+            );
+            crate::out!(
+                "* In-Flight - count of established connections transmitting IO pattern data"
+            );
+            crate::out!("* Completed - cumulative count of successfully completed IO patterns");
+            crate::out!(
+                "* NetError - cumulative count of failed IO patterns due to network errors"
+            );
+            crate::out!("* DataError - cumulative count of failed IO patterns due to data errors");
+        }
+        let h = IntervalRow::CONSOLE_HEADERS;
+        // The console is not an output file: a closed stdout is not an error.
+        let _ = self.console.row(&h);
+    }
+
+    fn note(&mut self, f: impl FnOnce(&mut Self) -> io::Result<()>) {
+        if let Err(e) = f(self) {
+            self.errors.push(e);
+        }
+    }
+
+    /// Output errors seen so far (a full disk must not stop the measurement).
+    pub fn take_errors(&mut self) -> Vec<io::Error> {
+        std::mem::take(&mut self.errors)
+    }
+}
+
+impl Observer for Reporter {
+    fn started(&mut self, cfg: &TcpClientConfig) {
+        self.banner(cfg, &cfg.targets);
+    }
+
+    fn interval(&mut self, row: &IntervalRow) {
+        let cells = row.cells();
+        if self.verbosity >= 1 {
+            let _ = self.console.row(&row.console_cells());
+        }
+        if self.status.is_some() {
+            self.note(|r| r.status.as_mut().map_or(Ok(()), |w| w.row(&cells)));
+        }
+    }
+
+    fn connection(&mut self, rec: &ConnectionRecord) {
+        let show = match rec.result.kind {
+            ResultKind::Success | ResultKind::Cancelled => self.verbosity >= 3,
+            _ => self.verbosity >= 2,
+        };
+        if show {
+            crate::out!(
+                "[{:.3}] {} {} -> {} sent {} recv {} in {:.3} ms: {} {}",
+                rec.time_slice,
+                rec.connection_id,
+                rec.local.map_or_else(|| "-".to_string(), |a| a.to_string()),
+                rec.remote,
+                rec.sent,
+                rec.received,
+                rec.time_ms,
+                rec.result.kind,
+                rec.result.detail
+            );
+        }
+        if self.verbosity >= 1 {
+            print_tcp_bursts(rec, self.trip_times);
+        }
+        if self.connections.is_some() {
+            let cells = connection_cells(rec);
+            self.note(|r| r.connections.as_mut().map_or(Ok(()), |w| w.row(&cells)));
+        }
+    }
+}
+
+/// Prints a connection's bursts: the receiver's timing and read sizes, the
+/// sender's writes and TCP_INFO, side by side per burst.
+fn print_tcp_bursts(rec: &ConnectionRecord, trip_times: bool) {
+    let mut i = 0;
+    while i < rec.bursts.len() {
+        let idx = rec.bursts[i].index;
+        let same: Vec<&crate::proto::TcpBurst> = rec.bursts[i..]
+            .iter()
+            .take_while(|b| b.index == idx)
+            .collect();
+        i += same.len();
+        let mut line = format!("{} burst {idx:>4}:", rec.connection_id);
+        for b in same {
+            if b.side == "recv" {
+                let sizes: Vec<String> = b
+                    .read_sizes
+                    .iter()
+                    .map(|(e, n)| format!("{e}+B x{n}"))
+                    .collect();
+                line += &format!(
+                    " recv {:.6}-{:.6} s, {} bytes in {} reads, transfer {:.3} ms, {}, duty {:.1}%, reads {};",
+                    b.start_s,
+                    b.end_s,
+                    b.bytes,
+                    b.calls,
+                    b.transfer_ms,
+                    format_bits_per_sec(b.rate_bps),
+                    b.duty_pct,
+                    sizes.join(" ")
+                );
+            } else {
+                let opt = |v: Option<u32>| v.map_or("-".to_string(), |x| x.to_string());
+                line += &format!(
+                    " send {} writes, {} errors, retransmits {}, cwnd {}, rtt {} us;",
+                    b.calls,
+                    b.errors,
+                    opt(b.retransmits),
+                    opt(b.cwnd),
+                    opt(b.rtt_us)
+                );
+            }
+        }
+        let pair = (
+            rec.bursts
+                .iter()
+                .find(|b| b.index == idx && b.side == "send"),
+            rec.bursts
+                .iter()
+                .find(|b| b.index == idx && b.side == "recv"),
+        );
+        if let (true, (Some(s), Some(r))) = (trip_times, pair) {
+            line += &format!(
+                " trip {:.3} ms;",
+                (r.end_rt_ns as f64 - s.start_rt_ns as f64) / 1e6
+            );
+        }
+        crate::out!("{}", line.trim_end_matches(';'));
+    }
+}
+
+/// Prints the final summary (ctsTraffic's "Historic Connection Statistics").
+pub fn print_summary(rep: &RunReport) {
+    let t = &rep.totals;
+    let secs = rep.duration_secs.max(1e-9);
+    crate::out!();
+    crate::out!("Historic Connection Statistics (all connections over the complete lifetime)");
+    crate::out!();
+    crate::out!(
+        "SuccessfulConnections [{}] NetworkErrors [{}] DataErrors [{}] Cancelled [{}]",
+        t.completed,
+        t.net_errors,
+        t.data_errors,
+        t.cancelled
+    );
+    for (why, n) in &rep.refusals {
+        crate::out!("Server refused {n} connection(s): {why}");
+    }
+    for (addr, why) in &rep.server_errors {
+        crate::out!("Server {addr} stopped the test: {why}");
+    }
+    crate::out!();
+    crate::out!(
+        "Total Bytes Recv : {} ({})",
+        t.received,
+        format_bytes(t.received)
+    );
+    crate::out!("Total Bytes Sent : {} ({})", t.sent, format_bytes(t.sent));
+    crate::out!(
+        "Total Time : {} ms.",
+        (rep.duration_secs * 1e3).round() as u64
+    );
+    // Client-to-server goodput counts what the servers received (and verified),
+    // not what the client handed to its sockets.
+    let c2s = if rep.servers.iter().all(|(_, s)| s.is_some()) {
+        rep.servers
+            .iter()
+            .filter_map(|(_, s)| s.as_ref())
+            .map(|s| s.bytes_received)
+            .sum()
+    } else {
+        t.sent
+    };
+    crate::out!(
+        "Goodput (received at the far end) : client->server {} / server->client {}",
+        format_bits_per_sec(c2s as f64 * 8.0 / secs),
+        format_bits_per_sec(t.received as f64 * 8.0 / secs)
+    );
+    for (addr, sum) in &rep.servers {
+        match sum {
+            Some(s) => crate::out!(
+                "Server {addr}: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
+                s.connections,
+                s.success,
+                s.network_errors,
+                s.data_errors,
+                s.cancelled,
+                s.bytes_received,
+                s.bytes_sent
+            ),
+            None => crate::out!("Server {addr}: no summary (control connection lost)"),
+        }
+    }
+    for addr in &rep.lost_servers {
+        crate::out!(
+            "Server {addr} closed the control connection mid-test: no new connections were started"
+        );
+    }
+    if rep.interrupted {
+        crate::out!("(interrupted: in-flight connections were cancelled)");
+    }
+}

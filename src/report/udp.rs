@@ -1,0 +1,432 @@
+//! The UDP engine's output: interval and media tables, per-datagram rows,
+//! the banner, the summary and the sender-limited warning.
+
+use std::io;
+use std::path::Path;
+
+use super::{RowWriter, opt_us};
+use crate::units::format_bits_per_sec;
+
+/// Columns of the UDP receiver table.
+pub const UDP_HEADERS: [&str; 13] = [
+    "TimeSlice",
+    "Bytes",
+    "Packets",
+    "Drops",
+    "ConsecDrops",
+    "Dups",
+    "Reordered",
+    "Corrupt",
+    "Late",
+    "DelayMinUs",
+    "DelayAvgUs",
+    "DelayMaxUs",
+    "JitterUs",
+];
+const UDP_WIDTHS: [usize; 13] = [10, 12, 9, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+/// Columns of the media-stream table (ctsTraffic's).
+pub const MEDIA_HEADERS: [&str; 6] = [
+    "TimeSlice",
+    "Bits/Sec",
+    "Completed",
+    "Dropped",
+    "Repeated",
+    "Errors",
+];
+const MEDIA_WIDTHS: [usize; 6] = [10, 12, 10, 8, 9, 7];
+/// Columns of the per-datagram (jitter) file.
+pub const PACKET_HEADERS: [&str; 6] = [
+    "Sequence",
+    "SenderNs",
+    "ReceiverNs",
+    "FlightUs",
+    "Arrival",
+    "Corrupt",
+];
+const PACKET_WIDTHS: [usize; 6] = [10, 20, 20, 12, 10, 7];
+
+fn udp_cells(iv: &crate::udp::track::UdpInterval) -> Vec<String> {
+    vec![
+        format!("{:.3}", iv.time_slice),
+        iv.bytes.to_string(),
+        iv.packets.to_string(),
+        iv.drops.to_string(),
+        iv.max_consecutive_drops.to_string(),
+        iv.duplicates.to_string(),
+        iv.reordered.to_string(),
+        iv.corrupt.to_string(),
+        iv.late.to_string(),
+        opt_us(iv.delay_min_us),
+        opt_us(iv.delay_avg_us),
+        opt_us(iv.delay_max_us),
+        format!("{:.1}", iv.jitter_us),
+    ]
+}
+
+/// Columns of the UDP table on the console: the file's ([`UDP_HEADERS`]),
+/// plus the rate (bit/s with units) after `TimeSlice` and the loss percent
+/// after `Drops`, as iperf3 users expect.
+fn udp_console_headers() -> Vec<&'static str> {
+    let mut h = UDP_HEADERS.to_vec();
+    h.insert(1, "Rate");
+    h.insert(5, "Loss%");
+    h
+}
+const UDP_CONSOLE_WIDTHS: [usize; 15] = [10, 14, 12, 9, 7, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+
+/// Loss in an interval, percent: gaps opened (net of late arrivals) over the
+/// datagrams the interval accounts for.
+pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
+    let drops = iv.drops.max(0) as f64;
+    let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + drops;
+    if expected > 0.0 {
+        100.0 * drops / expected
+    } else {
+        0.0
+    }
+}
+
+fn udp_console_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
+    let mut c = udp_cells(iv);
+    c.insert(
+        1,
+        format_bits_per_sec(iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)),
+    );
+    c.insert(5, format!("{:.2}", interval_loss_pct(iv)));
+    c
+}
+
+fn media_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
+    let good = iv
+        .packets
+        .saturating_sub(iv.duplicates + iv.corrupt + iv.late);
+    vec![
+        format!("{:.3}", iv.time_slice),
+        ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
+        good.to_string(),
+        (iv.drops.max(0) as u64 + iv.late).to_string(),
+        iv.duplicates.to_string(),
+        iv.corrupt.to_string(),
+    ]
+}
+
+/// The one-line description of a UDP stream printed before its table.
+pub fn udp_banner(s: &crate::proto::UdpSpec) -> String {
+    let dir = if s.reverse {
+        "server -> client"
+    } else {
+        "client -> server"
+    };
+    match s.burst {
+        Some(b) => format!(
+            "UDP {dir}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",
+            b.size,
+            s.size,
+            if s.gap_ps > 1 {
+                format!(", {:.3} us apart", s.gap_ps as f64 / 1e6)
+            } else {
+                ", back to back".into()
+            },
+            b.period_ms,
+            s.duration_ms as f64 / 1e3
+        ),
+        None => format!(
+            "UDP {dir}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
+            s.size,
+            s.gap_ps as f64 / 1e6,
+            format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
+            s.duration_ms as f64 / 1e3,
+            s.pacing,
+            if s.media.is_some() {
+                ", media stream"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The UDP client's observer: console table and optional files.
+pub struct UdpReporter {
+    verbosity: u8,
+    /// Lines printed, with the table header, once the server has accepted.
+    banner: Vec<String>,
+    header: Vec<&'static str>,
+    media: bool,
+    last_slice: f64,
+    console: RowWriter,
+    status: Option<RowWriter>,
+    packets: Option<RowWriter>,
+    /// Per-datagram rows kept in memory until [`UdpReporter::finish`].
+    held: Option<Vec<crate::udp::engine::PacketRow>>,
+    /// Print each burst's end-to-end time (clocks synchronised).
+    trip_times: bool,
+    errors: Vec<io::Error>,
+}
+
+impl UdpReporter {
+    /// Keep per-datagram rows in memory and write them in [`UdpReporter::finish`]
+    /// (no file I/O while the stream runs).
+    pub fn hold_packets(&mut self) {
+        self.held = Some(Vec::new());
+    }
+
+    /// Print each burst's end-to-end time (only meaningful with synchronised clocks).
+    pub fn show_trip_times(&mut self) {
+        self.trip_times = true;
+    }
+
+    /// Writes held per-datagram rows.
+    pub fn finish(&mut self) {
+        for p in self.held.take().unwrap_or_default() {
+            self.write_packet(&p);
+        }
+    }
+
+    fn write_packet(&mut self, p: &crate::udp::engine::PacketRow) {
+        if let Some(w) = self.packets.as_mut() {
+            let cells = [
+                p.seq.to_string(),
+                p.send_ns.to_string(),
+                p.recv_ns.to_string(),
+                format!("{:.3}", p.flight_us),
+                p.arrival.to_string(),
+                p.corrupt.to_string(),
+            ];
+            if let Err(e) = w.row(&cells) {
+                self.errors.push(e);
+            }
+        }
+    }
+
+    /// Opens the files and prints the table header.
+    pub fn new(
+        verbosity: u8,
+        media: bool,
+        status_file: Option<&Path>,
+        jitter_file: Option<&Path>,
+    ) -> io::Result<UdpReporter> {
+        let (h, w): (&[&str], &[usize]) = if media {
+            (&MEDIA_HEADERS, &MEDIA_WIDTHS)
+        } else {
+            (&UDP_HEADERS, &UDP_WIDTHS)
+        };
+        let open = |p: Option<&Path>, h: &[&str], w: &[usize]| {
+            p.map(|p| {
+                RowWriter::create(p, h, w)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+            })
+            .transpose()
+        };
+        let cw: &[usize] = if media { w } else { &UDP_CONSOLE_WIDTHS };
+        let r = UdpReporter {
+            verbosity,
+            banner: Vec::new(),
+            header: if media {
+                MEDIA_HEADERS.to_vec()
+            } else {
+                udp_console_headers()
+            },
+            media,
+            last_slice: 0.0,
+            console: RowWriter::console(crate::output::console(), cw),
+            status: open(status_file, h, w)?,
+            packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
+            held: None,
+            trip_times: false,
+            errors: Vec::new(),
+        };
+        Ok(r)
+    }
+
+    /// Output errors seen so far.
+    pub fn take_errors(&mut self) -> Vec<io::Error> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// Lines to print before the table, once the server has accepted.
+    pub fn set_banner(&mut self, lines: Vec<String>) {
+        self.banner = lines;
+    }
+}
+
+impl crate::udp::client::UdpObserver for UdpReporter {
+    fn started(&mut self) {
+        if self.verbosity >= 1 {
+            for l in &self.banner {
+                crate::out!("{l}");
+            }
+            // The console is not an output file: a closed stdout is not an error.
+            let _ = self.console.row(&self.header);
+        }
+    }
+
+    fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
+        let secs = iv.time_slice - self.last_slice;
+        let cells = if self.media {
+            media_cells(iv, secs)
+        } else {
+            udp_cells(iv)
+        };
+        self.last_slice = iv.time_slice;
+        if self.verbosity >= 1 {
+            let shown = if self.media {
+                cells.clone()
+            } else {
+                udp_console_cells(iv, secs)
+            };
+            let _ = self.console.row(&shown);
+        }
+        if let Some(w) = self.status.as_mut()
+            && let Err(e) = w.row(&cells)
+        {
+            self.errors.push(e);
+        }
+    }
+
+    fn burst(&mut self, b: &crate::udp::track::BurstReport) {
+        if self.verbosity == 0 {
+            return;
+        }
+        let sizes: Vec<String> = b
+            .read_sizes
+            .iter()
+            .map(|(s, n)| format!("{s}B x{n}"))
+            .collect();
+        crate::out!(
+            "burst {:>4}: {:.6}-{:.6} s, {} bytes in {} datagrams ({} lost), transfer {:.3} ms, {}, duty {:.1}%{}; reads {}",
+            b.index,
+            b.start_s,
+            b.end_s,
+            b.bytes,
+            b.datagrams,
+            b.lost,
+            b.transfer_ms,
+            format_bits_per_sec(b.rate_bps),
+            b.duty_pct,
+            if self.trip_times {
+                format!(", trip {:.3} ms", b.trip_ms)
+            } else {
+                String::new()
+            },
+            sizes.join(" ")
+        );
+    }
+
+    fn packet(&mut self, p: &crate::udp::engine::PacketRow) {
+        match self.held.as_mut() {
+            Some(h) => h.push(p.clone()),
+            None => self.write_packet(p),
+        }
+    }
+}
+
+/// Prints the UDP run's final summary; `verbose` adds the delay histogram (which the
+/// JSON report always has).
+pub fn print_udp_summary(
+    cfg: &crate::udp::client::UdpClientConfig,
+    rep: &crate::udp::client::UdpReport,
+    verbose: bool,
+) {
+    crate::out!();
+    match &rep.offset {
+        Some(o) => crate::out!(
+            "Clocks: not synchronised; server-client offset estimated in band as {:.1} us +/- {:.1} us (delays below carry that uncertainty)",
+            o.server_minus_client_ns as f64 / 1e3,
+            o.uncertainty_ns as f64 / 1e3
+        ),
+        None => crate::out!("Clocks: trusted as synchronised (--synced); delays are absolute"),
+    }
+    if cfg.spec.offset_comp_ns != 0 {
+        crate::out!(
+            "Delay compensation: {:+.1} us added",
+            cfg.spec.offset_comp_ns as f64 / 1e3
+        );
+    }
+    if let Some(s) = &rep.sender {
+        crate::out!(
+            "Sender: {} datagrams, {} bytes in {:.3} s = {}; departure lateness p50 {:.1} us, p99 {:.1} us, max {:.1} us; mean inter-departure error {:.2} us; {} stalls re-anchored; {} send errors",
+            s.packets,
+            s.bytes,
+            s.duration_secs,
+            format_bits_per_sec(s.achieved_bps),
+            s.late_p50_us,
+            s.late_p99_us,
+            s.late_max_us,
+            s.gap_error_mean_us,
+            s.slips,
+            s.send_errors
+        );
+    }
+    let Some(t) = &rep.totals else {
+        crate::out!("Receiver: no totals (the stream did not finish)");
+        return;
+    };
+    // The stream's own duration (the sender's), not the drain after it.
+    let secs = rep
+        .sender
+        .as_ref()
+        .map_or(rep.duration_secs, |s| s.duration_secs)
+        .max(1e-9);
+    crate::out!(
+        "Receiver: {} datagrams ({} unique), {} bytes, {}; lost {} ({:.3}%), longest loss run {}, duplicates {}, reordered {}, corrupt {}, late {}",
+        t.packets,
+        t.unique,
+        t.bytes,
+        format_bits_per_sec(t.bytes as f64 * 8.0 / secs),
+        t.lost,
+        t.sent.map_or(0.0, |s| if s > 0 {
+            100.0 * t.lost as f64 / s as f64
+        } else {
+            0.0
+        }),
+        t.max_consecutive_drops,
+        t.duplicates,
+        t.reordered,
+        t.corrupt,
+        t.late
+    );
+    crate::out!(
+        "One-way delay (us): min {} avg {} max {}; jitter {:.1} us",
+        opt_us(t.delay_min_us),
+        opt_us(t.delay_avg_us),
+        opt_us(t.delay_max_us),
+        t.jitter_us
+    );
+    if !t.percentiles_us.is_empty() {
+        let p: Vec<String> = t
+            .percentiles_us
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.1}"))
+            .collect();
+        crate::out!("Delay percentiles (us): {}", p.join(", "));
+    }
+    let shown: Vec<_> = t.histogram.iter().filter(|(_, n)| *n > 0).collect();
+    if verbose && !shown.is_empty() {
+        crate::out!("Delay histogram (bin start us, count; last bin includes everything above):");
+        for (edge, n) in shown {
+            crate::out!("  {edge:>10.1} {n}");
+        }
+    }
+    if rep.server_lost {
+        crate::out!("(the server was lost before the test finished)");
+    }
+    if rep.interrupted {
+        crate::out!("(interrupted)");
+    }
+}
+
+/// The warning for a sender that fell more than 1% short of its schedule
+/// (`None` when it kept up).
+pub fn sender_limited_warning(s: &crate::udp::engine::SenderReport) -> Option<String> {
+    s.sender_limited.then(|| {
+        format!(
+            "sender-limited: the schedule asked for {} bytes ({}), {} bytes ({}) left the sender, {:.1}% short; this host could not keep up, so the path was never offered the asked rate",
+            s.asked_bytes,
+            format_bits_per_sec(s.asked_bps),
+            s.bytes,
+            format_bits_per_sec(s.achieved_bps),
+            100.0 * (1.0 - s.bytes as f64 / s.asked_bytes.max(1) as f64)
+        )
+    })
+}
