@@ -812,3 +812,39 @@ fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
     sess.counters.in_flight.fetch_sub(1, SeqCst);
     st.finished.fetch_add(1, Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{RrProto, RrSpec};
+
+    fn spec(iterations: u64, until_stopped: bool) -> RrSpec {
+        RrSpec {
+            proto: RrProto::Udp,
+            size: 60,
+            reply: 40,
+            iterations,
+            nagle: false,
+            until_stopped,
+        }
+    }
+
+    #[test]
+    fn rr_requests_fit_max_bytes() {
+        let l = Limits {
+            max_bytes: 1000,
+            ..Limits::default()
+        };
+        // 100 bytes a round trip: 10 fit.
+        assert_eq!(l.rr_requests(&spec(10, false)), Ok(10));
+        assert!(l.rr_requests(&spec(11, false)).is_err());
+        assert!(l.rr_requests(&spec(u64::MAX, false)).is_err());
+        // Until stopped: as many as fit, whatever iterations says.
+        assert_eq!(l.rr_requests(&spec(u64::MAX, true)), Ok(10));
+        let tiny = Limits {
+            max_bytes: 99,
+            ..Limits::default()
+        };
+        assert!(tiny.rr_requests(&spec(1, true)).is_err());
+    }
+}

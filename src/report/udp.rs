@@ -430,3 +430,33 @@ pub fn sender_limited_warning(s: &crate::udp::engine::SenderReport) -> Option<St
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::track::UdpInterval;
+
+    #[test]
+    fn interval_loss_counts_drops_over_what_the_interval_accounts_for() {
+        let iv = |packets, duplicates, drops| UdpInterval {
+            packets,
+            duplicates,
+            drops,
+            ..Default::default()
+        };
+        assert_eq!(interval_loss_pct(&iv(90, 0, 10)), 10.0);
+        // Duplicates are not datagrams sent; late fills (negative drops) are no loss.
+        assert_eq!(interval_loss_pct(&iv(95, 5, 10)), 10.0);
+        assert_eq!(interval_loss_pct(&iv(100, 0, -3)), 0.0);
+        assert_eq!(interval_loss_pct(&iv(0, 0, 0)), 0.0);
+        assert_eq!(interval_loss_pct(&iv(0, 0, 4)), 100.0);
+    }
+
+    #[test]
+    fn console_headers_add_rate_and_loss_to_the_files() {
+        let h = udp_console_headers();
+        assert_eq!(h.len(), UDP_HEADERS.len() + 2);
+        assert_eq!((h[1], h[5]), ("Rate", "Loss%"));
+        assert_eq!(h[4], "Drops");
+    }
+}
