@@ -50,7 +50,7 @@ pub struct UdpArgs {
     /// How long to send, default 10s. With --profile: the profile's length
     /// by default; a longer time repeats the profile (as FlowPing -w), a
     /// shorter one cuts it.
-    #[arg(short = 't', long = "time", visible_alias = "duration", short_alias = 'd', value_parser = positive_duration)]
+    #[arg(short = 't', long = "time", visible_aliases = ["duration", "stream-length"], short_alias = 'd', value_parser = positive_duration)]
     pub time: Option<Duration>,
     /// Receiver status interval.
     #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
