@@ -7,19 +7,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Json, KeyArg, Verbosity, check_outputs, client_error_exit, finish, interrupt_flag,
-    positive_duration, run_code, size, target_arg, target_or_embedded, usage,
+    Json, KeyArg, Setup, Target, Verbosity, client_error_exit, finish, interrupt_flag,
+    positive_duration, run_code, size, target_or_embedded, usage,
 };
 use netrig::tcp::client;
 
 #[derive(Args)]
 pub struct CrrArgs {
-    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
-    #[arg(value_parser = target_arg)]
-    target: Option<String>,
-    /// Port if the target names none.
-    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
-    port: u16,
+    #[command(flatten)]
+    pub to: Target,
     /// Request size in bytes.
     #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]
     length: u64,
@@ -72,22 +68,21 @@ impl client::Observer for Counted {
 }
 
 pub fn run(a: CrrArgs) -> Result<ExitCode> {
-    let json = a.json.path();
-    let verbosity = a.verbosity.level();
-    if let Err(c) = check_outputs([("--json", json.as_deref())]) {
-        return Ok(c);
-    }
-    let key = match a.key.load() {
-        Ok(k) => k,
+    let Setup {
+        json,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, []) {
+        Ok(s) => s,
         Err(c) => return Ok(c),
     };
     if a.length == 0 || a.length > 1 << 20 || a.reply > 1 << 20 {
         return Ok(usage("--length must be 1..=1M and --reply at most 1M"));
     }
-    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let mut cfg = netrig::rr::crr::config(
         target,
-        a.port,
+        a.to.port,
         a.length as u32,
         a.reply as u32,
         a.count,

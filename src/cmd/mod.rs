@@ -69,6 +69,17 @@ impl Verbosity {
     }
 }
 
+/// The server a client tests against, and its port.
+#[derive(Args, Clone)]
+pub struct Target {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = target_arg)]
+    pub target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    pub port: u16,
+}
+
 /// `-J` / `--json FILE`.
 #[derive(Args, Clone)]
 pub struct Json {
@@ -87,6 +98,40 @@ impl Json {
         self.json.clone().or_else(|| {
             self.json_stdout
                 .then(|| PathBuf::from(netrig::output::STDOUT))
+        })
+    }
+}
+
+/// What every client command sets up before its test, every output path
+/// checked first: where the JSON goes, how much to print, and the key.
+pub struct Setup {
+    pub json: Option<PathBuf>,
+    pub verbosity: u8,
+    pub key: Option<netrig::auth::Key>,
+}
+
+impl Setup {
+    /// Checks `--json` and the command's other `outputs`, and loads the key;
+    /// a problem is a usage error, already reported.
+    pub fn new<'a>(
+        json: &Json,
+        verbosity: Verbosity,
+        key: &KeyArg,
+        outputs: impl IntoIterator<Item = (&'static str, Option<&'a Path>)>,
+    ) -> Result<Setup, ExitCode> {
+        let path = json.path();
+        let others: Vec<(&'static str, Option<PathBuf>)> = outputs
+            .into_iter()
+            .map(|(f, p)| (f, p.map(Path::to_path_buf)))
+            .collect();
+        check_outputs(
+            std::iter::once(("--json", path.as_deref()))
+                .chain(others.iter().map(|(f, p)| (*f, p.as_deref()))),
+        )?;
+        Ok(Setup {
+            key: key.load()?,
+            verbosity: verbosity.level(),
+            json: path,
         })
     }
 }

@@ -9,19 +9,15 @@ use std::time::Duration;
 
 use super::rr::RrResult;
 use super::{
-    Json, KeyArg, Verbosity, check_outputs, client_error_exit, exit, finish, interrupt_flag,
-    positive_duration, size, target_arg, target_or_embedded, usage,
+    Json, KeyArg, Setup, Target, Verbosity, client_error_exit, exit, finish, interrupt_flag,
+    positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, Transport};
 
 #[derive(Args)]
 pub struct PingArgs {
-    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
-    #[arg(value_parser = target_arg)]
-    target: Option<String>,
-    /// Port if the target names none.
-    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
-    port: u16,
+    #[command(flatten)]
+    pub to: Target,
     /// Time between probes (down to microseconds; use --busy-poll below ~100us).
     #[arg(short, long, default_value = "1s", value_parser = positive_duration, conflicts_with = "rate")]
     interval: Duration,
@@ -58,13 +54,12 @@ pub struct PingArgs {
 }
 
 pub fn run(a: PingArgs) -> Result<ExitCode> {
-    let json = a.json.path();
-    let verbosity = a.verbosity.level();
-    if let Err(c) = check_outputs([("--json", json.as_deref())]) {
-        return Ok(c);
-    }
-    let key = match a.key.load() {
-        Ok(k) => k,
+    let Setup {
+        json,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, []) {
+        Ok(s) => s,
         Err(c) => return Ok(c),
     };
     let interval = match a.rate {
@@ -80,11 +75,11 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     if a.length > max || a.length == 0 {
         return Ok(usage(format!("--length must be 1..={max} bytes")));
     }
-    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let cfg = RrConfig {
         key,
         target: target.clone(),
-        port: a.port,
+        port: a.to.port,
         transport: Transport::Udp,
         size: a.length as u32,
         reply: a.length as u32,

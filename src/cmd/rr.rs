@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::{
-    Json, KeyArg, Verbosity, check_outputs, client_error_exit, duration, exit, finish,
-    interrupt_flag, positive_duration, size, target_arg, target_or_embedded, usage,
+    Json, KeyArg, Setup, Target, Verbosity, client_error_exit, duration, exit, finish,
+    interrupt_flag, positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, RrReport, Transport};
 
@@ -35,12 +35,8 @@ pub struct HistArgs {
 
 #[derive(Args)]
 pub struct RrArgs {
-    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
-    #[arg(value_parser = target_arg)]
-    target: Option<String>,
-    /// Port if the target names none.
-    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
-    port: u16,
+    #[command(flatten)]
+    pub to: Target,
     /// Transport.
     #[arg(long, value_enum, default_value_t = Transport::Tcp)]
     proto: Transport,
@@ -128,17 +124,16 @@ fn parse_spectrum(s: &str) -> Result<(u32, u32), String> {
 }
 
 pub fn run(a: RrArgs) -> Result<ExitCode> {
-    let json = a.json.path();
-    let verbosity = a.verbosity.level();
-    if let Err(c) = check_outputs([
-        ("--json", json.as_deref()),
+    let outputs = [
         ("--csv", a.csv.as_deref()),
         ("--hist-file", a.hist_file.as_deref()),
-    ]) {
-        return Ok(c);
-    }
-    let key = match a.key.load() {
-        Ok(k) => k,
+    ];
+    let Setup {
+        json,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+        Ok(s) => s,
         Err(c) => return Ok(c),
     };
     let spectrum = match a.spectrum.as_deref().map(parse_spectrum).transpose() {
@@ -162,11 +157,11 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     if a.bind.iter().any(|b| b.is_ipv4() != a.bind[0].is_ipv4()) {
         return Ok(usage("--bind addresses must all be IPv4 or all IPv6"));
     }
-    let (target, embedded) = target_or_embedded(&a.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let base = RrConfig {
         key,
         target,
-        port: a.port,
+        port: a.to.port,
         transport: a.proto,
         size: a.length as u32,
         reply: a.reply as u32,

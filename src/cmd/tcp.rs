@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Embedded, Json, KeyArg, Verbosity, check_outputs, client_error_exit, exit, finish,
-    interrupt_flag, positive_duration, run_code, size, target_arg, usage,
+    Embedded, Json, KeyArg, Setup, Verbosity, client_error_exit, exit, finish, interrupt_flag,
+    positive_duration, run_code, size, target_arg, usage,
 };
 use netrig::proto::{IoPattern, VerifyLevel};
 use netrig::report::{Reporter, print_summary};
@@ -112,19 +112,18 @@ fn buffer(s: &str) -> Result<BufferSpec, String> {
 }
 
 pub fn run(a: TcpArgs) -> Result<ExitCode> {
-    let json = a.json.path();
-    if let Err(c) = check_outputs([
-        ("--json", json.as_deref()),
+    let outputs = [
         ("--status-file", a.status_file.as_deref()),
         ("--connection-file", a.connection_file.as_deref()),
-    ]) {
-        return Ok(c);
-    }
-    let key = match a.key.load() {
-        Ok(k) => k,
+    ];
+    let Setup {
+        json,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+        Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    let verbosity = a.verbosity.level();
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Embedded, Json, KeyArg, Verbosity, check_outputs, client_error_exit, duration, finish,
-    interrupt_flag, positive_duration, rate, run_code, signed_duration, size, target_arg, usage,
+    Embedded, Json, KeyArg, Setup, Verbosity, client_error_exit, duration, finish, interrupt_flag,
+    positive_duration, rate, run_code, signed_duration, size, target_arg, usage,
 };
 use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{UdpReporter, print_analysis, print_udp_summary, write_bins};
@@ -153,25 +153,24 @@ pub fn run_with(
     a: UdpArgs,
     sweep_profile: Option<netrig::udp::profile::Profile>,
 ) -> Result<ExitCode> {
-    let json = a.json.path();
-    let verbosity = a.verbosity.level();
+    use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
     // The test's name in the JSON envelope.
     let test = if sweep_profile.is_some() {
         "sweep"
     } else {
         "udp"
     };
-    if let Err(c) = check_outputs([
-        ("--json", json.as_deref()),
+    let outputs = [
         ("--csv", a.csv.as_deref()),
         ("--status-file", a.status_file.as_deref()),
         ("--jitter-file", a.jitter_file.as_deref()),
-    ]) {
-        return Ok(c);
-    }
-    use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
-    let key = match a.key.load() {
-        Ok(k) => k,
+    ];
+    let Setup {
+        json,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+        Ok(s) => s,
         Err(c) => return Ok(c),
     };
     if a.profile.is_none() && sweep_profile.is_none() {
