@@ -149,7 +149,12 @@ impl Control {
     /// netrig server: silence, a close, or another protocol's first bytes.
     fn hello_reply(&mut self) -> Result<Message, ClientError> {
         let not_netrig = |c: &Control, why: String| ClientError::NotNetrig {
-            target: format!("{} ({})", c.target, c.addr),
+            // The address that answered, when the target named it otherwise.
+            target: if c.target == c.addr.to_string() {
+                c.target.clone()
+            } else {
+                format!("{} ({})", c.target, c.addr)
+            },
             why,
         };
         match read_message(&mut self.stream) {

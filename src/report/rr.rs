@@ -9,8 +9,18 @@ use super::RowWriter;
 /// Writes a UDP run's JSON report atomically.
 /// Columns of a spectrum row (one request size).
 pub const SPECTRUM_HEADERS: [&str; 12] = [
-    "Size", "Reply", "Count", "MinUs", "MeanUs", "P50Us", "P99Us", "P99.9Us", "MaxUs", "StddevUs",
-    "TPS", "Lost",
+    "SizeBytes",
+    "ReplyBytes",
+    "Count",
+    "MinUs",
+    "MeanUs",
+    "P50Us",
+    "P99Us",
+    "P99.9Us",
+    "MaxUs",
+    "StddevUs",
+    "PerSec",
+    "Lost",
 ];
 
 /// One spectrum row.
