@@ -248,8 +248,13 @@ fn every_pacing_mode_holds_its_rate() {
             profile: None,
             precompute: false,
             burst: None,
+            interval_ns: 100_000_000,
         };
         let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
+        // The per-interval account covers every byte sent, in 100 ms steps.
+        assert_eq!(rep.sent_intervals.iter().sum::<u64>(), rep.bytes, "{rep:?}");
+        assert_eq!(rep.interval_ms, 100);
+        assert!((5..=6).contains(&rep.sent_intervals.len()), "{rep:?}");
         // Within 2% of 1000 datagrams, and never early on average.
         assert!((980..=1001).contains(&rep.packets), "{pacing:?}: {rep:?}");
         assert!(

@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use netrig::udp::analyze::{analyze, bins, samples};
+use netrig::udp::engine::SenderReport;
 use netrig::udp::profile::Profile;
 use netrig::udp::track::UdpInterval;
 
@@ -20,7 +21,12 @@ fuzz_target!(|data: &[u8]| {
     else {
         return;
     };
-    let s = samples(&profile, &intervals);
+    // The sender's per-interval account, when the file has one.
+    let sender = serde_json::from_value::<SenderReport>(doc["result"]["sender"].clone()).ok();
+    let sent = sender
+        .as_ref()
+        .map(|s| (s.sent_intervals.as_slice(), s.interval_ms as f64 / 1e3));
+    let s = samples(&profile, &intervals, sent);
     let _ = bins(&s, 1e6);
     let _ = analyze(&s);
 });

@@ -50,12 +50,11 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
         Ok(i) => i,
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
-    let (bins, mut analysis) = super::udp::analyse(&profile, &intervals, a.bin);
-    if let Ok(s) =
-        serde_json::from_value::<netrig::udp::engine::SenderReport>(doc["result"]["sender"].clone())
-    {
-        netrig::udp::analyze::note_sender(&mut analysis, &s);
-    }
+    let sender = serde_json::from_value::<netrig::udp::engine::SenderReport>(
+        doc["result"]["sender"].clone(),
+    )
+    .ok();
+    let (bins, analysis) = super::udp::analyse(&profile, &intervals, sender.as_ref(), a.bin);
     print_analysis(&bins, &analysis);
     if let Some(p) = &a.csv {
         write_bins(p, &bins).with_context(|| format!("cannot write {}", p.display()))?;

@@ -356,10 +356,7 @@ pub fn run_with(
     };
     let mut rep = rep;
     if let Some(p) = &cfg.spec.profile {
-        let (bins, mut analysis) = analyse(p, &rep.intervals, a.bin);
-        if let Some(s) = &rep.sender {
-            netrig::udp::analyze::note_sender(&mut analysis, s);
-        }
+        let (bins, analysis) = analyse(p, &rep.intervals, rep.sender.as_ref(), a.bin);
         rep.bins = Some(bins);
         rep.analysis = Some(analysis);
     }
@@ -403,15 +400,20 @@ pub fn run_with(
 pub fn analyse(
     profile: &netrig::udp::profile::Profile,
     intervals: &[netrig::udp::track::UdpInterval],
+    sender: Option<&netrig::udp::engine::SenderReport>,
     bin: Option<u64>,
 ) -> (
     Vec<netrig::udp::analyze::Bin>,
     netrig::udp::analyze::Analysis,
 ) {
-    let samples = netrig::udp::analyze::samples(profile, intervals);
+    let sent = sender
+        .filter(|s| s.interval_ms > 0)
+        .map(|s| (s.sent_intervals.as_slice(), s.interval_ms as f64 / 1e3));
+    let samples = netrig::udp::analyze::samples(profile, intervals, sent);
     let width = bin.map_or(profile.max_rate() as f64 / 20.0, |b| b as f64);
-    (
-        netrig::udp::analyze::bins(&samples, width),
-        netrig::udp::analyze::analyze(&samples),
-    )
+    let mut analysis = netrig::udp::analyze::analyze(&samples);
+    if let Some(s) = sender {
+        netrig::udp::analyze::note_sender(&mut analysis, s);
+    }
+    (netrig::udp::analyze::bins(&samples, width), analysis)
 }

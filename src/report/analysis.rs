@@ -7,8 +7,9 @@ use super::{RowWriter, opt_us};
 use crate::units::format_bits_per_sec;
 
 /// Columns of the sweep (rate bin) table.
-pub const BIN_HEADERS: [&str; 8] = [
+pub const BIN_HEADERS: [&str; 9] = [
     "FromMbps",
+    "AskedMbps",
     "OfferedMbps",
     "ReceivedMbps",
     "LossPct",
@@ -18,9 +19,12 @@ pub const BIN_HEADERS: [&str; 8] = [
     "Intervals",
 ];
 
+const BIN_WIDTHS: [usize; 9] = [9, 10, 12, 13, 8, 11, 11, 11, 10];
+
 fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
     vec![
         format!("{:.3}", b.from_bps / 1e6),
+        format!("{:.3}", b.asked_bps / 1e6),
         format!("{:.3}", b.offered_bps / 1e6),
         format!("{:.3}", b.received_bps / 1e6),
         format!("{:.2}", b.loss_pct),
@@ -35,9 +39,9 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
 pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
     crate::out!();
     crate::out!(
-        "Per offered-rate bin (rates are UDP payload, Mbit/s; on the wire add the headers below):"
+        "Per asked-rate bin (UDP payload, Mbit/s: asked by the profile, offered = what left the sender; on the wire add the headers below):"
     );
-    let mut w = RowWriter::console(crate::output::console(), &[9, 12, 13, 8, 11, 11, 11, 10]);
+    let mut w = RowWriter::console(crate::output::console(), &BIN_WIDTHS);
     let _ = w.row(&BIN_HEADERS);
     for b in bins {
         let _ = w.row(&bin_cells(b));
@@ -68,7 +72,7 @@ pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze
 
 /// Writes the rate-bin table as CSV (or aligned text).
 pub fn write_bins(path: &Path, bins: &[crate::udp::analyze::Bin]) -> io::Result<()> {
-    let mut w = RowWriter::create(path, &BIN_HEADERS, &[9, 12, 13, 8, 11, 11, 11, 10])?;
+    let mut w = RowWriter::create(path, &BIN_HEADERS, &BIN_WIDTHS)?;
     for b in bins {
         w.row(&bin_cells(b))?;
     }

@@ -19,8 +19,12 @@ pub struct Sample {
     pub start: f64,
     /// Interval end, s.
     pub end: f64,
-    /// Offered rate (from the profile), bit/s.
+    /// Offered rate: what left the sender in the interval when it said
+    /// (else what the profile asked for), bit/s.
     pub offered_bps: f64,
+    /// What the profile asked for in the interval, bit/s.
+    #[serde(default)]
+    pub asked_bps: f64,
     /// Received rate, bit/s.
     pub received_bps: f64,
     /// Bytes received.
@@ -51,8 +55,34 @@ pub fn wire_bps(payload_bps: f64, size: f64, overhead: u32) -> f64 {
     payload_bps * (size + f64::from(overhead)) / size
 }
 
-/// Turns receiver intervals into samples using the profile for the offered rate.
-pub fn samples(profile: &Profile, intervals: &[UdpInterval]) -> Vec<Sample> {
+/// Bytes a sender's per-interval counts (`sent`, each `width_s` long) put in
+/// `[start, end)` s, spreading each count evenly over its interval.
+pub fn sent_between(sent: &[u64], width_s: f64, start: f64, end: f64) -> f64 {
+    if width_s <= 0.0 || end <= start {
+        return 0.0;
+    }
+    let first = (start / width_s).floor().max(0.0) as usize;
+    sent.iter()
+        .enumerate()
+        .skip(first)
+        .take_while(|(k, _)| *k as f64 * width_s < end)
+        .map(|(k, &b)| {
+            let (lo, hi) = (k as f64 * width_s, (k + 1) as f64 * width_s);
+            let overlap = (hi.min(end) - lo.max(start)).max(0.0);
+            b as f64 * overlap / width_s
+        })
+        .sum()
+}
+
+/// Turns receiver intervals into samples. The offered rate is what the
+/// sender says left it in each interval (`sent`: its per-interval byte
+/// counts and their length in s), so a sender that fell behind is not taken
+/// for a path that lost; without that account it is the profile's rate.
+pub fn samples(
+    profile: &Profile,
+    intervals: &[UdpInterval],
+    sent: Option<(&[u64], f64)>,
+) -> Vec<Sample> {
     let mut prev = 0.0;
     let mut out = Vec::new();
     for iv in intervals {
@@ -64,10 +94,16 @@ pub fn samples(profile: &Profile, intervals: &[UdpInterval]) -> Vec<Sample> {
         }
         let mid = ((start + end) / 2.0 * 1e9) as u64;
         let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + iv.drops.max(0) as f64;
+        let asked_bps = profile.at(mid).0;
+        let offered_bps = match sent {
+            Some((s, width)) if !s.is_empty() => sent_between(s, width, start, end) * 8.0 / dur,
+            _ => asked_bps,
+        };
         out.push(Sample {
             start,
             end,
-            offered_bps: profile.at(mid).0,
+            offered_bps,
+            asked_bps,
             received_bps: iv.bytes as f64 * 8.0 / dur,
             bytes: iv.bytes,
             loss: if expected > 0.0 {
@@ -87,9 +123,11 @@ pub fn samples(profile: &Profile, intervals: &[UdpInterval]) -> Vec<Sample> {
 /// One row of the sweep table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bin {
-    /// Bin lower edge, bit/s.
+    /// Bin lower edge (of the asked rate), bit/s.
     pub from_bps: f64,
-    /// Mean offered rate, bit/s.
+    /// Mean rate the profile asked for, bit/s.
+    pub asked_bps: f64,
+    /// Mean rate that left the sender, bit/s.
     pub offered_bps: f64,
     /// Mean received rate, bit/s.
     pub received_bps: f64,
@@ -111,7 +149,7 @@ pub fn bins(samples: &[Sample], bin_bps: f64) -> Vec<Bin> {
     let w = bin_bps.max(1.0);
     let mut keyed: Vec<(i64, &Sample)> = samples
         .iter()
-        .map(|s| ((s.offered_bps / w).floor() as i64, s))
+        .map(|s| ((s.asked_bps / w).floor() as i64, s))
         .collect();
     keyed.sort_by_key(|k| k.0);
     for chunk in keyed.chunk_by(|a, b| a.0 == b.0) {
@@ -124,6 +162,7 @@ pub fn bins(samples: &[Sample], bin_bps: f64) -> Vec<Bin> {
             .collect();
         out.push(Bin {
             from_bps: chunk[0].0 as f64 * w,
+            asked_bps: mean(&|s| s.asked_bps),
             offered_bps: mean(&|s| s.offered_bps),
             received_bps: mean(&|s| s.received_bps),
             loss_pct: 100.0 * mean(&|s| s.loss),
@@ -193,6 +232,10 @@ const LOSS_ONSET: f64 = 0.01;
 /// Delay growth that shows a queue, µs.
 const QUEUE_GROWTH_US: f64 = 1000.0;
 
+/// An interval whose sender offered less than this share of the asked rate
+/// is noted in the evidence (interval edges alone move a few percent).
+const SENDER_SHORT: f64 = 0.95;
+
 /// Sender lateness above which a profile run counts as disturbed, µs.
 pub const DISTURBED_LATE_US: f64 = 10_000.0;
 
@@ -238,6 +281,16 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
         evidence: Vec::new(),
     };
     let busy: Vec<&Sample> = samples.iter().filter(|s| s.offered_bps > 0.0).collect();
+    let short = samples
+        .iter()
+        .filter(|s| s.asked_bps > 0.0 && s.offered_bps < s.asked_bps * SENDER_SHORT)
+        .count();
+    if short > 0 {
+        a.evidence.push(format!(
+            "the sender sent less than the profile asked in {short} of {} intervals: offered rates are what left it, not what was asked",
+            samples.len()
+        ));
+    }
     if busy.len() < 4 {
         a.evidence.push(format!(
             "only {} intervals with traffic: too few to analyse",
@@ -417,6 +470,7 @@ mod tests {
                 start,
                 end,
                 offered_bps: offered,
+                asked_bps: offered,
                 received_bps: got * 8.0 / 0.5,
                 bytes: got as u64,
                 loss,
@@ -553,6 +607,69 @@ mod tests {
         }
         let a = analyze(&s);
         assert_eq!(a.congestion_bps, None, "{:?}", a.evidence);
+    }
+
+    #[test]
+    fn sent_counts_are_spread_over_the_intervals_they_overlap() {
+        let sent = [1000, 2000, 3000];
+        assert_eq!(sent_between(&sent, 1.0, 0.0, 1.0), 1000.0);
+        assert_eq!(sent_between(&sent, 1.0, 0.5, 1.5), 500.0 + 1000.0);
+        assert_eq!(sent_between(&sent, 1.0, 1.0, 3.0), 5000.0);
+        assert_eq!(sent_between(&sent, 1.0, 2.5, 10.0), 1500.0);
+        assert_eq!(sent_between(&sent, 1.0, 3.0, 4.0), 0.0);
+        assert_eq!(sent_between(&sent, 0.0, 0.0, 4.0), 0.0);
+        assert_eq!(sent_between(&sent, 1.0, 2.0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn offered_is_what_left_the_sender() {
+        use crate::udp::profile::{Profile, Step};
+        let p = Profile::new(vec![
+            Step {
+                at_ns: 0,
+                rate_bps: 8_000_000,
+                size: 1000,
+                hold: true,
+            },
+            Step {
+                at_ns: 4_000_000_000,
+                rate_bps: 8_000_000,
+                size: 1000,
+                hold: false,
+            },
+        ])
+        .unwrap();
+        // The profile asks 8 Mbit/s (1 MB/s); the sender managed 0.5 MB/s in
+        // its second second, and the path delivered all of it.
+        let sent = [1_000_000, 500_000, 1_000_000, 1_000_000];
+        let ivs: Vec<UdpInterval> = sent
+            .iter()
+            .enumerate()
+            .map(|(k, &b)| UdpInterval {
+                time_slice: (k + 1) as f64,
+                bytes: b,
+                packets: b / 1000,
+                ..Default::default()
+            })
+            .collect();
+        let with = samples(&p, &ivs, Some((&sent, 1.0)));
+        assert_eq!(with[1].asked_bps, 8e6);
+        assert_eq!(with[1].offered_bps, 4e6);
+        assert_eq!(with[1].received_bps, 4e6);
+        let without = samples(&p, &ivs, None);
+        assert_eq!(without[1].offered_bps, 8e6);
+        let a = analyze(&with);
+        assert_eq!(a.congestion_bps, None);
+        assert!(
+            a.evidence
+                .iter()
+                .any(|e| e.contains("less than the profile asked in 1 of 4")),
+            "{:?}",
+            a.evidence
+        );
+        let b = bins(&with, 1e6);
+        assert_eq!(b.len(), 1, "binned by the asked rate");
+        assert_eq!((b[0].asked_bps, b[0].offered_bps), (8e6, 7e6));
     }
 
     #[test]

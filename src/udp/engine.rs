@@ -53,6 +53,13 @@ pub struct SenderReport {
     /// up, and the path was never offered the asked rate.
     #[serde(default)]
     pub sender_limited: bool,
+    /// Bytes sent in each interval of `interval_ms` from the first
+    /// departure's schedule origin (empty when not kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_intervals: Vec<u64>,
+    /// The length of those intervals, ms.
+    #[serde(default)]
+    pub interval_ms: u64,
 }
 
 /// Share of the asked bytes below which a sender counts as limited.
@@ -81,7 +88,14 @@ pub struct SenderConfig {
     pub burst: Option<(u64, u64)>,
     /// Tag every datagram with this session key.
     pub tag_key: Option<crate::auth::DatagramKey>,
+    /// Count the bytes sent in each interval this long (0: none), for
+    /// comparing what was offered with what arrived.
+    pub interval_ns: u64,
 }
+
+/// Most per-interval counts a sender reports (they travel in one control
+/// frame); a longer series is dropped rather than cut.
+pub const MAX_SENT_INTERVALS: usize = 4096;
 
 /// Most departures `precompute` holds in memory (16 bytes each); longer
 /// profiles are scheduled on the fly instead.
@@ -375,6 +389,15 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
                 0
             }
         };
+        if cfg.interval_ns > 0 && sent > 0 {
+            let k = (now / cfg.interval_ns) as usize;
+            if k < MAX_SENT_INTERVALS {
+                if rep.sent_intervals.len() <= k {
+                    rep.sent_intervals.resize(k + 1, 0);
+                }
+                rep.sent_intervals[k] += lens[..sent].iter().sum::<usize>() as u64;
+            }
+        }
         for &(sched_at, size) in &batch[..sent] {
             let _ = late.record(now.saturating_sub(sched_at).max(1));
             if let Some((prev_actual, prev_sched)) = last {
@@ -399,6 +422,11 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         rep.asked_bps = rep.asked_bytes as f64 * 8e9 / stopped_ns as f64;
     }
     rep.sender_limited = sender_limited(rep.bytes, rep.asked_bytes);
+    if cfg.interval_ns > 0 && (stopped_ns / cfg.interval_ns) as usize >= MAX_SENT_INTERVALS {
+        rep.sent_intervals.clear();
+    } else {
+        rep.interval_ms = cfg.interval_ns / 1_000_000;
+    }
     rep.duration_secs = first_ns.map_or(0.0, |f| (last_ns - f) as f64 / 1e9 + last_gap_ns / 1e9);
     if rep.duration_secs > 0.0 {
         rep.achieved_bps = rep.bytes as f64 * 8.0 / rep.duration_secs;

@@ -124,6 +124,7 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
         profile: s.profile.clone(),
         precompute: s.precompute,
         burst: burst_plan(s),
+        interval_ns: s.interval_ms.saturating_mul(1_000_000),
     }
 }
 
