@@ -18,6 +18,21 @@ use crate::proto::{
 /// written.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// Set when the user insists on stopping (a third Ctrl-C): runs that are
+/// already stopping skip every remaining wait for the server, so the results
+/// can still be written before the process exits.
+static HURRY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks stopping runs to wait for nothing more.
+pub fn hurry() {
+    HURRY.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether a stopping run should skip its remaining waits.
+pub fn hurried() -> bool {
+    HURRY.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// How long a server has to answer hello before it is taken for something
 /// that is not a netrig server.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(3);

@@ -186,6 +186,19 @@ pub fn resolve(target: &str, default_port: u16) -> io::Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
+/// Waits up to `timeout` for `fd` to have something to read (or to be
+/// closed); false when the time ran out.
+pub fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
 /// Waits until any of `listeners` is readable or `timeout` passes; returns
 /// which are readable.
 pub fn poll_readable(listeners: &[TcpListener], timeout: Duration) -> io::Result<Vec<bool>> {

@@ -536,3 +536,51 @@ fn stuck_server_run(args: &[&str]) {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     assert!(doc["result"].is_object(), "{args:?}: {doc}");
 }
+
+/// A third signal cuts every remaining wait short, and the results are still
+/// written: against a stuck server, Ctrl-C three times gives a complete JSON
+/// report at once.
+#[test]
+fn a_third_signal_cuts_the_wait_but_keeps_the_results() {
+    let runs: Vec<_> = [vec!["tcp", "-n", "1G"], vec!["udp", "-t", "30", "-R"]]
+        .into_iter()
+        .map(|args| {
+            std::thread::spawn(move || {
+                let (srv, addr) = serve(&["-q"]);
+                let dir = tempfile::tempdir().unwrap();
+                let js = dir.path().join("r.json");
+                let addr = addr.to_string();
+                let mut all = vec![args[0], addr.as_str()];
+                all.extend(&args[1..]);
+                all.extend(["--json", js.to_str().unwrap()]);
+                let mut child = netrig(&all)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let rx = lines_of(&mut child);
+                wait_for_line(&rx, |l| l.trim_start().starts_with("1."));
+                signal(srv.0.id(), libc::SIGSTOP);
+                let t0 = Instant::now();
+                for _ in 0..3 {
+                    signal(child.id(), libc::SIGINT);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let status = child.wait().unwrap();
+                let waited = t0.elapsed();
+                signal(srv.0.id(), libc::SIGCONT);
+                assert!(
+                    waited < Duration::from_secs(3),
+                    "{args:?}: waited {waited:?}"
+                );
+                assert_eq!(status.code(), Some(130), "{args:?}");
+                let doc: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+                assert!(doc["result"].is_object(), "{args:?}: {doc}");
+            })
+        })
+        .collect();
+    for r in runs {
+        r.join().unwrap();
+    }
+}

@@ -269,8 +269,10 @@ pub fn client_error_exit(
 
 /// The flag SIGINT and SIGTERM set: the run stops gracefully and writes
 /// everything it measured. GNU `timeout` and impatient users send a second
-/// signal within a second, so only a third one exits at once (row files are
-/// flushed row by row and stay parseable; the JSON is then not written).
+/// signal within a second, so only a third one cuts the waiting short: the
+/// run skips its remaining waits for the server and writes its files, and
+/// the process exits after 2 s whatever happens (row files are flushed row
+/// by row, so they hold what was measured even then).
 pub fn interrupt_flag() -> Arc<AtomicBool> {
     static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
     FLAG.get_or_init(|| {
@@ -284,7 +286,15 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
                 1 => {
                     eprintln!("netrig: stopping and writing results; a third signal exits at once")
                 }
-                _ => std::process::exit(exit::INTERRUPTED as i32),
+                _ => {
+                    // Skip every remaining wait; exit anyway if the results
+                    // are not written within a moment.
+                    netrig::control::hurry();
+                    std::thread::spawn(|| {
+                        std::thread::sleep(Duration::from_secs(2));
+                        std::process::exit(exit::INTERRUPTED as i32);
+                    });
+                }
             }
         });
         if let Err(e) = r {

@@ -324,7 +324,9 @@ pub fn run(
     let _ = c.stream.set_read_timeout(Some(Duration::from_secs(5)));
     // A TCP server that still expects raw requests would read a goodbye frame
     // as request bytes: after an early stop, closing is the goodbye.
-    let finished = failed.is_none() && (proto != RrProto::Tcp || run.rep.sent == total);
+    let finished = failed.is_none()
+        && (proto != RrProto::Tcp || run.rep.sent == total)
+        && !crate::control::hurried();
     let server = match finished.then(|| c.call(&Message::Goodbye)) {
         Some(Ok(Message::Summary(s))) => Some(s),
         _ => None,

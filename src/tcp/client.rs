@@ -22,6 +22,7 @@ use uuid::Uuid;
 use super::config::{BufferSpec, ConfigError, TcpClientConfig};
 use super::conn::{Transfer, cancel_if_stopped, exchange_finals};
 use crate::control::Control;
+use crate::control::STOP_GRACE;
 use crate::net;
 use crate::outcome::{ConnResult, ResultKind};
 use crate::plan::Role;
@@ -94,7 +95,6 @@ pub struct RunReport {
 }
 
 struct Session {
-    target: String,
     addr: SocketAddr,
     id: Uuid,
     control: Mutex<TcpStream>,
@@ -137,21 +137,42 @@ struct Shared {
     start: Instant,
 }
 
-/// Bounds how long calls on a session's control connection may wait.
-fn set_control_timeout(s: &Session, t: Duration) {
-    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = c.set_read_timeout(Some(t));
-    let _ = c.set_write_timeout(Some(t));
+/// Sends `msg` on a session's control connection, waiting at most
+/// [`STOP_GRACE`] for room to write it.
+fn control_send(s: &Session, msg: &Message) -> bool {
+    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = c.set_write_timeout(Some(STOP_GRACE));
+    write_message(&mut *c, msg).is_ok()
 }
 
-fn control_call(s: &Session, msg: &Message) -> Result<Message, ClientError> {
+/// Sends `msg` and returns the first reply `wanted` accepts (skipping others,
+/// such as the acknowledgement of a stop that was not waited for); waits at
+/// most [`STOP_GRACE`], and not at all once the user insists on stopping (a
+/// stuck server must not keep the results from being written).
+fn control_finish(
+    s: &Session,
+    msg: &Message,
+    wanted: impl Fn(&Message) -> bool,
+) -> Option<Message> {
+    if !control_send(s, msg) {
+        return None;
+    }
     let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let err = |detail: String| ClientError::Control {
-        target: s.target.clone(),
-        detail,
-    };
-    write_message(&mut *c, msg).map_err(|e| err(e.to_string()))?;
-    read_message(&mut *c).map_err(|e| err(e.to_string()))
+    let deadline = Instant::now() + STOP_GRACE;
+    loop {
+        if crate::control::hurried() || Instant::now() >= deadline {
+            return None;
+        }
+        if !crate::net::wait_readable(&*c, Duration::from_millis(100)) {
+            continue;
+        }
+        let _ = c.set_read_timeout(Some(STOP_GRACE));
+        match read_message(&mut *c) {
+            Ok(m) if wanted(&m) => return Some(m),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Whether the server has closed (or reset) a control connection. Between
@@ -190,7 +211,6 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
     // The control connection now idles for the whole test.
     let _ = c.stream.set_read_timeout(None);
     Ok(Session {
-        target: c.target,
         addr: c.addr,
         id,
         control: Mutex::new(c.stream),
@@ -368,10 +388,13 @@ impl Shared {
             return;
         }
         for s in &self.sessions {
-            // Best effort, and bounded: a dead or stuck server cannot be told
-            // anything.
-            set_control_timeout(s, crate::control::STOP_GRACE);
-            if control_call(s, &Message::Stop).is_err() {
+            // The server marks the session cancelled before we shut its
+            // connections, so both ends count cancellations; a stuck server
+            // gets the grace period, and is not asked again.
+            let ack = control_finish(s, &Message::Stop, |m| {
+                matches!(m, Message::StopAck | Message::Error { .. })
+            });
+            if ack.is_none() {
                 s.unresponsive.store(true, SeqCst);
             }
         }
@@ -523,13 +546,16 @@ pub fn run(
 
     let mut servers = Vec::new();
     for s in &shared.sessions {
-        if lost_servers.contains(&s.addr) || s.unresponsive.load(SeqCst) {
+        if lost_servers.contains(&s.addr)
+            || s.unresponsive.load(SeqCst)
+            || crate::control::hurried()
+        {
             servers.push((s.addr, None));
             continue;
         }
-        set_control_timeout(s, crate::control::STOP_GRACE);
-        let summary = match control_call(s, &Message::Goodbye) {
-            Ok(Message::Summary(sum)) => Some(sum),
+        let summary = match control_finish(s, &Message::Goodbye, |m| !matches!(m, Message::StopAck))
+        {
+            Some(Message::Summary(sum)) => Some(sum),
             _ => None,
         };
         servers.push((s.addr, summary));

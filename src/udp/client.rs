@@ -362,6 +362,9 @@ pub fn run(
             rep.server_lost = true;
             waiting_since.get_or_insert_with(Instant::now);
         }
+        if crate::control::hurried() && waiting_since.is_some() {
+            break;
+        }
         if let Some(t) = waiting_since {
             let waited = t.elapsed();
             if waited > crate::control::STOP_GRACE && rep.totals.is_none() {
