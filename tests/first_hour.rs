@@ -502,7 +502,13 @@ fn a_stuck_server_cannot_hold_up_the_results() {
     }
 }
 
-fn stuck_server_run(args: &[&str]) {
+/// Runs `args` against a server, stops the server (SIGSTOP) once the run is
+/// going, sends `sigints` SIGINTs 100 ms apart, and returns the exit code,
+/// how long the client took to exit after the first, and its JSON report.
+fn interrupt_with_a_stuck_server(
+    args: &[&str],
+    sigints: usize,
+) -> (Option<i32>, Duration, serde_json::Value) {
     let (srv, addr) = serve(&["-q"]);
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("r.json");
@@ -521,19 +527,24 @@ fn stuck_server_run(args: &[&str]) {
     });
     signal(srv.0.id(), libc::SIGSTOP);
     let t0 = Instant::now();
-    signal(child.id(), libc::SIGINT);
+    for _ in 0..sigints {
+        signal(child.id(), libc::SIGINT);
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let status = child.wait().unwrap();
     let waited = t0.elapsed();
     signal(srv.0.id(), libc::SIGCONT);
+    let doc = serde_json::from_slice(&std::fs::read(&js).unwrap_or_default()).unwrap_or_default();
+    (status.code(), waited, doc)
+}
+
+fn stuck_server_run(args: &[&str]) {
+    let (code, waited, doc) = interrupt_with_a_stuck_server(args, 1);
     assert!(
         waited < Duration::from_secs(15),
         "{args:?}: waited {waited:?}"
     );
-    assert!(
-        matches!(status.code(), Some(0 | 3 | 130)),
-        "{args:?}: {status}"
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert!(matches!(code, Some(0 | 3 | 130)), "{args:?}: {code:?}");
     assert!(doc["result"].is_object(), "{args:?}: {doc}");
 }
 
@@ -546,36 +557,12 @@ fn a_third_signal_cuts_the_wait_but_keeps_the_results() {
         .into_iter()
         .map(|args| {
             std::thread::spawn(move || {
-                let (srv, addr) = serve(&["-q"]);
-                let dir = tempfile::tempdir().unwrap();
-                let js = dir.path().join("r.json");
-                let addr = addr.to_string();
-                let mut all = vec![args[0], addr.as_str()];
-                all.extend(&args[1..]);
-                all.extend(["--json", js.to_str().unwrap()]);
-                let mut child = netrig(&all)
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .unwrap();
-                let rx = lines_of(&mut child);
-                wait_for_line(&rx, |l| l.trim_start().starts_with("1."));
-                signal(srv.0.id(), libc::SIGSTOP);
-                let t0 = Instant::now();
-                for _ in 0..3 {
-                    signal(child.id(), libc::SIGINT);
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let status = child.wait().unwrap();
-                let waited = t0.elapsed();
-                signal(srv.0.id(), libc::SIGCONT);
+                let (code, waited, doc) = interrupt_with_a_stuck_server(&args, 3);
                 assert!(
                     waited < Duration::from_secs(3),
                     "{args:?}: waited {waited:?}"
                 );
-                assert_eq!(status.code(), Some(130), "{args:?}");
-                let doc: serde_json::Value =
-                    serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+                assert_eq!(code, Some(130), "{args:?}");
                 assert!(doc["result"].is_object(), "{args:?}: {doc}");
             })
         })
