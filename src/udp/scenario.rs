@@ -184,8 +184,19 @@ fn flowping_step(l: &Line) -> Result<Step, ProfileError> {
     };
     let secs = number("time", f[0])?;
     let kbps = number("rate", f[1])?;
-    if secs > 1e9 || kbps > 1e12 {
-        return Err(field_error(line, "time", "out of range".into()));
+    if secs > 1e9 {
+        return Err(field_error(
+            line,
+            "time",
+            format!("{secs} s is out of range"),
+        ));
+    }
+    if kbps > 1e12 {
+        return Err(field_error(
+            line,
+            "rate",
+            format!("{kbps} kbit/s is out of range"),
+        ));
     }
     Ok(Step {
         at_ns: (secs * 1e9).round() as u64,
@@ -234,6 +245,47 @@ mod tests {
         // Forced FlowPing on a file with units: the unit is an error.
         assert!(matches!(
             parse("0 1M 200\n1 1M 200\n", Format::Flowping),
+            Err(ProfileError::Field { field: "rate", .. })
+        ));
+    }
+
+    #[test]
+    fn the_banner_names_the_format_and_its_units() {
+        assert!(Format::Flowping.describe().starts_with("FlowPing format"));
+        assert!(Format::Flowping.describe().contains("kbit/s"));
+        assert!(Format::Netrig.describe().contains("rates with units"));
+        assert_eq!(Format::Auto.describe(), Format::Netrig.describe());
+    }
+
+    #[test]
+    fn explicit_ramp_and_bad_flowping_lines() {
+        let (p, _) = parse("0 1M 100 ramp\n1s 3M 100\n", Format::Auto).unwrap();
+        assert_eq!(p.at(500_000_000).0, 2e6);
+        let fp = |t: &str| parse(t, Format::Flowping);
+        assert_eq!(
+            fp("0 1000\n1 1000 500\n").unwrap_err(),
+            ProfileError::Fields { line: 1, found: 2 }
+        );
+        assert!(matches!(
+            fp("-1 1000 500\n1 1000 500\n"),
+            Err(ProfileError::Field { field: "time", .. })
+        ));
+        assert!(matches!(
+            fp("0 -5 500\n1 1000 500\n"),
+            Err(ProfileError::Field { field: "rate", .. })
+        ));
+        assert!(matches!(
+            fp("0 inf 500\n1 1000 500\n"),
+            Err(ProfileError::Field { field: "rate", .. })
+        ));
+        // Bounds: up to 1e9 s and 1e12 kbit/s; past either, refused.
+        assert!(fp("0 1000 500\n1000000000 1000000000000 500\n").is_ok());
+        assert!(matches!(
+            fp("0 1000 500\n1000000001 1000 500\n"),
+            Err(ProfileError::Field { field: "time", .. })
+        ));
+        assert!(matches!(
+            fp("0 1000 500\n1 1000000000001 500\n"),
             Err(ProfileError::Field { field: "rate", .. })
         ));
     }
