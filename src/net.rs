@@ -262,7 +262,15 @@ mod tests {
         ] {
             assert_eq!(check_target(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "host:99999", "host:0", "host:", "1.2.3.4:x", ":80"] {
+        for bad in [
+            "",
+            "host:99999",
+            "host:0",
+            "host:",
+            "1.2.3.4:x",
+            ":80",
+            "a:b:80",
+        ] {
             assert!(check_target(bad).is_err(), "{bad}");
         }
     }

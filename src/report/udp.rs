@@ -453,6 +453,38 @@ mod tests {
     }
 
     #[test]
+    fn console_cells_show_the_rate_with_units_and_the_loss() {
+        let iv = UdpInterval {
+            time_slice: 2.5,
+            bytes: 1_000_000,
+            packets: 900,
+            drops: 100,
+            ..Default::default()
+        };
+        let c = udp_console_cells(&iv, 0.5);
+        assert_eq!(c.len(), udp_console_headers().len());
+        assert_eq!((c[0].as_str(), c[1].as_str()), ("2.500", "16.00 Mbit/s"));
+        assert_eq!((c[2].as_str(), c[5].as_str()), ("1000000", "10.00"));
+    }
+
+    #[test]
+    fn the_sender_limited_warning_gives_both_rates() {
+        use crate::udp::engine::SenderReport;
+        let mut s = SenderReport {
+            bytes: 900,
+            asked_bytes: 1000,
+            asked_bps: 8e6,
+            achieved_bps: 7.2e6,
+            ..Default::default()
+        };
+        assert_eq!(sender_limited_warning(&s), None);
+        s.sender_limited = true;
+        let w = sender_limited_warning(&s).unwrap();
+        assert!(w.starts_with("sender-limited: the schedule asked for 1000 bytes (8.00 Mbit/s), 900 bytes (7.20 Mbit/s)"), "{w}");
+        assert!(w.contains("10.0% short"), "{w}");
+    }
+
+    #[test]
     fn console_headers_add_rate_and_loss_to_the_files() {
         let h = udp_console_headers();
         assert_eq!(h.len(), UDP_HEADERS.len() + 2);

@@ -574,6 +574,11 @@ mod tests {
         let mut b = base.clone();
         note_sender(&mut b, &sender(DISTURBED_LATE_US, true));
         assert_eq!(b.confidence, base.confidence / 2.0);
+        assert_eq!(
+            b.evidence.len(),
+            base.evidence.len() + 1,
+            "exactly at the bound is not late"
+        );
         assert!(
             b.evidence
                 .last()
@@ -619,6 +624,12 @@ mod tests {
         assert_eq!(sent_between(&sent, 1.0, 3.0, 4.0), 0.0);
         assert_eq!(sent_between(&sent, 0.0, 0.0, 4.0), 0.0);
         assert_eq!(sent_between(&sent, 1.0, 2.0, 1.0), 0.0);
+        // Half-second intervals: each count belongs to its own half second.
+        assert_eq!(sent_between(&sent, 0.5, 0.0, 0.5), 1000.0);
+        assert_eq!(sent_between(&sent, 0.5, 0.25, 0.75), 500.0 + 1000.0);
+        assert_eq!(sent_between(&sent, 0.5, 1.0, 1.5), 3000.0);
+        assert_eq!(sent_between(&sent, 0.5, 1.5, 9.0), 0.0);
+        assert_eq!(sent_between(&sent, 2.0, 0.0, 1.0), 500.0);
     }
 
     #[test]

@@ -459,7 +459,26 @@ pub fn sender_limited(sent: u64, asked: u64) -> bool {
 
 #[cfg(test)]
 mod limited_tests {
-    use super::sender_limited;
+    use super::{nothing_yet, sender_limited};
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn only_timeouts_signals_and_would_block_mean_try_again() {
+        for k in [
+            ErrorKind::WouldBlock,
+            ErrorKind::TimedOut,
+            ErrorKind::Interrupted,
+        ] {
+            assert!(nothing_yet(&Error::from(k)), "{k:?}");
+        }
+        for k in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::InvalidData,
+            ErrorKind::Other,
+        ] {
+            assert!(!nothing_yet(&Error::from(k)), "{k:?}");
+        }
+    }
 
     #[test]
     fn more_than_one_percent_short_is_sender_limited() {

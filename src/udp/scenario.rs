@@ -318,6 +318,17 @@ mod tests {
         let half = p.fit(3_000_000_000).unwrap();
         assert_eq!(half.duration_ns(), 3_000_000_000);
         assert_eq!(half.bytes(), (6e6 + 5e6) / 8.0);
+        // Cut mid-segment: the closing step has the rate and size there
+        // (FlowPing's size steps: 500 B until the 4 s point).
+        let last = *half.steps().last().unwrap();
+        assert_eq!((last.rate_bps, last.size), (5_000_000, 500));
+        // Cut inside the second pass: 1 -> 5 Mbit/s from 6 s to 8 s.
+        let late = p.fit(7_500_000_000).unwrap();
+        let last = *late.steps().last().unwrap();
+        assert_eq!(
+            (last.at_ns, last.rate_bps, last.size),
+            (7_500_000_000, 4_000_000, 500)
+        );
         let same = p.fit(6_000_000_000).unwrap();
         assert_eq!(same.bytes(), p.bytes());
         assert!(p.fit(0).is_err());
