@@ -630,6 +630,7 @@ mod tests {
         assert_eq!(sent_between(&sent, 0.5, 1.0, 1.5), 3000.0);
         assert_eq!(sent_between(&sent, 0.5, 1.5, 9.0), 0.0);
         assert_eq!(sent_between(&sent, 2.0, 0.0, 1.0), 500.0);
+        assert_eq!(sent_between(&sent, 2.0, 2.5, 4.0), 1500.0);
     }
 
     #[test]

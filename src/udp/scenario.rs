@@ -313,6 +313,8 @@ mod tests {
             "{}",
             twice.bytes()
         );
+        // A fitted FlowPing profile keeps its size steps.
+        assert_eq!(twice.at(3_000_000_000).1, 500.0);
         // The second pass starts at the first point's rate (1 Mbit/s).
         assert!((twice.at(6_000_000_001).0 - 1e6).abs() < 1.0);
         let half = p.fit(3_000_000_000).unwrap();
