@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use super::{Json, Verbosity};
+use super::{Json, Verbosity, duration, rate, size};
 use netrig::relay::impair::ImpairSpec;
 use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts};
 use netrig::units;
@@ -112,18 +112,6 @@ pub struct RelayArgs {
 
 fn probability(s: &str) -> Result<f64, String> {
     units::parse_probability(s).map_err(|e| e.to_string())
-}
-fn duration(s: &str) -> Result<Duration, String> {
-    units::parse_duration(s).map_err(|e| e.to_string())
-}
-fn size(s: &str) -> Result<u64, String> {
-    units::parse_size(s).map_err(|e| e.to_string())
-}
-fn rate(s: &str) -> Result<u64, String> {
-    match units::parse_rate(s).map_err(|e| e.to_string())? {
-        0 => Err("must be greater than zero".into()),
-        r => Ok(r),
-    }
 }
 
 impl RelayArgs {
