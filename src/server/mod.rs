@@ -9,22 +9,23 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::outcome::ResultKind;
-use crate::plan::Role;
 use crate::proto::{
-    DataHello, ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, SessionSummary, TcpSpec,
-    TestSpec, read_message, write_message,
+    ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
 };
-use crate::stats::Counters;
-use crate::tcp::config::MAX_BUFFER;
-use crate::tcp::conn::{Transfer, cancel_if_stopped, exchange_finals};
+
+mod limits;
+mod tcp;
+
+pub use limits::Limits;
+use limits::{ClientSlot, take_slot};
+use tcp::{Session, data, validate};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -47,99 +48,6 @@ pub struct ServerConfig {
     pub key: Option<crate::auth::Key>,
 }
 
-/// Caps the server enforces on every test request. A refusal names the
-/// limit ("server limit: max duration 60 s …").
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Highest UDP stream rate, bit/s.
-    pub max_rate_bps: u64,
-    /// Longest test of any kind; a TCP session still running then is stopped.
-    pub max_duration: Duration,
-    /// Most bytes one test may move, both directions together.
-    pub max_bytes: u64,
-    /// Most tests running at once, from all clients.
-    pub max_tests: u32,
-    /// Most open connections (control and data) from one client address.
-    pub max_conns_per_client: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_rate_bps: 40_000_000_000,
-            max_duration: Duration::from_secs(3600),
-            max_bytes: 4 << 40,
-            max_tests: 64,
-            max_conns_per_client: 1024,
-        }
-    }
-}
-
-impl Limits {
-    /// How many requests a request/response test may have answered: all it
-    /// asks for if they fit `max_bytes`, or, for a test that runs until the
-    /// client stops, as many as fit.
-    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, String> {
-        let per = (u64::from(spec.size) + u64::from(spec.reply)).max(1);
-        if spec.until_stopped {
-            return match self.max_bytes / per {
-                0 => Err(format!(
-                    "server limit: max bytes per test {} (one request and reply take {per})",
-                    self.max_bytes
-                )),
-                n => Ok(n),
-            };
-        }
-        self.check_bytes(per.saturating_mul(spec.iterations))
-            .map(|()| spec.iterations)
-    }
-
-    /// Refuses a test that would move more than `max_bytes`.
-    pub fn check_bytes(&self, bytes: u64) -> Result<(), String> {
-        if bytes > self.max_bytes {
-            return Err(format!(
-                "server limit: max bytes per test {} (asked for {})",
-                self.max_bytes, bytes
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Counts something limited; the count goes down when the guard drops.
-struct Slot<'a>(&'a AtomicU64);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
-    }
-}
-
-/// Takes one of `max` slots, or `None` when all are taken.
-fn take_slot(counter: &AtomicU64, max: u64) -> Option<Slot<'_>> {
-    let prev = counter.fetch_add(1, SeqCst);
-    let slot = Slot(counter);
-    (prev < max).then_some(slot)
-}
-
-/// Open connections from one client address.
-struct ClientSlot<'a> {
-    map: &'a Mutex<HashMap<IpAddr, u32>>,
-    ip: IpAddr,
-}
-
-impl Drop for ClientSlot<'_> {
-    fn drop(&mut self) {
-        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
-    }
-}
-
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -155,50 +63,7 @@ impl Default for ServerConfig {
     }
 }
 
-struct Session {
-    peer: SocketAddr,
-    spec: TcpSpec,
-    /// Bytes promised to data connections so far (transfer each).
-    reserved: AtomicU64,
-    counters: Counters,
-    cancelled: AtomicBool,
-    live: Mutex<HashMap<Uuid, TcpStream>>,
-    started: Instant,
-}
-
-impl Session {
-    fn cancel(&self) {
-        self.cancelled.store(true, SeqCst);
-        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-
-    /// Ends the session at once: data connections are reset, not wound
-    /// down, so a client blocked in a write learns of it immediately.
-    fn abort(&self) {
-        self.cancelled.store(true, SeqCst);
-        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            crate::net::reset(&s);
-        }
-    }
-
-    fn summary(&self) -> SessionSummary {
-        let s = self.counters.snapshot();
-        SessionSummary {
-            connections: s.completed + s.net_errors + s.data_errors + s.cancelled,
-            success: s.completed,
-            network_errors: s.net_errors,
-            data_errors: s.data_errors,
-            cancelled: s.cancelled,
-            bytes_sent: s.sent,
-            bytes_received: s.received,
-            requests: 0,
-        }
-    }
-}
-
-struct State {
+pub(crate) struct State {
     cfg: ServerConfig,
     sessions: Mutex<HashMap<Uuid, Arc<Session>>>,
     admitted: AtomicU64,
@@ -402,27 +267,6 @@ fn msg_name(m: &Message) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn validate(t: &TcpSpec) -> Result<TcpSpec, String> {
-    if t.transfer == 0 {
-        return Err("transfer must be greater than zero".into());
-    }
-    if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
-        return Err("pushpull needs non-zero push and pull bytes".into());
-    }
-    if let Some(b) = t.burst {
-        if !matches!(
-            t.pattern,
-            crate::proto::IoPattern::Push | crate::proto::IoPattern::Pull
-        ) {
-            return Err("bursts need pattern push or pull".into());
-        }
-        if b.size == 0 || b.period_ms == 0 {
-            return Err("burst size and period must be positive".into());
-        }
-    }
-    Ok(t.clone())
-}
-
 fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
     if hello.protocol != PROTOCOL_VERSION {
         return reply_error(
@@ -556,15 +400,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
             ) => match validate(&tcp).and_then(|t| limits.check_bytes(t.transfer).map(|_| t)) {
                 Ok(spec) => {
                     let id = Uuid::new_v4();
-                    let sess = Arc::new(Session {
-                        peer,
-                        spec,
-                        reserved: AtomicU64::new(0),
-                        counters: Counters::default(),
-                        cancelled: AtomicBool::new(false),
-                        live: Mutex::new(HashMap::new()),
-                        started: Instant::now(),
-                    });
+                    let sess = Arc::new(Session::new(peer, spec));
                     if st.cfg.verbosity >= 1 {
                         let t = &sess.spec;
                         crate::out!(
@@ -675,176 +511,5 @@ fn authenticate(
         Ok(Message::Auth { .. }) => Err("authentication failed: wrong key".into()),
         Ok(_) => Err(AUTH_REQUIRED.into()),
         Err(e) => Err(format!("authentication: {e}")),
-    }
-}
-
-fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
-    let sess = st
-        .sessions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&hello.session)
-        .cloned();
-    let Some(sess) = sess else {
-        return reply_error(
-            stream,
-            ErrorCode::UnknownSession,
-            format!("unknown session {}", hello.session),
-        );
-    };
-    if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!("buffer size {} outside 1..={MAX_BUFFER}", hello.buffer),
-        );
-    }
-    let promised = sess
-        .reserved
-        .fetch_add(sess.spec.transfer, SeqCst)
-        .saturating_add(sess.spec.transfer);
-    if promised > st.cfg.limits.max_bytes {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!(
-                "server limit: max bytes per test {} reached",
-                st.cfg.limits.max_bytes
-            ),
-        );
-    }
-    if let Some(n) = st.cfg.exit_after
-        && st.admitted.fetch_add(1, SeqCst) >= n
-    {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!("server exit limit of {n} connections reached"),
-        );
-    }
-    // Counted before the ack so a Goodbye waits for this connection's result.
-    sess.counters.in_flight.fetch_add(1, SeqCst);
-    {
-        let mut live = sess.live.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(c) = stream.try_clone() {
-            live.insert(hello.connection, c);
-        }
-    }
-    let idle = Some(st.cfg.idle_timeout);
-    let _ = stream.set_read_timeout(idle);
-    let _ = stream.set_write_timeout(idle);
-    let mut s = stream;
-    let kind = if sess.cancelled.load(SeqCst) {
-        reply_error(stream, ErrorCode::Refused, "session stopped".into());
-        ResultKind::Cancelled
-    } else if write_message(
-        &mut s,
-        &Message::DataAck {
-            connection: hello.connection,
-        },
-    )
-    .is_err()
-    {
-        ResultKind::NetworkError
-    } else {
-        let (mut mine, bursts) = Transfer {
-            stream,
-            connection: hello.connection,
-            role: Role::Server,
-            buffer: hello.buffer as usize,
-            spec: &sess.spec,
-            counters: &sess.counters,
-        }
-        .run_with_bursts();
-        cancel_if_stopped(&mut mine, sess.cancelled.load(SeqCst));
-        let (mine, result) = exchange_finals(stream, mine);
-        if sess.spec.burst.is_some()
-            && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
-        {
-            // Our account of each burst, for the client to print (it only reads).
-            let mut s = stream;
-            let mut chunks = bursts.chunks(100).peekable();
-            if chunks.peek().is_none() {
-                let _ = write_message(
-                    &mut s,
-                    &Message::TcpBursts {
-                        bursts: Vec::new(),
-                        last: true,
-                    },
-                );
-            }
-            while let Some(c) = chunks.next() {
-                let last = chunks.peek().is_none();
-                if write_message(
-                    &mut s,
-                    &Message::TcpBursts {
-                        bursts: c.to_vec(),
-                        last,
-                    },
-                )
-                .is_err()
-                {
-                    break;
-                }
-            }
-        }
-        let show = match result.kind {
-            ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
-            _ => st.cfg.verbosity >= 2,
-        };
-        if show {
-            crate::out!(
-                "{} {peer} sent {} received {} {} {}",
-                hello.connection,
-                mine.sent,
-                mine.received,
-                result.kind,
-                result.detail
-            );
-        }
-        result.kind
-    };
-    sess.live
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&hello.connection);
-    sess.counters.record(kind);
-    sess.counters.in_flight.fetch_sub(1, SeqCst);
-    st.finished.fetch_add(1, Relaxed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto::{RrProto, RrSpec};
-
-    fn spec(iterations: u64, until_stopped: bool) -> RrSpec {
-        RrSpec {
-            proto: RrProto::Udp,
-            size: 60,
-            reply: 40,
-            iterations,
-            nagle: false,
-            until_stopped,
-        }
-    }
-
-    #[test]
-    fn rr_requests_fit_max_bytes() {
-        let l = Limits {
-            max_bytes: 1000,
-            ..Limits::default()
-        };
-        // 100 bytes a round trip: 10 fit.
-        assert_eq!(l.rr_requests(&spec(10, false)), Ok(10));
-        assert!(l.rr_requests(&spec(11, false)).is_err());
-        assert!(l.rr_requests(&spec(u64::MAX, false)).is_err());
-        // Until stopped: as many as fit, whatever iterations says.
-        assert_eq!(l.rr_requests(&spec(u64::MAX, true)), Ok(10));
-        let tiny = Limits {
-            max_bytes: 99,
-            ..Limits::default()
-        };
-        assert!(tiny.rr_requests(&spec(1, true)).is_err());
     }
 }

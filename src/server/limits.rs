@@ -1,0 +1,138 @@
+//! What a server allows one client and one test, and the counters that
+//! enforce it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+/// Caps the server enforces on every test request. A refusal names the
+/// limit ("server limit: max duration 60 s …").
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Highest UDP stream rate, bit/s.
+    pub max_rate_bps: u64,
+    /// Longest test of any kind; a TCP session still running then is stopped.
+    pub max_duration: Duration,
+    /// Most bytes one test may move, both directions together.
+    pub max_bytes: u64,
+    /// Most tests running at once, from all clients.
+    pub max_tests: u32,
+    /// Most open connections (control and data) from one client address.
+    pub max_conns_per_client: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_rate_bps: 40_000_000_000,
+            max_duration: Duration::from_secs(3600),
+            max_bytes: 4 << 40,
+            max_tests: 64,
+            max_conns_per_client: 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// How many requests a request/response test may have answered: all it
+    /// asks for if they fit `max_bytes`, or, for a test that runs until the
+    /// client stops, as many as fit.
+    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, String> {
+        let per = (u64::from(spec.size) + u64::from(spec.reply)).max(1);
+        if spec.until_stopped {
+            return match self.max_bytes / per {
+                0 => Err(format!(
+                    "server limit: max bytes per test {} (one request and reply take {per})",
+                    self.max_bytes
+                )),
+                n => Ok(n),
+            };
+        }
+        self.check_bytes(per.saturating_mul(spec.iterations))
+            .map(|()| spec.iterations)
+    }
+
+    /// Refuses a test that would move more than `max_bytes`.
+    pub fn check_bytes(&self, bytes: u64) -> Result<(), String> {
+        if bytes > self.max_bytes {
+            return Err(format!(
+                "server limit: max bytes per test {} (asked for {})",
+                self.max_bytes, bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counts something limited; the count goes down when the guard drops.
+pub(crate) struct Slot<'a>(&'a AtomicU64);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Takes one of `max` slots, or `None` when all are taken.
+pub(crate) fn take_slot(counter: &AtomicU64, max: u64) -> Option<Slot<'_>> {
+    let prev = counter.fetch_add(1, SeqCst);
+    let slot = Slot(counter);
+    (prev < max).then_some(slot)
+}
+
+/// Open connections from one client address.
+pub(crate) struct ClientSlot<'a> {
+    pub(crate) map: &'a Mutex<HashMap<IpAddr, u32>>,
+    pub(crate) ip: IpAddr,
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{RrProto, RrSpec};
+
+    fn spec(iterations: u64, until_stopped: bool) -> RrSpec {
+        RrSpec {
+            proto: RrProto::Udp,
+            size: 60,
+            reply: 40,
+            iterations,
+            nagle: false,
+            until_stopped,
+        }
+    }
+
+    #[test]
+    fn rr_requests_fit_max_bytes() {
+        let l = Limits {
+            max_bytes: 1000,
+            ..Limits::default()
+        };
+        // 100 bytes a round trip: 10 fit.
+        assert_eq!(l.rr_requests(&spec(10, false)), Ok(10));
+        assert!(l.rr_requests(&spec(11, false)).is_err());
+        assert!(l.rr_requests(&spec(u64::MAX, false)).is_err());
+        // Until stopped: as many as fit, whatever iterations says.
+        assert_eq!(l.rr_requests(&spec(u64::MAX, true)), Ok(10));
+        let tiny = Limits {
+            max_bytes: 99,
+            ..Limits::default()
+        };
+        assert!(tiny.rr_requests(&spec(1, true)).is_err());
+    }
+}
