@@ -7,6 +7,9 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAdd
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+mod timed;
+pub use timed::Timed;
+
 /// netrig's well-known port (control and data share it).
 pub const DEFAULT_PORT: u16 = 4794;
 
@@ -242,6 +245,31 @@ pub fn reset(stream: &TcpStream) {
     if r != 0 {
         let _ = stream.shutdown(std::net::Shutdown::Both);
     }
+}
+
+/// Raises this process's soft limit on open files to its hard limit and
+/// returns the limit now in force.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read or write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r = raised;
+            }
+        }
+    }
+    Ok(r.rlim_cur)
 }
 
 #[cfg(test)]

@@ -1,0 +1,146 @@
+//! The server's hand on everything one session sends: every write, datagram
+//! batch and reply asks its [`Budget`] first, and every wait (pacing, a
+//! burst's period, a rate limit) sleeps in slices of at most
+//! [`SLICE`] so a stopped or expired session lets go within 100 ms.
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::budget::{Admit, Budget, Exceeded};
+
+/// Longest single sleep of a guarded wait.
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// Why a guarded send or wait gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Halt {
+    /// The session was stopped (stop, goodbye, a closed control connection).
+    #[error("session stopped")]
+    Stopped,
+    /// A server limit ran out.
+    #[error(transparent)]
+    Limit(#[from] Exceeded),
+}
+
+/// One session's sending allowance and stop flag, shared by its threads.
+#[derive(Debug)]
+pub struct SendGuard {
+    budget: Mutex<Budget>,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+}
+
+impl SendGuard {
+    /// A guard allowing `rate_bps` peak and `max_bytes` in all until `deadline`
+    /// after now; `stop` ends every wait.
+    pub fn new(rate_bps: u64, max_bytes: u64, deadline: Duration, stop: Arc<AtomicBool>) -> Self {
+        let deadline_ns = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        SendGuard {
+            budget: Mutex::new(Budget::new(rate_bps, max_bytes, deadline_ns)),
+            start: Instant::now(),
+            stop,
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The session's deadline as an instant (far in the future if it cannot be one).
+    pub fn deadline(&self) -> Instant {
+        let ns = self.lock().deadline_ns();
+        self.start
+            .checked_add(Duration::from_nanos(ns))
+            .unwrap_or_else(|| self.start + Duration::from_secs(100 * 365 * 86_400))
+    }
+
+    /// The session's stop flag.
+    pub fn stop_flag(&self) -> &Arc<AtomicBool> {
+        &self.stop
+    }
+
+    /// Whether the session was stopped or is past its deadline.
+    pub fn halted(&self) -> Option<Halt> {
+        if self.stop.load(SeqCst) {
+            return Some(Halt::Stopped);
+        }
+        let deadline = self.lock().deadline_ns();
+        (self.now_ns() >= deadline).then_some(Halt::Limit(Exceeded::Deadline))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until `n` bytes may leave, and counts them.
+    pub fn admit(&self, n: u64) -> Result<(), Halt> {
+        loop {
+            if self.stop.load(SeqCst) {
+                return Err(Halt::Stopped);
+            }
+            let verdict = self.lock().admit(self.now_ns(), n);
+            match verdict {
+                Admit::Go => return Ok(()),
+                Admit::Wait(ns) => std::thread::sleep(Duration::from_nanos(ns).min(SLICE)),
+                Admit::Over(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Sleeps until `due`, in slices, giving up when the session stops or
+    /// its deadline passes first.
+    pub fn sleep_until(&self, due: Instant) -> Result<(), Halt> {
+        loop {
+            if let Some(h) = self.halted() {
+                return Err(h);
+            }
+            match due.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => std::thread::sleep(left.min(SLICE)),
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_far_wait_ends_within_a_slice_of_a_stop() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let g = Arc::new(SendGuard::new(
+            8_000,
+            u64::MAX,
+            Duration::from_secs(3600),
+            Arc::clone(&stop),
+        ));
+        let g2 = Arc::clone(&g);
+        let h = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let r = g2.sleep_until(Instant::now() + Duration::from_secs(3600));
+            (r, t0.elapsed())
+        });
+        // And a send that must wait for a big debt to be paid.
+        g.admit(1 << 20).unwrap();
+        let g3 = Arc::clone(&g);
+        let h2 = std::thread::spawn(move || g3.admit(1));
+        stop.store(true, SeqCst);
+        let (r, took) = h.join().unwrap();
+        assert_eq!(r, Err(Halt::Stopped));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert_eq!(h2.join().unwrap(), Err(Halt::Stopped));
+    }
+
+    #[test]
+    fn the_deadline_ends_waits_and_sends() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let g = SendGuard::new(u64::MAX, u64::MAX, Duration::from_millis(50), stop);
+        assert_eq!(g.admit(1), Ok(()));
+        let r = g.sleep_until(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(r, Err(Halt::Limit(Exceeded::Deadline)));
+        assert_eq!(g.admit(1), Err(Halt::Limit(Exceeded::Deadline)));
+        assert_eq!(g.halted(), Some(Halt::Limit(Exceeded::Deadline)));
+    }
+}
