@@ -18,6 +18,8 @@ use thiserror::Error;
 pub const KEY_ENV: &str = "NETRIG_KEY";
 /// Shortest key accepted, bytes.
 pub const MIN_KEY_LEN: usize = 16;
+/// Least estimated strength of a key, bits.
+pub const MIN_KEY_BITS: u32 = 48;
 /// Nonce length, bytes.
 pub const NONCE_LEN: usize = 16;
 
@@ -37,6 +39,27 @@ pub enum AuthError {
         "key is {0} bytes; at least {MIN_KEY_LEN} are needed (e.g. `head -c 32 /dev/urandom | base64`)"
     )]
     TooShort(usize),
+    /// The key has bytes a text key never has (NUL, other control characters).
+    #[error(
+        "key has a control character (byte {byte:#04x} at offset {offset}); use printable text, e.g. base64"
+    )]
+    ControlChar {
+        /// The byte.
+        byte: u8,
+        /// Where, after trimming.
+        offset: usize,
+    },
+    /// The key repeats too few characters to be hard to guess.
+    #[error(
+        "key is too predictable (about {bits} bits; at least {MIN_KEY_BITS} needed): use random text, e.g. `head -c 32 /dev/urandom | base64`"
+    )]
+    Weak {
+        /// Estimated bits.
+        bits: u32,
+    },
+    /// `NETRIG_KEY` is set to nothing: failing closed beats running open.
+    #[error("{KEY_ENV} is set but empty; unset it to run without a key, or give the key")]
+    EmptyEnv,
     /// A nonce or proof is not the hex it should be.
     #[error("malformed {0}")]
     Malformed(&'static str),
@@ -59,6 +82,13 @@ impl Key {
         if t.len() < MIN_KEY_LEN {
             return Err(AuthError::TooShort(t.len()));
         }
+        if let Some((offset, &byte)) = t.iter().enumerate().find(|(_, b)| b.is_ascii_control()) {
+            return Err(AuthError::ControlChar { byte, offset });
+        }
+        let bits = estimated_bits(t);
+        if bits < f64::from(MIN_KEY_BITS) {
+            return Err(AuthError::Weak { bits: bits as u32 });
+        }
         Ok(Key(t.to_vec()))
     }
 
@@ -77,8 +107,9 @@ impl Key {
             return Key::load(p).map(Some);
         }
         match std::env::var_os(KEY_ENV) {
-            Some(v) if !v.is_empty() => Key::from_text(v.as_encoded_bytes()).map(Some),
-            _ => Ok(None),
+            Some(v) if v.is_empty() => Err(AuthError::EmptyEnv),
+            Some(v) => Key::from_text(v.as_encoded_bytes()).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -122,6 +153,26 @@ impl Key {
     }
 }
 
+/// A key's strength as its length times the Shannon entropy of its byte
+/// frequencies: random text scores near its true strength, repetitions
+/// ("aaaa…", "abab…") score near nothing. An estimate, not a guarantee.
+fn estimated_bits(t: &[u8]) -> f64 {
+    let mut counts = [0u32; 256];
+    for &b in t {
+        counts[b as usize] += 1;
+    }
+    let n = t.len() as f64;
+    let per_byte: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum();
+    per_byte * n
+}
+
 /// Key for tagging one session's UDP test datagrams.
 pub type DatagramKey = [u8; 32];
 /// Bytes of HMAC tag at the end of an authenticated datagram.
@@ -134,6 +185,32 @@ impl Key {
         let m = self.mac(DATAGRAM_LABEL, client_nonce, server_nonce);
         m.finalize().into_bytes().into()
     }
+}
+
+/// A data connection's proof that it belongs to an authenticated session:
+/// HMAC of both IDs under the session's key, hex. Without it, anyone who
+/// learned a session ID could attach to the session.
+pub fn data_proof(key: &DatagramKey, session: &uuid::Uuid, connection: &uuid::Uuid) -> String {
+    let mut m = datagram_mac(key, DATA_LABEL);
+    m.update(session.as_bytes());
+    m.update(connection.as_bytes());
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// Checks a data connection's proof in constant time.
+pub fn verify_data_proof(
+    key: &DatagramKey,
+    session: &uuid::Uuid,
+    connection: &uuid::Uuid,
+    proof: &str,
+) -> bool {
+    let Ok(p) = hex::decode(proof) else {
+        return false;
+    };
+    let mut m = datagram_mac(key, DATA_LABEL);
+    m.update(session.as_bytes());
+    m.update(connection.as_bytes());
+    m.verify_slice(&p).is_ok()
 }
 
 fn datagram_mac(key: &DatagramKey, data: &[u8]) -> Hmac<Sha256> {
@@ -163,6 +240,7 @@ pub fn datagram_is_authentic(key: &DatagramKey, datagram: &[u8]) -> bool {
 }
 
 const DATAGRAM_LABEL: &[u8] = b"netrig-datagram-v1";
+const DATA_LABEL: &[u8] = b"netrig-data-v1";
 const CLIENT_LABEL: &[u8] = b"netrig-auth-v1 client";
 const SERVER_LABEL: &[u8] = b"netrig-auth-v1 server";
 
@@ -210,6 +288,43 @@ mod tests {
         assert_eq!(key("  0123456789abcdef \n"), key("0123456789abcdef"));
         assert_eq!(Key::from_text(b"short\n"), Err(AuthError::TooShort(5)));
         assert_eq!(format!("{:?}", key("0123456789abcdef")), "Key(<16 bytes>)");
+    }
+
+    #[test]
+    fn weak_and_odd_keys_are_refused() {
+        let mut abc = b"abc".to_vec();
+        abc.extend([0u8; 15]);
+        assert_eq!(
+            Key::from_text(&abc),
+            Err(AuthError::ControlChar { byte: 0, offset: 3 })
+        );
+        assert_eq!(
+            Key::from_text(b"aaaaaaaaaaaaaaaaaaaaaaaa"),
+            Err(AuthError::Weak { bits: 0 })
+        );
+        assert_eq!(
+            Key::from_text(b"abababababababab"),
+            Err(AuthError::Weak { bits: 16 })
+        );
+        // 16 distinct characters: 64 bits; 12 distinct of 16: about 56.
+        assert!(Key::from_text(b"0123456789abcdef").is_ok());
+        assert!(estimated_bits(b"0123456789ab0123") > 55.0);
+        assert!(estimated_bits(b"0123456789ab0123") < 58.0);
+        assert!(Key::from_text(b"a shared secret of some length").is_ok());
+        assert!(Key::from_text(b"dGhpcyBpcyBhIHRlc3Qga2V5IG9mIDMyIGJ5dGVz").is_ok());
+    }
+
+    #[test]
+    fn data_proofs_bind_both_ids_and_the_key() {
+        let (k1, k2) = ([1u8; 32], [2u8; 32]);
+        let (s, c) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        let p = data_proof(&k1, &s, &c);
+        assert!(verify_data_proof(&k1, &s, &c, &p));
+        assert!(!verify_data_proof(&k2, &s, &c, &p));
+        assert!(!verify_data_proof(&k1, &c, &s, &p));
+        assert!(!verify_data_proof(&k1, &s, &s, &p));
+        assert!(!verify_data_proof(&k1, &s, &c, &p[..62]));
+        assert!(!verify_data_proof(&k1, &s, &c, "zz"));
     }
 
     #[test]

@@ -17,7 +17,9 @@ macro_rules! out {
 }
 
 pub mod auth;
+pub mod budget;
 pub mod control;
+pub mod guard;
 pub mod net;
 pub mod outcome;
 pub mod output;

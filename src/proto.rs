@@ -280,6 +280,9 @@ pub struct DataHello {
     pub connection: Uuid,
     /// Buffer size both ends use for each send/receive on this connection.
     pub buffer: u32,
+    /// With a pre-shared key: [`crate::auth::data_proof`] of the IDs, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// How one end judged its side of a connection.
@@ -464,8 +467,14 @@ pub enum Message {
     UdpInterval(crate::udp::track::UdpInterval),
     /// Sender's final report; the receiver drains and finishes.
     UdpDone(crate::udp::engine::SenderReport),
-    /// Receiver (server) totals.
+    /// Receiver (server) totals. A histogram too large for one frame goes
+    /// ahead in [`Message::UdpHistogram`] chunks and this one's is empty.
     UdpResult(crate::udp::track::UdpTotals),
+    /// Part of the receiver's fixed-width histogram, in order.
+    UdpHistogram {
+        /// (bin lower edge µs, count), at most [`HISTOGRAM_CHUNK`] of them.
+        bins: Vec<(f64, u64)>,
+    },
     /// Receiver (server) report of one burst.
     UdpBurst(crate::udp::track::BurstReport),
     /// The server's account of a TCP connection's bursts, sent after the final
@@ -596,9 +605,36 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, ReadError> {
     Ok(decode_payload(&payload)?)
 }
 
-/// Writes one message as a frame.
+/// Histogram bins per [`Message::UdpHistogram`] frame (each well under 32
+/// bytes of JSON, so a chunk fits [`MAX_PAYLOAD`]).
+pub const HISTOGRAM_CHUNK: usize = 1500;
+
+/// Writes one message as a frame. A message too large for a frame is not
+/// sent at all (the peer would reject it): the error says so.
 pub fn write_message(w: &mut impl Write, msg: &Message) -> io::Result<()> {
-    w.write_all(&encode(msg))
+    let frame = encode(msg);
+    if frame.len() - HEADER_LEN > MAX_PAYLOAD {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            ProtoError::Oversized(frame.len() - HEADER_LEN),
+        ));
+    }
+    w.write_all(&frame)
+}
+
+/// The frames that carry UDP totals: the histogram in chunks when the
+/// whole would not fit one frame, then the totals.
+pub fn udp_result_frames(mut totals: crate::udp::track::UdpTotals) -> Vec<Message> {
+    let mut out = Vec::new();
+    if encode(&Message::UdpResult(totals.clone())).len() - HEADER_LEN > MAX_PAYLOAD {
+        let bins = std::mem::take(&mut totals.histogram);
+        out.extend(
+            bins.chunks(HISTOGRAM_CHUNK)
+                .map(|c| Message::UdpHistogram { bins: c.to_vec() }),
+        );
+    }
+    out.push(Message::UdpResult(totals));
+    out
 }
 
 #[cfg(test)]
@@ -650,6 +686,7 @@ mod tests {
                 session: id,
                 connection: id,
                 buffer: 65536,
+                proof: Some("ab".repeat(32)),
             }),
             Message::Final(FinalReport {
                 sent: 1,

@@ -89,6 +89,7 @@ fn server_survives_garbage_and_answers_with_reasons() {
         session: uuid::Uuid::new_v4(),
         connection: uuid::Uuid::new_v4(),
         buffer: 1024,
+        proof: None,
     });
     assert_eq!(
         code_of(reply_to(addr, &proto::encode(&stray))),

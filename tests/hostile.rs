@@ -81,6 +81,7 @@ fn corpus() -> Vec<Message> {
             session: id,
             connection: id,
             buffer: 65536,
+            proof: None,
         }),
         Message::UdpHandshake { token: 1 },
         Message::UdpReady {

@@ -45,8 +45,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     max_tests: u32,
     /// Refuse connections beyond this many open from one client address.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     max_conns_per_client: u32,
+    /// Refuse new tests while this many run from one client address.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    max_tests_per_client: u32,
+    /// Refuse connections beyond this many open in all. Default: half the
+    /// open-file limit less 64 (each connection may hold two descriptors).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_conns: Option<u32>,
     #[command(flatten)]
     key: KeyArg,
 }
@@ -56,6 +63,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         Ok(k) => k,
         Err(c) => return Ok(c),
     };
+    // The default soft limit (1024 under systemd) is far below what a busy
+    // server needs; the hard limit is the real ceiling.
+    let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
+    let max_conns = a.max_conns.unwrap_or_else(|| default_max_conns(fds));
     let server = Server::bind(ServerConfig {
         key,
         listen: a.listen,
@@ -70,11 +81,14 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             max_bytes: a.max_bytes,
             max_tests: a.max_tests,
             max_conns_per_client: a.max_conns_per_client,
+            max_tests_per_client: a.max_tests_per_client,
+            max_conns,
         },
     })
     .context("cannot listen")?;
     let stop = server.stop_handle();
     let flag = interrupt_flag();
+    let flag_fired = std::sync::Arc::clone(&flag);
     std::thread::spawn(move || {
         while !flag.load(SeqCst) {
             std::thread::sleep(Duration::from_millis(50));
@@ -82,5 +96,18 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         stop.store(true, SeqCst);
     });
     server.run().context("server failed")?;
+    // Stopped by SIGINT or SIGTERM: the documented code for an interrupted run.
+    if flag_fired.load(SeqCst) {
+        return Ok(ExitCode::from(super::exit::INTERRUPTED));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connections that fit `fds` open files: two descriptors each (a data
+/// connection's socket and the handle that cancels it), less 64 for
+/// listeners, UDP sockets and files.
+fn default_max_conns(fds: u64) -> u32 {
+    u32::try_from(fds.saturating_sub(64) / 2)
+        .unwrap_or(u32::MAX)
+        .max(1)
 }

@@ -4,14 +4,16 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 use uuid::Uuid;
 
+use crate::guard::SendGuard;
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::proto::{
     ErrorCode, Message, RrProto, RrSpec, SessionSummary, read_message, write_message,
 };
+use crate::server::Limits;
 use crate::udp::clock::realtime_ns;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM, verify_payload};
 use crate::udp::serve::{UdpWork, WorkContext, session};
@@ -70,15 +72,16 @@ pub fn serve(
     spec: RrSpec,
     verbosity: u8,
     idle: Duration,
-    max_time: Duration,
+    limits: Limits,
 ) {
+    let stop = Arc::new(AtomicBool::new(false));
     let mut s = stream;
     if let Err(why) = validate(&spec) {
         let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
         return;
     }
     match spec.proto {
-        RrProto::Tcp => tcp(stream, peer, &spec, verbosity, idle),
+        RrProto::Tcp => tcp(stream, peer, &spec, verbosity, idle, &limits.guard(&stop)),
         RrProto::Udp => {
             let label = format!(
                 "rr udp {} B request / {} B reply, {} iterations",
@@ -86,16 +89,34 @@ pub fn serve(
             );
             let mut work = Responder {
                 spec,
+                limits,
                 answered: Arc::new(AtomicU64::new(0)),
                 corrupt: Arc::new(AtomicU64::new(0)),
             };
-            session(stream, peer, &label, &mut work, verbosity, max_time);
+            session(
+                stream,
+                peer,
+                &label,
+                &mut work,
+                verbosity,
+                limits.deadline(),
+            );
         }
-        RrProto::SctpSeqpacket => seqpacket(stream, peer, &spec, verbosity, idle, max_time),
+        RrProto::SctpSeqpacket => {
+            let guard = limits.guard(&stop);
+            seqpacket(stream, peer, &spec, verbosity, idle, &guard)
+        }
     }
 }
 
-fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle: Duration) {
+fn tcp(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    spec: &RrSpec,
+    verbosity: u8,
+    idle: Duration,
+    guard: &SendGuard,
+) {
     let id = Uuid::new_v4();
     let mut s = stream;
     if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
@@ -110,7 +131,9 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
         );
     }
     let _ = crate::net::set_nodelay(stream, !spec.nagle);
-    let _ = stream.set_read_timeout(Some(idle));
+    // Reads and writes each wait at most the idle timeout, and none past
+    // the session's deadline.
+    let mut s = crate::net::Timed::new(stream, idle, guard.deadline());
     let (req_start, rep_start) = (
         stream_start(id, Direction::ClientToServer),
         stream_start(id, Direction::ServerToClient),
@@ -130,19 +153,19 @@ fn tcp(stream: &TcpStream, peer: SocketAddr, spec: &RrSpec, verbosity: u8, idle:
             // it and go on, so the client learns the total in the summary.
             corrupt += 1;
         }
-        if write_pattern(
-            &mut s,
-            rep_start,
-            answered * spec.reply as u64,
-            spec.reply as usize,
-        )
-        .is_err()
+        if guard.admit(u64::from(spec.reply)).is_err()
+            || write_pattern(
+                &mut s,
+                rep_start,
+                answered * spec.reply as u64,
+                spec.reply as usize,
+            )
+            .is_err()
         {
             break;
         }
         answered += 1;
     }
-    let _ = stream.set_read_timeout(None);
     goodbye(stream, id, peer, (answered, corrupt), verbosity);
 }
 
@@ -158,7 +181,7 @@ fn seqpacket(
     spec: &RrSpec,
     verbosity: u8,
     idle: Duration,
-    max_time: Duration,
+    guard: &SendGuard,
 ) {
     let mut s = stream;
     if let Err(why) = crate::sctp::support(true) {
@@ -196,9 +219,8 @@ fn seqpacket(
     let mut buf = vec![0u8; spec.size as usize + 1];
     let mut out = Vec::with_capacity(spec.reply as usize);
     let (mut answered, mut corrupt) = (0u64, 0u64);
-    let started = std::time::Instant::now();
-    let mut last = started;
-    while answered < spec.iterations && started.elapsed() < max_time {
+    let mut last = std::time::Instant::now();
+    while answered < spec.iterations && guard.halted().is_none() {
         match crate::sctp::recv_message(&sock, &mut buf) {
             Ok((n, from)) => {
                 last = std::time::Instant::now();
@@ -216,7 +238,7 @@ fn seqpacket(
                     answered * spec.reply as u64,
                     spec.reply as usize,
                 );
-                if sock.send_to(&out, &from).is_err() {
+                if guard.admit(out.len() as u64).is_err() || sock.send_to(&out, &from).is_err() {
                     break;
                 }
                 answered += 1;
@@ -274,6 +296,7 @@ fn goodbye(
 /// round trip; the rest of the payload is pattern.
 struct Responder {
     spec: RrSpec,
+    limits: Limits,
     answered: Arc<AtomicU64>,
     corrupt: Arc<AtomicU64>,
 }
@@ -282,6 +305,7 @@ impl UdpWork for Responder {
     fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
         let spec = self.spec.clone();
         let (answered, corrupt) = (Arc::clone(&self.answered), Arc::clone(&self.corrupt));
+        let guard = self.limits.guard(&ctx.stop);
         std::thread::spawn(move || {
             let _ = ctx.sock.set_read_timeout(Some(Duration::from_millis(20)));
             let mut buf = vec![0u8; 65536];
@@ -312,6 +336,11 @@ impl UdpWork for Responder {
                     payload_len: rl as u32,
                 }
                 .write(&mut out);
+                // Replies may be larger than requests: the server's rate and
+                // byte limits hold for what it sends, whatever arrives.
+                if guard.admit(out.len() as u64).is_err() {
+                    break;
+                }
                 if ctx.sock.send(&out).is_ok() {
                     answered.fetch_add(1, SeqCst);
                 }

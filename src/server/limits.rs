@@ -22,6 +22,10 @@ pub struct Limits {
     pub max_tests: u32,
     /// Most open connections (control and data) from one client address.
     pub max_conns_per_client: u32,
+    /// Most tests running at once from one client address.
+    pub max_tests_per_client: u32,
+    /// Most open connections in all (kept below the descriptor limit).
+    pub max_conns: u32,
 }
 
 impl Default for Limits {
@@ -31,12 +35,36 @@ impl Default for Limits {
             max_duration: Duration::from_secs(3600),
             max_bytes: 4 << 40,
             max_tests: 64,
-            max_conns_per_client: 1024,
+            max_conns_per_client: 256,
+            max_tests_per_client: 4,
+            max_conns: 8192,
         }
     }
 }
 
+/// How long past `max_duration` a session may take to wind down (setup,
+/// draining, final reports) before everything it runs is stopped.
+pub const GRACE: Duration = Duration::from_secs(5);
+
 impl Limits {
+    /// A guard for one session's sends, its deadline counted from now.
+    pub fn guard(
+        &self,
+        stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> crate::guard::SendGuard {
+        crate::guard::SendGuard::new(
+            self.max_rate_bps,
+            self.max_bytes,
+            self.deadline(),
+            std::sync::Arc::clone(stop),
+        )
+    }
+
+    /// A session's absolute deadline, from the moment its test is accepted.
+    pub fn deadline(&self) -> Duration {
+        self.max_duration.saturating_add(GRACE)
+    }
+
     /// How many requests a request/response test may have answered: all it
     /// asks for if they fit `max_bytes`, or, for a test that runs until the
     /// client stops, as many as fit.
@@ -68,7 +96,7 @@ impl Limits {
 }
 
 /// Counts something limited; the count goes down when the guard drops.
-pub(crate) struct Slot<'a>(&'a AtomicU64);
+pub(crate) struct Slot<'a>(pub(crate) &'a AtomicU64);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {

@@ -23,8 +23,9 @@ use crate::proto::{
 mod limits;
 mod tcp;
 
-pub use limits::Limits;
-use limits::{ClientSlot, take_slot};
+use crate::net::Timed;
+use limits::{ClientSlot, Slot, take_slot};
+pub use limits::{GRACE, Limits};
 use tcp::{Session, data, validate};
 
 /// Server settings.
@@ -71,6 +72,39 @@ pub(crate) struct State {
     stop: Arc<AtomicBool>,
     tests: AtomicU64,
     per_client: Mutex<HashMap<IpAddr, u32>>,
+    tests_per_client: Mutex<HashMap<IpAddr, u32>>,
+    /// Connections being served.
+    open: AtomicU64,
+}
+
+/// How long the accept loop rests when the process is out of descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Least time between two accept-failure log lines.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Accept failures, logged at most once per [`ACCEPT_LOG_EVERY`] with a count.
+#[derive(Default)]
+struct RateLimitedLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimitedLog {
+    fn note(&mut self, e: &io::Error, verbosity: u8) {
+        if self.last.is_some_and(|t| t.elapsed() < ACCEPT_LOG_EVERY) {
+            self.suppressed += 1;
+            return;
+        }
+        if verbosity >= 1 {
+            let more = match self.suppressed {
+                0 => String::new(),
+                n => format!(" ({n} more since the last report)"),
+            };
+            eprintln!("accept: {e}{more}");
+        }
+        self.last = Some(Instant::now());
+        self.suppressed = 0;
+    }
 }
 
 /// A bound server, ready to [`Server::run`].
@@ -120,6 +154,8 @@ impl Server {
                 stop: Arc::new(AtomicBool::new(false)),
                 tests: AtomicU64::new(0),
                 per_client: Mutex::new(HashMap::new()),
+                tests_per_client: Mutex::new(HashMap::new()),
+                open: AtomicU64::new(0),
             }),
         })
     }
@@ -151,6 +187,7 @@ impl Server {
                 crate::out!("also accepting SCTP on the same addresses");
             }
         }
+        let mut accept_log = RateLimitedLog::default();
         while !st.stop.load(SeqCst) {
             let ready = crate::net::poll_readable(&self.listeners, Duration::from_millis(100))?;
             for (l, r) in self.listeners.iter().zip(ready) {
@@ -163,8 +200,14 @@ impl Server {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         // Per-connection failures (ECONNABORTED, EMFILE) must not stop the server.
                         Err(e) => {
-                            if st.cfg.verbosity >= 2 {
-                                eprintln!("accept: {e}");
+                            // Out of descriptors, the pending connection stays
+                            // queued and the listener stays readable: back off
+                            // instead of spinning, and say so once in a while.
+                            let starved =
+                                matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                            accept_log.note(&e, st.cfg.verbosity);
+                            if starved {
+                                std::thread::sleep(ACCEPT_BACKOFF);
                             }
                             break;
                         }
@@ -193,9 +236,26 @@ impl Server {
 
     fn spawn(&self, stream: TcpStream, peer: SocketAddr) {
         let st = Arc::clone(&self.state);
+        if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
+            st.open.fetch_sub(1, SeqCst);
+            // Refused on this thread: a short frame into an empty send buffer never blocks.
+            let _ = stream.set_nonblocking(true);
+            reply_error(
+                &stream,
+                ErrorCode::Refused,
+                format!(
+                    "server limit: max {} open connections; try again later",
+                    st.cfg.limits.max_conns
+                ),
+            );
+            return;
+        }
         let r = std::thread::Builder::new()
             .stack_size(256 * 1024)
-            .spawn(move || handle(&st, stream, peer));
+            .spawn(move || {
+                let _open = Slot(&st.open);
+                handle(&st, stream, peer)
+            });
         if let Err(e) = r {
             eprintln!("cannot start a thread for {peer}: {e}");
         }
@@ -209,26 +269,20 @@ fn reply_error(stream: &TcpStream, code: ErrorCode, message: String) {
 }
 
 fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
+    // Identifying and setting up a test is bounded as a whole, not per read:
+    // a peer trickling a byte at a time gets no longer than one that is silent.
+    let setup = Instant::now() + st.cfg.handshake_timeout;
     // The listener is non-blocking; accepted sockets must block.
     if stream.set_nonblocking(false).is_err()
         || stream
-            .set_read_timeout(Some(st.cfg.handshake_timeout))
+            .set_write_timeout(Some(st.cfg.handshake_timeout))
             .is_err()
     {
         return;
     }
     let _ = crate::net::set_nodelay(&stream, true);
     let ip = peer.ip().to_canonical();
-    let (_client, open) = {
-        let mut m = st.per_client.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(ip).or_insert(0);
-        *n += 1;
-        let slot = ClientSlot {
-            map: &st.per_client,
-            ip,
-        };
-        (slot, *n)
-    };
+    let (_client, open) = take_client_slot(&st.per_client, ip);
     let max = st.cfg.limits.max_conns_per_client;
     if open > max {
         return reply_error(
@@ -237,9 +291,9 @@ fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
             format!("server limit: max {max} connections per client address ({ip} has {open})"),
         );
     }
-    let mut s = &stream;
+    let mut s = Timed::new(&stream, st.cfg.handshake_timeout, setup);
     match read_message(&mut s) {
-        Ok(Message::Hello(h)) => control(st, &stream, peer, h),
+        Ok(Message::Hello(h)) => control(st, &stream, peer, h, setup),
         Ok(Message::DataHello(h)) => data(st, &stream, peer, h),
         Ok(m) => reply_error(
             &stream,
@@ -260,6 +314,34 @@ fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
     }
 }
 
+/// Counts one more connection from `ip`; returns the slot and the count.
+fn take_client_slot(map: &Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> (ClientSlot<'_>, u32) {
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    let n = m.entry(ip).or_insert(0);
+    *n += 1;
+    (ClientSlot { map, ip }, *n)
+}
+
+/// Takes a test slot, server-wide and for `ip`, or names the limit reached.
+fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>), String> {
+    let limits = st.cfg.limits;
+    let all = take_slot(&st.tests, u64::from(limits.max_tests)).ok_or_else(|| {
+        format!(
+            "server limit: max {} concurrent tests reached; try again later",
+            limits.max_tests
+        )
+    })?;
+    let (mine, n) = take_client_slot(&st.tests_per_client, ip);
+    if n > limits.max_tests_per_client {
+        return Err(format!(
+            "server limit: max {} concurrent tests per client address ({ip} has {})",
+            limits.max_tests_per_client,
+            n - 1
+        ));
+    }
+    Ok((all, mine))
+}
+
 fn msg_name(m: &Message) -> String {
     serde_json::to_value(m)
         .ok()
@@ -267,7 +349,7 @@ fn msg_name(m: &Message) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
+fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup: Instant) {
     if hello.protocol != PROTOCOL_VERSION {
         return reply_error(
             stream,
@@ -293,7 +375,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                 return;
             }
         }
-        Some(key) => match authenticate(key, stream, &hello) {
+        Some(key) => match authenticate(key, stream, &hello, setup) {
             Ok(k) => datagram_key = Some(k),
             Err(why) => {
                 if st.cfg.verbosity >= 1 {
@@ -305,10 +387,11 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
     }
     let _ = crate::net::keepalive(stream);
     let mut session: Option<(Uuid, Arc<Session>)> = None;
-    let mut _test_slot = None;
+    let mut _test_slots = None;
     let limits = st.cfg.limits;
+    let mut reader = Timed::new(stream, st.cfg.handshake_timeout, setup);
     loop {
-        let msg = match read_message(&mut s) {
+        let msg = match read_message(&mut reader) {
             Ok(m) => m,
             Err(ReadError::Proto(e)) => {
                 reply_error(stream, ErrorCode::Malformed, e.to_string());
@@ -336,17 +419,10 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
             Err(_) => break,
         };
         if matches!(msg, Message::TestRequest { .. }) && session.is_none() {
-            match take_slot(&st.tests, u64::from(limits.max_tests)) {
-                Some(slot) => _test_slot = Some(slot),
-                None => {
-                    reply_error(
-                        stream,
-                        ErrorCode::Refused,
-                        format!(
-                            "server limit: max {} concurrent tests reached; try again later",
-                            limits.max_tests
-                        ),
-                    );
+            match take_test_slots(st, peer.ip().to_canonical()) {
+                Ok(slots) => _test_slots = Some(slots),
+                Err(why) => {
+                    reply_error(stream, ErrorCode::Refused, why);
                     break;
                 }
             }
@@ -388,7 +464,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                     spec,
                     st.cfg.verbosity,
                     st.cfg.idle_timeout,
-                    st.cfg.limits.max_duration,
+                    st.cfg.limits,
                 );
                 break;
             }
@@ -397,10 +473,12 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                     test: TestSpec::Tcp(tcp),
                 },
                 None,
-            ) => match validate(&tcp).and_then(|t| limits.check_bytes(t.transfer).map(|_| t)) {
+            ) => match validate(&tcp, &limits)
+                .and_then(|t| limits.check_bytes(t.transfer).map(|_| t))
+            {
                 Ok(spec) => {
                     let id = Uuid::new_v4();
-                    let sess = Arc::new(Session::new(peer, spec));
+                    let sess = Arc::new(Session::new(peer, spec, &limits, datagram_key));
                     if st.cfg.verbosity >= 1 {
                         let t = &sess.spec;
                         crate::out!(
@@ -415,10 +493,11 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello) {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(id, Arc::clone(&sess));
+                    let deadline = sess.guard.deadline();
                     session = Some((id, sess));
                     // Control idles during the test; keepalive notices a
-                    // vanished client, the timeout ends an endless session.
-                    let _ = stream.set_read_timeout(Some(limits.max_duration));
+                    // vanished client, the deadline ends an endless session.
+                    reader = Timed::new(stream, limits.deadline(), deadline);
                     if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
                         break;
                     }
@@ -490,6 +569,7 @@ fn authenticate(
     key: &crate::auth::Key,
     stream: &TcpStream,
     hello: &Hello,
+    setup: Instant,
 ) -> Result<crate::auth::DatagramKey, String> {
     let client_nonce = hello
         .nonce
@@ -502,7 +582,11 @@ fn authenticate(
     let mut s = stream;
     write_message(&mut s, &Message::HelloAck(ack)).map_err(|e| e.to_string())?;
     let sn = crate::auth::decode_nonce(&server_nonce).map_err(|e| e.to_string())?;
-    match read_message(&mut s) {
+    match read_message(&mut Timed::new(
+        stream,
+        setup - Instant::now().min(setup),
+        setup,
+    )) {
         Ok(Message::Auth { proof }) if key.verify_client(&client_nonce, &sn, &proof) => {
             let proof = key.server_proof(&client_nonce, &sn);
             write_message(&mut s, &Message::AuthOk { proof }).map_err(|e| e.to_string())?;

@@ -3,13 +3,19 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use uuid::Uuid;
 
-use super::{State, reply_error};
+use super::{Limits, State, reply_error};
+use crate::guard::SendGuard;
+
+/// Largest buffer the server uses for one data connection's reads and writes.
+pub const SERVER_BUFFER: usize = 256 << 10;
+/// Most bursts one connection may ask for.
+pub const MAX_BURSTS: u64 = 10_000;
 use crate::outcome::ResultKind;
 use crate::plan::Role;
 use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpSpec, write_message};
@@ -23,26 +29,44 @@ pub(super) struct Session {
     /// Bytes promised to data connections so far (transfer each).
     pub(super) reserved: AtomicU64,
     pub(super) counters: Counters,
-    pub(super) cancelled: AtomicBool,
+    /// What the server may still send, and the session's stop flag.
+    pub(super) guard: SendGuard,
+    /// Bound to the control connection's authentication (if any).
+    pub(super) data_key: Option<crate::auth::DatagramKey>,
     pub(super) live: Mutex<HashMap<Uuid, TcpStream>>,
     pub(super) started: Instant,
 }
 
 impl Session {
-    pub(super) fn new(peer: SocketAddr, spec: TcpSpec) -> Session {
+    pub(super) fn new(
+        peer: SocketAddr,
+        spec: TcpSpec,
+        limits: &Limits,
+        data_key: Option<crate::auth::DatagramKey>,
+    ) -> Session {
         Session {
+            guard: SendGuard::new(
+                limits.max_rate_bps,
+                limits.max_bytes,
+                limits.deadline(),
+                Arc::new(AtomicBool::new(false)),
+            ),
+            data_key,
             peer,
             spec,
             reserved: AtomicU64::new(0),
             counters: Counters::default(),
-            cancelled: AtomicBool::new(false),
             live: Mutex::new(HashMap::new()),
             started: Instant::now(),
         }
     }
 
+    pub(super) fn cancelled(&self) -> bool {
+        self.guard.stop_flag().load(SeqCst)
+    }
+
     pub(super) fn cancel(&self) {
-        self.cancelled.store(true, SeqCst);
+        self.guard.stop_flag().store(true, SeqCst);
         for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             let _ = s.shutdown(Shutdown::Both);
         }
@@ -51,7 +75,7 @@ impl Session {
     /// Ends the session at once: data connections are reset, not wound
     /// down, so a client blocked in a write learns of it immediately.
     pub(super) fn abort(&self) {
-        self.cancelled.store(true, SeqCst);
+        self.guard.stop_flag().store(true, SeqCst);
         for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
             crate::net::reset(&s);
         }
@@ -72,7 +96,7 @@ impl Session {
     }
 }
 
-pub(super) fn validate(t: &TcpSpec) -> Result<TcpSpec, String> {
+pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, String> {
     if t.transfer == 0 {
         return Err("transfer must be greater than zero".into());
     }
@@ -88,6 +112,23 @@ pub(super) fn validate(t: &TcpSpec) -> Result<TcpSpec, String> {
         }
         if b.size == 0 || b.period_ms == 0 {
             return Err("burst size and period must be positive".into());
+        }
+        // Each burst costs a record on both ends, and the whole train must
+        // fit the longest test this server runs.
+        let bursts = t.transfer.div_ceil(b.size);
+        if bursts > MAX_BURSTS {
+            return Err(format!(
+                "{bursts} bursts per connection (transfer / burst size); at most {MAX_BURSTS}"
+            ));
+        }
+        let train_ms = (bursts - 1).saturating_mul(b.period_ms);
+        if train_ms > limits.max_duration.as_millis() as u64 {
+            return Err(format!(
+                "server limit: max duration {} s (a train of {bursts} bursts every {} ms lasts {} s)",
+                limits.max_duration.as_secs_f64(),
+                b.period_ms,
+                train_ms as f64 / 1e3
+            ));
         }
     }
     Ok(t.clone())
@@ -107,6 +148,33 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
             format!("unknown session {}", hello.session),
         );
     };
+    // The session ID travels only over the control connection, but a data
+    // connection must also come from the same host and, with a key, prove
+    // it knows the session's key.
+    if peer.ip().to_canonical() != sess.peer.ip().to_canonical() {
+        return reply_error(
+            stream,
+            ErrorCode::Refused,
+            format!(
+                "data connection from {} but session {} belongs to {}",
+                peer.ip(),
+                hello.session,
+                sess.peer.ip()
+            ),
+        );
+    }
+    if let Some(k) = &sess.data_key {
+        let proven = hello.proof.as_deref().is_some_and(|p| {
+            crate::auth::verify_data_proof(k, &hello.session, &hello.connection, p)
+        });
+        if !proven {
+            return reply_error(
+                stream,
+                ErrorCode::Refused,
+                "authentication failed: data connection without a valid proof".to_string(),
+            );
+        }
+    }
     if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
         return reply_error(
             stream,
@@ -149,7 +217,7 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
     let _ = stream.set_read_timeout(idle);
     let _ = stream.set_write_timeout(idle);
     let mut s = stream;
-    let kind = if sess.cancelled.load(SeqCst) {
+    let kind = if sess.cancelled() || sess.guard.halted().is_some() {
         reply_error(stream, ErrorCode::Refused, "session stopped".into());
         ResultKind::Cancelled
     } else if write_message(
@@ -166,12 +234,15 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
             stream,
             connection: hello.connection,
             role: Role::Server,
-            buffer: hello.buffer as usize,
+            // The server's buffer only sets its call sizes; capping it bounds
+            // a session's memory whatever the client asked for.
+            buffer: (hello.buffer as usize).min(SERVER_BUFFER),
             spec: &sess.spec,
             counters: &sess.counters,
+            guard: Some(&sess.guard),
         }
         .run_with_bursts();
-        cancel_if_stopped(&mut mine, sess.cancelled.load(SeqCst));
+        cancel_if_stopped(&mut mine, sess.cancelled());
         let (mine, result) = exchange_finals(stream, mine);
         if sess.spec.burst.is_some()
             && matches!(result.kind, ResultKind::Success | ResultKind::DataError)

@@ -98,6 +98,8 @@ struct Session {
     addr: SocketAddr,
     id: Uuid,
     control: Mutex<TcpStream>,
+    /// The session's key (with a pre-shared key), for data connection proofs.
+    data_key: Option<crate::auth::DatagramKey>,
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     unresponsive: AtomicBool,
@@ -213,6 +215,7 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
     Ok(Session {
         addr: c.addr,
         id,
+        data_key: c.datagram_key,
         control: Mutex::new(c.stream),
         unresponsive: AtomicBool::new(false),
     })
@@ -337,6 +340,9 @@ impl Shared {
             session: session.id,
             connection: id,
             buffer,
+            proof: session
+                .data_key
+                .map(|k| crate::auth::data_proof(&k, &session.id, &id)),
         });
         write_message(&mut s, &hello).map_err(|e| e.to_string())?;
         match read_message(&mut s) {
@@ -353,6 +359,7 @@ impl Shared {
             role: Role::Client,
             buffer: buffer as usize,
             spec: &spec,
+            guard: None,
             counters: &self.counters,
         }
         .run_with_bursts();

@@ -31,6 +31,24 @@ pub struct Transfer<'a> {
     pub spec: &'a TcpSpec,
     /// Where to count bytes as they move.
     pub counters: &'a Counters,
+    /// The server's limits on what this end sends (none on a client).
+    pub guard: Option<&'a crate::guard::SendGuard>,
+}
+
+/// Further than any burst period a test can use (a year).
+const FAR: Duration = Duration::from_secs(365 * 86_400);
+
+/// A guarded send or wait that gave up, as this end's verdict.
+fn halt_verdict(h: crate::guard::Halt) -> Verdict {
+    use crate::budget::Exceeded;
+    use crate::guard::Halt;
+    match h {
+        // The control connection tells the client why its session stopped.
+        Halt::Stopped | Halt::Limit(Exceeded::Deadline) => Verdict::Cancelled,
+        Halt::Limit(e) => Verdict::NetworkError {
+            detail: e.to_string(),
+        },
+    }
 }
 
 /// Turns a socket error into a verdict, naming timeouts for what they are.
@@ -60,6 +78,9 @@ impl Transfer<'_> {
         let mut w = self.stream;
         while *offset < end {
             let want = ((end - *offset) as usize).min(self.buffer);
+            if let Some(g) = self.guard {
+                g.admit(want as u64).map_err(halt_verdict)?;
+            }
             match w.write(pattern.slice(start, *offset, want)) {
                 Ok(0) => {
                     return Err(Verdict::NetworkError {
@@ -146,9 +167,23 @@ impl Transfer<'_> {
                 ..Default::default()
             };
             if sending {
-                let due = t0 + period * k as u32;
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
+                // Far periods saturate rather than overflow; a server's
+                // guard ends the wait at the session's deadline.
+                let due = t0
+                    .checked_add(period.saturating_mul(u32::try_from(k).unwrap_or(u32::MAX)))
+                    .unwrap_or_else(|| t0 + FAR);
+                let waited = match self.guard {
+                    Some(g) => g.sleep_until(due).map_err(halt_verdict),
+                    None => {
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                        Ok(())
+                    }
+                };
+                if let Err(v) = waited {
+                    outcome = Err(v);
+                    break;
                 }
                 rec.start_s = t0.elapsed().as_secs_f64();
                 rec.start_rt_ns = crate::udp::clock::realtime_ns();

@@ -331,6 +331,7 @@ pub fn run(
         bursts: Vec::new(),
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
+    let mut histogram: Vec<(f64, u64)> = Vec::new();
     let mut goodbye_sent = false;
     // When this end started waiting for the server to finish (after Ctrl-C,
     // or past the test's time): a stuck server gets STOP_GRACE, then the run
@@ -411,7 +412,17 @@ pub fn run(
                 obs.interval(&iv);
                 rep.intervals.push(iv);
             }
-            Event::Control(Ok(Message::UdpResult(t))) => rep.totals = Some(t),
+            Event::Control(Ok(Message::UdpHistogram { bins })) => {
+                // Never more than the bins asked for, whatever the server sends.
+                let room = (spec.hist_bins as usize).saturating_sub(histogram.len());
+                histogram.extend(bins.into_iter().take(room));
+            }
+            Event::Control(Ok(Message::UdpResult(mut t))) => {
+                if t.histogram.is_empty() {
+                    t.histogram = std::mem::take(&mut histogram);
+                }
+                rep.totals = Some(t);
+            }
             Event::Control(Ok(Message::UdpDone(s))) => {
                 rep.sender = Some(s);
                 let at = epoch.elapsed() + drain_for(spec);

@@ -91,15 +91,20 @@ pub struct SenderConfig {
     /// Count the bytes sent in each interval this long (0: none), for
     /// comparing what was offered with what arrived.
     pub interval_ns: u64,
+    /// The server's limits on what this sender sends (none on a client).
+    pub guard: Option<std::sync::Arc<crate::guard::SendGuard>>,
 }
 
 /// Most per-interval counts a sender reports (they travel in one control
 /// frame); a longer series is dropped rather than cut.
 pub const MAX_SENT_INTERVALS: usize = 4096;
 
+/// Longest single sleep before a departure, ns.
+const SLICE_NS: u64 = 100_000_000;
+
 /// Most departures `precompute` holds in memory (16 bytes each); longer
 /// profiles are scheduled on the fly instead.
-pub const MAX_PRECOMPUTED: usize = 20_000_000;
+pub const MAX_PRECOMPUTED: usize = 1_000_000;
 
 /// Where departures come from: a fixed-gap schedule or a rate profile.
 enum Plan {
@@ -339,10 +344,12 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
     let mut gap_err_sum = 0f64;
     let mut gap_err_n = 0u64;
     let mut last: Option<(u64, u64)> = None; // (actual, scheduled) of the previous departure
+    // A profile ends the stream when it ends, but never after the duration.
+    let duration_ns = u64::try_from(cfg.duration.as_nanos()).unwrap_or(u64::MAX);
     let end_ns = cfg
         .profile
         .as_ref()
-        .map_or(cfg.duration.as_nanos() as u64, |p| p.duration_ns());
+        .map_or(duration_ns, |p| p.duration_ns().min(duration_ns));
     let start = Instant::now();
     let mut first_ns = None;
     let mut last_ns = 0;
@@ -354,6 +361,11 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         let due = plan.next_due();
         if due >= end_ns {
             break;
+        }
+        // A far departure is waited for in slices, so a stop ends the wait.
+        if due > (start.elapsed().as_nanos() as u64).saturating_add(SLICE_NS) {
+            std::thread::sleep(crate::guard::SLICE);
+            continue;
         }
         wait_until(start, due, cfg.pacing);
         let now = start.elapsed().as_nanos() as u64;
@@ -381,6 +393,11 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
                 crate::auth::sign_datagram(k, d);
             }
             lens.push(size);
+        }
+        if let Some(g) = &cfg.guard
+            && g.admit(lens.iter().sum::<usize>() as u64).is_err()
+        {
+            break;
         }
         let sent = match send_batch(sock, &mut buf, stride, &lens) {
             Ok(k) => k,

@@ -24,6 +24,18 @@ pub enum Pacing {
     Spin,
 }
 
+impl Pacing {
+    /// What a server does when a client asks for this: it never spins a core
+    /// on a client's behalf for longer than the last 100 µs before a
+    /// departure, so `spin` becomes `hybrid`.
+    pub fn on_server(self) -> Pacing {
+        match self {
+            Pacing::Spin => Pacing::Hybrid,
+            p => p,
+        }
+    }
+}
+
 /// The absolute departure schedule.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -106,6 +118,14 @@ pub fn gap_for_rate(size: u32, rate_bps: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_server_never_spins_on_a_clients_behalf() {
+        use super::Pacing::*;
+        assert_eq!(Spin.on_server(), Hybrid);
+        assert_eq!(Hybrid.on_server(), Hybrid);
+        assert_eq!(Sleep.on_server(), Sleep);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

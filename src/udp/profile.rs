@@ -83,18 +83,35 @@ pub struct Profile {
 impl Profile {
     /// Builds a profile from steps (checked as a file would be).
     pub fn new(steps: Vec<Step>) -> Result<Profile, ProfileError> {
+        let p = Profile {
+            steps,
+            size_steps: false,
+        };
+        p.check().map(|()| p)
+    }
+
+    /// Checks what [`Profile::new`] checks, for a profile that arrived over
+    /// the wire (deserialising does not): at least two steps, the first at
+    /// 0, times increasing, at most [`MAX_STEPS`].
+    pub fn check(&self) -> Result<(), ProfileError> {
+        let steps = &self.steps;
         if steps.len() < 2 || steps[0].at_ns != 0 {
             return Err(ProfileError::TooShort);
+        }
+        if steps.len() > MAX_STEPS {
+            return Err(ProfileError::TooLong { max: MAX_STEPS });
         }
         for (i, w) in steps.windows(2).enumerate() {
             if w[1].at_ns <= w[0].at_ns {
                 return Err(ProfileError::NotIncreasing { line: i + 2 });
             }
         }
-        Ok(Profile {
-            steps,
-            size_steps: false,
-        })
+        Ok(())
+    }
+
+    /// Smallest datagram size of any step.
+    pub fn min_size(&self) -> u32 {
+        self.steps.iter().map(|s| s.size).min().unwrap_or(0)
     }
 
     /// The same profile with sizes that change in steps (FlowPing).

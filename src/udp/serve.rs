@@ -40,24 +40,17 @@ pub fn rate_bps(s: &UdpSpec) -> f64 {
     }
 }
 
-/// Checks a UDP spec against sanity and the server's limits; the error names the problem.
+/// Most fixed-width histogram bins a test may ask for (8 bytes each in
+/// memory, about 20 on the wire).
+pub const MAX_HIST_BINS: u32 = 100_000;
+/// Longest media playout buffer, ms.
+pub const MAX_BUFFER_DEPTH_MS: u64 = 60_000;
+
+/// Checks a UDP spec against sanity and the server's limits before anything
+/// is allocated for it; the error names the problem.
 pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
-    if rate_bps(s) > limits.max_rate_bps as f64 * 1.000_001 {
-        return Err(format!(
-            "server limit: max rate {} (asked for {})",
-            crate::units::format_bits_per_sec(limits.max_rate_bps as f64),
-            crate::units::format_bits_per_sec(rate_bps(s))
-        ));
-    }
-    if s.duration_ms > limits.max_duration.as_millis() as u64 {
-        return Err(format!(
-            "server limit: max duration {} s (asked for {} s)",
-            limits.max_duration.as_secs_f64(),
-            s.duration_ms as f64 / 1e3
-        ));
-    }
-    limits.check_bytes((rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3) as u64)?;
-    if (s.size as usize) < HEADER_LEN || s.size as usize > MAX_DATAGRAM {
+    let sizes = HEADER_LEN..=MAX_DATAGRAM;
+    if !sizes.contains(&(s.size as usize)) {
         return Err(format!(
             "datagram size {} outside {HEADER_LEN}..={MAX_DATAGRAM}",
             s.size
@@ -72,16 +65,57 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
     if s.gap_ps == 0 {
         return Err("gap between datagrams must be positive".into());
     }
-    if s.interval_ms == 0 || s.hist_bins == 0 || s.hist_bin_ns == 0 {
-        return Err("interval and histogram bins must be positive".into());
+    if s.interval_ms == 0 || s.hist_bin_ns == 0 || !(1..=MAX_HIST_BINS).contains(&s.hist_bins) {
+        return Err(format!(
+            "interval and histogram bin width must be positive, and histogram bins 1..={MAX_HIST_BINS}"
+        ));
     }
     if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
         return Err("burst size and period must be positive".into());
     }
-    if s.media.is_some_and(|m| m.fps == 0) {
-        return Err("media frame rate must be positive".into());
+    if s.media
+        .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
+    {
+        return Err(format!(
+            "media frame rate must be positive and the playout buffer at most {MAX_BUFFER_DEPTH_MS} ms"
+        ));
     }
-    Ok(())
+    if let Some(p) = &s.profile {
+        p.check().map_err(|e| format!("rate profile: {e}"))?;
+        if !sizes.contains(&(p.min_size() as usize)) || !sizes.contains(&(p.max_size() as usize)) {
+            return Err(format!(
+                "rate profile: datagram sizes {}..={} outside {HEADER_LEN}..={MAX_DATAGRAM}",
+                p.min_size(),
+                p.max_size()
+            ));
+        }
+        if p.duration_ns() > s.duration_ms.saturating_mul(1_000_000) {
+            return Err(format!(
+                "rate profile lasts {} s but the test {} s",
+                p.duration_ns() as f64 / 1e9,
+                s.duration_ms as f64 / 1e3
+            ));
+        }
+    }
+    if rate_bps(s) > limits.max_rate_bps as f64 * 1.000_001 {
+        return Err(format!(
+            "server limit: max rate {} (asked for {})",
+            crate::units::format_bits_per_sec(limits.max_rate_bps as f64),
+            crate::units::format_bits_per_sec(rate_bps(s))
+        ));
+    }
+    if s.duration_ms > limits.max_duration.as_millis() as u64 {
+        return Err(format!(
+            "server limit: max duration {} s (asked for {} s)",
+            limits.max_duration.as_secs_f64(),
+            s.duration_ms as f64 / 1e3
+        ));
+    }
+    let bytes = match &s.profile {
+        Some(p) => p.bytes_until(p.duration_ns()),
+        None => rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3,
+    };
+    limits.check_bytes(bytes as u64)
 }
 
 /// Receiver configuration both ends derive from the spec.
@@ -102,8 +136,8 @@ pub fn receiver_config(
         interval: Duration::from_millis(s.interval_ms),
         media: s.media.map(|m| {
             (
-                1_000_000_000 / u64::from(m.fps),
-                m.buffer_depth_ms * 1_000_000,
+                1_000_000_000 / u64::from(m.fps.max(1)),
+                m.buffer_depth_ms.saturating_mul(1_000_000),
             )
         }),
         verify: s.verify,
@@ -125,6 +159,7 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
         precompute: s.precompute,
         burst: burst_plan(s),
         interval_ns: s.interval_ms.saturating_mul(1_000_000),
+        guard: None,
     }
 }
 
@@ -133,7 +168,7 @@ pub fn burst_plan(s: &UdpSpec) -> Option<(u64, u64)> {
     s.burst.map(|b| {
         (
             b.size.div_ceil(u64::from(s.size.max(1))).max(1),
-            b.period_ms * 1_000_000,
+            b.period_ms.saturating_mul(1_000_000),
         )
     })
 }
@@ -226,8 +261,11 @@ pub fn session(
     label: &str,
     work: &mut dyn UdpWork,
     verbosity: u8,
-    max_time: Duration,
+    deadline: Duration,
 ) {
+    // Everything this session does ends by its deadline, whatever the
+    // client sends (clock requests, stops) in the meantime.
+    let ends = Instant::now() + deadline;
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(_) => return,
@@ -271,7 +309,7 @@ pub fn session(
     };
     let mut proven: Option<SocketAddr> = None;
     let mut worker: Option<std::thread::JoinHandle<()>> = None;
-    let mut r = stream;
+    let mut r = crate::net::Timed::new(stream, deadline, ends);
     loop {
         let msg = match read_message(&mut r) {
             Ok(m) => m,
@@ -280,6 +318,13 @@ pub fn session(
                     &writer,
                     &Message::error(ErrorCode::Malformed, e.to_string()),
                 );
+                break;
+            }
+            Err(ReadError::Io(e)) if Instant::now() >= ends && super::engine::nothing_yet(&e) => {
+                refuse(format!(
+                    "server limit: max duration {} s reached; session stopped",
+                    deadline.saturating_sub(crate::server::GRACE).as_secs_f64()
+                ));
                 break;
             }
             Err(_) => break,
@@ -323,10 +368,6 @@ pub fn session(
                 // Intervals and deadlines count from the start of the stream, not
                 // from the setup before it; taken before the client may start sending.
                 ctx.epoch = Instant::now();
-                // The control connection may now be silent for as long as the
-                // longest test the server allows (the handshake timeout no
-                // longer applies); keepalive notices a vanished client sooner.
-                let _ = stream.set_read_timeout(Some(max_time));
                 if !send(&writer, &Message::UdpGo) {
                     break;
                 }
@@ -361,6 +402,8 @@ pub fn session(
     }
     ctx.stop.store(true, SeqCst);
     if let Some(h) = worker.take() {
+        // A worker blocked writing to a client that stopped reading is freed by this.
+        let _ = stream.shutdown(std::net::Shutdown::Both);
         let _ = h.join();
     }
     if verbosity >= 1 {
@@ -372,6 +415,7 @@ pub fn session(
 struct StreamWork {
     spec: UdpSpec,
     tag_key: Option<DatagramKey>,
+    limits: Limits,
     sent: Arc<Mutex<Option<SenderReport>>>,
 }
 
@@ -380,8 +424,11 @@ impl UdpWork for StreamWork {
         let spec = self.spec.clone();
         let tag_key = self.tag_key;
         if spec.reverse {
+            let mut cfg = sender_config(&spec, tag_key);
+            cfg.pacing = cfg.pacing.on_server();
+            cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
             std::thread::spawn(move || {
-                let rep = run_sender(&ctx.sock, &sender_config(&spec, tag_key), &ctx.stop);
+                let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
                 send(&ctx.writer, &Message::UdpDone(rep));
             })
         } else {
@@ -416,7 +463,11 @@ impl UdpWork for StreamWork {
                     .unwrap_or_else(|e| e.into_inner())
                     .as_ref()
                     .map(|r| r.packets);
-                send(&ctx.writer, &Message::UdpResult(stats.totals(sent)));
+                for m in crate::proto::udp_result_frames(stats.totals(sent)) {
+                    if !send(&ctx.writer, &m) {
+                        break;
+                    }
+                }
             })
         }
     }
@@ -474,6 +525,7 @@ pub fn serve(
     let mut work = StreamWork {
         spec,
         tag_key,
+        limits,
         sent: Arc::new(Mutex::new(None)),
     };
     session(
@@ -482,6 +534,6 @@ pub fn serve(
         &label,
         &mut work,
         verbosity,
-        limits.max_duration,
+        limits.deadline(),
     );
 }

@@ -1,0 +1,672 @@
+//! A hostile user of a public `netrig serve`: requests built to crash it,
+//! to make it allocate or send without bound, to hold its slots, or to ride
+//! another client's session. Each test reproduces one finding of issue 12
+//! against a real server process and checks the server's answer.
+
+#[path = "common/bin.rs"]
+mod bin;
+
+use bin::*;
+use netrig::proto::{self, Message, TestSpec, UdpSpec};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A control connection spoken by hand.
+struct Raw(TcpStream);
+
+impl Raw {
+    /// Connects and says hello (no key).
+    fn hello(addr: SocketAddr) -> Raw {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut r = Raw(s);
+        r.send(&Message::Hello(Message::hello()));
+        assert!(matches!(r.recv(), Ok(Message::HelloAck(_))));
+        r
+    }
+
+    fn send(&mut self, m: &Message) {
+        proto::write_message(&mut self.0, m).unwrap();
+    }
+
+    /// Sends a JSON payload as one frame, whatever it says.
+    fn send_json(&mut self, v: &Value) {
+        let payload = serde_json::to_vec(v).unwrap();
+        let mut b = vec![b'N', b'R', proto::FRAME_VERSION, 0];
+        b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        b.extend_from_slice(&payload);
+        self.0.write_all(&b).unwrap();
+    }
+
+    fn recv(&mut self) -> Result<Message, proto::ReadError> {
+        proto::read_message(&mut self.0)
+    }
+
+    /// The refusal the server answers a request with.
+    fn refusal(&mut self, request: &Value) -> String {
+        self.send_json(request);
+        match self.recv() {
+            Ok(Message::Error { message, .. }) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
+fn udp_spec() -> UdpSpec {
+    UdpSpec {
+        reverse: false,
+        size: 1000,
+        gap_ps: 1_000_000_000,
+        duration_ms: 1000,
+        pacing: netrig::udp::pace::Pacing::Sleep,
+        catch_up: false,
+        verify: true,
+        interval_ms: 100,
+        hist_bin_ns: 50_000,
+        hist_bins: 100,
+        offset_comp_ns: 0,
+        media: None,
+        profile: None,
+        precompute: false,
+        burst: None,
+        auth_datagrams: false,
+    }
+}
+
+/// A UDP test request as JSON, with `edit` applied to its spec.
+fn udp_request(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut v = serde_json::to_value(Message::TestRequest {
+        test: TestSpec::Udp(udp_spec()),
+    })
+    .unwrap();
+    edit(&mut v["test"]);
+    v
+}
+
+fn step(at_ns: u64, rate_bps: u64, size: u64) -> Value {
+    json!({"at_ns": at_ns, "rate_bps": rate_bps, "size": size, "hold": false})
+}
+
+fn alive(addr: SocketAddr) {
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "1M",
+        "-P",
+        "2",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "a legit client was not served");
+}
+
+#[test]
+fn requests_that_would_allocate_without_bound_are_refused_before_allocating() {
+    let (mut srv, addr) = serve(&["-q"]);
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "2^32-1 histogram bins",
+            udp_request(|t| t["hist_bins"] = json!(u32::MAX)),
+            "histogram bins 1..=100000",
+        ),
+        (
+            "a profile step of 2^32-1 bytes",
+            udp_request(
+                |t| t["profile"] = json!({"steps": [step(0, 1000, 100), step(500_000_000, 1000, u64::from(u32::MAX))]}),
+            ),
+            "datagram sizes",
+        ),
+        (
+            "an empty profile",
+            udp_request(|t| t["profile"] = json!({"steps": []})),
+            "at least two steps",
+        ),
+        (
+            "a profile lasting an hour in a 1 s test",
+            udp_request(|t| {
+                t["profile"] =
+                    json!({"steps": [step(0, 1000, 100), step(3_600_000_000_000, 1000, 100)]})
+            }),
+            "rate profile lasts 3600 s but the test 1 s",
+        ),
+        (
+            "a profile whose steps go back in time",
+            udp_request(|t| {
+                t["profile"] = json!({"steps": [step(0, 1000, 100), step(500, 1000, 100), step(400, 1000, 100)]})
+            }),
+            "later than the previous",
+        ),
+        (
+            "a playout buffer of u64::MAX ms",
+            udp_request(|t| t["media"] = json!({"fps": 30, "buffer_depth_ms": u64::MAX})),
+            "playout buffer",
+        ),
+        (
+            "a million one-byte TCP bursts",
+            json!({"type": "test_request", "test": {"kind": "tcp", "pattern": "pull",
+                "transfer": 1_000_000, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+                "connections": 1, "burst": {"size": 1, "period_ms": 1}}}),
+            "bursts per connection",
+        ),
+        (
+            "a burst train longer than the server's longest test",
+            json!({"type": "test_request", "test": {"kind": "tcp", "pattern": "pull",
+                "transfer": 2_000_000, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+                "connections": 1, "burst": {"size": 1_000_000, "period_ms": u64::MAX / 2}}}),
+            "server limit: max duration",
+        ),
+    ];
+    for (what, request, expect) in cases {
+        let why = Raw::hello(addr).refusal(&request);
+        assert!(why.contains(expect), "{what}: refused with {why:?}");
+        assert!(srv.0.try_wait().unwrap().is_none(), "{what}: server died");
+    }
+    alive(addr);
+}
+
+#[test]
+fn a_histogram_too_large_for_one_frame_arrives_whole() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, _) = run_json(
+        &[
+            "udp",
+            &addr.to_string(),
+            "-b",
+            "1M",
+            "-t",
+            "0.3",
+            "--hist-bins",
+            "8000",
+            "-q",
+        ],
+        0,
+    );
+    let h = v["result"]["totals"]["histogram"].as_array().unwrap();
+    assert_eq!(h.len(), 8000);
+    let counted: u64 = h.iter().map(|b| b[1].as_u64().unwrap()).sum();
+    assert_eq!(counted, v["result"]["totals"]["unique"].as_u64().unwrap());
+}
+
+/// Goodput the client measured, bit/s, from a JSON report.
+fn tcp_bps(v: &Value) -> f64 {
+    let t = &v["result"]["totals"];
+    let bytes = t["received"].as_f64().unwrap() + t["sent"].as_f64().unwrap();
+    bytes * 8.0 / v["result"]["duration_secs"].as_f64().unwrap()
+}
+
+#[test]
+fn max_rate_holds_for_bursts_sent_back_to_back() {
+    let (_srv, addr) = serve(&["-q", "--max-rate", "10M", "--max-duration", "5s"]);
+    let t0 = Instant::now();
+    let (v, _) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "--pattern",
+            "pull",
+            "--burst-size",
+            "1M",
+            "--burst-period",
+            "100ms",
+            "-n",
+            "2M",
+            "-P",
+            "1",
+            "--iterations",
+            "1",
+            "-q",
+        ],
+        0,
+    );
+    // 2 MB at 10 Mbit/s is 1.6 s; unguarded, loopback moves it in milliseconds.
+    let took = t0.elapsed();
+    assert!(
+        took > Duration::from_millis(1400),
+        "took only {took:?}: {v}"
+    );
+    let _ = tcp_bps(&v);
+}
+
+#[test]
+fn udp_replies_larger_than_requests_keep_to_max_rate() {
+    let (_srv, addr) = serve(&["-q", "--max-rate", "2M"]);
+    let t0 = Instant::now();
+    // 40-byte requests for 8,000-byte replies: 200 times as much out as in.
+    let (v, _) = run_json(
+        &[
+            "rr",
+            &addr.to_string(),
+            "--proto",
+            "udp",
+            "-l",
+            "40",
+            "--reply",
+            "8000",
+            "-n",
+            "40",
+            "--warmup",
+            "0",
+            "-q",
+        ],
+        0,
+    );
+    let secs = t0.elapsed().as_secs_f64();
+    let run = &v["result"]["runs"][0];
+    let answered = run["received"].as_u64().unwrap();
+    assert_eq!(answered, 40, "{run}");
+    // 40 replies of 8,032 bytes at 2 Mbit/s, less the 16 KiB the bucket
+    // lets go at once: 1.2 s. Unlimited, loopback answers in milliseconds.
+    let floor = (40.0 * 8032.0 - 16384.0) * 8.0 / 2e6;
+    assert!(secs >= floor * 0.95, "{answered} replies in {secs} s");
+}
+
+#[test]
+fn a_session_ends_by_its_deadline_whatever_the_client_sends() {
+    let (_srv, addr) = serve(&["-q", "--max-duration", "1s"]);
+    let mut r = Raw::hello(addr);
+    r.send(&Message::TestRequest {
+        test: TestSpec::Udp(udp_spec()),
+    });
+    assert!(matches!(r.recv(), Ok(Message::UdpAccept { .. })));
+    // Clock requests every 200 ms would keep a per-read timeout alive forever.
+    let t0 = Instant::now();
+    let mut w = r.0.try_clone().unwrap();
+    let pinger = std::thread::spawn(move || {
+        while t0.elapsed() < Duration::from_secs(15) {
+            if proto::write_message(&mut w, &Message::TimeRequest { t1: 1 }).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let mut last = None;
+    while let Ok(m) = r.recv() {
+        last = Some(m);
+    }
+    let took = t0.elapsed();
+    // 1 s max duration + 5 s grace.
+    assert!(took < Duration::from_secs(9), "session lasted {took:?}");
+    assert!(
+        took >= Duration::from_secs(5),
+        "session ended early: {took:?}"
+    );
+    match last {
+        Some(Message::Error { message, .. }) => {
+            assert!(message.contains("max duration"), "{message}")
+        }
+        other => panic!("expected a max duration error, got {other:?}"),
+    }
+    drop(r);
+    pinger.join().unwrap();
+}
+
+#[test]
+fn a_trickled_handshake_is_cut_at_the_handshake_deadline() {
+    let (_srv, addr) = serve(&["-q", "--handshake-timeout", "1s"]);
+    let hello = proto::encode(&Message::Hello(Message::hello()));
+    let mut s = TcpStream::connect(addr).unwrap();
+    let t0 = Instant::now();
+    let mut closed_at = None;
+    for b in hello.iter().cycle().take(60) {
+        // One byte every 200 ms: each read well within the 1 s timeout.
+        if s.write_all(&[*b]).is_err() {
+            closed_at = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        s.set_nonblocking(true).unwrap();
+        let eof = matches!(s.read(&mut [0u8; 256]), Ok(0));
+        s.set_nonblocking(false).unwrap();
+        if eof {
+            closed_at = Some(t0.elapsed());
+            break;
+        }
+    }
+    let at = closed_at.expect("the server kept a trickling connection for 12 s");
+    assert!(at < Duration::from_secs(4), "closed only after {at:?}");
+}
+
+#[test]
+fn a_client_that_stops_reading_frees_its_slot_by_the_deadline() {
+    let (mut srv, addr) = serve(&["-q", "--max-duration", "1s", "--max-tests", "1"]);
+    let pid = srv.0.id();
+    let fds = fd_count(pid);
+    let mut r = Raw::hello(addr);
+    r.send(&Message::TestRequest {
+        test: TestSpec::Rr(proto::RrSpec {
+            proto: proto::RrProto::Tcp,
+            size: 1,
+            reply: 16 << 20,
+            iterations: 1000,
+            nagle: false,
+            until_stopped: false,
+        }),
+    });
+    assert!(matches!(r.recv(), Ok(Message::TestAccept { .. })));
+    // Ask for 16 MB replies and never read one.
+    r.0.write_all(&[0u8; 4]).unwrap();
+    let t0 = Instant::now();
+    // The only test slot comes back once the server gives up on this client.
+    loop {
+        let out = netrig(&["rr", &addr.to_string(), "-n", "10", "--warmup", "0", "-q"])
+            .output()
+            .unwrap();
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(12),
+            "slot still held after {:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(r);
+    assert!(settles_to(pid, fds, 10) <= fds);
+    assert!(srv.0.try_wait().unwrap().is_none());
+}
+
+#[test]
+fn one_address_cannot_take_every_test_slot() {
+    let (_srv, addr) = serve(&["-q", "--max-tests-per-client", "2"]);
+    let tcp = json!({"type": "test_request", "test": {"kind": "tcp", "pattern": "push",
+        "transfer": 1000, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+        "connections": 1, "burst": null}});
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut r = Raw::hello(addr);
+        r.send_json(&tcp);
+        assert!(matches!(r.recv(), Ok(Message::TestAccept { .. })));
+        held.push(r);
+    }
+    let why = Raw::hello(addr).refusal(&tcp);
+    assert!(
+        why.contains("max 2 concurrent tests per client address"),
+        "{why}"
+    );
+    drop(held);
+    // Slots come back when their sessions end.
+    let t0 = Instant::now();
+    loop {
+        let mut r = Raw::hello(addr);
+        r.send_json(&tcp);
+        if matches!(r.recv(), Ok(Message::TestAccept { .. })) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "slots not returned");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// CPU time a process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn out_of_descriptors_the_server_backs_off_and_recovers() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = Proc(
+        std::process::Command::new("prlimit")
+            .args([
+                "--nofile=64:64",
+                BIN,
+                "serve",
+                "--listen",
+                &listen,
+                "--max-conns",
+                "1000",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let addr: SocketAddr = listen.parse().unwrap();
+    let t0 = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.0.id();
+    // prlimit execs the server in place: the pid is the server's.
+    let idle: Vec<TcpStream> = (0..100)
+        .filter_map(|_| TcpStream::connect(addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    // A spinning accept loop burns ~200 ticks in 2 s.
+    assert!(
+        used < 60,
+        "server used {used} ticks in 2 s with no descriptors left"
+    );
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    alive(addr);
+    sigint(pid);
+    let mut err = String::new();
+    let _ = wait_exit(&mut child, 10);
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let lines = err.lines().filter(|l| l.contains("accept:")).count();
+    assert!(lines <= 2, "{lines} accept lines:\n{err}");
+}
+
+#[test]
+fn data_connections_must_come_from_their_session_and_carry_its_proof() {
+    let (_srv, addr) = serve(&["-q"]);
+    let tcp = json!({"type": "test_request", "test": {"kind": "tcp", "pattern": "pull",
+        "transfer": 1 << 20, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+        "connections": 1, "burst": null}});
+    let mut r = Raw::hello(addr);
+    r.send_json(&tcp);
+    let Ok(Message::TestAccept { session }) = r.recv() else {
+        panic!("no session")
+    };
+    // Another host (127.0.0.2 is another source address on loopback).
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+        .unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut thief: TcpStream = sock.into();
+    thief
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let hello = Message::DataHello(proto::DataHello {
+        session,
+        connection: uuid::Uuid::new_v4(),
+        buffer: 65536,
+        proof: None,
+    });
+    proto::write_message(&mut thief, &hello).unwrap();
+    match proto::read_message(&mut thief) {
+        Ok(Message::Error { message, .. }) => {
+            assert!(message.contains("belongs to 127.0.0.1"), "{message}")
+        }
+        other => panic!("a foreign data connection was not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn with_a_key_data_connections_need_the_sessions_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "a shared secret of some length\n").unwrap();
+    let (_srv, addr) = serve(&["-q", "--key", key.to_str().unwrap()]);
+    // The real client proves every data connection.
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "--key",
+        key.to_str().unwrap(),
+        "-n",
+        "1M",
+        "-P",
+        "3",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A data connection from the right host that knows the session ID but
+    // not the key is refused; with the session's proof it is accepted.
+    let k = netrig::auth::Key::load(&key).unwrap();
+    let mut c = netrig::control::Control::connect(
+        &addr.to_string(),
+        0,
+        |_| Ok(None),
+        Duration::from_secs(5),
+        Some(&k),
+    )
+    .unwrap();
+    let spec: netrig::proto::TcpSpec = serde_json::from_value(json!({"pattern": "pull",
+        "transfer": 1 << 20, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+        "connections": 1, "burst": null}))
+    .unwrap();
+    let Ok(Message::TestAccept { session }) = c.request(TestSpec::Tcp(spec)) else {
+        panic!("no session")
+    };
+    let dk = c.datagram_key.unwrap();
+    let attach = |proof: Option<String>| {
+        let connection = uuid::Uuid::new_v4();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let proof = proof.map(|p| {
+            if p.is_empty() {
+                netrig::auth::data_proof(&dk, &session, &connection)
+            } else {
+                p
+            }
+        });
+        let hello = Message::DataHello(proto::DataHello {
+            session,
+            connection,
+            buffer: 65536,
+            proof,
+        });
+        proto::write_message(&mut s, &hello).unwrap();
+        proto::read_message(&mut s)
+    };
+    for bad in [None, Some("00".repeat(32))] {
+        match attach(bad.clone()) {
+            Ok(Message::Error { message, .. }) => {
+                assert!(message.contains("without a valid proof"), "{message}")
+            }
+            other => panic!("{bad:?} was not refused: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        attach(Some(String::new())),
+        Ok(Message::DataAck { .. })
+    ));
+}
+
+#[test]
+fn empty_and_weak_keys_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let weak = dir.path().join("weak");
+    let mut abc = b"abc".to_vec();
+    abc.extend([0u8; 15]);
+    std::fs::write(&weak, abc).unwrap();
+    let out = netrig(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--key",
+        weak.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("control character"));
+    let out = netrig(&["serve", "--listen", "127.0.0.1:0"])
+        .env("NETRIG_KEY", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NETRIG_KEY is set but empty"));
+}
+
+#[test]
+fn serve_exits_130_on_sigterm_as_documented() {
+    let (mut srv, _addr) = serve(&["-q"]);
+    let pid = srv.0.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert_eq!(wait_exit(&mut srv, 10).code(), Some(130));
+}
+
+/// Threads of a process.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_far_future_departure_does_not_outlive_its_client() {
+    let (srv, addr) = serve(&["-q"]);
+    let pid = srv.0.id();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("far.txt");
+    // Nothing for 50 minutes, then a stream: the server's sender waits.
+    std::fs::write(&profile, "0 0 100 hold\n3000 1M 100\n3600 1M 100\n").unwrap();
+    let base = threads(pid);
+    let p = &profile.to_str().unwrap();
+    let mut c = Proc(
+        netrig(&[
+            "udp",
+            &addr.to_string(),
+            "-R",
+            "--profile",
+            p,
+            "-t",
+            "3600",
+            "--pacing",
+            "spin",
+            "-q",
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(threads(pid) > base, "the test did not start");
+    let _ = c.0.kill();
+    let _ = c.0.wait();
+    let t0 = Instant::now();
+    while threads(pid) > base {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "{} threads left after the client died",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
