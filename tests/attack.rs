@@ -670,3 +670,153 @@ fn a_far_future_departure_does_not_outlive_its_client() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Stops a relay and returns its final counts from its JSON report.
+fn relay_counts(p: Proc, json: &std::path::Path) -> Value {
+    let (code, _) = interrupt(p);
+    assert_eq!(code, Some(130));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["result"].clone()
+}
+
+#[test]
+fn the_relay_caps_connections_and_closes_idle_ones() {
+    let (_srv, to) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("relay.json");
+    let (rl, addr) = relay(
+        to,
+        &[
+            "--tcp-only",
+            "--max-conns",
+            "20",
+            "--idle-timeout",
+            "1s",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let pid = rl.0.id();
+    let base = threads(pid);
+    let t0 = Instant::now();
+    let idle: Vec<TcpStream> = (0..60)
+        .filter_map(|_| TcpStream::connect(addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Two pumps per relayed connection, none for refused ones.
+    assert!(
+        threads(pid) <= base + 2 * 20 + 2,
+        "{} threads",
+        threads(pid)
+    );
+    // Every connection ends: refused at once, or closed after a second idle.
+    for mut c in idle {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.read(&mut [0u8; 1]);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
+    let t1 = Instant::now();
+    while threads(pid) > base + 1 {
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "{} threads",
+            threads(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A real test still goes through.
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "1M",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let c = relay_counts(rl, &json);
+    // The relay's own readiness probe is one more connection.
+    let (refused, idled) = (
+        c["tcp_refused"].as_u64().unwrap(),
+        c["idle_closed"].as_u64().unwrap(),
+    );
+    assert!(refused >= 40, "{c}");
+    assert!(idled >= 19, "{c}");
+}
+
+#[test]
+fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("relay.json");
+    let log = dir.path().join("relay.csv");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let rl = Proc(
+        netrig(&[
+            "relay",
+            "--listen",
+            &listen,
+            "--to",
+            &to.to_string(),
+            "--udp-only",
+            "--delay",
+            "20s",
+            "--max-flows",
+            "10",
+            "--max-queue",
+            "1M",
+            "--log",
+            log.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            "-q",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let addr: SocketAddr = listen.parse().unwrap();
+    let pid = rl.0.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let base_threads = threads(pid);
+    let base_rss = rss_kib(pid);
+    // 8 MB from one flow into a 20 s delay line that holds 1 MB.
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let chunk = [7u8; 8000];
+    for i in 0..1000 {
+        s.send_to(&chunk, addr).unwrap();
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // 100 one-byte datagrams, each from a new port.
+    for _ in 0..100 {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(&[1], addr).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = rss_kib(pid).saturating_sub(base_rss);
+    assert!(grown < 5 * 1024, "relay RSS grew by {grown} KiB");
+    // Per flow: a receiving thread each way and a delay thread each way.
+    assert!(
+        threads(pid) <= base_threads + 4 * 10,
+        "{} threads",
+        threads(pid)
+    );
+    let c = relay_counts(rl, &json);
+    assert!(c["udp_flows"].as_u64().unwrap() <= 10, "{c}");
+    assert!(c["udp_refused"].as_u64().unwrap() >= 91, "{c}");
+    let dropped = c["up"]["queue_dropped"].as_u64().unwrap();
+    assert!(dropped >= 800, "{c}");
+    let logged = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(",queue_dropped,"))
+        .count() as u64;
+    assert_eq!(logged, dropped);
+}

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use super::{Json, Verbosity, duration, rate, size};
+use super::{Json, Verbosity, duration, positive_duration, rate, size};
 use netrig::relay::impair::ImpairSpec;
-use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts};
+use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts, RelayLimits};
 use netrig::units;
 
 /// Which directions get the impairments.
@@ -97,6 +97,19 @@ pub struct RelayArgs {
     /// Write every impairment to this CSV file.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// Reset TCP connections beyond this many open at once.
+    #[arg(long, default_value_t = RelayLimits::default().max_conns, value_parser = clap::value_parser!(u64).range(1..))]
+    max_conns: u64,
+    /// Drop datagrams from new client addresses beyond this many UDP flows.
+    #[arg(long, default_value_t = RelayLimits::default().max_flows, value_parser = clap::value_parser!(u64).range(1..))]
+    max_flows: u64,
+    /// Close a connection or flow that carried nothing for this long.
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    idle_timeout: Duration,
+    /// Most bytes one UDP flow direction may hold in its delay line; beyond
+    /// it datagrams are dropped and logged as queue drops.
+    #[arg(long, default_value = "64M", value_parser = size)]
+    max_queue: u64,
     #[command(flatten)]
     json: Json,
     /// Stop after this long (default: until Ctrl-C).
@@ -173,9 +186,12 @@ fn print_counts(c: &RelayCounts) {
     netrig::out!("{}", line("up", &c.up));
     netrig::out!("{}", line("down", &c.down));
     netrig::out!(
-        "{} TCP connections, {} UDP flows",
+        "{} TCP connections, {} UDP flows; refused {} connections and {} datagrams of new flows over the caps; {} closed idle",
         c.tcp_connections,
-        c.udp_flows
+        c.udp_flows,
+        c.tcp_refused,
+        c.udp_refused,
+        c.idle_closed
     );
 }
 
@@ -212,6 +228,12 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         keep_events: false,
         verbosity: a.verbosity.level().min(1),
         rate_per_flow: a.rate_per_flow,
+        limits: RelayLimits {
+            max_conns: a.max_conns,
+            max_flows: a.max_flows,
+            idle_timeout: a.idle_timeout,
+            max_queue_bytes: a.max_queue,
+        },
     })
     .context("cannot start the relay")?;
     let h = relay.handle();
@@ -244,6 +266,8 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let config = serde_json::json!({
         "listen": h.addr, "to": to, "seed": seed, "up": up_spec, "down": down_spec,
         "tcp": !a.udp_only, "udp": !a.tcp_only, "rate_per_flow": a.rate_per_flow,
+        "max_conns": a.max_conns, "max_flows": a.max_flows,
+        "idle_timeout_s": a.idle_timeout.as_secs_f64(), "max_queue_bytes": a.max_queue,
     });
     let code = if flag.load(SeqCst) {
         super::exit::INTERRUPTED

@@ -33,6 +33,10 @@ use uuid::Uuid;
 use crate::proto::{Message, RrProto, TestSpec};
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use framer::{After, Framer, Piece};
+pub mod limits;
+use limits::QueueBytes;
+pub use limits::RelayLimits;
+
 use impair::{Action, DatagramImpairer, DropCause, ImpairSpec, SharedBucket, StreamImpairer};
 
 /// Relay settings.
@@ -61,6 +65,8 @@ pub struct RelayConfig {
     /// A rate limits each TCP connection and UDP flow on its own, instead of
     /// each direction of the whole relay.
     pub rate_per_flow: bool,
+    /// Caps on connections, flows, idle time and queued bytes.
+    pub limits: RelayLimits,
 }
 
 /// Direction through the relay.
@@ -150,6 +156,12 @@ pub struct RelayCounts {
     pub tcp_connections: u64,
     /// UDP flows relayed.
     pub udp_flows: u64,
+    /// TCP connections reset because `max_conns` were open.
+    pub tcp_refused: u64,
+    /// Datagrams dropped because `max_flows` were open (new flows refused).
+    pub udp_refused: u64,
+    /// Connections and flows closed after `idle_timeout` without traffic.
+    pub idle_closed: u64,
 }
 
 /// One impairment the relay made.
@@ -198,6 +210,12 @@ struct Shared {
     counts: [Counters; 2],
     tcp_connections: AtomicU64,
     udp_flows: AtomicU64,
+    tcp_refused: AtomicU64,
+    udp_refused: AtomicU64,
+    idle_closed: AtomicU64,
+    /// TCP connections and UDP flows open now.
+    open_conns: Arc<AtomicU64>,
+    open_flows: Arc<AtomicU64>,
     next_flow: AtomicU64,
     events: Mutex<Vec<Event>>,
     log: Option<Mutex<BufWriter<Box<dyn std::io::Write + Send>>>>,
@@ -315,6 +333,9 @@ impl RelayHandle {
             down: s.counts(Dir::Down).snapshot(),
             tcp_connections: s.tcp_connections.load(SeqCst),
             udp_flows: s.udp_flows.load(SeqCst),
+            tcp_refused: s.tcp_refused.load(SeqCst),
+            udp_refused: s.udp_refused.load(SeqCst),
+            idle_closed: s.idle_closed.load(SeqCst),
         }
     }
 
@@ -397,6 +418,11 @@ impl Relay {
                 counts: Default::default(),
                 tcp_connections: AtomicU64::new(0),
                 udp_flows: AtomicU64::new(0),
+                tcp_refused: AtomicU64::new(0),
+                udp_refused: AtomicU64::new(0),
+                idle_closed: AtomicU64::new(0),
+                open_conns: Arc::new(AtomicU64::new(0)),
+                open_flows: Arc::new(AtomicU64::new(0)),
                 next_flow: AtomicU64::new(0),
                 events: Mutex::new(Vec::new()),
                 log,
@@ -452,8 +478,16 @@ impl Relay {
                 continue;
             }
             while let Ok((c, _)) = ls[0].accept() {
+                let Some(place) = limits::take(&sh.open_conns, sh.cfg.limits.max_conns) else {
+                    sh.tcp_refused.fetch_add(1, SeqCst);
+                    crate::net::reset(&c);
+                    continue;
+                };
                 let sh = Arc::clone(&sh);
-                std::thread::spawn(move || tcp_connection(sh, c));
+                std::thread::spawn(move || {
+                    let _place = place;
+                    tcp_connection(sh, c)
+                });
             }
         }
     }
@@ -491,6 +525,10 @@ struct Conn {
     down_data: Option<u64>,
     /// The TCP session this control connection set up.
     session: Option<Uuid>,
+    /// When either direction last carried bytes (relay clock, ns).
+    last_ns: u64,
+    /// An idle connection was already counted and reset.
+    idle_closed: bool,
 }
 
 fn tcp_connection(sh: Arc<Shared>, client: TcpStream) {
@@ -510,7 +548,13 @@ fn tcp_connection(sh: Arc<Shared>, client: TcpStream) {
     }
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let conn = Arc::new(Mutex::new(Conn::default()));
+    // A peer that stops reading cannot hold a pump in a write for ever.
+    let _ = client.set_write_timeout(Some(sh.cfg.limits.idle_timeout));
+    let _ = server.set_write_timeout(Some(sh.cfg.limits.idle_timeout));
+    let conn = Arc::new(Mutex::new(Conn {
+        last_ns: sh.now_ns(),
+        ..Conn::default()
+    }));
     let udp_stop = Arc::new(AtomicBool::new(false));
     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
         return;
@@ -675,11 +719,23 @@ fn pump(
     };
     let counts = sh.counts(dir);
     let mut buf = vec![0u8; 64 * 1024];
+    let idle = sh.cfg.limits.idle_timeout;
+    let _ = from.set_read_timeout(Some(idle.min(Duration::from_secs(1))));
     'outer: loop {
         let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
+            Err(e) if crate::udp::engine::nothing_yet(&e) => {
+                if idle_out(sh, conn, idle) {
+                    crate::net::reset(both.0);
+                    crate::net::reset(both.1);
+                    break;
+                }
+                continue;
+            }
+            Err(_) => break,
             Ok(n) => n,
         };
+        conn.lock().unwrap_or_else(|p| p.into_inner()).last_ns = sh.now_ns();
         let pieces = framer.push(&buf[..n], &mut |m| on_frame(sh, conn, udp_stop, dir, m));
         for piece in pieces {
             let bytes = match piece {
@@ -736,6 +792,20 @@ fn pump(
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
+/// Whether a connection has been idle both ways for `idle`; counts it once.
+fn idle_out(sh: &Shared, conn: &Mutex<Conn>, idle: Duration) -> bool {
+    let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
+    let quiet = Duration::from_nanos(sh.now_ns().saturating_sub(c.last_ns));
+    if quiet < idle {
+        return false;
+    }
+    if !c.idle_closed {
+        c.idle_closed = true;
+        sh.idle_closed.fetch_add(1, SeqCst);
+    }
+    true
+}
+
 /// Where one direction of a TCP connection goes: straight out, or through a
 /// shaper and a delay line.
 struct StreamOut<'a> {
@@ -776,6 +846,15 @@ impl StreamOut<'_> {
 /// Starts relaying a netrig UDP test whose server listens on `port`; returns
 /// the relay's port for the client.
 fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> io::Result<u16> {
+    let place = Arc::new(
+        limits::take(&sh.open_flows, sh.cfg.limits.max_flows).ok_or_else(|| {
+            sh.udp_refused.fetch_add(1, SeqCst);
+            io::Error::other(format!(
+                "{} UDP flows open (--max-flows)",
+                sh.cfg.limits.max_flows
+            ))
+        })?,
+    );
     let client_side = bind_udp(SocketAddr::new(sh.cfg.listen.ip(), 0))?;
     let server_side = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0))?;
     server_side.connect(SocketAddr::new(sh.cfg.to.ip(), port))?;
@@ -786,7 +865,9 @@ fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> io::Result<u
     {
         let (sh, stop, peer) = (Arc::clone(sh), Arc::clone(stop), Arc::clone(&peer));
         let (from, to) = (client_side.try_clone()?, server_side.try_clone()?);
+        let place = Arc::clone(&place);
         std::thread::spawn(move || {
+            let _place = place;
             let out = move |d: &[u8]| {
                 let _ = to.send(d);
             };
@@ -796,6 +877,7 @@ fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> io::Result<u
     {
         let (sh, stop) = (Arc::clone(sh), Arc::clone(stop));
         std::thread::spawn(move || {
+            let _place = place;
             let to = client_side;
             let out = move |d: &[u8]| {
                 if let Some(a) = *peer.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -819,29 +901,41 @@ fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
         let (n, src, stamp) = match crate::udp::engine::recv_from_stamped(&sock, &mut buf) {
             Ok(x) => x,
             Err(_) => {
-                for (_, p, _) in flows.values_mut() {
+                for (_, p, _, _) in flows.values_mut() {
                     p.idle();
                 }
-                flows.retain(|_, (_, _, done)| !done.load(SeqCst));
+                flows.retain(|_, (_, _, done, _)| !done.load(SeqCst));
                 continue;
             }
         };
         let flow = match flows.entry(src) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => match plain_flow(&sh, &sock, src) {
-                Some(f) => v.insert(f),
-                None => continue,
-            },
+            Entry::Vacant(v) => {
+                let Some(place) = limits::take(&sh.open_flows, sh.cfg.limits.max_flows) else {
+                    sh.udp_refused.fetch_add(1, SeqCst);
+                    continue;
+                };
+                match plain_flow(&sh, &sock, src, place) {
+                    Some(f) => v.insert(f),
+                    None => continue,
+                }
+            }
         };
         flow.1.handle(&mut buf[..n], sh.arrival_ns(stamp));
     }
 }
 
-type PlainFlow = (Arc<UdpSocket>, Pipe, Arc<AtomicBool>);
+/// The upstream socket, the up pipe, "the flow is over", and its place.
+type PlainFlow = (Arc<UdpSocket>, Pipe, Arc<AtomicBool>, limits::Place);
 
 /// Opens the upstream socket for a new client address and starts relaying
 /// what comes back.
-fn plain_flow(sh: &Arc<Shared>, sock: &Arc<UdpSocket>, src: SocketAddr) -> Option<PlainFlow> {
+fn plain_flow(
+    sh: &Arc<Shared>,
+    sock: &Arc<UdpSocket>,
+    src: SocketAddr,
+    place: limits::Place,
+) -> Option<PlainFlow> {
     let up = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0)).ok()?;
     up.connect(sh.cfg.to).ok()?;
     let up = Arc::new(up);
@@ -867,11 +961,11 @@ fn plain_flow(sh: &Arc<Shared>, sock: &Arc<UdpSocket>, src: SocketAddr) -> Optio
     let pipe = Pipe::new(sh, flow, Dir::Up, move |d: &[u8]| {
         let _ = to.send(d);
     });
-    Some((up, pipe, done))
+    Some((up, pipe, done, place))
 }
 
 /// Reads datagrams from `from` and passes them through a [`Pipe`] until
-/// `stop` is set or the flow has been silent for a minute.
+/// `stop` is set or the flow has been silent for the idle timeout.
 fn datagram_pump(
     sh: &Arc<Shared>,
     flow: u64,
@@ -886,7 +980,12 @@ fn datagram_pump(
     let mut pipe = Pipe::new(sh, flow, dir, out);
     let mut buf = vec![0u8; 65536];
     let mut last = Instant::now();
-    while !stop.load(SeqCst) && !sh.stop.load(SeqCst) && last.elapsed() < Duration::from_secs(60) {
+    let idle = sh.cfg.limits.idle_timeout;
+    while !stop.load(SeqCst) && !sh.stop.load(SeqCst) {
+        if last.elapsed() >= idle {
+            sh.idle_closed.fetch_add(1, SeqCst);
+            break;
+        }
         match crate::udp::engine::recv_from_stamped(from, &mut buf) {
             Ok((n, src, stamp)) => {
                 last = Instant::now();
@@ -914,6 +1013,8 @@ struct Pipe {
     held: Option<(Vec<u8>, u64)>,
     out: Arc<Out>,
     queue: Option<mpsc::Sender<(u64, Vec<u8>)>>,
+    /// Bytes waiting in `queue`, bounded by `max_queue_bytes`.
+    queued: Arc<QueueBytes>,
 }
 
 impl Pipe {
@@ -925,13 +1026,15 @@ impl Pipe {
     ) -> Pipe {
         let spec = sh.spec(dir).clone();
         let out: Arc<Out> = Arc::new(Box::new(out));
+        let queued = Arc::new(QueueBytes::default());
         let queue = spec.delays().then(|| {
             let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
-            let (sh, out) = (Arc::clone(sh), Arc::clone(&out));
+            let (sh, out, queued) = (Arc::clone(sh), Arc::clone(&out), Arc::clone(&queued));
             std::thread::spawn(move || {
                 for (at, d) in rx {
                     sleep_until(&sh, at);
                     out(&d);
+                    queued.remove(d.len() as u64);
                 }
             });
             tx
@@ -945,16 +1048,28 @@ impl Pipe {
             held: None,
             out,
             queue,
+            queued,
         }
     }
 
-    fn emit(&self, at: u64, d: &[u8]) {
-        match &self.queue {
-            Some(q) => {
-                let _ = q.send((at, d.to_vec()));
-            }
-            None => (self.out)(d),
+    /// Sends now or queues for `at`; false when the delay line is full and
+    /// the datagram was dropped (counted and logged as a queue drop).
+    fn emit(&self, at: u64, d: &[u8], index: u64) -> bool {
+        let Some(q) = &self.queue else {
+            (self.out)(d);
+            return true;
+        };
+        if !self
+            .queued
+            .try_add(d.len() as u64, self.sh.cfg.limits.max_queue_bytes)
+        {
+            let seq = Header::read(d).ok().map(|h| h.seq);
+            self.sh.counts(self.dir).queue_dropped.fetch_add(1, SeqCst);
+            self.log("queue_dropped", index, seq, None);
+            return false;
         }
+        let _ = q.send((at, d.to_vec()));
+        true
     }
 
     fn log(&self, event: &'static str, index: u64, seq: Option<u64>, offset: Option<u64>) {
@@ -975,7 +1090,7 @@ impl Pipe {
         let header = Header::read(d).ok();
         // netrig's setup handshake is not test traffic.
         if header.is_some_and(|h| h.flags & FLAG_HANDSHAKE != 0) {
-            self.emit(now, d);
+            self.emit(now, d, self.imp.seen());
             return;
         }
         let seq = header.map(|h| h.seq);
@@ -1008,17 +1123,18 @@ impl Pipe {
                     self.held = Some((d.to_vec(), index));
                     return;
                 }
-                self.emit(at_ns, d);
-                c.forwarded.fetch_add(1, SeqCst);
-                if let Some((h, hi)) = self.held.take() {
-                    self.emit(at_ns, &h);
+                if self.emit(at_ns, d, index) {
+                    c.forwarded.fetch_add(1, SeqCst);
+                }
+                if let Some((h, hi)) = self.held.take()
+                    && self.emit(at_ns, &h, hi)
+                {
                     c.forwarded.fetch_add(1, SeqCst);
                     c.reordered.fetch_add(1, SeqCst);
                     let hs = Header::read(&h).ok().map(|h| h.seq);
                     self.log("reordered", hi, hs, None);
                 }
-                if duplicate {
-                    self.emit(at_ns, d);
+                if duplicate && self.emit(at_ns, d, index) {
                     c.duplicated.fetch_add(1, SeqCst);
                     self.log("duplicated", index, seq, None);
                 }
@@ -1028,8 +1144,9 @@ impl Pipe {
 
     /// Releases a held datagram in order.
     fn idle(&mut self) {
-        if let Some((h, _)) = self.held.take() {
-            self.emit(self.sh.now_ns(), &h);
+        if let Some((h, hi)) = self.held.take()
+            && self.emit(self.sh.now_ns(), &h, hi)
+        {
             self.sh.counts(self.dir).forwarded.fetch_add(1, SeqCst);
         }
     }

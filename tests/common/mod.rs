@@ -103,6 +103,7 @@ impl TestRelay {
             keep_events: true,
             verbosity: 0,
             rate_per_flow: false,
+            limits: Default::default(),
         })
         .expect("bind relay")
         .spawn();
