@@ -626,20 +626,106 @@ pub fn write_message(w: &mut impl Write, msg: &Message) -> io::Result<()> {
 /// whole would not fit one frame, then the totals.
 pub fn udp_result_frames(mut totals: crate::udp::track::UdpTotals) -> Vec<Message> {
     let mut out = Vec::new();
-    if encode(&Message::UdpResult(totals.clone())).len() - HEADER_LEN > MAX_PAYLOAD {
+    if encoded_payload_len(&Message::UdpResult(totals.clone())) > MAX_PAYLOAD {
         let bins = std::mem::take(&mut totals.histogram);
-        out.extend(
-            bins.chunks(HISTOGRAM_CHUNK)
-                .map(|c| Message::UdpHistogram { bins: c.to_vec() }),
-        );
+        out = in_frames(&bins, HISTOGRAM_CHUNK, |bins, _| Message::UdpHistogram {
+            bins,
+        });
     }
     out.push(Message::UdpResult(totals));
     out
 }
 
+fn encoded_payload_len(m: &Message) -> usize {
+    encode(m).len() - HEADER_LEN
+}
+
+/// `items` as messages of at most `per` items each, halving any chunk whose
+/// frame would pass [`MAX_PAYLOAD`]; `make` gets each chunk and whether it
+/// is the last. No items make one empty last message.
+pub fn in_frames<T: Clone>(
+    items: &[T],
+    per: usize,
+    make: impl Fn(Vec<T>, bool) -> Message,
+) -> Vec<Message> {
+    let mut groups: Vec<&[T]> = Vec::new();
+    let mut todo: Vec<&[T]> = items.chunks(per.max(1)).rev().collect();
+    while let Some(g) = todo.pop() {
+        if g.len() > 1 && encoded_payload_len(&make(g.to_vec(), false)) > MAX_PAYLOAD {
+            let (a, b) = g.split_at(g.len() / 2);
+            todo.push(b);
+            todo.push(a);
+        } else {
+            groups.push(g);
+        }
+    }
+    if groups.is_empty() {
+        return vec![make(Vec::new(), true)];
+    }
+    let n = groups.len();
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| make(g.to_vec(), i + 1 == n))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_results_go_in_frames_that_fit_in_order() {
+        let bins: Vec<(f64, u64)> = (0..8000).map(|i| (i as f64 * 50.5, u64::MAX - i)).collect();
+        let t = crate::udp::track::UdpTotals {
+            histogram: bins.clone(),
+            ..Default::default()
+        };
+        let frames = udp_result_frames(t);
+        let mut got = Vec::new();
+        for m in &frames {
+            assert!(encoded_payload_len(m) <= MAX_PAYLOAD);
+            match m {
+                Message::UdpHistogram { bins } => got.extend(bins.iter().copied()),
+                Message::UdpResult(t) => assert!(t.histogram.is_empty()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(frames.last(), Some(Message::UdpResult(_))));
+        assert_eq!(got, bins);
+        // A small histogram stays in the totals.
+        let small = crate::udp::track::UdpTotals {
+            histogram: bins[..10].to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(
+            udp_result_frames(small.clone()),
+            vec![Message::UdpResult(small)]
+        );
+        // Chunks too large for a frame are halved until they fit; `last` only on the last.
+        let big: Vec<String> = (0..40).map(|i| format!("{i:04}").repeat(1000)).collect();
+        let msgs = in_frames(&big, 100, |v, last| Message::Error {
+            code: ErrorCode::Malformed,
+            message: format!("{last}:{}", v.join(",")),
+        });
+        assert!(msgs.len() >= 3);
+        let mut joined = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            assert!(encoded_payload_len(m) <= MAX_PAYLOAD);
+            let Message::Error { message, .. } = m else {
+                panic!()
+            };
+            let (last, rest) = message.split_once(':').unwrap();
+            assert_eq!(last == "true", i + 1 == msgs.len());
+            joined.extend(rest.split(',').map(String::from));
+        }
+        assert_eq!(joined, big);
+        let none = in_frames::<u8>(&[], 10, |v, last| Message::Error {
+            code: ErrorCode::Malformed,
+            message: format!("{last}:{}", v.len()),
+        });
+        assert_eq!(none, vec![Message::error(ErrorCode::Malformed, "true:0")]);
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -16,6 +16,9 @@ use crate::guard::SendGuard;
 pub const SERVER_BUFFER: usize = 256 << 10;
 /// Most bursts one connection may ask for.
 pub const MAX_BURSTS: u64 = 10_000;
+/// Most burst records a session's live connections may hold (a few hundred
+/// bytes each).
+pub const MAX_SESSION_BURSTS: u64 = 100_000;
 use crate::outcome::ResultKind;
 use crate::plan::Role;
 use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpSpec, write_message};
@@ -28,6 +31,8 @@ pub(super) struct Session {
     pub(super) spec: TcpSpec,
     /// Bytes promised to data connections so far (transfer each).
     pub(super) reserved: AtomicU64,
+    /// Burst records held by this session's live data connections.
+    burst_records: AtomicU64,
     pub(super) counters: Counters,
     /// What the server may still send, and the session's stop flag.
     pub(super) guard: SendGuard,
@@ -55,6 +60,7 @@ impl Session {
             peer,
             spec,
             reserved: AtomicU64::new(0),
+            burst_records: AtomicU64::new(0),
             counters: Counters::default(),
             live: Mutex::new(HashMap::new()),
             started: Instant::now(),
@@ -196,6 +202,21 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
             ),
         );
     }
+    let bursts = sess
+        .spec
+        .burst
+        .map_or(0, |b| sess.spec.transfer.div_ceil(b.size.max(1)));
+    let _records = Held::take(&sess.burst_records, bursts);
+    if sess.burst_records.load(SeqCst) > MAX_SESSION_BURSTS {
+        return reply_error(
+            stream,
+            ErrorCode::Refused,
+            format!(
+                "server limit: {MAX_SESSION_BURSTS} burst records per session ({} connections of {bursts} bursts)",
+                sess.burst_records.load(SeqCst) / bursts.max(1)
+            ),
+        );
+    }
     if let Some(n) = st.cfg.exit_after
         && st.admitted.fetch_add(1, SeqCst) >= n
     {
@@ -247,29 +268,15 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
         if sess.spec.burst.is_some()
             && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
         {
-            // Our account of each burst, for the client to print (it only reads).
+            // Our account of each burst, for the client to print (it only reads),
+            // in frames that fit.
             let mut s = stream;
-            let mut chunks = bursts.chunks(100).peekable();
-            if chunks.peek().is_none() {
-                let _ = write_message(
-                    &mut s,
-                    &Message::TcpBursts {
-                        bursts: Vec::new(),
-                        last: true,
-                    },
-                );
-            }
-            while let Some(c) = chunks.next() {
-                let last = chunks.peek().is_none();
-                if write_message(
-                    &mut s,
-                    &Message::TcpBursts {
-                        bursts: c.to_vec(),
-                        last,
-                    },
-                )
-                .is_err()
-                {
+            let frames = crate::proto::in_frames(&bursts, 100, |bursts, last| Message::TcpBursts {
+                bursts,
+                last,
+            });
+            for m in frames {
+                if write_message(&mut s, &m).is_err() {
                     break;
                 }
             }
@@ -297,4 +304,20 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
     sess.counters.record(kind);
     sess.counters.in_flight.fetch_sub(1, SeqCst);
     st.finished.fetch_add(1, Relaxed);
+}
+
+/// `n` counted in a total while a data connection lives.
+struct Held<'a>(&'a AtomicU64, u64);
+
+impl<'a> Held<'a> {
+    fn take(total: &'a AtomicU64, n: u64) -> Held<'a> {
+        total.fetch_add(n, SeqCst);
+        Held(total, n)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, SeqCst);
+    }
 }
