@@ -5,17 +5,25 @@
 # injecting loss, duplication, reordering, corruption and resets, and clients
 # SIGKILLed mid-test. Prints tests run, faults injected and detected, the
 # mismatches (must be 0), and the server's RSS and descriptors over time.
+# With SOAK_ATTACK=1 (the default) an attack mix runs alongside from other
+# loopback addresses (127.0.0.2-9): trickled handshakes, silent sessions,
+# requests built to allocate or send without bound, clients that stop
+# reading, stray data connections, garbage, and idle connections and new-port
+# datagrams at the relays. At the end the server's descriptors, threads and
+# RSS must be back near where they were after warm-up.
 # Bounded: it stops by itself. Not part of the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-SOAK_SECONDS=${SOAK_SECONDS:-600} SOAK_CLIENTS=${SOAK_CLIENTS:-6} NETRIG=$NETRIG WORK=$WORK \
+SOAK_SECONDS=${SOAK_SECONDS:-600} SOAK_CLIENTS=${SOAK_CLIENTS:-6} SOAK_ATTACK=${SOAK_ATTACK:-1} \
+NETRIG=$NETRIG WORK=$WORK \
 python3 - <<'PY'
 import json, os, random, signal, socket, subprocess, sys, threading, time
 
 BIN, WORK = os.environ["NETRIG"], os.environ["WORK"]
 SECONDS, CLIENTS = int(os.environ["SOAK_SECONDS"]), int(os.environ["SOAK_CLIENTS"])
+ATTACK = os.environ["SOAK_ATTACK"] == "1"
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -34,7 +42,10 @@ def start(args):
     procs.append(p); return p
 
 sport = free_port()
-server = start(["serve", "--listen", f"127.0.0.1:{sport}", "-q", "--max-tests", "500"])
+# Legit clients all come from 127.0.0.1: room for them; attackers get the defaults.
+server = start(["serve", "--listen", f"127.0.0.1:{sport}", "-q", "--max-tests", "500",
+                "--max-tests-per-client", "64", "--max-conns-per-client", "1024",
+                "--max-duration", "40s"])
 wait_listen(sport)
 
 relays = {}
@@ -51,6 +62,8 @@ udp_port = relay("udp", "--loss", "1%", "--dup", "0.5%", "--reorder", "0.5%", "-
 flip_port = relay("tcp_flip", "--corrupt", "0.00000003", "--seed", "12")
 reset_port = relay("tcp_reset", "--reset-after", "1M", "--seed", "13")
 rr_port = relay("rr_loss", "--loss", "2%", "--seed", "14")
+# Attacked, and not counted in the fault tally.
+attack_port = relay("attacked", "--max-flows", "64", "--idle-timeout", "10s")
 
 lock = threading.Lock()
 runs = {}          # kind -> count
@@ -133,12 +146,118 @@ def worker(w):
         i += 1
 
 def status(pid):
-    rss = 0
+    rss = threads = 0
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1])
-    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+            if line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    return rss, len(os.listdir(f"/proc/{pid}/fd")), threads
+
+# The attack mix: each attack is bounded in count and time, and every socket
+# it opens is closed by the end of the soak.
+NR = b"NR\x01\x00"
+def frame(obj):
+    p = json.dumps(obj).encode()
+    return NR + len(p).to_bytes(4, "big") + p
+HELLO = frame({"type": "hello", "protocol": 1, "software": "attack", "capabilities": []})
+def udp_req(**edit):
+    spec = {"kind": "udp", "reverse": False, "size": 1000, "gap_ps": 1000000000, "duration_ms": 1000,
+            "pacing": "sleep", "catch_up": False, "verify": True, "interval_ms": 100, "hist_bin_ns": 50000,
+            "hist_bins": 100, "offset_comp_ns": 0, "media": None, "profile": None, "precompute": False,
+            "burst": None, "auth_datagrams": False}
+    spec.update(edit)
+    return frame({"type": "test_request", "test": spec})
+def tcp_req(**edit):
+    spec = {"kind": "tcp", "pattern": "pull", "transfer": 1 << 20, "push_bytes": 0, "pull_bytes": 0,
+            "verify": "data", "connections": 1, "burst": None}
+    spec.update(edit)
+    return frame({"type": "test_request", "test": spec})
+def step(at, rate, size):
+    return {"at_ns": at, "rate_bps": rate, "size": size, "hold": False}
+HOSTILE = [
+    udp_req(hist_bins=2**32 - 1),
+    udp_req(profile={"steps": [step(0, 1000, 100), step(500000000, 1000, 2**32 - 1)]}),
+    udp_req(profile={"steps": []}),
+    udp_req(profile={"steps": [step(0, 1000, 100), step(3600 * 10**9, 1000, 100)]}),
+    tcp_req(burst={"size": 1, "period_ms": 1}),
+    tcp_req(transfer=2000000, burst={"size": 1000000, "period_ms": 2**62}),
+    frame({"type": "test_request", "test": {"kind": "rr", "proto": "udp", "size": 32, "reply": 65000,
+                                             "iterations": 10**9, "nagle": False, "until_stopped": True}}),
+    b"GET / HTTP/1.0\r\n\r\n",
+    os.urandom(200),
+]
+attacks = {k: 0 for k in ["trickle", "silent", "hostile", "stop-reading", "stray data", "relay idle", "relay flows"]}
+attack_sockets = []
+
+def conn_from(src, port, timeout=5):
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    return s
+
+def attack(a_deadline):
+    rng = random.Random(99)
+    n = 0
+    while time.monotonic() < a_deadline:
+        src = f"127.0.0.{2 + n % 8}"
+        kind = n % 7
+        n += 1
+        try:
+            if kind == 0:     # a handshake one byte at a time
+                s = conn_from(src, sport)
+                for b in HELLO[:10]:
+                    s.send(bytes([b])); time.sleep(0.3)
+                s.close(); attacks["trickle"] += 1
+            elif kind == 1:   # ask for a test, then say nothing (held until the next round)
+                s = conn_from(src, sport)
+                s.sendall(HELLO + tcp_req(transfer=10**9)); attack_sockets.append(s)
+                if len(attack_sockets) > 40:
+                    attack_sockets.pop(0).close()
+                attacks["silent"] += 1
+            elif kind == 2:   # requests that would crash, allocate or send without bound
+                for m in HOSTILE:
+                    s = conn_from(src, sport)
+                    s.sendall(HELLO + m)
+                    try:
+                        s.recv(65536)
+                    except OSError:
+                        pass
+                    s.close()
+                attacks["hostile"] += 1
+            elif kind == 3:   # rr with 16 MB replies, never read
+                s = conn_from(src, sport)
+                s.sendall(HELLO + frame({"type": "test_request", "test": {"kind": "rr", "proto": "tcp",
+                          "size": 1, "reply": 16 << 20, "iterations": 100, "nagle": False,
+                          "until_stopped": False}}) + b"\x00" * 4)
+                attack_sockets.append(s); attacks["stop-reading"] += 1
+            elif kind == 4:   # a data connection for a session it guessed
+                s = conn_from(src, sport)
+                s.sendall(frame({"type": "data_hello", "session": str(__import__("uuid").uuid4()),
+                                 "connection": str(__import__("uuid").uuid4()), "buffer": 65536}))
+                try:
+                    s.recv(4096)
+                except OSError:
+                    pass
+                s.close(); attacks["stray data"] += 1
+            elif kind == 5:   # idle connections at a relay
+                for _ in range(20):
+                    attack_sockets.append(conn_from(src, attack_port))
+                while len(attack_sockets) > 120:
+                    attack_sockets.pop(0).close()
+                attacks["relay idle"] += 1
+            else:             # one-byte datagrams from new ports at a relay
+                for _ in range(50):
+                    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    u.bind((src, 0)); u.sendto(b"x", ("127.0.0.1", attack_port)); u.close()
+                attacks["relay flows"] += 1
+        except OSError:
+            pass
+        time.sleep(rng.uniform(0.05, 0.3))
+    for s in attack_sockets:
+        s.close()
 
 samples = []
 def monitor():
@@ -150,13 +269,31 @@ def monitor():
         samples.append((time.monotonic() - t0, *status(server.pid)))
         time.sleep(every)
 
-print(f"soak: {SECONDS} s, {CLIENTS} concurrent clients, server 127.0.0.1:{sport}", flush=True)
+print(f"soak: {SECONDS} s, {CLIENTS} concurrent clients, server 127.0.0.1:{sport}"
+      + (", attack mix from 127.0.0.2-9" if ATTACK else ""), flush=True)
+# Warm up every kind of legit test once, so lazily made state is in the baseline.
+for w in range(7):
+    job(w, random.Random(w))
+time.sleep(2)
+baseline = status(server.pid)
+deadline = time.monotonic() + SECONDS
 mon = threading.Thread(target=monitor, daemon=True); mon.start()
+atk = threading.Thread(target=attack, args=(deadline,))
+if ATTACK:
+    atk.start()
 ws = [threading.Thread(target=worker, args=(w,)) for w in range(CLIENTS)]
 for w in ws: w.start()
 for w in ws: w.join()
-time.sleep(2)  # let the server wind the last sessions down
-final = status(server.pid) if server.poll() is None else (0, 0)
+if ATTACK:
+    atk.join()
+# Let the server wind the last sessions down (stalled ones end by their deadline).
+settle = time.monotonic() + 50
+while time.monotonic() < settle and server.poll() is None:
+    rss, fds, threads = status(server.pid)
+    if fds <= baseline[1] and threads <= baseline[2]:
+        break
+    time.sleep(0.5)
+final = status(server.pid) if server.poll() is None else (0, 0, 0)
 samples.append((time.monotonic() - (deadline - SECONDS), *final))
 
 counts = {}
@@ -198,13 +335,22 @@ for k in injected:
     print(f"{k:<18} {injected[k]:>10} {detected[k]:>10} {m:>9}")
 print(f"{'churn runs with errors':<39} {churn_bad:>10}")
 mismatches += churn_bad + sum(failed.values())
-print("\nserver over time:\n  t_s    RSS_KiB  fds")
-for t, rss, fds in samples:
-    print(f"  {t:5.0f} {rss:>9} {fds:>4}")
+if ATTACK:
+    print("\nattacks made: " + ", ".join(f"{k} {v}" for k, v in attacks.items()))
+    a = counts["attacked"]
+    print(f"attacked relay: {a['tcp_connections']} connections, {a['udp_flows']} flows, "
+          f"{a['tcp_refused']} connections and {a['udp_refused']} datagrams refused, "
+          f"{a['idle_closed']} closed idle")
+print("\nserver over time:\n  t_s    RSS_KiB  fds threads")
+print(f"  base {baseline[0]:>9} {baseline[1]:>4} {baseline[2]:>7}")
+for t, rss, fds, threads in samples:
+    print(f"  {t:5.0f} {rss:>9} {fds:>4} {threads:>7}")
 alive = server.poll() is None
-print(f"\nserver alive: {alive}; mismatches: {mismatches}")
+leaked = final[1] > baseline[1] or final[2] > baseline[2] or final[0] > baseline[0] + 32 * 1024
+print(f"\nserver alive: {alive}; mismatches: {mismatches}; "
+      f"back to baseline (fds, threads, RSS within 32 MiB): {not leaked}")
 for p in procs:
     if p.poll() is None:
         p.kill()
-sys.exit(0 if alive and mismatches == 0 else 1)
+sys.exit(0 if alive and mismatches == 0 and not leaked else 1)
 PY

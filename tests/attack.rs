@@ -23,7 +23,8 @@ impl Raw {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut r = Raw(s);
         r.send(&Message::Hello(Message::hello()));
-        assert!(matches!(r.recv(), Ok(Message::HelloAck(_))));
+        let ack = r.recv();
+        assert!(matches!(ack, Ok(Message::HelloAck(_))), "{ack:?}");
         r
     }
 
@@ -819,4 +820,62 @@ fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
         .filter(|l| l.contains(",queue_dropped,"))
         .count() as u64;
     assert_eq!(logged, dropped);
+}
+
+#[test]
+fn burst_records_held_by_one_session_are_bounded() {
+    let (_srv, addr) = serve(&["-q"]);
+    // 10,000 one-byte bursts a connection: the most one connection may ask.
+    let tcp = json!({"type": "test_request", "test": {"kind": "tcp", "pattern": "pull",
+        "transfer": 10_000, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
+        "connections": 11, "burst": {"size": 1, "period_ms": 300}}});
+    let mut r = Raw::hello(addr);
+    r.send_json(&tcp);
+    let reply = r.recv();
+    let Ok(Message::TestAccept { session }) = reply else {
+        panic!("no session: {reply:?}")
+    };
+    let attach = || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let hello = Message::DataHello(proto::DataHello {
+            session,
+            connection: uuid::Uuid::new_v4(),
+            buffer: 65536,
+            proof: None,
+        });
+        proto::write_message(&mut s, &hello).unwrap();
+        let reply = proto::read_message(&mut s);
+        (s, reply)
+    };
+    // Ten live connections hold 100,000 records; the eleventh would pass the cap.
+    let mut live = Vec::new();
+    for i in 0..10 {
+        let (s, reply) = attach();
+        assert!(
+            matches!(reply, Ok(Message::DataAck { .. })),
+            "connection {i}: {reply:?}"
+        );
+        live.push(s);
+    }
+    match attach().1 {
+        Ok(Message::Error { message, .. }) => {
+            assert!(message.contains("burst records per session"), "{message}")
+        }
+        other => panic!("an eleventh connection was not refused: {other:?}"),
+    }
+    // Records are given back when connections end.
+    drop(live.pop());
+    let t0 = Instant::now();
+    loop {
+        if let (s, Ok(Message::DataAck { .. })) = attach() {
+            live.push(s);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "records not returned"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
