@@ -281,6 +281,14 @@ mod tests {
         );
         assert!(!k.verify_client(&cn, &sn, "zz"));
         assert!(!k.verify_client(&cn, &sn, ""));
+        let sp = k.server_proof(&cn, &sn);
+        assert_eq!(sp.len(), 64);
+        assert!(k.verify_server(&cn, &sn, &sp));
+        assert!(
+            !k.verify_client(&cn, &sn, &sp),
+            "a server proof is no client proof"
+        );
+        assert!(!key("correct horse battery stapler").verify_server(&cn, &sn, &sp));
     }
 
     #[test]
@@ -308,6 +316,13 @@ mod tests {
         );
         // 16 distinct characters: 64 bits; 12 distinct of 16: about 56.
         assert!(Key::from_text(b"0123456789abcdef").is_ok());
+        // Eight characters twice each: exactly 48 bits, just enough.
+        assert_eq!(estimated_bits(b"aabbccddeeffgghh"), 48.0);
+        assert!(Key::from_text(b"aabbccddeeffgghh").is_ok());
+        assert_eq!(
+            Key::from_text(b"aabbccddeeffgggg"),
+            Err(AuthError::Weak { bits: 44 })
+        );
         assert!(estimated_bits(b"0123456789ab0123") > 55.0);
         assert!(estimated_bits(b"0123456789ab0123") < 58.0);
         assert!(Key::from_text(b"a shared secret of some length").is_ok());

@@ -674,6 +674,41 @@ pub fn in_frames<T: Clone>(
 mod tests {
     use super::*;
 
+    /// An error message whose frame payload is exactly `len` bytes.
+    fn error_of_payload(len: usize) -> Message {
+        let base = encoded_payload_len(&Message::error(ErrorCode::Malformed, ""));
+        Message::error(ErrorCode::Malformed, "x".repeat(len - base))
+    }
+
+    #[test]
+    fn frames_up_to_the_limit_are_written_and_larger_ones_never() {
+        let mut out = Vec::new();
+        write_message(&mut out, &error_of_payload(MAX_PAYLOAD)).unwrap();
+        assert_eq!(out.len(), HEADER_LEN + MAX_PAYLOAD);
+        assert!(matches!(decode_frame(&out), Ok(Some((_, n))) if n == out.len()));
+        let mut out = Vec::new();
+        let e = write_message(&mut out, &error_of_payload(MAX_PAYLOAD + 1)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(out.is_empty(), "nothing of an oversized frame is written");
+    }
+
+    #[test]
+    fn a_chunk_that_fits_exactly_is_not_split_and_one_item_is_never_split() {
+        let make = |v: Vec<String>, _last: bool| Message::error(ErrorCode::Malformed, v.concat());
+        let base = encoded_payload_len(&make(Vec::new(), false));
+        let fits = vec!["a".repeat(MAX_PAYLOAD - base - 1), "b".into()];
+        assert_eq!(in_frames(&fits, 10, make).len(), 1);
+        let over = vec!["a".repeat(MAX_PAYLOAD - base - 1), "bb".into()];
+        assert_eq!(in_frames(&over, 10, make).len(), 2);
+        // A single item too large for any frame stays one message (write_message refuses it).
+        let huge = vec!["c".repeat(MAX_PAYLOAD + 10)];
+        assert_eq!(in_frames(&huge, 10, make).len(), 1);
+        // The UDP totals threshold is the frame limit, not less.
+        let t = crate::udp::track::UdpTotals::default();
+        let one = encoded_payload_len(&Message::UdpResult(t.clone()));
+        assert!(one < MAX_PAYLOAD);
+    }
+
     #[test]
     fn large_results_go_in_frames_that_fit_in_order() {
         let bins: Vec<(f64, u64)> = (0..8000).map(|i| (i as f64 * 50.5, u64::MAX - i)).collect();

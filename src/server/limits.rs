@@ -146,6 +146,20 @@ mod tests {
     }
 
     #[test]
+    fn a_sessions_deadline_is_max_duration_plus_grace() {
+        let l = Limits {
+            max_duration: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        assert_eq!(l.deadline(), Duration::from_secs(15));
+        let forever = Limits {
+            max_duration: Duration::MAX,
+            ..Limits::default()
+        };
+        assert_eq!(forever.deadline(), Duration::MAX);
+    }
+
+    #[test]
     fn rr_requests_fit_max_bytes() {
         let l = Limits {
             max_bytes: 1000,

@@ -321,3 +321,64 @@ impl Drop for Held<'_> {
         self.0.fetch_sub(self.1, SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{BurstSpec, IoPattern, VerifyLevel};
+    use std::time::Duration;
+
+    fn bursty(transfer: u64, size: u64, period_ms: u64) -> TcpSpec {
+        TcpSpec {
+            pattern: IoPattern::Pull,
+            transfer,
+            push_bytes: 0,
+            pull_bytes: 0,
+            verify: VerifyLevel::Data,
+            connections: 1,
+            burst: Some(BurstSpec { size, period_ms }),
+        }
+    }
+
+    #[test]
+    fn burst_counts_and_trains_are_bounded_at_their_edges() {
+        let l = Limits {
+            max_duration: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        assert!(validate(&bursty(MAX_BURSTS, 1, 1), &l).is_ok());
+        let why = validate(&bursty(MAX_BURSTS + 1, 1, 1), &l).unwrap_err();
+        assert!(why.contains("10001 bursts"), "{why}");
+        // 11 bursts 1 s apart: the last starts at 10 s, within the limit.
+        assert!(validate(&bursty(11, 1, 1000), &l).is_ok());
+        let why = validate(&bursty(11, 1, 1001), &l).unwrap_err();
+        assert!(why.contains("max duration"), "{why}");
+        // One burst never waits, whatever its period.
+        assert!(validate(&bursty(5, 5, u64::MAX), &l).is_ok());
+        assert!(validate(&bursty(6, 5, u64::MAX), &l).is_err());
+        assert!(validate(&bursty(10, 0, 1), &l).is_err());
+        assert!(validate(&bursty(10, 1, 0), &l).is_err());
+    }
+
+    #[test]
+    fn pushpull_needs_both_amounts() {
+        let l = Limits::default();
+        let pp = |push_bytes, pull_bytes| TcpSpec {
+            pattern: IoPattern::Pushpull,
+            push_bytes,
+            pull_bytes,
+            burst: None,
+            ..bursty(1 << 20, 1, 1)
+        };
+        assert!(validate(&pp(1000, 1000), &l).is_ok());
+        assert!(validate(&pp(0, 1000), &l).is_err());
+        assert!(validate(&pp(1000, 0), &l).is_err());
+        // Other patterns ignore the amounts.
+        let push = TcpSpec {
+            pattern: IoPattern::Push,
+            burst: None,
+            ..pp(0, 0)
+        };
+        assert!(validate(&push, &l).is_ok());
+    }
+}
