@@ -689,6 +689,7 @@ mod tests {
         let mut out = Vec::new();
         let e = write_message(&mut out, &error_of_payload(MAX_PAYLOAD + 1)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("payload of 65537 bytes"), "{e}");
         assert!(out.is_empty(), "nothing of an oversized frame is written");
     }
 

@@ -7,7 +7,7 @@
 mod bin;
 
 use bin::*;
-use netrig::proto::{self, Message, TestSpec, UdpSpec};
+use netrig::proto::{self, Message, TestSpec};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -52,27 +52,6 @@ impl Raw {
             Ok(Message::Error { message, .. }) => message,
             other => panic!("expected a refusal, got {other:?}"),
         }
-    }
-}
-
-fn udp_spec() -> UdpSpec {
-    UdpSpec {
-        reverse: false,
-        size: 1000,
-        gap_ps: 1_000_000_000,
-        duration_ms: 1000,
-        pacing: netrig::udp::pace::Pacing::Sleep,
-        catch_up: false,
-        verify: true,
-        interval_ms: 100,
-        hist_bin_ns: 50_000,
-        hist_bins: 100,
-        offset_comp_ns: 0,
-        media: None,
-        profile: None,
-        precompute: false,
-        burst: None,
-        auth_datagrams: false,
     }
 }
 
@@ -434,14 +413,7 @@ fn out_of_descriptors_the_server_backs_off_and_recovers() {
             .unwrap(),
     );
     let addr: SocketAddr = listen.parse().unwrap();
-    let t0 = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening(addr, "server");
     let pid = child.0.id();
     // prlimit execs the server in place: the pid is the server's.
     let idle: Vec<TcpStream> = (0..100)
@@ -639,7 +611,16 @@ fn a_far_future_departure_does_not_outlive_its_client() {
     let profile = dir.path().join("far.txt");
     // Nothing for 50 minutes, then a stream: the server's sender waits.
     std::fs::write(&profile, "0 0 100 hold\n3000 1M 100\n3600 1M 100\n").unwrap();
-    let base = threads(pid);
+    // The readiness probe's thread may still be winding down.
+    let mut base = threads(pid);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = threads(pid);
+        if now == base {
+            break;
+        }
+        base = now;
+    }
     let p = &profile.to_str().unwrap();
     let mut c = Proc(
         netrig(&[
@@ -657,8 +638,15 @@ fn a_far_future_departure_does_not_outlive_its_client() {
         .spawn()
         .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(threads(pid) > base, "the test did not start");
+    // The session's sender thread appears once the stream is set up.
+    let t0 = Instant::now();
+    while threads(pid) <= base + 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the test did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = c.0.kill();
     let _ = c.0.wait();
     let t0 = Instant::now();

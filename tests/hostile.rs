@@ -22,21 +22,8 @@ fn corpus() -> Vec<Message> {
     let id = uuid::Uuid::from_u128(7);
     let udp = UdpSpec {
         reverse: true,
-        size: 1000,
-        gap_ps: 1_000_000_000,
         duration_ms: 200,
-        pacing: netrig::udp::pace::Pacing::Sleep,
-        catch_up: false,
-        verify: true,
-        interval_ms: 100,
-        hist_bin_ns: 50_000,
-        hist_bins: 100,
-        offset_comp_ns: 0,
-        media: None,
-        profile: None,
-        precompute: false,
-        burst: None,
-        auth_datagrams: false,
+        ..udp_spec()
     };
     vec![
         Message::Hello(Message::hello()),

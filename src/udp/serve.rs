@@ -701,6 +701,25 @@ mod tests {
     }
 
     #[test]
+    fn the_rate_limit_allows_a_millionth_for_rounding() {
+        let at = |gap_ps| {
+            let mut s = spec();
+            s.gap_ps = gap_ps;
+            validate(
+                &s,
+                Limits {
+                    max_rate_bps: 8_000_000,
+                    ..Limits::default()
+                },
+            )
+        };
+        // 8,000,004 bit/s: half a millionth over, as rounding a gap can make it.
+        assert_eq!(at(999_999_500), Ok(()));
+        // 8,000,016 bit/s: two millionths over.
+        assert!(at(999_998_000).unwrap_err().contains("max rate"));
+    }
+
+    #[test]
     fn duration_bytes_and_bursts_at_their_edges() {
         let at = |duration_ms, max_duration_ms, max_bytes| {
             let mut s = spec();

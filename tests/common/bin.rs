@@ -39,16 +39,43 @@ pub fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
     args.extend_from_slice(extra);
     let child = Proc(netrig(&args).stdout(Stdio::null()).spawn().unwrap());
     let addr: SocketAddr = listen.parse().unwrap();
+    wait_listening(addr, "server");
+    (child, addr)
+}
+
+/// Waits until something accepts connections at `addr` (a connection closed
+/// without a word is dropped silently by a server or relay).
+pub fn wait_listening(addr: SocketAddr, what: &str) {
     let t0 = Instant::now();
-    // A connection closed without a word is dropped silently by the server.
     while TcpStream::connect(addr).is_err() {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
+            "{what} did not start"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, addr)
+}
+
+/// A valid UDP test spec: 1000-byte datagrams at 8 Mbit/s for 1 s.
+pub fn udp_spec() -> netrig::proto::UdpSpec {
+    netrig::proto::UdpSpec {
+        reverse: false,
+        size: 1000,
+        gap_ps: 1_000_000_000,
+        duration_ms: 1000,
+        pacing: netrig::udp::pace::Pacing::Sleep,
+        catch_up: false,
+        verify: true,
+        interval_ms: 100,
+        hist_bin_ns: 50_000,
+        hist_bins: 100,
+        offset_comp_ns: 0,
+        media: None,
+        profile: None,
+        precompute: false,
+        burst: None,
+        auth_datagrams: false,
+    }
 }
 
 pub fn fd_count(pid: u32) -> usize {
@@ -160,14 +187,7 @@ pub fn relay(to: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
             .unwrap(),
     );
     let addr: SocketAddr = listen.parse().unwrap();
-    let t0 = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "relay did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening(addr, "relay");
     (child, addr)
 }
 
