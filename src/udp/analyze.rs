@@ -501,6 +501,166 @@ mod tests {
         assert_eq!(wire_bps(1e6, 0.0, 42), 1e6);
     }
 
+    /// What one synthetic series must yield.
+    struct Case {
+        name: &'static str,
+        samples: Vec<Sample>,
+        limiter: Option<Limiter>,
+        /// Congestion point, bit/s, within 10%.
+        at_bps: Option<f64>,
+        /// Committed burst, bytes, within 5%.
+        burst: Option<f64>,
+        /// Words one evidence line must contain.
+        says: &'static str,
+    }
+
+    #[test]
+    fn samples_turn_intervals_into_exact_rates_and_loss() {
+        // 0 → 8 Mbit/s over 2 s, in 1000-byte datagrams.
+        let profile = Profile::sweep(0, 8_000_000, 2_000_000_000, 1000).unwrap();
+        let iv = |time_slice, bytes, packets, drops, duplicates| UdpInterval {
+            time_slice,
+            bytes,
+            packets,
+            drops,
+            duplicates,
+            delay_avg_us: Some(150.0),
+            delay_min_us: Some(100.0),
+            delay_max_us: Some(200.0),
+            ..Default::default()
+        };
+        let intervals = [
+            iv(0.5, 50_000, 52, 2, 2),
+            iv(1.0, 150_000, 150, 0, 0),
+            iv(1.5, 200_000, 200, 50, 0),
+            iv(2.0, 250_000, 250, 0, 0),
+            // The drain after the stream ends is not a sample.
+            iv(2.5, 0, 0, 0, 0),
+        ];
+        let got = samples(&profile, &intervals, None);
+        assert_eq!(got.len(), 4);
+        assert_eq!((got[3].start, got[3].end), (1.5, 2.0));
+        assert_eq!(got[3].asked_bps, 7_000_000.0);
+        let s0 = got[0];
+        assert_eq!((s0.start, s0.end), (0.0, 0.5));
+        // Mid-interval (0.25 s) the sweep asks 1 Mbit/s.
+        assert_eq!(s0.asked_bps, 1_000_000.0);
+        assert_eq!(s0.offered_bps, 1_000_000.0);
+        assert_eq!(s0.received_bps, 800_000.0);
+        assert_eq!(s0.bytes, 50_000);
+        // 2 lost of (52 − 2 duplicates + 2 lost) expected.
+        assert_eq!(s0.loss, 2.0 / 52.0);
+        assert_eq!(s0.size, 1000.0);
+        assert_eq!(s0.delay_avg_us, Some(150.0));
+        assert_eq!((got[1].start, got[1].end), (0.5, 1.0));
+        assert_eq!(got[1].asked_bps, 3_000_000.0);
+        assert_eq!(got[1].loss, 0.0);
+        assert_eq!(got[2].loss, 50.0 / 250.0);
+        assert_eq!(got[2].received_bps, 200_000.0 * 8.0 / 0.5);
+        // With the sender's own counts, the offered rate is what left it.
+        let sent = [25_000u64, 25_000, 100_000, 100_000, 0, 0];
+        let got = samples(&profile, &intervals, Some((&sent, 0.25)));
+        assert_eq!(got[0].offered_bps, 50_000.0 * 8.0 / 0.5);
+        assert_eq!(got[0].asked_bps, 1_000_000.0);
+        assert_eq!(got[1].offered_bps, 200_000.0 * 8.0 / 0.5);
+        assert_eq!(got[2].offered_bps, 0.0);
+        // No intervals, no samples.
+        assert!(samples(&profile, &[], None).is_empty());
+    }
+
+    #[test]
+    fn congestion_table() {
+        let mut stalled = model(100e6, false, 1e6);
+        // The host stalled the receiver once: one interval short, queue and all.
+        stalled[20].received_bps *= 0.5;
+        stalled[20].delay_avg_us = Some(20_000.0);
+        let mut behind = model(100e6, false, 1e6);
+        // The sender left only 60% of what the profile asked from t = 15 s; the path
+        // carried all of it, so there is no congestion, only a slow sender.
+        for s in behind.iter_mut().filter(|s| s.start >= 15.0) {
+            s.offered_bps = s.asked_bps * 0.6;
+            s.received_bps = s.offered_bps;
+        }
+        let cases = vec![
+            Case {
+                name: "clean link",
+                samples: model(100e6, false, 1e6),
+                limiter: None,
+                at_bps: None,
+                burst: None,
+                says: "followed the offered rate throughout",
+            },
+            Case {
+                name: "shaper: delay grows, no loss at first",
+                samples: model(10e6, true, 0.0),
+                limiter: Some(Limiter::Shaping),
+                at_bps: Some(10e6),
+                burst: None,
+                says: "",
+            },
+            // The FlowPing paper's own setting: CIR 5 Mbit/s, Bc 256 kB; its
+            // estimate was 252,000 B.
+            Case {
+                name: "policer, FlowPing paper",
+                samples: model(5e6, false, 256_000.0),
+                limiter: Some(Limiter::Policing),
+                at_bps: Some(5e6),
+                burst: Some(256_000.0),
+                says: "Bc =",
+            },
+            Case {
+                name: "policer, 10 Mbit/s, 400 kB",
+                samples: model(10e6, false, 400_000.0),
+                limiter: Some(Limiter::Policing),
+                at_bps: Some(10e6),
+                burst: Some(400_000.0),
+                says: "Bc =",
+            },
+            Case {
+                name: "a lone host stall",
+                samples: stalled,
+                limiter: None,
+                at_bps: None,
+                burst: None,
+                says: "followed the offered rate throughout",
+            },
+            Case {
+                name: "a sender that fell behind",
+                samples: behind,
+                limiter: None,
+                at_bps: None,
+                burst: None,
+                says: "the sender sent less than the profile asked in 10 of 40 intervals",
+            },
+            Case {
+                name: "too few intervals",
+                samples: model(5e6, false, 256_000.0)[..3].to_vec(),
+                limiter: None,
+                at_bps: None,
+                burst: None,
+                says: "only 3 intervals with traffic: too few to analyse",
+            },
+        ];
+        for c in cases {
+            let a = analyze(&c.samples);
+            let ctx = format!("{}: {:?}", c.name, a.evidence);
+            assert_eq!(a.limiter, c.limiter, "{ctx}");
+            match (c.at_bps, a.congestion_bps) {
+                (Some(want), Some(got)) => assert!((got / want - 1.0).abs() < 0.1, "{got} {ctx}"),
+                (None, None) => {}
+                (want, got) => panic!("congestion {got:?}, expected {want:?}: {ctx}"),
+            }
+            match (c.burst, a.burst_bytes) {
+                (Some(want), Some(got)) => {
+                    assert!((got / want - 1.0).abs() < 0.05, "Bc {got} {ctx}")
+                }
+                (None, None) => {}
+                (want, got) => panic!("burst {got:?}, expected {want:?}: {ctx}"),
+            }
+            assert!(a.evidence.iter().any(|e| e.contains(c.says)), "{ctx}");
+        }
+    }
+
     #[test]
     fn shaping_is_found_at_the_shaper_rate() {
         let a = analyze(&model(10e6, true, 0.0));
