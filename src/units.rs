@@ -255,6 +255,119 @@ mod tests {
         assert_eq!(format_bytes(12), "12 B");
     }
 
+    #[test]
+    fn every_unit_and_its_spellings() {
+        for (text, bytes) in [
+            ("7", 7),
+            ("7b", 7),
+            ("7B", 7),
+            ("1k", 1 << 10),
+            ("1KB", 1 << 10),
+            ("1m", 1 << 20),
+            ("1MiB", 1 << 20),
+            ("1g", 1 << 30),
+            ("1GB", 1 << 30),
+            ("1GiB", 1 << 30),
+            ("1t", 1 << 40),
+            ("1TB", 1 << 40),
+            ("1TiB", 1 << 40),
+            ("1_000", 1000),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for (text, bps) in [
+            ("1k", 1_000),
+            ("1K", 1_000),
+            ("1m", 1_000_000),
+            ("1g", 1_000_000_000),
+            ("1t", 1_000_000_000_000),
+            ("1T", 1_000_000_000_000),
+            ("1Tbit", 1_000_000_000_000),
+            ("1Mbits", 1_000_000),
+            ("1Mbits/s", 1_000_000),
+            ("1Mb/s", 1_000_000),
+            ("1MBps", 8_000_000),
+            ("1kB/s", 8_000),
+            ("1bps", 1),
+        ] {
+            assert_eq!(parse_rate(text), Ok(bps), "{text}");
+        }
+        for (text, d) in [
+            ("250ns", Duration::from_nanos(250)),
+            ("3µs", Duration::from_micros(3)),
+            ("2sec", Duration::from_secs(2)),
+            ("2secs", Duration::from_secs(2)),
+            ("1min", Duration::from_secs(60)),
+            ("2mins", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("0.5h", Duration::from_secs(1800)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(d), "{text}");
+        }
+        assert!(matches!(
+            parse_duration("1e400"),
+            Err(UnitError::UnknownUnit { .. })
+        ));
+        assert!(matches!(
+            parse_duration("99999999999999999999999h"),
+            Err(UnitError::OutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn sizes_at_the_top_of_u64() {
+        // 2^64 − 2^11 is the largest f64 below 2^64; 2^64 itself is out of range.
+        assert_eq!(parse_size("18446744073709549568"), Ok(u64::MAX - 2047));
+        assert!(matches!(
+            parse_size("18446744073709551616"),
+            Err(UnitError::OutOfRange(_))
+        ));
+        assert_eq!(parse_size("16777215T"), Ok(16_777_215 << 40));
+        assert!(parse_size("16777216T").is_err());
+        assert_eq!(parse_rate("18446744T"), Ok(18_446_744_000_000_000_000));
+        assert!(matches!(
+            parse_rate("18446745T"),
+            Err(UnitError::OutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn rates_are_formatted_in_the_unit_that_fits() {
+        for (bits, text) in [
+            (0.0, "0.00 bit/s"),
+            (999.0, "999.00 bit/s"),
+            (1_000.0, "1.00 kbit/s"),
+            (999_999.0, "1000.00 kbit/s"),
+            (1e6, "1.00 Mbit/s"),
+            (12.345e6, "12.35 Mbit/s"),
+            (1e9, "1.00 Gbit/s"),
+            (999.5e9, "999.50 Gbit/s"),
+            (1e12, "1.00 Tbit/s"),
+            (2.5e15, "2500.00 Tbit/s"),
+        ] {
+            assert_eq!(format_bits_per_sec(bits), text, "{bits}");
+        }
+    }
+
+    #[test]
+    fn byte_counts_are_formatted_up_to_and_past_the_last_unit() {
+        for (bytes, text) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.00 KiB"),
+            (1536, "1.50 KiB"),
+            ((1 << 20) - 1, "1024.00 KiB"),
+            (1 << 20, "1.00 MiB"),
+            (5 << 30, "5.00 GiB"),
+            (1 << 40, "1.00 TiB"),
+            // Past the table the last unit stays: no index past its end.
+            (1 << 50, "1024.00 TiB"),
+            (u64::MAX, "16777216.00 TiB"),
+        ] {
+            assert_eq!(format_bytes(bytes), text, "{bytes}");
+        }
+    }
+
     proptest! {
         #[test]
         fn parsers_never_panic(s in "\\PC{0,24}") {
