@@ -161,7 +161,7 @@ NR = b"NR\x01\x00"
 def frame(obj):
     p = json.dumps(obj).encode()
     return NR + len(p).to_bytes(4, "big") + p
-HELLO = frame({"type": "hello", "protocol": 1, "software": "attack", "capabilities": []})
+HELLO = frame({"type": "hello", "protocol": 2, "software": "attack", "capabilities": []})
 def udp_req(**edit):
     spec = {"kind": "udp", "reverse": False, "size": 1000, "gap_ps": 1000000000, "duration_ms": 1000,
             "pacing": "sleep", "catch_up": False, "verify": True, "interval_ms": 100, "hist_bin_ns": 50000,

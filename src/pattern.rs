@@ -96,11 +96,15 @@ impl Pattern {
 
 /// Start position in the pattern of one direction of one connection.
 pub fn stream_start(connection: Uuid, dir: Direction) -> u64 {
-    let mut state = connection.as_u128() as u64 ^ (connection.as_u128() >> 64) as u64;
+    // Each half is mixed in turn (a plain XOR of the halves would give IDs
+    // such as 1 and 2^64 the same start).
+    let id = connection.as_u128();
+    let mut state = id as u64;
+    let mut h = splitmix64(&mut state) ^ (id >> 64) as u64;
     if dir == Direction::ServerToClient {
-        state ^= 0x5555_5555_5555_5555;
+        h ^= 0x5555_5555_5555_5555;
     }
-    splitmix64(&mut state) % PERIOD as u64
+    splitmix64(&mut h) % PERIOD as u64
 }
 
 #[cfg(test)]
@@ -123,6 +127,36 @@ mod tests {
         assert_eq!(p.slice(0, 0, 16), p.slice(0, PERIOD as u64, 16));
         assert_eq!(p.slice(5, 0, 16), p.slice(0, 5, 16));
         assert_ne!(p.slice(0, 0, 16), p.slice(0, 1, 16));
+    }
+
+    #[test]
+    fn connections_start_at_independent_points() {
+        // Connections whose IDs differ in either half, or in one bit, start
+        // apart: a stream misdelivered to another connection fails to verify.
+        let ids = [
+            Uuid::from_u128(1),
+            Uuid::from_u128(2),
+            Uuid::from_u128(3),
+            Uuid::from_u128(1 << 64),
+            Uuid::from_u128((1 << 64) | 1),
+            Uuid::from_u128(u128::MAX),
+            Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+        ];
+        let mut starts = std::collections::HashSet::new();
+        for id in ids {
+            for dir in [Direction::ClientToServer, Direction::ServerToClient] {
+                let s = stream_start(id, dir);
+                assert!(s < PERIOD as u64);
+                assert!(starts.insert(s), "{id} {dir:?} repeats start {s}");
+            }
+        }
+        // Spread over the period: 1,000 random connections land in most of 16 bands.
+        let mut bands = [0u32; 16];
+        for _ in 0..1000 {
+            let s = stream_start(Uuid::new_v4(), Direction::ClientToServer);
+            bands[(s * 16 / PERIOD as u64) as usize] += 1;
+        }
+        assert!(bands.iter().all(|&n| n > 20), "{bands:?}");
     }
 
     #[test]

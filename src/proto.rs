@@ -21,7 +21,7 @@ use thiserror::Error;
 use uuid::Uuid;
 
 /// Protocol version spoken in [`Hello`]; bump on incompatible message changes.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Frame layout version carried in every frame header.
 pub const FRAME_VERSION: u8 = 1;
 /// The two bytes every frame starts with.
