@@ -200,4 +200,58 @@ mod tests {
             ResultKind::Cancelled
         );
     }
+
+    #[test]
+    fn either_end_cancelled_is_cancelled_and_only_then() {
+        let ok = rep(100, 0, Verdict::Ok);
+        // The peer cancelled, this end finished: cancelled.
+        let r = agree(&ok, Ok(&rep(0, 40, Verdict::Cancelled)));
+        assert_eq!(r.kind, ResultKind::Cancelled);
+        assert_eq!(r.detail, "stopped before completion");
+        // This end cancelled, the peer finished: cancelled.
+        let r = agree(
+            &rep(40, 0, Verdict::Cancelled),
+            Ok(&rep(0, 100, Verdict::Ok)),
+        );
+        assert_eq!(r.kind, ResultKind::Cancelled);
+        // Neither: not cancelled.
+        assert_eq!(
+            agree(&ok, Ok(&rep(0, 100, Verdict::Ok))).kind,
+            ResultKind::Success
+        );
+    }
+
+    #[test]
+    fn kinds_print_as_ctstraffic_names_them() {
+        let names: Vec<String> = [
+            ResultKind::Success,
+            ResultKind::NetworkError,
+            ResultKind::DataError,
+            ResultKind::Cancelled,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            names,
+            ["Succeeded", "NetworkError", "DataError", "Cancelled"]
+        );
+        for (v, text) in [
+            (Verdict::Ok, "ok"),
+            (
+                Verdict::TooFew {
+                    expected: 10,
+                    received: 3,
+                },
+                "too few bytes: connection closed after 3 of 10 bytes",
+            ),
+            (
+                Verdict::TooMany { expected: 10 },
+                "too many bytes: data continued past the expected 10 bytes",
+            ),
+            (Verdict::Cancelled, "cancelled"),
+        ] {
+            assert_eq!(v.to_string(), text);
+        }
+    }
 }
