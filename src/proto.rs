@@ -681,6 +681,25 @@ mod tests {
     }
 
     #[test]
+    fn the_frame_limit_is_64_kib_exactly() {
+        let header = |len: u32| {
+            let mut h = [b'N', b'R', FRAME_VERSION, 0, 0, 0, 0, 0];
+            h[4..8].copy_from_slice(&len.to_be_bytes());
+            h
+        };
+        assert_eq!(parse_header(&header(0)), Ok(0));
+        assert_eq!(parse_header(&header(65_536)), Ok(65_536));
+        assert_eq!(
+            parse_header(&header(65_537)),
+            Err(ProtoError::Oversized(65_537))
+        );
+        assert_eq!(
+            parse_header(&header(u32::MAX)),
+            Err(ProtoError::Oversized(u32::MAX as usize))
+        );
+    }
+
+    #[test]
     fn frames_up_to_the_limit_are_written_and_larger_ones_never() {
         let mut out = Vec::new();
         write_message(&mut out, &error_of_payload(MAX_PAYLOAD)).unwrap();

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Mutation testing of the code that computes verdicts and counts: runs
+# cargo-mutants on the protocol-layer files with their unit tests only, and
+# prints caught / missed per file. Slow (several seconds per mutant, about an
+# hour for everything), so not part of CI; run it after changing these files,
+# or pass the files to test, e.g. tests/mutants.sh src/units.rs.
+# Exclusions (only mutants shown equivalent) live in .cargo/mutants.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+    files=(src/udp/analyze.rs src/udp/track.rs src/outcome.rs src/proto.rs src/units.rs
+           src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs)
+fi
+args=()
+for f in "${files[@]}"; do args+=(-f "$f"); done
+status=0
+cargo mutants --no-shuffle "${args[@]}" -- --lib || status=$?
+# Caught and missed per file, from cargo-mutants' outcome lists.
+for f in "${files[@]}"; do
+    caught=$(grep -c "^$f:" mutants.out/caught.txt 2>/dev/null || true)
+    timeout=$(grep -c "^$f:" mutants.out/timeout.txt 2>/dev/null || true)
+    missed=$(grep -c "^$f:" mutants.out/missed.txt 2>/dev/null || true)
+    total=$((caught + timeout + missed))
+    pct=$(( total > 0 ? 100 * (caught + timeout) / total : 100 ))
+    printf '%-24s %4d viable  %4d caught  %4d missed  %3d%%\n' "$f" "$total" "$((caught + timeout))" "$missed" "$pct"
+done
+exit $status
