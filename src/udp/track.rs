@@ -38,18 +38,26 @@ pub struct SeqTracker {
     next: u64,
     missing: BTreeSet<u64>,
     pruned: u64,
+    /// `u64::MAX` itself has arrived (`next` cannot go past it).
+    saw_top: bool,
 }
 
 impl SeqTracker {
     /// Accounts one arrival.
     pub fn on_seq(&mut self, seq: u64) -> Arrival {
+        // A sequence number comes off the network: the top one must not
+        // overflow `next`, and seen twice it is a duplicate.
+        if seq == u64::MAX && self.saw_top {
+            return Arrival::Duplicate;
+        }
         if seq >= self.next {
             let gap = seq - self.next;
             // Remember at most WINDOW missing numbers; a forged huge jump cannot exhaust memory.
             let remember_from = self.next.max(seq.saturating_sub(WINDOW));
             self.pruned += remember_from - self.next;
             self.missing.extend(remember_from..seq);
-            self.next = seq + 1;
+            self.next = seq.saturating_add(1);
+            self.saw_top |= seq == u64::MAX;
             let floor = self.next.saturating_sub(WINDOW);
             while let Some(&m) = self.missing.first() {
                 if m >= floor {
@@ -456,6 +464,101 @@ impl ReceiverStats {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The definitions in the module comment, as plainly as they can be
+    /// written: what one arrival is, given every number seen before.
+    fn reference(seqs: &[u64]) -> (Vec<Arrival>, u64) {
+        let mut seen = std::collections::HashSet::new();
+        let mut next = 0u64;
+        let mut out = Vec::new();
+        for &s in seqs {
+            out.push(if s >= next {
+                let gap = s - next;
+                next = s + 1;
+                Arrival::New { gap }
+            } else if seen.contains(&s) {
+                Arrival::Duplicate
+            } else {
+                Arrival::Reordered
+            });
+            seen.insert(s);
+        }
+        let missing = next - seen.len() as u64;
+        (out, missing)
+    }
+
+    proptest! {
+        #[test]
+        fn the_tracker_matches_the_definitions(
+            seqs in proptest::collection::vec(0u64..200, 0..400)
+        ) {
+            let (t, got) = feed(&seqs);
+            let (want, missing) = reference(&seqs);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(t.missing(), missing);
+        }
+
+        #[test]
+        fn loss_runs_reordering_and_duplicates_from_a_clean_stream(
+            n in 1u64..300,
+            drops in proptest::collection::btree_set(0u64..300, 0..40),
+            late in proptest::collection::btree_set(0u64..300, 0..20),
+            dups in proptest::collection::btree_set(0u64..300, 0..20),
+        ) {
+            // A stream of n datagrams: drop some, deliver some late (at the
+            // end), repeat some; the counts must be exactly what was done.
+            let drops: Vec<u64> = drops.into_iter().filter(|&d| d < n).collect();
+            let late: Vec<u64> = late
+                .into_iter()
+                .filter(|&l| l < n && !drops.contains(&l))
+                .collect();
+            let dups: Vec<u64> = dups.into_iter().filter(|&d| d < n && !drops.contains(&d)).collect();
+            let mut seqs: Vec<u64> = (0..n)
+                .filter(|s| !drops.contains(s) && !late.contains(s))
+                .collect();
+            let top = seqs.last().copied();
+            seqs.extend(dups.iter().copied());
+            seqs.extend(late.iter().copied());
+            let (t, arrivals) = feed(&seqs);
+            let count = |f: fn(&Arrival) -> bool| arrivals.iter().filter(|a| f(a)).count() as u64;
+            // A late number above the highest in-order one arrives as new.
+            let late_below = late.iter().filter(|&&l| top.is_some_and(|t| l < t)).count() as u64;
+            prop_assert_eq!(count(|a| matches!(a, Arrival::Reordered)), late_below);
+            prop_assert_eq!(count(|a| matches!(a, Arrival::Duplicate)), dups.len() as u64);
+            let highest = seqs.iter().max().copied().unwrap_or(0);
+            let dropped_below = drops.iter().filter(|&&d| d < highest).count() as u64;
+            prop_assert_eq!(t.missing(), dropped_below);
+        }
+    }
+
+    #[test]
+    fn the_top_sequence_number_neither_overflows_nor_repeats_as_new() {
+        let (t, a) = feed(&[u64::MAX - 2, u64::MAX, u64::MAX, u64::MAX - 1, 0]);
+        assert_eq!(
+            a,
+            [
+                Arrival::New { gap: u64::MAX - 2 },
+                Arrival::New { gap: 1 },
+                Arrival::Duplicate,
+                Arrival::Reordered,
+                Arrival::Duplicate,
+            ]
+        );
+        assert_eq!(t.next(), u64::MAX);
+        // Everything below u64::MAX − 2 is missing, most of it past the window.
+        assert_eq!(t.missing(), u64::MAX - 2);
+    }
+
+    #[test]
+    fn numbers_older_than_the_window_are_final_losses() {
+        let (t, a) = feed(&[0, WINDOW + 10, 5, WINDOW + 5]);
+        assert_eq!(a[1], Arrival::New { gap: WINDOW + 9 });
+        // 5 fell out of the window: a final loss, and its arrival a duplicate.
+        assert_eq!(a[2], Arrival::Duplicate);
+        assert_eq!(a[3], Arrival::Reordered);
+        assert_eq!(t.missing(), WINDOW + 8);
+        assert!(t.missing.len() as u64 <= WINDOW);
+    }
 
     fn feed(seqs: &[u64]) -> (SeqTracker, Vec<Arrival>) {
         let mut t = SeqTracker::default();
