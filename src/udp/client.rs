@@ -351,10 +351,13 @@ pub fn run(
         }
         if interrupt.load(SeqCst) && !rep.interrupted {
             rep.interrupted = true;
-            stop.store(true, SeqCst);
             waiting_since.get_or_insert_with(Instant::now);
             if spec.reverse {
+                // The local receiver keeps reading: what the server sent before it
+                // stopped is still arriving, and its `udp_done` sets the drain deadline.
                 let _ = c.send(&Message::Stop);
+            } else {
+                stop.store(true, SeqCst);
             }
         }
         if epoch.elapsed() > limit && !stop.load(SeqCst) {
@@ -370,6 +373,10 @@ pub fn run(
             let waited = t.elapsed();
             if waited > crate::control::STOP_GRACE && rep.totals.is_none() {
                 rep.server_lost = true;
+            }
+            if waited > crate::control::STOP_GRACE {
+                // A server that never said it stopped: stop receiving anyway.
+                stop.store(true, SeqCst);
             }
             // The control reader may be blocked on a silent server: end once
             // the local worker has handed over, or after a second grace.
