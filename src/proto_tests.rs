@@ -1,0 +1,278 @@
+//! Unit tests of `proto`.
+
+use super::*;
+
+/// An error message whose frame payload is exactly `len` bytes.
+fn error_of_payload(len: usize) -> Message {
+    let base = encoded_payload_len(&Message::error(ErrorCode::Malformed, ""));
+    Message::error(ErrorCode::Malformed, "x".repeat(len - base))
+}
+
+#[test]
+fn the_frame_limit_is_64_kib_exactly() {
+    let header = |len: u32| {
+        let mut h = [b'N', b'R', FRAME_VERSION, 0, 0, 0, 0, 0];
+        h[4..8].copy_from_slice(&len.to_be_bytes());
+        h
+    };
+    assert_eq!(parse_header(&header(0)), Ok(0));
+    assert_eq!(parse_header(&header(65_536)), Ok(65_536));
+    assert_eq!(
+        parse_header(&header(65_537)),
+        Err(ProtoError::Oversized(65_537))
+    );
+    assert_eq!(
+        parse_header(&header(u32::MAX)),
+        Err(ProtoError::Oversized(u32::MAX as usize))
+    );
+}
+
+#[test]
+fn frames_up_to_the_limit_are_written_and_larger_ones_never() {
+    let mut out = Vec::new();
+    write_message(&mut out, &error_of_payload(MAX_PAYLOAD)).unwrap();
+    assert_eq!(out.len(), HEADER_LEN + MAX_PAYLOAD);
+    assert!(matches!(decode_frame(&out), Ok(Some((_, n))) if n == out.len()));
+    let mut out = Vec::new();
+    let e = write_message(&mut out, &error_of_payload(MAX_PAYLOAD + 1)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("payload of 65537 bytes"), "{e}");
+    assert!(out.is_empty(), "nothing of an oversized frame is written");
+}
+
+#[test]
+fn a_chunk_that_fits_exactly_is_not_split_and_one_item_is_never_split() {
+    let make = |v: Vec<String>, _last: bool| Message::error(ErrorCode::Malformed, v.concat());
+    let base = encoded_payload_len(&make(Vec::new(), false));
+    let fits = vec!["a".repeat(MAX_PAYLOAD - base - 1), "b".into()];
+    assert_eq!(in_frames(&fits, 10, make).len(), 1);
+    let over = vec!["a".repeat(MAX_PAYLOAD - base - 1), "bb".into()];
+    assert_eq!(in_frames(&over, 10, make).len(), 2);
+    // A single item too large for any frame stays one message (write_message refuses it).
+    let huge = vec!["c".repeat(MAX_PAYLOAD + 10)];
+    assert_eq!(in_frames(&huge, 10, make).len(), 1);
+    // The UDP totals threshold is the frame limit, not less.
+    let t = crate::udp::track::UdpTotals::default();
+    let one = encoded_payload_len(&Message::UdpResult(t.clone()));
+    assert!(one < MAX_PAYLOAD);
+}
+
+#[test]
+fn large_results_go_in_frames_that_fit_in_order() {
+    let bins: Vec<(f64, u64)> = (0..8000).map(|i| (i as f64 * 50.5, u64::MAX - i)).collect();
+    let t = crate::udp::track::UdpTotals {
+        histogram: bins.clone(),
+        ..Default::default()
+    };
+    let frames = udp_result_frames(t);
+    let mut got = Vec::new();
+    for m in &frames {
+        assert!(encoded_payload_len(m) <= MAX_PAYLOAD);
+        match m {
+            Message::UdpHistogram { bins } => got.extend(bins.iter().copied()),
+            Message::UdpResult(t) => assert!(t.histogram.is_empty()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(frames.last(), Some(Message::UdpResult(_))));
+    assert_eq!(got, bins);
+    // A small histogram stays in the totals.
+    let small = crate::udp::track::UdpTotals {
+        histogram: bins[..10].to_vec(),
+        ..Default::default()
+    };
+    assert_eq!(
+        udp_result_frames(small.clone()),
+        vec![Message::UdpResult(small)]
+    );
+    // Chunks too large for a frame are halved until they fit; `last` only on the last.
+    let big: Vec<String> = (0..40).map(|i| format!("{i:04}").repeat(1000)).collect();
+    let msgs = in_frames(&big, 100, |v, last| Message::Error {
+        code: ErrorCode::Malformed,
+        message: format!("{last}:{}", v.join(",")),
+    });
+    assert!(msgs.len() >= 3);
+    let mut joined = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        assert!(encoded_payload_len(m) <= MAX_PAYLOAD);
+        let Message::Error { message, .. } = m else {
+            panic!()
+        };
+        let (last, rest) = message.split_once(':').unwrap();
+        assert_eq!(last == "true", i + 1 == msgs.len());
+        joined.extend(rest.split(',').map(String::from));
+    }
+    assert_eq!(joined, big);
+    let none = in_frames::<u8>(&[], 10, |v, last| Message::Error {
+        code: ErrorCode::Malformed,
+        message: format!("{last}:{}", v.len()),
+    });
+    assert_eq!(none, vec![Message::error(ErrorCode::Malformed, "true:0")]);
+}
+use proptest::prelude::*;
+
+#[test]
+fn foreign_servers_are_named_by_their_first_bytes() {
+    assert_eq!(
+        foreign_server(b"HTTP/1.0 400"),
+        Some("it answered with HTTP")
+    );
+    assert_eq!(
+        foreign_server(b"SSH-2.0"),
+        Some("it looks like an SSH server")
+    );
+    assert_eq!(foreign_server(&[9]), Some("it looks like an iperf3 server"));
+    assert_eq!(
+        foreign_server(&[9, 0]),
+        Some("it looks like an iperf3 server")
+    );
+    assert_eq!(
+        foreign_server(&[0xff]),
+        Some("it looks like an iperf3 server")
+    );
+    assert_eq!(foreign_server(&[9, 1]), None);
+    assert_eq!(foreign_server(b"NR"), None);
+    assert_eq!(foreign_server(&[]), None);
+}
+
+fn samples() -> Vec<Message> {
+    let id = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+    vec![
+        Message::Hello(Message::hello()),
+        Message::TestRequest {
+            test: TestSpec::Tcp(TcpSpec {
+                pattern: IoPattern::Pushpull,
+                transfer: 1 << 30,
+                push_bytes: 1 << 20,
+                pull_bytes: 1 << 20,
+                verify: VerifyLevel::Data,
+                connections: 8,
+                burst: None,
+            }),
+        },
+        Message::TestAccept { session: id },
+        Message::DataHello(DataHello {
+            session: id,
+            connection: id,
+            buffer: 65536,
+            proof: Some("ab".repeat(32)),
+        }),
+        Message::Final(FinalReport {
+            sent: 1,
+            received: 2,
+            verdict: Verdict::Corrupt { offset: 77 },
+        }),
+        Message::Final(FinalReport {
+            sent: 1,
+            received: 2,
+            verdict: Verdict::Ok,
+        }),
+        Message::Stop,
+        Message::Summary(SessionSummary::default()),
+        Message::error(ErrorCode::Refused, "no"),
+        Message::TestRequest {
+            test: TestSpec::Rr(RrSpec {
+                proto: RrProto::SctpSeqpacket,
+                size: 64,
+                reply: 2,
+                iterations: 10,
+                nagle: false,
+                until_stopped: false,
+            }),
+        },
+        Message::SeqpacketAccept {
+            session: id,
+            port: 4795,
+        },
+    ]
+}
+
+#[test]
+fn seqpacket_is_named_as_on_the_command_line() {
+    let json = serde_json::to_string(&RrProto::SctpSeqpacket).unwrap();
+    assert_eq!(json, "\"sctp-seqpacket\"");
+}
+
+#[test]
+fn roundtrip_all_samples() {
+    for m in samples() {
+        let bytes = encode(&m);
+        let (back, used) = decode_frame(&bytes).unwrap().unwrap();
+        assert_eq!(back, m);
+        assert_eq!(used, bytes.len());
+        assert_eq!(read_message(&mut &bytes[..]).unwrap(), m);
+    }
+}
+
+#[test]
+fn partial_frames_need_more() {
+    let bytes = encode(&Message::Goodbye);
+    for cut in 0..bytes.len() {
+        assert_eq!(decode_frame(&bytes[..cut]), Ok(None), "cut at {cut}");
+    }
+}
+
+#[test]
+fn garbage_is_rejected_early() {
+    assert_eq!(decode_frame(b"GE"), Err(ProtoError::BadMagic(*b"GE")));
+    assert!(matches!(
+        read_message(&mut &b"GET / HTTP/1.1\r\n"[..]),
+        Err(ReadError::Proto(ProtoError::BadMagic(_)))
+    ));
+}
+
+#[test]
+fn bad_version_and_size() {
+    let mut b = encode(&Message::Goodbye);
+    b[2] = 9;
+    assert_eq!(
+        decode_frame(&b),
+        Err(ProtoError::UnsupportedFrameVersion(9))
+    );
+    let mut b = encode(&Message::Goodbye);
+    b[4..8].copy_from_slice(&(MAX_PAYLOAD as u32 + 1).to_be_bytes());
+    assert_eq!(
+        decode_frame(&b),
+        Err(ProtoError::Oversized(MAX_PAYLOAD + 1))
+    );
+}
+
+#[test]
+fn malformed_payload() {
+    let payload = br#"{"type":"no_such_message"}"#;
+    let mut b = vec![b'N', b'R', FRAME_VERSION, 0];
+    b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    b.extend_from_slice(payload);
+    assert!(matches!(decode_frame(&b), Err(ProtoError::Malformed(_))));
+}
+
+#[test]
+fn eof_cases() {
+    assert!(matches!(read_message(&mut &b""[..]), Err(ReadError::Eof)));
+    assert!(matches!(
+        read_message(&mut &b"NR\x01"[..]),
+        Err(ReadError::Io(_))
+    ));
+}
+
+proptest! {
+    #[test]
+    fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode_frame(&bytes);
+        let _ = read_message(&mut &bytes[..]);
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(idx in 0usize..200, val in any::<u8>(), which in 0usize..9) {
+        let mut b = encode(&samples()[which]);
+        let i = idx % b.len();
+        b[i] = val;
+        let _ = decode_frame(&b);
+    }
+
+    #[test]
+    fn final_roundtrip(sent in any::<u64>(), received in any::<u64>(), off in any::<u64>()) {
+        let m = Message::Final(FinalReport { sent, received, verdict: Verdict::Corrupt { offset: off } });
+        prop_assert_eq!(decode_frame(&encode(&m)).unwrap().unwrap().0, m);
+    }
+}

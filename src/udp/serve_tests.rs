@@ -1,0 +1,237 @@
+//! Unit tests of `udp::serve`.
+
+use super::*;
+use crate::udp::profile::{Profile, Step};
+use std::time::Duration;
+
+fn spec() -> UdpSpec {
+    UdpSpec {
+        reverse: false,
+        size: 1000,
+        gap_ps: 1_000_000_000, // 1000 B/ms: 8 Mbit/s
+        duration_ms: 1000,
+        pacing: crate::udp::pace::Pacing::Sleep,
+        catch_up: false,
+        verify: true,
+        interval_ms: 100,
+        hist_bin_ns: 50_000,
+        hist_bins: 100,
+        offset_comp_ns: 0,
+        media: None,
+        profile: None,
+        precompute: false,
+        burst: None,
+        auth_datagrams: false,
+    }
+}
+
+fn ok(edit: impl FnOnce(&mut UdpSpec)) -> Result<(), String> {
+    let mut s = spec();
+    edit(&mut s);
+    validate(&s, Limits::default())
+}
+
+fn profile(steps: &[(u64, u64, u32)]) -> Option<Profile> {
+    let steps = steps
+        .iter()
+        .map(|&(at_ns, rate_bps, size)| Step {
+            at_ns,
+            rate_bps,
+            size,
+            hold: false,
+        })
+        .collect();
+    Some(Profile::new(steps).unwrap())
+}
+
+#[test]
+fn every_bound_holds_at_its_edge() {
+    assert_eq!(ok(|_| {}), Ok(()));
+    for (what, good, bad) in [
+        (
+            "size low",
+            ok(|s| s.size = HEADER_LEN as u32),
+            ok(|s| s.size = HEADER_LEN as u32 - 1),
+        ),
+        (
+            "size high",
+            ok(|s| s.size = MAX_DATAGRAM as u32),
+            ok(|s| s.size = MAX_DATAGRAM as u32 + 1),
+        ),
+        (
+            "bins",
+            ok(|s| s.hist_bins = MAX_HIST_BINS),
+            ok(|s| s.hist_bins = MAX_HIST_BINS + 1),
+        ),
+        ("no bins", ok(|s| s.hist_bins = 1), ok(|s| s.hist_bins = 0)),
+        (
+            "bin width",
+            ok(|s| s.hist_bin_ns = 1),
+            ok(|s| s.hist_bin_ns = 0),
+        ),
+        (
+            "interval",
+            ok(|s| s.interval_ms = 1),
+            ok(|s| s.interval_ms = 0),
+        ),
+        (
+            "gap",
+            ok(|s| s.gap_ps = 1_000_000_000),
+            ok(|s| s.gap_ps = 0),
+        ),
+        (
+            "duration",
+            ok(|s| s.duration_ms = 1),
+            ok(|s| s.duration_ms = 0),
+        ),
+        (
+            "playout buffer",
+            ok(|s| {
+                s.media = Some(crate::proto::MediaSpec {
+                    fps: 30,
+                    buffer_depth_ms: MAX_BUFFER_DEPTH_MS,
+                })
+            }),
+            ok(|s| {
+                s.media = Some(crate::proto::MediaSpec {
+                    fps: 30,
+                    buffer_depth_ms: MAX_BUFFER_DEPTH_MS + 1,
+                })
+            }),
+        ),
+        (
+            "fps",
+            ok(|s| {
+                s.media = Some(crate::proto::MediaSpec {
+                    fps: 1,
+                    buffer_depth_ms: 0,
+                })
+            }),
+            ok(|s| {
+                s.media = Some(crate::proto::MediaSpec {
+                    fps: 0,
+                    buffer_depth_ms: 0,
+                })
+            }),
+        ),
+        (
+            "profile as long as the test",
+            ok(|s| s.profile = profile(&[(0, 1000, 100), (1_000_000_000, 1000, 100)])),
+            ok(|s| s.profile = profile(&[(0, 1000, 100), (1_000_000_001, 1000, 100)])),
+        ),
+        (
+            "profile sizes low",
+            ok(|s| s.profile = profile(&[(0, 1000, 32), (1000, 1000, 100)])),
+            ok(|s| s.profile = profile(&[(0, 1000, 31), (1000, 1000, 100)])),
+        ),
+        (
+            "profile sizes high",
+            ok(|s| s.profile = profile(&[(0, 1000, 100), (1000, 1000, 65_507)])),
+            ok(|s| s.profile = profile(&[(0, 1000, 100), (1000, 1000, 65_508)])),
+        ),
+    ] {
+        assert_eq!(good, Ok(()), "{what}");
+        assert!(bad.is_err(), "{what}");
+    }
+}
+
+#[test]
+fn rates_and_burst_plans_are_exact() {
+    let mut s = spec();
+    assert_eq!(rate_bps(&s), 8_000_000.0);
+    s.gap_ps = 250_000_000;
+    assert_eq!(rate_bps(&s), 32_000_000.0);
+    // 10 KB every 10 ms in 1000 B datagrams: 8 Mbit/s on average.
+    s.burst = Some(crate::proto::BurstSpec {
+        size: 10_000,
+        period_ms: 10,
+    });
+    assert_eq!(burst_plan(&s), Some((10, 10_000_000)));
+    assert_eq!(rate_bps(&s), 8_000_000.0);
+    // A burst is whole datagrams, rounded up.
+    s.burst = Some(crate::proto::BurstSpec {
+        size: 10_001,
+        period_ms: 20,
+    });
+    assert_eq!(burst_plan(&s), Some((11, 20_000_000)));
+    assert_eq!(rate_bps(&s), 4_400_000.0);
+    s.burst = None;
+    s.profile = profile(&[(0, 3_000, 100), (10, 7_000, 100), (20, 5_000, 100)]);
+    assert_eq!(rate_bps(&s), 7_000.0);
+}
+
+#[test]
+fn the_rate_limit_allows_a_millionth_for_rounding() {
+    let at = |gap_ps| {
+        let mut s = spec();
+        s.gap_ps = gap_ps;
+        validate(
+            &s,
+            Limits {
+                max_rate_bps: 8_000_000,
+                ..Limits::default()
+            },
+        )
+    };
+    // 8,000,004 bit/s: half a millionth over, as rounding a gap can make it.
+    assert_eq!(at(999_999_500), Ok(()));
+    // 8,000,016 bit/s: two millionths over.
+    assert!(at(999_998_000).unwrap_err().contains("max rate"));
+}
+
+#[test]
+fn duration_bytes_and_bursts_at_their_edges() {
+    let at = |duration_ms, max_duration_ms, max_bytes| {
+        let mut s = spec();
+        s.duration_ms = duration_ms;
+        validate(
+            &s,
+            Limits {
+                max_duration: Duration::from_millis(max_duration_ms),
+                max_bytes,
+                ..Limits::default()
+            },
+        )
+    };
+    let day = MAX_DURATION_MS;
+    assert_eq!(at(day, 2 * day, u64::MAX), Ok(()));
+    assert!(at(day + 1, 2 * day, u64::MAX).is_err());
+    assert_eq!(at(5000, 5000, u64::MAX), Ok(()));
+    assert!(
+        at(5001, 5000, u64::MAX)
+            .unwrap_err()
+            .contains("max duration")
+    );
+    // 8 Mbit/s for 2 s: 2 MB.
+    assert_eq!(at(2000, 5000, 2_000_000), Ok(()));
+    assert!(at(2000, 5000, 1_999_999).unwrap_err().contains("max bytes"));
+    for (size, period_ms, good) in [(1000, 10, true), (0, 10, false), (1000, 0, false)] {
+        let r = ok(|s| s.burst = Some(crate::proto::BurstSpec { size, period_ms }));
+        assert_eq!(r.is_ok(), good, "burst {size} every {period_ms} ms: {r:?}");
+    }
+}
+
+#[test]
+fn a_profiles_own_bytes_and_rate_count_against_the_limits() {
+    let mut s = spec();
+    // 8 Mbit/s for 1 s: 1 MB.
+    s.profile = profile(&[(0, 8_000_000, 1000), (1_000_000_000, 8_000_000, 1000)]);
+    let at = |max_bytes, max_rate_bps| {
+        validate(
+            &s,
+            Limits {
+                max_bytes,
+                max_rate_bps,
+                ..Limits::default()
+            },
+        )
+    };
+    assert_eq!(at(1_000_000, 8_000_000), Ok(()));
+    assert!(at(999_999, 8_000_000).unwrap_err().contains("max bytes"));
+    assert!(at(1_000_000, 7_999_000).unwrap_err().contains("max rate"));
+    let long = Limits {
+        max_duration: Duration::from_millis(999),
+        ..Limits::default()
+    };
+    assert!(validate(&s, long).unwrap_err().contains("max duration"));
+}
