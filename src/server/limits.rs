@@ -95,19 +95,32 @@ impl Limits {
     }
 }
 
-/// Counts something limited; the count goes down when the guard drops.
-pub(crate) struct Slot<'a>(pub(crate) &'a AtomicU64);
+/// `n` counted in a total; the count goes down by `n` when the guard drops.
+pub(crate) struct Slot<'a>(&'a AtomicU64, u64);
+
+impl<'a> Slot<'a> {
+    /// Adds `n` to `counter` for as long as the slot lives.
+    pub(crate) fn hold(counter: &'a AtomicU64, n: u64) -> Slot<'a> {
+        counter.fetch_add(n, SeqCst);
+        Slot(counter, n)
+    }
+
+    /// Gives back on drop one that was already added to `counter`.
+    pub(crate) fn adopt(counter: &'a AtomicU64) -> Slot<'a> {
+        Slot(counter, 1)
+    }
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
+        self.0.fetch_sub(self.1, SeqCst);
     }
 }
 
 /// Takes one of `max` slots, or `None` when all are taken.
 pub(crate) fn take_slot(counter: &AtomicU64, max: u64) -> Option<Slot<'_>> {
     let prev = counter.fetch_add(1, SeqCst);
-    let slot = Slot(counter);
+    let slot = Slot(counter, 1);
     (prev < max).then_some(slot)
 }
 

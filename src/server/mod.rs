@@ -253,7 +253,7 @@ impl Server {
         let r = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                let _open = Slot(&st.open);
+                let _open = Slot::adopt(&st.open);
                 handle(&st, stream, peer)
             });
         if let Err(e) = r {

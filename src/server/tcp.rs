@@ -206,7 +206,7 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
         .spec
         .burst
         .map_or(0, |b| sess.spec.transfer.div_ceil(b.size.max(1)));
-    let _records = Held::take(&sess.burst_records, bursts);
+    let _records = super::limits::Slot::hold(&sess.burst_records, bursts);
     if sess.burst_records.load(SeqCst) > MAX_SESSION_BURSTS {
         return reply_error(
             stream,
@@ -304,22 +304,6 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
     sess.counters.record(kind);
     sess.counters.in_flight.fetch_sub(1, SeqCst);
     st.finished.fetch_add(1, Relaxed);
-}
-
-/// `n` counted in a total while a data connection lives.
-struct Held<'a>(&'a AtomicU64, u64);
-
-impl<'a> Held<'a> {
-    fn take(total: &'a AtomicU64, n: u64) -> Held<'a> {
-        total.fetch_add(n, SeqCst);
-        Held(total, n)
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(self.1, SeqCst);
-    }
 }
 
 #[cfg(test)]
