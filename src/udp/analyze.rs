@@ -283,7 +283,7 @@ pub fn analyze(samples: &[Sample]) -> Analysis {
     let busy: Vec<&Sample> = samples.iter().filter(|s| s.offered_bps > 0.0).collect();
     let short = samples
         .iter()
-        .filter(|s| s.asked_bps > 0.0 && s.offered_bps < s.asked_bps * SENDER_SHORT)
+        .filter(|s| s.offered_bps < s.asked_bps * SENDER_SHORT)
         .count();
     if short > 0 {
         a.evidence.push(format!(

@@ -418,3 +418,202 @@ fn bins_group_by_offered_rate() {
     assert_eq!(b.iter().map(|x| x.intervals).sum::<usize>(), 40);
     assert!(b[3].received_bps < b[3].offered_bps * 0.7);
 }
+
+/// One 1-s interval of a hand-computed series: rates in Mbit/s, delays in µs.
+fn at(k: usize, offered: f64, received: f64, loss: f64, delay: f64, floor: f64) -> Sample {
+    Sample {
+        start: k as f64,
+        end: k as f64 + 1.0,
+        offered_bps: offered * 1e6,
+        asked_bps: offered * 1e6,
+        received_bps: received * 1e6,
+        bytes: (received * 1e6 / 8.0) as u64,
+        loss,
+        delay_avg_us: Some(delay),
+        delay_min_us: Some(floor),
+        delay_max_us: Some(delay),
+        size: 1000.0,
+    }
+}
+
+#[test]
+fn a_policed_series_yields_the_hand_computed_figures() {
+    let s: Vec<Sample> = [
+        (1.0, 1.0, 0.0, 100.0),
+        (2.0, 2.0, 0.0, 110.0),
+        (3.0, 3.0, 0.0, 120.0),
+        (4.0, 4.0, 0.0, 130.0),
+        // Loss from here: the congestion point.
+        (5.0, 4.5, 0.1, 100.0),
+        (6.0, 4.0, 0.33, 140.0),
+        (7.0, 4.2, 0.4, 100.0),
+        (8.0, 3.9, 0.5, 100.0),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, &(o, r, l, d))| at(k, o, r, l, d, 90.0))
+    .collect();
+    let a = analyze(&s);
+    let ctx = format!("{:?}", a.evidence);
+    assert_eq!(a.limiter, Some(Limiter::Policing), "{ctx}");
+    assert_eq!(a.congestion_at, Some(4.0), "{ctx}");
+    // Median of the received rates after: 3.9, 4.0, [4.2], 4.5.
+    assert_eq!(a.settled_bps, Some(4.2e6), "{ctx}");
+    // The offered rate reached it (4 Mbit/s ≤ 4.2 × 1.02) before: the point is the path's rate.
+    assert_eq!(a.congestion_bps, Some(4.2e6), "{ctx}");
+    assert_eq!(a.congestion_size, Some(1000.0));
+    // Mean loss after: (0.1 + 0.33 + 0.4 + 0.5) / 4.
+    let loss = (0.1 + 0.33 + 0.4 + 0.5) / 4.0;
+    assert!((a.confidence - loss / (loss + 0.05)).abs() < 1e-12, "{ctx}");
+    // Medians of the delays: before 100, 110, [120], 130; after 100, 100, [100], 140.
+    assert!(
+        a.evidence.iter().any(|e| e
+            .contains("median one-way delay 120 us before congestion, 100 us after (peak 140 us)")),
+        "{ctx}"
+    );
+    // Eq. 1: t1 = 4 (offered 5 ≥ 4.2), t2 = 5 (received 4.0 ≤ 4.2 × 1.05):
+    // 562,500 B received − 4.2 Mbit/s × 1 s / 8.
+    assert_eq!(a.burst_bytes, Some(562_500.0 - 525_000.0), "{ctx}");
+}
+
+#[test]
+fn where_the_offered_rate_never_sat_at_the_path_rate_the_point_is_the_offered_rate() {
+    // Before congestion the sender offered 4.25 Mbit/s: above the settled 4.2
+    // but within 2% of it, so the offered rate did reach the path's.
+    let series = |before: f64| -> Vec<Sample> {
+        [
+            (before, before, 0.0),
+            (before, before, 0.0),
+            (5.0, 4.2, 0.2),
+            (6.0, 4.2, 0.3),
+            (7.0, 4.2, 0.4),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(k, &(o, r, l))| at(k, o, r, l, 100.0, 90.0))
+        .collect()
+    };
+    let a = analyze(&series(4.25));
+    assert_eq!(a.congestion_bps, Some(4.2e6), "{:?}", a.evidence);
+    // 4.3 Mbit/s is over 2% above: the point is the first congested interval's offer.
+    let b = analyze(&series(4.3));
+    assert_eq!(b.congestion_bps, Some(5e6), "{:?}", b.evidence);
+}
+
+#[test]
+fn a_shortfall_counts_only_past_its_threshold_and_with_a_queue() {
+    // Floor 1000 µs, so a queue shows above 1000 + max(1000, 3 × 1000) = 4000 µs.
+    let edge = 5.0 * (1.0 - RATE_SHORTFALL);
+    let s: Vec<Sample> = [
+        (1.0, 1.0, 1000.0),
+        // Short, but the delay is exactly at the queue threshold: no queue.
+        (2.0, 1.5, 4000.0),
+        (3.0, 2.5, 5000.0),
+        (4.0, 4.0, 1000.0),
+        // A queue, but received is exactly at the shortfall threshold.
+        (5.0, edge, 5000.0),
+        (6.0, 3.0, 40_000.0),
+        (7.0, 3.0, 50_000.0),
+        (8.0, 3.0, 50_000.0),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(k, &(o, r, d))| at(k, o, r, 0.0, d, 1000.0))
+    .collect();
+    let a = analyze(&s);
+    let ctx = format!("{:?}", a.evidence);
+    assert_eq!(a.congestion_at, Some(5.0), "{ctx}");
+    assert_eq!(a.settled_bps, Some(3e6), "{ctx}");
+    assert_eq!(a.limiter, Some(Limiter::Shaping), "{ctx}");
+    // Growth: median after (50,000) − median before (1000, 1000, [4000], 5000, 5000).
+    let growth = 50_000.0 - 4000.0;
+    assert!(
+        (a.confidence - growth / (growth + 5000.0)).abs() < 1e-12,
+        "{ctx}"
+    );
+}
+
+#[test]
+fn loss_counts_only_past_its_onset() {
+    let s: Vec<Sample> = (0..6)
+        .map(|k| at(k, 1.0 + k as f64, 1.0 + k as f64, LOSS_ONSET, 100.0, 90.0))
+        .collect();
+    let a = analyze(&s);
+    assert_eq!(a.congestion_bps, None, "{:?}", a.evidence);
+}
+
+#[test]
+fn four_intervals_with_traffic_are_enough_and_idle_ones_do_not_count() {
+    let mut s: Vec<Sample> = (0..4).map(|k| at(k, 1.0, 1.0, 0.0, 100.0, 90.0)).collect();
+    // Offered exactly 95% of the asked rate is not short.
+    s[1].offered_bps = s[1].asked_bps * SENDER_SHORT;
+    let a = analyze(&s);
+    assert_eq!(
+        a.evidence,
+        vec!["received rate followed the offered rate throughout, with no loss onset".to_string()]
+    );
+    assert_eq!(a.confidence, 0.8);
+    s[3].offered_bps = 0.0;
+    let b = analyze(&s);
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e == "only 3 intervals with traffic: too few to analyse"),
+        "{:?}",
+        b.evidence
+    );
+}
+
+#[test]
+fn bins_average_each_field_and_keep_delay_extremes() {
+    let mut s = vec![
+        at(0, 1.0, 1.0, 0.1, 100.0, 90.0),
+        at(1, 1.5, 1.0, 0.3, 300.0, 80.0),
+        at(2, 2.5, 2.0, 0.0, 200.0, 150.0),
+    ];
+    s[2].delay_avg_us = None;
+    s[2].delay_min_us = None;
+    s[2].delay_max_us = None;
+    let b = bins(&s, 2e6);
+    assert_eq!(b.len(), 2);
+    assert_eq!(b[0].from_bps, 0.0);
+    assert_eq!(b[1].from_bps, 2e6);
+    assert_eq!(b[0].asked_bps, 1.25e6);
+    assert_eq!(b[0].offered_bps, 1.25e6);
+    assert_eq!(b[0].received_bps, 1e6);
+    assert!((b[0].loss_pct - 20.0).abs() < 1e-12, "{}", b[0].loss_pct);
+    assert_eq!(b[0].delay_min_us, Some(80.0));
+    assert_eq!(b[0].delay_avg_us, Some(200.0));
+    assert_eq!(b[0].delay_max_us, Some(300.0));
+    assert_eq!(b[0].intervals, 2);
+    // A bin without delay measurements has none, not zero.
+    assert_eq!(
+        (b[1].delay_min_us, b[1].delay_avg_us, b[1].delay_max_us),
+        (None, None, None)
+    );
+    assert_eq!(b[1].loss_pct, 0.0);
+}
+
+#[test]
+fn samples_edges_an_empty_sender_account_and_an_empty_interval() {
+    let profile = Profile::sweep(0, 8_000_000, 2_000_000_000, 1000).unwrap();
+    let intervals = [
+        UdpInterval {
+            time_slice: 1.0,
+            ..Default::default()
+        },
+        UdpInterval {
+            time_slice: 2.0,
+            bytes: 1000,
+            packets: 1,
+            ..Default::default()
+        },
+    ];
+    // An empty account says nothing: the offered rate is the profile's.
+    let got = samples(&profile, &intervals, Some((&[], 0.5)));
+    assert_eq!(got[0].offered_bps, 2_000_000.0);
+    // Nothing expected, nothing lost (not 0/0).
+    assert_eq!(got[0].loss, 0.0);
+    // A count straddling the start of the window: half of [0, 2) lies in [1.5, 2).
+    assert_eq!(sent_between(&[1000, 2000], 2.0, 1.5, 2.0), 250.0);
+}
