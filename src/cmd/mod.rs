@@ -244,6 +244,17 @@ pub fn finish(
 
 /// Reports a client error that stopped a run before it measured anything,
 /// writes a JSON report saying so (for monitoring), and picks the exit code.
+/// The exit code for a client error.
+pub fn client_error_code(e: &ClientError) -> u8 {
+    match e {
+        ClientError::Refused { .. } => exit::REFUSED,
+        ClientError::Connect { .. }
+        | ClientError::Control { .. }
+        | ClientError::NotNetrig { .. } => exit::NETWORK_ERROR,
+        ClientError::Config(_) => exit::USAGE,
+    }
+}
+
 pub fn client_error_exit(
     e: ClientError,
     test: &str,
@@ -251,13 +262,7 @@ pub fn client_error_exit(
     config: &impl serde::Serialize,
 ) -> ExitCode {
     eprintln!("netrig: {e}");
-    let code = match e {
-        ClientError::Refused { .. } => exit::REFUSED,
-        ClientError::Connect { .. }
-        | ClientError::Control { .. }
-        | ClientError::NotNetrig { .. } => exit::NETWORK_ERROR,
-        ClientError::Config(_) => exit::USAGE,
-    };
+    let code = client_error_code(&e);
     let message = e.to_string();
     finish(
         code,

@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::{
-    Json, KeyArg, Setup, Target, Verbosity, client_error_exit, duration, exit, finish,
-    interrupt_flag, positive_duration, size, target_or_embedded, usage,
+    Json, KeyArg, Setup, Target, Verbosity, client_error_code, client_error_exit, duration, exit,
+    finish, interrupt_flag, positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, RrReport, Transport};
 
@@ -192,6 +192,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     let mut reports = Vec::new();
     let mut code = 0;
     let mut output_errors = Vec::new();
+    let mut setup_failure = None;
     if spectrum.is_some() && verbosity >= 1 {
         netrig::out!("{}", netrig::report::SPECTRUM_HEADERS.join(" "));
     }
@@ -238,11 +239,19 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                     break;
                 }
             }
-            Err(e) => {
+            Err(e) if reports.is_empty() => {
                 if let Some(e) = embedded {
                     e.finish();
                 }
                 return Ok(client_error_exit(e, "rr", json.as_deref(), &base));
+            }
+            Err(e) => {
+                // A later size of a spectrum failed to start: the sizes
+                // already measured still go to the files.
+                eprintln!("netrig: {e}");
+                code = code.max(client_error_code(&e));
+                setup_failure = Some(e.to_string());
+                break;
             }
         }
     }
@@ -261,7 +270,10 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     if interrupt.load(SeqCst) && code == 0 {
         code = exit::INTERRUPTED;
     }
-    let failure = reports.iter().find_map(|r| r.error.clone());
+    let failure = reports
+        .iter()
+        .find_map(|r| r.error.clone())
+        .or(setup_failure);
     Ok(finish(
         code,
         json.as_deref(),
