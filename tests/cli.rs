@@ -27,6 +27,43 @@ fn code_of(m: Option<Message>) -> Option<ErrorCode> {
     }
 }
 
+/// What a server owes a client that sent `bytes` as its first frame.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// An error frame with this code.
+    Error(ErrorCode),
+    /// The hello is acknowledged.
+    HelloAck,
+    /// Nothing: the frame is incomplete, so the server closes at its
+    /// handshake timeout.
+    Close,
+}
+
+fn expected_answer(bytes: &[u8]) -> Answer {
+    match proto::decode_frame(bytes) {
+        Err(_) => Answer::Error(ErrorCode::Malformed),
+        Ok(None) => Answer::Close,
+        Ok(Some((Message::Hello(h), _))) if h.protocol == proto::PROTOCOL_VERSION => {
+            Answer::HelloAck
+        }
+        Ok(Some((Message::Hello(_), _))) => Answer::Error(ErrorCode::UnsupportedVersion),
+        Ok(Some((Message::DataHello(_), _))) => Answer::Error(ErrorCode::UnknownSession),
+        Ok(Some(_)) => Answer::Error(ErrorCode::UnexpectedMessage),
+    }
+}
+
+fn answer_to(addr: SocketAddr, bytes: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(bytes);
+    match proto::read_message(&mut s) {
+        Ok(Message::Error { code, .. }) => Answer::Error(code),
+        Ok(Message::HelloAck(_)) => Answer::HelloAck,
+        Err(proto::ReadError::Eof) => Answer::Close,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
 fn run_ok(target: &str, extra: &[&str]) -> String {
     let mut args = vec!["tcp", target, "--interval", "100ms"];
     args.extend_from_slice(extra);
@@ -37,6 +74,18 @@ fn run_ok(target: &str, extra: &[&str]) -> String {
         "{args:?}: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every connection asked for succeeded.
+    let flag = |name: &str| {
+        extra
+            .iter()
+            .position(|a| *a == name)
+            .map_or(1, |i| extra[i + 1].parse::<u64>().unwrap())
+    };
+    let want = format!(
+        "SuccessfulConnections [{}] NetworkErrors [0] DataErrors [0]",
+        flag("-c") * flag("--iterations")
+    );
+    assert!(stdout.contains(&want), "{args:?}: {stdout}");
     stdout
 }
 
@@ -109,9 +158,11 @@ fn server_survives_garbage_and_answers_with_reasons() {
     assert_eq!(silent.read(&mut [0u8; 16]).unwrap_or(0), 0);
     assert!(t0.elapsed() < Duration::from_secs(4));
 
-    // Random and mutated frames.
+    // Random and mutated frames: each gets exactly the answer its bytes call
+    // for, as the protocol's own decoder reads them.
     let mut seed = 0x1234_5678_u64;
     let valid = proto::encode(&Message::Hello(proto::Message::hello()));
+    let mut seen = std::collections::BTreeMap::<String, u32>::new();
     for i in 0..300 {
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -123,10 +174,13 @@ fn server_survives_garbage_and_answers_with_reasons() {
         };
         let at = (seed as usize) % b.len();
         b[at] ^= (seed >> 8) as u8 | 1;
-        let mut s = TcpStream::connect(addr).unwrap();
-        let _ = s.write_all(&b);
+        let want = expected_answer(&b);
+        let got = answer_to(addr, &b);
+        assert_eq!(got, want, "frame {i}: {b:?}");
+        *seen.entry(format!("{want:?}")).or_default() += 1;
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The mutations reach every kind of answer, so each branch was checked.
+    assert!(seen.len() >= 3, "{seen:?}");
     run_ok(
         &addr.to_string(),
         &["--transfer", "1M", "-c", "4", "--iterations", "2"],
@@ -148,11 +202,10 @@ fn killed_clients_leave_the_server_serving() {
     );
     let baseline = fd_count(pid);
     for pattern in ["push", "pull", "duplex"] {
-        let child = netrig(&["tcp", &addr.to_string(), "--pattern", pattern, "-v", "0"])
-            .spawn()
-            .unwrap();
-        let mut p = Proc(child);
-        std::thread::sleep(Duration::from_millis(400));
+        // Killed once data is flowing (a status row is out).
+        let t = addr.to_string();
+        let args = ["tcp", &t, "--pattern", pattern, "--interval", "100ms"];
+        let (mut p, _) = spawn_after_rows(&args, 1, 10);
         p.0.kill().unwrap(); // SIGKILL: no goodbye, no stop.
         let _ = p.0.wait();
     }
@@ -184,27 +237,28 @@ fn sigint_stops_gracefully_with_complete_files() {
         dir.path().join("c.csv"),
         dir.path().join("r.json"),
     );
-    let child = netrig(&[
-        "tcp",
-        &addr.to_string(),
-        "-c",
-        "3",
-        "--transfer",
-        "1T",
-        "--interval",
-        "100ms",
-        "--status-file",
-        st.to_str().unwrap(),
-        "--connection-file",
-        cn.to_str().unwrap(),
-        "--json",
-        js.to_str().unwrap(),
-    ])
-    .stdout(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut p = Proc(child);
-    std::thread::sleep(Duration::from_millis(800));
+    let t = addr.to_string();
+    // Interrupted once five status rows are out.
+    let (mut p, _) = spawn_after_rows(
+        &[
+            "tcp",
+            &t,
+            "-c",
+            "3",
+            "--transfer",
+            "1T",
+            "--interval",
+            "100ms",
+            "--status-file",
+            st.to_str().unwrap(),
+            "--connection-file",
+            cn.to_str().unwrap(),
+            "--json",
+            js.to_str().unwrap(),
+        ],
+        5,
+        20,
+    );
     let pid = p.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -280,20 +334,22 @@ fn server_killed_mid_test_is_a_network_error_with_complete_json() {
     let (mut srv, addr) = serve(&["-v", "0"]);
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("r.json");
-    let child = netrig(&[
-        "tcp",
-        &addr.to_string(),
-        "-c",
-        "2",
-        "-v",
-        "0",
-        "--json",
-        js.to_str().unwrap(),
-    ])
-    .spawn()
-    .unwrap();
-    let mut c = Proc(child);
-    std::thread::sleep(Duration::from_millis(600));
+    let t = addr.to_string();
+    // The server dies once data is flowing.
+    let (mut c, _) = spawn_after_rows(
+        &[
+            "tcp",
+            &t,
+            "-c",
+            "2",
+            "--interval",
+            "100ms",
+            "--json",
+            js.to_str().unwrap(),
+        ],
+        1,
+        20,
+    );
     srv.0.kill().unwrap();
     let status = wait_exit(&mut c, 20);
     assert_eq!(status.code(), Some(3), "network error exit code");
@@ -395,13 +451,24 @@ fn udp_from_the_command_line() {
     assert!(stdout.contains("Delay percentiles (us): p50"), "{stdout}");
     let rows = csv_rows(&st);
     assert!(rows.len() >= 4 && rows.iter().all(|r| r.len() == 13));
-    // One row per datagram received. (How many were sent depends on how often
-    // this shared host stalled the sender: missed slots are skipped, not burst.)
+    // One row per datagram received, and on loopback every datagram sent is
+    // received. (How many were sent depends on how often this shared host
+    // stalled the sender: missed slots are skipped, not burst; the sender
+    // says how many it skipped against what was asked.)
     let packets = csv_rows(&jf);
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     let received = doc["result"]["totals"]["packets"].as_u64().unwrap();
     assert_eq!(packets.len() as u64, received);
-    assert!(received > 500, "{received} of ~2083 datagrams");
+    let sender = &doc["result"]["sender"];
+    assert_eq!(sender["packets"].as_u64(), Some(received), "{sender}");
+    assert_eq!(sender["bytes"].as_u64(), Some(received * 1200), "{sender}");
+    // 20 Mbit/s of 1200-byte datagrams for 1 s asks for 2083.
+    let asked = sender["asked_bytes"].as_u64().unwrap() / 1200;
+    assert!((2083..=2085).contains(&asked), "{sender}");
+    assert!(
+        received as f64 >= asked as f64 * 0.8,
+        "{received} of {asked} datagrams: {sender}"
+    );
     for (args, needle) in [
         (vec!["udp", "--size", "10"], "--size must be"),
         (
@@ -434,8 +501,8 @@ fn udp_sigint_keeps_what_was_measured() {
             "10M",
             "-d",
             "30s",
-            "-v",
-            "0",
+            "--interval",
+            "250ms",
             "--json",
             js.to_str().unwrap(),
         ];
@@ -444,26 +511,28 @@ fn udp_sigint_keeps_what_was_measured() {
         if reverse {
             args.push("-R");
         }
-        let mut p = Proc(netrig(&args).spawn().unwrap());
-        std::thread::sleep(Duration::from_millis(1200));
-        assert!(
-            Command::new("kill")
-                .args(["-INT", &p.0.id().to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
+        // Interrupted after four 250 ms rows: at least 1 s of the stream.
+        let (mut p, _) = spawn_after_rows(&args, 4, 20);
+        sigint(p.0.id());
         let t0 = Instant::now();
         let status = p.0.wait().unwrap();
         assert!(t0.elapsed() < Duration::from_secs(5), "stopped promptly");
         assert_eq!(status.code(), Some(130));
         let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
         let unique = doc["result"]["totals"]["unique"].as_u64().unwrap();
-        let sent = doc["result"]["sender"]["packets"].as_u64().unwrap();
+        let sender = &doc["result"]["sender"];
+        let sent = sender["packets"].as_u64().unwrap();
+        // 10 Mbit/s of 1000-byte datagrams is 1250 a second; a paced sender
+        // is never more than a few percent behind (it reports how far).
+        let secs = sender["duration_secs"].as_f64().unwrap();
+        assert!(secs >= 1.0, "reverse={reverse}: {sender}");
+        let due = 1250.0 * secs;
         assert!(
-            sent > 500 && unique == sent,
-            "reverse={reverse}: sent {sent}, unique {unique}"
+            (sent as f64) >= due * 0.95 && (sent as f64) <= due * 1.01 + 1.0,
+            "reverse={reverse}: sent {sent} in {secs} s, {due} due: {sender}"
         );
+        assert_eq!(sender["bytes"].as_u64(), Some(sent * 1000));
+        assert_eq!(unique, sent, "reverse={reverse}: every datagram arrived");
         assert_eq!(doc["result"]["interrupted"], true);
     }
 }
@@ -501,7 +570,15 @@ fn udp_bind_dev() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--bind-dev nosuchdev0"));
-    run_expect(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"], 0);
+    let (v, _) = run_json(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"], 0);
+    assert_eq!(v["config"]["bind_dev"], "lo");
+    let (t, sender) = (&v["result"]["totals"], &v["result"]["sender"]);
+    assert!(t["unique"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(
+        t["unique"], sender["packets"],
+        "every datagram arrived: {t}"
+    );
+    assert_eq!(t["lost"], 0, "{t}");
 }
 
 #[test]
@@ -741,12 +818,12 @@ fn every_server_limit_refuses_with_its_name() {
         ],
         "server limit: max bytes per test",
     );
-    let _busy = Proc(
-        netrig(&["udp", &t, "--rate", "100k", "-d", "3", "-v", "0"])
-            .spawn()
-            .unwrap(),
+    // Busy once the server has accepted its test (its banner is out).
+    let _busy = spawn_ready(
+        &["udp", &t, "--rate", "100k", "-d", "5"],
+        |l| l.starts_with("UDP client -> server"),
+        10,
     );
-    std::thread::sleep(Duration::from_millis(500));
     refused(
         &["udp", &t, "--rate", "100k", "-d", "1", "-v", "0"],
         "server limit: max 1 concurrent tests reached",

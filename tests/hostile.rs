@@ -273,14 +273,14 @@ fn a_hundred_clients_killed_mid_test_leave_no_trace() {
         &["udp", &t, "-R", "--rate", "50M", "-d", "30", "-v", "0"],
         &["rr", &t, "--iterations", "100000000", "-v", "0"],
     ];
+    let idle = fd_count(pid);
     // Warm up every kind once so lazily made state is in the baseline.
     for k in kinds {
         kill_after(k, 300);
     }
     run_tcp_ok(addr);
-    // The killed warm-up sessions wind down within moments.
-    std::thread::sleep(Duration::from_millis(500));
-    let fds = fd_count(pid);
+    // The killed warm-up sessions wind down (their descriptors close).
+    let fds = settles_to(pid, idle, 15);
     let rss = rss_kib(pid);
     for i in 0..100 {
         kill_after(kinds[i % kinds.len()], 40 + (i as u64 % 4) * 30);
@@ -294,7 +294,9 @@ fn a_hundred_clients_killed_mid_test_leave_no_trace() {
     assert!(grown < 16 * 1024, "server RSS grew by {grown} KiB");
 }
 
-/// Starts a client, lets it run `ms`, and SIGKILLs it.
+/// Starts a client, lets it run `ms`, and SIGKILLs it. The delay is not a
+/// synchronisation: varying it is how the kills land in every phase of a
+/// session (connecting, handshake, setup, transfer), ready or not.
 fn kill_after(args: &[&str], ms: u64) {
     let mut p = Proc(
         netrig(args)
@@ -322,23 +324,43 @@ fn a_server_killed_under_a_udp_client_is_a_network_error_with_complete_json() {
             "10M",
             "-d",
             "30",
-            "-v",
-            "0",
+            "--interval",
+            "250ms",
             "--json",
             js.to_str().unwrap(),
         ];
         if reverse {
             args.push("-R");
         }
-        let mut c = Proc(netrig(&args).spawn().unwrap());
-        std::thread::sleep(Duration::from_millis(800));
+        // The server dies once two intervals have been reported.
+        let (mut c, _) = spawn_after_rows(&args, 2, 20);
         srv.0.kill().unwrap();
         let _ = srv.0.wait();
         let status = wait_exit(&mut c, 20);
         assert_eq!(status.code(), Some(3), "reverse={reverse}");
         let doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();
+        let r = &doc["result"];
         assert_eq!(doc["test"], "udp");
+        assert_eq!(doc["error"], "the server was lost mid-test", "{doc}");
+        assert_eq!(r["server_lost"], true);
+        // What was measured before the server died is kept: the intervals
+        // printed, with every datagram they count accounted for.
+        let ivs = r["intervals"].as_array().unwrap();
+        assert!(ivs.len() >= 2, "reverse={reverse}: {r}");
+        let got: u64 = ivs.iter().map(|i| i["packets"].as_u64().unwrap()).sum();
+        assert!(
+            ivs.iter().all(|i| i["drops"] == 0),
+            "reverse={reverse}: {r}"
+        );
+        assert!(got >= 2 * 250, "two 250 ms intervals at 1250/s: {got}");
+        let local = if reverse {
+            &r["totals"]["unique"]
+        } else {
+            &r["sender"]["packets"]
+        };
+        let local = local.as_u64().expect("the local end's count");
+        assert!(local >= got, "reverse={reverse}: {local} < {got}: {r}");
     }
 }
 
@@ -349,26 +371,24 @@ fn a_server_killed_under_rr_is_a_network_error_with_what_was_measured() {
         let dir = tempfile::tempdir().unwrap();
         let js = dir.path().join("r.json");
         let t = addr.to_string();
-        let mut c = Proc(
-            netrig(&[
-                "rr",
-                &t,
-                "--proto",
-                proto,
-                "--iterations",
-                "100000000",
-                "--warmup",
-                "0",
-                "-v",
-                "0",
-                "--json",
-                js.to_str().unwrap(),
-            ])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-        );
-        std::thread::sleep(Duration::from_millis(800));
+        // A spectrum of sizes, 2000 round trips each: the server dies once
+        // the first size is done (its row is out).
+        let mut cmd = netrig(&[
+            "rr",
+            &t,
+            "--proto",
+            proto,
+            "--spectrum",
+            "0..20",
+            "-n",
+            "2000",
+            "--warmup",
+            "0",
+            "--json",
+            js.to_str().unwrap(),
+        ]);
+        cmd.stderr(std::process::Stdio::piped());
+        let (mut c, _) = spawn_ready_cmd(cmd, is_row, 20);
         srv.0.kill().unwrap();
         let _ = srv.0.wait();
         let status = wait_exit(&mut c, 20);
@@ -377,19 +397,29 @@ fn a_server_killed_under_rr_is_a_network_error_with_what_was_measured() {
         assert_eq!(status.code(), Some(3), "{proto}: {err}");
         let doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&js).expect("JSON written")).unwrap();
-        let r = &doc["result"]["runs"][0];
-        let error = r["error"].as_str().expect("the failure is in the JSON");
+        let runs = doc["result"]["runs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{proto}: {doc}"));
+        // Round trips measured before the kill are kept: the first size in
+        // full, and whatever the interrupted one had.
+        let first = &runs[0];
+        assert_eq!(first["error"], serde_json::Value::Null, "{proto}: {first}");
+        assert_eq!(first["received"], 2000, "{proto}: {first}");
+        assert_eq!(first["latency"]["count"], 2000, "{proto}: {first}");
+        let error = doc["error"].as_str().expect("the failure is in the JSON");
         assert!(
             err.contains(error),
             "{proto}: stderr {err:?} names {error:?}"
         );
-        // Round trips measured before the kill are kept.
-        assert!(r["received"].as_u64().unwrap() > 100, "{proto}: {r}");
-        assert_eq!(
-            r["latency"]["count"].as_u64(),
-            r["received"].as_u64(),
-            "{proto}: {r}"
-        );
+        // The server died during a size (that run carries the error and its
+        // round trips) or as the next one was being set up.
+        let last = runs.last().unwrap();
+        if runs.len() >= 2 {
+            assert_eq!(last["error"], error, "{proto}: {last}");
+            let received = last["received"].as_u64().unwrap();
+            let counted = last["latency"]["count"].as_u64().unwrap_or(0);
+            assert_eq!(counted, received, "{proto}: {last}");
+        }
     }
 }
 

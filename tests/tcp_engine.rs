@@ -339,7 +339,12 @@ fn tcp_bursts_are_timed_by_the_receiver_and_described_by_the_sender() {
                 send.cwnd.is_some() && send.rtt_us.is_some(),
                 "TCP_INFO: {send:?}"
             );
-            assert!(recv.duty_pct < 100.0 && recv.rate_bps > 0.0);
+            let secs = recv.end_s - recv.start_s;
+            assert!(secs > 0.0 && recv.duty_pct < 100.0, "{recv:?}");
+            // As computed from the times (to the last bits lost in transit).
+            let rate = (1u64 << 20) as f64 * 8.0 / secs;
+            assert!((recv.rate_bps / rate - 1.0).abs() < 1e-9, "{recv:?}");
+            assert!((recv.duty_pct / (100.0 * secs / 0.15) - 1.0).abs() < 1e-9);
             assert_eq!(recv.read_sizes.iter().map(|r| r.1).sum::<u64>(), recv.calls);
             // The sender starts each burst on its period.
             let late = send.start_s - 0.15 * k as f64;

@@ -354,10 +354,10 @@ fn bursts_are_reported_one_by_one_and_losses_land_in_their_burst() {
         );
         let first = rep.bursts[0].start_s;
         for b in &rep.bursts {
-            assert!(
-                b.datagrams >= 2 && b.rate_bps > 0.0,
-                "each burst is timed: {b:?}"
-            );
+            let secs = b.end_s - b.start_s;
+            assert!(b.datagrams >= 2 && secs > 0.0, "each burst is timed: {b:?}");
+            let rate = b.bytes as f64 * 8.0 / secs;
+            assert!((b.rate_bps / rate - 1.0).abs() < 1e-9, "{b:?}");
             assert!(b.duty_pct < 100.0, "a burst ends within its period: {b:?}");
             assert_eq!(b.read_sizes, vec![(1000, b.datagrams)]);
             // The sender never starts a burst early; scheduling can only delay it.

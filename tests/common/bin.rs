@@ -202,3 +202,67 @@ pub fn interrupt(mut p: Proc) -> (Option<i32>, String) {
     let code = p.0.wait().unwrap().code();
     (code, out)
 }
+
+/// A console table row: its first column is a number (a time slice).
+pub fn is_row(line: &str) -> bool {
+    line.split_whitespace()
+        .next()
+        .is_some_and(|t| t.parse::<f64>().is_ok())
+}
+
+/// Spawns netrig with stdout piped and returns once `ready` has accepted a
+/// line of its output (within `secs`), with the lines seen so far. A thread
+/// keeps draining the rest so the child never blocks on a full pipe.
+pub fn spawn_ready(
+    args: &[&str],
+    ready: impl FnMut(&str) -> bool,
+    secs: u64,
+) -> (Proc, Vec<String>) {
+    spawn_ready_cmd(netrig(args), ready, secs)
+}
+
+/// [`spawn_ready`] for a command set up by the caller (e.g. stderr piped).
+pub fn spawn_ready_cmd(
+    mut cmd: Command,
+    mut ready: impl FnMut(&str) -> bool,
+    secs: u64,
+) -> (Proc, Vec<String>) {
+    use std::io::BufRead;
+    let mut p = Proc(cmd.stdout(Stdio::piped()).spawn().unwrap());
+    let args = cmd.get_args().collect::<Vec<_>>();
+    let out = p.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = ready(&line);
+                seen.push(line);
+                if done {
+                    return (p, seen);
+                }
+            }
+            Err(e) => panic!("{args:?} not ready within {secs} s ({e}): {seen:?}"),
+        }
+    }
+}
+
+/// Spawns netrig and returns once it has printed `n` table rows.
+pub fn spawn_after_rows(args: &[&str], n: usize, secs: u64) -> (Proc, Vec<String>) {
+    let mut rows = 0;
+    spawn_ready(
+        args,
+        |l| {
+            rows += usize::from(is_row(l));
+            rows >= n
+        },
+        secs,
+    )
+}
