@@ -465,8 +465,11 @@ fn udp_from_the_command_line() {
     // 20 Mbit/s of 1200-byte datagrams for 1 s asks for 2083.
     let asked = sender["asked_bytes"].as_u64().unwrap() / 1200;
     assert!((2083..=2085).contains(&asked), "{sender}");
+    // Fewer only if this host stalled the sender, and then it says so.
+    let short = ((received * 1200) as f64) < sender["asked_bytes"].as_f64().unwrap() * 0.99;
+    assert_eq!(sender["sender_limited"], short, "{sender}");
     assert!(
-        received as f64 >= asked as f64 * 0.8,
+        received * 2 >= asked,
         "{received} of {asked} datagrams: {sender}"
     );
     for (args, needle) in [
@@ -522,15 +525,24 @@ fn udp_sigint_keeps_what_was_measured() {
         let unique = doc["result"]["totals"]["unique"].as_u64().unwrap();
         let sender = &doc["result"]["sender"];
         let sent = sender["packets"].as_u64().unwrap();
-        // 10 Mbit/s of 1000-byte datagrams is 1250 a second; a paced sender
-        // is never more than a few percent behind (it reports how far).
+        // 10 Mbit/s of 1000-byte datagrams is 1250 a second. A paced sender
+        // never sends ahead of its schedule; on a busy host it may fall
+        // behind, and then it must say so (sender-limited: over 1% short).
         let secs = sender["duration_secs"].as_f64().unwrap();
         assert!(secs >= 1.0, "reverse={reverse}: {sender}");
-        let due = 1250.0 * secs;
+        let asked = sender["asked_bytes"].as_u64().unwrap() / 1000;
         assert!(
-            (sent as f64) >= due * 0.95 && (sent as f64) <= due * 1.01 + 1.0,
-            "reverse={reverse}: sent {sent} in {secs} s, {due} due: {sender}"
+            (asked as f64 - 1250.0 * secs).abs() <= 1250.0 * 0.01 + 2.0,
+            "reverse={reverse}: {asked} asked in {secs} s: {sender}"
         );
+        assert!(sent <= asked + 1, "reverse={reverse}: {sender}");
+        let asked_bytes = sender["asked_bytes"].as_u64().unwrap();
+        let short = ((sent * 1000) as f64) < asked_bytes as f64 * 0.99;
+        assert_eq!(
+            sender["sender_limited"], short,
+            "reverse={reverse}: {sender}"
+        );
+        assert!(sent * 2 >= asked, "reverse={reverse}: {sender}");
         assert_eq!(sender["bytes"].as_u64(), Some(sent * 1000));
         assert_eq!(unique, sent, "reverse={reverse}: every datagram arrived");
         assert_eq!(doc["result"]["interrupted"], true);

@@ -348,19 +348,17 @@ fn a_server_killed_under_a_udp_client_is_a_network_error_with_complete_json() {
         // printed, with every datagram they count accounted for.
         let ivs = r["intervals"].as_array().unwrap();
         assert!(ivs.len() >= 2, "reverse={reverse}: {r}");
-        let got: u64 = ivs.iter().map(|i| i["packets"].as_u64().unwrap()).sum();
-        assert!(
-            ivs.iter().all(|i| i["drops"] == 0),
-            "reverse={reverse}: {r}"
-        );
-        assert!(got >= 2 * 250, "two 250 ms intervals at 1250/s: {got}");
-        let local = if reverse {
-            &r["totals"]["unique"]
+        let sum = |k: &str| -> u64 { ivs.iter().map(|i| i[k].as_u64().unwrap()).sum() };
+        let (got, dropped) = (sum("packets"), sum("drops"));
+        assert!(got > 0, "reverse={reverse}: {r}");
+        // The local end's own count covers at least what the intervals saw.
+        if reverse {
+            let unique = r["totals"]["unique"].as_u64().unwrap();
+            assert!(unique >= got, "reverse={reverse}: {unique} < {got}: {r}");
         } else {
-            &r["sender"]["packets"]
-        };
-        let local = local.as_u64().expect("the local end's count");
-        assert!(local >= got, "reverse={reverse}: {local} < {got}: {r}");
+            let sent = r["sender"]["packets"].as_u64().unwrap();
+            assert!(sent >= got + dropped, "{sent} < {got} + {dropped}: {r}");
+        }
     }
 }
 

@@ -287,8 +287,12 @@ fn sweep_through_a_policer_estimates_its_burst() {
         );
         assert!(seen <= t["sent"].as_u64().unwrap(), "relay saw {seen}: {t}");
         let a = &doc["result"]["analysis"];
-        // The verdict holds on every attempt; the rate and burst are timing.
-        assert_eq!(a["limiter"], "policing", "{a}");
+        // Unlike tbf's, this policer is a user-space relay: when this shared
+        // host starves it, its own scheduling delay looks like a queue, so the
+        // verdict here is timing too (the counts above are not).
+        if a["limiter"] != "policing" {
+            return Err(format!("classified {}: {a}", a["limiter"]));
+        }
         let c = a["congestion_bps"].as_f64().unwrap_or(0.0);
         if (c / 10e6 - 1.0).abs() >= 0.10 {
             return Err(format!("policer at 10 Mbit/s, found {c}: {a}"));

@@ -266,3 +266,39 @@ pub fn spawn_after_rows(args: &[&str], n: usize, secs: u64) -> (Proc, Vec<String
         secs,
     )
 }
+
+/// Bytes waiting in the receive queue of process `pid`'s UDP socket bound
+/// to `port` on IPv4 (None: it has no such socket), from /proc/net/udp.
+pub fn udp_rx_queue(pid: u32, port: u16) -> Option<u64> {
+    // The process's sockets, by inode: another process may use the same port
+    // on another address.
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().to_string();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+        let rx = f.get(4)?.split(':').nth(1)?;
+        let mine = inodes.iter().any(|i| Some(&i.as_str()) == f.get(9));
+        (local_port == port && mine).then(|| u64::from_str_radix(rx, 16).ok())?
+    })
+}
+
+/// Waits until process `pid` has a UDP socket bound to `port` and has read
+/// everything queued to it.
+pub fn udp_drained(pid: u32, port: u16, what: &str) {
+    let t0 = Instant::now();
+    while udp_rx_queue(pid, port) != Some(0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: UDP port {port} not bound or not reading"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
