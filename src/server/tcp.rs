@@ -24,7 +24,8 @@ use crate::plan::Role;
 use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpSpec, write_message};
 use crate::stats::Counters;
 use crate::tcp::config::MAX_BUFFER;
-use crate::tcp::conn::{Transfer, cancel_if_stopped, exchange_finals};
+use crate::tcp::drive::{Env, drive};
+use crate::tcp::machine::Conn;
 
 pub(super) struct Session {
     pub(super) peer: SocketAddr,
@@ -251,25 +252,35 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
     {
         ResultKind::NetworkError
     } else {
-        let (mut mine, bursts) = Transfer {
+        // The server's buffer only sets its call sizes; capping it bounds
+        // a session's memory whatever the client asked for.
+        let buffer = (hello.buffer as usize).min(SERVER_BUFFER);
+        let mut conn = Conn::new(
+            &sess.spec,
+            hello.connection,
+            Role::Server,
+            buffer,
+            Instant::now(),
+        );
+        let stopped = || sess.cancelled();
+        drive(
+            &mut conn,
             stream,
-            connection: hello.connection,
-            role: Role::Server,
-            // The server's buffer only sets its call sizes; capping it bounds
-            // a session's memory whatever the client asked for.
-            buffer: (hello.buffer as usize).min(SERVER_BUFFER),
-            spec: &sess.spec,
-            counters: &sess.counters,
-            guard: Some(&sess.guard),
-        }
-        .run_with_bursts();
-        cancel_if_stopped(&mut mine, sess.cancelled());
-        let (mine, result) = exchange_finals(stream, mine);
+            &Env {
+                counters: &sess.counters,
+                guard: Some(&sess.guard),
+                idle: Some(st.cfg.idle_timeout),
+                stopped: &stopped,
+                buffer,
+            },
+        );
+        let (result, mine, bursts) = conn.into_result();
         if sess.spec.burst.is_some()
             && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
         {
             // Our account of each burst, for the client to print (it only reads),
             // in frames that fit.
+            let _ = stream.set_nonblocking(false);
             let mut s = stream;
             let frames = crate::proto::in_frames(&bursts, 100, |bursts, last| Message::TcpBursts {
                 bursts,

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::config::{BufferSpec, ConfigError, TcpClientConfig};
-use super::conn::{Transfer, cancel_if_stopped, exchange_finals};
+use super::drive::{Env, drive};
+use super::machine::Conn;
 use crate::control::Control;
 use crate::control::STOP_GRACE;
 use crate::net;
@@ -353,25 +354,28 @@ impl Shared {
         }
         let spec = self.cfg.spec();
         self.counters.in_flight.fetch_add(1, Relaxed);
-        let (mut mine, bursts) = Transfer {
+        let mut conn = Conn::new(&spec, id, Role::Client, buffer as usize, Instant::now());
+        let stopped = || self.stop.load(SeqCst);
+        drive(
+            &mut conn,
             stream,
-            connection: id,
-            role: Role::Client,
-            buffer: buffer as usize,
-            spec: &spec,
-            guard: None,
-            counters: &self.counters,
-        }
-        .run_with_bursts();
-        rec.bursts = bursts;
+            &Env {
+                counters: &self.counters,
+                guard: None,
+                idle: self.cfg.idle_timeout,
+                stopped: &stopped,
+                buffer: buffer as usize,
+            },
+        );
         self.counters.in_flight.fetch_sub(1, Relaxed);
-        cancel_if_stopped(&mut mine, self.stop.load(SeqCst));
-        let (mine, result) = exchange_finals(stream, mine);
-        let result = crate::outcome::after_stop(result, self.stop.load(SeqCst));
+        let (result, mine, bursts) = conn.into_result();
+        rec.bursts = bursts;
+        let result = crate::outcome::after_stop(result, stopped());
         if spec.burst.is_some()
             && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
         {
             // The server's account of the same bursts; absent if it could not send it.
+            let _ = stream.set_nonblocking(false);
             let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
             let mut s = stream;
             while let Ok(Message::TcpBursts { bursts, last }) = read_message(&mut s) {

@@ -2,4 +2,5 @@
 
 pub mod client;
 pub mod config;
-pub mod conn;
+pub mod drive;
+pub mod machine;

@@ -1,0 +1,642 @@
+//! The data phase of one TCP connection as a state machine, with no socket
+//! and no clock inside (the shape of quinn-proto): the I/O layer tells it what
+//! was read, what was written and what time it is; it says what to write
+//! next, how much to read, when it next needs the time, and finally the
+//! verdict both ends agree on. One machine serves either end: it runs the
+//! plan (send from the pattern, receive and verify against it, or both at
+//! once for duplex), then sends its [`FinalReport`], reads the peer's and
+//! combines them with [`agree`].
+//!
+//! Reads are never larger than what the plan still expects, so the peer's
+//! final report is never consumed as data; pattern bytes where that report
+//! should be mean the peer sent more than planned.
+
+use std::io;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use crate::outcome::{ConnResult, agree};
+use crate::pattern::{Direction, Pattern, stream_start};
+use crate::plan::{Plan, Role, Step};
+use crate::proto::{
+    self, BurstSpec, FinalReport, IoPattern, Message, ReadError, TcpBurst, TcpSpec, Verdict,
+    VerifyLevel,
+};
+
+/// The time as the I/O layer read it: monotonic for intervals, wall clock
+/// (CLOCK_REALTIME ns) for trip times across hosts.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    /// Monotonic time.
+    pub mono: Instant,
+    /// CLOCK_REALTIME, ns.
+    pub real_ns: u64,
+}
+
+/// What the machine wants written next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Transmit<'a> {
+    /// Write (a prefix of) these bytes, then call [`Conn::on_written`].
+    Bytes(&'a [u8]),
+    /// Nothing to write before this time (the next burst is due).
+    WaitUntil(Instant),
+    /// Nothing to write now.
+    Nothing,
+}
+
+/// Something the I/O layer may act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Burst `index` has been written in full: a good moment to read
+    /// TCP_INFO for it ([`Conn::set_burst_info`]).
+    BurstSent(usize),
+}
+
+/// Further than any burst period a test can use (a year).
+const FAR: Duration = Duration::from_secs(365 * 86_400);
+
+/// Turns a socket error into a verdict, naming timeouts for what they are.
+pub fn net_verdict(e: &io::Error) -> Verdict {
+    let detail = match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            format!("no progress within the idle timeout ({e})")
+        }
+        _ => e.to_string(),
+    };
+    Verdict::NetworkError { detail }
+}
+
+/// This end's verdict: corruption seen wins, then the I/O outcome.
+fn verdict_of(failure: Option<Verdict>, corrupt: Option<u64>) -> Verdict {
+    match (failure, corrupt) {
+        (_, Some(offset)) => Verdict::Corrupt { offset },
+        (Some(v), None) => v,
+        (None, None) => Verdict::Ok,
+    }
+}
+
+/// Where the connection is.
+#[derive(Debug)]
+enum Phase {
+    /// Running the plan.
+    Data,
+    /// Exchanging final reports: this end's goes out (`at` bytes of `out`
+    /// written) while the peer's comes in (`inbuf`, then `peer` once read);
+    /// the two directions are independent, so neither waits on the other.
+    Final {
+        out: Vec<u8>,
+        at: usize,
+        inbuf: Vec<u8>,
+        peer: Option<Result<FinalReport, String>>,
+    },
+    /// Finished with this result.
+    Done(ConnResult),
+}
+
+/// One burst's progress on the sending or receiving side.
+#[derive(Debug, Default)]
+struct BurstLog {
+    /// Bursts so far, the last one in progress.
+    done: Vec<TcpBurst>,
+    /// Read-size bins of the burst in progress (receiver).
+    bins: Vec<(u64, u64)>,
+}
+
+/// Burst mode: one burst of `size` bytes every `period`.
+#[derive(Debug)]
+struct Bursts {
+    spec: BurstSpec,
+    sending: bool,
+    t0: Instant,
+    log: BurstLog,
+}
+
+impl Bursts {
+    fn period(&self) -> Duration {
+        Duration::from_millis(self.spec.period_ms)
+    }
+
+    fn due(&self, k: u64) -> Instant {
+        // Far periods saturate rather than overflow.
+        self.t0
+            .checked_add(
+                self.period()
+                    .saturating_mul(u32::try_from(k).unwrap_or(u32::MAX)),
+            )
+            .unwrap_or(self.t0 + FAR)
+    }
+
+    fn secs(&self, now: Instant) -> f64 {
+        now.saturating_duration_since(self.t0).as_secs_f64()
+    }
+
+    /// Opens burst `k` of `bytes` at `now`.
+    fn open(&mut self, k: u64, bytes: u64, now: Now) {
+        let start_s = self.secs(now.mono);
+        self.log.done.push(TcpBurst {
+            index: k,
+            side: if self.sending { "send" } else { "recv" }.into(),
+            bytes,
+            start_s,
+            end_s: start_s,
+            start_rt_ns: now.real_ns,
+            end_rt_ns: now.real_ns,
+            ..Default::default()
+        });
+        self.log.bins.clear();
+    }
+
+    /// One write or read of `n` bytes at `now` in the open burst.
+    fn call(&mut self, n: usize, now: Now) {
+        let end_s = self.secs(now.mono);
+        let Some(b) = self.log.done.last_mut() else {
+            return;
+        };
+        if b.calls == 0 && !self.sending {
+            // A receiver's burst starts with its first byte.
+            (b.start_s, b.start_rt_ns) = (end_s, now.real_ns);
+        }
+        b.calls += 1;
+        (b.end_s, b.end_rt_ns) = (end_s, now.real_ns);
+        if !self.sending {
+            // Power-of-two bins: 1, 2, 4, ... bytes.
+            let edge = if n == 0 {
+                0
+            } else {
+                1u64 << (63 - (n as u64).leading_zeros())
+            };
+            match self.log.bins.iter_mut().find(|(e, _)| *e == edge) {
+                Some((_, c)) => *c += 1,
+                None => self.log.bins.push((edge, 1)),
+            }
+        }
+    }
+
+    /// Closes the open burst (also one cut short by a failure).
+    fn close(&mut self, failed: bool) {
+        let period = self.period().as_secs_f64();
+        let mut bins = std::mem::take(&mut self.log.bins);
+        bins.sort_unstable();
+        let sending = self.sending;
+        let Some(b) = self.log.done.last_mut() else {
+            return;
+        };
+        if !sending {
+            b.read_sizes = bins;
+        } else if failed {
+            b.errors = 1;
+        }
+        let secs = b.end_s - b.start_s;
+        b.transfer_ms = secs * 1e3;
+        b.rate_bps = if secs > 0.0 {
+            b.bytes as f64 * 8.0 / secs
+        } else {
+            0.0
+        };
+        b.duty_pct = 100.0 * secs / period;
+    }
+}
+
+/// One end of one data connection.
+#[derive(Debug)]
+pub struct Conn {
+    plan: Plan,
+    verify: bool,
+    buffer: usize,
+    send_start: u64,
+    recv_start: u64,
+    /// Bytes of the current step still to send and to receive.
+    send_left: u64,
+    recv_left: u64,
+    sent: u64,
+    received: u64,
+    corrupt: Option<u64>,
+    failure: Option<Verdict>,
+    mine: Option<FinalReport>,
+    phase: Phase,
+    bursts: Option<Bursts>,
+    /// Index of the current burst and bytes of it left (burst mode).
+    burst_at: u64,
+    events: Vec<Event>,
+    transfer: u64,
+}
+
+impl Conn {
+    /// A machine for `role`'s end of `connection` under `spec`, moving at
+    /// most `buffer` bytes per call, whose data phase starts `now`.
+    pub fn new(spec: &TcpSpec, connection: Uuid, role: Role, buffer: usize, now: Instant) -> Conn {
+        let (mine, theirs) = match role {
+            Role::Client => (Direction::ClientToServer, Direction::ServerToClient),
+            Role::Server => (Direction::ServerToClient, Direction::ClientToServer),
+        };
+        let bursts = match (spec.burst, spec.pattern) {
+            (Some(b), IoPattern::Push | IoPattern::Pull) => Some(Bursts {
+                spec: b,
+                sending: matches!(
+                    (spec.pattern, role),
+                    (IoPattern::Push, Role::Client) | (IoPattern::Pull, Role::Server)
+                ),
+                t0: now,
+                log: BurstLog::default(),
+            }),
+            _ => None,
+        };
+        let mut c = Conn {
+            plan: Plan::new(
+                spec.pattern,
+                spec.transfer,
+                spec.push_bytes,
+                spec.pull_bytes,
+                role,
+            ),
+            verify: spec.verify == VerifyLevel::Data,
+            buffer: buffer.max(1),
+            send_start: stream_start(connection, mine),
+            recv_start: stream_start(connection, theirs),
+            send_left: 0,
+            recv_left: 0,
+            sent: 0,
+            received: 0,
+            corrupt: None,
+            failure: None,
+            mine: None,
+            phase: Phase::Data,
+            bursts,
+            burst_at: 0,
+            events: Vec::new(),
+            transfer: spec.transfer,
+        };
+        c.advance();
+        c
+    }
+
+    /// The burst at `k` carries this many bytes (0: past the end).
+    fn burst_bytes(&self, k: u64) -> u64 {
+        let size = self.bursts.as_ref().map_or(0, |b| b.spec.size.max(1));
+        self.transfer
+            .saturating_sub(k.saturating_mul(size))
+            .min(size)
+    }
+
+    /// Moves to the next step when the current one is done, and to the
+    /// final exchange when the plan is.
+    fn advance(&mut self) {
+        while matches!(self.phase, Phase::Data) && self.send_left == 0 && self.recv_left == 0 {
+            if self.failure.is_some() {
+                return self.finish_data();
+            }
+            match self.plan.next() {
+                Some(Step::Send(n)) => self.send_left = n,
+                Some(Step::Recv(n)) => self.recv_left = n,
+                Some(Step::Both { send, recv }) => (self.send_left, self.recv_left) = (send, recv),
+                None => return self.finish_data(),
+            }
+        }
+    }
+
+    /// The plan is over (done or failed): this end's report goes out,
+    /// unless the connection is already known to be broken.
+    fn finish_data(&mut self) {
+        let mine = FinalReport {
+            sent: self.sent,
+            received: self.received,
+            verdict: verdict_of(self.failure.take(), self.corrupt),
+        };
+        if let Some(b) = &mut self.bursts
+            && b.log.done.len() as u64 > self.burst_at
+        {
+            // A burst cut short by the failure is reported as far as it got.
+            b.close(true);
+        }
+        self.phase = if matches!(
+            mine.verdict,
+            Verdict::NetworkError { .. } | Verdict::Cancelled
+        ) {
+            Phase::Done(agree(&mine, Err("connection failed")))
+        } else {
+            Phase::Final {
+                out: proto::encode(&Message::Final(mine.clone())),
+                at: 0,
+                inbuf: Vec::new(),
+                peer: None,
+            }
+        };
+        self.mine = Some(mine);
+    }
+
+    /// What to write now.
+    pub fn transmit(&mut self, now: Now) -> Transmit<'_> {
+        match &self.phase {
+            Phase::Final { out, at, .. } if *at < out.len() => return Transmit::Bytes(&out[*at..]),
+            Phase::Data if self.send_left > 0 => {}
+            _ => return Transmit::Nothing,
+        }
+        let mut want = self.send_left;
+        let burst_bytes = self.burst_bytes(self.burst_at);
+        if let Some(b) = &mut self.bursts {
+            let due = b.due(self.burst_at);
+            if now.mono < due {
+                return Transmit::WaitUntil(due);
+            }
+            let into = self.sent - self.burst_at * b.spec.size.max(1);
+            if into == 0 && b.log.done.len() as u64 == self.burst_at {
+                b.open(self.burst_at, burst_bytes, now);
+            }
+            want = want.min(burst_bytes - into);
+        }
+        let n = (want as usize).min(self.buffer);
+        Transmit::Bytes(Pattern::get().slice(self.send_start, self.sent, n))
+    }
+
+    /// `n` bytes of what [`Conn::transmit`] offered were written at `now`.
+    pub fn on_written(&mut self, n: usize, now: Now) {
+        if let Phase::Final { out, at, .. } = &mut self.phase {
+            *at = (*at + n).min(out.len());
+            return self.maybe_done();
+        }
+        if !matches!(self.phase, Phase::Data) || n == 0 {
+            return;
+        }
+        let n64 = (n as u64).min(self.send_left);
+        self.sent += n64;
+        self.send_left -= n64;
+        let size = self.bursts.as_ref().map(|b| b.spec.size.max(1));
+        if let (Some(b), Some(size)) = (&mut self.bursts, size) {
+            b.call(n, now);
+            if self.sent == (self.burst_at * size + size).min(self.transfer) {
+                b.close(false);
+                self.events
+                    .push(Event::BurstSent(b.log.done.len().saturating_sub(1)));
+                self.burst_at += 1;
+            }
+        }
+        self.advance();
+    }
+
+    /// How many bytes to read now, at most (0: do not read).
+    pub fn want_read(&self) -> usize {
+        match &self.phase {
+            Phase::Data => {
+                let mut n = self.recv_left.min(self.buffer as u64);
+                if let Some(b) = &self.bursts {
+                    // A read never spans two bursts, so each is timed alone.
+                    let size = b.spec.size.max(1);
+                    n = n.min((self.burst_at * size + size).min(self.transfer) - self.received);
+                }
+                n as usize
+            }
+            Phase::Final {
+                inbuf: buf,
+                peer: None,
+                ..
+            } => {
+                let header = proto::HEADER_LEN;
+                if buf.len() < header {
+                    return header - buf.len();
+                }
+                let mut h = [0u8; proto::HEADER_LEN];
+                h.copy_from_slice(&buf[..header]);
+                match proto::parse_header(&h) {
+                    Ok(len) => header + len - buf.len(),
+                    Err(_) => 0,
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    /// `data` arrived at `now` (never more than [`Conn::want_read`] said).
+    pub fn on_read(&mut self, data: &[u8], now: Now) {
+        match &mut self.phase {
+            Phase::Data => {}
+            Phase::Final {
+                inbuf, peer: None, ..
+            } => {
+                inbuf.extend_from_slice(data);
+                self.parse_final();
+                return self.maybe_done();
+            }
+            _ => return,
+        }
+        let k = (data.len() as u64).min(self.recv_left) as usize;
+        if k == 0 {
+            return;
+        }
+        let data = &data[..k];
+        if let Some(b) = &mut self.bursts {
+            let size = b.spec.size.max(1);
+            let into = self.received - self.burst_at * size;
+            if into == 0 {
+                let bytes = self.transfer.saturating_sub(self.burst_at * size).min(size);
+                b.open(self.burst_at, bytes, now);
+            }
+        }
+        if self.verify
+            && self.corrupt.is_none()
+            && let Err(at) = Pattern::get().verify(self.recv_start, self.received, data)
+        {
+            self.corrupt = Some(at);
+        }
+        self.received += k as u64;
+        self.recv_left -= k as u64;
+        let size = self.bursts.as_ref().map(|b| b.spec.size.max(1));
+        if let (Some(b), Some(size)) = (&mut self.bursts, size) {
+            b.call(k, now);
+            if self.received == (self.burst_at * size + size).min(self.transfer) {
+                b.close(false);
+                self.burst_at += 1;
+            }
+        }
+        self.advance();
+    }
+
+    fn parse_final(&mut self) {
+        let (
+            Phase::Final {
+                inbuf,
+                peer: slot @ None,
+                ..
+            },
+            Some(mine),
+        ) = (&mut self.phase, &mut self.mine)
+        else {
+            return;
+        };
+        let peer = match proto::decode_frame(inbuf) {
+            Ok(None) => return,
+            Ok(Some((Message::Final(p), _))) => Ok(p),
+            Ok(Some((other, _))) => Err(format!(
+                "unexpected message instead of final report: {other:?}"
+            )),
+            Err(_) if mine.verdict == Verdict::Ok => {
+                // Pattern bytes where the report should be: the peer sent more than planned.
+                mine.verdict = Verdict::TooMany {
+                    expected: mine.received,
+                };
+                Err("peer sent extra data".to_string())
+            }
+            Err(e) => Err(ReadError::Proto(e).to_string()),
+        };
+        *slot = Some(peer);
+    }
+
+    /// Done once this end's report is out and the peer's is in.
+    fn maybe_done(&mut self) {
+        if let (
+            Phase::Final {
+                out,
+                at,
+                peer: Some(peer),
+                ..
+            },
+            Some(mine),
+        ) = (&self.phase, &self.mine)
+            && *at == out.len()
+        {
+            let r = agree(mine, peer.as_ref().map_err(String::as_str));
+            self.phase = Phase::Done(r);
+        }
+    }
+
+    /// The peer closed its side (a read returned 0 bytes).
+    pub fn on_eof(&mut self) {
+        match &mut self.phase {
+            Phase::Data if self.recv_left > 0 => {
+                self.failure.get_or_insert(Verdict::TooFew {
+                    expected: self.received + self.recv_left,
+                    received: self.received,
+                });
+                self.abandon_data();
+            }
+            Phase::Final {
+                inbuf,
+                peer: slot @ None,
+                ..
+            } => {
+                let e = if inbuf.is_empty() {
+                    ReadError::Eof
+                } else {
+                    ReadError::Io(io::ErrorKind::UnexpectedEof.into())
+                };
+                *slot = Some(Err(e.to_string()));
+                self.maybe_done();
+            }
+            _ => {}
+        }
+    }
+
+    /// A read or write failed with `e`.
+    pub fn on_error(&mut self, e: &io::Error) {
+        match (&self.phase, &mut self.mine) {
+            (Phase::Final { out, at, .. }, Some(mine)) if *at < out.len() => {
+                // This end's report could not go out.
+                mine.verdict = net_verdict(e);
+                self.phase = Phase::Done(agree(mine, Err("connection failed")));
+            }
+            (Phase::Final { .. }, Some(mine)) => {
+                self.phase = Phase::Done(agree(mine, Err(&e.to_string())));
+            }
+            _ => self.fail(net_verdict(e)),
+        }
+    }
+
+    /// This end stops (the run was stopped): a cancellation, not a finding.
+    pub fn cancel(&mut self) {
+        self.fail(Verdict::Cancelled);
+    }
+
+    /// This end gives up with `v` (e.g. a server limit reached).
+    pub fn abort(&mut self, v: Verdict) {
+        self.fail(v);
+    }
+
+    /// Whether what [`Conn::transmit`] offers is data (not the final report).
+    pub fn sending_data(&self) -> bool {
+        matches!(self.phase, Phase::Data)
+    }
+
+    /// Ends the connection with `v` as this end's verdict unless it has
+    /// already ended (corruption seen before still wins).
+    fn fail(&mut self, v: Verdict) {
+        match &self.phase {
+            Phase::Data => {
+                self.failure = Some(v);
+                self.abandon_data();
+            }
+            Phase::Final { .. } => {
+                let Some(mine) = &mut self.mine else {
+                    return;
+                };
+                if !matches!(mine.verdict, Verdict::Corrupt { .. }) {
+                    mine.verdict = v;
+                }
+                self.phase = Phase::Done(agree(mine, Err("connection failed")));
+            }
+            Phase::Done(_) => {}
+        }
+    }
+
+    /// Drops what is left of the plan after a failure.
+    fn abandon_data(&mut self) {
+        self.send_left = 0;
+        self.recv_left = 0;
+        self.finish_data();
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        (!self.events.is_empty()).then(|| self.events.remove(0))
+    }
+
+    /// Adds TCP_INFO readings to a burst this end sent.
+    pub fn set_burst_info(&mut self, index: usize, retransmits: u32, cwnd: u32, rtt_us: u32) {
+        if let Some(b) = self.bursts.as_mut().and_then(|b| b.log.done.get_mut(index)) {
+            (b.retransmits, b.cwnd, b.rtt_us) = (Some(retransmits), Some(cwnd), Some(rtt_us));
+        }
+    }
+
+    /// Whether the connection has its result.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done(_))
+    }
+
+    /// The agreed result, this end's report and its account of each burst,
+    /// once done.
+    pub fn result(&self) -> Option<(&ConnResult, &FinalReport, &[TcpBurst])> {
+        match (&self.phase, &self.mine) {
+            (Phase::Done(r), Some(mine)) => Some((
+                r,
+                mine,
+                self.bursts.as_ref().map_or(&[][..], |b| &b.log.done[..]),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The agreed result, this end's report and its bursts; a machine not
+    /// yet done is cancelled first, so there always is one.
+    pub fn into_result(mut self) -> (ConnResult, FinalReport, Vec<TcpBurst>) {
+        if !self.is_done() {
+            self.cancel();
+        }
+        let bursts = self.bursts.map(|b| b.log.done).unwrap_or_default();
+        let mine = self.mine.unwrap_or(FinalReport {
+            sent: self.sent,
+            received: self.received,
+            verdict: Verdict::Cancelled,
+        });
+        match self.phase {
+            Phase::Done(r) => (r, mine, bursts),
+            _ => (agree(&mine, Err("connection failed")), mine, bursts),
+        }
+    }
+
+    /// Bytes of the plan sent and received so far.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.sent, self.received)
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;
