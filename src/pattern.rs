@@ -156,6 +156,30 @@ mod tests {
         assert_eq!(&s[1..], p.slice(0, 0, EXTRA));
     }
 
+    /// Where each connection's streams start is protocol too: pinned for one ID.
+    #[test]
+    fn stream_starts_are_fixed_per_id_and_direction() {
+        let id = Uuid::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321);
+        assert_eq!(stream_start(id, Direction::ClientToServer), 16_218);
+        assert_eq!(stream_start(id, Direction::ServerToClient), 38_868);
+    }
+
+    /// Valid data longer than the tail, read across the end of a cycle,
+    /// is checked in two slices and passes.
+    #[test]
+    fn valid_data_across_the_end_of_a_cycle_passes() {
+        let start = 1000;
+        let offset = (PERIOD - 1000 - 10) as u64;
+        let data = stream(start, offset, EXTRA + 5000);
+        assert_eq!(Pattern::get().verify(start, offset, &data), Ok(()));
+        let mut bad = data.clone();
+        bad[EXTRA + 4000] ^= 1;
+        assert_eq!(
+            Pattern::get().verify(start, offset, &bad),
+            Err(offset + (EXTRA + 4000) as u64)
+        );
+    }
+
     #[test]
     fn periodic_and_deterministic() {
         let p = Pattern::get();

@@ -237,6 +237,23 @@ fn bad_version_and_size() {
     );
 }
 
+/// A header alone is judged as soon as its eighth byte is in: a bad
+/// version, and an empty payload (no message is empty), are errors then.
+#[test]
+fn a_complete_header_is_checked_in_full() {
+    let mut b = encode(&Message::Goodbye);
+    b[2] = 9;
+    assert_eq!(
+        decode_frame(&b[..HEADER_LEN]),
+        Err(ProtoError::UnsupportedFrameVersion(9))
+    );
+    let empty = [b'N', b'R', FRAME_VERSION, 0, 0, 0, 0, 0];
+    assert!(matches!(
+        decode_frame(&empty),
+        Err(ProtoError::Malformed(_))
+    ));
+}
+
 #[test]
 fn malformed_payload() {
     let payload = br#"{"type":"no_such_message"}"#;
