@@ -562,6 +562,16 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, ProtoError> {
     serde_json::from_slice(payload).map_err(|e| ProtoError::Malformed(e.to_string()))
 }
 
+/// Bytes still needed to complete the first frame in `buf`: reading
+/// exactly these never consumes what follows the frame. 0 when the frame is
+/// complete or its header is invalid ([`decode_frame`] says which).
+pub fn frame_remaining(buf: &[u8]) -> usize {
+    let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
+        return HEADER_LEN - buf.len();
+    };
+    parse_header(header).map_or(0, |len| (HEADER_LEN + len).saturating_sub(buf.len()))
+}
+
 /// Decodes the first frame in `buf`. Returns `Ok(None)` when more bytes are
 /// needed, otherwise the message and how many bytes it used. Garbage is
 /// rejected as soon as the bytes seen prove it is garbage.

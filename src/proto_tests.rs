@@ -255,6 +255,24 @@ fn a_complete_header_is_checked_in_full() {
 }
 
 #[test]
+fn frame_remaining_counts_to_the_end_of_the_first_frame() {
+    let b = encode(&Message::Goodbye);
+    for cut in 0..=b.len() {
+        // Until the header is in, the payload's length is not known.
+        let want = if cut < HEADER_LEN {
+            HEADER_LEN - cut
+        } else {
+            b.len() - cut
+        };
+        assert_eq!(frame_remaining(&b[..cut]), want, "cut at {cut}");
+    }
+    let mut two = b.clone();
+    two.extend_from_slice(&b);
+    assert_eq!(frame_remaining(&two), 0);
+    assert_eq!(frame_remaining(b"GET / HT"), 0);
+}
+
+#[test]
 fn malformed_payload() {
     let payload = br#"{"type":"no_such_message"}"#;
     let mut b = vec![b'N', b'R', FRAME_VERSION, 0];

@@ -278,14 +278,14 @@ fn sweep_through_a_policer_estimates_its_burst() {
         let (seen, dropped, ..) = relay.get();
         let t = &doc["result"]["totals"];
         assert!(
-            dropped > 100,
-            "30 Mbit/s offered to a 10 Mbit/s policer: {dropped} dropped"
-        );
-        assert!(
             t["lost"].as_u64().unwrap() >= dropped,
             "{dropped} dropped: {t}"
         );
         assert!(seen <= t["sent"].as_u64().unwrap(), "relay saw {seen}: {t}");
+        if dropped <= 100 {
+            // A starved sender may never offer much over the policer's rate.
+            return Err(format!("the relay hardly dropped ({dropped}): {t}"));
+        }
         let a = &doc["result"]["analysis"];
         // Unlike tbf's, this policer is a user-space relay: when this shared
         // host starves it, its own scheduling delay looks like a queue, so the

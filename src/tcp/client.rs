@@ -3,31 +3,24 @@
 //! limit are done, and reports intervals and per-connection results to an
 //! [`Observer`].
 //!
-//! One thread per concurrent connection: blocking sockets are the fastest and
-//! simplest way to move and verify bulk data, and a stop is delivered by
-//! shutting the sockets down, which wakes every blocked call at once.
+//! The data connections run on a few event-loop threads (`pool.rs`), about
+//! one per core, whatever `--connections` is; a stop is delivered to them by
+//! a flag they check at least every 20 ms.
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
 use serde::Serialize;
-use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::config::{BufferSpec, ConfigError, TcpClientConfig};
-use super::drive::{Env, drive};
-use super::machine::Conn;
+use super::config::{ConfigError, TcpClientConfig};
 use crate::control::Control;
 use crate::control::STOP_GRACE;
-use crate::net;
-use crate::outcome::{ConnResult, ResultKind};
-use crate::plan::Role;
-use crate::proto::{DataHello, Message, SessionSummary, TestSpec, read_message, write_message};
+use crate::outcome::ConnResult;
+use crate::proto::{Message, SessionSummary, TestSpec, read_message, write_message};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
 pub use crate::control::ClientError;
@@ -95,48 +88,32 @@ pub struct RunReport {
     pub server_errors: Vec<(SocketAddr, String)>,
 }
 
-struct Session {
-    addr: SocketAddr,
-    id: Uuid,
+pub(super) struct Session {
+    pub(super) addr: SocketAddr,
+    pub(super) id: Uuid,
     control: Mutex<TcpStream>,
     /// The session's key (with a pre-shared key), for data connection proofs.
-    data_key: Option<crate::auth::DatagramKey>,
+    pub(super) data_key: Option<crate::auth::DatagramKey>,
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     unresponsive: AtomicBool,
 }
 
-/// A counting semaphore bounding connects in progress (`--throttle`).
-struct Throttle {
-    free: Mutex<u32>,
-    cv: Condvar,
-}
-
-impl Throttle {
-    fn acquire(&self) {
-        let mut f = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *f == 0 {
-            f = self.cv.wait(f).unwrap_or_else(|e| e.into_inner());
-        }
-        *f -= 1;
-    }
-    fn release(&self) {
-        *self.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.cv.notify_one();
-    }
-}
-
-struct Shared {
-    cfg: TcpClientConfig,
-    sessions: Vec<Session>,
-    counters: Counters,
-    stop: AtomicBool,
+pub(super) struct Shared {
+    pub(super) cfg: TcpClientConfig,
+    pub(super) sessions: Vec<Session>,
+    pub(super) counters: Counters,
+    /// Set on a stop: start no new connections, and a failure from now on
+    /// is a cancellation.
+    pub(super) stop: AtomicBool,
+    /// Set once the servers know of the stop: end every connection now.
+    pub(super) abort: AtomicBool,
     /// Set when a server is lost: start no new connections, but let in-flight
     /// ones fail on their own so their errors count as errors.
-    halt: AtomicBool,
-    next: AtomicU64,
-    throttle: Throttle,
-    live: Mutex<HashMap<u64, TcpStream>>,
+    pub(super) halt: AtomicBool,
+    pub(super) next: AtomicU64,
+    /// Connects that may still start (`--throttle` minus those in progress).
+    throttle: AtomicU64,
     start: Instant,
 }
 
@@ -222,7 +199,7 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
     })
 }
 
-fn pick_bind(
+pub(super) fn pick_bind(
     cfg: &TcpClientConfig,
     to: SocketAddr,
     index: u64,
@@ -242,158 +219,28 @@ fn pick_bind(
 }
 
 impl Shared {
-    fn elapsed(&self) -> f64 {
+    pub(super) fn elapsed(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
     }
 
-    /// Runs one data connection from connect to agreed result.
-    fn run_one(&self, index: u64, rng: &mut SmallRng) -> ConnectionRecord {
-        let session = &self.sessions[(index % self.sessions.len() as u64) as usize];
-        let buffer = match self.cfg.buffer {
-            BufferSpec::Fixed(b) => b,
-            BufferSpec::Range(lo, hi) => rng.random_range(lo..=hi),
-        };
-        let id = Uuid::new_v4();
-        let started = Instant::now();
-        let mut rec = ConnectionRecord {
-            time_slice: 0.0,
-            local: None,
-            remote: session.addr,
-            sent: 0,
-            received: 0,
-            time_ms: 0.0,
-            connect_ms: 0.0,
-            buffer,
-            result: ConnResult {
-                kind: ResultKind::Success,
-                detail: String::new(),
-            },
-            connection_id: id,
-            bursts: Vec::new(),
-        };
-        let result = self.connect_and_run(session, index, id, buffer, &mut rec);
-        rec.result = match result {
-            Ok(r) => r,
-            Err(_) if self.stop.load(SeqCst) => ConnResult {
-                kind: ResultKind::Cancelled,
-                detail: "stopped before completion".into(),
-            },
-            Err(detail) => ConnResult {
-                kind: ResultKind::NetworkError,
-                detail,
-            },
-        };
-        rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
-        rec.time_slice = self.elapsed();
-        self.counters.record(rec.result.kind);
-        rec
+    /// The session (target) connection `index` goes to: round robin.
+    pub(super) fn session_for(&self, index: u64) -> usize {
+        (index % self.sessions.len() as u64) as usize
     }
 
-    fn connect_and_run(
-        &self,
-        session: &Session,
-        index: u64,
-        id: Uuid,
-        buffer: u32,
-        rec: &mut ConnectionRecord,
-    ) -> Result<ConnResult, String> {
-        let from = pick_bind(&self.cfg, session.addr, index).map_err(|e| e.to_string())?;
-        let timeout = self.cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-        self.throttle.acquire();
-        let t0 = Instant::now();
-        let connected = net::connect(session.addr, from, timeout);
-        let connect_time = t0.elapsed();
-        self.throttle.release();
-        let stream = connected.map_err(|e| format!("connect to {}: {e}", session.addr))?;
-        rec.local = stream.local_addr().ok();
-        rec.connect_ms = connect_time.as_secs_f64() * 1e3;
-        stream
-            .set_read_timeout(self.cfg.idle_timeout)
-            .and_then(|_| stream.set_write_timeout(self.cfg.idle_timeout))
-            .map_err(|e| e.to_string())?;
-        {
-            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-            if self.stop.load(SeqCst) {
-                return Err("stopped".into());
-            }
-            if let Ok(c) = stream.try_clone() {
-                live.insert(index, c);
-            }
-        }
-        let result = self.handshake_and_transfer(&stream, session, id, buffer, rec);
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&index);
-        result
+    /// Takes one of the `--throttle` connects in progress, if one is free.
+    pub(super) fn throttle_try_acquire(&self) -> bool {
+        self.throttle
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
-    fn handshake_and_transfer(
-        &self,
-        stream: &TcpStream,
-        session: &Session,
-        id: Uuid,
-        buffer: u32,
-        rec: &mut ConnectionRecord,
-    ) -> Result<ConnResult, String> {
-        let mut s = stream;
-        let hello = Message::DataHello(DataHello {
-            session: session.id,
-            connection: id,
-            buffer,
-            proof: session
-                .data_key
-                .map(|k| crate::auth::data_proof(&k, &session.id, &id)),
-        });
-        write_message(&mut s, &hello).map_err(|e| e.to_string())?;
-        match read_message(&mut s) {
-            Ok(Message::DataAck { connection }) if connection == id => {}
-            Ok(Message::Error { message, .. }) => return Err(format!("{REFUSED_PREFIX}{message}")),
-            Ok(m) => return Err(format!("unexpected reply to data hello: {m:?}")),
-            Err(e) => return Err(format!("data hello: {e}")),
-        }
-        let spec = self.cfg.spec();
-        self.counters.in_flight.fetch_add(1, Relaxed);
-        let mut conn = Conn::new(&spec, id, Role::Client, buffer as usize, Instant::now());
-        let stopped = || self.stop.load(SeqCst);
-        drive(
-            &mut conn,
-            stream,
-            &Env {
-                counters: &self.counters,
-                guard: None,
-                idle: self.cfg.idle_timeout,
-                stopped: &stopped,
-                buffer: buffer as usize,
-            },
-        );
-        self.counters.in_flight.fetch_sub(1, Relaxed);
-        let (result, mine, bursts) = conn.into_result();
-        rec.bursts = bursts;
-        let result = crate::outcome::after_stop(result, stopped());
-        if spec.burst.is_some()
-            && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
-        {
-            // The server's account of the same bursts; absent if it could not send it.
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut s = stream;
-            while let Ok(Message::TcpBursts { bursts, last }) = read_message(&mut s) {
-                rec.bursts.extend(bursts);
-                if last {
-                    break;
-                }
-            }
-            rec.bursts
-                .sort_by(|a, b| (a.index, &a.side).cmp(&(b.index, &b.side)));
-        }
-        rec.sent = mine.sent;
-        rec.received = mine.received;
-        Ok(result)
+    pub(super) fn throttle_release(&self) {
+        self.throttle.fetch_add(1, SeqCst);
     }
 
     /// Stops the run: tells each server (so it counts cancellations, not
-    /// errors), then shuts every live socket to wake blocked threads.
+    /// errors), then has every connection end at once.
     fn stop_all(&self) {
         if self.stop.swap(true, SeqCst) {
             return;
@@ -409,9 +256,7 @@ impl Shared {
                 s.unresponsive.store(true, SeqCst);
             }
         }
-        for (_, sock) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            let _ = sock.shutdown(Shutdown::Both);
-        }
+        self.abort.store(true, SeqCst);
     }
 }
 
@@ -434,54 +279,30 @@ pub fn run(
         });
     }
     obs.started(&cfg);
-    let workers = (cfg.connections as u64).min(cfg.total_connections()) as usize;
     let seed = cfg.seed.unwrap_or_else(rand::random);
     let shared = Arc::new(Shared {
-        throttle: Throttle {
-            free: Mutex::new(cfg.throttle),
-            cv: Condvar::new(),
-        },
+        throttle: AtomicU64::new(u64::from(cfg.throttle)),
         cfg,
         sessions,
         counters: Counters::default(),
         stop: AtomicBool::new(false),
+        abort: AtomicBool::new(false),
         halt: AtomicBool::new(false),
         next: AtomicU64::new(0),
-        live: Mutex::new(HashMap::new()),
         start: Instant::now(),
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
-    let total = shared.cfg.total_connections();
-    let mut handles = Vec::new();
-    for w in 0..workers {
-        let sh = Arc::clone(&shared);
-        let tx = tx.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("conn-{w}"))
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37));
-                while !sh.stop.load(SeqCst) && !sh.halt.load(SeqCst) {
-                    let i = sh.next.fetch_add(1, SeqCst);
-                    if i >= total {
-                        break;
-                    }
-                    if tx.send(sh.run_one(i, &mut rng)).is_err() {
-                        break;
-                    }
-                }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
+        Ok(h) => h,
+        Err(e) => {
+            shared.stop_all();
+            return Err(ClientError::Control {
+                target: String::new(),
+                detail: format!("cannot start the connection threads: {e}"),
             });
-        match h {
-            Ok(h) => handles.push(h),
-            Err(e) => {
-                shared.stop_all();
-                return Err(ClientError::Control {
-                    target: String::new(),
-                    detail: format!("cannot start connection thread: {e}"),
-                });
-            }
         }
-    }
+    };
     drop(tx);
 
     let mut intervals = Vec::new();

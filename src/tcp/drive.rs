@@ -25,7 +25,7 @@ pub struct Env<'a> {
     pub idle: Option<Duration>,
     /// Whether the run was stopped: a failure after that is a cancellation.
     pub stopped: &'a dyn Fn() -> bool,
-    /// Bytes per read call.
+    /// Bytes per read call ([`drive`] only).
     pub buffer: usize,
 }
 
@@ -72,6 +72,106 @@ fn wait(fd: i32, events: i16, timeout: Option<Duration>) -> io::Result<bool> {
     }
 }
 
+/// What one [`pump`] step did and what the connection now waits for.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pumped {
+    /// Something was written, read or decided.
+    pub moved: bool,
+    /// A read would block.
+    pub blocked_read: bool,
+    /// A write would block.
+    pub blocked_write: bool,
+    /// Nothing to write before this time (the next burst).
+    pub timer: Option<Instant>,
+}
+
+/// One step of a connection over a non-blocking socket: at most one write
+/// and one read, with data bytes counted and TCP_INFO read for each burst
+/// sent. Event loops call it until nothing moves; [`drive`] waits in
+/// `poll(2)` between steps.
+pub fn pump<S>(conn: &mut Conn, stream: &S, buf: &mut [u8], env: &Env) -> Pumped
+where
+    S: AsRawFd,
+    for<'a> &'a S: Read + Write,
+{
+    let fail = |conn: &mut Conn, e: &io::Error| {
+        if (env.stopped)() {
+            conn.cancel();
+        } else {
+            conn.on_error(e);
+        }
+    };
+    let mut p = Pumped::default();
+    let before = conn.progress();
+    let data = conn.sending_data();
+    let (mut w, mut r) = (stream, stream);
+    match conn.transmit(now()) {
+        Transmit::Bytes(b) => {
+            // The final report is not data: only data counts against the limits.
+            if let (Some(g), true) = (env.guard, data)
+                && let Err(h) = g.admit(b.len() as u64)
+            {
+                conn.abort(halt_verdict(h));
+                p.moved = true;
+                return p;
+            }
+            match w.write(b) {
+                Ok(0) => {
+                    let e = io::Error::new(io::ErrorKind::WriteZero, "socket accepted no data");
+                    fail(conn, &e);
+                    p.moved = true;
+                    return p;
+                }
+                Ok(n) => {
+                    conn.on_written(n, now());
+                    p.moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => p.blocked_write = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,
+                Err(e) => {
+                    fail(conn, &e);
+                    p.moved = true;
+                    return p;
+                }
+            }
+        }
+        Transmit::WaitUntil(at) => p.timer = Some(at),
+        Transmit::Nothing => {}
+    }
+    while let Some(Event::BurstSent(k)) = conn.poll_event() {
+        if let Some(i) = tcp_info(stream.as_raw_fd()) {
+            conn.set_burst_info(k, i.tcpi_total_retrans, i.tcpi_snd_cwnd, i.tcpi_rtt);
+        }
+    }
+    let want = conn.want_read().min(buf.len());
+    if want > 0 && !conn.is_done() {
+        match r.read(&mut buf[..want]) {
+            Ok(0) => {
+                if (env.stopped)() {
+                    conn.cancel();
+                } else {
+                    conn.on_eof();
+                }
+                p.moved = true;
+            }
+            Ok(n) => {
+                conn.on_read(&buf[..n], now());
+                p.moved = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => p.blocked_read = true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,
+            Err(e) => {
+                fail(conn, &e);
+                p.moved = true;
+            }
+        }
+    }
+    let after = conn.progress();
+    env.counters.sent.fetch_add(after.0 - before.0, Relaxed);
+    env.counters.received.fetch_add(after.1 - before.1, Relaxed);
+    p
+}
+
 /// Runs `conn` to its result over `stream`, which is left non-blocking.
 pub fn drive(conn: &mut Conn, stream: &TcpStream, env: &Env) {
     let fail = |conn: &mut Conn, e: &io::Error| {
@@ -86,90 +186,22 @@ pub fn drive(conn: &mut Conn, stream: &TcpStream, env: &Env) {
     }
     let mut buf = vec![0u8; env.buffer.max(1)];
     let mut last_progress = Instant::now();
-    let (mut w, mut r) = (stream, stream);
     while !conn.is_done() {
-        let t = now();
-        let before = conn.progress();
-        let mut moved = false;
-        let mut blocked_write = false;
-        let mut timer = None;
-        let data = conn.sending_data();
-        match conn.transmit(t) {
-            Transmit::Bytes(b) => {
-                // The final report is not data: only data counts against the limits.
-                if let (Some(g), true) = (env.guard, data)
-                    && let Err(h) = g.admit(b.len() as u64)
-                {
-                    conn.abort(halt_verdict(h));
-                    continue;
-                }
-                match w.write(b) {
-                    Ok(0) => {
-                        let e = io::Error::new(io::ErrorKind::WriteZero, "socket accepted no data");
-                        fail(conn, &e);
-                        continue;
-                    }
-                    Ok(n) => {
-                        conn.on_written(n, now());
-                        moved = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => blocked_write = true,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => moved = true,
-                    Err(e) => {
-                        fail(conn, &e);
-                        continue;
-                    }
-                }
-            }
-            Transmit::WaitUntil(at) => timer = Some(at),
-            Transmit::Nothing => {}
-        }
-        while let Some(Event::BurstSent(k)) = conn.poll_event() {
-            if let Some(i) = tcp_info(stream) {
-                conn.set_burst_info(k, i.tcpi_total_retrans, i.tcpi_snd_cwnd, i.tcpi_rtt);
-            }
-        }
-        let want = conn.want_read().min(buf.len());
-        let mut blocked_read = false;
-        if want > 0 && !conn.is_done() {
-            match r.read(&mut buf[..want]) {
-                Ok(0) => {
-                    if (env.stopped)() {
-                        conn.cancel();
-                    } else {
-                        conn.on_eof();
-                    }
-                    moved = true;
-                }
-                Ok(n) => {
-                    conn.on_read(&buf[..n], now());
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => blocked_read = true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => moved = true,
-                Err(e) => {
-                    fail(conn, &e);
-                    moved = true;
-                }
-            }
-        }
-        let after = conn.progress();
-        env.counters.sent.fetch_add(after.0 - before.0, Relaxed);
-        env.counters.received.fetch_add(after.1 - before.1, Relaxed);
-        if moved || conn.is_done() {
+        let p = pump(conn, stream, &mut buf, env);
+        if p.moved || conn.is_done() {
             last_progress = Instant::now();
             continue;
         }
         // Nothing moved: sleep until the socket is ready, the burst is due,
         // or the idle timeout runs out.
         let mut events = 0;
-        if blocked_read {
+        if p.blocked_read {
             events |= libc::POLLIN;
         }
-        if blocked_write {
+        if p.blocked_write {
             events |= libc::POLLOUT;
         }
-        if events == 0 && timer.is_none() {
+        if events == 0 && p.timer.is_none() {
             // Nothing to write, read or wait for, yet not done: a defect in
             // the machine. End the connection rather than spin.
             conn.abort(Verdict::NetworkError {
@@ -177,7 +209,7 @@ pub fn drive(conn: &mut Conn, stream: &TcpStream, env: &Env) {
             });
             continue;
         }
-        if let Some(at) = timer {
+        if let Some(at) = p.timer {
             // Waiting for a burst is not idleness.
             last_progress = Instant::now();
             if let Some(g) = env.guard {
@@ -194,7 +226,9 @@ pub fn drive(conn: &mut Conn, stream: &TcpStream, env: &Env) {
             fail(conn, &e);
             continue;
         }
-        let until_timer = timer.map(|at| at.saturating_duration_since(Instant::now()));
+        let until_timer = p
+            .timer
+            .map(|at| at.saturating_duration_since(Instant::now()));
         let timeout = match (idle_left, until_timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -214,15 +248,14 @@ pub fn drive(conn: &mut Conn, stream: &TcpStream, env: &Env) {
 }
 
 /// The kernel's TCP_INFO for a connection.
-fn tcp_info(stream: &TcpStream) -> Option<libc::tcp_info> {
-    use std::os::fd::AsRawFd;
+fn tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
     // SAFETY: tcp_info is a plain C struct; all-zero is valid. getsockopt writes at
     // most `len` bytes into it and updates `len`.
     unsafe {
         let mut info: libc::tcp_info = std::mem::zeroed();
         let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
         let r = libc::getsockopt(
-            stream.as_raw_fd(),
+            fd,
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
             (&mut info as *mut libc::tcp_info).cast(),

@@ -386,21 +386,8 @@ impl Conn {
                 n as usize
             }
             Phase::Final {
-                inbuf: buf,
-                peer: None,
-                ..
-            } => {
-                let header = proto::HEADER_LEN;
-                if buf.len() < header {
-                    return header - buf.len();
-                }
-                let mut h = [0u8; proto::HEADER_LEN];
-                h.copy_from_slice(&buf[..header]);
-                match proto::parse_header(&h) {
-                    Ok(len) => header + len - buf.len(),
-                    Err(_) => 0,
-                }
-            }
+                inbuf, peer: None, ..
+            } => proto::frame_remaining(inbuf),
             _ => 0,
         }
     }

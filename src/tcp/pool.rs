@@ -1,0 +1,566 @@
+//! The TCP client's data connections on a fixed number of threads: each
+//! thread runs one mio event loop (epoll) over its share of the concurrent
+//! connections, whatever `--connections` is. A connection is one socket and
+//! a few hundred bytes of state: connect (non-blocking), the data hello and
+//! its acknowledgement, the data phase as a [`Conn`] state machine, then the
+//! server's account of the bursts. Reads go into one buffer per thread, so
+//! memory does not grow with the buffer size times the connections.
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use super::client::{ConnectionRecord, REFUSED_PREFIX, Shared, pick_bind};
+use super::config::BufferSpec;
+use super::drive::{Env, pump};
+use super::machine::Conn;
+use crate::outcome::{ConnResult, ResultKind, after_stop};
+use crate::plan::Role;
+use crate::proto::{self, DataHello, Message};
+
+/// Longest sleep of an event loop: how soon it notices a stop.
+const TICK: Duration = Duration::from_millis(20);
+/// How long to wait for the server's account of the bursts.
+const BURSTS_WAIT: Duration = Duration::from_secs(2);
+
+/// Where one connection is.
+enum Stage {
+    /// The TCP handshake is in progress.
+    Connecting,
+    /// Sending the data hello (`at` bytes of `out` written), then reading the
+    /// acknowledgement into `inbuf`.
+    Hello {
+        out: Vec<u8>,
+        at: usize,
+        inbuf: Vec<u8>,
+    },
+    /// The data phase.
+    Data(Box<Conn>),
+    /// Reading the server's account of the bursts until `until`.
+    Bursts { inbuf: Vec<u8>, until: Instant },
+}
+
+struct Slot {
+    stream: TcpStream,
+    /// Index of the control session (target) this connection belongs to.
+    session: usize,
+    stage: Stage,
+    rec: ConnectionRecord,
+    started: Instant,
+    /// Holds one of the `--throttle` connects in progress.
+    throttled: bool,
+    last_progress: Instant,
+    /// The agreed result once the data phase is over.
+    result: Option<ConnResult>,
+}
+
+/// How a connection ends when it fails before its data phase.
+fn failed(detail: String) -> ConnResult {
+    ConnResult {
+        kind: ResultKind::NetworkError,
+        detail,
+    }
+}
+
+/// One event loop's connections and what they share.
+struct Worker<'a> {
+    sh: &'a Shared,
+    poll: Poll,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    live: usize,
+    /// Concurrent connections this loop keeps.
+    quota: usize,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    buf: Vec<u8>,
+    tx: Sender<ConnectionRecord>,
+    rng: SmallRng,
+    no_more: bool,
+}
+
+/// Starts `threads` event loops sharing `sh.cfg.connections` concurrent
+/// connections between them; each sends every finished connection's record
+/// to `tx` and returns when no connection is left to run.
+pub(super) fn spawn(
+    sh: &Arc<Shared>,
+    threads: usize,
+    seed: u64,
+    tx: &Sender<ConnectionRecord>,
+) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let total = (sh.cfg.connections as u64).min(sh.cfg.total_connections()) as usize;
+    let threads = threads.clamp(1, total.max(1));
+    let mut handles = Vec::new();
+    for w in 0..threads {
+        let quota = total / threads + usize::from(w < total % threads);
+        let sh = Arc::clone(sh);
+        let tx = tx.clone();
+        let poll = Poll::new()?;
+        let h = std::thread::Builder::new()
+            .name(format!("conns-{w}"))
+            .spawn(move || {
+                let buf_len = match sh.cfg.buffer {
+                    BufferSpec::Fixed(b) => b,
+                    BufferSpec::Range(_, hi) => hi,
+                } as usize;
+                let mut wk = Worker {
+                    sh: &sh,
+                    poll,
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    live: 0,
+                    quota,
+                    timers: BinaryHeap::new(),
+                    buf: vec![0u8; buf_len.max(1)],
+                    tx,
+                    rng: SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37)),
+                    no_more: false,
+                };
+                wk.run();
+            })?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+impl Worker<'_> {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_scan = Instant::now();
+        loop {
+            self.start_more();
+            if self.live == 0 && (self.no_more || self.stopping()) {
+                return;
+            }
+            let now = Instant::now();
+            let timeout = self
+                .timers
+                .peek()
+                .map_or(TICK, |Reverse((t, _))| t.saturating_duration_since(now))
+                .min(TICK);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                self.fail_all(&e.to_string());
+                return;
+            }
+            for ev in &events {
+                self.advance(ev.token().0);
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((t, k))) = self.timers.peek() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                self.advance(k);
+            }
+            if self.sh.abort.load(SeqCst) {
+                self.cancel_all();
+            }
+            if now >= next_scan {
+                self.check_idle(now);
+                next_scan = now + Duration::from_millis(100);
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.sh.stop.load(SeqCst) || self.sh.halt.load(SeqCst)
+    }
+
+    /// Opens connections until this loop holds its quota (or the run has
+    /// started all it will, or the connects in progress are at `--throttle`).
+    fn start_more(&mut self) {
+        while self.live < self.quota && !self.no_more && !self.stopping() {
+            if !self.sh.throttle_try_acquire() {
+                return;
+            }
+            let index = self.sh.next.fetch_add(1, SeqCst);
+            if index >= self.sh.cfg.total_connections() {
+                self.sh.throttle_release();
+                self.no_more = true;
+                return;
+            }
+            self.open(index);
+        }
+    }
+
+    fn open(&mut self, index: u64) {
+        let session = self.sh.session_for(index);
+        let addr = self.sh.sessions[session].addr;
+        let buffer = match self.sh.cfg.buffer {
+            BufferSpec::Fixed(b) => b,
+            BufferSpec::Range(lo, hi) => self.rng.random_range(lo..=hi),
+        };
+        let rec = ConnectionRecord {
+            time_slice: 0.0,
+            local: None,
+            remote: addr,
+            sent: 0,
+            received: 0,
+            time_ms: 0.0,
+            connect_ms: 0.0,
+            buffer,
+            result: failed(String::new()),
+            connection_id: Uuid::new_v4(),
+            bursts: Vec::new(),
+        };
+        let started = Instant::now();
+        let stream = pick_bind(&self.sh.cfg, addr, index)
+            .map_err(|e| e.to_string())
+            .and_then(|from| connect(addr, from).map_err(|e| format!("connect to {addr}: {e}")));
+        let stream = match stream {
+            Ok(s) => s,
+            Err(detail) => {
+                self.sh.throttle_release();
+                return self.finish_record(rec, started, Err(detail));
+            }
+        };
+        let k = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let mut slot = Slot {
+            stream,
+            session,
+            stage: Stage::Connecting,
+            rec,
+            started,
+            throttled: true,
+            last_progress: started,
+            result: None,
+        };
+        if let Err(e) = self.poll.registry().register(
+            &mut slot.stream,
+            Token(k),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.sh.throttle_release();
+            self.free.push(k);
+            return self.finish_record(slot.rec, started, Err(e.to_string()));
+        }
+        self.slots[k] = Some(slot);
+        self.live += 1;
+    }
+
+    /// Moves connection `k` as far as it can go without blocking.
+    fn advance(&mut self, k: usize) {
+        let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
+            return;
+        };
+        let outcome = self.step(&mut slot, k);
+        match outcome {
+            Ok(()) => self.slots[k] = Some(slot),
+            Err(result) => self.close(k, slot, result),
+        }
+    }
+
+    /// Runs `slot` until it blocks (Ok) or ends with its result (Err).
+    fn step(&mut self, slot: &mut Slot, k: usize) -> Result<(), Result<ConnResult, String>> {
+        loop {
+            match &mut slot.stage {
+                Stage::Connecting => {
+                    if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
+                        let addr = slot.rec.remote;
+                        return Err(Err(format!("connect to {addr}: {e}")));
+                    }
+                    match slot.stream.peer_addr() {
+                        Ok(_) => {}
+                        Err(e)
+                            if e.kind() == io::ErrorKind::NotConnected
+                                || e.raw_os_error() == Some(libc::EINPROGRESS) =>
+                        {
+                            return Ok(());
+                        }
+                        Err(e) => return Err(Err(format!("connect to {}: {e}", slot.rec.remote))),
+                    }
+                    self.sh.throttle_release();
+                    slot.throttled = false;
+                    slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
+                    slot.rec.local = slot.stream.local_addr().ok();
+                    let _ = slot.stream.set_nodelay(true);
+                    let session = &self.sh.sessions[slot.session];
+                    let id = slot.rec.connection_id;
+                    let hello = Message::DataHello(DataHello {
+                        session: session.id,
+                        connection: id,
+                        buffer: slot.rec.buffer,
+                        proof: session
+                            .data_key
+                            .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
+                    });
+                    slot.stage = Stage::Hello {
+                        out: proto::encode(&hello),
+                        at: 0,
+                        inbuf: Vec::new(),
+                    };
+                    slot.last_progress = Instant::now();
+                }
+                Stage::Hello { out, at, inbuf } => {
+                    if *at < out.len() {
+                        match (&slot.stream).write(&out[*at..]) {
+                            Ok(n) => *at += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(Err(format!("data hello: {e}"))),
+                        }
+                        continue;
+                    }
+                    match read_frame(&slot.stream, inbuf) {
+                        Ok(None) => return Ok(()),
+                        Err(e) => return Err(Err(format!("data hello: {e}"))),
+                        Ok(Some(Message::DataAck { connection }))
+                            if connection == slot.rec.connection_id => {}
+                        Ok(Some(Message::Error { message, .. })) => {
+                            return Err(Err(format!("{REFUSED_PREFIX}{message}")));
+                        }
+                        Ok(Some(m)) => {
+                            return Err(Err(format!("unexpected reply to data hello: {m:?}")));
+                        }
+                    }
+                    self.sh.counters.in_flight.fetch_add(1, Relaxed);
+                    let spec = self.sh.cfg.spec();
+                    let conn = Conn::new(
+                        &spec,
+                        slot.rec.connection_id,
+                        Role::Client,
+                        slot.rec.buffer as usize,
+                        Instant::now(),
+                    );
+                    slot.stage = Stage::Data(Box::new(conn));
+                    slot.last_progress = Instant::now();
+                }
+                Stage::Data(conn) => {
+                    let stop = || self.sh.stop.load(SeqCst);
+                    let env = Env {
+                        counters: &self.sh.counters,
+                        guard: None,
+                        idle: self.sh.cfg.idle_timeout,
+                        stopped: &stop,
+                        buffer: slot.rec.buffer as usize,
+                    };
+                    let n = (slot.rec.buffer as usize).min(self.buf.len());
+                    loop {
+                        let p = pump(conn, &slot.stream, &mut self.buf[..n], &env);
+                        if conn.is_done() {
+                            break;
+                        }
+                        if p.moved {
+                            slot.last_progress = Instant::now();
+                            continue;
+                        }
+                        if let Some(at) = p.timer {
+                            // Waiting for a burst is not idleness.
+                            slot.last_progress = Instant::now();
+                            self.timers.push(Reverse((at, k)));
+                        }
+                        return Ok(());
+                    }
+                    self.sh.counters.in_flight.fetch_sub(1, Relaxed);
+                    let Stage::Data(conn) = std::mem::replace(
+                        &mut slot.stage,
+                        Stage::Bursts {
+                            inbuf: Vec::new(),
+                            until: Instant::now() + BURSTS_WAIT,
+                        },
+                    ) else {
+                        return Ok(());
+                    };
+                    let (result, mine, bursts) = conn.into_result();
+                    let result = after_stop(result, self.sh.stop.load(SeqCst));
+                    (slot.rec.sent, slot.rec.received) = (mine.sent, mine.received);
+                    slot.rec.bursts = bursts;
+                    let wants_bursts = self.sh.cfg.spec().burst.is_some()
+                        && matches!(result.kind, ResultKind::Success | ResultKind::DataError);
+                    if !wants_bursts {
+                        return Err(Ok(result));
+                    }
+                    slot.result = Some(result);
+                    self.timers.push(Reverse((Instant::now() + BURSTS_WAIT, k)));
+                }
+                Stage::Bursts { inbuf, until } => {
+                    let finished = if Instant::now() >= *until {
+                        true
+                    } else {
+                        match read_frame(&slot.stream, inbuf) {
+                            Ok(None) => return Ok(()),
+                            Ok(Some(Message::TcpBursts { bursts, last })) => {
+                                slot.rec.bursts.extend(bursts);
+                                last
+                            }
+                            // The server's account is optional: whatever came is kept.
+                            Ok(Some(_)) | Err(_) => true,
+                        }
+                    };
+                    if finished {
+                        let r = slot.result.take().unwrap_or_else(|| failed(String::new()));
+                        return Err(Ok(r));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends connection `k` with `result` and frees its slot.
+    fn close(&mut self, k: usize, mut slot: Slot, result: Result<ConnResult, String>) {
+        let _ = self.poll.registry().deregister(&mut slot.stream);
+        if slot.throttled {
+            self.sh.throttle_release();
+        }
+        if matches!(slot.stage, Stage::Data(_)) {
+            self.sh.counters.in_flight.fetch_sub(1, Relaxed);
+        }
+        slot.rec
+            .bursts
+            .sort_by(|a, b| (a.index, &a.side).cmp(&(b.index, &b.side)));
+        self.free.push(k);
+        self.live -= 1;
+        self.finish_record(slot.rec, slot.started, result);
+    }
+
+    fn finish_record(
+        &mut self,
+        mut rec: ConnectionRecord,
+        started: Instant,
+        result: Result<ConnResult, String>,
+    ) {
+        rec.result = match result {
+            Ok(r) => r,
+            Err(_) if self.sh.stop.load(SeqCst) => ConnResult {
+                kind: ResultKind::Cancelled,
+                detail: "stopped before completion".into(),
+            },
+            Err(detail) => failed(detail),
+        };
+        rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
+        rec.time_slice = self.sh.elapsed();
+        self.sh.counters.record(rec.result.kind);
+        let _ = self.tx.send(rec);
+    }
+
+    /// Fails connections that made no progress for the idle timeout (or,
+    /// still connecting, for the connect timeout).
+    fn check_idle(&mut self, now: Instant) {
+        let idle = self.sh.cfg.idle_timeout;
+        let connect = idle.unwrap_or(Duration::from_secs(30));
+        let stale: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| {
+                let s = s.as_ref()?;
+                let limit = match s.stage {
+                    Stage::Connecting => Some(connect),
+                    Stage::Bursts { .. } => None,
+                    _ => idle,
+                };
+                limit
+                    .is_some_and(|l| now.saturating_duration_since(s.last_progress) >= l)
+                    .then_some(k)
+            })
+            .collect();
+        let e = io::Error::new(io::ErrorKind::TimedOut, "timed out");
+        for k in stale {
+            let Some(mut slot) = self.slots[k].take() else {
+                continue;
+            };
+            match &mut slot.stage {
+                Stage::Data(conn) => {
+                    conn.on_error(&e);
+                    self.slots[k] = Some(slot);
+                    self.advance(k);
+                }
+                Stage::Connecting => {
+                    let why = format!("connect to {}: {e}", slot.rec.remote);
+                    self.close(k, slot, Err(why));
+                }
+                _ => self.close(k, slot, Err(format!("data hello: {e}"))),
+            }
+        }
+    }
+
+    /// The run was stopped: every connection ends now, cancelled.
+    fn cancel_all(&mut self) {
+        for k in 0..self.slots.len() {
+            let Some(mut slot) = self.slots[k].take() else {
+                continue;
+            };
+            if let Stage::Data(conn) = &mut slot.stage {
+                conn.cancel();
+                self.slots[k] = Some(slot);
+                self.advance(k);
+            } else {
+                self.close(k, slot, Err("stopped".into()));
+            }
+        }
+    }
+
+    /// The event loop failed: every connection ends with `why`.
+    fn fail_all(&mut self, why: &str) {
+        for k in 0..self.slots.len() {
+            if let Some(s) = self.slots[k].take() {
+                self.close(k, s, Err(why.to_string()));
+            }
+        }
+    }
+}
+
+/// Reads what is left of one frame into `inbuf` (never past it) and
+/// decodes it once complete.
+fn read_frame(stream: &TcpStream, inbuf: &mut Vec<u8>) -> io::Result<Option<Message>> {
+    loop {
+        match proto::decode_frame(inbuf) {
+            Ok(Some((m, _))) => return Ok(Some(m)),
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+        let want = proto::frame_remaining(inbuf);
+        let at = inbuf.len();
+        inbuf.resize(at + want, 0);
+        match (&*stream).read(&mut inbuf[at..]) {
+            Ok(0) => {
+                inbuf.truncate(at);
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by peer",
+                ));
+            }
+            Ok(n) => inbuf.truncate(at + n),
+            Err(e) => {
+                inbuf.truncate(at);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    return Ok(None);
+                }
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// Starts a non-blocking connect to `to`, from `from` if given.
+fn connect(to: SocketAddr, from: Option<std::net::IpAddr>) -> io::Result<TcpStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    if let Some(ip) = from {
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
+    }
+    match socket.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(TcpStream::from_std(socket.into()))
+}
