@@ -249,7 +249,10 @@ pub fn spawn_ready_cmd(
                     return (p, seen);
                 }
             }
-            Err(e) => panic!("{args:?} not ready within {secs} s ({e}): {seen:?}"),
+            Err(e) => {
+                let tail = &seen[seen.len().saturating_sub(30)..];
+                panic!("{args:?} not ready within {secs} s ({e}); last lines: {tail:?}")
+            }
         }
     }
 }
