@@ -4,7 +4,10 @@
 # Prints Gbit/s for each tool and netrig/peer ratios. Not a test: numbers on a
 # shared machine are noisy, so compare ratios from one run, never absolutes.
 #
-# Usage: bench/tcp.sh [SECONDS_PER_RUN]   (default 5)
+# With BASE=<git revision>, that revision's netrig (built in a worktree) is
+# measured in the same run too, verifying, and the ratio this/base printed.
+#
+# Usage: [BASE=rev] bench/tcp.sh [SECONDS_PER_RUN]   (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
@@ -33,8 +36,8 @@ total = [float(r[8]) for r in rows if r[5].strip() == "-1"]
 print("%.2f" % ((total[0] if total else sum(float(r[8]) for r in rows)) / 1e9) if rows else "nan")
 PY
 }
-netrig_gbps() { # $1 = connections, $2 = verify level; bytes the server received (and verified)
-    $NETRIG tcp 127.0.0.1 -p $PN -P "$1" -n 1T -t "${T}s" \
+netrig_gbps() { # $1 = connections, $2 = verify level, [$3 = binary, $4 = port]; bytes the server received (and verified)
+    ${3:-$NETRIG} tcp 127.0.0.1 -p "${4:-$PN}" -P "$1" -n 1T -t "${T}s" \
         --verify "$2" -q --json "$WORK/n.json" > "$WORK/n.out" 2>&1 || { echo "netrig tcp failed:" >&2; cat "$WORK/n.out" >&2; }
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]; s=sum(x[1]["bytes_received"] for x in d["servers"] if x[1]); print("%.2f" % (s*8/d["duration_secs"]/1e9))' "$WORK/n.json"
 }
@@ -50,4 +53,22 @@ for P in 1 4; do
     printf '%-6s %10s %10s %14s %14s %12s %12s %12s\n' "$P" "$a" "$b" "$v" "$n" "$(ratio "$v" "$a")" "$(ratio "$v" "$b")" "$cost"
 done
 echo "(Gbit/s of goodput at the receiver; verify-cost = throughput lost to checking every byte)"
+if [ -n "${BASE:-}" ]; then
+    git worktree add -q --detach "$WORK/base" "$BASE"
+    (cd "$WORK/base" && cargo build --release -q)
+    trap 'cleanup; git worktree remove --force "$WORK/base" 2>/dev/null || true' EXIT
+    PB=15204
+    "$WORK/base/target/release/netrig" serve --listen 127.0.0.1:$PB -q & PIDS+=($!)
+    sleep 1
+    echo
+    printf '%-6s %14s %14s %10s\n' conns "this-verify" "$BASE-verify" this/base
+    for P in 1 4; do
+        for _ in 1 2; do
+            v=$(netrig_gbps $P data); sleep 0.5
+            b=$(netrig_gbps $P data "$WORK/base/target/release/netrig" $PB); sleep 0.5
+            numbers "tcp -P $P vs $BASE" "$v" "$b"
+            printf '%-6s %14s %14s %10s\n' "$P" "$v" "$b" "$(ratio "$v" "$b")"
+        done
+    done
+fi
 bench_done
