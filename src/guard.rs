@@ -88,6 +88,21 @@ impl SendGuard {
         }
     }
 
+    /// Counts `n` bytes that may leave now (Ok(None)), or says when to ask
+    /// again (Ok(Some(t))): [`SendGuard::admit`] for event loops, which must
+    /// not sleep.
+    pub fn try_admit(&self, n: u64) -> Result<Option<Instant>, Halt> {
+        if self.stop.load(SeqCst) {
+            return Err(Halt::Stopped);
+        }
+        let verdict = self.lock().admit(self.now_ns(), n);
+        match verdict {
+            Admit::Go => Ok(None),
+            Admit::Wait(ns) => Ok(Some(Instant::now() + Duration::from_nanos(ns))),
+            Admit::Over(e) => Err(e.into()),
+        }
+    }
+
     /// Sleeps until `due`, in slices, giving up when the session stops or
     /// its deadline passes first.
     pub fn sleep_until(&self, due: Instant) -> Result<(), Halt> {

@@ -229,7 +229,7 @@ pub fn poll_readable(listeners: &[TcpListener], timeout: Duration) -> io::Result
 
 /// Resets a TCP connection (the peer sees ECONNRESET, not a clean close),
 /// even while other threads hold clones of it.
-pub fn reset(stream: &TcpStream) {
+pub fn reset<S: std::os::fd::AsFd + AsRawFd>(stream: &S) {
     let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
     // connect() with AF_UNSPEC disconnects a TCP socket; Linux sends a RST.
     // SAFETY: a zeroed sockaddr with only the family set, with its size.
@@ -243,7 +243,7 @@ pub fn reset(stream: &TcpStream) {
         )
     };
     if r != 0 {
-        let _ = stream.shutdown(std::net::Shutdown::Both);
+        let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -270,6 +270,37 @@ pub fn raise_fd_limit() -> io::Result<u64> {
         }
     }
     Ok(r.rlim_cur)
+}
+
+/// Reads what is left of one frame from a non-blocking stream into `inbuf`
+/// (never past the frame, so what follows stays in the socket) and decodes
+/// it once complete: Ok(None) while more is needed.
+pub fn read_frame<S>(
+    stream: &S,
+    inbuf: &mut Vec<u8>,
+) -> Result<Option<crate::proto::Message>, crate::proto::ReadError>
+where
+    for<'a> &'a S: std::io::Read,
+{
+    use crate::proto::{ReadError, decode_frame, frame_remaining};
+    use std::io::Read;
+    loop {
+        if let Some((m, _)) = decode_frame(inbuf)? {
+            return Ok(Some(m));
+        }
+        let at = inbuf.len();
+        inbuf.resize(at + frame_remaining(inbuf), 0);
+        let r = (&*stream).read(&mut inbuf[at..]);
+        inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+        match r {
+            Ok(0) if at == 0 => return Err(ReadError::Eof),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -99,12 +99,6 @@ impl Limits {
 pub(crate) struct Slot<'a>(&'a AtomicU64, u64);
 
 impl<'a> Slot<'a> {
-    /// Adds `n` to `counter` for as long as the slot lives.
-    pub(crate) fn hold(counter: &'a AtomicU64, n: u64) -> Slot<'a> {
-        counter.fetch_add(n, SeqCst);
-        Slot(counter, n)
-    }
-
     /// Gives back on drop one that was already added to `counter`.
     pub(crate) fn adopt(counter: &'a AtomicU64) -> Slot<'a> {
         Slot(counter, 1)

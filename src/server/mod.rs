@@ -2,10 +2,13 @@
 //!
 //! Every accepted connection says in its first frame whether it is a control
 //! connection (a client describing a test) or a data connection of a session
-//! set up earlier. Each connection gets its own thread. A session lives
-//! exactly as long as its control connection: when that closes — Goodbye, a
-//! crash, a vanished client — the session's data sockets are shut down and its
-//! state freed, so the server can never be left "busy".
+//! set up earlier. Accepted connections go to a few event loops (`core.rs`,
+//! one per core): a connection that says nothing costs no thread, TCP data
+//! connections live on the loops, and a control connection moves to a thread
+//! of its own. A session lives exactly as long as its control connection:
+//! when that closes — Goodbye, a crash, a vanished client — the session's
+//! data connections end (cancelled) and its state is freed, so the server can
+//! never be left "busy".
 
 use std::collections::HashMap;
 use std::io;
@@ -20,13 +23,14 @@ use crate::proto::{
     ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
 };
 
+mod core;
 mod limits;
 mod tcp;
 
 use crate::net::Timed;
 use limits::{ClientSlot, Slot, take_slot};
 pub use limits::{GRACE, Limits};
-use tcp::{Session, data, validate};
+use tcp::{Session, validate};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -187,6 +191,8 @@ impl Server {
                 crate::out!("also accepting SCTP on the same addresses");
             }
         }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let core = core::Core::start(st, threads)?;
         let mut accept_log = RateLimitedLog::default();
         while !st.stop.load(SeqCst) {
             let ready = crate::net::poll_readable(&self.listeners, Duration::from_millis(100))?;
@@ -196,7 +202,7 @@ impl Server {
                 }
                 loop {
                     match l.accept() {
-                        Ok((s, peer)) => self.spawn(s, peer),
+                        Ok((s, peer)) => self.admit(&core, s, peer),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         // Per-connection failures (ECONNABORTED, EMFILE) must not stop the server.
                         Err(e) => {
@@ -234,11 +240,13 @@ impl Server {
         Ok(())
     }
 
-    fn spawn(&self, stream: TcpStream, peer: SocketAddr) {
-        let st = Arc::clone(&self.state);
+    /// Counts an accepted connection in and hands it to an event loop, or
+    /// refuses it when the server holds `--max-conns` already.
+    fn admit(&self, core: &core::Core, stream: TcpStream, peer: SocketAddr) {
+        let st = &self.state;
         if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
             st.open.fetch_sub(1, SeqCst);
-            // Refused on this thread: a short frame into an empty send buffer never blocks.
+            // Refused here: a short frame into an empty send buffer never blocks.
             let _ = stream.set_nonblocking(true);
             reply_error(
                 &stream,
@@ -250,14 +258,8 @@ impl Server {
             );
             return;
         }
-        let r = std::thread::Builder::new()
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let _open = Slot::adopt(&st.open);
-                handle(&st, stream, peer)
-            });
-        if let Err(e) = r {
-            eprintln!("cannot start a thread for {peer}: {e}");
+        if !core.hand(stream, peer) {
+            st.open.fetch_sub(1, SeqCst);
         }
     }
 }
@@ -266,52 +268,6 @@ fn reply_error(stream: &TcpStream, code: ErrorCode, message: String) {
     let mut s = stream;
     // Best effort: the peer may already be gone.
     let _ = write_message(&mut s, &Message::error(code, message));
-}
-
-fn handle(st: &State, stream: TcpStream, peer: SocketAddr) {
-    // Identifying and setting up a test is bounded as a whole, not per read:
-    // a peer trickling a byte at a time gets no longer than one that is silent.
-    let setup = Instant::now() + st.cfg.handshake_timeout;
-    // The listener is non-blocking; accepted sockets must block.
-    if stream.set_nonblocking(false).is_err()
-        || stream
-            .set_write_timeout(Some(st.cfg.handshake_timeout))
-            .is_err()
-    {
-        return;
-    }
-    let _ = crate::net::set_nodelay(&stream, true);
-    let ip = peer.ip().to_canonical();
-    let (_client, open) = take_client_slot(&st.per_client, ip);
-    let max = st.cfg.limits.max_conns_per_client;
-    if open > max {
-        return reply_error(
-            &stream,
-            ErrorCode::Refused,
-            format!("server limit: max {max} connections per client address ({ip} has {open})"),
-        );
-    }
-    let mut s = Timed::new(&stream, st.cfg.handshake_timeout, setup);
-    match read_message(&mut s) {
-        Ok(Message::Hello(h)) => control(st, &stream, peer, h, setup),
-        Ok(Message::DataHello(h)) => data(st, &stream, peer, h),
-        Ok(m) => reply_error(
-            &stream,
-            ErrorCode::UnexpectedMessage,
-            format!("expected hello or data hello, got {}", msg_name(&m)),
-        ),
-        Err(ReadError::Proto(e)) => {
-            if st.cfg.verbosity >= 2 {
-                eprintln!("{peer}: {e}");
-            }
-            reply_error(&stream, ErrorCode::Malformed, e.to_string());
-        }
-        Err(e) => {
-            if st.cfg.verbosity >= 2 {
-                eprintln!("{peer}: no hello: {e}");
-            }
-        }
-    }
 }
 
 /// Counts one more connection from `ip`; returns the slot and the count.

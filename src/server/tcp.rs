@@ -1,15 +1,13 @@
 //! The server's side of a TCP test: the session a control connection
 //! sets up, and the data connections that attach to it.
 
-use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use uuid::Uuid;
 
-use super::{Limits, State, reply_error};
+use super::{Limits, State};
 use crate::guard::SendGuard;
 
 /// Largest buffer the server uses for one data connection's reads and writes.
@@ -21,10 +19,9 @@ pub const MAX_BURSTS: u64 = 10_000;
 pub const MAX_SESSION_BURSTS: u64 = 100_000;
 use crate::outcome::ResultKind;
 use crate::plan::Role;
-use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpSpec, write_message};
+use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpBurst, TcpSpec};
 use crate::stats::Counters;
 use crate::tcp::config::MAX_BUFFER;
-use crate::tcp::drive::{Env, drive};
 use crate::tcp::machine::Conn;
 
 pub(super) struct Session {
@@ -39,7 +36,9 @@ pub(super) struct Session {
     pub(super) guard: SendGuard,
     /// Bound to the control connection's authentication (if any).
     pub(super) data_key: Option<crate::auth::DatagramKey>,
-    pub(super) live: Mutex<HashMap<Uuid, TcpStream>>,
+    /// Set with the stop flag when the session ends at once: its data
+    /// connections are reset, not wound down.
+    aborted: AtomicBool,
     pub(super) started: Instant,
 }
 
@@ -63,7 +62,7 @@ impl Session {
             reserved: AtomicU64::new(0),
             burst_records: AtomicU64::new(0),
             counters: Counters::default(),
-            live: Mutex::new(HashMap::new()),
+            aborted: AtomicBool::new(false),
             started: Instant::now(),
         }
     }
@@ -72,20 +71,21 @@ impl Session {
         self.guard.stop_flag().load(SeqCst)
     }
 
+    /// Stops the session: its data connections end as cancelled (the
+    /// event loops look every 20 ms).
     pub(super) fn cancel(&self) {
         self.guard.stop_flag().store(true, SeqCst);
-        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
     }
 
     /// Ends the session at once: data connections are reset, not wound
     /// down, so a client blocked in a write learns of it immediately.
     pub(super) fn abort(&self) {
-        self.guard.stop_flag().store(true, SeqCst);
-        for (_, s) in self.live.lock().unwrap_or_else(|e| e.into_inner()).drain() {
-            crate::net::reset(&s);
-        }
+        self.aborted.store(true, SeqCst);
+        self.cancel();
+    }
+
+    pub(super) fn aborted(&self) -> bool {
+        self.aborted.load(SeqCst)
     }
 
     pub(super) fn summary(&self) -> SessionSummary {
@@ -141,7 +141,29 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, String> 
     Ok(t.clone())
 }
 
-pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: DataHello) {
+/// A data connection the server accepted: its session, and the burst
+/// records it holds in the session's count (give them back with
+/// [`Admitted::release`]).
+pub(super) struct Admitted {
+    pub(super) sess: Arc<Session>,
+    bursts: u64,
+}
+
+impl Admitted {
+    /// Gives back the connection's burst records.
+    pub(super) fn release(&self) {
+        self.sess.burst_records.fetch_sub(self.bursts, SeqCst);
+    }
+}
+
+/// Checks a data connection's hello against its session and the server's
+/// limits, and counts it in; or says why not, as the error to send.
+pub(super) fn admit(
+    st: &State,
+    peer: SocketAddr,
+    hello: &DataHello,
+) -> Result<Admitted, (ErrorCode, String)> {
+    let refused = |why: String| (ErrorCode::Refused, why);
     let sess = st
         .sessions
         .lock()
@@ -149,172 +171,115 @@ pub(super) fn data(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Data
         .get(&hello.session)
         .cloned();
     let Some(sess) = sess else {
-        return reply_error(
-            stream,
+        return Err((
             ErrorCode::UnknownSession,
             format!("unknown session {}", hello.session),
-        );
+        ));
     };
     // The session ID travels only over the control connection, but a data
     // connection must also come from the same host and, with a key, prove
     // it knows the session's key.
     if peer.ip().to_canonical() != sess.peer.ip().to_canonical() {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!(
-                "data connection from {} but session {} belongs to {}",
-                peer.ip(),
-                hello.session,
-                sess.peer.ip()
-            ),
-        );
+        return Err(refused(format!(
+            "data connection from {} but session {} belongs to {}",
+            peer.ip(),
+            hello.session,
+            sess.peer.ip()
+        )));
     }
     if let Some(k) = &sess.data_key {
         let proven = hello.proof.as_deref().is_some_and(|p| {
             crate::auth::verify_data_proof(k, &hello.session, &hello.connection, p)
         });
         if !proven {
-            return reply_error(
-                stream,
-                ErrorCode::Refused,
-                "authentication failed: data connection without a valid proof".to_string(),
-            );
+            return Err(refused(
+                "authentication failed: data connection without a valid proof".into(),
+            ));
         }
     }
     if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!("buffer size {} outside 1..={MAX_BUFFER}", hello.buffer),
-        );
+        return Err(refused(format!(
+            "buffer size {} outside 1..={MAX_BUFFER}",
+            hello.buffer
+        )));
     }
     let promised = sess
         .reserved
         .fetch_add(sess.spec.transfer, SeqCst)
         .saturating_add(sess.spec.transfer);
     if promised > st.cfg.limits.max_bytes {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!(
-                "server limit: max bytes per test {} reached",
-                st.cfg.limits.max_bytes
-            ),
-        );
+        return Err(refused(format!(
+            "server limit: max bytes per test {} reached",
+            st.cfg.limits.max_bytes
+        )));
     }
     let bursts = sess
         .spec
         .burst
         .map_or(0, |b| sess.spec.transfer.div_ceil(b.size.max(1)));
-    let _records = super::limits::Slot::hold(&sess.burst_records, bursts);
-    if sess.burst_records.load(SeqCst) > MAX_SESSION_BURSTS {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!(
-                "server limit: {MAX_SESSION_BURSTS} burst records per session ({} connections of {bursts} bursts)",
-                sess.burst_records.load(SeqCst) / bursts.max(1)
-            ),
-        );
+    let admitted = Admitted {
+        bursts,
+        sess: Arc::clone(&sess),
+    };
+    if sess.burst_records.fetch_add(bursts, SeqCst) + bursts > MAX_SESSION_BURSTS {
+        admitted.release();
+        return Err(refused(format!(
+            "server limit: {MAX_SESSION_BURSTS} burst records per session ({} connections of {bursts} bursts)",
+            sess.burst_records.load(SeqCst) / bursts.max(1) + 1
+        )));
     }
     if let Some(n) = st.cfg.exit_after
         && st.admitted.fetch_add(1, SeqCst) >= n
     {
-        return reply_error(
-            stream,
-            ErrorCode::Refused,
-            format!("server exit limit of {n} connections reached"),
-        );
+        admitted.release();
+        return Err(refused(format!(
+            "server exit limit of {n} connections reached"
+        )));
+    }
+    if sess.cancelled() || sess.guard.halted().is_some() {
+        admitted.release();
+        return Err(refused("session stopped".into()));
     }
     // Counted before the ack so a Goodbye waits for this connection's result.
     sess.counters.in_flight.fetch_add(1, SeqCst);
-    {
-        let mut live = sess.live.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(c) = stream.try_clone() {
-            live.insert(hello.connection, c);
-        }
-    }
-    let idle = Some(st.cfg.idle_timeout);
-    let _ = stream.set_read_timeout(idle);
-    let _ = stream.set_write_timeout(idle);
-    let mut s = stream;
-    let kind = if sess.cancelled() || sess.guard.halted().is_some() {
-        reply_error(stream, ErrorCode::Refused, "session stopped".into());
-        ResultKind::Cancelled
-    } else if write_message(
-        &mut s,
-        &Message::DataAck {
-            connection: hello.connection,
-        },
-    )
-    .is_err()
-    {
-        ResultKind::NetworkError
-    } else {
-        // The server's buffer only sets its call sizes; capping it bounds
-        // a session's memory whatever the client asked for.
-        let buffer = (hello.buffer as usize).min(SERVER_BUFFER);
-        let mut conn = Conn::new(
-            &sess.spec,
-            hello.connection,
-            Role::Server,
-            buffer,
-            Instant::now(),
-        );
-        let stopped = || sess.cancelled();
-        drive(
-            &mut conn,
-            stream,
-            &Env {
-                counters: &sess.counters,
-                guard: Some(&sess.guard),
-                idle: Some(st.cfg.idle_timeout),
-                stopped: &stopped,
-                buffer,
-            },
-        );
-        let (result, mine, bursts) = conn.into_result();
-        if sess.spec.burst.is_some()
-            && matches!(result.kind, ResultKind::Success | ResultKind::DataError)
-        {
-            // Our account of each burst, for the client to print (it only reads),
-            // in frames that fit.
-            let _ = stream.set_nonblocking(false);
-            let mut s = stream;
-            let frames = crate::proto::in_frames(&bursts, 100, |bursts, last| Message::TcpBursts {
-                bursts,
-                last,
-            });
-            for m in frames {
-                if write_message(&mut s, &m).is_err() {
-                    break;
-                }
-            }
-        }
-        let show = match result.kind {
-            ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
-            _ => st.cfg.verbosity >= 2,
-        };
-        if show {
-            crate::out!(
-                "{} {peer} sent {} received {} {} {}",
-                hello.connection,
-                mine.sent,
-                mine.received,
-                result.kind,
-                result.detail
-            );
-        }
-        result.kind
-    };
-    sess.live
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&hello.connection);
-    sess.counters.record(kind);
-    sess.counters.in_flight.fetch_sub(1, SeqCst);
+    Ok(admitted)
+}
+
+/// A data connection ended with `kind`: counted, and its records given back.
+pub(super) fn finished(st: &State, a: &Admitted, kind: ResultKind) {
+    a.release();
+    a.sess.counters.record(kind);
+    a.sess.counters.in_flight.fetch_sub(1, SeqCst);
     st.finished.fetch_add(1, Relaxed);
+}
+
+/// The server's half of one TCP data connection: this end's machine.
+pub(super) fn machine(a: &Admitted, hello: &DataHello) -> Conn {
+    // The server's buffer only sets its call sizes; capping it bounds a
+    // session's memory whatever the client asked for.
+    let buffer = (hello.buffer as usize).min(SERVER_BUFFER);
+    Conn::new(
+        &a.sess.spec,
+        hello.connection,
+        Role::Server,
+        buffer,
+        Instant::now(),
+    )
+}
+
+/// The frames that carry this end's account of each burst to the client,
+/// after an agreed result (it only reads them).
+pub(super) fn burst_frames(spec: &TcpSpec, kind: ResultKind, bursts: &[TcpBurst]) -> Vec<u8> {
+    if spec.burst.is_none() || !matches!(kind, ResultKind::Success | ResultKind::DataError) {
+        return Vec::new();
+    }
+    crate::proto::in_frames(bursts, 100, |bursts, last| Message::TcpBursts {
+        bursts,
+        last,
+    })
+    .iter()
+    .flat_map(crate::proto::encode)
+    .collect()
 }
 
 #[cfg(test)]

@@ -175,6 +175,29 @@ fn control_error(s: &Session) -> Option<String> {
     }
 }
 
+/// Notes servers that closed their control connection, with the reason
+/// they gave, and stops starting connections if there is one.
+fn note_lost_servers(
+    shared: &Shared,
+    lost: &mut Vec<SocketAddr>,
+    errors: &mut Vec<(SocketAddr, String)>,
+    wait: Duration,
+) {
+    for s in &shared.sessions {
+        if !wait.is_zero() {
+            let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+            crate::net::wait_readable(&*c, wait);
+        }
+        if !lost.contains(&s.addr) && control_lost(s) {
+            if let Some(why) = control_error(s) {
+                errors.push((s.addr, why));
+            }
+            lost.push(s.addr);
+            shared.halt.store(true, SeqCst);
+        }
+    }
+}
+
 fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
     let mut c = Control::connect(
@@ -345,15 +368,12 @@ pub fn run(
             shared.stop_all();
         }
         if !shared.stop.load(SeqCst) {
-            for s in &shared.sessions {
-                if !lost_servers.contains(&s.addr) && control_lost(s) {
-                    if let Some(why) = control_error(s) {
-                        server_errors.push((s.addr, why));
-                    }
-                    lost_servers.push(s.addr);
-                    shared.halt.store(true, SeqCst);
-                }
-            }
+            note_lost_servers(
+                &shared,
+                &mut lost_servers,
+                &mut server_errors,
+                Duration::ZERO,
+            );
         }
         if let (Some(t), Some(iv)) = (next_tick, shared.cfg.interval)
             && Instant::now() >= t
@@ -369,6 +389,16 @@ pub fn run(
     }
     for h in handles {
         let _ = h.join();
+    }
+    if !shared.stop.load(SeqCst) {
+        // A server that stopped the test as the last connections ended has
+        // its reason read too; after a refusal, its reason may be on the way.
+        let wait = if refusals.is_empty() {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(500)
+        };
+        note_lost_servers(&shared, &mut lost_servers, &mut server_errors, wait);
     }
     let duration_secs = shared.elapsed();
     let totals = shared.counters.snapshot();

@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -316,7 +316,7 @@ impl Worker<'_> {
                         }
                         continue;
                     }
-                    match read_frame(&slot.stream, inbuf) {
+                    match crate::net::read_frame(&slot.stream, inbuf) {
                         Ok(None) => return Ok(()),
                         Err(e) => return Err(Err(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
@@ -345,9 +345,7 @@ impl Worker<'_> {
                     let env = Env {
                         counters: &self.sh.counters,
                         guard: None,
-                        idle: self.sh.cfg.idle_timeout,
                         stopped: &stop,
-                        buffer: slot.rec.buffer as usize,
                     };
                     let n = (slot.rec.buffer as usize).min(self.buf.len());
                     loop {
@@ -392,7 +390,7 @@ impl Worker<'_> {
                     let finished = if Instant::now() >= *until {
                         true
                     } else {
-                        match read_frame(&slot.stream, inbuf) {
+                        match crate::net::read_frame(&slot.stream, inbuf) {
                             Ok(None) => return Ok(()),
                             Ok(Some(Message::TcpBursts { bursts, last })) => {
                                 slot.rec.bursts.extend(bursts);
@@ -510,40 +508,6 @@ impl Worker<'_> {
         for k in 0..self.slots.len() {
             if let Some(s) = self.slots[k].take() {
                 self.close(k, s, Err(why.to_string()));
-            }
-        }
-    }
-}
-
-/// Reads what is left of one frame into `inbuf` (never past it) and
-/// decodes it once complete.
-fn read_frame(stream: &TcpStream, inbuf: &mut Vec<u8>) -> io::Result<Option<Message>> {
-    loop {
-        match proto::decode_frame(inbuf) {
-            Ok(Some((m, _))) => return Ok(Some(m)),
-            Ok(None) => {}
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-        }
-        let want = proto::frame_remaining(inbuf);
-        let at = inbuf.len();
-        inbuf.resize(at + want, 0);
-        match (&*stream).read(&mut inbuf[at..]) {
-            Ok(0) => {
-                inbuf.truncate(at);
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed by peer",
-                ));
-            }
-            Ok(n) => inbuf.truncate(at + n),
-            Err(e) => {
-                inbuf.truncate(at);
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    return Ok(None);
-                }
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
             }
         }
     }

@@ -1,0 +1,485 @@
+//! The server's connections on a fixed number of event loops (mio, one per
+//! core): every accepted connection is handed to one of them, which reads
+//! its first frame without a thread of its own, so idle and trickling
+//! connections cost a descriptor and a few bytes, never a thread. A control
+//! connection (a hello) then moves to a thread of its own, as the control
+//! session is a short conversation; a data connection stays on the loop for
+//! its whole life as a [`Conn`] state machine, within its session's send
+//! limits, and ends with the result both ends agree on.
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use super::limits::{ClientSlot, Slot};
+use super::tcp::{Admitted, admit, burst_frames, finished, machine};
+use super::{State, take_client_slot};
+use crate::outcome::ResultKind;
+use crate::proto::{DataHello, ErrorCode, Message, ReadError};
+use crate::tcp::drive::{Env, pump};
+use crate::tcp::machine::Conn;
+
+/// Longest sleep of a loop: how soon it notices a stopped session.
+const TICK: Duration = Duration::from_millis(20);
+const WAKE: Token = Token(usize::MAX);
+
+/// An accepted connection on its way to a loop.
+struct Incoming {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+}
+
+/// The loops, and where the next connection goes.
+pub(super) struct Core {
+    loops: Vec<(Sender<Incoming>, Arc<Waker>)>,
+    next: AtomicUsize,
+}
+
+impl Core {
+    /// Starts `threads` loops serving `st`.
+    pub(super) fn start(st: &Arc<State>, threads: usize) -> io::Result<Core> {
+        let mut loops = Vec::new();
+        for i in 0..threads.max(1) {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+            let (tx, rx) = channel();
+            let st = Arc::clone(st);
+            std::thread::Builder::new()
+                .name(format!("serve-{i}"))
+                .spawn(move || Loop::new(&st, poll, rx).run())?;
+            loops.push((tx, waker));
+        }
+        Ok(Core {
+            loops,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Hands an accepted connection (already counted in `open`) to a loop.
+    pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
+        let k = self.next.fetch_add(1, Relaxed) % self.loops.len();
+        let (tx, waker) = &self.loops[k];
+        tx.send(Incoming { stream, peer }).is_ok() && waker.wake().is_ok()
+    }
+}
+
+/// Bytes waiting to be written, then what happens.
+struct Out {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Out {
+    fn new(bytes: Vec<u8>) -> Out {
+        Out { bytes, at: 0 }
+    }
+
+    /// Writes what it can; Ok(true) once all is out.
+    fn flush(&mut self, mut s: &TcpStream) -> io::Result<bool> {
+        while self.at < self.bytes.len() {
+            match s.write(&self.bytes[self.at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// What happens to a connection after a step.
+enum Next {
+    /// It waits for its socket or a timer.
+    Keep,
+    /// It is over.
+    Close,
+    /// It is a control connection (its hello, and its setup deadline).
+    Control(crate::proto::Hello, Instant),
+}
+
+enum Stage {
+    /// Reading the first frame, until the setup deadline.
+    First { inbuf: Vec<u8>, setup: Instant },
+    /// Writing an error frame, then closing.
+    Refuse(Out),
+    /// A data connection: the ack goes out first, then the machine runs.
+    Data {
+        a: Admitted,
+        conn: Box<Conn>,
+        ack: Out,
+    },
+    /// The result is agreed: the burst account goes out, then it closes.
+    Tail {
+        a: Admitted,
+        out: Out,
+        kind: ResultKind,
+    },
+}
+
+struct Slot2<'a> {
+    stream: TcpStream,
+    peer: SocketAddr,
+    stage: Stage,
+    last_progress: Instant,
+    _open: Slot<'a>,
+    _client: ClientSlot<'a>,
+}
+
+struct Loop<'a> {
+    st: &'a State,
+    arc: Arc<State>,
+    poll: Poll,
+    rx: Receiver<Incoming>,
+    slots: Vec<Option<Slot2<'a>>>,
+    free: Vec<usize>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    buf: Vec<u8>,
+}
+
+impl<'a> Loop<'a> {
+    fn new(st: &'a Arc<State>, poll: Poll, rx: Receiver<Incoming>) -> Loop<'a> {
+        Loop {
+            st,
+            arc: Arc::clone(st),
+            poll,
+            rx,
+            slots: Vec::new(),
+            free: Vec::new(),
+            timers: BinaryHeap::new(),
+            buf: vec![0u8; super::tcp::SERVER_BUFFER],
+        }
+    }
+
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_scan = Instant::now();
+        loop {
+            let now = Instant::now();
+            let timeout = self
+                .timers
+                .peek()
+                .map_or(TICK, |Reverse((t, _))| t.saturating_duration_since(now))
+                .min(TICK);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                eprintln!("netrig serve: event loop failed: {e}");
+                return;
+            }
+            for ev in &events {
+                match ev.token() {
+                    WAKE => self.take_incoming(),
+                    Token(k) => self.advance(k),
+                }
+            }
+            let now = Instant::now();
+            while let Some(&Reverse((t, k))) = self.timers.peek() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                self.advance(k);
+            }
+            if now >= next_scan {
+                self.scan(now);
+                next_scan = now + TICK;
+            }
+        }
+    }
+
+    fn take_incoming(&mut self) {
+        while let Ok(Incoming { stream, peer }) = self.rx.try_recv() {
+            self.add(stream, peer);
+        }
+    }
+
+    fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
+        let st = self.st;
+        let open = Slot::adopt(&st.open);
+        let ip = peer.ip().to_canonical();
+        let (client, n) = take_client_slot(&st.per_client, ip);
+        let _ = stream.set_nonblocking(true);
+        let _ = crate::net::set_nodelay(&stream, true);
+        let max = st.cfg.limits.max_conns_per_client;
+        let stage = if n > max {
+            Stage::Refuse(Out::new(crate::proto::encode(&Message::error(
+                ErrorCode::Refused,
+                format!("server limit: max {max} connections per client address ({ip} has {n})"),
+            ))))
+        } else {
+            Stage::First {
+                inbuf: Vec::new(),
+                setup: Instant::now() + st.cfg.handshake_timeout,
+            }
+        };
+        let k = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let mut stream = TcpStream::from_std(stream);
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut stream,
+                Token(k),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            self.free.push(k);
+            return;
+        }
+        self.slots[k] = Some(Slot2 {
+            stream,
+            peer,
+            stage,
+            last_progress: Instant::now(),
+            _open: open,
+            _client: client,
+        });
+        self.advance(k);
+    }
+
+    fn advance(&mut self, k: usize) {
+        let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
+            return;
+        };
+        match self.step(&mut slot, k) {
+            Next::Keep => self.slots[k] = Some(slot),
+            Next::Close => self.close(k, slot),
+            Next::Control(h, setup) => {
+                self.free.push(k);
+                self.spawn_control(slot, h, setup);
+            }
+        }
+    }
+
+    /// Moves `slot` until it blocks, ends, or turns out to be a control
+    /// connection.
+    fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next {
+        let st = self.st;
+        loop {
+            match &mut slot.stage {
+                Stage::First { inbuf, .. } => {
+                    let hello = match crate::net::read_frame(&slot.stream, inbuf) {
+                        Ok(None) => return Next::Keep,
+                        Ok(Some(m)) => m,
+                        Err(ReadError::Proto(e)) => {
+                            if st.cfg.verbosity >= 2 {
+                                eprintln!("{}: {e}", slot.peer);
+                            }
+                            slot.stage = refuse(ErrorCode::Malformed, e.to_string());
+                            continue;
+                        }
+                        Err(e) => {
+                            if st.cfg.verbosity >= 2 {
+                                eprintln!("{}: no hello: {e}", slot.peer);
+                            }
+                            return Next::Close;
+                        }
+                    };
+                    slot.last_progress = Instant::now();
+                    match hello {
+                        Message::Hello(h) => {
+                            let setup = match slot.stage {
+                                Stage::First { setup, .. } => setup,
+                                _ => Instant::now(),
+                            };
+                            return Next::Control(h, setup);
+                        }
+                        Message::DataHello(h) => slot.stage = self.data(slot.peer, &h),
+                        m => {
+                            slot.stage = refuse(
+                                ErrorCode::UnexpectedMessage,
+                                format!(
+                                    "expected hello or data hello, got {}",
+                                    super::msg_name(&m)
+                                ),
+                            )
+                        }
+                    }
+                }
+                Stage::Refuse(out) => return keep_if_blocked(out.flush(&slot.stream)),
+                Stage::Data { a, conn, ack } => {
+                    match ack.flush(&slot.stream) {
+                        Ok(true) => {}
+                        Ok(false) => return Next::Keep,
+                        Err(e) => conn.on_error(&e),
+                    }
+                    if let Some(h) = a.sess.guard.halted() {
+                        conn.abort(crate::tcp::drive::halt_verdict(h));
+                    }
+                    let sess = Arc::clone(&a.sess);
+                    let stopped = || sess.cancelled();
+                    let env = Env {
+                        counters: &a.sess.counters,
+                        guard: Some(&a.sess.guard),
+                        stopped: &stopped,
+                    };
+                    while !conn.is_done() {
+                        let p = pump(conn, &slot.stream, &mut self.buf, &env);
+                        if p.moved {
+                            slot.last_progress = Instant::now();
+                            continue;
+                        }
+                        if let Some(at) = p.timer {
+                            // Waiting for a burst or the rate limit is not idleness.
+                            slot.last_progress = Instant::now();
+                            self.timers
+                                .push(Reverse((at.min(a.sess.guard.deadline()), k)));
+                        }
+                        return Next::Keep;
+                    }
+                    let Stage::Data { a, conn, .. } =
+                        std::mem::replace(&mut slot.stage, Stage::Refuse(Out::new(Vec::new())))
+                    else {
+                        return Next::Close;
+                    };
+                    let (result, mine, bursts) = conn.into_result();
+                    let show = match result.kind {
+                        ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
+                        _ => st.cfg.verbosity >= 2,
+                    };
+                    if show {
+                        crate::out!(
+                            "{} sent {} received {} {} {}",
+                            slot.peer,
+                            mine.sent,
+                            mine.received,
+                            result.kind,
+                            result.detail
+                        );
+                    }
+                    let out = Out::new(burst_frames(&a.sess.spec, result.kind, &bursts));
+                    slot.stage = Stage::Tail {
+                        a,
+                        out,
+                        kind: result.kind,
+                    };
+                }
+                Stage::Tail { out, .. } => return keep_if_blocked(out.flush(&slot.stream)),
+            }
+        }
+    }
+
+    /// The stage after a data hello: admitted (the ack is queued) or refused.
+    fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage {
+        match admit(self.st, peer, h) {
+            Err((code, why)) => refuse(code, why),
+            Ok(a) => {
+                let conn = Box::new(machine(&a, h));
+                let ack = Out::new(crate::proto::encode(&Message::DataAck {
+                    connection: h.connection,
+                }));
+                Stage::Data { a, conn, ack }
+            }
+        }
+    }
+
+    /// A control connection goes to a thread of its own, which counts it
+    /// in the open connections (and its client's) from then on.
+    fn spawn_control(&mut self, slot: Slot2<'a>, h: crate::proto::Hello, setup: Instant) {
+        let Slot2 {
+            mut stream, peer, ..
+        } = slot;
+        let _ = self.poll.registry().deregister(&mut stream);
+        // SAFETY: the descriptor was just released by the mio stream and is
+        // owned by the std stream from here on.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        let st = Arc::clone(&self.arc);
+        st.open.fetch_add(1, SeqCst);
+        let r = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _open = Slot::adopt(&st.open);
+                let (_client, _) = take_client_slot(&st.per_client, peer.ip().to_canonical());
+                let ready = stream
+                    .set_nonblocking(false)
+                    .and_then(|_| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
+                if ready.is_ok() {
+                    super::control(&st, &stream, peer, h, setup);
+                }
+            });
+        if let Err(e) = r {
+            self.arc.open.fetch_sub(1, SeqCst);
+            eprintln!("cannot start a thread for {peer}: {e}");
+        }
+    }
+
+    fn close(&mut self, k: usize, mut slot: Slot2<'a>) {
+        let _ = self.poll.registry().deregister(&mut slot.stream);
+        match &slot.stage {
+            Stage::Data { a, .. } => finished(self.st, a, ResultKind::NetworkError),
+            Stage::Tail { a, kind, .. } => finished(self.st, a, *kind),
+            _ => {}
+        }
+        if let Stage::Data { a, .. } | Stage::Tail { a, .. } = &slot.stage
+            && a.sess.aborted()
+        {
+            crate::net::reset(&slot.stream);
+        }
+        self.free.push(k);
+    }
+
+    /// Ends connections past their setup deadline or idle timeout, and
+    /// those of stopped sessions.
+    fn scan(&mut self, now: Instant) {
+        let idle = self.st.cfg.idle_timeout;
+        let mut due = Vec::new();
+        for (k, s) in self.slots.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            match &mut s.stage {
+                Stage::First { setup, .. } if now >= *setup => due.push((k, true)),
+                Stage::Refuse(_) | Stage::Tail { .. }
+                    if now.saturating_duration_since(s.last_progress) >= idle =>
+                {
+                    due.push((k, true))
+                }
+                Stage::Data { a, conn, .. } => {
+                    if a.sess.cancelled() {
+                        conn.cancel();
+                        due.push((k, false));
+                    } else if now.saturating_duration_since(s.last_progress) >= idle {
+                        conn.on_error(&io::Error::new(io::ErrorKind::TimedOut, "no progress"));
+                        due.push((k, false));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (k, drop_now) in due {
+            if drop_now {
+                if let Some(s) = self.slots[k].take() {
+                    self.close(k, s);
+                }
+            } else {
+                self.advance(k);
+            }
+        }
+    }
+}
+
+fn refuse(code: ErrorCode, why: String) -> Stage {
+    Stage::Refuse(Out::new(crate::proto::encode(&Message::error(code, why))))
+}
+
+/// Keep a connection whose output is still going out; close it once all
+/// is out or the write failed.
+fn keep_if_blocked(r: io::Result<bool>) -> Next {
+    match r {
+        Ok(false) => Next::Keep,
+        _ => Next::Close,
+    }
+}
