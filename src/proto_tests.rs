@@ -311,3 +311,47 @@ proptest! {
         prop_assert_eq!(decode_frame(&encode(&m)).unwrap().unwrap().0, m);
     }
 }
+
+/// A result whose frame is exactly the largest allowed goes whole; one byte
+/// more and its histogram travels in chunks.
+#[test]
+fn a_result_of_exactly_max_payload_is_one_frame() {
+    let payload = |t: &crate::udp::track::UdpTotals| {
+        encode(&Message::UdpResult(t.clone())).len() - HEADER_LEN
+    };
+    let mut t = crate::udp::track::UdpTotals::default();
+    while payload(&t) + 40 < MAX_PAYLOAD {
+        let edge = t.histogram.len() as f64 * 50.0;
+        t.histogram.push((edge, 0));
+    }
+    // Counts of 10 instead of 0 add one character each.
+    let mut k = 0;
+    while payload(&t) < MAX_PAYLOAD {
+        t.histogram[k].1 = 10;
+        k += 1;
+    }
+    assert_eq!(payload(&t), MAX_PAYLOAD);
+    assert_eq!(udp_result_frames(t.clone()).len(), 1);
+    t.histogram[k].1 = 10;
+    assert!(udp_result_frames(t).len() > 1);
+}
+
+/// A read interrupted by a signal is retried, not an error.
+#[test]
+fn an_interrupted_read_is_retried() {
+    struct Flaky(Vec<u8>, bool);
+    impl std::io::Read for Flaky {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.1 = !self.1;
+            if self.1 {
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = buf.len().min(self.0.len()).min(3);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Ok(n)
+        }
+    }
+    let mut r = Flaky(encode(&Message::Goodbye), false);
+    assert_eq!(read_message(&mut r).unwrap(), Message::Goodbye);
+}
