@@ -19,7 +19,7 @@ struct Raw(TcpStream);
 impl Raw {
     /// Connects and says hello (no key).
     fn hello(addr: SocketAddr) -> Raw {
-        let s = TcpStream::connect(addr).unwrap();
+        let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut r = Raw(s);
         r.send(&Message::Hello(Message::hello()));

@@ -68,3 +68,76 @@ fn a_client_holds_thousands_of_connections_on_a_few_threads() {
         assert_eq!(totals[k], 0, "{k}: {totals}");
     }
 }
+
+/// 19,000 connections through one server process (this machine allows
+/// 20,000 descriptors per process): the server holds them on a few threads
+/// and still serves a normal test meanwhile, then lets go of them all.
+#[test]
+fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
+    const N: usize = 19_000;
+    let (srv, addr) = serve(&[
+        "-q",
+        "--max-conns-per-client",
+        "20000",
+        "--max-conns",
+        "20000",
+    ]);
+    let spid = srv.0.id();
+    let base_fds = fd_count(spid);
+    let t = addr.to_string();
+    let (big, _) = spawn_ready(
+        &[
+            "tcp",
+            &t,
+            "-c",
+            &N.to_string(),
+            "--iterations",
+            "1",
+            "--transfer",
+            "64K",
+            "--burst-size",
+            "32K",
+            "--burst-period",
+            "60s",
+            "--interval",
+            "200ms",
+        ],
+        |l| is_row(l) && l.split_whitespace().nth(5) == Some(&N.to_string()),
+        60,
+    );
+    let (th, fds) = (threads(spid), fd_count(spid));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!("{N} connections held: server {th} threads, {fds} descriptors");
+    // The loops (one per core), the acceptor, the main thread, the signal handler.
+    assert!(th <= cores + 4, "{th} server threads for {N} connections");
+    assert!((N..=N + 30).contains(&fds), "{fds} server descriptors");
+    // A normal test meanwhile, served in full.
+    let (v, _) = run_json(
+        &[
+            "tcp",
+            &t,
+            "-n",
+            "1M",
+            "-c",
+            "2",
+            "--iterations",
+            "2",
+            "-v",
+            "0",
+        ],
+        0,
+    );
+    assert_eq!(
+        v["result"]["totals"]["completed"], 4,
+        "{}",
+        v["result"]["totals"]
+    );
+    // Stopped: every connection is cancelled and the server lets go of all.
+    let (code, _) = interrupt(big);
+    assert_eq!(code, Some(130));
+    let after = settles_to(spid, base_fds, 30);
+    assert!(
+        after <= base_fds,
+        "server descriptors {after} > {base_fds} before"
+    );
+}

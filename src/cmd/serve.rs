@@ -50,8 +50,9 @@ pub struct ServeArgs {
     /// Refuse new tests while this many run from one client address.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_tests_per_client: u32,
-    /// Refuse connections beyond this many open in all. Default: half the
-    /// open-file limit less 64 (each connection may hold two descriptors).
+    /// Refuse connections beyond this many open in all. Default: the
+    /// open-file limit less 256 (one descriptor per connection; the rest for
+    /// listeners, UDP sockets and files).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_conns: Option<u32>,
     #[command(flatten)]
@@ -103,11 +104,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Connections that fit `fds` open files: two descriptors each (a data
-/// connection's socket and the handle that cancels it), less 64 for
-/// listeners, UDP sockets and files.
+/// Connections that fit `fds` open files: one descriptor each, less 256 for
+/// listeners, the UDP sockets of running tests, and files.
 fn default_max_conns(fds: u64) -> u32 {
-    u32::try_from(fds.saturating_sub(64) / 2)
+    u32::try_from(fds.saturating_sub(256))
         .unwrap_or(u32::MAX)
         .max(1)
 }
