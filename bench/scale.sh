@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Scale (issue 14): connection churn against a minimal C
 # connect/request/response/close loop (bench/churn.c, built with cc), and
-# concurrency: one client process holding CONNS verified connections spread
-# over SERVERS server processes, with the threads, descriptors and memory of
-# every process at the peak and the user-space bytes per connection.
+# concurrency: one client and one server process holding CONNS verified
+# connections, then CLIENTS client processes holding PER_CLIENT each over
+# SERVERS server processes (100,000 by default), with the threads,
+# descriptors and memory of every process at the peak and the user-space
+# bytes per connection.
 # With BASE=<git revision>, the same runs of that revision are measured in
 # the same run and the ratios printed (e.g. BASE=4f4668d, the last main with
 # a thread per connection in the client).
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
-# Usage: [BASE=rev] [CONNS=19500] [SERVERS=5] bench/scale.sh [SECONDS]   (default 5)
+# Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=90s]
+#        [BASE_CONNS=3000] bench/scale.sh [SECONDS]   (default 5)
+# (100,000 connections need six processes a side here: 20,000 descriptors each.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
 CONNS=${CONNS:-19500}
-SERVERS=${SERVERS:-5}
+CLIENTS=${CLIENTS:-6}
+PER_CLIENT=${PER_CLIENT:-16667}
+SERVERS=${SERVERS:-6}
+HOLD=${HOLD:-90s}
+BASE_CONNS=${BASE_CONNS:-3000}
 
 . bench/lib.sh
 cc -O2 -o "$WORK/churn" bench/churn.c
@@ -57,47 +65,82 @@ for i in "${!BINS[@]}"; do
 done
 
 echo
-echo "== concurrency: one client, $CONNS verified connections over $SERVERS servers"
-echo "   (each connection sends two 32 KiB bursts ${T}s apart, so all are open at once)"
-for i in "${!BINS[@]}"; do
-    bin=${BINS[$i]} name=${NAMES[$i]}
-    targets=() spids=()
-    for _ in $(seq "$SERVERS"); do
+# concurrency NAME BIN CLIENTS PER_CLIENT SERVERS HOLD: CLIENTS client processes,
+# each holding PER_CLIENT connections spread over SERVERS server processes,
+# every connection sending two 32 KiB bursts HOLD apart so all are open at once.
+concurrency() {
+    local name=$1 bin=$2 clients=$3 per=$4 servers=$5 hold=$6
+    local want=$((clients * per)) targets=() spids=() cpids=() binds
+    echo "== concurrency ($name): $clients client(s) x $per connections over $servers server(s) = $want"
+    for _ in $(seq "$servers"); do
         next_port
-        "$bin" serve --listen 127.0.0.1:$P -q --max-conns-per-client 100000 --max-conns 100000 \
+        "$bin" serve --listen 127.0.0.1:$P -q --max-conns-per-client 1000000 --max-conns 1000000 \
             --max-duration 600s & PIDS+=($!); spids+=($!)
         targets+=("127.0.0.1:$P")
     done
     sleep 0.5
-    "$bin" tcp "${targets[@]}" -P "$CONNS" --iterations 1 -n 64K --burst-size 32K \
-        --burst-period "${T}s" --interval 200ms --json "$WORK/conc.json" > "$WORK/conc.out" 2>&1 &
-    cpid=$!
-    peak=0 cth=0 cfd=0 crss=0 t0=$(date +%s.%N) reached_at=
-    while kill -0 $cpid 2>/dev/null; do
-        fl=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 8 {v=$6} END {print v+0}' "$WORK/conc.out")
-        if [ "$fl" -gt "$peak" ]; then
-            peak=$fl
-            cth=$(status_of $cpid Threads) crss=$(status_of $cpid VmRSS)
-            cfd=$(ls /proc/$cpid/fd 2>/dev/null | wc -l)
-            sth=0 srss=0
-            for s in "${spids[@]}"; do
-                sth=$((sth + $(status_of "$s" Threads))); srss=$((srss + $(status_of "$s" VmRSS)))
-            done
-            [ "$fl" -ge "$CONNS" ] && [ -z "$reached_at" ] && reached_at=$(date +%s.%N)
-        fi
-        sleep 0.2
+    # The processes' own memory before connections: the servers now, and a
+    # client holding a single connection.
+    local sbase=0 cbase q
+    for q in "${spids[@]}"; do sbase=$((sbase + $(status_of "$q" VmRSS))); done
+    "$bin" tcp "${targets[0]}" -P 1 --iterations 1 -n 64K --burst-size 32K --burst-period 1s \
+        -q > /dev/null 2>&1 & q=$!
+    sleep 0.5
+    cbase=$(( $(status_of $q VmRSS) * clients ))
+    wait $q || true
+    for c in $(seq "$clients"); do
+        # Each client connects from its own loopback address: 28k ports per
+        # server port. (A session is bound to one client address.)
+        binds=127.0.$c.1
+        "$bin" tcp "${targets[@]}" -B "$binds" -P "$per" --iterations 1 -n 64K --burst-size 32K \
+            --burst-period "$hold" --interval 500ms --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
+        cpids+=($!)
     done
-    wait $cpid && code=0 || code=$?
-    read -r ok errs <<<"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print(t["completed"], t["net_errors"]+t["data_errors"]+t["cancelled"])' "$WORK/conc.json" 2>/dev/null || echo "0 nan")"
-    secs=$(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])) if sys.argv[2] else 'n/a')" "$t0" "${reached_at:-}")
-    per_conn=$(python3 -c "import sys; p=int(sys.argv[2]); print('%.1f' % (int(sys.argv[1])/p) if p else 'nan')" "$crss" "$peak")
-    numbers "concurrency $name" "$peak" "$ok" "$errs" "$per_conn"
-    echo "$name: exit $code; peak in flight $peak (all $CONNS after ${secs}s); completed $ok, errors $errs"
-    echo "   client: $cth threads, $cfd descriptors, RSS $((crss / 1024)) MiB = $per_conn KiB per connection"
-    echo "   servers ($SERVERS): $sth threads, RSS $((srss / 1024)) MiB"
-    python3 -c "import sys; k=float(sys.argv[1]); print('   500,000 connections at this rate: %.1f GiB of client memory' % (k*500000/1048576))" "$per_conn"
-    for s in "${spids[@]}"; do kill "$s" 2>/dev/null || true; wait "$s" 2>/dev/null || true; done
-done
-echo "(a client process is limited to 20,000 descriptors here; the servers still run a"
-echo " thread per connection, so the 100,000-connection run waits for the server's event core)"
+    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0
+    t0=$(date +%s.%N)
+    while kill -0 "${cpids[@]}" 2>/dev/null; do
+        local now=0
+        for c in $(seq "$clients"); do
+            now=$((now + $(awk '$1 ~ /^[0-9.]+$/ && NF >= 8 {v=$6} END {print v+0}' "$WORK/conc$c.out")))
+        done
+        if [ "$now" -gt "$peak" ]; then
+            peak=$now cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0
+            for q in "${cpids[@]}"; do
+                cth=$((cth + $(status_of "$q" Threads))); crss=$((crss + $(status_of "$q" VmRSS)))
+                cfd=$((cfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+            done
+            for q in "${spids[@]}"; do
+                sth=$((sth + $(status_of "$q" Threads))); srss=$((srss + $(status_of "$q" VmRSS)))
+                sfd=$((sfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+            done
+            [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N)
+        fi
+        sleep 0.5
+    done
+    local ok=0 errs=0 codes=""
+    for c in $(seq "$clients"); do
+        wait "${cpids[$((c - 1))]}" && codes+="0 " || codes+="$? "
+        read -r o e <<<"$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["result"]["totals"]; print(t["completed"], t["net_errors"]+t["data_errors"]+t["cancelled"])' "$WORK/conc$c.json" 2>/dev/null || echo "0 nan")"
+        ok=$((ok + o)); errs=$(python3 -c "print(int('$errs') + int(float('$e')))" 2>/dev/null || echo nan)
+    done
+    local secs cper sper
+    secs=$(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])) if sys.argv[2] else 'n/a')" "$t0" "${reached:-}")
+    cper=$(python3 -c "import sys; p=int(sys.argv[2]); print('%.1f' % ((int(sys.argv[1])-int(sys.argv[3]))/p) if p else 'nan')" "$crss" "$peak" "$cbase")
+    sper=$(python3 -c "import sys; p=int(sys.argv[2]); print('%.1f' % ((int(sys.argv[1])-int(sys.argv[3]))/p) if p else 'nan')" "$srss" "$peak" "$sbase")
+    numbers "concurrency $name" "$peak" "$ok" "$errs" "$cper" "$sper"
+    echo "   highest concurrency $peak of $want (all after ${secs}s); completed $ok, errors $errs; exit codes $codes"
+    echo "   clients: $cth threads, $cfd descriptors, RSS $((crss / 1024)) MiB: $cper KiB per connection beyond the process's own"
+    echo "   servers: $sth threads, $sfd descriptors, RSS $((srss / 1024)) MiB: $sper KiB per connection beyond the process's own"
+    python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('   500,000 connections at this rate: %.1f GiB in clients, %.1f GiB in servers (plus the kernel\'s socket memory)' % (a*500000/1048576, b*500000/1048576))" "$cper" "$sper"
+    for q in "${spids[@]}"; do kill "$q" 2>/dev/null || true; wait "$q" 2>/dev/null || true; done
+}
+
+# One process each side up to this machine's 20,000 descriptors, then
+# 100,000 across processes (200,000 sockets in one kernel).
+concurrency this "$NETRIG" 1 "$CONNS" 1 "${T}s"
+concurrency this "$NETRIG" "$CLIENTS" "$PER_CLIENT" "$SERVERS" "$HOLD"
+if [ -n "${BASE:-}" ]; then
+    # A thread per connection: as many as its threads allow, for the ratios.
+    concurrency "$BASE" "${BINS[1]}" 1 "$BASE_CONNS" 1 "${T}s"
+fi
 bench_done
