@@ -12,6 +12,33 @@ fn threads(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// A tcp run of `n` connections against `target`, each sending two 32 KiB
+/// bursts `period` apart, so all are open at once.
+fn hold<'a>(target: &'a str, n: &'a str, period: &'a str) -> Vec<&'a str> {
+    vec![
+        "tcp",
+        target,
+        "-c",
+        n,
+        "--iterations",
+        "1",
+        "--transfer",
+        "64K",
+        "--burst-size",
+        "32K",
+        "--burst-period",
+        period,
+        "--interval",
+        "100ms",
+    ]
+}
+
+/// Whether a status row's In-Flight column (after two rates with their
+/// units) shows all `n` connections at once.
+fn all_in_flight(n: usize) -> impl FnMut(&str) -> bool {
+    move |l| is_row(l) && l.split_whitespace().nth(5) == Some(&n.to_string())
+}
+
 #[test]
 fn a_client_holds_thousands_of_connections_on_a_few_threads() {
     const N: usize = 2000;
@@ -26,30 +53,10 @@ fn a_client_holds_thousands_of_connections_on_a_few_threads() {
     let js = dir.path().join("t.json");
     let t = addr.to_string();
     // Two 32 KiB bursts 1.5 s apart: every connection stays open a while.
-    let (mut p, _) = spawn_ready(
-        &[
-            "tcp",
-            &t,
-            "-c",
-            &N.to_string(),
-            "--iterations",
-            "1",
-            "--transfer",
-            "64K",
-            "--burst-size",
-            "32K",
-            "--burst-period",
-            "1500ms",
-            "--interval",
-            "100ms",
-            "--json",
-            js.to_str().unwrap(),
-        ],
-        // The status row's In-Flight column (after two rates with their
-        // units) shows all of them at once.
-        |l| is_row(l) && l.split_whitespace().nth(5) == Some(&N.to_string()),
-        30,
-    );
+    let n = N.to_string();
+    let mut args = hold(&t, &n, "1500ms");
+    args.extend(["--json", js.to_str().unwrap()]);
+    let (mut p, _) = spawn_ready(&args, all_in_flight(N), 30);
     let pid = p.0.id();
     let (th, fds) = (threads(pid), fd_count(pid));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -83,28 +90,24 @@ fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
         "20000",
     ]);
     let spid = srv.0.id();
-    let base_fds = fd_count(spid);
     let t = addr.to_string();
-    let (big, _) = spawn_ready(
-        &[
-            "tcp",
-            &t,
-            "-c",
-            &N.to_string(),
-            "--iterations",
-            "1",
-            "--transfer",
-            "64K",
-            "--burst-size",
-            "32K",
-            "--burst-period",
-            "60s",
-            "--interval",
-            "200ms",
-        ],
-        |l| is_row(l) && l.split_whitespace().nth(5) == Some(&N.to_string()),
-        60,
-    );
+    let normal = [
+        "tcp",
+        &t,
+        "-n",
+        "1M",
+        "-c",
+        "2",
+        "--iterations",
+        "2",
+        "-v",
+        "0",
+    ];
+    // Once served, everything the server keeps (event loops and all) is in the baseline.
+    run_json(&normal, 0);
+    let base_fds = fd_count(spid);
+    let n = N.to_string();
+    let (big, _) = spawn_ready(&hold(&t, &n, "60s"), all_in_flight(N), 60);
     let (th, fds) = (threads(spid), fd_count(spid));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!("{N} connections held: server {th} threads, {fds} descriptors");

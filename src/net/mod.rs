@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 mod timed;
+pub mod timers;
 pub use timed::Timed;
 
 /// netrig's well-known port (control and data share it).

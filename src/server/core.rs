@@ -9,8 +9,6 @@
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
@@ -23,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::limits::{ClientSlot, Slot};
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
+use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, ErrorCode, Message, ReadError};
 use crate::tcp::drive::{Env, pump};
@@ -143,7 +142,7 @@ struct Loop<'a> {
     rx: Receiver<Incoming>,
     slots: Vec<Option<Slot2<'a>>>,
     free: Vec<usize>,
-    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    timers: Timers,
     buf: Vec<u8>,
 }
 
@@ -156,7 +155,7 @@ impl<'a> Loop<'a> {
             rx,
             slots: Vec::new(),
             free: Vec::new(),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             buf: vec![0u8; super::tcp::SERVER_BUFFER],
         }
     }
@@ -165,12 +164,7 @@ impl<'a> Loop<'a> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
-            let now = Instant::now();
-            let timeout = self
-                .timers
-                .peek()
-                .map_or(TICK, |Reverse((t, _))| t.saturating_duration_since(now))
-                .min(TICK);
+            let timeout = self.timers.timeout(Instant::now(), TICK);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -184,16 +178,15 @@ impl<'a> Loop<'a> {
                 }
             }
             let now = Instant::now();
-            while let Some(&Reverse((t, k))) = self.timers.peek() {
-                if t > now {
-                    break;
-                }
-                self.timers.pop();
+            for k in self.timers.due(now) {
                 self.advance(k);
             }
             if now >= next_scan {
                 self.scan(now);
                 next_scan = now + TICK;
+                if self.st.stop.load(SeqCst) && self.slots.iter().all(Option::is_none) {
+                    return;
+                }
             }
         }
     }
@@ -337,8 +330,7 @@ impl<'a> Loop<'a> {
                         if let Some(at) = p.timer {
                             // Waiting for a burst or the rate limit is not idleness.
                             slot.last_progress = Instant::now();
-                            self.timers
-                                .push(Reverse((at.min(a.sess.guard.deadline()), k)));
+                            self.timers.push(at.min(a.sess.guard.deadline()), k);
                         }
                         return Next::Keep;
                     }

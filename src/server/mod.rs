@@ -117,18 +117,39 @@ pub struct Server {
     listeners: Vec<TcpListener>,
     tcp_listeners: usize,
     state: Arc<State>,
+    core: core::Core,
 }
 
 impl Server {
     /// Binds the listening sockets.
     pub fn bind(cfg: ServerConfig) -> io::Result<Server> {
-        let listeners = if cfg.listen.is_empty() {
-            crate::net::default_listeners(cfg.port)?
+        let (listen, port, verbosity) = (cfg.listen.clone(), cfg.port, cfg.verbosity);
+        let state = Arc::new(State {
+            cfg,
+            sessions: Mutex::new(HashMap::new()),
+            admitted: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            stop: Arc::new(AtomicBool::new(false)),
+            tests: AtomicU64::new(0),
+            per_client: Mutex::new(HashMap::new()),
+            tests_per_client: Mutex::new(HashMap::new()),
+            open: AtomicU64::new(0),
+        });
+        // The event loops exist before anything can connect.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let core = core::Core::start(&state, threads)?;
+        let bound = if listen.is_empty() {
+            crate::net::default_listeners(port)
         } else {
-            cfg.listen
-                .iter()
-                .map(|a| crate::net::listen(*a))
-                .collect::<io::Result<_>>()?
+            listen.iter().map(|a| crate::net::listen(*a)).collect()
+        };
+        let listeners: Vec<TcpListener> = match bound {
+            Ok(l) => l,
+            Err(e) => {
+                // Nothing to serve: the event loops end.
+                state.stop.store(true, SeqCst);
+                return Err(e);
+            }
         };
         // Where the kernel has SCTP, accept one-to-one SCTP on the same
         // addresses and ports too (for `rr --proto sctp`); best effort.
@@ -142,7 +163,7 @@ impl Server {
             for a in addrs {
                 match crate::net::listen_on(a, crate::net::Stream::Sctp) {
                     Ok(l) => listeners.push(l),
-                    Err(e) if cfg.verbosity >= 2 => eprintln!("no SCTP listener on {a}: {e}"),
+                    Err(e) if verbosity >= 2 => eprintln!("no SCTP listener on {a}: {e}"),
                     Err(_) => {}
                 }
             }
@@ -150,17 +171,8 @@ impl Server {
         Ok(Server {
             listeners,
             tcp_listeners,
-            state: Arc::new(State {
-                cfg,
-                sessions: Mutex::new(HashMap::new()),
-                admitted: AtomicU64::new(0),
-                finished: AtomicU64::new(0),
-                stop: Arc::new(AtomicBool::new(false)),
-                tests: AtomicU64::new(0),
-                per_client: Mutex::new(HashMap::new()),
-                tests_per_client: Mutex::new(HashMap::new()),
-                open: AtomicU64::new(0),
-            }),
+            state,
+            core,
         })
     }
 
@@ -191,8 +203,7 @@ impl Server {
                 crate::out!("also accepting SCTP on the same addresses");
             }
         }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let core = core::Core::start(st, threads)?;
+        let core = &self.core;
         let mut accept_log = RateLimitedLog::default();
         while !st.stop.load(SeqCst) {
             let ready = crate::net::poll_readable(&self.listeners, Duration::from_millis(100))?;
@@ -202,7 +213,7 @@ impl Server {
                 }
                 loop {
                     match l.accept() {
-                        Ok((s, peer)) => self.admit(&core, s, peer),
+                        Ok((s, peer)) => self.admit(core, s, peer),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         // Per-connection failures (ECONNABORTED, EMFILE) must not stop the server.
                         Err(e) => {
@@ -237,6 +248,8 @@ impl Server {
         {
             s.cancel();
         }
+        // The event loops end once their connections have.
+        st.stop.store(true, SeqCst);
         Ok(())
     }
 

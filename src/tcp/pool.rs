@@ -10,8 +10,6 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +22,7 @@ use super::client::{ConnectionRecord, REFUSED_PREFIX, Shared, pick_bind};
 use super::config::BufferSpec;
 use super::drive::{Env, pump};
 use super::machine::Conn;
+use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
 use crate::plan::Role;
 use crate::proto::{self, DataHello, Message};
@@ -81,7 +80,7 @@ struct Worker<'a> {
     live: usize,
     /// Concurrent connections this loop keeps.
     quota: usize,
-    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    timers: Timers,
     buf: Vec<u8>,
     tx: Sender<ConnectionRecord>,
     rng: SmallRng,
@@ -119,7 +118,7 @@ pub(super) fn spawn(
                     free: Vec::new(),
                     live: 0,
                     quota,
-                    timers: BinaryHeap::new(),
+                    timers: Timers::default(),
                     buf: vec![0u8; buf_len.max(1)],
                     tx,
                     rng: SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37)),
@@ -141,12 +140,7 @@ impl Worker<'_> {
             if self.live == 0 && (self.no_more || self.stopping()) {
                 return;
             }
-            let now = Instant::now();
-            let timeout = self
-                .timers
-                .peek()
-                .map_or(TICK, |Reverse((t, _))| t.saturating_duration_since(now))
-                .min(TICK);
+            let timeout = self.timers.timeout(Instant::now(), TICK);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -157,11 +151,7 @@ impl Worker<'_> {
                 self.advance(ev.token().0);
             }
             let now = Instant::now();
-            while let Some(&Reverse((t, k))) = self.timers.peek() {
-                if t > now {
-                    break;
-                }
-                self.timers.pop();
+            for k in self.timers.due(now) {
                 self.advance(k);
             }
             if self.sh.abort.load(SeqCst) {
@@ -360,7 +350,7 @@ impl Worker<'_> {
                         if let Some(at) = p.timer {
                             // Waiting for a burst is not idleness.
                             slot.last_progress = Instant::now();
-                            self.timers.push(Reverse((at, k)));
+                            self.timers.push(at, k);
                         }
                         return Ok(());
                     }
@@ -384,7 +374,7 @@ impl Worker<'_> {
                         return Err(Ok(result));
                     }
                     slot.result = Some(result);
-                    self.timers.push(Reverse((Instant::now() + BURSTS_WAIT, k)));
+                    self.timers.push(Instant::now() + BURSTS_WAIT, k);
                 }
                 Stage::Bursts { inbuf, until } => {
                     let finished = if Instant::now() >= *until {
