@@ -6,6 +6,13 @@
 mod bin;
 use bin::*;
 
+/// The tests here each use up to 20,000 descriptors and most of a source
+/// address's ports: one at a time.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| d.count())
@@ -41,6 +48,7 @@ fn all_in_flight(n: usize) -> impl FnMut(&str) -> bool {
 
 #[test]
 fn a_client_holds_thousands_of_connections_on_a_few_threads() {
+    let _one = one_at_a_time();
     const N: usize = 2000;
     let (_srv, addr) = serve(&[
         "-q",
@@ -81,6 +89,7 @@ fn a_client_holds_thousands_of_connections_on_a_few_threads() {
 /// and still serves a normal test meanwhile, then lets go of them all.
 #[test]
 fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
+    let _one = one_at_a_time();
     const N: usize = 19_000;
     let (srv, addr) = serve(&[
         "-q",
@@ -143,4 +152,131 @@ fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
         after <= base_fds,
         "server descriptors {after} > {base_fds} before"
     );
+}
+
+/// Holds idle connections to `port` from 127.0.A.1 for A in `first..first+count`,
+/// `per` from each, until its stdin closes; prints how many it opened.
+const IDLE_HOLDER: &str = r#"
+import socket, sys
+first, count, per, port = map(int, sys.argv[1:5])
+held = []
+for a in range(first, first + count):
+    for _ in range(per):
+        s = socket.socket()
+        # The port is chosen at connect (IP_BIND_ADDRESS_NO_PORT), not held
+        # from every other connection by bind.
+        s.setsockopt(socket.SOL_IP, 24, 1)
+        try:
+            s.bind(("127.0.%d.1" % a, 0))
+            s.connect(("127.0.0.1", port))
+            held.append(s)
+        except OSError:
+            s.close()
+print(len(held), flush=True)
+sys.stdin.read()
+"#;
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Idle connections from 32 addresses up to the server's descriptors: it
+/// holds them on a few threads without spinning, refuses the next one
+/// naming the limit, and serves again once they are gone.
+#[test]
+fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
+    let _one = one_at_a_time();
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let (srv, addr) = serve(&["-q", "--max-conns-per-client", "1000"]);
+    let spid = srv.0.id();
+    let t = addr.to_string();
+    let normal = [
+        "tcp",
+        &t,
+        "-B",
+        "127.0.0.250",
+        "-n",
+        "1M",
+        "-c",
+        "2",
+        "--iterations",
+        "2",
+        "-v",
+        "0",
+    ];
+    run_json(&normal, 0);
+    let base_fds = fd_count(spid);
+    // Two holders (each process may open 20,000 descriptors): 32 addresses
+    // x 650 = 20,800 connections, more than the server's descriptors.
+    let holders: Vec<_> = [(1, 16), (17, 16)]
+        .iter()
+        .map(|(first, count)| {
+            let mut c = Command::new("python3")
+                .args([
+                    "-c",
+                    IDLE_HOLDER,
+                    &first.to_string(),
+                    &count.to_string(),
+                    "650",
+                ])
+                .arg(addr.port().to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let mut line = String::new();
+            std::io::BufReader::new(c.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            eprintln!("holder opened {}", line.trim());
+            c
+        })
+        .collect();
+    let cap = base_fds + 19_800;
+    let (th, fds) = (
+        std::fs::read_dir(format!("/proc/{spid}/task"))
+            .unwrap()
+            .count(),
+        fd_count(spid),
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!("server: {th} threads, {fds} descriptors");
+    assert!(th <= cores + 4, "{th} threads");
+    assert!(fds <= cap, "{fds} descriptors");
+    // Not spinning at its limit.
+    let before = cpu_ticks(spid);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let used = cpu_ticks(spid) - before;
+    assert!(
+        used < 30,
+        "server used {used} ticks in 1 s holding idle connections"
+    );
+    // Another address is refused with the reason.
+    let out = netrig(&normal).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("server limit: max") && err.contains("open connections"),
+        "{err}"
+    );
+    for mut h in holders {
+        drop(h.stdin.take());
+        let _ = h.wait();
+    }
+    let after = settles_to(spid, base_fds, 30);
+    assert!(
+        after <= base_fds,
+        "{after} descriptors after, {base_fds} before"
+    );
+    let (v, _) = run_json(&normal, 0);
+    assert_eq!(v["result"]["totals"]["completed"], 4);
 }

@@ -509,6 +509,20 @@ fn connect(to: SocketAddr, from: Option<std::net::IpAddr>) -> io::Result<TcpStre
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.set_nonblocking(true)?;
     if let Some(ip) = from {
+        // The port is chosen at connect, by the whole address pair, so many
+        // connections from one address share ports across servers (a port
+        // chosen at bind would be held from every other connect).
+        let on: libc::c_int = 1;
+        // SAFETY: a valid descriptor, option and int-sized value.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
     match socket.connect(&to.into()) {
