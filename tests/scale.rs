@@ -280,3 +280,32 @@ fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
     let (v, _) = run_json(&normal, 0);
     assert_eq!(v["result"]["totals"]["completed"], 4);
 }
+
+/// The client raises its open-file limit to the hard limit, and says before
+/// the test, naming the limit and the fix, when that is still too few.
+#[test]
+fn too_few_open_files_for_the_connections_is_said_before_the_test() {
+    let with_limit = |soft_hard: &str, args: &[&str]| {
+        let out = std::process::Command::new("prlimit")
+            .arg(format!("--nofile={soft_hard}"))
+            .arg(BIN)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = with_limit("100:100", &["tcp", "127.0.0.1:9", "-P", "200"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("-P 200 needs about 264 open files and this process may open 100")
+            && err.contains("ulimit -Hn"),
+        "{err}"
+    );
+    // A soft limit below the hard one is raised: 200 connections and the
+    // embedded server's 200 fit 1000.
+    let (code, err) = with_limit("100:1000", &["tcp", "-P", "200", "-n", "1K", "-q"]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -155,6 +155,22 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     if let Err(e) = cfg.validate() {
         return Ok(usage(e));
     }
+    // One descriptor per connection (two with the embedded server, which
+    // holds the other end), plus a margin for control, files and epoll.
+    let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
+    let per = if targets.is_empty() { 2 } else { 1 };
+    let need = u64::from(cfg.connections)
+        .min(cfg.total_connections())
+        .saturating_mul(per)
+        .saturating_add(64);
+    if need > fds {
+        return Ok(usage(format!(
+            "-P {} needs about {need} open files and this process may open {fds} \
+             (ulimit -n); raise the hard limit (ulimit -Hn, or LimitNOFILE= for a \
+             service), or spread the connections over several processes",
+            cfg.connections
+        )));
+    }
     let embedded = if targets.is_empty() {
         let e = Embedded::start(key)?;
         if cfg.iterations.is_none() && cfg.time_limit.is_none() {
