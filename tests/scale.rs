@@ -40,6 +40,29 @@ fn hold<'a>(target: &'a str, n: &'a str, period: &'a str) -> Vec<&'a str> {
     ]
 }
 
+/// A server that admits `n` connections, from one address too.
+fn serve_up_to(n: &str) -> (Proc, std::net::SocketAddr) {
+    serve(&["-q", "--max-conns-per-client", n, "--max-conns", n])
+}
+
+/// A small test: 4 connections of 1 MiB from `from`.
+fn normal_test<'a>(target: &'a str, from: &'a str) -> Vec<&'a str> {
+    vec![
+        "tcp",
+        target,
+        "-B",
+        from,
+        "-n",
+        "1M",
+        "-c",
+        "2",
+        "--iterations",
+        "2",
+        "-v",
+        "0",
+    ]
+}
+
 /// Whether a status row's In-Flight column (after two rates with their
 /// units) shows all `n` connections at once.
 fn all_in_flight(n: usize) -> impl FnMut(&str) -> bool {
@@ -50,13 +73,7 @@ fn all_in_flight(n: usize) -> impl FnMut(&str) -> bool {
 fn a_client_holds_thousands_of_connections_on_a_few_threads() {
     let _one = one_at_a_time();
     const N: usize = 2000;
-    let (_srv, addr) = serve(&[
-        "-q",
-        "--max-conns-per-client",
-        "3000",
-        "--max-conns",
-        "3000",
-    ]);
+    let (_srv, addr) = serve_up_to("3000");
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("t.json");
     let t = addr.to_string();
@@ -91,27 +108,10 @@ fn a_client_holds_thousands_of_connections_on_a_few_threads() {
 fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
     let _one = one_at_a_time();
     const N: usize = 19_000;
-    let (srv, addr) = serve(&[
-        "-q",
-        "--max-conns-per-client",
-        "20000",
-        "--max-conns",
-        "20000",
-    ]);
+    let (srv, addr) = serve_up_to("20000");
     let spid = srv.0.id();
     let t = addr.to_string();
-    let normal = [
-        "tcp",
-        &t,
-        "-n",
-        "1M",
-        "-c",
-        "2",
-        "--iterations",
-        "2",
-        "-v",
-        "0",
-    ];
+    let normal = normal_test(&t, "127.0.0.1");
     // Once served, everything the server keeps (event loops and all) is in the baseline.
     run_json(&normal, 0);
     let base_fds = fd_count(spid);
@@ -124,26 +124,9 @@ fn a_server_holds_19000_connections_on_a_few_threads_and_still_serves() {
     assert!(th <= cores + 4, "{th} server threads for {N} connections");
     assert!((N..=N + 30).contains(&fds), "{fds} server descriptors");
     // A normal test meanwhile, served in full.
-    let (v, _) = run_json(
-        &[
-            "tcp",
-            &t,
-            "-n",
-            "1M",
-            "-c",
-            "2",
-            "--iterations",
-            "2",
-            "-v",
-            "0",
-        ],
-        0,
-    );
-    assert_eq!(
-        v["result"]["totals"]["completed"], 4,
-        "{}",
-        v["result"]["totals"]
-    );
+    let (v, _) = run_json(&normal, 0);
+    let totals = &v["result"]["totals"];
+    assert_eq!(totals["completed"], 4, "{totals}");
     // Stopped: every connection is cancelled and the server lets go of all.
     let (code, _) = interrupt(big);
     assert_eq!(code, Some(130));
@@ -199,20 +182,7 @@ fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
     let (srv, addr) = serve(&["-q", "--max-conns-per-client", "1000"]);
     let spid = srv.0.id();
     let t = addr.to_string();
-    let normal = [
-        "tcp",
-        &t,
-        "-B",
-        "127.0.0.250",
-        "-n",
-        "1M",
-        "-c",
-        "2",
-        "--iterations",
-        "2",
-        "-v",
-        "0",
-    ];
+    let normal = normal_test(&t, "127.0.0.250");
     run_json(&normal, 0);
     let base_fds = fd_count(spid);
     // Two holders (each process may open 20,000 descriptors): 32 addresses
