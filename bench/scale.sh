@@ -11,9 +11,10 @@
 # a thread per connection in the client).
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
-# Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=90s]
+# Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]
 #        [BASE_CONNS=3000] bench/scale.sh [SECONDS]   (default 5)
-# (100,000 connections need six processes a side here: 20,000 descriptors each.)
+# (100,000 connections need six processes a side here: 20,000 descriptors each.
+# HOLD must stay under the server's --idle-timeout, 30 s by default.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
@@ -21,7 +22,7 @@ CONNS=${CONNS:-19500}
 CLIENTS=${CLIENTS:-6}
 PER_CLIENT=${PER_CLIENT:-16667}
 SERVERS=${SERVERS:-6}
-HOLD=${HOLD:-90s}
+HOLD=${HOLD:-20s}
 BASE_CONNS=${BASE_CONNS:-3000}
 
 . bench/lib.sh
