@@ -9,7 +9,7 @@
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::limits::{ClientSlot, Slot};
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
+use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, ErrorCode, Message, ReadError};
@@ -68,32 +69,6 @@ impl Core {
         let k = self.next.fetch_add(1, Relaxed) % self.loops.len();
         let (tx, waker) = &self.loops[k];
         tx.send(Incoming { stream, peer }).is_ok() && waker.wake().is_ok()
-    }
-}
-
-/// Bytes waiting to be written, then what happens.
-struct Out {
-    bytes: Vec<u8>,
-    at: usize,
-}
-
-impl Out {
-    fn new(bytes: Vec<u8>) -> Out {
-        Out { bytes, at: 0 }
-    }
-
-    /// Writes what it can; Ok(true) once all is out.
-    fn flush(&mut self, mut s: &TcpStream) -> io::Result<bool> {
-        while self.at < self.bytes.len() {
-            match s.write(&self.bytes[self.at..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
     }
 }
 

@@ -10,7 +10,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -22,6 +22,7 @@ use super::client::{ConnectionRecord, REFUSED_PREFIX, Shared, pick_bind};
 use super::config::BufferSpec;
 use super::drive::{Env, pump};
 use super::machine::Conn;
+use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
 use crate::plan::Role;
@@ -38,11 +39,7 @@ enum Stage {
     Connecting,
     /// Sending the data hello (`at` bytes of `out` written), then reading the
     /// acknowledgement into `inbuf`.
-    Hello {
-        out: Vec<u8>,
-        at: usize,
-        inbuf: Vec<u8>,
-    },
+    Hello { out: Out, inbuf: Vec<u8> },
     /// The data phase.
     Data(Box<Conn>),
     /// Reading the server's account of the bursts until `until`.
@@ -290,21 +287,16 @@ impl Worker<'_> {
                             .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
                     });
                     slot.stage = Stage::Hello {
-                        out: proto::encode(&hello),
-                        at: 0,
+                        out: Out::new(proto::encode(&hello)),
                         inbuf: Vec::new(),
                     };
                     slot.last_progress = Instant::now();
                 }
-                Stage::Hello { out, at, inbuf } => {
-                    if *at < out.len() {
-                        match (&slot.stream).write(&out[*at..]) {
-                            Ok(n) => *at += n,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(e) => return Err(Err(format!("data hello: {e}"))),
-                        }
-                        continue;
+                Stage::Hello { out, inbuf } => {
+                    match out.flush(&slot.stream) {
+                        Ok(true) => {}
+                        Ok(false) => return Ok(()),
+                        Err(e) => return Err(Err(format!("data hello: {e}"))),
                     }
                     match crate::net::read_frame(&slot.stream, inbuf) {
                         Ok(None) => return Ok(()),

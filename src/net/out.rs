@@ -1,0 +1,74 @@
+//! Bytes waiting to go out on a non-blocking stream: a frame or a few, written
+//! as the socket takes them.
+
+use std::io::{self, Write};
+
+/// Bytes to write and how many are out.
+#[derive(Debug)]
+pub struct Out {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Out {
+    /// `bytes`, none written yet.
+    pub fn new(bytes: Vec<u8>) -> Out {
+        Out { bytes, at: 0 }
+    }
+
+    /// Writes what the socket takes: Ok(true) once all is out, Ok(false)
+    /// when it would block; a socket that takes nothing is an error.
+    pub fn flush<S>(&mut self, s: &S) -> io::Result<bool>
+    where
+        for<'a> &'a S: Write,
+    {
+        let mut w = s;
+        while self.at < self.bytes.len() {
+            match w.write(&self.bytes[self.at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A sink that takes at most `room` bytes per call, then would block.
+    struct Sink(RefCell<(Vec<u8>, Vec<usize>)>);
+    impl Write for &Sink {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let mut s = self.0.borrow_mut();
+            let Some(room) = s.1.pop() else {
+                return Err(io::ErrorKind::WouldBlock.into());
+            };
+            let n = room.min(b.len());
+            s.0.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn writes_as_the_socket_takes_and_refuses_a_socket_that_takes_nothing() {
+        let sink = Sink(RefCell::new((Vec::new(), vec![5, 3])));
+        let mut out = Out::new((0u8..10).collect());
+        assert!(!out.flush(&sink).unwrap());
+        assert_eq!(sink.0.borrow().0, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+        sink.0.borrow_mut().1 = vec![100];
+        assert!(out.flush(&sink).unwrap());
+        assert_eq!(sink.0.borrow().0, (0u8..10).collect::<Vec<_>>());
+        let stuck = Sink(RefCell::new((Vec::new(), vec![0])));
+        let e = Out::new(vec![1]).flush(&stuck).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WriteZero);
+    }
+}
