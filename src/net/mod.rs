@@ -249,6 +249,13 @@ pub fn reset<S: std::os::fd::AsFd + AsRawFd>(stream: &S) {
     }
 }
 
+/// Event loops per side: two per core. With one, a few busy connections
+/// sharing a loop lost 10-20% of their goodput to the thread-per-connection
+/// design on this 2-core VM; with two they gained 5-18% (bench/tcp.sh, -P 4).
+pub fn event_loops() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
+}
+
 /// Raises this process's soft limit on open files to its hard limit and
 /// returns the limit now in force.
 pub fn raise_fd_limit() -> io::Result<u64> {

@@ -3,7 +3,7 @@
 //! Every accepted connection says in its first frame whether it is a control
 //! connection (a client describing a test) or a data connection of a session
 //! set up earlier. Accepted connections go to a few event loops (`core.rs`,
-//! one per core): a connection that says nothing costs no thread, TCP data
+//! two per core): a connection that says nothing costs no thread, TCP data
 //! connections live on the loops, and a control connection moves to a thread
 //! of its own. A session lives exactly as long as its control connection:
 //! when that closes — Goodbye, a crash, a vanished client — the session's
@@ -136,7 +136,7 @@ impl Server {
             open: AtomicU64::new(0),
         });
         // The event loops exist before anything can connect.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = crate::net::event_loops();
         let core = core::Core::start(&state, threads)?;
         let bound = if listen.is_empty() {
             crate::net::default_listeners(port)

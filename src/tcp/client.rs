@@ -4,7 +4,7 @@
 //! [`Observer`].
 //!
 //! The data connections run on a few event-loop threads (`pool.rs`), about
-//! one per core, whatever `--connections` is; a stop is delivered to them by
+//! two per core, whatever `--connections` is; a stop is delivered to them by
 //! a flag they check at least every 20 ms.
 
 use serde::Serialize;
@@ -315,7 +315,7 @@ pub fn run(
         start: Instant::now(),
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = crate::net::event_loops();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,
         Err(e) => {
