@@ -48,10 +48,6 @@ fn now() -> Now {
 pub struct Pumped {
     /// Something was written, read or decided.
     pub moved: bool,
-    /// A read would block.
-    pub blocked_read: bool,
-    /// A write would block.
-    pub blocked_write: bool,
     /// Nothing to write before this time (the next burst).
     pub timer: Option<Instant>,
 }
@@ -103,7 +99,7 @@ where
                     conn.on_written(n, now());
                     p.moved = true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => p.blocked_write = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,
                 Err(e) => {
                     fail(conn, &e);
@@ -135,7 +131,7 @@ where
                 conn.on_read(&buf[..n], now());
                 p.moved = true;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => p.blocked_read = true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,
             Err(e) => {
                 fail(conn, &e);
