@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             let text = e.render().to_string();
             let text = text.strip_prefix("error: ").unwrap_or(&text);
             eprint!("netrig: {text}");
-            return ExitCode::from(cmd::exit::USAGE);
+            return ExitCode::from(cmd::Exit::Usage);
         }
         Err(e) => {
             // --help and --version.
@@ -80,6 +80,6 @@ fn main() -> ExitCode {
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");
-        ExitCode::from(cmd::exit::FATAL)
+        ExitCode::from(cmd::Exit::Fatal)
     })
 }

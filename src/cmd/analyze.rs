@@ -28,7 +28,7 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
         std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
     let bad = |why: String| {
         eprintln!("netrig: {}: {why}", a.file.display());
-        Ok(ExitCode::from(2))
+        Ok(ExitCode::from(super::Exit::Usage))
     };
     let doc: serde_json::Value = match serde_json::from_slice(&text) {
         Ok(d) => d,

@@ -33,15 +33,26 @@ pub mod sweep;
 pub mod tcp;
 pub mod udp;
 
-/// Exit codes, documented in the README.
-pub mod exit {
-    pub const FATAL: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const NETWORK_ERROR: u8 = 3;
-    pub const DATA_ERROR: u8 = 4;
-    pub const REFUSED: u8 = 5;
-    pub const UNSUPPORTED: u8 = 6;
-    pub const INTERRUPTED: u8 = 130;
+/// Exit codes, documented in the README. Declared in increasing value, so
+/// `max` keeps the more serious of two outcomes (a data error over a network
+/// error over success).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Exit {
+    Ok = 0,
+    Fatal = 1,
+    Usage = 2,
+    NetworkError = 3,
+    DataError = 4,
+    Refused = 5,
+    Unsupported = 6,
+    Interrupted = 130,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
 }
 
 /// `-v`/`-vv` (more), `-q` (quiet), or a level with `--verbosity N`.
@@ -150,7 +161,7 @@ impl KeyArg {
     pub fn load(&self) -> Result<Option<netrig::auth::Key>, ExitCode> {
         netrig::auth::Key::from_file_or_env(self.key.as_deref()).map_err(|e| {
             eprintln!("netrig: {e}");
-            ExitCode::from(exit::USAGE)
+            ExitCode::from(Exit::Usage)
         })
     }
 }
@@ -198,33 +209,33 @@ pub fn check_outputs<'a>(
             .find(|(_, p)| *p == Some(e.path()))
             .map_or("output", |(f, _)| f);
         eprintln!("netrig: {flag} {e}");
-        ExitCode::from(exit::USAGE)
+        ExitCode::from(Exit::Usage)
     })
 }
 
 /// A usage error found after parsing: one line, exit 2.
 pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("netrig: {msg}");
-    ExitCode::from(exit::USAGE)
+    ExitCode::from(Exit::Usage)
 }
 
 /// The exit code of a finished run: data errors win over network errors,
 /// which win over an interrupt.
-pub fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> u8 {
+pub fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> Exit {
     if data_error {
-        exit::DATA_ERROR
+        Exit::DataError
     } else if network_error {
-        exit::NETWORK_ERROR
+        Exit::NetworkError
     } else if interrupted {
-        exit::INTERRUPTED
+        Exit::Interrupted
     } else {
-        0
+        Exit::Ok
     }
 }
 
 /// Writes the JSON report if asked and folds output errors into the exit code.
 pub fn finish(
-    mut code: u8,
+    mut code: Exit,
     json: Option<&Path>,
     write: impl FnOnce(&Path) -> std::io::Result<()>,
     output_errors: Vec<std::io::Error>,
@@ -233,11 +244,11 @@ pub fn finish(
         && let Err(e) = write(p)
     {
         eprintln!("netrig: cannot write {}: {e}", p.display());
-        code = code.max(exit::FATAL);
+        code = code.max(Exit::Fatal);
     }
     for e in output_errors {
         eprintln!("netrig: output error: {e}");
-        code = code.max(exit::FATAL);
+        code = code.max(Exit::Fatal);
     }
     ExitCode::from(code)
 }
@@ -245,13 +256,13 @@ pub fn finish(
 /// Reports a client error that stopped a run before it measured anything,
 /// writes a JSON report saying so (for monitoring), and picks the exit code.
 /// The exit code for a client error.
-pub fn client_error_code(e: &ClientError) -> u8 {
+pub fn client_error_code(e: &ClientError) -> Exit {
     match e {
-        ClientError::Refused { .. } => exit::REFUSED,
+        ClientError::Refused { .. } => Exit::Refused,
         ClientError::Connect { .. }
         | ClientError::Control { .. }
-        | ClientError::NotNetrig { .. } => exit::NETWORK_ERROR,
-        ClientError::Config(_) => exit::USAGE,
+        | ClientError::NotNetrig { .. } => Exit::NetworkError,
+        ClientError::Config(_) => Exit::Usage,
     }
 }
 
@@ -297,7 +308,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
                     netrig::control::hurry();
                     std::thread::spawn(|| {
                         std::thread::sleep(Duration::from_secs(2));
-                        std::process::exit(exit::INTERRUPTED as i32);
+                        std::process::exit(i32::from(Exit::Interrupted as u8));
                     });
                 }
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::rr::RrResult;
 use super::{
-    Json, KeyArg, Setup, Target, Verbosity, client_error_exit, exit, finish, interrupt_flag,
+    Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_exit, finish, interrupt_flag,
     positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, Transport};
@@ -116,15 +116,15 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     }
     let code = if let Some(e) = &rep.error {
         eprintln!("netrig: {e}");
-        exit::NETWORK_ERROR
+        Exit::NetworkError
     } else if rep.received == 0 && rep.sent > 0 {
-        exit::NETWORK_ERROR
+        Exit::NetworkError
     } else if rep.interrupted && a.count.is_some() {
         // Without a count, Ctrl-C is how a ping ends (as ping(8)); with one,
         // it cut the run short.
-        exit::INTERRUPTED
+        Exit::Interrupted
     } else {
-        0
+        Exit::Ok
     };
     let failure = rep.error.clone().or_else(|| {
         (rep.received == 0 && rep.sent > 0).then(|| "no probe was answered".to_string())

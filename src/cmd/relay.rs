@@ -270,9 +270,9 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         "idle_timeout_s": a.idle_timeout.as_secs_f64(), "max_queue_bytes": a.max_queue,
     });
     let code = if flag.load(SeqCst) {
-        super::exit::INTERRUPTED
+        super::Exit::Interrupted
     } else {
-        0
+        super::Exit::Ok
     };
     Ok(super::finish(
         code,

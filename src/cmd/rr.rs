@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::{
-    Json, KeyArg, Setup, Target, Verbosity, client_error_code, client_error_exit, duration, exit,
+    Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_code, client_error_exit, duration,
     finish, interrupt_flag, positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, RrReport, Transport};
@@ -144,7 +144,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
     {
         eprintln!("netrig: {e}");
-        return Ok(ExitCode::from(exit::UNSUPPORTED));
+        return Ok(ExitCode::from(Exit::Unsupported));
     }
     if a.length == 0 || a.length > u32::MAX as u64 || a.reply > u32::MAX as u64 {
         return Ok(usage("--length must be at least 1 byte"));
@@ -190,7 +190,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         verbosity,
     );
     let mut reports = Vec::new();
-    let mut code = 0;
+    let mut code = Exit::Ok;
     let mut output_errors = Vec::new();
     let mut setup_failure = None;
     if spectrum.is_some() && verbosity >= 1 {
@@ -228,14 +228,14 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                     }
                 }
                 if rep.corrupt > 0 || rep.server_corrupt.is_some_and(|c| c > 0) {
-                    code = code.max(exit::DATA_ERROR);
+                    code = code.max(Exit::DataError);
                 }
                 let failed = rep.error.clone();
                 reports.push(rep);
                 if let Some(e) = failed {
                     // What was measured before the failure still goes to the files.
                     eprintln!("netrig: {e}");
-                    code = code.max(exit::NETWORK_ERROR);
+                    code = code.max(Exit::NetworkError);
                     break;
                 }
             }
@@ -267,8 +267,8 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
             format!("cannot write {}: {e}", p.display()),
         ));
     }
-    if interrupt.load(SeqCst) && code == 0 {
-        code = exit::INTERRUPTED;
+    if interrupt.load(SeqCst) && code == Exit::Ok {
+        code = Exit::Interrupted;
     }
     let failure = reports
         .iter()

@@ -99,7 +99,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     server.run().context("server failed")?;
     // Stopped by SIGINT or SIGTERM: the documented code for an interrupted run.
     if flag_fired.load(SeqCst) {
-        return Ok(ExitCode::from(super::exit::INTERRUPTED));
+        return Ok(ExitCode::from(super::Exit::Interrupted));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Embedded, Json, KeyArg, Setup, Verbosity, client_error_exit, exit, finish, interrupt_flag,
+    Embedded, Exit, Json, KeyArg, Setup, Verbosity, client_error_exit, finish, interrupt_flag,
     positive_duration, run_code, size, target_arg, usage,
 };
 use netrig::proto::{IoPattern, VerifyLevel};
@@ -210,7 +210,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
     let mut code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
     let mut failure = None;
-    if !(rep.refusals.is_empty() && rep.server_errors.is_empty()) && code != exit::DATA_ERROR {
+    if !(rep.refusals.is_empty() && rep.server_errors.is_empty()) && code != Exit::DataError {
         for (why, n) in &rep.refusals {
             eprintln!("netrig: server refused {n} connection(s): {why}");
             failure.get_or_insert_with(|| format!("server refused {n} connection(s): {why}"));
@@ -219,7 +219,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
             eprintln!("netrig: server {addr} stopped the test: {why}");
             failure.get_or_insert_with(|| format!("server {addr} stopped the test: {why}"));
         }
-        code = exit::REFUSED;
+        code = Exit::Refused;
     }
     if let Some(lost) = rep.lost_servers.first() {
         failure.get_or_insert_with(|| format!("server {lost} was lost mid-test"));

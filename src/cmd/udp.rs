@@ -207,7 +207,7 @@ pub fn run_with(
     } else {
         if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
             eprintln!("netrig: --size must be {HEADER_LEN}..={MAX_DATAGRAM} bytes");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(super::Exit::Usage));
         }
         let gap = match (a.bitrate, a.gap) {
             (_, Some(g)) => g.as_nanos() as u64 * 1000,
@@ -219,7 +219,7 @@ pub fn run_with(
         eprintln!(
             "netrig: --jitter-file needs --reverse or --media (the client must be the receiver)"
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(super::Exit::Usage));
     }
     let mut banner = Vec::new();
     let profile = match (&a.profile, sweep_profile) {
@@ -252,7 +252,7 @@ pub fn run_with(
                 }
                 Err(e) => {
                     eprintln!("netrig: {}: {e}", path.display());
-                    return Ok(ExitCode::from(2));
+                    return Ok(ExitCode::from(super::Exit::Usage));
                 }
             }
         }
