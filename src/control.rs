@@ -76,6 +76,9 @@ pub enum ClientError {
         /// The server's reason.
         message: String,
     },
+    /// This host lacks a transport the test needs.
+    #[error(transparent)]
+    Unsupported(#[from] crate::refusal::Unsupported),
 }
 
 /// An open control connection that has exchanged hellos.

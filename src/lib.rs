@@ -26,6 +26,7 @@ pub mod output;
 pub mod pattern;
 pub mod plan;
 pub mod proto;
+pub mod refusal;
 pub mod relay;
 pub mod report;
 pub mod rr;

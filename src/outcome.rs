@@ -6,9 +6,36 @@
 //! exactly one of network error, data error or cancelled.
 
 use serde::Serialize;
-use std::fmt;
+use std::{fmt, io};
 
-use crate::proto::{FinalReport, Verdict};
+use crate::proto::{FinalReport, ProtoError, Verdict};
+
+/// Why the peer's final report is missing: the detail of the network
+/// error the connection then ends with.
+#[derive(Debug, thiserror::Error)]
+pub enum NoReport {
+    /// This end's side of the connection failed first.
+    #[error("connection failed")]
+    Failed,
+    /// The peer closed before the first byte of its report.
+    #[error("connection closed by peer")]
+    Closed,
+    /// The peer closed part-way through its report.
+    #[error("unexpected end of file")]
+    Truncated,
+    /// Reading the report failed.
+    #[error("{0}")]
+    Io(io::Error),
+    /// Another message came where the report belongs.
+    #[error("unexpected message instead of final report: {0}")]
+    Unexpected(String),
+    /// Pattern bytes came where the report belongs.
+    #[error("peer sent extra data")]
+    ExtraData,
+    /// The report's frame did not decode.
+    #[error("{0}")]
+    Malformed(ProtoError),
+}
 
 /// The class of a connection's result, as counted in the status table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -97,7 +124,7 @@ pub fn after_stop(result: ConnResult, stopped: bool) -> ConnResult {
 }
 
 /// Combines this end's report with the peer's (or the reason there is none).
-pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &str>) -> ConnResult {
+pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &NoReport>) -> ConnResult {
     let my_kind = kind_of(&mine.verdict);
     if my_kind == ResultKind::Cancelled || matches!(peer, Ok(p) if p.verdict == Verdict::Cancelled)
     {
@@ -185,18 +212,21 @@ mod tests {
             detail: "Connection reset by peer (os error 104)".into(),
         };
         assert_eq!(
-            agree(&rep(1, 0, net), Err("x")).kind,
+            agree(&rep(1, 0, net), Err(&NoReport::Failed)).kind,
             ResultKind::NetworkError
         );
-        let r = agree(&rep(1, 0, Verdict::Ok), Err("connection closed by peer"));
+        let r = agree(&rep(1, 0, Verdict::Ok), Err(&NoReport::Closed));
         assert_eq!(r.kind, ResultKind::NetworkError);
         let few = Verdict::TooFew {
             expected: 10,
             received: 3,
         };
-        assert_eq!(agree(&rep(0, 3, few), Err("x")).kind, ResultKind::DataError);
         assert_eq!(
-            agree(&rep(0, 3, Verdict::Cancelled), Err("x")).kind,
+            agree(&rep(0, 3, few), Err(&NoReport::Failed)).kind,
+            ResultKind::DataError
+        );
+        assert_eq!(
+            agree(&rep(0, 3, Verdict::Cancelled), Err(&NoReport::Failed)).kind,
             ResultKind::Cancelled
         );
     }

@@ -239,6 +239,17 @@ pub enum RrProto {
     SctpSeqpacket,
 }
 
+impl RrProto {
+    /// The name on the wire and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            RrProto::Tcp => "tcp",
+            RrProto::Udp => "udp",
+            RrProto::SctpSeqpacket => "sctp-seqpacket",
+        }
+    }
+}
+
 /// The server-side description of a request/response test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RrSpec {

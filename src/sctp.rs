@@ -29,7 +29,7 @@ fn protocol() -> Protocol {
 
 /// Checks whether this kernel offers SCTP sockets of the given kind
 /// (one-to-many SOCK_SEQPACKET when `seqpacket`, else one-to-one).
-pub fn support(seqpacket: bool) -> Result<(), String> {
+pub fn support(seqpacket: bool) -> Result<(), crate::refusal::Unsupported> {
     let ty = if seqpacket {
         Type::SEQPACKET
     } else {
@@ -37,9 +37,7 @@ pub fn support(seqpacket: bool) -> Result<(), String> {
     };
     match Socket::new(Domain::IPV4, ty, Some(protocol())) {
         Ok(_) => Ok(()),
-        Err(e) => Err(format!(
-            "SCTP is not supported by this kernel ({e}); load the sctp module or use --proto tcp|udp"
-        )),
+        Err(source) => Err(crate::refusal::Unsupported { source }),
     }
 }
 
@@ -235,7 +233,11 @@ mod tests {
             Ok(()) => assert!(have),
             Err(e) => {
                 assert!(!have);
-                assert!(e.contains("SCTP is not supported by this kernel"), "{e}");
+                assert!(
+                    e.to_string()
+                        .starts_with("SCTP is not supported by this kernel"),
+                    "{e}"
+                );
             }
         }
     }

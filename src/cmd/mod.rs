@@ -166,35 +166,37 @@ impl KeyArg {
     }
 }
 
-pub fn target_arg(s: &str) -> Result<String, String> {
-    netrig::net::check_target(s).map(|()| s.to_string())
+// Value parsers for clap: each error becomes clap's one-line usage error.
+pub fn target_arg(s: &str) -> Result<String> {
+    netrig::net::check_target(s)?;
+    Ok(s.to_string())
 }
-pub fn size(s: &str) -> Result<u64, String> {
-    units::parse_size(s).map_err(|e| e.to_string())
+pub fn size(s: &str) -> Result<u64> {
+    Ok(units::parse_size(s)?)
 }
-pub fn duration(s: &str) -> Result<Duration, String> {
-    units::parse_duration(s).map_err(|e| e.to_string())
+pub fn duration(s: &str) -> Result<Duration> {
+    Ok(units::parse_duration(s)?)
 }
-pub fn positive_duration(s: &str) -> Result<Duration, String> {
+pub fn positive_duration(s: &str) -> Result<Duration> {
     match duration(s)? {
-        d if d.is_zero() => Err("must be greater than zero".into()),
+        d if d.is_zero() => anyhow::bail!("must be greater than zero"),
         d => Ok(d),
     }
 }
 /// A duration that may be negative (`-500us`), in ns.
-pub fn signed_duration(s: &str) -> Result<i64, String> {
+pub fn signed_duration(s: &str) -> Result<i64> {
     let (neg, body) = s.strip_prefix('-').map_or((false, s), |b| (true, b));
     let ns = duration(body)?.as_nanos() as i64;
     Ok(if neg { -ns } else { ns })
 }
-pub fn rate(s: &str) -> Result<u64, String> {
-    match units::parse_rate(s).map_err(|e| e.to_string())? {
-        0 => Err("must be greater than zero".into()),
+pub fn rate(s: &str) -> Result<u64> {
+    match units::parse_rate(s)? {
+        0 => anyhow::bail!("must be greater than zero"),
         r => Ok(r),
     }
 }
-pub fn rate_or_zero(s: &str) -> Result<u64, String> {
-    units::parse_rate(s).map_err(|e| e.to_string())
+pub fn rate_or_zero(s: &str) -> Result<u64> {
+    Ok(units::parse_rate(s)?)
 }
 
 /// Checks every output path before a test starts; a bad one is a usage
@@ -263,6 +265,7 @@ pub fn client_error_code(e: &ClientError) -> Exit {
         | ClientError::Control { .. }
         | ClientError::NotNetrig { .. } => Exit::NetworkError,
         ClientError::Config(_) => Exit::Usage,
+        ClientError::Unsupported(_) => Exit::Unsupported,
     }
 }
 

@@ -107,18 +107,18 @@ pub struct RrResult<'a> {
     pub runs: &'a [RrReport],
 }
 
-fn parse_spectrum(s: &str) -> Result<(u32, u32), String> {
-    let (a, b) = s.split_once("..").ok_or("expected A..B, e.g. 0..16")?;
-    let a: u32 = a
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{a}' is not a power of two exponent"))?;
-    let b: u32 = b
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{b}' is not a power of two exponent"))?;
+fn parse_spectrum(s: &str) -> Result<(u32, u32)> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| anyhow::anyhow!("expected A..B, e.g. 0..16"))?;
+    let exponent = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .map_err(|_| anyhow::anyhow!("'{x}' is not a power of two exponent"))
+    };
+    let (a, b) = (exponent(a)?, exponent(b)?);
     if a > b || b > 24 {
-        return Err(format!("spectrum {a}..{b}: need A <= B <= 24"));
+        anyhow::bail!("spectrum {a}..{b}: need A <= B <= 24");
     }
     Ok((a, b))
 }

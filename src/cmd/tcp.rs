@@ -106,9 +106,8 @@ pub struct TcpArgs {
     key: KeyArg,
 }
 
-fn buffer(s: &str) -> Result<BufferSpec, String> {
+fn buffer(s: &str) -> Result<BufferSpec, netrig::tcp::config::ConfigError> {
     s.parse()
-        .map_err(|e: netrig::tcp::config::ConfigError| e.to_string())
 }
 
 pub fn run(a: TcpArgs) -> Result<ExitCode> {

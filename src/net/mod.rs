@@ -140,12 +140,23 @@ pub fn keepalive(stream: &TcpStream) -> io::Result<()> {
     socket2::SockRef::from(stream).set_tcp_keepalive(&ka)
 }
 
+/// What is wrong with a target's form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("empty target")]
+    Empty,
+    #[error("'{0}' is neither HOST:PORT nor an address ([V6]:PORT for IPv6)")]
+    Form(String),
+    #[error("port '{port}' in '{target}' is not a number from 1 to 65535")]
+    Port { port: String, target: String },
+}
+
 /// Checks a target's form (`HOST`, `HOST:PORT`, `IP`, `[V6]:PORT`) without
 /// resolving it, so a bad port is a usage error rather than a network one.
-pub fn check_target(target: &str) -> Result<(), String> {
+pub fn check_target(target: &str) -> Result<(), TargetError> {
     let t = target.trim();
     if t.is_empty() {
-        return Err("empty target".into());
+        return Err(TargetError::Empty);
     }
     if t.parse::<SocketAddr>().is_ok()
         || t.trim_matches(|c| c == '[' || c == ']')
@@ -158,15 +169,14 @@ pub fn check_target(target: &str) -> Result<(), String> {
         return Ok(());
     };
     if host.is_empty() || host.contains(':') && !host.starts_with('[') {
-        return Err(format!(
-            "'{t}' is neither HOST:PORT nor an address ([V6]:PORT for IPv6)"
-        ));
+        return Err(TargetError::Form(t.to_string()));
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
-        _ => Err(format!(
-            "port '{port}' in '{t}' is not a number from 1 to 65535"
-        )),
+        _ => Err(TargetError::Port {
+            port: port.to_string(),
+            target: t.to_string(),
+        }),
     }
 }
 

@@ -231,12 +231,7 @@ pub fn run(
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(RrReport, LatencyStats), ClientError> {
     if matches!(cfg.transport, Transport::Sctp | Transport::SctpSeqpacket) {
-        crate::sctp::support(cfg.transport == Transport::SctpSeqpacket).map_err(|message| {
-            ClientError::Refused {
-                target: "this host".into(),
-                message,
-            }
-        })?;
+        crate::sctp::support(cfg.transport == Transport::SctpSeqpacket)?;
     }
     let (proto, stream_kind) = match cfg.transport {
         Transport::Tcp => (RrProto::Tcp, crate::net::Stream::Tcp),

@@ -10,9 +10,8 @@ use uuid::Uuid;
 
 use crate::guard::SendGuard;
 use crate::pattern::{Direction, Pattern, stream_start};
-use crate::proto::{
-    ErrorCode, Message, RrProto, RrSpec, SessionSummary, read_message, write_message,
-};
+use crate::proto::{Message, RrProto, RrSpec, SessionSummary, read_message, write_message};
+use crate::refusal::{Invalid, Refusal};
 use crate::server::Limits;
 use crate::udp::clock::realtime_ns;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM, verify_payload};
@@ -30,20 +29,20 @@ const CONTROL_CHECK: Duration = Duration::from_millis(100);
 pub const UDP_REPLY_MIN: u32 = 16;
 
 /// Checks a request/response spec; the error names the problem.
-pub fn validate(s: &RrSpec) -> Result<(), String> {
+pub fn validate(s: &RrSpec) -> Result<(), Invalid> {
     let max = match s.proto {
         RrProto::Tcp => MAX_TCP_MESSAGE,
         RrProto::Udp => (MAX_DATAGRAM - HEADER_LEN) as u32,
         RrProto::SctpSeqpacket => MAX_SEQPACKET_MESSAGE,
     };
     if s.size == 0 || s.size > max || s.reply > max {
-        return Err(format!(
-            "request and reply sizes must be 1..={max} bytes for {:?}",
-            s.proto
-        ));
+        return Err(Invalid::RequestSize {
+            max,
+            proto: s.proto.name(),
+        });
     }
     if s.iterations == 0 {
-        return Err("iterations must be greater than zero".into());
+        return Err(Invalid::ZeroIterations);
     }
     Ok(())
 }
@@ -77,7 +76,7 @@ pub fn serve(
     let stop = Arc::new(AtomicBool::new(false));
     let mut s = stream;
     if let Err(why) = validate(&spec) {
-        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        let _ = write_message(&mut s, &Refusal::from(why).message());
         return;
     }
     match spec.proto {
@@ -185,15 +184,18 @@ fn seqpacket(
 ) {
     let mut s = stream;
     if let Err(why) = crate::sctp::support(true) {
-        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        let _ = write_message(&mut s, &Refusal::from(why).message());
         return;
     }
     let family = stream.local_addr().unwrap_or(peer);
     let (sock, port) = match crate::sctp::seqpacket_listener(family) {
         Ok(x) => x,
-        Err(e) => {
-            let why = format!("cannot open an SCTP one-to-many socket: {e}");
-            let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        Err(source) => {
+            let why = Refusal::Resource {
+                what: "an SCTP one-to-many socket",
+                source,
+            };
+            let _ = write_message(&mut s, &why.message());
             return;
         }
     };

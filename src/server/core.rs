@@ -24,7 +24,8 @@ use super::{State, take_client_slot};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
-use crate::proto::{DataHello, ErrorCode, Message, ReadError};
+use crate::proto::{DataHello, Message, ReadError};
+use crate::refusal::{Limit, Refusal};
 use crate::tcp::drive::{Env, pump};
 use crate::tcp::machine::Conn;
 
@@ -181,10 +182,14 @@ impl<'a> Loop<'a> {
         let _ = crate::net::set_nodelay(&stream, true);
         let max = st.cfg.limits.max_conns_per_client;
         let stage = if n > max {
-            Stage::Refuse(Out::new(crate::proto::encode(&Message::error(
-                ErrorCode::Refused,
-                format!("server limit: max {max} connections per client address ({ip} has {n})"),
-            ))))
+            refuse(
+                &Limit::ConnectionsPerClient {
+                    max,
+                    ip,
+                    has: n - 1,
+                }
+                .into(),
+            )
         } else {
             Stage::First {
                 inbuf: Vec::new(),
@@ -248,7 +253,7 @@ impl<'a> Loop<'a> {
                             if st.cfg.verbosity >= 2 {
                                 eprintln!("{}: {e}", slot.peer);
                             }
-                            slot.stage = refuse(ErrorCode::Malformed, e.to_string());
+                            slot.stage = refuse(&e.into());
                             continue;
                         }
                         Err(e) => {
@@ -269,13 +274,10 @@ impl<'a> Loop<'a> {
                         }
                         Message::DataHello(h) => slot.stage = self.data(slot.peer, &h),
                         m => {
-                            slot.stage = refuse(
-                                ErrorCode::UnexpectedMessage,
-                                format!(
-                                    "expected hello or data hello, got {}",
-                                    super::msg_name(&m)
-                                ),
-                            )
+                            slot.stage = refuse(&Refusal::Unexpected {
+                                got: super::msg_name(&m),
+                                context: "where a hello or data hello belongs",
+                            })
                         }
                     }
                 }
@@ -344,7 +346,7 @@ impl<'a> Loop<'a> {
     /// The stage after a data hello: admitted (the ack is queued) or refused.
     fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage {
         match admit(self.st, peer, h) {
-            Err((code, why)) => refuse(code, why),
+            Err(why) => refuse(&why),
             Ok(a) => {
                 let conn = Box::new(machine(&a, h));
                 let ack = Out::new(crate::proto::encode(&Message::DataAck {
@@ -438,8 +440,8 @@ impl<'a> Loop<'a> {
     }
 }
 
-fn refuse(code: ErrorCode, why: String) -> Stage {
-    Stage::Refuse(Out::new(crate::proto::encode(&Message::error(code, why))))
+fn refuse(why: &Refusal) -> Stage {
+    Stage::Refuse(Out::new(crate::proto::encode(&why.message())))
 }
 
 /// Keep a connection whose output is still going out; close it once all

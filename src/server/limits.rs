@@ -8,6 +8,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
+use crate::refusal::Limit;
+
 /// Caps the server enforces on every test request. A refusal names the
 /// limit ("server limit: max duration 60 s …").
 #[derive(Debug, Clone, Copy)]
@@ -68,14 +70,14 @@ impl Limits {
     /// How many requests a request/response test may have answered: all it
     /// asks for if they fit `max_bytes`, or, for a test that runs until the
     /// client stops, as many as fit.
-    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, String> {
+    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, Limit> {
         let per = (u64::from(spec.size) + u64::from(spec.reply)).max(1);
         if spec.until_stopped {
             return match self.max_bytes / per {
-                0 => Err(format!(
-                    "server limit: max bytes per test {} (one request and reply take {per})",
-                    self.max_bytes
-                )),
+                0 => Err(Limit::BytesPerRound {
+                    max: self.max_bytes,
+                    per,
+                }),
                 n => Ok(n),
             };
         }
@@ -84,12 +86,12 @@ impl Limits {
     }
 
     /// Refuses a test that would move more than `max_bytes`.
-    pub fn check_bytes(&self, bytes: u64) -> Result<(), String> {
+    pub fn check_bytes(&self, bytes: u64) -> Result<(), Limit> {
         if bytes > self.max_bytes {
-            return Err(format!(
-                "server limit: max bytes per test {} (asked for {})",
-                self.max_bytes, bytes
-            ));
+            return Err(Limit::Bytes {
+                max: self.max_bytes,
+                asked: bytes,
+            });
         }
         Ok(())
     }

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::proto::{
-    ErrorCode, Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
+    Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
 };
+use crate::refusal::{AuthFailure, Limit, Refusal};
 
 mod core;
 mod limits;
@@ -263,11 +264,10 @@ impl Server {
             let _ = stream.set_nonblocking(true);
             reply_error(
                 &stream,
-                ErrorCode::Refused,
-                format!(
-                    "server limit: max {} open connections; try again later",
-                    st.cfg.limits.max_conns
-                ),
+                &Limit::OpenConnections {
+                    max: st.cfg.limits.max_conns,
+                }
+                .into(),
             );
             return;
         }
@@ -277,10 +277,10 @@ impl Server {
     }
 }
 
-fn reply_error(stream: &TcpStream, code: ErrorCode, message: String) {
+fn reply_error(stream: &TcpStream, why: &Refusal) {
     let mut s = stream;
     // Best effort: the peer may already be gone.
-    let _ = write_message(&mut s, &Message::error(code, message));
+    let _ = write_message(&mut s, &why.message());
 }
 
 /// Counts one more connection from `ip`; returns the slot and the count.
@@ -292,21 +292,18 @@ fn take_client_slot(map: &Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> (ClientSlo
 }
 
 /// Takes a test slot, server-wide and for `ip`, or names the limit reached.
-fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>), String> {
+fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>), Limit> {
     let limits = st.cfg.limits;
-    let all = take_slot(&st.tests, u64::from(limits.max_tests)).ok_or_else(|| {
-        format!(
-            "server limit: max {} concurrent tests reached; try again later",
-            limits.max_tests
-        )
+    let all = take_slot(&st.tests, u64::from(limits.max_tests)).ok_or(Limit::Tests {
+        max: limits.max_tests,
     })?;
     let (mine, n) = take_client_slot(&st.tests_per_client, ip);
     if n > limits.max_tests_per_client {
-        return Err(format!(
-            "server limit: max {} concurrent tests per client address ({ip} has {})",
-            limits.max_tests_per_client,
-            n - 1
-        ));
+        return Err(Limit::TestsPerClient {
+            max: limits.max_tests_per_client,
+            ip,
+            has: n - 1,
+        });
     }
     Ok((all, mine))
 }
@@ -322,11 +319,10 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
     if hello.protocol != PROTOCOL_VERSION {
         return reply_error(
             stream,
-            ErrorCode::UnsupportedVersion,
-            format!(
-                "client speaks protocol version {}, this server speaks {PROTOCOL_VERSION}",
-                hello.protocol
-            ),
+            &Refusal::Version {
+                client: hello.protocol,
+                server: PROTOCOL_VERSION,
+            },
         );
     }
     if st
@@ -334,7 +330,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
         .exit_after
         .is_some_and(|n| st.admitted.load(SeqCst) >= n)
     {
-        return reply_error(stream, ErrorCode::Refused, "server is about to exit".into());
+        return reply_error(stream, &Refusal::Exiting);
     }
     let mut s = stream;
     let mut datagram_key = None;
@@ -350,7 +346,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                 if st.cfg.verbosity >= 1 {
                     crate::out!("{peer}: {why}");
                 }
-                return reply_error(stream, ErrorCode::Refused, why);
+                return reply_error(stream, &why.into());
             }
         },
     }
@@ -363,7 +359,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
         let msg = match read_message(&mut reader) {
             Ok(m) => m,
             Err(ReadError::Proto(e)) => {
-                reply_error(stream, ErrorCode::Malformed, e.to_string());
+                reply_error(stream, &e.into());
                 break;
             }
             Err(ReadError::Io(e))
@@ -377,11 +373,10 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                 }
                 reply_error(
                     stream,
-                    ErrorCode::Refused,
-                    format!(
-                        "server limit: max duration {} s reached; session stopped",
-                        limits.max_duration.as_secs_f64()
-                    ),
+                    &Limit::DurationReached {
+                        max: limits.max_duration,
+                    }
+                    .into(),
                 );
                 break;
             }
@@ -391,7 +386,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
             match take_test_slots(st, peer.ip().to_canonical()) {
                 Ok(slots) => _test_slots = Some(slots),
                 Err(why) => {
-                    reply_error(stream, ErrorCode::Refused, why);
+                    reply_error(stream, &why.into());
                     break;
                 }
             }
@@ -423,7 +418,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                 match limits.rr_requests(&spec) {
                     Ok(n) => spec.iterations = n,
                     Err(why) => {
-                        reply_error(stream, ErrorCode::Refused, why);
+                        reply_error(stream, &why.into());
                         break;
                     }
                 }
@@ -443,7 +438,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                 },
                 None,
             ) => match validate(&tcp, &limits)
-                .and_then(|t| limits.check_bytes(t.transfer).map(|_| t))
+                .and_then(|t| Ok(limits.check_bytes(t.transfer).map(|_| t)?))
             {
                 Ok(spec) => {
                     let id = Uuid::new_v4();
@@ -472,7 +467,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                     }
                 }
                 Err(why) => {
-                    reply_error(stream, ErrorCode::Refused, why);
+                    reply_error(stream, &why);
                     break;
                 }
             },
@@ -497,8 +492,10 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
             (m, _) => {
                 reply_error(
                     stream,
-                    ErrorCode::UnexpectedMessage,
-                    format!("unexpected {} on control connection", msg_name(&m)),
+                    &Refusal::Unexpected {
+                        got: msg_name(&m),
+                        context: "on the control connection",
+                    },
                 );
                 break;
             }
@@ -528,10 +525,6 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
     }
 }
 
-/// The message a client without the key gets.
-pub const AUTH_REQUIRED: &str =
-    "authentication required: this server needs a pre-shared key (--key FILE or NETRIG_KEY)";
-
 /// Runs the challenge-response on a control connection (see `crate::auth`);
 /// returns the session's datagram key.
 fn authenticate(
@@ -539,27 +532,27 @@ fn authenticate(
     stream: &TcpStream,
     hello: &Hello,
     setup: Instant,
-) -> Result<crate::auth::DatagramKey, String> {
+) -> Result<crate::auth::DatagramKey, AuthFailure> {
     let client_nonce = hello
         .nonce
         .as_deref()
         .and_then(|n| crate::auth::decode_nonce(n).ok())
-        .ok_or_else(|| AUTH_REQUIRED.to_string())?;
+        .ok_or(AuthFailure::Required)?;
     let server_nonce = crate::auth::nonce();
     let mut ack = Message::hello();
     ack.nonce = Some(server_nonce.clone());
     let mut s = stream;
-    write_message(&mut s, &Message::HelloAck(ack)).map_err(|e| e.to_string())?;
-    let sn = crate::auth::decode_nonce(&server_nonce).map_err(|e| e.to_string())?;
+    write_message(&mut s, &Message::HelloAck(ack))?;
+    let sn = crate::auth::decode_nonce(&server_nonce)?;
     // The setup deadline alone bounds the wait for the proof.
     match read_message(&mut Timed::new(stream, Duration::MAX, setup)) {
         Ok(Message::Auth { proof }) if key.verify_client(&client_nonce, &sn, &proof) => {
             let proof = key.server_proof(&client_nonce, &sn);
-            write_message(&mut s, &Message::AuthOk { proof }).map_err(|e| e.to_string())?;
+            write_message(&mut s, &Message::AuthOk { proof })?;
             Ok(key.datagram_key(&client_nonce, &sn))
         }
-        Ok(Message::Auth { .. }) => Err("authentication failed: wrong key".into()),
-        Ok(_) => Err(AUTH_REQUIRED.into()),
-        Err(e) => Err(format!("authentication: {e}")),
+        Ok(Message::Auth { .. }) => Err(AuthFailure::WrongKey),
+        Ok(_) => Err(AuthFailure::Required),
+        Err(e) => Err(e.into()),
     }
 }

@@ -19,7 +19,8 @@ pub const MAX_BURSTS: u64 = 10_000;
 pub const MAX_SESSION_BURSTS: u64 = 100_000;
 use crate::outcome::ResultKind;
 use crate::plan::Role;
-use crate::proto::{DataHello, ErrorCode, Message, SessionSummary, TcpBurst, TcpSpec};
+use crate::proto::{DataHello, Message, SessionSummary, TcpBurst, TcpSpec};
+use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
 use crate::stats::Counters;
 use crate::tcp::config::MAX_BUFFER;
 use crate::tcp::machine::Conn;
@@ -103,39 +104,41 @@ impl Session {
     }
 }
 
-pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, String> {
+pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal> {
     if t.transfer == 0 {
-        return Err("transfer must be greater than zero".into());
+        return Err(Invalid::ZeroTransfer.into());
     }
     if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
-        return Err("pushpull needs non-zero push and pull bytes".into());
+        return Err(Invalid::PushPullZero.into());
     }
     if let Some(b) = t.burst {
         if !matches!(
             t.pattern,
             crate::proto::IoPattern::Push | crate::proto::IoPattern::Pull
         ) {
-            return Err("bursts need pattern push or pull".into());
+            return Err(Invalid::BurstPattern.into());
         }
         if b.size == 0 || b.period_ms == 0 {
-            return Err("burst size and period must be positive".into());
+            return Err(Invalid::BurstZero.into());
         }
         // Each burst costs a record on both ends, and the whole train must
         // fit the longest test this server runs.
         let bursts = t.transfer.div_ceil(b.size);
         if bursts > MAX_BURSTS {
-            return Err(format!(
-                "{bursts} bursts per connection (transfer / burst size); at most {MAX_BURSTS}"
-            ));
+            return Err(Invalid::TooManyBursts {
+                bursts,
+                max: MAX_BURSTS,
+            }
+            .into());
         }
         let train_ms = (bursts - 1).saturating_mul(b.period_ms);
         if train_ms > limits.max_duration.as_millis() as u64 {
-            return Err(format!(
-                "server limit: max duration {} s (a train of {bursts} bursts every {} ms lasts {} s)",
-                limits.max_duration.as_secs_f64(),
-                b.period_ms,
-                train_ms as f64 / 1e3
-            ));
+            return Err(Limit::BurstTrain {
+                max: limits.max_duration,
+                bursts,
+                period_ms: b.period_ms,
+            }
+            .into());
         }
     }
     Ok(t.clone())
@@ -158,12 +161,7 @@ impl Admitted {
 
 /// Checks a data connection's hello against its session and the server's
 /// limits, and counts it in; or says why not, as the error to send.
-pub(super) fn admit(
-    st: &State,
-    peer: SocketAddr,
-    hello: &DataHello,
-) -> Result<Admitted, (ErrorCode, String)> {
-    let refused = |why: String| (ErrorCode::Refused, why);
+pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<Admitted, Refusal> {
     let sess = st
         .sessions
         .lock()
@@ -171,47 +169,42 @@ pub(super) fn admit(
         .get(&hello.session)
         .cloned();
     let Some(sess) = sess else {
-        return Err((
-            ErrorCode::UnknownSession,
-            format!("unknown session {}", hello.session),
-        ));
+        return Err(Refusal::UnknownSession(hello.session));
     };
     // The session ID travels only over the control connection, but a data
     // connection must also come from the same host and, with a key, prove
     // it knows the session's key.
     if peer.ip().to_canonical() != sess.peer.ip().to_canonical() {
-        return Err(refused(format!(
-            "data connection from {} but session {} belongs to {}",
-            peer.ip(),
-            hello.session,
-            sess.peer.ip()
-        )));
+        return Err(Refusal::ForeignHost {
+            from: peer.ip(),
+            session: hello.session,
+            owner: sess.peer.ip(),
+        });
     }
     if let Some(k) = &sess.data_key {
         let proven = hello.proof.as_deref().is_some_and(|p| {
             crate::auth::verify_data_proof(k, &hello.session, &hello.connection, p)
         });
         if !proven {
-            return Err(refused(
-                "authentication failed: data connection without a valid proof".into(),
-            ));
+            return Err(AuthFailure::DataProof.into());
         }
     }
     if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
-        return Err(refused(format!(
-            "buffer size {} outside 1..={MAX_BUFFER}",
-            hello.buffer
-        )));
+        return Err(Invalid::Buffer {
+            size: hello.buffer,
+            max: MAX_BUFFER,
+        }
+        .into());
     }
     let promised = sess
         .reserved
         .fetch_add(sess.spec.transfer, SeqCst)
         .saturating_add(sess.spec.transfer);
     if promised > st.cfg.limits.max_bytes {
-        return Err(refused(format!(
-            "server limit: max bytes per test {} reached",
-            st.cfg.limits.max_bytes
-        )));
+        return Err(Limit::BytesReached {
+            max: st.cfg.limits.max_bytes,
+        }
+        .into());
     }
     let bursts = sess
         .spec
@@ -223,22 +216,22 @@ pub(super) fn admit(
     };
     if sess.burst_records.fetch_add(bursts, SeqCst) + bursts > MAX_SESSION_BURSTS {
         admitted.release();
-        return Err(refused(format!(
-            "server limit: {MAX_SESSION_BURSTS} burst records per session ({} connections of {bursts} bursts)",
-            sess.burst_records.load(SeqCst) / bursts.max(1) + 1
-        )));
+        return Err(Limit::BurstRecords {
+            max: MAX_SESSION_BURSTS,
+            connections: sess.burst_records.load(SeqCst) / bursts.max(1) + 1,
+            bursts,
+        }
+        .into());
     }
     if let Some(n) = st.cfg.exit_after
         && st.admitted.fetch_add(1, SeqCst) >= n
     {
         admitted.release();
-        return Err(refused(format!(
-            "server exit limit of {n} connections reached"
-        )));
+        return Err(Refusal::ExitAfter(n));
     }
     if sess.cancelled() || sess.guard.halted().is_some() {
         admitted.release();
-        return Err(refused("session stopped".into()));
+        return Err(Refusal::Stopped);
     }
     // Counted before the ack so a Goodbye waits for this connection's result.
     sess.counters.in_flight.fetch_add(1, SeqCst);
@@ -308,11 +301,27 @@ mod tests {
         };
         assert!(validate(&bursty(MAX_BURSTS, 1, 1), &l).is_ok());
         let why = validate(&bursty(MAX_BURSTS + 1, 1, 1), &l).unwrap_err();
-        assert!(why.contains("10001 bursts"), "{why}");
+        assert!(
+            matches!(
+                why,
+                Refusal::Invalid(Invalid::TooManyBursts { bursts: 10_001, .. })
+            ),
+            "{why}"
+        );
         // 11 bursts 1 s apart: the last starts at 10 s, within the limit.
         assert!(validate(&bursty(11, 1, 1000), &l).is_ok());
         let why = validate(&bursty(11, 1, 1001), &l).unwrap_err();
-        assert!(why.contains("max duration"), "{why}");
+        assert!(
+            matches!(
+                why,
+                Refusal::Limit(Limit::BurstTrain {
+                    bursts: 11,
+                    period_ms: 1001,
+                    ..
+                })
+            ),
+            "{why}"
+        );
         // One burst never waits, whatever its period.
         assert!(validate(&bursty(5, 5, u64::MAX), &l).is_ok());
         assert!(validate(&bursty(6, 5, u64::MAX), &l).is_err());

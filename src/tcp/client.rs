@@ -25,9 +25,6 @@ use crate::stats::{Counters, IntervalRow, Snapshot};
 
 pub use crate::control::ClientError;
 
-/// How a connection's result detail starts when the server refused it.
-pub const REFUSED_PREFIX: &str = "server refused: ";
-
 /// One data connection as it ended; a row of the connection file.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConnectionRecord {
@@ -53,6 +50,9 @@ pub struct ConnectionRecord {
     pub connection_id: Uuid,
     /// Burst mode: both ends' account of each burst.
     pub bursts: Vec<crate::proto::TcpBurst>,
+    /// The server's reason, when it refused this connection.
+    #[serde(skip)]
+    pub refused: Option<String>,
 }
 
 /// Receives the run's output as it happens.
@@ -347,7 +347,7 @@ pub fn run(
         }
         match rx.recv_timeout(wait) {
             Ok(rec) => {
-                if let Some(why) = rec.result.detail.strip_prefix(REFUSED_PREFIX) {
+                if let Some(why) = &rec.refused {
                     match refusals.iter_mut().find(|(w, _)| w == why) {
                         Some((_, n)) => *n += 1,
                         None => refusals.push((why.to_string(), 1)),

@@ -15,12 +15,11 @@ use std::io;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::outcome::{ConnResult, agree};
+use crate::outcome::{ConnResult, NoReport, agree};
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::plan::{Plan, Role, Step};
 use crate::proto::{
-    self, BurstSpec, FinalReport, IoPattern, Message, ReadError, TcpBurst, TcpSpec, Verdict,
-    VerifyLevel,
+    self, BurstSpec, FinalReport, IoPattern, Message, TcpBurst, TcpSpec, Verdict, VerifyLevel,
 };
 
 /// The time as the I/O layer read it: monotonic for intervals, wall clock
@@ -87,7 +86,7 @@ enum Phase {
         out: Vec<u8>,
         at: usize,
         inbuf: Vec<u8>,
-        peer: Option<Result<FinalReport, String>>,
+        peer: Option<Result<FinalReport, NoReport>>,
     },
     /// Finished with this result.
     Done(ConnResult),
@@ -312,7 +311,7 @@ impl Conn {
             mine.verdict,
             Verdict::NetworkError { .. } | Verdict::Cancelled
         ) {
-            Phase::Done(agree(&mine, Err("connection failed")))
+            Phase::Done(agree(&mine, Err(&NoReport::Failed)))
         } else {
             Phase::Final {
                 out: proto::encode(&Message::Final(mine.clone())),
@@ -452,17 +451,15 @@ impl Conn {
         let peer = match proto::decode_frame(inbuf) {
             Ok(None) => return,
             Ok(Some((Message::Final(p), _))) => Ok(p),
-            Ok(Some((other, _))) => Err(format!(
-                "unexpected message instead of final report: {other:?}"
-            )),
+            Ok(Some((other, _))) => Err(NoReport::Unexpected(format!("{other:?}"))),
             Err(_) if mine.verdict == Verdict::Ok => {
                 // Pattern bytes where the report should be: the peer sent more than planned.
                 mine.verdict = Verdict::TooMany {
                     expected: mine.received,
                 };
-                Err("peer sent extra data".to_string())
+                Err(NoReport::ExtraData)
             }
-            Err(e) => Err(ReadError::Proto(e).to_string()),
+            Err(e) => Err(NoReport::Malformed(e)),
         };
         *slot = Some(peer);
     }
@@ -480,7 +477,7 @@ impl Conn {
         ) = (&self.phase, &self.mine)
             && *at == out.len()
         {
-            let r = agree(mine, peer.as_ref().map_err(String::as_str));
+            let r = agree(mine, peer.as_ref());
             self.phase = Phase::Done(r);
         }
     }
@@ -500,12 +497,11 @@ impl Conn {
                 peer: slot @ None,
                 ..
             } => {
-                let e = if inbuf.is_empty() {
-                    ReadError::Eof
+                *slot = Some(Err(if inbuf.is_empty() {
+                    NoReport::Closed
                 } else {
-                    ReadError::Io(io::ErrorKind::UnexpectedEof.into())
-                };
-                *slot = Some(Err(e.to_string()));
+                    NoReport::Truncated
+                }));
                 self.maybe_done();
             }
             _ => {}
@@ -518,10 +514,10 @@ impl Conn {
             (Phase::Final { out, at, .. }, Some(mine)) if *at < out.len() => {
                 // This end's report could not go out.
                 mine.verdict = net_verdict(e);
-                self.phase = Phase::Done(agree(mine, Err("connection failed")));
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
             }
             (Phase::Final { .. }, Some(mine)) => {
-                self.phase = Phase::Done(agree(mine, Err(&e.to_string())));
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Io(clone_error(e)))));
             }
             _ => self.fail(net_verdict(e)),
         }
@@ -557,7 +553,7 @@ impl Conn {
                 if !matches!(mine.verdict, Verdict::Corrupt { .. }) {
                     mine.verdict = v;
                 }
-                self.phase = Phase::Done(agree(mine, Err("connection failed")));
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
             }
             Phase::Done(_) => {}
         }
@@ -614,7 +610,7 @@ impl Conn {
         });
         match self.phase {
             Phase::Done(r) => (r, mine, bursts),
-            _ => (agree(&mine, Err("connection failed")), mine, bursts),
+            _ => (agree(&mine, Err(&NoReport::Failed)), mine, bursts),
         }
     }
 
@@ -622,6 +618,14 @@ impl Conn {
     pub fn progress(&self) -> (u64, u64) {
         (self.sent, self.received)
     }
+}
+
+/// A copy of `e` for the result's detail (io::Error is not Clone).
+fn clone_error(e: &io::Error) -> io::Error {
+    e.raw_os_error().map_or_else(
+        || io::Error::new(e.kind(), e.to_string()),
+        io::Error::from_raw_os_error,
+    )
 }
 
 #[cfg(test)]

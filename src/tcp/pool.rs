@@ -18,7 +18,7 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::client::{ConnectionRecord, REFUSED_PREFIX, Shared, pick_bind};
+use super::client::{ConnectionRecord, Shared, pick_bind};
 use super::config::BufferSpec;
 use super::drive::{Env, pump};
 use super::machine::Conn;
@@ -61,6 +61,17 @@ struct Slot {
 }
 
 /// How a connection ends when it fails before its data phase.
+/// How a connection ended; failures become cancellations if the run was
+/// stopping.
+enum Ended {
+    /// With the result both ends agreed on.
+    Agreed(ConnResult),
+    /// At this end (connect, data hello, I/O), for this reason.
+    Failed(String),
+    /// The server refused the data connection, with this reason.
+    Refused(String),
+}
+
 fn failed(detail: String) -> ConnResult {
     ConnResult {
         kind: ResultKind::NetworkError,
@@ -201,6 +212,7 @@ impl Worker<'_> {
             result: failed(String::new()),
             connection_id: Uuid::new_v4(),
             bursts: Vec::new(),
+            refused: None,
         };
         let started = Instant::now();
         let stream = pick_bind(&self.sh.cfg, addr, index)
@@ -210,7 +222,7 @@ impl Worker<'_> {
             Ok(s) => s,
             Err(detail) => {
                 self.sh.throttle_release();
-                return self.finish_record(rec, started, Err(detail));
+                return self.finish_record(rec, started, Ended::Failed(detail));
             }
         };
         let k = self.free.pop().unwrap_or_else(|| {
@@ -234,7 +246,7 @@ impl Worker<'_> {
         ) {
             self.sh.throttle_release();
             self.free.push(k);
-            return self.finish_record(slot.rec, started, Err(e.to_string()));
+            return self.finish_record(slot.rec, started, Ended::Failed(e.to_string()));
         }
         self.slots[k] = Some(slot);
         self.live += 1;
@@ -253,13 +265,13 @@ impl Worker<'_> {
     }
 
     /// Runs `slot` until it blocks (Ok) or ends with its result (Err).
-    fn step(&mut self, slot: &mut Slot, k: usize) -> Result<(), Result<ConnResult, String>> {
+    fn step(&mut self, slot: &mut Slot, k: usize) -> Result<(), Ended> {
         loop {
             match &mut slot.stage {
                 Stage::Connecting => {
                     if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
                         let addr = slot.rec.remote;
-                        return Err(Err(format!("connect to {addr}: {e}")));
+                        return Err(Ended::Failed(format!("connect to {addr}: {e}")));
                     }
                     match slot.stream.peer_addr() {
                         Ok(_) => {}
@@ -269,7 +281,12 @@ impl Worker<'_> {
                         {
                             return Ok(());
                         }
-                        Err(e) => return Err(Err(format!("connect to {}: {e}", slot.rec.remote))),
+                        Err(e) => {
+                            return Err(Ended::Failed(format!(
+                                "connect to {}: {e}",
+                                slot.rec.remote
+                            )));
+                        }
                     }
                     self.sh.throttle_release();
                     slot.throttled = false;
@@ -296,18 +313,20 @@ impl Worker<'_> {
                     match out.flush(&slot.stream) {
                         Ok(true) => {}
                         Ok(false) => return Ok(()),
-                        Err(e) => return Err(Err(format!("data hello: {e}"))),
+                        Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                     }
                     match crate::net::read_frame(&slot.stream, inbuf) {
                         Ok(None) => return Ok(()),
-                        Err(e) => return Err(Err(format!("data hello: {e}"))),
+                        Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
                             if connection == slot.rec.connection_id => {}
                         Ok(Some(Message::Error { message, .. })) => {
-                            return Err(Err(format!("{REFUSED_PREFIX}{message}")));
+                            return Err(Ended::Refused(message));
                         }
                         Ok(Some(m)) => {
-                            return Err(Err(format!("unexpected reply to data hello: {m:?}")));
+                            return Err(Ended::Failed(format!(
+                                "unexpected reply to data hello: {m:?}"
+                            )));
                         }
                     }
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
@@ -363,7 +382,7 @@ impl Worker<'_> {
                     let wants_bursts = self.sh.cfg.spec().burst.is_some()
                         && matches!(result.kind, ResultKind::Success | ResultKind::DataError);
                     if !wants_bursts {
-                        return Err(Ok(result));
+                        return Err(Ended::Agreed(result));
                     }
                     slot.result = Some(result);
                     self.timers.push(Instant::now() + BURSTS_WAIT, k);
@@ -384,7 +403,7 @@ impl Worker<'_> {
                     };
                     if finished {
                         let r = slot.result.take().unwrap_or_else(|| failed(String::new()));
-                        return Err(Ok(r));
+                        return Err(Ended::Agreed(r));
                     }
                 }
             }
@@ -392,7 +411,7 @@ impl Worker<'_> {
     }
 
     /// Ends connection `k` with `result` and frees its slot.
-    fn close(&mut self, k: usize, mut slot: Slot, result: Result<ConnResult, String>) {
+    fn close(&mut self, k: usize, mut slot: Slot, result: Ended) {
         let _ = self.poll.registry().deregister(&mut slot.stream);
         if slot.throttled {
             self.sh.throttle_release();
@@ -408,19 +427,19 @@ impl Worker<'_> {
         self.finish_record(slot.rec, slot.started, result);
     }
 
-    fn finish_record(
-        &mut self,
-        mut rec: ConnectionRecord,
-        started: Instant,
-        result: Result<ConnResult, String>,
-    ) {
+    fn finish_record(&mut self, mut rec: ConnectionRecord, started: Instant, result: Ended) {
         rec.result = match result {
-            Ok(r) => r,
-            Err(_) if self.sh.stop.load(SeqCst) => ConnResult {
+            Ended::Agreed(r) => r,
+            _ if self.sh.stop.load(SeqCst) => ConnResult {
                 kind: ResultKind::Cancelled,
                 detail: "stopped before completion".into(),
             },
-            Err(detail) => failed(detail),
+            Ended::Failed(detail) => failed(detail),
+            Ended::Refused(why) => {
+                let r = failed(format!("server refused: {why}"));
+                rec.refused = Some(why);
+                r
+            }
         };
         rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
         rec.time_slice = self.sh.elapsed();
@@ -462,9 +481,9 @@ impl Worker<'_> {
                 }
                 Stage::Connecting => {
                     let why = format!("connect to {}: {e}", slot.rec.remote);
-                    self.close(k, slot, Err(why));
+                    self.close(k, slot, Ended::Failed(why));
                 }
-                _ => self.close(k, slot, Err(format!("data hello: {e}"))),
+                _ => self.close(k, slot, Ended::Failed(format!("data hello: {e}"))),
             }
         }
     }
@@ -480,7 +499,7 @@ impl Worker<'_> {
                 self.slots[k] = Some(slot);
                 self.advance(k);
             } else {
-                self.close(k, slot, Err("stopped".into()));
+                self.close(k, slot, Ended::Failed("stopped".into()));
             }
         }
     }
@@ -489,7 +508,7 @@ impl Worker<'_> {
     fn fail_all(&mut self, why: &str) {
         for k in 0..self.slots.len() {
             if let Some(s) = self.slots[k].take() {
-                self.close(k, s, Err(why.to_string()));
+                self.close(k, s, Ended::Failed(why.to_string()));
             }
         }
     }

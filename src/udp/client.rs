@@ -84,7 +84,7 @@ enum Event {
     Interval(UdpInterval),
     Burst(BurstReport),
     Packet(PacketRow),
-    Control(Result<Message, String>),
+    Control(Result<Message, crate::proto::ReadError>),
     SenderDone(SenderReport),
     ReceiverDone(Box<ReceiverStats>),
 }
@@ -258,7 +258,7 @@ pub fn run(
     std::thread::spawn(move || {
         let mut r = reader;
         loop {
-            let m = read_message(&mut r).map_err(|e| e.to_string());
+            let m = read_message(&mut r);
             let end =
                 m.is_err() || matches!(m, Ok(Message::Summary(_)) | Ok(Message::Error { .. }));
             if txc.send(Event::Control(m)).is_err() || end {

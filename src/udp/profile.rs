@@ -20,7 +20,7 @@ pub struct Step {
 }
 
 /// Why a profile is unusable; names the line and field.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ProfileError {
     /// A field did not parse.
     #[error("line {line}: {field}: {reason}")]

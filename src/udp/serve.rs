@@ -19,7 +19,8 @@ use super::engine::{
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::auth::DatagramKey;
-use crate::proto::{ErrorCode, Message, ReadError, UdpSpec, read_message, write_message};
+use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
+use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
 use crate::server::Limits;
 
 /// Longest stream a client may ask for.
@@ -48,74 +49,81 @@ pub const MAX_BUFFER_DEPTH_MS: u64 = 60_000;
 
 /// Checks a UDP spec against sanity and the server's limits before anything
 /// is allocated for it; the error names the problem.
-pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), String> {
+pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
     let sizes = HEADER_LEN..=MAX_DATAGRAM;
     if !sizes.contains(&(s.size as usize)) {
-        return Err(format!(
-            "datagram size {} outside {HEADER_LEN}..={MAX_DATAGRAM}",
-            s.size
-        ));
+        return Err(Invalid::DatagramSize {
+            size: s.size,
+            min: HEADER_LEN,
+            max: MAX_DATAGRAM,
+        }
+        .into());
     }
     if s.duration_ms == 0 || s.duration_ms > MAX_DURATION_MS {
-        return Err(format!(
-            "duration {} ms outside 1..={MAX_DURATION_MS}",
-            s.duration_ms
-        ));
+        return Err(Invalid::Duration {
+            ms: s.duration_ms,
+            max_ms: MAX_DURATION_MS,
+        }
+        .into());
     }
     if s.gap_ps == 0 {
-        return Err("gap between datagrams must be positive".into());
+        return Err(Invalid::ZeroGap.into());
     }
     if s.interval_ms == 0 || s.hist_bin_ns == 0 || !(1..=MAX_HIST_BINS).contains(&s.hist_bins) {
-        return Err(format!(
-            "interval and histogram bin width must be positive, and histogram bins 1..={MAX_HIST_BINS}"
-        ));
+        return Err(Invalid::Histogram {
+            max_bins: MAX_HIST_BINS,
+        }
+        .into());
     }
     if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
-        return Err("burst size and period must be positive".into());
+        return Err(Invalid::BurstZero.into());
     }
     if s.media
         .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
     {
-        return Err(format!(
-            "media frame rate must be positive and the playout buffer at most {MAX_BUFFER_DEPTH_MS} ms"
-        ));
+        return Err(Invalid::Media {
+            max_buffer_ms: MAX_BUFFER_DEPTH_MS,
+        }
+        .into());
     }
     if let Some(p) = &s.profile {
-        p.check().map_err(|e| format!("rate profile: {e}"))?;
+        p.check().map_err(Invalid::Profile)?;
         if !sizes.contains(&(p.min_size() as usize)) || !sizes.contains(&(p.max_size() as usize)) {
-            return Err(format!(
-                "rate profile: datagram sizes {}..={} outside {HEADER_LEN}..={MAX_DATAGRAM}",
-                p.min_size(),
-                p.max_size()
-            ));
+            return Err(Invalid::ProfileSizes {
+                lo: p.min_size(),
+                hi: p.max_size(),
+                min: HEADER_LEN,
+                max: MAX_DATAGRAM,
+            }
+            .into());
         }
         if p.duration_ns() > s.duration_ms.saturating_mul(1_000_000) {
-            return Err(format!(
-                "rate profile lasts {} s but the test {} s",
-                p.duration_ns() as f64 / 1e9,
-                s.duration_ms as f64 / 1e3
-            ));
+            return Err(Invalid::ProfileLonger {
+                profile: Duration::from_nanos(p.duration_ns()),
+                test: Duration::from_millis(s.duration_ms),
+            }
+            .into());
         }
     }
     if rate_bps(s) > limits.max_rate_bps as f64 * 1.000_001 {
-        return Err(format!(
-            "server limit: max rate {} (asked for {})",
-            crate::units::format_bits_per_sec(limits.max_rate_bps as f64),
-            crate::units::format_bits_per_sec(rate_bps(s))
-        ));
+        return Err(Limit::Rate {
+            max_bps: limits.max_rate_bps,
+            asked_bps: rate_bps(s),
+        }
+        .into());
     }
     if s.duration_ms > limits.max_duration.as_millis() as u64 {
-        return Err(format!(
-            "server limit: max duration {} s (asked for {} s)",
-            limits.max_duration.as_secs_f64(),
-            s.duration_ms as f64 / 1e3
-        ));
+        return Err(Limit::Duration {
+            max: limits.max_duration,
+            asked: Duration::from_millis(s.duration_ms),
+        }
+        .into());
     }
     let bytes = match &s.profile {
         Some(p) => p.bytes_until(p.duration_ns()),
         None => rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3,
     };
-    limits.check_bytes(bytes as u64)
+    Ok(limits.check_bytes(bytes as u64)?)
 }
 
 /// Receiver configuration both ends derive from the spec.
@@ -184,16 +192,18 @@ fn send(w: &Mutex<TcpStream>, m: &Message) -> bool {
 }
 
 /// Waits for the client's handshake datagram, connects to its source, and probes it.
-fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, String> {
+fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, Refusal> {
+    let io = |source| Refusal::Resource {
+        what: "the session's UDP socket",
+        source,
+    };
     sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| e.to_string())?;
+        .map_err(io)?;
     let t0 = Instant::now();
     let mut buf = [0u8; 2048];
     let from = loop {
         if t0.elapsed() > Duration::from_secs(3) {
-            return Err(
-                "no handshake datagram arrived within 3 s (is UDP blocked on the path?)".into(),
-            );
+            return Err(Refusal::NoHandshake(Duration::from_secs(3)));
         }
         if let Ok((n, from)) = sock.recv_from(&mut buf)
             && let Ok(h) = Header::read(&buf[..n])
@@ -203,7 +213,7 @@ fn handshake(sock: &UdpSocket, token: u64, nonce: u64) -> Result<SocketAddr, Str
             break from;
         }
     };
-    sock.connect(from).map_err(|e| e.to_string())?;
+    sock.connect(from).map_err(io)?;
     let mut probe = [0u8; HEADER_LEN];
     Header {
         flags: FLAG_HANDSHAKE,
@@ -270,8 +280,8 @@ pub fn session(
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(_) => return,
     };
-    let refuse = |why: String| {
-        send(&writer, &Message::error(ErrorCode::Refused, why));
+    let refuse = |why: Refusal| {
+        send(&writer, &why.message());
     };
     let local = match stream.local_addr() {
         Ok(a) => a,
@@ -279,7 +289,12 @@ pub fn session(
     };
     let sock = match UdpSocket::bind(SocketAddr::new(local.ip(), 0)) {
         Ok(s) => s,
-        Err(e) => return refuse(format!("cannot open a UDP socket: {e}")),
+        Err(source) => {
+            return refuse(Refusal::Resource {
+                what: "a UDP socket",
+                source,
+            });
+        }
     };
     let port = sock.local_addr().map_or(0, |a| a.port());
     let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
@@ -314,17 +329,16 @@ pub fn session(
         let msg = match read_message(&mut r) {
             Ok(m) => m,
             Err(ReadError::Proto(e)) => {
-                send(
-                    &writer,
-                    &Message::error(ErrorCode::Malformed, e.to_string()),
-                );
+                send(&writer, &Refusal::from(e).message());
                 break;
             }
             Err(ReadError::Io(e)) if Instant::now() >= ends && super::engine::nothing_yet(&e) => {
-                refuse(format!(
-                    "server limit: max duration {} s reached; session stopped",
-                    deadline.saturating_sub(crate::server::GRACE).as_secs_f64()
-                ));
+                refuse(
+                    Limit::DurationReached {
+                        max: deadline.saturating_sub(crate::server::GRACE),
+                    }
+                    .into(),
+                );
                 break;
             }
             Err(_) => break,
@@ -362,7 +376,7 @@ pub fn session(
                 offset_ns,
             } if worker.is_none() => {
                 if proven.is_none() || n != nonce {
-                    refuse("proof of receipt failed: wrong or missing probe nonce".into());
+                    refuse(AuthFailure::ProbeNonce.into());
                     break;
                 }
                 // Intervals and deadlines count from the start of the stream, not
@@ -391,10 +405,11 @@ pub fn session(
             other => {
                 send(
                     &writer,
-                    &Message::error(
-                        ErrorCode::UnexpectedMessage,
-                        format!("unexpected {other:?} in a UDP session"),
-                    ),
+                    &Refusal::Unexpected {
+                        got: format!("{other:?}"),
+                        context: "in a UDP session",
+                    }
+                    .message(),
                 );
                 break;
             }
@@ -493,21 +508,19 @@ pub fn serve(
 ) {
     let checked = validate(&spec, limits).and_then(|_| {
         if spec.auth_datagrams && tag_key.is_none() {
-            return Err(
-                "authenticated datagrams need a server with a pre-shared key (serve --key)".into(),
-            );
+            return Err(Invalid::DatagramAuthWithoutKey.into());
         }
         if spec.auth_datagrams && (spec.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
-            return Err(format!(
-                "authenticated datagrams need at least {} bytes",
-                HEADER_LEN + crate::auth::TAG_LEN
-            ));
+            return Err(Invalid::DatagramAuthSize {
+                min: HEADER_LEN + crate::auth::TAG_LEN,
+            }
+            .into());
         }
         Ok(())
     });
     if let Err(why) = checked {
         let mut s = stream;
-        let _ = write_message(&mut s, &Message::error(ErrorCode::Refused, why));
+        let _ = write_message(&mut s, &why.message());
         return;
     }
     let label = format!(
