@@ -8,8 +8,8 @@ mod udp_relay;
 use common::TestServer;
 use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
-use netrig::udp::engine::PacketRow;
 use netrig::udp::pace::{Pacing, gap_for_rate};
+use netrig::udp::receive::PacketRow;
 use netrig::udp::track::UdpInterval;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -231,7 +231,7 @@ fn server_rejects_bad_udp_specs_with_reasons() {
 
 #[test]
 fn every_pacing_mode_holds_its_rate() {
-    use netrig::udp::engine::{SenderConfig, run_sender};
+    use netrig::udp::send::{SenderConfig, run_sender};
     use std::net::UdpSocket;
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -50,10 +50,9 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
         Ok(i) => i,
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
-    let sender = serde_json::from_value::<netrig::udp::engine::SenderReport>(
-        doc["result"]["sender"].clone(),
-    )
-    .ok();
+    let sender =
+        serde_json::from_value::<netrig::udp::send::SenderReport>(doc["result"]["sender"].clone())
+            .ok();
     let (bins, analysis) = super::udp::analyse(&profile, &intervals, sender.as_ref(), a.bin);
     print_analysis(&bins, &analysis);
     if let Some(p) = &a.csv {

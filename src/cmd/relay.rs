@@ -123,8 +123,8 @@ pub struct RelayArgs {
     verbosity: Verbosity,
 }
 
-fn probability(s: &str) -> Result<f64, String> {
-    units::parse_probability(s).map_err(|e| e.to_string())
+fn probability(s: &str) -> Result<f64, units::UnitError> {
+    units::parse_probability(s)
 }
 
 impl RelayArgs {

@@ -151,6 +151,15 @@ pub enum TargetError {
     Port { port: String, target: String },
 }
 
+/// A receive that found nothing this time (timeout, a signal, or nothing
+/// ready on a non-blocking socket): try again.
+pub fn nothing_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Checks a target's form (`HOST`, `HOST:PORT`, `IP`, `[V6]:PORT`) without
 /// resolving it, so a bad port is a usage error rather than a network one.
 pub fn check_target(target: &str) -> Result<(), TargetError> {
@@ -325,6 +334,24 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_timeouts_signals_and_would_block_mean_try_again() {
+        for k in [
+            io::ErrorKind::WouldBlock,
+            io::ErrorKind::TimedOut,
+            io::ErrorKind::Interrupted,
+        ] {
+            assert!(nothing_yet(&io::Error::from(k)), "{k:?}");
+        }
+        for k in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::InvalidData,
+            io::ErrorKind::Other,
+        ] {
+            assert!(!nothing_yet(&io::Error::from(k)), "{k:?}");
+        }
+    }
 
     #[test]
     fn target_forms() {

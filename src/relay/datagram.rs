@@ -65,12 +65,12 @@ pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> i
 /// Plain UDP on the listening port: one upstream socket per client address.
 pub(super) fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
-    crate::udp::engine::enable_rx_timestamps(&sock);
+    crate::udp::receive::enable_rx_timestamps(&sock);
     let sock = Arc::new(sock);
     let mut flows: HashMap<SocketAddr, PlainFlow> = HashMap::new();
     let mut buf = vec![0u8; 65536];
     while !sh.stop.load(SeqCst) {
-        let (n, src, stamp) = match crate::udp::engine::recv_from_stamped(&sock, &mut buf) {
+        let (n, src, stamp) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
             Ok(x) => x,
             Err(_) => {
                 for (_, p, _, _) in flows.values_mut() {
@@ -148,7 +148,7 @@ fn datagram_pump(
     stop: &AtomicBool,
 ) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
-    crate::udp::engine::enable_rx_timestamps(from);
+    crate::udp::receive::enable_rx_timestamps(from);
     let mut pipe = Pipe::new(sh, flow, dir, out);
     let mut buf = vec![0u8; 65536];
     let mut last = Instant::now();
@@ -158,7 +158,7 @@ fn datagram_pump(
             sh.idle_closed.fetch_add(1, SeqCst);
             break;
         }
-        match crate::udp::engine::recv_from_stamped(from, &mut buf) {
+        match crate::udp::receive::recv_from_stamped(from, &mut buf) {
             Ok((n, src, stamp)) => {
                 last = Instant::now();
                 if let Some(l) = learn {

@@ -223,7 +223,7 @@ fn pump(
     'outer: loop {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
-            Err(e) if crate::udp::engine::nothing_yet(&e) => {
+            Err(e) if crate::net::nothing_yet(&e) => {
                 if idle_out(sh, conn, idle) {
                     crate::net::reset(both.0);
                     crate::net::reset(both.1);

@@ -158,7 +158,7 @@ pub struct UdpReporter {
     status: Option<RowWriter>,
     packets: Option<RowWriter>,
     /// Per-datagram rows kept in memory until [`UdpReporter::finish`].
-    held: Option<Vec<crate::udp::engine::PacketRow>>,
+    held: Option<Vec<crate::udp::receive::PacketRow>>,
     /// Print each burst's end-to-end time (clocks synchronised).
     trip_times: bool,
     errors: Vec<io::Error>,
@@ -183,7 +183,7 @@ impl UdpReporter {
         }
     }
 
-    fn write_packet(&mut self, p: &crate::udp::engine::PacketRow) {
+    fn write_packet(&mut self, p: &crate::udp::receive::PacketRow) {
         if let Some(w) = self.packets.as_mut() {
             let cells = [
                 p.seq.to_string(),
@@ -313,7 +313,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         );
     }
 
-    fn packet(&mut self, p: &crate::udp::engine::PacketRow) {
+    fn packet(&mut self, p: &crate::udp::receive::PacketRow) {
         match self.held.as_mut() {
             Some(h) => h.push(p.clone()),
             None => self.write_packet(p),
@@ -418,7 +418,7 @@ pub fn print_udp_summary(
 
 /// The warning for a sender that fell more than 1% short of its schedule
 /// (`None` when it kept up).
-pub fn sender_limited_warning(s: &crate::udp::engine::SenderReport) -> Option<String> {
+pub fn sender_limited_warning(s: &crate::udp::send::SenderReport) -> Option<String> {
     s.sender_limited.then(|| {
         format!(
             "sender-limited: the schedule asked for {} bytes ({}), {} bytes ({}) left the sender, {:.1}% short; this host could not keep up, so the path was never offered the asked rate",
@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn the_sender_limited_warning_gives_both_rates() {
-        use crate::udp::engine::SenderReport;
+        use crate::udp::send::SenderReport;
         let mut s = SenderReport {
             bytes: 900,
             asked_bytes: 1000,

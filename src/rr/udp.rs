@@ -60,7 +60,7 @@ pub(super) fn run(
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
     let sock: UdpSocket =
         data_socket(server, cfg.bind.first().copied(), None, 1 << 20, 1 << 20, c)?;
-    let stamped = cfg.rx_timestamps && crate::udp::engine::enable_rx_timestamps(&sock);
+    let stamped = cfg.rx_timestamps && crate::udp::receive::enable_rx_timestamps(&sock);
     let nonce = prove_reachability(c, &sock, token)?;
     match c.call(&Message::UdpReady {
         nonce,
@@ -174,9 +174,9 @@ pub(super) fn run(
         } else {
             let _ = sock.set_read_timeout(Some(left));
         }
-        let (n, stamp) = match crate::udp::engine::recv_stamped(&sock, &mut buf) {
+        let (n, stamp) = match crate::udp::receive::recv_stamped(&sock, &mut buf) {
             Ok(r) => r,
-            Err(e) if crate::udp::engine::nothing_yet(&e) => continue,
+            Err(e) if crate::net::nothing_yet(&e) => continue,
             // ICMP errors (port unreachable) surface here; the request stays
             // pending and times out as lost.
             Err(_) => continue,

@@ -10,8 +10,9 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::clock::{Offset, Sample, estimate, realtime_ns};
-use super::engine::{PacketRow, ReceiverSink, SenderReport, Until, run_receiver, run_sender};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
+use super::send::{SenderReport, run_sender};
 use super::serve::{drain_for, receiver_config, sender_config};
 use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};

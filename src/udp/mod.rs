@@ -4,10 +4,12 @@
 pub mod analyze;
 pub mod client;
 pub mod clock;
-pub mod engine;
 pub mod header;
+mod mmsg;
 pub mod pace;
 pub mod profile;
+pub mod receive;
 pub mod scenario;
+pub mod send;
 pub mod serve;
 pub mod track;

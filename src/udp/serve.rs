@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::clock::realtime_ns;
-use super::engine::{
-    ReceiverConfig, ReceiverSink, SenderConfig, SenderReport, Until, run_receiver, run_sender,
-};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
+use super::receive::{ReceiverConfig, ReceiverSink, Until, run_receiver};
+use super::send::{SenderConfig, SenderReport, run_sender};
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::auth::DatagramKey;
 use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
@@ -332,7 +331,7 @@ pub fn session(
                 send(&writer, &Refusal::from(e).message());
                 break;
             }
-            Err(ReadError::Io(e)) if Instant::now() >= ends && super::engine::nothing_yet(&e) => {
+            Err(ReadError::Io(e)) if Instant::now() >= ends && crate::net::nothing_yet(&e) => {
                 refuse(
                     Limit::DurationReached {
                         max: deadline.saturating_sub(crate::server::GRACE),

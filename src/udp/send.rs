@@ -1,24 +1,19 @@
-//! The UDP sender and receiver loops: the only code here that touches sockets.
-//!
-//! Both batch system calls (`sendmmsg`/`recvmmsg`) when several datagrams are
-//! due or waiting, which is what lets a 2-core machine pace hundreds of
-//! thousands of datagrams per second.
+//! The UDP sender loop: paced datagrams, batched with `sendmmsg` when several
+//! are due, which is what lets a 2-core machine pace hundreds of thousands
+//! of datagrams per second.
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::clock::realtime_ns;
-use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload};
+use super::header::{HEADER_LEN, Header, fill_payload};
+use super::mmsg::{BATCH, Mmsg};
 use super::pace::{Pacing, Schedule};
-use super::track::{Arrival, ReceiverStats, UdpInterval};
-
-/// Most datagrams per system call.
-pub const BATCH: usize = 64;
 
 /// What the sender did, reported to the receiving side at the end.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -264,39 +259,6 @@ fn wait_until(start: Instant, due_ns: u64, pacing: Pacing) {
     }
 }
 
-/// Message headers for `sendmmsg`/`recvmmsg`, one per `size`-byte slot of a
-/// buffer. `msgs` point into `iov`'s heap storage, which never moves while
-/// both live in this struct.
-struct Mmsg {
-    /// Only its lengths may change: `msgs` point at these entries.
-    _iov: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
-}
-
-impl Mmsg {
-    fn new(buf: &mut [u8], size: usize, n: usize) -> Mmsg {
-        let mut iov: Vec<libc::iovec> = buf
-            .chunks_exact_mut(size)
-            .take(n)
-            .map(|c| libc::iovec {
-                iov_base: c.as_mut_ptr().cast(),
-                iov_len: size,
-            })
-            .collect();
-        let msgs = iov
-            .iter_mut()
-            .map(|v| {
-                // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        Mmsg { _iov: iov, msgs }
-    }
-}
-
 /// Sends one datagram per `stride`-byte slot of `buf`, of the lengths in `lens`.
 fn send_batch(
     sock: &UdpSocket,
@@ -308,7 +270,7 @@ fn send_batch(
         return sock.send(&buf[..lens[0]]).map(|_| 1);
     }
     let mut m = Mmsg::new(buf, stride, lens.len());
-    for (v, &len) in m._iov.iter_mut().zip(lens) {
+    for (v, &len) in m.iov.iter_mut().zip(lens) {
         v.iov_len = len.min(stride);
     }
     // SAFETY: `msgs` holds one initialised header per length, whose iovecs point into `buf`,
@@ -459,15 +421,6 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
     rep
 }
 
-/// A receive that found nothing this time (timeout, a signal, or nothing
-/// ready on a non-blocking socket): try again.
-pub fn nothing_yet(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
 /// Whether a sender that sent `sent` of `asked` bytes fell short of its
 /// schedule by more than 1%.
 pub fn sender_limited(sent: u64, asked: u64) -> bool {
@@ -476,26 +429,7 @@ pub fn sender_limited(sent: u64, asked: u64) -> bool {
 
 #[cfg(test)]
 mod limited_tests {
-    use super::{nothing_yet, sender_limited};
-    use std::io::{Error, ErrorKind};
-
-    #[test]
-    fn only_timeouts_signals_and_would_block_mean_try_again() {
-        for k in [
-            ErrorKind::WouldBlock,
-            ErrorKind::TimedOut,
-            ErrorKind::Interrupted,
-        ] {
-            assert!(nothing_yet(&Error::from(k)), "{k:?}");
-        }
-        for k in [
-            ErrorKind::ConnectionRefused,
-            ErrorKind::InvalidData,
-            ErrorKind::Other,
-        ] {
-            assert!(!nothing_yet(&Error::from(k)), "{k:?}");
-        }
-    }
+    use super::sender_limited;
 
     #[test]
     fn more_than_one_percent_short_is_sender_limited() {
@@ -505,288 +439,4 @@ mod limited_tests {
         assert!(!sender_limited(1200, 1000));
         assert!(!sender_limited(0, 0));
     }
-}
-
-/// One received datagram, for the jitter (per-datagram) file.
-#[derive(Debug, Clone, Serialize)]
-pub struct PacketRow {
-    /// Sequence number.
-    pub seq: u64,
-    /// Sender's timestamp, ns (sender's clock).
-    pub send_ns: u64,
-    /// Receiver's timestamp, ns (receiver's clock).
-    pub recv_ns: u64,
-    /// Estimated time in flight, µs (after clock correction).
-    pub flight_us: f64,
-    /// What the arrival was: new, reordered, duplicate.
-    pub arrival: &'static str,
-    /// Payload failed verification.
-    pub corrupt: bool,
-}
-
-/// Where a receiver's output goes.
-pub trait ReceiverSink {
-    /// An interval ended.
-    fn interval(&mut self, iv: UdpInterval);
-    /// A datagram arrived (for the per-datagram file).
-    fn packet(&mut self, _row: &PacketRow) {}
-    /// A burst ended.
-    fn burst(&mut self, _b: super::track::BurstReport) {}
-}
-
-/// What the receiver needs.
-#[derive(Debug, Clone)]
-pub struct ReceiverConfig {
-    /// Only datagrams of this stream count.
-    pub stream: u32,
-    /// Largest datagram expected.
-    pub max_size: usize,
-    /// Subtracted from receive−send to get one-way delay (receiver clock − sender clock), ns.
-    pub offset_ns: i64,
-    /// Added to every delay (known compensation), ns.
-    pub comp_ns: i64,
-    /// Status interval.
-    pub interval: Duration,
-    /// Media mode: (frame gap ns, buffer depth ns); frames later than their
-    /// playout deadline count as late.
-    pub media: Option<(u64, u64)>,
-    /// Verify payloads.
-    pub verify: bool,
-    /// Bursts: (datagrams per burst, period ns).
-    pub burst: Option<(u64, u64)>,
-    /// Accept only datagrams tagged with this session key.
-    pub tag_key: Option<crate::auth::DatagramKey>,
-}
-
-/// When a receiver stops, and the time base its intervals use.
-#[derive(Clone, Copy)]
-pub struct Until<'a> {
-    /// Stop now.
-    pub stop: &'a AtomicBool,
-    /// Stop once the clock passes this many ns after `start` (0 = no deadline yet).
-    pub deadline_ns: &'a AtomicU64,
-    /// Time zero of the receiver's intervals.
-    pub start: Instant,
-}
-
-/// Receives until `until` says stop. Calls `on_interval` every interval and
-/// `on_packet` for every datagram.
-pub fn run_receiver(
-    sock: &UdpSocket,
-    cfg: &ReceiverConfig,
-    stats: &mut ReceiverStats,
-    until: Until<'_>,
-    sink: &mut dyn ReceiverSink,
-) -> io::Result<()> {
-    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let size = cfg.max_size.max(HEADER_LEN) + 1;
-    let mut buf = vec![0u8; size * BATCH];
-    let Until {
-        stop,
-        deadline_ns,
-        start,
-    } = until;
-    let mut next_tick = cfg.interval;
-    let mut media_first: Option<(u64, i64)> = None;
-    let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
-    enable_rx_timestamps(sock);
-    let mut bursts = cfg
-        .burst
-        .map(|(n, period)| super::track::BurstTracker::new(n, period as f64 / 1e9));
-    let mut late_count = 0u64;
-    loop {
-        let el = start.elapsed();
-        if el >= next_tick {
-            let mut iv = stats.take_interval(next_tick.as_secs_f64());
-            iv.late = std::mem::take(&mut late_count);
-            sink.interval(iv);
-            next_tick += cfg.interval;
-        }
-        let dl = deadline_ns.load(SeqCst);
-        if stop.load(SeqCst) || (dl > 0 && el.as_nanos() as u64 >= dl) {
-            if let Some(b) = bursts.as_mut().and_then(|b| b.finish()) {
-                sink.burst(b);
-            }
-            let mut iv = stats.take_interval(el.as_secs_f64());
-            iv.late = late_count;
-            sink.interval(iv);
-            return Ok(());
-        }
-        let lens = match recv_batch(sock, &mut buf, size, &mut control) {
-            Ok(l) => l,
-            Err(e) if nothing_yet(&e) => continue,
-            // ICMP errors from an earlier send on this socket are not fatal for a receiver.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return Err(e),
-        };
-        let batch_ns = realtime_ns();
-        let batch_mono = start.elapsed().as_nanos() as u64;
-        for (k, &(len, stamp)) in lens.iter().enumerate() {
-            // The kernel's receive time where available (exact per datagram, even
-            // when a batch arrives at once), otherwise the batch's user-space time.
-            let recv_ns = stamp.unwrap_or(batch_ns);
-            // Receiver-relative time of this datagram, ns; signed, as a datagram
-            // may carry a kernel stamp from just before the receiver started.
-            let mono = batch_mono as i64 - (batch_ns as i64 - recv_ns as i64);
-            let d = &buf[k * size..k * size + len];
-            let Ok(h) = Header::read(d) else {
-                stats.on_invalid(len);
-                continue;
-            };
-            if h.stream != cfg.stream || h.flags & FLAG_HANDSHAKE != 0 {
-                continue;
-            }
-            let mut payload = &d[HEADER_LEN..];
-            if let Some(k) = &cfg.tag_key {
-                // Nothing of an unauthenticated datagram is trusted, not even its sequence.
-                if !crate::auth::datagram_is_authentic(k, d) {
-                    stats.on_invalid(len);
-                    continue;
-                }
-                payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
-            }
-            let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
-            let transit = recv_ns as i64 - h.send_ns as i64;
-            let delay = transit - cfg.offset_ns + cfg.comp_ns;
-            let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);
-            if let Some((gap, depth)) = cfg.media {
-                let (s0, t0) = *media_first.get_or_insert((h.seq, mono));
-                let deadline = t0 + (h.seq.saturating_sub(s0) * gap + depth) as i64;
-                if arrival != Arrival::Duplicate && mono > deadline {
-                    late_count += 1;
-                    stats.on_late();
-                }
-            }
-            if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)
-                && let Some(done) = b.on_datagram(h.seq, len, mono as f64 / 1e9, h.send_ns, recv_ns)
-            {
-                sink.burst(done);
-            }
-            sink.packet(&PacketRow {
-                seq: h.seq,
-                send_ns: h.send_ns,
-                recv_ns,
-                flight_us: delay as f64 / 1e3,
-                arrival: match arrival {
-                    Arrival::New { .. } => "new",
-                    Arrival::Reordered => "reordered",
-                    Arrival::Duplicate => "duplicate",
-                },
-                corrupt,
-            });
-        }
-    }
-}
-
-/// Receives one datagram with its kernel receive time (CLOCK_REALTIME ns),
-/// where [`enable_rx_timestamps`] is on.
-pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
-    recv_from_stamped(sock, buf).map(|(n, _, stamp)| (n, stamp))
-}
-
-/// Receives one datagram with its sender and its kernel receive time
-/// (CLOCK_REALTIME ns), where [`enable_rx_timestamps`] is on.
-pub fn recv_from_stamped(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-) -> io::Result<(usize, std::net::SocketAddr, Option<u64>)> {
-    let mut control = [0u8; CMSG_SPACE];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: `try_init` hands over zeroed address storage and its size;
-    // recvmsg writes at most that much there and reports the length it used.
-    // The msghdr points at `iov` and `control`, which outlive the call.
-    let ((n, stamp), from) = unsafe {
-        socket2::SockAddr::try_init(|storage, len| {
-            let mut hdr: libc::msghdr = std::mem::zeroed();
-            hdr.msg_name = storage.cast();
-            hdr.msg_namelen = *len;
-            hdr.msg_iov = &mut iov;
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = control.len() as _;
-            let n = libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0);
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            *len = hdr.msg_namelen;
-            Ok((n as usize, rx_timestamp(&hdr)))
-        })
-    }?;
-    let from = from
-        .as_socket()
-        .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
-    Ok((n, from, stamp))
-}
-
-/// Space for one message's ancillary data (a `timespec` in a `cmsghdr`).
-const CMSG_SPACE: usize = 64;
-
-/// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
-pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
-}
-
-/// The kernel receive time (CLOCK_REALTIME ns) carried in a message's ancillary data.
-fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
-    // SAFETY: `hdr` was filled by recvmmsg; its control pointer and length describe
-    // a live buffer, and the CMSG_* macros stay within `msg_controllen`.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(hdr);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-            }
-            c = libc::CMSG_NXTHDR(hdr, c);
-        }
-    }
-    None
-}
-
-/// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns
-/// their lengths and, where the kernel stamped them, their receive times.
-fn recv_batch(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    size: usize,
-    control: &mut [[u8; CMSG_SPACE]],
-) -> io::Result<Vec<(usize, Option<u64>)>> {
-    let mut m = Mmsg::new(buf, size, BATCH);
-    for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
-        msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
-        msg.msg_hdr.msg_controllen = CMSG_SPACE as _;
-    }
-    // SAFETY: each header's single iovec points at a distinct `size`-byte slot of
-    // `buf`, and its control buffer at a distinct CMSG_SPACE-byte slot of `control`,
-    // both outliving the call; the kernel writes within those bounds and fills
-    // `msg_len`/`msg_controllen`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO) for the first only.
-    let r = unsafe {
-        libc::recvmmsg(
-            sock.as_raw_fd(),
-            m.msgs.as_mut_ptr(),
-            m.msgs.len() as u32,
-            libc::MSG_WAITFORONE,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(m.msgs[..r as usize]
-        .iter()
-        .map(|m| ((m.msg_len as usize).min(size), rx_timestamp(&m.msg_hdr)))
-        .collect())
 }
