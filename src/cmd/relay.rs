@@ -16,7 +16,7 @@ use netrig::units;
 
 /// Which directions get the impairments.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Direction {
+pub enum Which {
     /// Client to server and server to client.
     Both,
     /// Client to server only.
@@ -40,8 +40,8 @@ pub struct RelayArgs {
     #[arg(long)]
     udp_only: bool,
     /// Directions to impair.
-    #[arg(long, value_enum, default_value_t = Direction::Both)]
-    dir: Direction,
+    #[arg(long, value_enum, default_value_t = Which::Both)]
+    dir: Which,
     /// Drop datagrams at random with this probability (1% or 0.01).
     #[arg(long, default_value = "0", value_parser = probability)]
     loss: f64,
@@ -210,9 +210,9 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let spec = a.spec();
     let none = ImpairSpec::default();
     let (up, down) = match a.dir {
-        Direction::Both => (spec.clone(), spec),
-        Direction::Up => (spec, none),
-        Direction::Down => (none, spec),
+        Which::Both => (spec.clone(), spec),
+        Which::Up => (spec, none),
+        Which::Down => (none, spec),
     };
     let seed = a.seed.unwrap_or_else(rand::random);
     let (up_spec, down_spec) = (up.clone(), down.clone());

@@ -38,7 +38,7 @@ pub struct DirCounts {
 }
 
 #[derive(Default)]
-pub(super) struct Counters {
+pub(super) struct DirCounters {
     pub(super) datagrams: AtomicU64,
     pub(super) forwarded: AtomicU64,
     pub(super) lost: AtomicU64,
@@ -52,7 +52,7 @@ pub(super) struct Counters {
     pub(super) resets: AtomicU64,
 }
 
-impl Counters {
+impl DirCounters {
     pub(super) fn snapshot(&self) -> DirCounts {
         DirCounts {
             datagrams: self.datagrams.load(SeqCst),

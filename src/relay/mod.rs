@@ -34,7 +34,7 @@ use uuid::Uuid;
 pub mod limits;
 use datagram::{plain_udp, udp_flow};
 pub use limits::RelayLimits;
-use log::{Counters, EventLog};
+use log::{DirCounters, EventLog};
 pub use log::{DirCounts, Event, LOG_HEADER, RelayCounts};
 use stream::{sleep_until, tcp_connection};
 
@@ -104,7 +104,7 @@ pub enum RelayError {
 
 struct Shared {
     cfg: RelayConfig,
-    counts: [Counters; 2],
+    counts: [DirCounters; 2],
     tcp_connections: AtomicU64,
     udp_flows: AtomicU64,
     tcp_refused: AtomicU64,
@@ -164,7 +164,7 @@ impl Shared {
         }
     }
 
-    fn counts(&self, dir: Dir) -> &Counters {
+    fn counts(&self, dir: Dir) -> &DirCounters {
         &self.counts[dir.index()]
     }
 

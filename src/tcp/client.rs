@@ -88,7 +88,7 @@ pub struct RunReport {
     pub server_errors: Vec<(SocketAddr, String)>,
 }
 
-pub(super) struct Session {
+pub(super) struct ServerControl {
     pub(super) addr: SocketAddr,
     pub(super) id: Uuid,
     control: Mutex<TcpStream>,
@@ -101,7 +101,7 @@ pub(super) struct Session {
 
 pub(super) struct Shared {
     pub(super) cfg: TcpClientConfig,
-    pub(super) sessions: Vec<Session>,
+    pub(super) sessions: Vec<ServerControl>,
     pub(super) counters: Counters,
     /// Set on a stop: start no new connections, and a failure from now on
     /// is a cancellation.
@@ -119,7 +119,7 @@ pub(super) struct Shared {
 
 /// Sends `msg` on a session's control connection, waiting at most
 /// [`STOP_GRACE`] for room to write it.
-fn control_send(s: &Session, msg: &Message) -> bool {
+fn control_send(s: &ServerControl, msg: &Message) -> bool {
     let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
     let _ = c.set_write_timeout(Some(STOP_GRACE));
     write_message(&mut *c, msg).is_ok()
@@ -130,7 +130,7 @@ fn control_send(s: &Session, msg: &Message) -> bool {
 /// most [`STOP_GRACE`], and not at all once the user insists on stopping (a
 /// stuck server must not keep the results from being written).
 fn control_finish(
-    s: &Session,
+    s: &ServerControl,
     msg: &Message,
     wanted: impl Fn(&Message) -> bool,
 ) -> Option<Message> {
@@ -158,13 +158,13 @@ fn control_finish(
 /// Whether the server has closed (or reset) a control connection. Between
 /// request/response calls the server never speaks first, so any readable
 /// byte or end of stream means the session is over.
-fn control_lost(s: &Session) -> bool {
+fn control_lost(s: &ServerControl) -> bool {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
     crate::net::peer_state(&c) != crate::net::PeerState::Quiet
 }
 
 /// The error message a server sent before closing the control connection, if any.
-fn control_error(s: &Session) -> Option<String> {
+fn control_error(s: &ServerControl) -> Option<String> {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
     let r = crate::proto::read_message(&mut &*c);
@@ -198,7 +198,7 @@ fn note_lost_servers(
     }
 }
 
-fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientError> {
+fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<ServerControl, ClientError> {
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
     let mut c = Control::connect(
         target,
@@ -213,7 +213,7 @@ fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<Session, ClientEr
     };
     // The control connection now idles for the whole test.
     let _ = c.stream.set_read_timeout(None);
-    Ok(Session {
+    Ok(ServerControl {
         addr: c.addr,
         id,
         data_key: c.datagram_key,

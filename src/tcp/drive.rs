@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use super::machine::{Conn, Event, Now, Transmit};
+use super::machine::{Conn, ConnEvent, Now, Transmit};
 use crate::guard::{Halt, SendGuard};
 use crate::proto::Verdict;
 use crate::stats::Counters;
@@ -111,7 +111,7 @@ where
         Transmit::WaitUntil(at) => p.timer = Some(at),
         Transmit::Nothing => {}
     }
-    while let Some(Event::BurstSent(k)) = conn.poll_event() {
+    while let Some(ConnEvent::BurstSent(k)) = conn.poll_event() {
         if let Some(i) = tcp_info(stream.as_raw_fd()) {
             conn.set_burst_info(k, i.tcpi_total_retrans, i.tcpi_snd_cwnd, i.tcpi_rtt);
         }

@@ -45,7 +45,7 @@ pub enum Transmit<'a> {
 
 /// Something the I/O layer may act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum ConnEvent {
     /// Burst `index` has been written in full: a good moment to read
     /// TCP_INFO for it ([`Conn::set_burst_info`]).
     BurstSent(usize),
@@ -216,7 +216,7 @@ pub struct Conn {
     bursts: Option<Bursts>,
     /// Index of the current burst and bytes of it left (burst mode).
     burst_at: u64,
-    events: Vec<Event>,
+    events: Vec<ConnEvent>,
     transfer: u64,
 }
 
@@ -365,7 +365,7 @@ impl Conn {
             if self.sent == (self.burst_at * size + size).min(self.transfer) {
                 b.close(false);
                 self.events
-                    .push(Event::BurstSent(b.log.done.len().saturating_sub(1)));
+                    .push(ConnEvent::BurstSent(b.log.done.len().saturating_sub(1)));
                 self.burst_at += 1;
             }
         }
@@ -567,7 +567,7 @@ impl Conn {
     }
 
     /// The next event, if any.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
         (!self.events.is_empty()).then(|| self.events.remove(0))
     }
 

@@ -351,9 +351,9 @@ fn the_last_burst_carries_the_remainder_and_events_name_each_burst() {
     assert_eq!(
         events,
         [
-            Event::BurstSent(0),
-            Event::BurstSent(1),
-            Event::BurstSent(2)
+            ConnEvent::BurstSent(0),
+            ConnEvent::BurstSent(1),
+            ConnEvent::BurstSent(2)
         ]
     );
     server.set_burst_info(2, 1, 10, 20);

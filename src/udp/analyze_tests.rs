@@ -361,15 +361,15 @@ fn sent_counts_are_spread_over_the_intervals_they_overlap() {
 
 #[test]
 fn offered_is_what_left_the_sender() {
-    use crate::udp::profile::{Profile, Step};
+    use crate::udp::profile::{Profile, RateStep};
     let p = Profile::new(vec![
-        Step {
+        RateStep {
             at_ns: 0,
             rate_bps: 8_000_000,
             size: 1000,
             hold: true,
         },
-        Step {
+        RateStep {
             at_ns: 4_000_000_000,
             rate_bps: 8_000_000,
             size: 1000,

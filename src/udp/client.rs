@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use super::clock::{Offset, Sample, estimate, realtime_ns};
+use super::clock::{ClockSample, Offset, estimate, realtime_ns};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
 use super::send::{SenderReport, run_sender};
@@ -81,7 +81,7 @@ pub struct UdpReport {
     pub analysis: Option<super::analyze::Analysis>,
 }
 
-enum Event {
+enum Arrived {
     Interval(UdpInterval),
     Burst(BurstReport),
     Packet(PacketRow),
@@ -181,7 +181,7 @@ pub(crate) fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
     for _ in 0..8 {
         let t1 = realtime_ns();
         match c.call(&Message::TimeRequest { t1 })? {
-            Message::TimeReply { t1: echo, t2, t3 } if echo == t1 => samples.push(Sample {
+            Message::TimeReply { t1: echo, t2, t3 } if echo == t1 => samples.push(ClockSample {
                 t1,
                 t2,
                 t3,
@@ -253,7 +253,7 @@ pub fn run(
     }
     let _ = c.stream.set_read_timeout(None);
 
-    let (tx, rx) = mpsc::channel::<Event>();
+    let (tx, rx) = mpsc::channel::<Arrived>();
     let reader = c.stream.try_clone().map_err(|e| c.failed(e.to_string()))?;
     let txc = tx.clone();
     std::thread::spawn(move || {
@@ -262,7 +262,7 @@ pub fn run(
             let m = read_message(&mut r);
             let end =
                 m.is_err() || matches!(m, Ok(Message::Summary(_)) | Ok(Message::Error { .. }));
-            if txc.send(Event::Control(m)).is_err() || end {
+            if txc.send(Arrived::Control(m)).is_err() || end {
                 return;
             }
         }
@@ -279,18 +279,18 @@ pub fn run(
                 let rc = receiver_config(&spec, -theta, c.datagram_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 /// Forwards the receiver's output to the event loop.
-                struct ToLoop(mpsc::Sender<Event>, bool);
+                struct ToLoop(mpsc::Sender<Arrived>, bool);
                 impl ReceiverSink for ToLoop {
                     fn interval(&mut self, iv: UdpInterval) {
-                        let _ = self.0.send(Event::Interval(iv));
+                        let _ = self.0.send(Arrived::Interval(iv));
                     }
                     fn packet(&mut self, p: &PacketRow) {
                         if self.1 {
-                            let _ = self.0.send(Event::Packet(p.clone()));
+                            let _ = self.0.send(Arrived::Packet(p.clone()));
                         }
                     }
                     fn burst(&mut self, b: BurstReport) {
-                        let _ = self.0.send(Event::Burst(b));
+                        let _ = self.0.send(Arrived::Burst(b));
                     }
                 }
                 let until = Until {
@@ -305,11 +305,11 @@ pub fn run(
                     until,
                     &mut ToLoop(tx.clone(), per_packet),
                 );
-                let _ = tx.send(Event::ReceiverDone(Box::new(stats)));
+                let _ = tx.send(Arrived::ReceiverDone(Box::new(stats)));
             });
         } else {
             std::thread::spawn(move || {
-                let _ = tx.send(Event::SenderDone(run_sender(
+                let _ = tx.send(Arrived::SenderDone(run_sender(
                     &sock,
                     &sender_config(&spec, c.datagram_key),
                     &stop,
@@ -393,16 +393,16 @@ pub fn run(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         match ev {
-            Event::Interval(iv) => {
+            Arrived::Interval(iv) => {
                 obs.interval(&iv);
                 rep.intervals.push(iv);
             }
-            Event::Packet(p) => obs.packet(&p),
-            Event::Burst(b) | Event::Control(Ok(Message::UdpBurst(b))) => {
+            Arrived::Packet(p) => obs.packet(&p),
+            Arrived::Burst(b) | Arrived::Control(Ok(Message::UdpBurst(b))) => {
                 obs.burst(&b);
                 rep.bursts.push(b);
             }
-            Event::SenderDone(s) => {
+            Arrived::SenderDone(s) => {
                 worker_done = true;
                 rep.duration_secs = epoch.elapsed().as_secs_f64();
                 if c.send(&Message::UdpDone(s.clone())).is_err() {
@@ -410,35 +410,35 @@ pub fn run(
                 }
                 rep.sender = Some(s);
             }
-            Event::ReceiverDone(s) => {
+            Arrived::ReceiverDone(s) => {
                 worker_done = true;
                 rep.duration_secs = epoch.elapsed().as_secs_f64();
                 rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
                 stats = Some(s);
             }
-            Event::Control(Ok(Message::UdpInterval(iv))) => {
+            Arrived::Control(Ok(Message::UdpInterval(iv))) => {
                 obs.interval(&iv);
                 rep.intervals.push(iv);
             }
-            Event::Control(Ok(Message::UdpHistogram { bins })) => {
+            Arrived::Control(Ok(Message::UdpHistogram { bins })) => {
                 // Never more than the bins asked for, whatever the server sends.
                 let room = (spec.hist_bins as usize).saturating_sub(histogram.len());
                 histogram.extend(bins.into_iter().take(room));
             }
-            Event::Control(Ok(Message::UdpResult(mut t))) => {
+            Arrived::Control(Ok(Message::UdpResult(mut t))) => {
                 if t.histogram.is_empty() {
                     t.histogram = std::mem::take(&mut histogram);
                 }
                 rep.totals = Some(t);
             }
-            Event::Control(Ok(Message::UdpDone(s))) => {
+            Arrived::Control(Ok(Message::UdpDone(s))) => {
                 rep.sender = Some(s);
                 let at = epoch.elapsed() + drain_for(spec);
                 deadline.store(at.as_nanos() as u64, SeqCst);
             }
-            Event::Control(Ok(Message::Summary(_))) => break,
-            Event::Control(Ok(Message::StopAck)) => {}
-            Event::Control(Ok(_)) | Event::Control(Err(_)) => {
+            Arrived::Control(Ok(Message::Summary(_))) => break,
+            Arrived::Control(Ok(Message::StopAck)) => {}
+            Arrived::Control(Ok(_)) | Arrived::Control(Err(_)) => {
                 if !goodbye_sent {
                     rep.server_lost = true;
                     stop.store(true, SeqCst);

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// One timestamp exchange, CLOCK_REALTIME ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
+pub struct ClockSample {
     /// Client send.
     pub t1: u64,
     /// Server receive.
@@ -30,7 +30,7 @@ pub struct Offset {
 }
 
 /// Picks the best estimate from samples (`None` if there are none).
-pub fn estimate(samples: &[Sample]) -> Option<Offset> {
+pub fn estimate(samples: &[ClockSample]) -> Option<Offset> {
     samples
         .iter()
         .map(|s| {
@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn symmetric_path_recovers_offset() {
         // Server is 5 ms ahead; 100 µs each way; server holds 10 µs.
-        let s = Sample {
+        let s = ClockSample {
             t1: 1_000_000,
             t2: 6_100_000,
             t3: 6_110_000,
@@ -76,13 +76,13 @@ mod tests {
 
     #[test]
     fn smallest_round_trip_wins() {
-        let slow = Sample {
+        let slow = ClockSample {
             t1: 0,
             t2: 900_000,
             t3: 900_000,
             t4: 1_000_000,
         };
-        let fast = Sample {
+        let fast = ClockSample {
             t1: 0,
             t2: 10_000,
             t3: 10_000,

@@ -8,7 +8,7 @@ use thiserror::Error;
 
 /// One step of a profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
+pub struct RateStep {
     /// Offset from the start, ns.
     pub at_ns: u64,
     /// Rate at this step, bit/s.
@@ -73,7 +73,7 @@ pub const MAX_STEPS: usize = 1_000_000;
 /// A validated profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
-    steps: Vec<Step>,
+    steps: Vec<RateStep>,
     /// The datagram size stays at each step's value until the next step
     /// while the rate ramps (FlowPing's meaning), instead of ramping too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -82,7 +82,7 @@ pub struct Profile {
 
 impl Profile {
     /// Builds a profile from steps (checked as a file would be).
-    pub fn new(steps: Vec<Step>) -> Result<Profile, ProfileError> {
+    pub fn new(steps: Vec<RateStep>) -> Result<Profile, ProfileError> {
         let p = Profile {
             steps,
             size_steps: false,
@@ -126,18 +126,18 @@ impl Profile {
     /// increase), so its first rate applies at once.
     pub fn fit(&self, duration_ns: u64) -> Result<Profile, ProfileError> {
         let period = self.duration_ns();
-        let mut steps: Vec<Step> = Vec::new();
+        let mut steps: Vec<RateStep> = Vec::new();
         let mut base = 0u64;
         let next = 'passes: loop {
             for (i, s) in self.steps.iter().enumerate() {
                 let at = base + s.at_ns + u64::from(base > 0 && i == 0);
                 if at >= duration_ns {
-                    break 'passes Step { at_ns: at, ..*s };
+                    break 'passes RateStep { at_ns: at, ..*s };
                 }
                 if steps.len() >= MAX_STEPS {
                     return Err(ProfileError::TooLong { max: MAX_STEPS });
                 }
-                steps.push(Step { at_ns: at, ..*s });
+                steps.push(RateStep { at_ns: at, ..*s });
             }
             base += period;
         };
@@ -150,7 +150,7 @@ impl Profile {
         };
         let (rate, size) = p.at(duration_ns);
         p.steps.pop();
-        p.steps.push(Step {
+        p.steps.push(RateStep {
             at_ns: duration_ns,
             rate_bps: rate.round() as u64,
             size: size.round() as u32,
@@ -169,7 +169,7 @@ impl Profile {
         duration_ns: u64,
         size: u32,
     ) -> Result<Profile, ProfileError> {
-        let step = |at_ns, rate_bps| Step {
+        let step = |at_ns, rate_bps| RateStep {
             at_ns,
             rate_bps,
             size,
@@ -184,7 +184,7 @@ impl Profile {
     }
 
     /// The steps.
-    pub fn steps(&self) -> &[Step] {
+    pub fn steps(&self) -> &[RateStep] {
         &self.steps
     }
 
@@ -428,10 +428,10 @@ mod tests {
         #[test]
         fn delivers_the_profiles_bytes(r1 in 1u64..50, r2 in 1u64..50, r3 in 0u64..50, s in 100u32..1500, hold in any::<bool>()) {
             let steps = vec![
-                Step { at_ns: 0, rate_bps: r1 * 1_000_000, size: s, hold },
-                Step { at_ns: 300_000_000, rate_bps: r2 * 1_000_000, size: s, hold: false },
-                Step { at_ns: 600_000_000, rate_bps: r3 * 1_000_000, size: s, hold },
-                Step { at_ns: 900_000_000, rate_bps: r3 * 1_000_000, size: s, hold: false },
+                RateStep { at_ns: 0, rate_bps: r1 * 1_000_000, size: s, hold },
+                RateStep { at_ns: 300_000_000, rate_bps: r2 * 1_000_000, size: s, hold: false },
+                RateStep { at_ns: 600_000_000, rate_bps: r3 * 1_000_000, size: s, hold },
+                RateStep { at_ns: 900_000_000, rate_bps: r3 * 1_000_000, size: s, hold: false },
             ];
             let p = Profile::new(steps).unwrap();
             let sent: f64 = p.departures().map(|(_, sz)| sz as f64).sum();

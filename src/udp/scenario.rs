@@ -20,7 +20,7 @@
 //! makes it netrig's, where a bare non-zero rate is an error rather than a
 //! guess.
 
-use super::profile::{Profile, ProfileError, Step};
+use super::profile::{Profile, ProfileError, RateStep};
 use crate::units::{parse_duration, parse_rate, parse_size};
 
 /// Which format a scenario file is in.
@@ -131,7 +131,7 @@ fn checked_size(line: usize, s: &str) -> Result<u32, ProfileError> {
     Ok(size as u32)
 }
 
-fn netrig_step(l: &Line) -> Result<Step, ProfileError> {
+fn netrig_step(l: &Line) -> Result<RateStep, ProfileError> {
     let (line, f) = (l.number, &l.fields);
     if !(3..=4).contains(&f.len()) {
         return Err(ProfileError::Fields {
@@ -160,7 +160,7 @@ fn netrig_step(l: &Line) -> Result<Step, ProfileError> {
             ));
         }
     };
-    Ok(Step {
+    Ok(RateStep {
         at_ns: at.as_nanos().min(u64::MAX as u128) as u64,
         rate_bps: rate,
         size,
@@ -168,7 +168,7 @@ fn netrig_step(l: &Line) -> Result<Step, ProfileError> {
     })
 }
 
-fn flowping_step(l: &Line) -> Result<Step, ProfileError> {
+fn flowping_step(l: &Line) -> Result<RateStep, ProfileError> {
     let (line, f) = (l.number, &l.fields);
     if f.len() < 3 {
         return Err(ProfileError::Fields {
@@ -198,7 +198,7 @@ fn flowping_step(l: &Line) -> Result<Step, ProfileError> {
             format!("{kbps} kbit/s is out of range"),
         ));
     }
-    Ok(Step {
+    Ok(RateStep {
         at_ns: (secs * 1e9).round() as u64,
         rate_bps: (kbps * 1000.0).round() as u64,
         size: checked_size(line, f[2])?,

@@ -102,7 +102,7 @@ const SLICE_NS: u64 = 100_000_000;
 pub const MAX_PRECOMPUTED: usize = 1_000_000;
 
 /// Where departures come from: a fixed-gap schedule or a rate profile.
-enum Plan {
+enum SendPlan {
     Fixed {
         sched: Schedule,
         size: usize,
@@ -115,8 +115,8 @@ enum Plan {
     },
 }
 
-impl Plan {
-    fn new(cfg: &SenderConfig) -> Plan {
+impl SendPlan {
+    fn new(cfg: &SenderConfig) -> SendPlan {
         if let Some((per_burst, period_ns)) = cfg.burst {
             let end = cfg.duration.as_nanos() as u64;
             let size = cfg.size.max(HEADER_LEN) as u32;
@@ -130,7 +130,7 @@ impl Plan {
                 ));
             let next = deps.next();
             // A burst's datagrams are due together: send them all, never skip.
-            return Plan::Profile {
+            return SendPlan::Profile {
                 deps,
                 next,
                 catch_up: true,
@@ -138,7 +138,7 @@ impl Plan {
             };
         }
         match &cfg.profile {
-            None => Plan::Fixed {
+            None => SendPlan::Fixed {
                 sched: Schedule::new(0, cfg.gap_ps, cfg.catch_up),
                 size: cfg.size.max(HEADER_LEN),
             },
@@ -155,7 +155,7 @@ impl Plan {
                     Box::new(p.departures())
                 };
                 let next = deps.next();
-                Plan::Profile {
+                SendPlan::Profile {
                     deps,
                     next,
                     catch_up: cfg.catch_up,
@@ -167,8 +167,8 @@ impl Plan {
 
     fn next_due(&self) -> u64 {
         match self {
-            Plan::Fixed { sched, .. } => sched.next_due(),
-            Plan::Profile { next, .. } => next.map_or(u64::MAX, |n| n.0),
+            SendPlan::Fixed { sched, .. } => sched.next_due(),
+            SendPlan::Profile { next, .. } => next.map_or(u64::MAX, |n| n.0),
         }
     }
 
@@ -176,11 +176,11 @@ impl Plan {
     fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(u64, usize)>) {
         out.clear();
         match self {
-            Plan::Fixed { sched, size } => {
+            SendPlan::Fixed { sched, size } => {
                 let (first, n) = sched.take_due(now, max as u64);
                 out.extend((first..first + n).map(|i| (sched.due_of(i), *size)));
             }
-            Plan::Profile {
+            SendPlan::Profile {
                 deps,
                 next,
                 catch_up,
@@ -224,18 +224,18 @@ impl Plan {
         }
         match (self, &cfg.profile) {
             (_, Some(p)) => p.bytes_until(t_ns).round() as u64,
-            (Plan::Fixed { size, .. }, None) => {
+            (SendPlan::Fixed { size, .. }, None) => {
                 let due = (u128::from(t_ns) * 1000).div_ceil(u128::from(cfg.gap_ps.max(1)));
                 (due as u64).saturating_mul(*size as u64)
             }
-            (Plan::Profile { .. }, None) => 0,
+            (SendPlan::Profile { .. }, None) => 0,
         }
     }
 
     fn slips(&self) -> u64 {
         match self {
-            Plan::Fixed { sched, .. } => sched.slips(),
-            Plan::Profile { slips, .. } => *slips,
+            SendPlan::Fixed { sched, .. } => sched.slips(),
+            SendPlan::Profile { slips, .. } => *slips,
         }
     }
 }
@@ -298,7 +298,7 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         .map_or(cfg.size, |p| p.max_size() as usize)
         .max(HEADER_LEN);
     let mut buf = vec![0u8; stride * BATCH];
-    let mut plan = Plan::new(cfg);
+    let mut plan = SendPlan::new(cfg);
     let mut batch = Vec::with_capacity(BATCH);
     let mut lens = Vec::with_capacity(BATCH);
     let mut late = Histogram::<u64>::new(3).expect("3 significant digits is valid");

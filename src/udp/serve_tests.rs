@@ -1,7 +1,7 @@
 //! Unit tests of `udp::serve`.
 
 use super::*;
-use crate::udp::profile::{Profile, Step};
+use crate::udp::profile::{Profile, RateStep};
 use std::time::Duration;
 
 fn spec() -> UdpSpec {
@@ -34,7 +34,7 @@ fn ok(edit: impl FnOnce(&mut UdpSpec)) -> Result<(), Refusal> {
 fn profile(steps: &[(u64, u64, u32)]) -> Option<Profile> {
     let steps = steps
         .iter()
-        .map(|&(at_ns, rate_bps, size)| Step {
+        .map(|&(at_ns, rate_bps, size)| RateStep {
             at_ns,
             rate_bps,
             size,
