@@ -11,7 +11,6 @@
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
-use std::path::Path;
 use thiserror::Error;
 
 /// Environment variable holding the key itself (an alternative to `--key FILE`).
@@ -90,27 +89,6 @@ impl Key {
             return Err(AuthError::Weak { bits: bits as u32 });
         }
         Ok(Key(t.to_vec()))
-    }
-
-    /// Reads a key file.
-    pub fn load(path: &Path) -> Result<Key, AuthError> {
-        let bytes = std::fs::read(path).map_err(|e| AuthError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        Key::from_text(&bytes)
-    }
-
-    /// The key from `--key FILE` if given, else from `NETRIG_KEY`, else none.
-    pub fn from_file_or_env(path: Option<&Path>) -> Result<Option<Key>, AuthError> {
-        if let Some(p) = path {
-            return Key::load(p).map(Some);
-        }
-        match std::env::var_os(KEY_ENV) {
-            Some(v) if v.is_empty() => Err(AuthError::EmptyEnv),
-            Some(v) => Key::from_text(v.as_encoded_bytes()).map(Some),
-            None => Ok(None),
-        }
     }
 
     fn mac(&self, label: &[u8], first: &[u8], second: &[u8]) -> Hmac<Sha256> {

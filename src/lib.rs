@@ -20,6 +20,7 @@ pub mod auth;
 pub mod budget;
 pub mod control;
 pub mod guard;
+pub mod keyfile;
 pub mod net;
 pub mod outcome;
 pub mod output;

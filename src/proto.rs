@@ -477,7 +477,7 @@ pub enum Message {
     /// Receiver (server) interval, for the client to print.
     UdpInterval(crate::udp::track::UdpInterval),
     /// Sender's final report; the receiver drains and finishes.
-    UdpDone(crate::udp::send::SenderReport),
+    UdpDone(crate::udp::sent::SenderReport),
     /// Receiver (server) totals. A histogram too large for one frame goes
     /// ahead in [`Message::UdpHistogram`] chunks and this one's is empty.
     UdpResult(crate::udp::track::UdpTotals),

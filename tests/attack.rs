@@ -510,7 +510,7 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
     );
     // A data connection from the right host that knows the session ID but
     // not the key is refused; with the session's proof it is accepted.
-    let k = netrig::auth::Key::load(&key).unwrap();
+    let k = netrig::keyfile::load(&key).unwrap();
     let mut c = netrig::control::Control::connect(
         &addr.to_string(),
         0,

@@ -271,11 +271,14 @@ fn every_pacing_mode_holds_its_rate() {
 
 #[test]
 fn profile_drives_rate_and_size_end_to_end() {
-    use netrig::udp::profile::Profile;
+    use netrig::udp::scenario::{Format, parse};
     let srv = TestServer::start();
     // Ramp 0 -> 16 Mbit/s with growing datagrams, hold, then a step down.
-    let p =
-        Profile::parse("0 0 200\n500ms 16M 1000 hold\n1s 4M 500 hold\n1500ms 4M 500\n").unwrap();
+    let (p, _) = parse(
+        "0 0 200\n500ms 16M 1000 hold\n1s 4M 500 hold\n1500ms 4M 500\n",
+        Format::Auto,
+    )
+    .unwrap();
     let want = p.bytes();
     for (reverse, precompute) in [(false, false), (true, false), (false, true), (true, true)] {
         let mut sp = spec(

@@ -51,7 +51,7 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
     let sender =
-        serde_json::from_value::<netrig::udp::send::SenderReport>(doc["result"]["sender"].clone())
+        serde_json::from_value::<netrig::udp::sent::SenderReport>(doc["result"]["sender"].clone())
             .ok();
     let (bins, analysis) = super::udp::analyse(&profile, &intervals, sender.as_ref(), a.bin);
     print_analysis(&bins, &analysis);

@@ -400,7 +400,7 @@ pub fn run_with(
 pub fn analyse(
     profile: &netrig::udp::profile::Profile,
     intervals: &[netrig::udp::track::UdpInterval],
-    sender: Option<&netrig::udp::send::SenderReport>,
+    sender: Option<&netrig::udp::sent::SenderReport>,
     bin: Option<u64>,
 ) -> (
     Vec<netrig::udp::analyze::Bin>,

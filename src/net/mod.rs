@@ -151,6 +151,15 @@ pub enum TargetError {
     Port { port: String, target: String },
 }
 
+/// CLOCK_REALTIME now, ns since the epoch: the clock datagram timestamps
+/// and the kernel's receive stamps use, read here so the pure code takes
+/// time as an argument.
+pub fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// A receive that found nothing this time (timeout, a signal, or nothing
 /// ready on a non-blocking socket): try again.
 pub fn nothing_yet(e: &io::Error) -> bool {

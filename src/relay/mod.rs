@@ -140,7 +140,7 @@ impl Shared {
         match stamp {
             // A clock step could make the age absurd; trust it up to a second.
             Some(st) => now.saturating_sub(
-                crate::udp::clock::realtime_ns()
+                crate::net::realtime_ns()
                     .saturating_sub(st)
                     .min(1_000_000_000),
             ),

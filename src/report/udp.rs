@@ -418,7 +418,7 @@ pub fn print_udp_summary(
 
 /// The warning for a sender that fell more than 1% short of its schedule
 /// (`None` when it kept up).
-pub fn sender_limited_warning(s: &crate::udp::send::SenderReport) -> Option<String> {
+pub fn sender_limited_warning(s: &crate::udp::sent::SenderReport) -> Option<String> {
     s.sender_limited.then(|| {
         format!(
             "sender-limited: the schedule asked for {} bytes ({}), {} bytes ({}) left the sender, {:.1}% short; this host could not keep up, so the path was never offered the asked rate",
@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn the_sender_limited_warning_gives_both_rates() {
-        use crate::udp::send::SenderReport;
+        use crate::udp::sent::SenderReport;
         let mut s = SenderReport {
             bytes: 900,
             asked_bytes: 1000,

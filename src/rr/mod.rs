@@ -4,5 +4,6 @@
 pub mod client;
 pub mod crr;
 pub mod hist;
+mod run;
 pub mod serve;
 mod udp;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::guard::SendGuard;
+use crate::net::realtime_ns;
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::proto::{Message, RrProto, RrSpec, SessionSummary, read_message, write_message};
 use crate::refusal::{Invalid, Refusal};
-use crate::server::Limits;
-use crate::udp::clock::realtime_ns;
+use crate::server::limits::Limits;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM, verify_payload};
 use crate::udp::serve::{UdpWork, WorkContext, session};
 

@@ -11,12 +11,12 @@ use std::net::UdpSocket;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use super::client::{LIVENESS_CHECK, Probe, Run};
+use super::run::{LIVENESS_CHECK, Probe, Run};
 use super::serve::UDP_REPLY_MIN;
 use crate::control::{ClientError, Control};
+use crate::net::realtime_ns;
 use crate::proto::Message;
 use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
-use crate::udp::clock::realtime_ns;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
 
 /// How many timed-out requests are remembered so that a reply arriving after

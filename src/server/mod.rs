@@ -25,7 +25,7 @@ use crate::proto::{
 use crate::refusal::{AuthFailure, Limit, Refusal};
 
 mod core;
-mod limits;
+pub mod limits;
 mod tcp;
 
 use crate::net::Timed;

@@ -8,52 +8,20 @@
 //! a flag they check at least every 20 ms.
 
 use serde::Serialize;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
-use super::config::{ConfigError, TcpClientConfig};
-use crate::control::Control;
-use crate::control::STOP_GRACE;
-use crate::outcome::ConnResult;
-use crate::proto::{Message, SessionSummary, TestSpec, read_message, write_message};
+use super::config::TcpClientConfig;
+use crate::proto::{Message, SessionSummary};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
+pub use super::session::ConnectionRecord;
+use super::session::{Shared, control_finish, note_lost_servers, open_session};
 pub use crate::control::ClientError;
-
-/// One data connection as it ended; a row of the connection file.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConnectionRecord {
-    /// Seconds since the run started, when the connection ended.
-    pub time_slice: f64,
-    /// Local address and port (unspecified if the connect failed).
-    pub local: Option<SocketAddr>,
-    /// Server address and port.
-    pub remote: SocketAddr,
-    /// Payload bytes sent.
-    pub sent: u64,
-    /// Payload bytes received.
-    pub received: u64,
-    /// Wall time from connect to result, in milliseconds.
-    pub time_ms: f64,
-    /// Time the TCP handshake (connect) took, in milliseconds (0 if it failed).
-    pub connect_ms: f64,
-    /// Buffer size used.
-    pub buffer: u32,
-    /// The agreed result.
-    pub result: ConnResult,
-    /// The shared connection ID.
-    pub connection_id: Uuid,
-    /// Burst mode: both ends' account of each burst.
-    pub bursts: Vec<crate::proto::TcpBurst>,
-    /// The server's reason, when it refused this connection.
-    #[serde(skip)]
-    pub refused: Option<String>,
-}
 
 /// Receives the run's output as it happens.
 pub trait Observer {
@@ -86,201 +54,6 @@ pub struct RunReport {
     pub refusals: Vec<(String, u64)>,
     /// Why servers stopped the test mid-way (a server limit), by server.
     pub server_errors: Vec<(SocketAddr, String)>,
-}
-
-pub(super) struct ServerControl {
-    pub(super) addr: SocketAddr,
-    pub(super) id: Uuid,
-    control: Mutex<TcpStream>,
-    /// The session's key (with a pre-shared key), for data connection proofs.
-    pub(super) data_key: Option<crate::auth::DatagramKey>,
-    /// The server did not answer the stop within the grace period: do not
-    /// wait for it a second time.
-    unresponsive: AtomicBool,
-}
-
-pub(super) struct Shared {
-    pub(super) cfg: TcpClientConfig,
-    pub(super) sessions: Vec<ServerControl>,
-    pub(super) counters: Counters,
-    /// Set on a stop: start no new connections, and a failure from now on
-    /// is a cancellation.
-    pub(super) stop: AtomicBool,
-    /// Set once the servers know of the stop: end every connection now.
-    pub(super) abort: AtomicBool,
-    /// Set when a server is lost: start no new connections, but let in-flight
-    /// ones fail on their own so their errors count as errors.
-    pub(super) halt: AtomicBool,
-    pub(super) next: AtomicU64,
-    /// Connects that may still start (`--throttle` minus those in progress).
-    throttle: AtomicU64,
-    start: Instant,
-}
-
-/// Sends `msg` on a session's control connection, waiting at most
-/// [`STOP_GRACE`] for room to write it.
-fn control_send(s: &ServerControl, msg: &Message) -> bool {
-    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = c.set_write_timeout(Some(STOP_GRACE));
-    write_message(&mut *c, msg).is_ok()
-}
-
-/// Sends `msg` and returns the first reply `wanted` accepts (skipping others,
-/// such as the acknowledgement of a stop that was not waited for); waits at
-/// most [`STOP_GRACE`], and not at all once the user insists on stopping (a
-/// stuck server must not keep the results from being written).
-fn control_finish(
-    s: &ServerControl,
-    msg: &Message,
-    wanted: impl Fn(&Message) -> bool,
-) -> Option<Message> {
-    if !control_send(s, msg) {
-        return None;
-    }
-    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let deadline = Instant::now() + STOP_GRACE;
-    loop {
-        if crate::control::hurried() || Instant::now() >= deadline {
-            return None;
-        }
-        if !crate::net::wait_readable(&*c, Duration::from_millis(100)) {
-            continue;
-        }
-        let _ = c.set_read_timeout(Some(STOP_GRACE));
-        match read_message(&mut *c) {
-            Ok(m) if wanted(&m) => return Some(m),
-            Ok(_) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Whether the server has closed (or reset) a control connection. Between
-/// request/response calls the server never speaks first, so any readable
-/// byte or end of stream means the session is over.
-fn control_lost(s: &ServerControl) -> bool {
-    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    crate::net::peer_state(&c) != crate::net::PeerState::Quiet
-}
-
-/// The error message a server sent before closing the control connection, if any.
-fn control_error(s: &ServerControl) -> Option<String> {
-    let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
-    let r = crate::proto::read_message(&mut &*c);
-    let _ = c.set_read_timeout(None);
-    match r {
-        Ok(Message::Error { message, .. }) => Some(message),
-        _ => None,
-    }
-}
-
-/// Notes servers that closed their control connection, with the reason
-/// they gave, and stops starting connections if there is one.
-fn note_lost_servers(
-    shared: &Shared,
-    lost: &mut Vec<SocketAddr>,
-    errors: &mut Vec<(SocketAddr, String)>,
-    wait: Duration,
-) {
-    for s in &shared.sessions {
-        if !wait.is_zero() {
-            let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-            crate::net::wait_readable(&*c, wait);
-        }
-        if !lost.contains(&s.addr) && control_lost(s) {
-            if let Some(why) = control_error(s) {
-                errors.push((s.addr, why));
-            }
-            lost.push(s.addr);
-            shared.halt.store(true, SeqCst);
-        }
-    }
-}
-
-fn open_session(target: &str, cfg: &TcpClientConfig) -> Result<ServerControl, ClientError> {
-    let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-    let mut c = Control::connect(
-        target,
-        cfg.port,
-        |addr| pick_bind(cfg, addr, 0),
-        timeout,
-        cfg.key.as_ref(),
-    )?;
-    let id = match c.request(TestSpec::Tcp(cfg.spec()))? {
-        Message::TestAccept { session } => session,
-        m => return Err(c.unexpected(m)),
-    };
-    // The control connection now idles for the whole test.
-    let _ = c.stream.set_read_timeout(None);
-    Ok(ServerControl {
-        addr: c.addr,
-        id,
-        data_key: c.datagram_key,
-        control: Mutex::new(c.stream),
-        unresponsive: AtomicBool::new(false),
-    })
-}
-
-pub(super) fn pick_bind(
-    cfg: &TcpClientConfig,
-    to: SocketAddr,
-    index: u64,
-) -> Result<Option<std::net::IpAddr>, ConfigError> {
-    if cfg.bind.is_empty() {
-        return Ok(None);
-    }
-    let same: Vec<_> = cfg
-        .bind
-        .iter()
-        .filter(|ip| ip.is_ipv4() == to.is_ipv4())
-        .collect();
-    if same.is_empty() {
-        return Err(ConfigError::NoBindForFamily(to.to_string()));
-    }
-    Ok(Some(*same[(index % same.len() as u64) as usize]))
-}
-
-impl Shared {
-    pub(super) fn elapsed(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
-    }
-
-    /// The session (target) connection `index` goes to: round robin.
-    pub(super) fn session_for(&self, index: u64) -> usize {
-        (index % self.sessions.len() as u64) as usize
-    }
-
-    /// Takes one of the `--throttle` connects in progress, if one is free.
-    pub(super) fn throttle_try_acquire(&self) -> bool {
-        self.throttle
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-
-    pub(super) fn throttle_release(&self) {
-        self.throttle.fetch_add(1, SeqCst);
-    }
-
-    /// Stops the run: tells each server (so it counts cancellations, not
-    /// errors), then has every connection end at once.
-    fn stop_all(&self) {
-        if self.stop.swap(true, SeqCst) {
-            return;
-        }
-        for s in &self.sessions {
-            // The server marks the session cancelled before we shut its
-            // connections, so both ends count cancellations; a stuck server
-            // gets the grace period, and is not asked again.
-            let ack = control_finish(s, &Message::Stop, |m| {
-                matches!(m, Message::StopAck | Message::Error { .. })
-            });
-            if ack.is_none() {
-                s.unresponsive.store(true, SeqCst);
-            }
-        }
-        self.abort.store(true, SeqCst);
-    }
 }
 
 /// Runs a TCP test. `interrupt` is set by the Ctrl-C handler; the run then

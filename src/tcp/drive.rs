@@ -39,7 +39,7 @@ pub fn halt_verdict(h: Halt) -> Verdict {
 fn now() -> Now {
     Now {
         mono: Instant::now(),
-        real_ns: crate::udp::clock::realtime_ns(),
+        real_ns: crate::net::realtime_ns(),
     }
 }
 

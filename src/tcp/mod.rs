@@ -5,3 +5,4 @@ pub mod config;
 pub mod drive;
 pub mod machine;
 mod pool;
+mod session;

@@ -18,10 +18,10 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::client::{ConnectionRecord, Shared, pick_bind};
 use super::config::BufferSpec;
 use super::drive::{Env, pump};
 use super::machine::Conn;
+use super::session::{ConnectionRecord, Shared, pick_bind};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};

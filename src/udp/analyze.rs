@@ -244,7 +244,7 @@ pub const DISTURBED_LATE_US: f64 = 10_000.0;
 /// profile's rate then, and one that sent over 1% less than the profile
 /// asked for (sender-limited) never offered it; either way the verdict is
 /// flagged and its confidence halved (once).
-pub fn note_sender(a: &mut Analysis, s: &super::send::SenderReport) {
+pub fn note_sender(a: &mut Analysis, s: &super::sent::SenderReport) {
     let mut disturbed = false;
     if s.late_max_us > DISTURBED_LATE_US {
         a.evidence.push(format!(

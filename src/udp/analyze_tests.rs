@@ -282,7 +282,7 @@ fn a_sender_stall_at_the_burst_leaves_it_unestimated_rather_than_wrong() {
 
 #[test]
 fn a_late_or_limited_sender_is_flagged_and_lowers_confidence_once() {
-    use crate::udp::send::SenderReport;
+    use crate::udp::sent::SenderReport;
     let sender = |late_max_us, sender_limited| SenderReport {
         late_max_us,
         sender_limited,

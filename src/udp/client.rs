@@ -9,13 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use super::clock::{ClockSample, Offset, estimate, realtime_ns};
+use super::clock::{ClockSample, Offset, estimate};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
-use super::send::{SenderReport, run_sender};
+use super::send::run_sender;
+use super::sent::SenderReport;
 use super::serve::{drain_for, receiver_config, sender_config};
 use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};
+use crate::net::realtime_ns;
 use crate::proto::{Message, TestSpec, UdpSpec, read_message};
 
 /// Everything a UDP client run needs.

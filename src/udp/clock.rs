@@ -45,13 +45,6 @@ pub fn estimate(samples: &[ClockSample]) -> Option<Offset> {
         })
 }
 
-/// CLOCK_REALTIME now, ns since the epoch.
-pub fn realtime_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,5 +11,6 @@ pub mod profile;
 pub mod receive;
 pub mod scenario;
 pub mod send;
+pub mod sent;
 pub mod serve;
 pub mod track;

@@ -1,7 +1,7 @@
 //! Rate profiles, free of I/O: steps of rate and datagram size over time,
 //! the rate and size in force at any time, fitting to a test's duration, and
 //! the departure schedule a profile implies. The files they come from are
-//! read by [`crate::udp::scenario`].
+//! read by `udp::scenario`.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -178,11 +178,6 @@ impl Profile {
         Profile::new(vec![step(0, from_bps), step(duration_ns, to_bps)])
     }
 
-    /// Parses a scenario file in either format (see [`crate::udp::scenario`]).
-    pub fn parse(text: &str) -> Result<Profile, ProfileError> {
-        crate::udp::scenario::parse(text, crate::udp::scenario::Format::Auto).map(|(p, _)| p)
-    }
-
     /// The steps.
     pub fn steps(&self) -> &[RateStep] {
         &self.steps
@@ -357,10 +352,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn parse(text: &str) -> Result<Profile, ProfileError> {
+        crate::udp::scenario::parse(text, crate::udp::scenario::Format::Auto).map(|(p, _)| p)
+    }
+
     #[test]
     fn parses_flowping_style_files() {
         let text = "# t rate size\n0 1M 500\n10s, 2M, 1000 ; hold\n\n20s\t2M\t1000 # end\n";
-        let p = Profile::parse(text).unwrap();
+        let p = parse(text).unwrap();
         assert_eq!(p.steps().len(), 3);
         assert!(p.steps()[1].hold);
         assert_eq!(p.duration_ns(), 20_000_000_000);
@@ -371,21 +370,19 @@ mod tests {
     #[test]
     fn errors_name_line_and_field() {
         assert_eq!(
-            Profile::parse("0 1M 500\n5s 2X 500\n")
-                .unwrap_err()
-                .to_string(),
+            parse("0 1M 500\n5s 2X 500\n").unwrap_err().to_string(),
             "line 2: rate: unknown unit 'X' in '2X' (expected bit/s with k, M, G or T (e.g. 100Mbit, 10G, 50MB/s))"
         );
         assert_eq!(
-            Profile::parse("0 1M 500\n5s 2M\n"),
+            parse("0 1M 500\n5s 2M\n"),
             Err(ProfileError::Fields { line: 2, found: 2 })
         );
         assert_eq!(
-            Profile::parse("0 1M 500\n0 2M 500\n"),
+            parse("0 1M 500\n0 2M 500\n"),
             Err(ProfileError::NotIncreasing { line: 2 })
         );
         assert!(matches!(
-            Profile::parse("0 1M 10\n1 1M 100\n"),
+            parse("0 1M 10\n1 1M 100\n"),
             Err(ProfileError::Field {
                 line: 1,
                 field: "size",
@@ -393,13 +390,10 @@ mod tests {
             })
         ));
         assert!(matches!(
-            Profile::parse("0 1M 100 jump\n1 1M 100\n"),
+            parse("0 1M 100 jump\n1 1M 100\n"),
             Err(ProfileError::Field { field: "mode", .. })
         ));
-        assert_eq!(
-            Profile::parse("1s 1M 100\n2s 1M 100\n"),
-            Err(ProfileError::TooShort)
-        );
+        assert_eq!(parse("1s 1M 100\n2s 1M 100\n"), Err(ProfileError::TooShort));
     }
 
     #[test]
@@ -416,7 +410,7 @@ mod tests {
 
     #[test]
     fn zero_rate_segments_send_nothing() {
-        let p = Profile::parse("0 0 100 hold\n1s 8M 100 hold\n2s 0 100\n").unwrap();
+        let p = parse("0 0 100 hold\n1s 8M 100 hold\n2s 0 100\n").unwrap();
         let d: Vec<_> = p.departures().collect();
         assert!(d.first().unwrap().0 >= 1_000_000_000);
         assert!(d.last().unwrap().0 < 2_000_000_000);

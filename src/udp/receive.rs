@@ -9,11 +9,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use super::clock::realtime_ns;
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, verify_payload};
 use super::mmsg::{BATCH, Mmsg};
 use super::track::{Arrival, ReceiverStats, UdpInterval};
 use crate::net::nothing_yet;
+use crate::net::realtime_ns;
 
 /// One received datagram, for the jitter (per-datagram) file.
 #[derive(Debug, Clone, Serialize)]

@@ -12,15 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::clock::realtime_ns;
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::receive::{ReceiverConfig, ReceiverSink, Until, run_receiver};
-use super::send::{SenderConfig, SenderReport, run_sender};
+use super::send::{SenderConfig, run_sender};
+use super::sent::SenderReport;
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::auth::DatagramKey;
+use crate::net::realtime_ns;
 use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
 use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
-use crate::server::Limits;
+use crate::server::limits::Limits;
 
 /// Longest stream a client may ask for.
 pub const MAX_DURATION_MS: u64 = 24 * 3600 * 1000;
@@ -334,7 +335,7 @@ pub fn session(
             Err(ReadError::Io(e)) if Instant::now() >= ends && crate::net::nothing_yet(&e) => {
                 refuse(
                     Limit::DurationReached {
-                        max: deadline.saturating_sub(crate::server::GRACE),
+                        max: deadline.saturating_sub(crate::server::limits::GRACE),
                     }
                     .into(),
                 );

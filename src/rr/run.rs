@@ -1,0 +1,228 @@
+//! A request/response run's settings, what it reports, and the run in
+//! progress that the TCP, SCTP and UDP exchanges record their round trips in.
+
+use serde::Serialize;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::hist::{LatencyStats, Summary};
+use crate::udp::clock::Offset;
+
+/// Transport as the user names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP one-to-one (SOCK_STREAM).
+    Sctp,
+    /// SCTP one-to-many (SOCK_SEQPACKET).
+    SctpSeqpacket,
+}
+
+/// Everything a request/response run needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RrConfig {
+    /// Server.
+    pub target: String,
+    /// Port if the target names none.
+    pub port: u16,
+    /// Pre-shared key for servers that require one (never written to files).
+    #[serde(skip)]
+    pub key: Option<crate::auth::Key>,
+    /// Transport.
+    pub transport: Transport,
+    /// Request payload bytes.
+    pub size: u32,
+    /// Reply payload bytes.
+    pub reply: u32,
+    /// Measured iterations ([`UNBOUNDED`] = until Ctrl-C).
+    pub iterations: u64,
+    /// Iterations before measuring, reported separately.
+    pub warmup: u64,
+    /// Enable Nagle.
+    pub nagle: bool,
+    /// Spin on non-blocking sockets instead of sleeping in the kernel.
+    pub busy_poll: bool,
+    /// UDP: end each round trip at the kernel's receive time of the reply
+    /// (SO_TIMESTAMPNS), not when this process wakes up to read it.
+    #[serde(default)]
+    pub rx_timestamps: bool,
+    /// UDP: a reply later than this counts as lost.
+    #[serde(with = "crate::report::duration_ms")]
+    pub timeout: Option<Duration>,
+    /// Send requests on this schedule instead of back to back.
+    #[serde(with = "crate::report::duration_ms")]
+    pub interval: Option<Duration>,
+    /// Histogram lower bound, µs.
+    pub hist_min_us: f64,
+    /// Histogram upper bound, µs.
+    pub hist_max_us: f64,
+    /// Histogram bins.
+    pub hist_bins: usize,
+    /// Largest outliers kept.
+    pub outliers: usize,
+    /// Trust clocks (no offset estimate) for one-way splits.
+    pub synced: bool,
+    /// Local addresses: the first for the connection (and UDP socket); all of
+    /// them for an SCTP one-to-many association (multi-homed).
+    pub bind: Vec<IpAddr>,
+}
+
+/// `RrConfig::iterations` for a run that goes on until it is interrupted.
+pub const UNBOUNDED: u64 = u64::MAX;
+
+/// One request's outcome, for ping-style printing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// Sequence number.
+    pub seq: u64,
+    /// Round trip, µs (None: lost).
+    pub rtt_us: Option<f64>,
+    /// Estimated client-to-server delay, µs (UDP).
+    pub up_us: Option<f64>,
+    /// Estimated server-to-client delay, µs (UDP).
+    pub down_us: Option<f64>,
+    /// The one-way split is right to within ± this, µs (the clock offset's
+    /// bound); `None` when the clocks are trusted (`--synced`) or over TCP.
+    pub split_error_us: Option<f64>,
+    /// A reply that came after its request had timed out (and was reported lost).
+    pub late: bool,
+    /// Part of the warm-up.
+    pub warmup: bool,
+}
+
+/// What a request/response run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RrReport {
+    /// Request bytes.
+    pub size: u32,
+    /// Reply bytes.
+    pub reply: u32,
+    /// Transport.
+    pub transport: Transport,
+    /// Warm-up round trips.
+    pub warmup: Option<Summary>,
+    /// Measured round trips.
+    pub latency: Option<Summary>,
+    /// Measured transactions per second.
+    pub transactions_per_sec: f64,
+    /// Requests sent (warm-up included).
+    pub sent: u64,
+    /// Replies received in time.
+    pub received: u64,
+    /// Replies that came after their timeout.
+    pub late: u64,
+    /// Requests that never reached the server (UDP).
+    pub lost_up: Option<u64>,
+    /// Replies the server sent that never arrived (UDP).
+    pub lost_down: Option<u64>,
+    /// Clock offset used for one-way splits (UDP).
+    pub offset: Option<Offset>,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Corrupt replies.
+    pub corrupt: u64,
+    /// Requests the server says it answered.
+    pub server_requests: Option<u64>,
+    /// Corrupt requests the server saw.
+    pub server_corrupt: Option<u64>,
+    /// Replies timed by their kernel receive timestamp (`rx_timestamps`).
+    pub rx_stamped: u64,
+    /// The network error that ended the run early, if one did; everything
+    /// above counts what was measured before it.
+    pub error: Option<String>,
+}
+
+impl RrReport {
+    /// A report with nothing measured yet.
+    pub(super) fn empty(cfg: &RrConfig) -> RrReport {
+        RrReport {
+            size: cfg.size,
+            reply: cfg.reply,
+            transport: cfg.transport,
+            warmup: None,
+            latency: None,
+            transactions_per_sec: 0.0,
+            sent: 0,
+            received: 0,
+            late: 0,
+            lost_up: None,
+            lost_down: None,
+            offset: None,
+            interrupted: false,
+            corrupt: 0,
+            server_requests: None,
+            server_corrupt: None,
+            rx_stamped: 0,
+            error: None,
+        }
+    }
+}
+
+/// How often a UDP run checks that the server is still there.
+pub(super) const LIVENESS_CHECK: Duration = Duration::from_millis(250);
+
+/// One run in progress: its settings, its samples so far, and its stop flag.
+pub(super) struct Run<'a> {
+    pub(super) cfg: &'a RrConfig,
+    /// Requests to send, warm-up included.
+    pub(super) total: u64,
+    pub(super) interrupt: &'a AtomicBool,
+    warm: LatencyStats,
+    main: LatencyStats,
+    pub(super) rep: RrReport,
+    /// Wall-clock span of the measured round trips: from the start of the
+    /// first to the end of the last (transactions per second, as ACE counts
+    /// them, include everything between round trips).
+    main_span: Option<(Instant, Instant)>,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn new(
+        cfg: &'a RrConfig,
+        total: u64,
+        interrupt: &'a AtomicBool,
+        stats: impl Fn() -> LatencyStats,
+    ) -> Run<'a> {
+        Run {
+            cfg,
+            total,
+            interrupt,
+            warm: stats(),
+            main: stats(),
+            rep: RrReport::empty(cfg),
+            main_span: None,
+        }
+    }
+
+    /// Fills `rep`'s latency figures from the samples; returns the measured
+    /// round trips' statistics.
+    pub(super) fn summarise(self, rep: &mut RrReport) -> LatencyStats {
+        rep.warmup = self.warm.summary();
+        rep.latency = self.main.summary();
+        if let Some((first, last)) = self.main_span
+            && last > first
+        {
+            rep.transactions_per_sec = self.main.count() as f64 / (last - first).as_secs_f64();
+        }
+        self.main
+    }
+
+    pub(super) fn record(&mut self, seq: u64, rtt: Duration) {
+        let ns = rtt.as_nanos() as u64;
+        if seq < self.cfg.warmup {
+            self.warm.record_ns(ns);
+        } else {
+            self.main.record_ns(ns);
+            let now = Instant::now();
+            let first = self
+                .main_span
+                .map_or(now.checked_sub(rtt).unwrap_or(now), |s| s.0);
+            self.main_span = Some((first, now));
+        }
+    }
+}
