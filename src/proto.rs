@@ -362,6 +362,22 @@ pub struct SessionSummary {
     pub requests: u64,
 }
 
+impl SessionSummary {
+    /// Both tallies together (one server's sessions from several addresses).
+    pub fn plus(&self, o: &SessionSummary) -> SessionSummary {
+        SessionSummary {
+            connections: self.connections + o.connections,
+            success: self.success + o.success,
+            network_errors: self.network_errors + o.network_errors,
+            data_errors: self.data_errors + o.data_errors,
+            cancelled: self.cancelled + o.cancelled,
+            bytes_sent: self.bytes_sent + o.bytes_sent,
+            bytes_received: self.bytes_received + o.bytes_received,
+            requests: self.requests + o.requests,
+        }
+    }
+}
+
 /// Machine-readable reason carried by [`Message::Error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

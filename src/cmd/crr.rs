@@ -43,6 +43,8 @@ pub struct CrrArgs {
     #[arg(short = 't', long = "time", visible_alias = "time-limit", value_parser = positive_duration)]
     time: Option<Duration>,
     #[command(flatten)]
+    bind: super::Sources,
+    #[command(flatten)]
     json: Json,
     #[command(flatten)]
     verbosity: Verbosity,
@@ -89,6 +91,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         a.parallel,
     );
     cfg.time_limit = a.time;
+    cfg.bind = a.bind.addrs();
     cfg.key = key;
     let mut col = Counted {
         inner: netrig::rr::crr::CrrCollector::default(),

@@ -11,7 +11,7 @@
 
 use anyhow::{Context, Result};
 use clap::{ArgAction, Args};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -166,7 +166,74 @@ impl KeyArg {
     }
 }
 
+/// Most addresses one `-B A-B` range may name.
+pub const MAX_BIND_RANGE: u128 = 1024;
+
+/// A `-B` value: one address, or an inclusive range `A-B` of one family.
+#[derive(Clone, Debug)]
+pub struct Addrs(pub Vec<IpAddr>);
+
+/// `-B` for the commands built on the TCP engine (tcp, crr).
+#[derive(Args, Clone)]
+pub struct Sources {
+    /// Local addresses to connect from: repeatable, comma-separated, or a
+    /// range A-B (loopback has about 28,000 ports per source address). Each
+    /// address of the target's IP family opens a session of its own, and
+    /// connections take them in turn.
+    #[arg(short = 'B', long, value_name = "IP[,IP|A-B...]", value_delimiter = ',', value_parser = addrs)]
+    bind: Vec<Addrs>,
+}
+
+impl Sources {
+    /// Every address given, in order, each once.
+    pub fn addrs(&self) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = Vec::new();
+        for ip in self.bind.iter().flat_map(|a| a.0.iter()) {
+            if !out.contains(ip) {
+                out.push(*ip);
+            }
+        }
+        out
+    }
+}
+
 // Value parsers for clap: each error becomes clap's one-line usage error.
+pub fn addrs(s: &str) -> Result<Addrs> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let ip = |t: &str| -> Result<IpAddr> {
+        t.trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("'{}' is not an IP address", t.trim()))
+    };
+    let Some((a, b)) = s.split_once('-') else {
+        return Ok(Addrs(vec![ip(s)?]));
+    };
+    let (lo, hi, v4) = match (ip(a)?, ip(b)?) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            (u128::from(u32::from(a)), u128::from(u32::from(b)), true)
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), false),
+        _ => anyhow::bail!("range {s} mixes IPv4 and IPv6"),
+    };
+    if hi < lo {
+        anyhow::bail!("range {s} ends before it starts");
+    }
+    if hi - lo >= MAX_BIND_RANGE {
+        anyhow::bail!(
+            "range {s} names {} addresses; at most {MAX_BIND_RANGE}",
+            hi - lo + 1
+        );
+    }
+    Ok(Addrs(
+        (lo..=hi)
+            .map(|n| match v4 {
+                true => IpAddr::V4(Ipv4Addr::from(n as u32)),
+                false => IpAddr::V6(Ipv6Addr::from(n)),
+            })
+            .collect(),
+    ))
+}
+
 pub fn target_arg(s: &str) -> Result<String> {
     netrig::net::check_target(s)?;
     Ok(s.to_string())

@@ -2,7 +2,6 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -65,10 +64,8 @@ pub struct TcpArgs {
     /// (ctsTraffic -TimeLimit).
     #[arg(short = 't', long = "time", visible_alias = "time-limit", alias = "duration", value_parser = positive_duration)]
     time: Option<Duration>,
-    /// Local address to connect from (repeatable or comma-separated; used
-    /// round-robin per IP family).
-    #[arg(short = 'B', long, value_name = "IP[,IP...]", value_delimiter = ',')]
-    bind: Vec<IpAddr>,
+    #[command(flatten)]
+    bind: super::Sources,
     /// data: check every byte against the pattern; connection: byte counts only.
     #[arg(long, value_enum, default_value_t = VerifyLevel::Data)]
     verify: VerifyLevel,
@@ -139,7 +136,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         buffer: a.length,
         verify: a.verify,
         time_limit: a.time,
-        bind: a.bind,
+        bind: a.bind.addrs(),
         interval: Some(a.interval),
         idle_timeout: Some(a.idle_timeout),
         seed: a.seed,
@@ -222,6 +219,14 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     }
     if let Some(lost) = rep.lost_servers.first() {
         failure.get_or_insert_with(|| format!("server {lost} was lost mid-test"));
+    }
+    let failed = rep.totals.net_errors + rep.totals.data_errors;
+    if let Some(first) = reporter.first_failure()
+        && failure.is_none()
+    {
+        let why = format!("{failed} connection(s) failed; first: {first}");
+        eprintln!("netrig: {why}");
+        failure = Some(why);
     }
     Ok(finish(
         code,

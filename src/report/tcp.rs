@@ -68,6 +68,9 @@ pub struct Reporter {
     status: Option<RowWriter>,
     connections: Option<RowWriter>,
     errors: Vec<io::Error>,
+    /// The first failed connection's result detail: why the run failed,
+    /// said even when failures are not printed one by one.
+    first_failure: Option<String>,
 }
 
 impl Reporter {
@@ -91,7 +94,13 @@ impl Reporter {
             status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
             errors: Vec::new(),
+            first_failure: None,
         })
+    }
+
+    /// The first failed connection's reason, if one failed.
+    pub fn first_failure(&self) -> Option<&str> {
+        self.first_failure.as_deref()
     }
 
     /// Prints the settings banner and the table header.
@@ -190,6 +199,14 @@ impl Observer for Reporter {
     }
 
     fn connection(&mut self, rec: &ConnectionRecord) {
+        if matches!(
+            rec.result.kind,
+            ResultKind::NetworkError | ResultKind::DataError
+        ) && rec.refused.is_none()
+        {
+            self.first_failure
+                .get_or_insert_with(|| rec.result.detail.clone());
+        }
         let show = match rec.result.kind {
             ResultKind::Success | ResultKind::Cancelled => self.verbosity >= 3,
             _ => self.verbosity >= 2,

@@ -20,7 +20,7 @@ use crate::proto::{Message, SessionSummary};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
 pub use super::session::ConnectionRecord;
-use super::session::{Shared, control_finish, note_lost_servers, open_session};
+use super::session::{Shared, control_finish, note_lost_servers, open_sessions};
 pub use crate::control::ClientError;
 
 /// Receives the run's output as it happens.
@@ -56,6 +56,26 @@ pub struct RunReport {
     pub server_errors: Vec<(SocketAddr, String)>,
 }
 
+/// Sums the sessions each server held; a server whose account of any of
+/// them is missing has none.
+fn merge_by_server(
+    sessions: Vec<(SocketAddr, Option<SessionSummary>)>,
+) -> Vec<(SocketAddr, Option<SessionSummary>)> {
+    let mut out: Vec<(SocketAddr, Option<SessionSummary>)> = Vec::new();
+    for (addr, sum) in sessions {
+        match out.iter_mut().find(|(a, _)| *a == addr) {
+            None => out.push((addr, sum)),
+            Some((_, total)) => {
+                *total = match (total.take(), sum) {
+                    (Some(t), Some(s)) => Some(t.plus(&s)),
+                    _ => None,
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Runs a TCP test. `interrupt` is set by the Ctrl-C handler; the run then
 /// stops gracefully and still returns everything measured.
 pub fn run(
@@ -66,7 +86,7 @@ pub fn run(
     cfg.validate()?;
     let mut sessions = Vec::new();
     for t in &cfg.targets {
-        sessions.push(open_session(t, &cfg)?);
+        sessions.extend(open_sessions(t, &cfg)?);
     }
     if sessions.is_empty() {
         return Err(ClientError::Control {
@@ -195,6 +215,8 @@ pub fn run(
         };
         servers.push((s.addr, summary));
     }
+    // One entry per server, whatever number of source addresses used it.
+    let servers = merge_by_server(servers);
     Ok(RunReport {
         duration_secs,
         totals,

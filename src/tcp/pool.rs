@@ -11,7 +11,7 @@ use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::Sender;
@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::config::BufferSpec;
 use super::drive::{Env, pump};
 use super::machine::Conn;
-use super::session::{ConnectionRecord, Shared, pick_bind};
+use super::session::{ConnectionRecord, Shared};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
@@ -215,10 +215,8 @@ impl Worker<'_> {
             refused: None,
         };
         let started = Instant::now();
-        let stream = pick_bind(&self.sh.cfg, addr, index)
-            .map_err(|e| e.to_string())
-            .and_then(|from| connect(addr, from).map_err(|e| format!("connect to {addr}: {e}")));
-        let stream = match stream {
+        let from = self.sh.sessions[session].bind;
+        let stream = match connect(addr, from).map_err(|e| connect_error(addr, from, &e)) {
             Ok(s) => s,
             Err(detail) => {
                 self.sh.throttle_release();
@@ -515,7 +513,22 @@ impl Worker<'_> {
 }
 
 /// Starts a non-blocking connect to `to`, from `from` if given.
-fn connect(to: SocketAddr, from: Option<std::net::IpAddr>) -> io::Result<TcpStream> {
+/// A failed connect's detail; a used-up port range says what to do.
+fn connect_error(to: SocketAddr, from: Option<IpAddr>, e: &io::Error) -> String {
+    match (e.raw_os_error(), from) {
+        (Some(libc::EADDRNOTAVAIL), Some(ip)) => format!(
+            "connect to {to} from {ip}: no free local port ({e}): each source address has one \
+             ephemeral port range per server address; spread over more with -B A-B"
+        ),
+        (Some(libc::EADDRNOTAVAIL), None) => format!(
+            "connect to {to}: no free local port ({e}): the ephemeral port range is used up; \
+             spread over more source addresses with -B A-B"
+        ),
+        _ => format!("connect to {to}: {e}"),
+    }
+}
+
+fn connect(to: SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.set_nonblocking(true)?;

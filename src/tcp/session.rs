@@ -3,7 +3,7 @@
 //! `--throttle` budget; and the record each data connection ends with.
 
 use serde::Serialize;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -49,6 +49,8 @@ pub struct ConnectionRecord {
 
 pub(super) struct ServerControl {
     pub(super) addr: SocketAddr,
+    /// The `-B` address this session's connections come from.
+    pub(super) bind: Option<IpAddr>,
     pub(super) id: Uuid,
     control: Mutex<TcpStream>,
     /// The session's key (with a pre-shared key), for data connection proofs.
@@ -157,18 +159,43 @@ pub(super) fn note_lost_servers(
     }
 }
 
-pub(super) fn open_session(
+/// Opens the sessions a run uses on `target`: one per source address. The
+/// server admits a session's data connections only from the address its
+/// control connection came from, so each `-B` address of the target's IP
+/// family gets a session of its own (none given: one, from the address the
+/// kernel picks).
+pub(super) fn open_sessions(
     target: &str,
     cfg: &TcpClientConfig,
+) -> Result<Vec<ServerControl>, ClientError> {
+    let first = open_session(target, cfg, |addr| first_bind(cfg, addr))?;
+    let server = first.addr;
+    let more: Vec<IpAddr> = cfg
+        .bind
+        .iter()
+        .filter(|ip| ip.is_ipv4() == server.is_ipv4() && Some(**ip) != first.bind)
+        .copied()
+        .collect();
+    let mut out = vec![first];
+    for ip in more {
+        // The address the first session resolved to, so every session
+        // reaches the same server.
+        out.push(open_session(&server.to_string(), cfg, |_| Ok(Some(ip)))?);
+    }
+    Ok(out)
+}
+
+fn open_session(
+    target: &str,
+    cfg: &TcpClientConfig,
+    bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
 ) -> Result<ServerControl, ClientError> {
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-    let mut c = Control::connect(
-        target,
-        cfg.port,
-        |addr| pick_bind(cfg, addr, 0),
-        timeout,
-        cfg.key.as_ref(),
-    )?;
+    let mut c = Control::connect(target, cfg.port, bind, timeout, cfg.key.as_ref())?;
+    let bind = match cfg.bind.is_empty() {
+        true => None,
+        false => c.stream.local_addr().ok().map(|a| a.ip()),
+    };
     let id = match c.request(TestSpec::Tcp(cfg.spec()))? {
         Message::TestAccept { session } => session,
         m => return Err(c.unexpected(m)),
@@ -177,6 +204,7 @@ pub(super) fn open_session(
     let _ = c.stream.set_read_timeout(None);
     Ok(ServerControl {
         addr: c.addr,
+        bind,
         id,
         data_key: c.datagram_key,
         control: Mutex::new(c.stream),
@@ -184,23 +212,15 @@ pub(super) fn open_session(
     })
 }
 
-pub(super) fn pick_bind(
-    cfg: &TcpClientConfig,
-    to: SocketAddr,
-    index: u64,
-) -> Result<Option<std::net::IpAddr>, ConfigError> {
+/// The first `-B` address of `to`'s IP family, if `-B` was given.
+fn first_bind(cfg: &TcpClientConfig, to: SocketAddr) -> Result<Option<IpAddr>, ConfigError> {
     if cfg.bind.is_empty() {
         return Ok(None);
     }
-    let same: Vec<_> = cfg
-        .bind
-        .iter()
-        .filter(|ip| ip.is_ipv4() == to.is_ipv4())
-        .collect();
-    if same.is_empty() {
-        return Err(ConfigError::NoBindForFamily(to.to_string()));
+    match cfg.bind.iter().find(|ip| ip.is_ipv4() == to.is_ipv4()) {
+        Some(ip) => Ok(Some(*ip)),
+        None => Err(ConfigError::NoBindForFamily(to.to_string())),
     }
-    Ok(Some(*same[(index % same.len() as u64) as usize]))
 }
 
 impl Shared {
