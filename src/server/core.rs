@@ -9,7 +9,7 @@
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::io;
+use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
@@ -281,7 +281,28 @@ impl<'a> Loop<'a> {
                         }
                     }
                 }
-                Stage::Refuse(out) => return keep_if_blocked(out.flush(&slot.stream)),
+                Stage::Refuse(out) => {
+                    match out.flush(&slot.stream) {
+                        Ok(true) => {}
+                        Ok(false) => return Next::Keep,
+                        Err(_) => return Next::Close,
+                    }
+                    // A client sends its first data right behind its hello,
+                    // and closing with unread bytes would reset the
+                    // connection and could destroy the refusal before the
+                    // client reads it: close this side, then read until the
+                    // client closes (the idle timeout bounds it).
+                    let _ = slot.stream.shutdown(std::net::Shutdown::Write);
+                    loop {
+                        match (&slot.stream).read(&mut self.buf) {
+                            Ok(0) => return Next::Close,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(_) => return Next::Close,
+                        }
+                    }
+                }
                 Stage::Data { a, conn, ack } => {
                     match ack.flush(&slot.stream) {
                         Ok(true) => {}
@@ -297,6 +318,7 @@ impl<'a> Loop<'a> {
                         counters: &a.sess.counters,
                         guard: Some(&a.sess.guard),
                         stopped: &stopped,
+                        may_read: true,
                     };
                     while !conn.is_done() {
                         let p = pump(conn, &slot.stream, &mut self.buf, &env);

@@ -56,6 +56,10 @@ pub struct RunReport {
     pub server_errors: Vec<(SocketAddr, String)>,
 }
 
+/// How often the run's thread collects connection records and checks its
+/// servers, limits and signals.
+const COLLECT: Duration = Duration::from_millis(10);
+
 /// Sums the sessions each server held; a server whose account of any of
 /// them is missing has none.
 fn merge_by_server(
@@ -132,26 +136,34 @@ pub fn run(
     let mut lost_servers = Vec::new();
     let mut refusals: Vec<(String, u64)> = Vec::new();
     let mut server_errors = Vec::new();
-    loop {
+    // The loops' records are collected every few ms rather than one wake-up
+    // each: at tens of thousands of connections a second, waking this thread
+    // per connection cost the loops a core's share of context switches.
+    let mut last_end = 0.0f64;
+    'run: loop {
         let now = Instant::now();
-        let mut wait = Duration::from_millis(50);
+        let mut wait = COLLECT;
         if let Some(t) = next_tick {
             wait = wait.min(t.saturating_duration_since(now));
         }
-        match rx.recv_timeout(wait) {
-            Ok(rec) => {
-                if let Some(why) = &rec.refused {
-                    match refusals.iter_mut().find(|(w, _)| w == why) {
-                        Some((_, n)) => *n += 1,
-                        None => refusals.push((why.to_string(), 1)),
+        std::thread::sleep(wait);
+        loop {
+            match rx.try_recv() {
+                Ok(rec) => {
+                    if let Some(why) = &rec.refused {
+                        match refusals.iter_mut().find(|(w, _)| w == why) {
+                            Some((_, n)) => *n += 1,
+                            None => refusals.push((why.to_string(), 1)),
+                        }
+                        // More connections would only be refused too.
+                        shared.halt.store(true, SeqCst);
                     }
-                    // More connections would only be refused too.
-                    shared.halt.store(true, SeqCst);
+                    last_end = last_end.max(rec.time_slice);
+                    obs.connection(&rec)
                 }
-                obs.connection(&rec)
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => break 'run,
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if interrupt.load(SeqCst) && !shared.stop.load(SeqCst) {
             interrupted = true;
@@ -193,7 +205,12 @@ pub fn run(
         };
         note_lost_servers(&shared, &mut lost_servers, &mut server_errors, wait);
     }
-    let duration_secs = shared.elapsed();
+    // A run that ran out of connections ended with its last one, not when
+    // this thread next looked.
+    let duration_secs = match shared.stop.load(SeqCst) || last_end == 0.0 {
+        true => shared.elapsed(),
+        false => last_end.max(prev.1),
+    };
     let totals = shared.counters.snapshot();
     let last = IntervalRow::between(&prev.0, prev.1, &totals, duration_secs);
     obs.interval(&last);

@@ -22,6 +22,10 @@ pub struct Env<'a> {
     pub guard: Option<&'a SendGuard>,
     /// Whether the run was stopped: a failure after that is a cancellation.
     pub stopped: &'a dyn Fn() -> bool,
+    /// Whether the machine may read: a client that sent its data hello
+    /// writes its first data at once, but reads nothing before the
+    /// server's acknowledgement.
+    pub may_read: bool,
 }
 
 /// A guarded send that gave up, as this end's verdict.
@@ -116,7 +120,10 @@ where
             conn.set_burst_info(k, i.tcpi_total_retrans, i.tcpi_snd_cwnd, i.tcpi_rtt);
         }
     }
-    let want = conn.want_read().min(buf.len());
+    let want = match env.may_read {
+        true => conn.want_read().min(buf.len()),
+        false => 0,
+    };
     if want > 0 && !conn.is_done() {
         match r.read(&mut buf[..want]) {
             Ok(0) => {

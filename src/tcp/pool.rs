@@ -37,9 +37,16 @@ const BURSTS_WAIT: Duration = Duration::from_secs(2);
 enum Stage {
     /// The TCP handshake is in progress.
     Connecting,
-    /// Sending the data hello (`at` bytes of `out` written), then reading the
-    /// acknowledgement into `inbuf`.
-    Hello { out: Out, inbuf: Vec<u8> },
+    /// Sending the data hello, then reading the acknowledgement into
+    /// `inbuf`. The data does not wait for it: it follows the hello at once
+    /// (the server reads the hello frame alone, and the data after it once
+    /// it has accepted the connection), which saves a round trip per
+    /// connection; only reading waits.
+    Hello {
+        out: Out,
+        inbuf: Vec<u8>,
+        conn: Box<Conn>,
+    },
     /// The data phase.
     Data(Box<Conn>),
     /// Reading the server's account of the bursts until `until`.
@@ -301,20 +308,49 @@ impl Worker<'_> {
                             .data_key
                             .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
                     });
+                    let conn = Conn::new(
+                        &self.sh.cfg.spec(),
+                        slot.rec.connection_id,
+                        Role::Client,
+                        slot.rec.buffer as usize,
+                        Instant::now(),
+                    );
                     slot.stage = Stage::Hello {
                         out: Out::new(proto::encode(&hello)),
                         inbuf: Vec::new(),
+                        conn: Box::new(conn),
                     };
                     slot.last_progress = Instant::now();
                 }
-                Stage::Hello { out, inbuf } => {
+                Stage::Hello { out, inbuf, conn } => {
                     match out.flush(&slot.stream) {
                         Ok(true) => {}
                         Ok(false) => return Ok(()),
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                     }
                     match crate::net::read_frame(&slot.stream, inbuf) {
-                        Ok(None) => return Ok(()),
+                        Ok(None) => {
+                            let stop = || self.sh.stop.load(SeqCst);
+                            let env = Env {
+                                counters: &self.sh.counters,
+                                guard: None,
+                                stopped: &stop,
+                                may_read: false,
+                            };
+                            let n = (slot.rec.buffer as usize).min(self.buf.len());
+                            let buf = &mut self.buf[..n];
+                            let last = &mut slot.last_progress;
+                            run_until_blocked(
+                                conn,
+                                &slot.stream,
+                                buf,
+                                &env,
+                                last,
+                                &mut self.timers,
+                                k,
+                            );
+                            return Ok(());
+                        }
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
                             if connection == slot.rec.connection_id => {}
@@ -328,15 +364,11 @@ impl Worker<'_> {
                         }
                     }
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
-                    let spec = self.sh.cfg.spec();
-                    let conn = Conn::new(
-                        &spec,
-                        slot.rec.connection_id,
-                        Role::Client,
-                        slot.rec.buffer as usize,
-                        Instant::now(),
-                    );
-                    slot.stage = Stage::Data(Box::new(conn));
+                    if let Stage::Hello { conn, .. } =
+                        std::mem::replace(&mut slot.stage, Stage::Connecting)
+                    {
+                        slot.stage = Stage::Data(conn);
+                    }
                     slot.last_progress = Instant::now();
                 }
                 Stage::Data(conn) => {
@@ -345,22 +377,13 @@ impl Worker<'_> {
                         counters: &self.sh.counters,
                         guard: None,
                         stopped: &stop,
+                        may_read: true,
                     };
                     let n = (slot.rec.buffer as usize).min(self.buf.len());
-                    loop {
-                        let p = pump(conn, &slot.stream, &mut self.buf[..n], &env);
-                        if conn.is_done() {
-                            break;
-                        }
-                        if p.moved {
-                            slot.last_progress = Instant::now();
-                            continue;
-                        }
-                        if let Some(at) = p.timer {
-                            // Waiting for a burst is not idleness.
-                            slot.last_progress = Instant::now();
-                            self.timers.push(at, k);
-                        }
+                    let buf = &mut self.buf[..n];
+                    let last = &mut slot.last_progress;
+                    if !run_until_blocked(conn, &slot.stream, buf, &env, last, &mut self.timers, k)
+                    {
                         return Ok(());
                     }
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
@@ -513,6 +536,34 @@ impl Worker<'_> {
 }
 
 /// Starts a non-blocking connect to `to`, from `from` if given.
+/// Runs `conn` until it is done (true) or blocks (false) on its socket or
+/// a timer (a burst's start, which is not idleness).
+fn run_until_blocked(
+    conn: &mut Conn,
+    stream: &TcpStream,
+    buf: &mut [u8],
+    env: &Env,
+    last_progress: &mut Instant,
+    timers: &mut Timers,
+    k: usize,
+) -> bool {
+    loop {
+        let p = pump(conn, stream, buf, env);
+        if conn.is_done() {
+            return true;
+        }
+        if p.moved {
+            *last_progress = Instant::now();
+            continue;
+        }
+        if let Some(at) = p.timer {
+            *last_progress = Instant::now();
+            timers.push(at, k);
+        }
+        return false;
+    }
+}
+
 /// A failed connect's detail; a used-up port range says what to do.
 fn connect_error(to: SocketAddr, from: Option<IpAddr>, e: &io::Error) -> String {
     match (e.raw_os_error(), from) {
