@@ -33,43 +33,89 @@ use crate::tcp::machine::Conn;
 const TICK: Duration = Duration::from_millis(20);
 const WAKE: Token = Token(usize::MAX);
 
-/// An accepted connection on its way to a loop.
-struct Incoming {
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
+/// First token of the listeners loop 0 accepts on (counting down).
+const LISTEN: usize = usize::MAX - 1;
+
+/// What reaches a loop from outside.
+enum Incoming {
+    /// An accepted connection, already counted in `open`.
+    Conn {
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+    },
+    /// The TCP listeners, for loop 0 to accept on.
+    Listen(Vec<std::net::TcpListener>),
+}
+
+/// How to reach every loop, and how many connections each holds.
+struct Loops {
+    ways: Vec<(Sender<Incoming>, Arc<Waker>)>,
+    live: Vec<AtomicUsize>,
+    next: AtomicUsize,
+}
+
+impl Loops {
+    fn send(&self, k: usize, m: Incoming) -> bool {
+        let (tx, waker) = &self.ways[k];
+        tx.send(m).is_ok() && waker.wake().is_ok()
+    }
+
+    /// The loop holding the fewest connections; `prefer` on a tie.
+    fn least_busy(&self, prefer: usize) -> usize {
+        let load = |k: usize| self.live[k].load(Relaxed);
+        (0..self.live.len()).fold(
+            prefer,
+            |best, k| if load(k) < load(best) { k } else { best },
+        )
+    }
 }
 
 /// The loops, and where the next connection goes.
 pub(super) struct Core {
-    loops: Vec<(Sender<Incoming>, Arc<Waker>)>,
-    next: AtomicUsize,
+    loops: Arc<Loops>,
 }
 
 impl Core {
     /// Starts `threads` loops serving `st`.
     pub(super) fn start(st: &Arc<State>, threads: usize) -> io::Result<Core> {
-        let mut loops = Vec::new();
-        for i in 0..threads.max(1) {
+        let mut polls = Vec::new();
+        let mut ways = Vec::new();
+        let mut rxs = Vec::new();
+        for _ in 0..threads.max(1) {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
             let (tx, rx) = channel();
+            polls.push(poll);
+            ways.push((tx, waker));
+            rxs.push(rx);
+        }
+        let loops = Arc::new(Loops {
+            live: ways.iter().map(|_| AtomicUsize::new(0)).collect(),
+            ways,
+            next: AtomicUsize::new(0),
+        });
+        for (i, (poll, rx)) in polls.into_iter().zip(rxs).enumerate() {
             let st = Arc::clone(st);
+            let loops = Arc::clone(&loops);
             std::thread::Builder::new()
                 .name(format!("serve-{i}"))
-                .spawn(move || Loop::new(&st, poll, rx).run())?;
-            loops.push((tx, waker));
+                .spawn(move || Loop::new(&st, poll, rx, i, loops).run())?;
         }
-        Ok(Core {
-            loops,
-            next: AtomicUsize::new(0),
-        })
+        Ok(Core { loops })
+    }
+
+    /// Has loop 0 accept on the TCP listeners: a new connection then starts
+    /// on the thread that accepted it when that loop is the least busy,
+    /// without a hand-over (which cost connection churn a thread wake-up
+    /// per connection).
+    pub(super) fn listen(&self, listeners: Vec<std::net::TcpListener>) -> bool {
+        self.loops.send(0, Incoming::Listen(listeners))
     }
 
     /// Hands an accepted connection (already counted in `open`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
-        let k = self.next.fetch_add(1, Relaxed) % self.loops.len();
-        let (tx, waker) = &self.loops[k];
-        tx.send(Incoming { stream, peer }).is_ok() && waker.wake().is_ok()
+        let k = self.loops.next.fetch_add(1, Relaxed) % self.loops.ways.len();
+        self.loops.send(k, Incoming::Conn { stream, peer })
     }
 }
 
@@ -120,10 +166,24 @@ struct Loop<'a> {
     free: Vec<usize>,
     timers: Timers,
     buf: Vec<u8>,
+    /// This loop's number, and every loop's.
+    index: usize,
+    loops: Arc<Loops>,
+    /// Loop 0: the listeners it accepts on, and until when accepting
+    /// pauses after running out of descriptors.
+    listeners: Vec<mio::net::TcpListener>,
+    paused: Option<Instant>,
+    accept_log: super::RateLimitedLog,
 }
 
 impl<'a> Loop<'a> {
-    fn new(st: &'a Arc<State>, poll: Poll, rx: Receiver<Incoming>) -> Loop<'a> {
+    fn new(
+        st: &'a Arc<State>,
+        poll: Poll,
+        rx: Receiver<Incoming>,
+        index: usize,
+        loops: Arc<Loops>,
+    ) -> Loop<'a> {
         Loop {
             st,
             arc: Arc::clone(st),
@@ -133,6 +193,62 @@ impl<'a> Loop<'a> {
             free: Vec::new(),
             timers: Timers::default(),
             buf: vec![0u8; super::tcp::SERVER_BUFFER],
+            index,
+            loops,
+            listeners: Vec::new(),
+            paused: None,
+            accept_log: super::RateLimitedLog::default(),
+        }
+    }
+
+    /// Accepts what is pending on listener `i` (loop 0).
+    fn accept(&mut self, i: usize) {
+        let now = Instant::now();
+        if self.st.stop.load(SeqCst) || self.paused.is_some_and(|t| now < t) {
+            return;
+        }
+        self.paused = None;
+        loop {
+            let Some(l) = self.listeners.get(i) else {
+                return;
+            };
+            match l.accept() {
+                Ok((s, peer)) => {
+                    // SAFETY: the descriptor was just accepted and is owned
+                    // by `s`, which gives it up here.
+                    let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
+                    if !super::count_in(self.st, &stream) {
+                        continue;
+                    }
+                    let k = self.loops.least_busy(self.index);
+                    if k == self.index {
+                        self.add(stream, peer);
+                    } else if !self.loops.send(k, Incoming::Conn { stream, peer }) {
+                        self.st.open.fetch_sub(1, SeqCst);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Per-connection failures (ECONNABORTED) must not stop
+                    // the server. Out of descriptors, the pending connection
+                    // stays queued: pause, and try again when the timer is due.
+                    self.accept_log.note(&e, self.st.cfg.verbosity);
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        let at = now + super::ACCEPT_BACKOFF;
+                        self.paused = Some(at);
+                        self.timers.push(at, LISTEN - i);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Loop 0 stops accepting once the server stops.
+    fn stop_listening(&mut self) {
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
         }
     }
 
@@ -150,14 +266,22 @@ impl<'a> Loop<'a> {
             for ev in &events {
                 match ev.token() {
                     WAKE => self.take_incoming(),
+                    Token(k) if k > LISTEN - self.listeners.len() => self.accept(LISTEN - k),
                     Token(k) => self.advance(k),
                 }
             }
             let now = Instant::now();
             for k in self.timers.due(now) {
-                self.advance(k);
+                if k > LISTEN - self.listeners.len() {
+                    self.accept(LISTEN - k);
+                } else {
+                    self.advance(k);
+                }
             }
             if now >= next_scan {
+                if self.st.stop.load(SeqCst) && !self.listeners.is_empty() {
+                    self.stop_listening();
+                }
                 self.scan(now);
                 next_scan = now + TICK;
                 if self.st.stop.load(SeqCst) && self.slots.iter().all(Option::is_none) {
@@ -168,8 +292,27 @@ impl<'a> Loop<'a> {
     }
 
     fn take_incoming(&mut self) {
-        while let Ok(Incoming { stream, peer }) = self.rx.try_recv() {
-            self.add(stream, peer);
+        while let Ok(m) = self.rx.try_recv() {
+            match m {
+                Incoming::Conn { stream, peer } => self.add(stream, peer),
+                Incoming::Listen(ls) => {
+                    for l in ls {
+                        let mut l = mio::net::TcpListener::from_std(l);
+                        let token = Token(LISTEN - self.listeners.len());
+                        if self
+                            .poll
+                            .registry()
+                            .register(&mut l, token, Interest::READABLE)
+                            .is_ok()
+                        {
+                            self.listeners.push(l);
+                        }
+                    }
+                    for i in 0..self.listeners.len() {
+                        self.accept(i);
+                    }
+                }
+            }
         }
     }
 
@@ -222,6 +365,7 @@ impl<'a> Loop<'a> {
             _open: open,
             _client: client,
         });
+        self.loops.live[self.index].fetch_add(1, Relaxed);
         self.advance(k);
     }
 
@@ -234,6 +378,7 @@ impl<'a> Loop<'a> {
             Next::Close => self.close(k, slot),
             Next::Control(h, setup) => {
                 self.free.push(k);
+                self.loops.live[self.index].fetch_sub(1, Relaxed);
                 self.spawn_control(slot, h, setup);
             }
         }
@@ -422,6 +567,7 @@ impl<'a> Loop<'a> {
             crate::net::reset(&slot.stream);
         }
         self.free.push(k);
+        self.loops.live[self.index].fetch_sub(1, Relaxed);
     }
 
     /// Ends connections past their setup deadline or idle timeout, and

@@ -83,19 +83,19 @@ pub(crate) struct State {
 }
 
 /// How long the accept loop rests when the process is out of descriptors.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+pub(super) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// Least time between two accept-failure log lines.
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Accept failures, logged at most once per [`ACCEPT_LOG_EVERY`] with a count.
 #[derive(Default)]
-struct RateLimitedLog {
+pub(super) struct RateLimitedLog {
     last: Option<Instant>,
     suppressed: u64,
 }
 
 impl RateLimitedLog {
-    fn note(&mut self, e: &io::Error, verbosity: u8) {
+    pub(super) fn note(&mut self, e: &io::Error, verbosity: u8) {
         if self.last.is_some_and(|t| t.elapsed() < ACCEPT_LOG_EVERY) {
             self.suppressed += 1;
             return;
@@ -169,6 +169,14 @@ impl Server {
                 }
             }
         }
+        let clones: io::Result<Vec<TcpListener>> = listeners[..tcp_listeners]
+            .iter()
+            .map(TcpListener::try_clone)
+            .collect();
+        if !core.listen(clones?) {
+            state.stop.store(true, SeqCst);
+            return Err(io::Error::other("the event loops did not start"));
+        }
         Ok(Server {
             listeners,
             tcp_listeners,
@@ -206,9 +214,17 @@ impl Server {
         }
         let core = &self.core;
         let mut accept_log = RateLimitedLog::default();
+        // TCP is accepted on the first event loop; this thread accepts SCTP.
+        let sctp = &self.listeners[self.tcp_listeners..];
         while !st.stop.load(SeqCst) {
-            let ready = crate::net::poll_readable(&self.listeners, Duration::from_millis(100))?;
-            for (l, r) in self.listeners.iter().zip(ready) {
+            if sctp.is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let ready = match sctp.is_empty() {
+                true => Vec::new(),
+                false => crate::net::poll_readable(sctp, Duration::from_millis(100))?,
+            };
+            for (l, r) in sctp.iter().zip(ready) {
                 if !r {
                     continue;
                 }
@@ -257,24 +273,29 @@ impl Server {
     /// Counts an accepted connection in and hands it to an event loop, or
     /// refuses it when the server holds `--max-conns` already.
     fn admit(&self, core: &core::Core, stream: TcpStream, peer: SocketAddr) {
-        let st = &self.state;
-        if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
-            st.open.fetch_sub(1, SeqCst);
-            // Refused here: a short frame into an empty send buffer never blocks.
-            let _ = stream.set_nonblocking(true);
-            reply_error(
-                &stream,
-                &Limit::OpenConnections {
-                    max: st.cfg.limits.max_conns,
-                }
-                .into(),
-            );
-            return;
-        }
-        if !core.hand(stream, peer) {
-            st.open.fetch_sub(1, SeqCst);
+        if count_in(&self.state, &stream) && !core.hand(stream, peer) {
+            self.state.open.fetch_sub(1, SeqCst);
         }
     }
+}
+
+/// Counts a new connection in `open`, or refuses it when the server holds
+/// `--max-conns` already.
+fn count_in(st: &State, stream: &TcpStream) -> bool {
+    if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
+        st.open.fetch_sub(1, SeqCst);
+        // Refused here: a short frame into an empty send buffer never blocks.
+        let _ = stream.set_nonblocking(true);
+        reply_error(
+            stream,
+            &Limit::OpenConnections {
+                max: st.cfg.limits.max_conns,
+            }
+            .into(),
+        );
+        return false;
+    }
+    true
 }
 
 fn reply_error(stream: &TcpStream, why: &Refusal) {
