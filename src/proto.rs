@@ -530,6 +530,14 @@ impl Message {
         }
     }
 
+    /// The message's type as it is named on the wire (`test_request`, …).
+    pub fn type_name(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_str().map(String::from)))
+            .unwrap_or_else(|| "unknown".into())
+    }
+
     /// Our own hello, for either end.
     pub fn hello() -> Hello {
         Hello {

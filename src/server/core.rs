@@ -60,6 +60,18 @@ impl Loops {
         tx.send(m).is_ok() && waker.wake().is_ok()
     }
 
+    /// Counts a connection in on loop `k` before it gets there, so the next
+    /// choice sees it (connections accepted in one batch would otherwise
+    /// all go to the same loop), and hands it over; false if loop `k` is gone.
+    fn hand_to(&self, k: usize, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
+        self.live[k].fetch_add(1, Relaxed);
+        let sent = self.send(k, Incoming::Conn { stream, peer });
+        if !sent {
+            self.live[k].fetch_sub(1, Relaxed);
+        }
+        sent
+    }
+
     /// The loop holding the fewest connections; `prefer` on a tie.
     fn least_busy(&self, prefer: usize) -> usize {
         let load = |k: usize| self.live[k].load(Relaxed);
@@ -115,7 +127,7 @@ impl Core {
     /// Hands an accepted connection (already counted in `open`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
         let k = self.loops.next.fetch_add(1, Relaxed) % self.loops.ways.len();
-        self.loops.send(k, Incoming::Conn { stream, peer })
+        self.loops.hand_to(k, stream, peer)
     }
 }
 
@@ -222,8 +234,9 @@ impl<'a> Loop<'a> {
                     }
                     let k = self.loops.least_busy(self.index);
                     if k == self.index {
+                        self.loops.live[k].fetch_add(1, Relaxed);
                         self.add(stream, peer);
-                    } else if !self.loops.send(k, Incoming::Conn { stream, peer }) {
+                    } else if !self.loops.hand_to(k, stream, peer) {
                         self.st.open.fetch_sub(1, SeqCst);
                     }
                 }
@@ -355,6 +368,7 @@ impl<'a> Loop<'a> {
             .is_err()
         {
             self.free.push(k);
+            self.loops.live[self.index].fetch_sub(1, Relaxed);
             return;
         }
         self.slots[k] = Some(Slot2 {
@@ -365,7 +379,6 @@ impl<'a> Loop<'a> {
             _open: open,
             _client: client,
         });
-        self.loops.live[self.index].fetch_add(1, Relaxed);
         self.advance(k);
     }
 
@@ -420,7 +433,7 @@ impl<'a> Loop<'a> {
                         Message::DataHello(h) => slot.stage = self.data(slot.peer, &h),
                         m => {
                             slot.stage = refuse(&Refusal::Unexpected {
-                                got: super::msg_name(&m),
+                                got: m.type_name(),
                                 context: "where a hello or data hello belongs",
                             })
                         }
