@@ -224,8 +224,12 @@ const SERVER_LABEL: &[u8] = b"netrig-auth-v1 server";
 
 /// A fresh random nonce, hex.
 pub fn nonce() -> String {
-    let n: [u8; NONCE_LEN] = rand::random();
-    hex::encode(n)
+    hex::encode(nonce_bytes())
+}
+
+/// A fresh random nonce.
+pub fn nonce_bytes() -> Vec<u8> {
+    rand::random::<[u8; NONCE_LEN]>().to_vec()
 }
 
 /// Decodes a nonce received from the peer.

@@ -19,6 +19,7 @@ macro_rules! out {
 pub mod auth;
 pub mod budget;
 pub mod control;
+pub mod conversation;
 pub mod guard;
 pub mod keyfile;
 pub mod net;

@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+use crate::conversation::{Conversation, Step};
 use crate::proto::{
     Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
 };
-use crate::refusal::{AuthFailure, Limit, Refusal};
+use crate::refusal::{Limit, Refusal};
 
 mod core;
 pub mod limits;
@@ -329,198 +330,110 @@ fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>),
     Ok((all, mine))
 }
 
-fn msg_name(m: &Message) -> String {
-    serde_json::to_value(m)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str().map(String::from)))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup: Instant) {
-    if hello.protocol != PROTOCOL_VERSION {
-        return reply_error(
-            stream,
-            &Refusal::Version {
-                client: hello.protocol,
-                server: PROTOCOL_VERSION,
-            },
-        );
-    }
-    if st
+    let exiting = st
         .cfg
         .exit_after
-        .is_some_and(|n| st.admitted.load(SeqCst) >= n)
-    {
-        return reply_error(stream, &Refusal::Exiting);
-    }
-    let mut s = stream;
-    let mut datagram_key = None;
-    match &st.cfg.key {
-        None => {
-            if write_message(&mut s, &Message::HelloAck(Message::hello())).is_err() {
-                return;
-            }
-        }
-        Some(key) => match authenticate(key, stream, &hello, setup) {
-            Ok(k) => datagram_key = Some(k),
-            Err(why) => {
-                if st.cfg.verbosity >= 1 {
-                    crate::out!("{peer}: {why}");
-                }
-                return reply_error(stream, &why.into());
-            }
-        },
-    }
+        .is_some_and(|n| st.admitted.load(SeqCst) >= n);
+    let limits = st.cfg.limits;
+    let (mut conv, mut steps) = Conversation::new(
+        &hello,
+        exiting,
+        st.cfg.key.clone(),
+        crate::auth::nonce_bytes(),
+        limits.max_duration,
+    );
     let _ = crate::net::keepalive(stream);
+    let mut s = stream;
     let mut session: Option<(Uuid, Arc<Session>)> = None;
     let mut _test_slots = None;
-    let limits = st.cfg.limits;
+    // Before a test: the setup deadline bounds the greeting and the proof.
     let mut reader = Timed::new(stream, st.cfg.handshake_timeout, setup);
-    loop {
-        let msg = match read_message(&mut reader) {
-            Ok(m) => m,
-            Err(ReadError::Proto(e)) => {
-                reply_error(stream, &e.into());
-                break;
+    'talk: loop {
+        let mut i = 0;
+        while i < steps.len() {
+            let step = std::mem::replace(&mut steps[i], Step::Close);
+            i += 1;
+            match step {
+                Step::Send(m) => {
+                    if write_message(&mut s, &m).is_err() {
+                        break 'talk;
+                    }
+                }
+                Step::Refuse(why) => {
+                    if matches!(why, Refusal::Auth(_)) && st.cfg.verbosity >= 1 {
+                        crate::out!("{peer}: {why}");
+                    }
+                    reply_error(stream, &why);
+                    break 'talk;
+                }
+                Step::Close => break 'talk,
+                Step::Cancel => {
+                    if let Some((_, sess)) = &session {
+                        sess.cancel();
+                    }
+                }
+                Step::Abort => {
+                    if let Some((_, sess)) = &session {
+                        sess.abort();
+                    }
+                }
+                Step::Finish => {
+                    if let Some((_, sess)) = &session {
+                        // The client may say goodbye while our side of its
+                        // last connections is still being counted: wait
+                        // briefly for them.
+                        let t0 = Instant::now();
+                        while sess.counters.in_flight.load(SeqCst) > 0
+                            && t0.elapsed() < Duration::from_secs(5)
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        let _ = write_message(&mut s, &Message::Summary(sess.summary()));
+                    }
+                }
+                Step::Admit(test) => {
+                    match take_test_slots(st, peer.ip().to_canonical()) {
+                        Ok(slots) => _test_slots = Some(slots),
+                        Err(why) => {
+                            steps.extend(conv.refused(why.into()));
+                            continue;
+                        }
+                    }
+                    match admit_test(st, stream, peer, test, conv.datagram_key()) {
+                        Admission::HandedOff => {
+                            conv.handed_off();
+                            break 'talk;
+                        }
+                        Admission::Refused(why) => steps.extend(conv.refused(why)),
+                        Admission::Tcp(id, sess) => {
+                            // Control idles during the test; keepalive
+                            // notices a vanished client, the deadline ends an
+                            // endless session.
+                            reader = Timed::new(stream, limits.deadline(), sess.guard.deadline());
+                            session = Some((id, sess));
+                            steps.extend(conv.accepted(id));
+                        }
+                    }
+                }
             }
+        }
+        if conv.is_done() {
+            break;
+        }
+        steps = match read_message(&mut reader) {
+            Ok(m) => conv.on_message(m),
+            Err(ReadError::Proto(e)) => conv.on_malformed(e),
             Err(ReadError::Io(e))
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) && session.is_some() =>
+                ) =>
             {
-                if let Some((_, sess)) = &session {
-                    sess.abort();
-                }
-                reply_error(
-                    stream,
-                    &Limit::DurationReached {
-                        max: limits.max_duration,
-                    }
-                    .into(),
-                );
-                break;
+                conv.on_timeout()
             }
-            Err(_) => break,
+            Err(_) => conv.on_closed(),
         };
-        if matches!(msg, Message::TestRequest { .. }) && session.is_none() {
-            match take_test_slots(st, peer.ip().to_canonical()) {
-                Ok(slots) => _test_slots = Some(slots),
-                Err(why) => {
-                    reply_error(stream, &why.into());
-                    break;
-                }
-            }
-        }
-        match (msg, &session) {
-            (
-                Message::TestRequest {
-                    test: TestSpec::Udp(spec),
-                },
-                None,
-            ) => {
-                crate::udp::serve::serve(
-                    stream,
-                    peer,
-                    spec,
-                    st.cfg.verbosity,
-                    st.cfg.limits,
-                    datagram_key,
-                );
-                break;
-            }
-            (
-                Message::TestRequest {
-                    test: TestSpec::Rr(spec),
-                },
-                None,
-            ) => {
-                let mut spec = spec;
-                match limits.rr_requests(&spec) {
-                    Ok(n) => spec.iterations = n,
-                    Err(why) => {
-                        reply_error(stream, &why.into());
-                        break;
-                    }
-                }
-                crate::rr::serve::serve(
-                    stream,
-                    peer,
-                    spec,
-                    st.cfg.verbosity,
-                    st.cfg.idle_timeout,
-                    st.cfg.limits,
-                );
-                break;
-            }
-            (
-                Message::TestRequest {
-                    test: TestSpec::Tcp(tcp),
-                },
-                None,
-            ) => match validate(&tcp, &limits)
-                .and_then(|t| Ok(limits.check_bytes(t.transfer).map(|_| t)?))
-            {
-                Ok(spec) => {
-                    let id = Uuid::new_v4();
-                    let sess = Arc::new(Session::new(peer, spec, &limits, datagram_key));
-                    if st.cfg.verbosity >= 1 {
-                        let t = &sess.spec;
-                        crate::out!(
-                            "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
-                            t.pattern,
-                            t.transfer,
-                            t.connections,
-                            t.verify
-                        );
-                    }
-                    st.sessions
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(id, Arc::clone(&sess));
-                    let deadline = sess.guard.deadline();
-                    session = Some((id, sess));
-                    // Control idles during the test; keepalive notices a
-                    // vanished client, the deadline ends an endless session.
-                    reader = Timed::new(stream, limits.deadline(), deadline);
-                    if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
-                        break;
-                    }
-                }
-                Err(why) => {
-                    reply_error(stream, &why);
-                    break;
-                }
-            },
-            (Message::Stop, Some((_, sess))) => {
-                sess.cancel();
-                if write_message(&mut s, &Message::StopAck).is_err() {
-                    break;
-                }
-            }
-            (Message::Goodbye, Some((_, sess))) => {
-                // The client may say goodbye while our side of its last
-                // connections is still being counted: wait briefly for them.
-                let t0 = Instant::now();
-                while sess.counters.in_flight.load(SeqCst) > 0
-                    && t0.elapsed() < Duration::from_secs(5)
-                {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                let _ = write_message(&mut s, &Message::Summary(sess.summary()));
-                break;
-            }
-            (m, _) => {
-                reply_error(
-                    stream,
-                    &Refusal::Unexpected {
-                        got: msg_name(&m),
-                        context: "on the control connection",
-                    },
-                );
-                break;
-            }
-        }
     }
     if let Some((id, sess)) = session {
         sess.cancel();
@@ -546,34 +459,63 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
     }
 }
 
-/// Runs the challenge-response on a control connection (see `crate::auth`);
-/// returns the session's datagram key.
-fn authenticate(
-    key: &crate::auth::Key,
+/// What became of a test request.
+enum Admission {
+    /// A UDP or request/response test ran on this connection, to its end.
+    HandedOff,
+    /// Refused, with the reason.
+    Refused(Refusal),
+    /// A TCP test runs as this session.
+    Tcp(Uuid, Arc<Session>),
+}
+
+/// Runs or registers the test `test` asks for, within the server's limits.
+fn admit_test(
+    st: &State,
     stream: &TcpStream,
-    hello: &Hello,
-    setup: Instant,
-) -> Result<crate::auth::DatagramKey, AuthFailure> {
-    let client_nonce = hello
-        .nonce
-        .as_deref()
-        .and_then(|n| crate::auth::decode_nonce(n).ok())
-        .ok_or(AuthFailure::Required)?;
-    let server_nonce = crate::auth::nonce();
-    let mut ack = Message::hello();
-    ack.nonce = Some(server_nonce.clone());
-    let mut s = stream;
-    write_message(&mut s, &Message::HelloAck(ack))?;
-    let sn = crate::auth::decode_nonce(&server_nonce)?;
-    // The setup deadline alone bounds the wait for the proof.
-    match read_message(&mut Timed::new(stream, Duration::MAX, setup)) {
-        Ok(Message::Auth { proof }) if key.verify_client(&client_nonce, &sn, &proof) => {
-            let proof = key.server_proof(&client_nonce, &sn);
-            write_message(&mut s, &Message::AuthOk { proof })?;
-            Ok(key.datagram_key(&client_nonce, &sn))
+    peer: SocketAddr,
+    test: TestSpec,
+    datagram_key: Option<crate::auth::DatagramKey>,
+) -> Admission {
+    let limits = st.cfg.limits;
+    match test {
+        TestSpec::Udp(spec) => {
+            crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, datagram_key);
+            Admission::HandedOff
         }
-        Ok(Message::Auth { .. }) => Err(AuthFailure::WrongKey),
-        Ok(_) => Err(AuthFailure::Required),
-        Err(e) => Err(e.into()),
+        TestSpec::Rr(mut spec) => {
+            match limits.rr_requests(&spec) {
+                Ok(n) => spec.iterations = n,
+                Err(why) => return Admission::Refused(why.into()),
+            }
+            let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
+            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits);
+            Admission::HandedOff
+        }
+        TestSpec::Tcp(tcp) => {
+            let spec = match validate(&tcp, &limits)
+                .and_then(|t| Ok(limits.check_bytes(t.transfer).map(|_| t)?))
+            {
+                Ok(spec) => spec,
+                Err(why) => return Admission::Refused(why),
+            };
+            let id = Uuid::new_v4();
+            let sess = Arc::new(Session::new(peer, spec, &limits, datagram_key));
+            if st.cfg.verbosity >= 1 {
+                let t = &sess.spec;
+                crate::out!(
+                    "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
+                    t.pattern,
+                    t.transfer,
+                    t.connections,
+                    t.verify
+                );
+            }
+            st.sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, Arc::clone(&sess));
+            Admission::Tcp(id, sess)
+        }
     }
 }
