@@ -11,7 +11,8 @@ command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
     files=(src/udp/analyze.rs src/udp/track.rs src/outcome.rs src/proto.rs src/units.rs
-           src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs)
+           src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs
+           src/conversation.rs src/refusal.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

@@ -1,0 +1,209 @@
+//! What a client asks a server to run: the test specifications carried by
+//! `Message::TestRequest` (TCP, UDP, request/response), with their patterns,
+//! bursts, media frames and rate profiles. Wire types, free of I/O; `proto`
+//! re-exports them.
+
+use serde::{Deserialize, Serialize};
+
+/// Direction of data flow in a TCP test, as in ctsTraffic's `-pattern`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IoPattern {
+    /// Client sends, server receives.
+    Push,
+    /// Server sends, client receives.
+    Pull,
+    /// Alternating: client pushes `push_bytes`, then pulls `pull_bytes`, repeatedly.
+    Pushpull,
+    /// Both ends send and receive at the same time, half the transfer each way.
+    Duplex,
+}
+
+/// How much of the received data is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyLevel {
+    /// Byte counts only (ctsTraffic `-verify:connection`).
+    Connection,
+    /// Byte counts and every byte against the pattern (the default).
+    Data,
+}
+
+/// The server-side description of a TCP test session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSpec {
+    /// Data flow pattern.
+    pub pattern: IoPattern,
+    /// Bytes per connection, both directions together.
+    pub transfer: u64,
+    /// For pushpull: bytes the client sends per turn.
+    pub push_bytes: u64,
+    /// For pushpull: bytes the server sends per turn.
+    pub pull_bytes: u64,
+    /// Verification level.
+    pub verify: VerifyLevel,
+    /// Concurrent connections the client intends to keep (informational; limits use it).
+    pub connections: u32,
+    /// iperf2-style bursts (push or pull only).
+    #[serde(default)]
+    pub burst: Option<BurstSpec>,
+}
+
+/// One TCP burst as one end saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpBurst {
+    /// Burst number, from 0.
+    pub index: u64,
+    /// "send" or "recv": which end's account this is.
+    pub side: String,
+    /// First byte written or read, s since the data phase began (that end's clock).
+    pub start_s: f64,
+    /// Last byte written or read, s.
+    pub end_s: f64,
+    /// Bytes in the burst.
+    pub bytes: u64,
+    /// write() or read() calls.
+    pub calls: u64,
+    /// First to last byte, ms (µs resolution).
+    pub transfer_ms: f64,
+    /// Bytes × 8 over the transfer time, bit/s.
+    pub rate_bps: f64,
+    /// Transfer time as a share of the period, percent.
+    pub duty_pct: f64,
+    /// Receiver: read sizes in power-of-two bins (lower edge bytes, count).
+    pub read_sizes: Vec<(u64, u64)>,
+    /// Sender: failed writes.
+    pub errors: u64,
+    /// Sender: TCP_INFO total retransmits after the burst.
+    pub retransmits: Option<u32>,
+    /// Sender: TCP_INFO congestion window (segments) after the burst.
+    pub cwnd: Option<u32>,
+    /// Sender: TCP_INFO smoothed RTT, µs, after the burst.
+    pub rtt_us: Option<u32>,
+    /// First byte, CLOCK_REALTIME ns (for end-to-end trip times with synchronised clocks).
+    #[serde(default)]
+    pub start_rt_ns: u64,
+    /// Last byte, CLOCK_REALTIME ns.
+    #[serde(default)]
+    pub end_rt_ns: u64,
+}
+
+/// Media-stream parameters (ctsTraffic's UDP media stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MediaSpec {
+    /// Frames per second; one datagram per frame.
+    pub fps: u32,
+    /// Playout buffer: a frame later than its slot plus this is late, ms.
+    pub buffer_depth_ms: u64,
+}
+
+/// iperf2-style bursts: `size` bytes every `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BurstSpec {
+    /// Bytes per burst (rounded up to whole datagrams for UDP).
+    pub size: u64,
+    /// Time from one burst's start to the next's, ms.
+    pub period_ms: u64,
+}
+
+/// The server-side description of a UDP stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpSpec {
+    /// Server sends to client (otherwise client to server).
+    pub reverse: bool,
+    /// Datagram size (UDP payload, netrig header included).
+    pub size: u32,
+    /// Gap between datagrams, picoseconds.
+    pub gap_ps: u64,
+    /// How long to send, ms.
+    pub duration_ms: u64,
+    /// Sender pacing mode.
+    pub pacing: crate::udp::pace::Pacing,
+    /// Burst to catch up after stalls.
+    pub catch_up: bool,
+    /// Verify every payload.
+    pub verify: bool,
+    /// Receiver status interval, ms.
+    pub interval_ms: u64,
+    /// Fixed histogram bin width, ns.
+    pub hist_bin_ns: u64,
+    /// Fixed histogram bin count.
+    pub hist_bins: u32,
+    /// Known delay compensation added to every one-way delay, ns.
+    pub offset_comp_ns: i64,
+    /// Media-stream mode.
+    pub media: Option<MediaSpec>,
+    /// Time-varying rate and size (FlowPing scenario); overrides size/gap.
+    #[serde(default)]
+    pub profile: Option<crate::udp::profile::Profile>,
+    /// Compute the profile's schedule before the stream starts.
+    #[serde(default)]
+    pub precompute: bool,
+    /// Send in bursts instead of a steady stream; datagrams within a burst are
+    /// `gap_ps` apart (a tiny gap means back to back).
+    #[serde(default)]
+    pub burst: Option<BurstSpec>,
+    /// End every datagram with an HMAC tag under the session's key (needs a
+    /// server and client with a pre-shared key); untagged or altered
+    /// datagrams are counted corrupt and never as received.
+    #[serde(default)]
+    pub auth_datagrams: bool,
+}
+
+/// Transport of a request/response test (SCTP is checked on the client and
+/// never reaches a server that cannot run it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RrProto {
+    /// Over the control connection itself.
+    Tcp,
+    /// Datagrams, after the UDP proof of receipt.
+    Udp,
+    /// Messages on an SCTP one-to-many (SOCK_SEQPACKET) association to the
+    /// port in [`Message::SeqpacketAccept`]; the control connection stays TCP.
+    #[serde(rename = "sctp-seqpacket")]
+    SctpSeqpacket,
+}
+
+impl RrProto {
+    /// The name on the wire and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            RrProto::Tcp => "tcp",
+            RrProto::Udp => "udp",
+            RrProto::SctpSeqpacket => "sctp-seqpacket",
+        }
+    }
+}
+
+/// The server-side description of a request/response test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RrSpec {
+    /// Transport.
+    pub proto: RrProto,
+    /// Request payload bytes.
+    pub size: u32,
+    /// Reply payload bytes.
+    pub reply: u32,
+    /// Requests the server answers at most (warm-up included).
+    pub iterations: u64,
+    /// Enable Nagle (off by default, as in ACE).
+    pub nagle: bool,
+    /// Run until the client stops (an unbounded `ping`): `iterations` is then
+    /// no bound, and the server answers as many requests as its `--max-bytes`
+    /// allows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub until_stopped: bool,
+}
+
+/// What a client asks the server to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TestSpec {
+    /// A TCP goodput/reliability test.
+    Tcp(TcpSpec),
+    /// A paced UDP stream.
+    Udp(UdpSpec),
+    /// Request/response latency.
+    Rr(RrSpec),
+}
