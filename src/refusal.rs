@@ -222,6 +222,16 @@ mod tests {
             Refusal::from(Limit::Tests { max: 3 }).code(),
             ErrorCode::Refused
         );
+        assert_eq!(
+            Refusal::from(ProtoError::Oversized(1)).code(),
+            ErrorCode::Malformed
+        );
+        let unexpected = Refusal::Unexpected {
+            got: "stop".into(),
+            context: "here",
+        };
+        assert_eq!(unexpected.code(), ErrorCode::UnexpectedMessage);
+        assert_eq!(unexpected.to_string(), "unexpected stop here");
         match Refusal::from(Invalid::ZeroGap).message() {
             Message::Error { code, message } => {
                 assert_eq!(code, ErrorCode::Refused);
