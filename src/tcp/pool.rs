@@ -330,25 +330,8 @@ impl Worker<'_> {
                     }
                     match crate::net::read_frame(&slot.stream, inbuf) {
                         Ok(None) => {
-                            let stop = || self.sh.stop.load(SeqCst);
-                            let env = Env {
-                                counters: &self.sh.counters,
-                                guard: None,
-                                stopped: &stop,
-                                may_read: false,
-                            };
-                            let n = (slot.rec.buffer as usize).min(self.buf.len());
-                            let buf = &mut self.buf[..n];
                             let last = &mut slot.last_progress;
-                            run_until_blocked(
-                                conn,
-                                &slot.stream,
-                                buf,
-                                &env,
-                                last,
-                                &mut self.timers,
-                                k,
-                            );
+                            self.run_conn(conn, &slot.stream, slot.rec.buffer, last, k, false);
                             return Ok(());
                         }
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
@@ -372,18 +355,8 @@ impl Worker<'_> {
                     slot.last_progress = Instant::now();
                 }
                 Stage::Data(conn) => {
-                    let stop = || self.sh.stop.load(SeqCst);
-                    let env = Env {
-                        counters: &self.sh.counters,
-                        guard: None,
-                        stopped: &stop,
-                        may_read: true,
-                    };
-                    let n = (slot.rec.buffer as usize).min(self.buf.len());
-                    let buf = &mut self.buf[..n];
                     let last = &mut slot.last_progress;
-                    if !run_until_blocked(conn, &slot.stream, buf, &env, last, &mut self.timers, k)
-                    {
+                    if !self.run_conn(conn, &slot.stream, slot.rec.buffer, last, k, true) {
                         return Ok(());
                     }
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
@@ -429,6 +402,36 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// Runs connection `k`'s machine until it is done (true) or blocks;
+    /// before the server's acknowledgement it may write but not read.
+    fn run_conn(
+        &mut self,
+        conn: &mut Conn,
+        stream: &TcpStream,
+        buffer: u32,
+        last: &mut Instant,
+        k: usize,
+        may_read: bool,
+    ) -> bool {
+        let stop = || self.sh.stop.load(SeqCst);
+        let env = Env {
+            counters: &self.sh.counters,
+            guard: None,
+            stopped: &stop,
+            may_read,
+        };
+        let n = (buffer as usize).min(self.buf.len());
+        run_until_blocked(
+            conn,
+            stream,
+            &mut self.buf[..n],
+            &env,
+            last,
+            &mut self.timers,
+            k,
+        )
     }
 
     /// Ends connection `k` with `result` and frees its slot.
