@@ -812,6 +812,13 @@ fn every_server_limit_refuses_with_its_name() {
             "8",
             "--iterations",
             "1",
+            // Each connection lasts at least one burst period, so the eight
+            // are open at once however fast the path (fast connections
+            // could otherwise end before the next ones arrive).
+            "--burst-size",
+            "50K",
+            "--burst-period",
+            "300ms",
             "-v",
             "0",
         ],
