@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAdd
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+pub mod loops;
 pub mod out;
 mod timed;
 pub mod timers;

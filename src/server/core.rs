@@ -8,19 +8,19 @@
 //! limits, and ends with the result both ends agree on.
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use super::limits::{ClientSlot, Slot};
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
+use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
@@ -31,7 +31,6 @@ use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
-const WAKE: Token = Token(usize::MAX);
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
@@ -47,40 +46,7 @@ enum Incoming {
     Listen(Vec<std::net::TcpListener>),
 }
 
-/// How to reach every loop, and how many connections each holds.
-struct Loops {
-    ways: Vec<(Sender<Incoming>, Arc<Waker>)>,
-    live: Vec<AtomicUsize>,
-    next: AtomicUsize,
-}
-
-impl Loops {
-    fn send(&self, k: usize, m: Incoming) -> bool {
-        let (tx, waker) = &self.ways[k];
-        tx.send(m).is_ok() && waker.wake().is_ok()
-    }
-
-    /// Counts a connection in on loop `k` before it gets there, so the next
-    /// choice sees it (connections accepted in one batch would otherwise
-    /// all go to the same loop), and hands it over; false if loop `k` is gone.
-    fn hand_to(&self, k: usize, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
-        self.live[k].fetch_add(1, Relaxed);
-        let sent = self.send(k, Incoming::Conn { stream, peer });
-        if !sent {
-            self.live[k].fetch_sub(1, Relaxed);
-        }
-        sent
-    }
-
-    /// The loop holding the fewest connections; `prefer` on a tie.
-    fn least_busy(&self, prefer: usize) -> usize {
-        let load = |k: usize| self.live[k].load(Relaxed);
-        (0..self.live.len()).fold(
-            prefer,
-            |best, k| if load(k) < load(best) { k } else { best },
-        )
-    }
-}
+type Loops = Mailboxes<Incoming>;
 
 /// The loops, and where the next connection goes.
 pub(super) struct Core {
@@ -90,28 +56,14 @@ pub(super) struct Core {
 impl Core {
     /// Starts `threads` loops serving `st`.
     pub(super) fn start(st: &Arc<State>, threads: usize) -> io::Result<Core> {
-        let mut polls = Vec::new();
-        let mut ways = Vec::new();
-        let mut rxs = Vec::new();
-        for _ in 0..threads.max(1) {
-            let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-            let (tx, rx) = channel();
-            polls.push(poll);
-            ways.push((tx, waker));
-            rxs.push(rx);
-        }
-        let loops = Arc::new(Loops {
-            live: ways.iter().map(|_| AtomicUsize::new(0)).collect(),
-            ways,
-            next: AtomicUsize::new(0),
-        });
-        for (i, (poll, rx)) in polls.into_iter().zip(rxs).enumerate() {
+        let (loops, ends) = Mailboxes::open(threads)?;
+        let loops = Arc::new(loops);
+        for (i, end) in ends.into_iter().enumerate() {
             let st = Arc::clone(st);
             let loops = Arc::clone(&loops);
             std::thread::Builder::new()
                 .name(format!("serve-{i}"))
-                .spawn(move || Loop::new(&st, poll, rx, i, loops).run())?;
+                .spawn(move || Loop::new(&st, end.poll, end.rx, i, loops).run())?;
         }
         Ok(Core { loops })
     }
@@ -126,8 +78,7 @@ impl Core {
 
     /// Hands an accepted connection (already counted in `open`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
-        let k = self.loops.next.fetch_add(1, Relaxed) % self.loops.ways.len();
-        self.loops.hand_to(k, stream, peer)
+        self.loops.hand_round(Incoming::Conn { stream, peer })
     }
 }
 
@@ -234,9 +185,9 @@ impl<'a> Loop<'a> {
                     }
                     let k = self.loops.least_busy(self.index);
                     if k == self.index {
-                        self.loops.live[k].fetch_add(1, Relaxed);
+                        self.loops.arrived(k);
                         self.add(stream, peer);
-                    } else if !self.loops.hand_to(k, stream, peer) {
+                    } else if !self.loops.hand_to(k, Incoming::Conn { stream, peer }) {
                         self.st.open.fetch_sub(1, SeqCst);
                     }
                 }
@@ -368,7 +319,7 @@ impl<'a> Loop<'a> {
             .is_err()
         {
             self.free.push(k);
-            self.loops.live[self.index].fetch_sub(1, Relaxed);
+            self.loops.left(self.index);
             return;
         }
         self.slots[k] = Some(Slot2 {
@@ -391,7 +342,7 @@ impl<'a> Loop<'a> {
             Next::Close => self.close(k, slot),
             Next::Control(h, setup) => {
                 self.free.push(k);
-                self.loops.live[self.index].fetch_sub(1, Relaxed);
+                self.loops.left(self.index);
                 self.spawn_control(slot, h, setup);
             }
         }
@@ -580,7 +531,7 @@ impl<'a> Loop<'a> {
             crate::net::reset(&slot.stream);
         }
         self.free.push(k);
-        self.loops.live[self.index].fetch_sub(1, Relaxed);
+        self.loops.left(self.index);
     }
 
     /// Ends connections past their setup deadline or idle timeout, and
