@@ -641,3 +641,34 @@ fn unbounded_ping_is_accepted_and_runs_until_interrupted() {
     .0;
     assert!(r.interrupted && r.received >= 20, "{r:?}");
 }
+
+/// The relay's TCP delay line runs on its event loops: every round trip
+/// through `--delay 10ms` up and `5ms` down takes at least 15 ms, and no
+/// more than a loop tick or two beyond it (a generous one-sided bound: a
+/// loaded host can only add time).
+#[test]
+fn tcp_delay_each_way_through_the_relay_adds_to_every_round_trip() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    let ms = |n: u64| n * 1_000_000;
+    let relay = TestRelay::start(
+        srv.addr,
+        ImpairSpec {
+            delay_ns: ms(10),
+            ..Default::default()
+        },
+        ImpairSpec {
+            delay_ns: ms(5),
+            ..Default::default()
+        },
+    );
+    let mut c = cfg(relay.addr, Transport::Tcp);
+    (c.size, c.reply, c.iterations, c.warmup) = (100, 1000, 40, 0);
+    let r = go(&c);
+    let lat = r.latency.expect("latency");
+    assert_eq!((r.received, r.corrupt), (40, 0));
+    assert!(lat.min_us >= 15_000.0, "{lat:?}");
+    let p50 = lat.percentiles_us[0].1;
+    assert!(p50 < 15_000.0 + 50_000.0, "{lat:?}");
+}

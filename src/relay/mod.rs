@@ -18,6 +18,7 @@ mod datagram;
 pub mod framer;
 pub mod impair;
 mod log;
+mod pumps;
 mod stream;
 
 use serde::Serialize;
@@ -36,7 +37,6 @@ use datagram::{plain_udp, udp_flow};
 pub use limits::RelayLimits;
 use log::{DirCounters, EventLog};
 pub use log::{DirCounts, Event, LOG_HEADER, RelayCounts};
-use stream::{sleep_until, tcp_connection};
 
 use impair::{ImpairSpec, SharedBucket};
 
@@ -324,6 +324,14 @@ impl Relay {
             }
             return;
         };
+        // Without loops nothing can be relayed; say why once and refuse.
+        let pumps = match pumps::Pumps::start(&sh, crate::net::event_loops()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("netrig relay: cannot start its event loops: {e}");
+                None
+            }
+        };
         let ls = [l];
         while !sh.stop.load(SeqCst) {
             let Ok(ready) = crate::net::poll_readable(&ls, Duration::from_millis(50)) else {
@@ -338,13 +346,22 @@ impl Relay {
                     crate::net::reset(&c);
                     continue;
                 };
-                let sh = Arc::clone(&sh);
-                std::thread::spawn(move || {
-                    let _place = place;
-                    tcp_connection(sh, c)
-                });
+                if !pumps
+                    .as_ref()
+                    .is_some_and(|p| p.hand(pumps::Accepted(c, place)))
+                {
+                    sh.tcp_refused.fetch_add(1, SeqCst);
+                }
             }
         }
+    }
+}
+
+/// Sleeps until relay time `at_ns`.
+fn sleep_until(sh: &Shared, at_ns: u64) {
+    let now = sh.now_ns();
+    if at_ns > now {
+        std::thread::sleep(Duration::from_nanos(at_ns - now));
     }
 }
 

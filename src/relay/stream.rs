@@ -1,12 +1,14 @@
-//! The relay's TCP path: a connection's two directions, each read, framed
-//! (netrig's control and data connections) or passed as plain bytes,
-//! impaired and written on, with idle and limit handling.
+//! One direction of a relayed TCP connection, without a thread: bytes read
+//! are framed (netrig's control and data connections) or passed as plain
+//! bytes, impaired, and queued with the time each may leave (a shaper and a
+//! delay line); the event loop in [`super::pumps`] reads and writes as the
+//! sockets allow.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use uuid::Uuid;
 
 use super::framer::{After, Framer, Piece};
@@ -15,91 +17,45 @@ use super::udp_flow;
 use super::{Dir, Event, Shared};
 use crate::proto::{Message, RrProto, TestSpec};
 
-/// Per-connection state shared by its two directions.
+/// Bytes one direction may hold waiting to leave; beyond it the relay stops
+/// reading that direction, and TCP's flow control holds the sender back (as
+/// a router's full queue would not: TCP never loses bytes in the relay).
+const QUEUE_CAP: usize = 16 << 20;
+
+/// Reads of one direction per turn, so one busy connection cannot starve
+/// the others on its loop.
+const READS_PER_TURN: usize = 16;
+
+/// What a connection's two directions share.
 #[derive(Default)]
-struct Conn {
+pub(super) struct Meta {
     /// The test requested on this control connection, until it is accepted.
     pending: Option<TestSpec>,
     /// Data bytes the server will send on this data connection.
     down_data: Option<u64>,
     /// The TCP session this control connection set up.
-    session: Option<Uuid>,
-    /// When either direction last carried bytes (relay clock, ns).
-    last_ns: u64,
-    /// An idle connection was already counted and reset.
-    idle_closed: bool,
+    pub(super) session: Option<Uuid>,
+    /// When either direction last moved bytes (relay clock, ns).
+    pub(super) last_ns: u64,
 }
 
-pub(super) fn tcp_connection(sh: Arc<Shared>, client: TcpStream) {
-    let flow = sh.next_flow.fetch_add(1, SeqCst);
-    let _ = client.set_nonblocking(false);
-    let Ok(server) = TcpStream::connect_timeout(&sh.cfg.to, Duration::from_secs(5)) else {
-        crate::net::reset(&client);
-        return;
-    };
-    sh.tcp_connections.fetch_add(1, SeqCst);
-    if sh.cfg.verbosity >= 1 {
-        crate::out!(
-            "tcp {flow}: {} -> {}",
-            client.peer_addr().map_or("?".into(), |a| a.to_string()),
-            sh.cfg.to
-        );
-    }
-    let _ = client.set_nodelay(true);
-    let _ = server.set_nodelay(true);
-    // A peer that stops reading cannot hold a pump in a write for ever.
-    let _ = client.set_write_timeout(Some(sh.cfg.limits.idle_timeout));
-    let _ = server.set_write_timeout(Some(sh.cfg.limits.idle_timeout));
-    let conn = Arc::new(Mutex::new(Conn {
-        last_ns: sh.now_ns(),
-        ..Conn::default()
-    }));
-    let udp_stop = Arc::new(AtomicBool::new(false));
-    let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
-        return;
-    };
-    let up = {
-        let (sh, conn, udp_stop) = (Arc::clone(&sh), Arc::clone(&conn), Arc::clone(&udp_stop));
-        let (c3, s3) = (client.try_clone(), server.try_clone());
-        std::thread::spawn(move || {
-            if let (Ok(c3), Ok(s3)) = (c3, s3) {
-                pump(&sh, &conn, &udp_stop, flow, Dir::Up, c2, s2, (&c3, &s3));
-            }
-        })
-    };
-    let (c4, s4) = (client.try_clone(), server.try_clone());
-    if let (Ok(c4), Ok(s4)) = (c4, s4) {
-        pump(
-            &sh,
-            &conn,
-            &udp_stop,
-            flow,
-            Dir::Down,
-            server,
-            client,
-            (&c4, &s4),
-        );
-    }
-    let _ = up.join();
-    udp_stop.store(true, SeqCst);
-    let session = conn.lock().unwrap_or_else(|p| p.into_inner()).session;
-    if let Some(id) = session {
-        sh.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+impl Meta {
+    pub(super) fn new(now_ns: u64) -> Meta {
+        Meta {
+            last_ns: now_ns,
+            ..Meta::default()
+        }
     }
 }
 
 /// Looks at one frame going `dir` and says how much data follows it.
 fn on_frame(
     sh: &Arc<Shared>,
-    conn: &Mutex<Conn>,
+    c: &mut Meta,
     udp_stop: &Arc<AtomicBool>,
     dir: Dir,
     m: &mut Message,
 ) -> After {
-    let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
     let mut after = After::default();
     match (dir, m) {
         (Dir::Up, Message::TestRequest { test }) => {
@@ -152,192 +108,237 @@ fn on_frame(
     after
 }
 
-/// Sends chunks after their departure time, in order, from its own thread.
-struct Delayed {
-    tx: Option<mpsc::SyncSender<(u64, Vec<u8>)>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// Bytes waiting to leave, and when they may.
+struct Chunk {
+    at_ns: u64,
+    bytes: Vec<u8>,
+    sent: usize,
 }
 
-impl Delayed {
-    fn start(sh: &Arc<Shared>, mut to: TcpStream) -> Delayed {
-        let (tx, rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(256);
-        let sh = Arc::clone(sh);
-        let thread = std::thread::spawn(move || {
-            for (at, bytes) in rx {
-                sleep_until(&sh, at);
-                if to.write_all(&bytes).is_err() {
-                    break;
-                }
-            }
-        });
-        Delayed {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// Where one direction stands after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// More to do: at this relay time (ns) at the latest, or when a socket
+    /// is ready.
+    Going(Option<u64>),
+    /// Both its reading and its writing are over.
+    Done,
+    /// An impairment cut the connection here: reset both ends.
+    Reset,
 }
 
-pub(super) fn sleep_until(sh: &Shared, at_ns: u64) {
-    let now = sh.now_ns();
-    if at_ns > now {
-        std::thread::sleep(Duration::from_nanos(at_ns - now));
-    }
-}
-
-/// Relays one direction of a TCP connection.
-#[allow(clippy::too_many_arguments)]
-fn pump(
-    sh: &Arc<Shared>,
-    conn: &Mutex<Conn>,
-    udp_stop: &Arc<AtomicBool>,
-    flow: u64,
+/// One direction of a relayed connection.
+pub(super) struct Half {
     dir: Dir,
-    mut from: TcpStream,
-    mut to: TcpStream,
-    both: (&TcpStream, &TcpStream),
-) {
-    let spec = sh.spec(dir).clone();
-    let mut framer = Framer::default();
-    let mut imp = StreamImpairer::new(spec.clone(), sh.seed(flow, dir));
-    let delayed = if spec.delays() {
-        to.try_clone().ok().map(|t| Delayed::start(sh, t))
-    } else {
-        None
-    };
-    let mut out = StreamOut {
-        to: &mut to,
-        bucket: sh.bucket(dir),
-        delayed,
-    };
-    let counts = sh.counts(dir);
-    let mut buf = vec![0u8; 64 * 1024];
-    let idle = sh.cfg.limits.idle_timeout;
-    let _ = from.set_read_timeout(Some(idle.min(Duration::from_secs(1))));
-    'outer: loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Err(e) if crate::net::nothing_yet(&e) => {
-                if idle_out(sh, conn, idle) {
-                    crate::net::reset(both.0);
-                    crate::net::reset(both.1);
-                    break;
-                }
-                continue;
+    flow: u64,
+    framer: Framer,
+    imp: StreamImpairer,
+    bucket: Option<SharedBucket>,
+    /// Whether chunks wait for their departure time (a delay, jitter or a
+    /// shaper); without, they leave as soon as the socket takes them.
+    delays: bool,
+    queue: VecDeque<Chunk>,
+    queued: usize,
+    /// Reading is over (end of stream, or an error).
+    ended: bool,
+    /// The far end's writing side is shut.
+    shut: bool,
+    /// A reset is due once the bytes before it are out.
+    cut: bool,
+    /// Writing failed: what is left is thrown away.
+    broken: bool,
+}
+
+impl Half {
+    pub(super) fn new(sh: &Shared, flow: u64, dir: Dir) -> Half {
+        let spec = sh.spec(dir).clone();
+        Half {
+            dir,
+            flow,
+            framer: Framer::default(),
+            delays: spec.delays(),
+            imp: StreamImpairer::new(spec, sh.seed(flow, dir)),
+            bucket: sh.bucket(dir),
+            queue: VecDeque::new(),
+            queued: 0,
+            ended: false,
+            shut: false,
+            cut: false,
+            broken: false,
+        }
+    }
+
+    /// Moves this direction from `from` to `to` as far as the sockets and
+    /// the departure times allow.
+    pub(super) fn turn<S>(
+        &mut self,
+        sh: &Arc<Shared>,
+        meta: &mut Meta,
+        udp_stop: &Arc<AtomicBool>,
+        (from, to): (&S, &S),
+        buf: &mut [u8],
+    ) -> Turn
+    where
+        for<'a> &'a S: Read + Write,
+        S: Shutdown,
+    {
+        let mut reads = 0;
+        loop {
+            self.flush(sh, meta, to);
+            if self.ended || self.cut || self.broken || self.queued >= QUEUE_CAP {
+                break;
             }
-            Err(_) => break,
-            Ok(n) => n,
-        };
-        conn.lock().unwrap_or_else(|p| p.into_inner()).last_ns = sh.now_ns();
-        let pieces = framer.push(&buf[..n], &mut |m| on_frame(sh, conn, udp_stop, dir, m));
+            if reads == READS_PER_TURN {
+                // Come back at once: the socket may still hold more.
+                return Turn::Going(Some(sh.now_ns()));
+            }
+            let mut r = from;
+            match r.read(buf) {
+                Ok(0) => self.ended = true,
+                Ok(n) => {
+                    reads += 1;
+                    meta.last_ns = sh.now_ns();
+                    self.take(sh, meta, udp_stop, &buf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => self.ended = true,
+            }
+        }
+        if !self.queue.is_empty() {
+            let next = self.queue.front().map(|c| c.at_ns);
+            return Turn::Going(next.filter(|_| self.delays));
+        }
+        if self.cut {
+            return Turn::Reset;
+        }
+        if (self.ended || self.broken) && !self.shut {
+            to.shut_write();
+            self.shut = true;
+        }
+        if self.shut {
+            Turn::Done
+        } else {
+            Turn::Going(None)
+        }
+    }
+
+    /// Splits, impairs and queues bytes just read.
+    fn take(&mut self, sh: &Arc<Shared>, meta: &mut Meta, udp_stop: &Arc<AtomicBool>, b: &[u8]) {
+        let dir = self.dir;
+        let pieces = self
+            .framer
+            .push(b, &mut |m| on_frame(sh, meta, udp_stop, dir, m));
         for piece in pieces {
             let bytes = match piece {
                 Piece::Frame(f) => f,
-                Piece::Data(mut d) => {
-                    let off = imp.offset();
-                    let e = imp.apply(&mut d);
-                    counts
-                        .stream_bytes
-                        .fetch_add(e.cut.map_or(d.len(), |k| k) as u64, Relaxed);
-                    for at in &e.corrupted {
-                        counts.stream_corrupted.fetch_add(1, SeqCst);
-                        sh.event(Event {
-                            t_s: sh.t_s(),
-                            proto: "tcp",
-                            flow,
-                            dir,
-                            event: "corrupted",
-                            index: None,
-                            seq: None,
-                            offset: Some(*at),
-                        });
-                    }
-                    if let Some(keep) = e.cut {
-                        d.truncate(keep);
-                        let at = imp.departure(out.ready(sh, d.len()));
-                        let _ = out.send(at, d);
-                        out.finish();
-                        counts.resets.fetch_add(1, SeqCst);
-                        sh.event(Event {
-                            t_s: sh.t_s(),
-                            proto: "tcp",
-                            flow,
-                            dir,
-                            event: "reset",
-                            index: None,
-                            seq: None,
-                            offset: Some(off + keep as u64),
-                        });
-                        crate::net::reset(both.0);
-                        crate::net::reset(both.1);
-                        return;
-                    }
-                    d
-                }
+                Piece::Data(d) => match self.impair(sh, d) {
+                    Some(d) => d,
+                    None => return,
+                },
             };
-            let at = imp.departure(out.ready(sh, bytes.len()));
-            if !out.send(at, bytes) {
-                break 'outer;
-            }
+            self.push(sh, bytes);
         }
     }
-    out.finish();
-    let _ = to.shutdown(std::net::Shutdown::Write);
-}
 
-/// Whether a connection has been idle both ways for `idle`; counts it once.
-fn idle_out(sh: &Shared, conn: &Mutex<Conn>, idle: Duration) -> bool {
-    let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
-    let quiet = Duration::from_nanos(sh.now_ns().saturating_sub(c.last_ns));
-    if quiet < idle {
-        return false;
+    /// Impairs data bytes; `None` once a cut ends the connection (what came
+    /// before the cut is queued).
+    fn impair(&mut self, sh: &Arc<Shared>, mut d: Vec<u8>) -> Option<Vec<u8>> {
+        let counts = sh.counts(self.dir);
+        let off = self.imp.offset();
+        let e = self.imp.apply(&mut d);
+        counts
+            .stream_bytes
+            .fetch_add(e.cut.map_or(d.len(), |k| k) as u64, Relaxed);
+        for at in &e.corrupted {
+            counts.stream_corrupted.fetch_add(1, SeqCst);
+            self.event(sh, "corrupted", *at);
+        }
+        let Some(keep) = e.cut else {
+            return Some(d);
+        };
+        d.truncate(keep);
+        self.push(sh, d);
+        self.cut = true;
+        counts.resets.fetch_add(1, SeqCst);
+        self.event(sh, "reset", off + keep as u64);
+        None
     }
-    if !c.idle_closed {
-        c.idle_closed = true;
-        sh.idle_closed.fetch_add(1, SeqCst);
+
+    fn event(&self, sh: &Shared, event: &'static str, offset: u64) {
+        sh.event(Event {
+            t_s: sh.t_s(),
+            proto: "tcp",
+            flow: self.flow,
+            dir: self.dir,
+            event,
+            index: None,
+            seq: None,
+            offset: Some(offset),
+        });
     }
-    true
-}
 
-/// Where one direction of a TCP connection goes: straight out, or through a
-/// shaper and a delay line.
-struct StreamOut<'a> {
-    to: &'a mut TcpStream,
-    bucket: Option<SharedBucket>,
-    delayed: Option<Delayed>,
-}
-
-impl StreamOut<'_> {
-    /// When `len` bytes arriving now may leave the shaper.
-    fn ready(&mut self, sh: &Shared, len: usize) -> u64 {
+    /// Queues bytes to leave after the shaper and the delay line.
+    fn push(&mut self, sh: &Shared, bytes: Vec<u8>) {
         let now = sh.now_ns();
-        match &self.bucket {
+        let ready = match &self.bucket {
             // TCP's own flow control bounds the queue: no limit here.
             Some(b) => b
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .shape(len, now, u64::MAX)
+                .shape(bytes.len(), now, u64::MAX)
                 .unwrap_or(now),
             None => now,
-        }
+        };
+        let at_ns = self.imp.departure(ready);
+        self.queued += bytes.len();
+        self.queue.push_back(Chunk {
+            at_ns,
+            bytes,
+            sent: 0,
+        });
     }
 
-    fn send(&mut self, at: u64, bytes: Vec<u8>) -> bool {
-        match self.delayed.as_ref().and_then(|d| d.tx.as_ref()) {
-            Some(tx) => tx.send((at, bytes)).is_ok(),
-            None => self.to.write_all(&bytes).is_ok(),
+    /// Writes what is due and what the socket takes.
+    fn flush<S>(&mut self, sh: &Shared, meta: &mut Meta, to: &S)
+    where
+        for<'a> &'a S: Write,
+    {
+        let now = sh.now_ns();
+        while let Some(c) = self.queue.front_mut() {
+            if self.delays && c.at_ns > now {
+                return;
+            }
+            let mut w = to;
+            match w.write(&c.bytes[c.sent..]) {
+                Ok(n) if n > 0 => {
+                    c.sent += n;
+                    meta.last_ns = now;
+                    if c.sent == c.bytes.len() {
+                        self.queued -= c.bytes.len();
+                        self.queue.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => {
+                    self.broken = true;
+                    self.queue.clear();
+                    self.queued = 0;
+                    return;
+                }
+            }
         }
     }
+}
 
-    fn finish(&mut self) {
-        if let Some(d) = &mut self.delayed {
-            d.finish();
-        }
+/// Shutting a stream's writing side (so the half is testable in memory).
+pub(super) trait Shutdown {
+    fn shut_write(&self);
+}
+
+impl Shutdown for mio::net::TcpStream {
+    fn shut_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
     }
 }
