@@ -76,6 +76,9 @@ pub enum ClientError {
         /// The server's reason.
         message: String,
     },
+    /// A socket option the test asks for cannot be applied here.
+    #[error(transparent)]
+    SockOpt(#[from] crate::net::sockopt::SockOptFailed),
     /// This host lacks a transport the test needs.
     #[error(transparent)]
     Unsupported(#[from] crate::refusal::Unsupported),

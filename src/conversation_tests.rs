@@ -21,6 +21,7 @@ fn tcp_request() -> Message {
             connections: 1,
             verify: VerifyLevel::Data,
             burst: None,
+            sock: Default::default(),
         }),
     }
 }

@@ -34,6 +34,7 @@ pub mod report;
 pub mod rr;
 pub mod sctp;
 pub mod server;
+pub mod sockopts;
 pub mod spec;
 pub mod stats;
 pub mod tcp;

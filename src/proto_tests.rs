@@ -148,6 +148,7 @@ fn samples() -> Vec<Message> {
                 verify: VerifyLevel::Data,
                 connections: 8,
                 burst: None,
+                sock: Default::default(),
             }),
         },
         Message::TestAccept { session: id },

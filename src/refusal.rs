@@ -64,6 +64,10 @@ pub enum Refusal {
     /// This kernel lacks a transport the test asks for.
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
+    /// The congestion control algorithm the test asks for is not in the
+    /// server's kernel.
+    #[error("congestion control {name} is not available on the server (it offers: {available})")]
+    Congestion { name: String, available: String },
     /// The client's UDP handshake datagram never arrived.
     #[error("no handshake datagram arrived within {} s (is UDP blocked on the path?)", .0.as_secs())]
     NoHandshake(Duration),
@@ -169,6 +173,8 @@ pub enum Invalid {
     DatagramAuthSize { min: usize },
     #[error("request and reply sizes must be 1..={max} bytes for {proto}")]
     RequestSize { max: u32, proto: &'static str },
+    #[error("{0}")]
+    SockOpt(#[from] crate::sockopts::SockOptError),
     #[error("iterations must be greater than zero")]
     ZeroIterations,
 }

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sockopts::SockOpts;
+
 /// Direction of data flow in a TCP test, as in ctsTraffic's `-pattern`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -47,6 +49,10 @@ pub struct TcpSpec {
     /// iperf2-style bursts (push or pull only).
     #[serde(default)]
     pub burst: Option<BurstSpec>,
+    /// Socket and TCP options the server applies to its end of each data
+    /// connection (window, MSS, congestion control, marking, pacing).
+    #[serde(default, skip_serializing_if = "SockOpts::is_default")]
+    pub sock: SockOpts,
 }
 
 /// One TCP burst as one end saw it.

@@ -39,6 +39,7 @@ fn corpus() -> Vec<Message> {
                     size: 1000,
                     period_ms: 10,
                 }),
+                sock: Default::default(),
             }),
         },
         Message::TestRequest {

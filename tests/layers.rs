@@ -21,6 +21,7 @@ const PROTOCOL: &[&str] = &[
     "plan",
     "proto",
     "refusal",
+    "sockopts",
     "spec",
     "stats",
     "units",

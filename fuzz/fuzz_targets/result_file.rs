@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use netrig::udp::analyze::{analyze, bins, samples};
-use netrig::udp::engine::SenderReport;
+use netrig::udp::sent::SenderReport;
 use netrig::udp::profile::Profile;
 use netrig::udp::track::UdpInterval;
 

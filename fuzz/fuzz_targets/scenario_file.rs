@@ -4,13 +4,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::udp::profile::Profile;
+use netrig::udp::scenario::{Format, parse};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(p) = Profile::parse(text) {
+    if let Ok((p, _)) = parse(text, Format::Auto) {
         let mut last = 0;
         for (t, size) in p.departures().take(10_000) {
             assert!(t >= last, "departures go forward");

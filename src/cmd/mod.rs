@@ -29,6 +29,7 @@ pub mod progress;
 pub mod relay;
 pub mod rr;
 pub mod serve;
+pub mod sock;
 pub mod sweep;
 pub mod tcp;
 pub mod udp;
@@ -331,7 +332,7 @@ pub fn client_error_code(e: &ClientError) -> Exit {
         ClientError::Connect { .. }
         | ClientError::Control { .. }
         | ClientError::NotNetrig { .. } => Exit::NetworkError,
-        ClientError::Config(_) => Exit::Usage,
+        ClientError::Config(_) | ClientError::SockOpt(_) => Exit::Usage,
         ClientError::Unsupported(_) => Exit::Unsupported,
     }
 }

@@ -100,6 +100,8 @@ pub struct TcpArgs {
     #[arg(long, requires = "burst_size")]
     trip_times: bool,
     #[command(flatten)]
+    sock: super::sock::TcpFlags,
+    #[command(flatten)]
     key: KeyArg,
 }
 
@@ -147,6 +149,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
                 size,
                 period_ms: p.as_millis().max(1) as u64,
             }),
+        sock: a.sock.opts(),
     };
     if let Err(e) = cfg.validate() {
         return Ok(usage(e));

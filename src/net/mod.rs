@@ -9,6 +9,8 @@ use std::time::Duration;
 
 pub mod loops;
 pub mod out;
+pub mod sockopt;
+pub mod tcpinfo;
 mod timed;
 pub mod timers;
 pub use timed::Timed;

@@ -1,5 +1,7 @@
 //! The TCP engine's output: status and connection tables, bursts, the summary.
 
+use crate::net::sockopt::Granted;
+use crate::net::tcpinfo::TcpInfoTotals;
 use std::io;
 use std::path::Path;
 
@@ -357,6 +359,12 @@ pub fn print_summary(rep: &RunReport) {
             None => crate::out!("Server {addr}: no summary (control connection lost)"),
         }
     }
+    if let Some(i) = &rep.tcp_info {
+        crate::out!("{}", tcp_info_line(i));
+    }
+    if let Some(g) = &rep.granted {
+        crate::out!("{}", granted_line(g));
+    }
     for addr in &rep.lost_servers {
         crate::out!(
             "Server {addr} closed the control connection mid-test: no new connections were started"
@@ -365,4 +373,36 @@ pub fn print_summary(rep: &RunReport) {
     if rep.interrupted {
         crate::out!("(interrupted: in-flight connections were cancelled)");
     }
+}
+
+/// The client ends' TCP_INFO over the run, as iperf3's `Retr` and RTT.
+fn tcp_info_line(i: &TcpInfoTotals) -> String {
+    let ms = |us: f64| format!("{:.3} ms", us / 1e3);
+    format!(
+        "TCP_INFO (client ends, {} connections): Retr {} ({}), RTT mean {} max {} min {}, \
+         Cwnd up to {} segments, MSS {}; limited by receive window {:.3} s, by send buffer {:.3} s",
+        i.connections,
+        i.retransmits,
+        format_bytes(i.bytes_retrans),
+        ms(i.rtt_mean_us),
+        ms(f64::from(i.rtt_max_us)),
+        ms(f64::from(i.min_rtt_us)),
+        i.cwnd_max,
+        i.snd_mss_min,
+        i.rwnd_limited_us as f64 / 1e6,
+        i.sndbuf_limited_us as f64 / 1e6,
+    )
+}
+
+/// What the kernel granted the client's sockets (`--window`, `--mss`, ...).
+fn granted_line(g: &Granted) -> String {
+    let opt = |v: Option<u64>| v.map_or("?".into(), format_bytes);
+    format!(
+        "Socket (as granted): send buffer {}, receive buffer {}, MSS {}, congestion {}, TOS 0x{:02x}",
+        opt(g.sndbuf),
+        opt(g.rcvbuf),
+        g.mss.map_or("?".into(), |m| m.to_string()),
+        g.congestion.as_deref().unwrap_or("?"),
+        g.tos.unwrap_or(0),
+    )
 }

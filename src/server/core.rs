@@ -22,6 +22,7 @@ use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
+use crate::net::sockopt::apply;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, Message, ReadError};
@@ -381,7 +382,15 @@ impl<'a> Loop<'a> {
                             };
                             return Next::Control(h, setup);
                         }
-                        Message::DataHello(h) => slot.stage = self.data(slot.peer, &h),
+                        Message::DataHello(h) => {
+                            slot.stage = self.data(slot.peer, &h);
+                            if let Stage::Data { a, .. } = &slot.stage {
+                                // The client's window, congestion control,
+                                // marking and pacing, on this end too.
+                                let v6 = slot.peer.is_ipv6();
+                                let _ = apply(&slot.stream, &a.sess.spec.sock, v6, true);
+                            }
+                        }
                         m => {
                             slot.stage = refuse(&Refusal::Unexpected {
                                 got: m.type_name(),

@@ -111,6 +111,15 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
     if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
         return Err(Invalid::PushPullZero.into());
     }
+    t.sock.validate().map_err(Invalid::from)?;
+    if let Some(name) = &t.sock.congestion
+        && crate::net::sockopt::check_congestion(name).is_err()
+    {
+        return Err(Refusal::Congestion {
+            name: name.clone(),
+            available: crate::net::sockopt::available_congestion(),
+        });
+    }
     if let Some(b) = t.burst {
         if !matches!(
             t.pattern,
@@ -290,6 +299,7 @@ mod tests {
             verify: VerifyLevel::Data,
             connections: 1,
             burst: Some(BurstSpec { size, period_ms }),
+            sock: Default::default(),
         }
     }
 

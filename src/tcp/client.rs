@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::config::TcpClientConfig;
+use crate::net::tcpinfo::TcpInfoTotals;
 use crate::proto::{Message, SessionSummary};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
@@ -54,6 +55,11 @@ pub struct RunReport {
     pub refusals: Vec<(String, u64)>,
     /// Why servers stopped the test mid-way (a server limit), by server.
     pub server_errors: Vec<(SocketAddr, String)>,
+    /// What the kernel granted the client's first data connection: buffer
+    /// sizes, MSS, congestion control, TOS.
+    pub granted: Option<crate::net::sockopt::Granted>,
+    /// TCP_INFO of the client's ends, over every connection.
+    pub tcp_info: Option<TcpInfoTotals>,
 }
 
 /// How often the run's thread collects connection records and checks its
@@ -88,6 +94,9 @@ pub fn run(
     obs: &mut dyn Observer,
 ) -> Result<RunReport, ClientError> {
     cfg.validate()?;
+    if let Some(name) = &cfg.sock.congestion {
+        crate::net::sockopt::check_congestion(name)?;
+    }
     let mut sessions = Vec::new();
     for t in &cfg.targets {
         sessions.extend(open_sessions(t, &cfg)?);
@@ -110,8 +119,10 @@ pub fn run(
         halt: AtomicBool::new(false),
         next: AtomicU64::new(0),
         start: Instant::now(),
+        granted: std::sync::OnceLock::new(),
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
+    let mut tcp_info = TcpInfoTotals::default();
     let threads = crate::net::event_loops();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,
@@ -159,6 +170,9 @@ pub fn run(
                         shared.halt.store(true, SeqCst);
                     }
                     last_end = last_end.max(rec.time_slice);
+                    if let Some(i) = &rec.tcp_info {
+                        tcp_info.add(i);
+                    }
                     obs.connection(&rec)
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
@@ -243,5 +257,7 @@ pub fn run(
         lost_servers,
         refusals,
         server_errors,
+        granted: shared.granted.get().cloned(),
+        tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
     })
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::proto::{IoPattern, TcpSpec, VerifyLevel};
+use crate::sockopts::{SockOptError, SockOpts};
 use crate::units::{UnitError, parse_size};
 
 /// Largest buffer accepted for one send/receive call (and by the server).
@@ -29,6 +30,9 @@ pub enum ConfigError {
     /// Bursts only make sense in one direction.
     #[error("bursts need --pattern push or pull")]
     BurstPattern,
+    /// A socket option value is not usable.
+    #[error("{0}")]
+    SockOpt(#[from] SockOptError),
     /// No local address of the target's family was given.
     #[error("no --bind address of the same IP family as target {0}")]
     NoBindForFamily(String),
@@ -121,6 +125,8 @@ pub struct TcpClientConfig {
     pub seed: Option<u64>,
     /// iperf2-style bursts (push or pull only).
     pub burst: Option<crate::proto::BurstSpec>,
+    /// Socket and TCP options for every data connection (both ends).
+    pub sock: SockOpts,
 }
 
 impl TcpClientConfig {
@@ -145,6 +151,7 @@ impl TcpClientConfig {
             seed: None,
             key: None,
             burst: None,
+            sock: SockOpts::default(),
         }
     }
 
@@ -177,6 +184,7 @@ impl TcpClientConfig {
         if self.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
             return Err(ConfigError::Zero("--burst-size and --burst-period"));
         }
+        self.sock.validate()?;
         Ok(())
     }
 
@@ -190,6 +198,7 @@ impl TcpClientConfig {
             verify: self.verify,
             connections: self.connections,
             burst: self.burst,
+            sock: self.sock.for_server(),
         }
     }
 }

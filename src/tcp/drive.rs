@@ -116,7 +116,7 @@ where
         Transmit::Nothing => {}
     }
     while let Some(ConnEvent::BurstSent(k)) = conn.poll_event() {
-        if let Some(i) = tcp_info(stream.as_raw_fd()) {
+        if let Some(i) = crate::net::tcpinfo::raw(stream.as_raw_fd()) {
             conn.set_burst_info(k, i.tcpi_total_retrans, i.tcpi_snd_cwnd, i.tcpi_rtt);
         }
     }
@@ -150,22 +150,4 @@ where
     env.counters.sent.fetch_add(after.0 - before.0, Relaxed);
     env.counters.received.fetch_add(after.1 - before.1, Relaxed);
     p
-}
-
-/// The kernel's TCP_INFO for a connection.
-fn tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
-    // SAFETY: tcp_info is a plain C struct; all-zero is valid. getsockopt writes at
-    // most `len` bytes into it and updates `len`.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let r = libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        );
-        (r == 0).then_some(info)
-    }
 }

@@ -16,6 +16,7 @@ fn spec(pattern: IoPattern, transfer: u64) -> TcpSpec {
         verify: VerifyLevel::Data,
         connections: 1,
         burst: None,
+        sock: Default::default(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! server's account of the bursts. Reads go into one buffer per thread, so
 //! memory does not grow with the buffer size times the connections.
 
+use crate::sockopts::{ShutdownMode, SockOpts};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
@@ -219,11 +220,12 @@ impl Worker<'_> {
             result: failed(String::new()),
             connection_id: Uuid::new_v4(),
             bursts: Vec::new(),
+            tcp_info: None,
             refused: None,
         };
         let started = Instant::now();
         let from = self.sh.sessions[session].bind;
-        let stream = match connect(addr, from).map_err(|e| connect_error(addr, from, &e)) {
+        let stream = match connect(addr, from, &self.sh.cfg.sock) {
             Ok(s) => s,
             Err(detail) => {
                 self.sh.throttle_release();
@@ -298,6 +300,9 @@ impl Worker<'_> {
                     slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
                     slot.rec.local = slot.stream.local_addr().ok();
                     let _ = slot.stream.set_nodelay(true);
+                    self.sh.granted.get_or_init(|| {
+                        crate::net::sockopt::granted(&slot.stream, slot.rec.remote.is_ipv6(), true)
+                    });
                     let session = &self.sh.sessions[slot.session];
                     let id = slot.rec.connection_id;
                     let hello = Message::DataHello(DataHello {
@@ -437,6 +442,12 @@ impl Worker<'_> {
     /// Ends connection `k` with `result` and frees its slot.
     fn close(&mut self, k: usize, mut slot: Slot, result: Ended) {
         let _ = self.poll.registry().deregister(&mut slot.stream);
+        if slot.rec.connect_ms > 0.0 {
+            slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
+        }
+        if self.sh.cfg.sock.shutdown == ShutdownMode::Rude {
+            crate::net::sockopt::rude_close(&slot.stream);
+        }
         if slot.throttled {
             self.sh.throttle_release();
         }
@@ -582,7 +593,20 @@ fn connect_error(to: SocketAddr, from: Option<IpAddr>, e: &io::Error) -> String 
     }
 }
 
-fn connect(to: SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
+/// Starts a non-blocking connect with the test's socket options set first
+/// (the SYN carries the MSS and the window scale).
+fn connect(to: SocketAddr, from: Option<IpAddr>, opts: &SockOpts) -> Result<TcpStream, String> {
+    let socket = new_socket(to, from).map_err(|e| connect_error(to, from, &e))?;
+    crate::net::sockopt::apply(&socket, opts, to.is_ipv6(), true).map_err(|e| e.to_string())?;
+    match socket.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(connect_error(to, from, &e)),
+    }
+    Ok(TcpStream::from_std(socket.into()))
+}
+
+fn new_socket(to: SocketAddr, from: Option<IpAddr>) -> io::Result<socket2::Socket> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.set_nonblocking(true)?;
@@ -603,10 +627,5 @@ fn connect(to: SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
         }
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
-    match socket.connect(&to.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    Ok(TcpStream::from_std(socket.into()))
+    Ok(socket)
 }

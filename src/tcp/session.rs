@@ -42,6 +42,8 @@ pub struct ConnectionRecord {
     pub connection_id: Uuid,
     /// Burst mode: both ends' account of each burst.
     pub bursts: Vec<crate::proto::TcpBurst>,
+    /// The client end's TCP_INFO when the connection ended.
+    pub tcp_info: Option<crate::net::tcpinfo::TcpInfo>,
     /// The server's reason, when it refused this connection.
     #[serde(skip)]
     pub refused: Option<String>,
@@ -76,6 +78,9 @@ pub(super) struct Shared {
     /// Connects that may still start (`--throttle` minus those in progress).
     pub(super) throttle: AtomicU64,
     pub(super) start: Instant,
+    /// What the kernel granted the first data connection (`--window`,
+    /// `--mss`, `--congestion`, `--tos`).
+    pub(super) granted: std::sync::OnceLock<crate::net::sockopt::Granted>,
 }
 
 /// Sends `msg` on a session's control connection, waiting at most

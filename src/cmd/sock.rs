@@ -1,0 +1,105 @@
+//! The socket and TCP tuning flags, spelled as iperf3 spells them (with
+//! ctsTraffic's names as aliases), shared by every command that opens test
+//! sockets: [`IpFlags`] for any socket, [`TcpFlags`] for TCP ones.
+
+use anyhow::Result;
+use clap::Args;
+use std::time::Duration;
+
+use super::{positive_duration, rate, size};
+use netrig::sockopts::{ShutdownMode, SockOpts, parse_dscp, parse_tos};
+
+/// Options for any test socket, TCP or UDP.
+#[derive(Args, Clone, Debug, Default)]
+pub struct IpFlags {
+    /// Socket buffer size, send and receive (SO_SNDBUF/SO_RCVBUF; iperf3 -w,
+    /// ctsTraffic -RecvBufValue/-SendBufValue); the report shows what the
+    /// kernel granted.
+    #[arg(short = 'w', long = "window", value_name = "BYTES", value_parser = window)]
+    pub window: Option<u32>,
+    /// DSCP code point to mark packets with: a name (EF, AF41, CS1, LE) or
+    /// 0-63.
+    #[arg(long, value_name = "DSCP", value_parser = dscp, conflicts_with = "tos")]
+    pub dscp: Option<u8>,
+    /// The whole IP TOS / IPv6 traffic class byte (iperf3 -S), decimal or 0x
+    /// hex.
+    #[arg(short = 'S', long, value_name = "TOS", value_parser = tos)]
+    pub tos: Option<u8>,
+    /// Set the don't-fragment bit (IP_MTU_DISCOVER = DO).
+    #[arg(long)]
+    pub dont_fragment: bool,
+    /// Cap each socket's pacing rate (SO_MAX_PACING_RATE, bit/s; iperf3
+    /// --fq-rate).
+    #[arg(long, value_name = "RATE", value_parser = rate)]
+    pub fq_rate: Option<u64>,
+}
+
+/// Options for TCP test sockets.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TcpFlags {
+    #[command(flatten)]
+    pub ip: IpFlags,
+    /// TCP maximum segment size (TCP_MAXSEG; iperf3 -M/--set-mss).
+    #[arg(
+        short = 'M',
+        long = "mss",
+        visible_alias = "set-mss",
+        value_name = "BYTES"
+    )]
+    pub mss: Option<u32>,
+    /// Congestion control algorithm (TCP_CONGESTION; iperf3 -C).
+    #[arg(short = 'C', long, value_name = "ALGO", alias = "linux-congestion")]
+    pub congestion: Option<String>,
+    /// Turn Nagle's algorithm off on the client's sockets (TCP_NODELAY;
+    /// iperf3 -N).
+    #[arg(short = 'N', long)]
+    pub no_delay: bool,
+    /// TCP keepalive probes after this idle time (ctsTraffic
+    /// -KeepAliveValue; at least 1s).
+    #[arg(long, value_name = "D", value_parser = positive_duration)]
+    pub keepalive: Option<Duration>,
+    /// How the client closes each connection once done: graceful (FIN) or
+    /// rude (RST), as ctsTraffic -shutdown.
+    #[arg(long, value_enum, default_value_t = ShutdownMode::Graceful)]
+    pub shutdown: ShutdownMode,
+}
+
+fn window(s: &str) -> Result<u32> {
+    let v = size(s)?;
+    u32::try_from(v).map_err(|_| anyhow::anyhow!("--window {s}: at most 4G"))
+}
+
+fn dscp(s: &str) -> Result<u8> {
+    Ok(parse_dscp(s)?)
+}
+
+fn tos(s: &str) -> Result<u8> {
+    Ok(parse_tos(s)?)
+}
+
+impl IpFlags {
+    /// The options for a UDP socket.
+    pub fn opts(&self) -> SockOpts {
+        SockOpts {
+            window: self.window,
+            tos: self.tos.or(self.dscp),
+            dont_fragment: self.dont_fragment,
+            fq_rate_bps: self.fq_rate,
+            ..SockOpts::default()
+        }
+    }
+}
+
+impl TcpFlags {
+    /// The options for a TCP socket.
+    pub fn opts(&self) -> SockOpts {
+        SockOpts {
+            mss: self.mss,
+            congestion: self.congestion.clone(),
+            no_delay: self.no_delay,
+            keepalive_ms: self.keepalive.map(|d| d.as_millis() as u64),
+            shutdown: self.shutdown,
+            ..self.ip.opts()
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The socket and TCP knobs iperf3 and ctsTraffic users reach for (issue
+//! 15), each checked by its effect over loopback, not only that it parses:
+//! the buffer the kernel granted, the segment size the far end used, the
+//! congestion control read back on both ends, the TOS byte, TCP_INFO in the
+//! report, and ctsTraffic's rude shutdown.
+
+#[path = "common/bin.rs"]
+mod bin;
+use bin::*;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{TestServer, run_client};
+use netrig::proto::IoPattern;
+use netrig::sockopts::SockOpts;
+
+#[test]
+fn window_mss_congestion_and_dscp_are_granted_and_reported() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, out) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "2",
+            "-n",
+            "4M",
+            "--iterations",
+            "1",
+            "-w",
+            "256K",
+            "-M",
+            "1000",
+            "-C",
+            "reno",
+            "--dscp",
+            "AF41",
+        ],
+        0,
+    );
+    let g = &v["result"]["granted"];
+    // Linux doubles the size asked for, for its own bookkeeping.
+    assert_eq!(g["sndbuf"], 512 * 1024, "{g}");
+    assert_eq!(g["rcvbuf"], 512 * 1024, "{g}");
+    let mss = g["mss"].as_u64().unwrap();
+    assert!((900..=1000).contains(&mss), "{g}");
+    assert_eq!(g["congestion"], "reno");
+    assert_eq!(g["tos"], 0x88);
+    // The options are echoed in the configuration, as asked.
+    let sock = &v["config"]["sock"];
+    assert_eq!(
+        (sock["window"].as_u64(), sock["mss"].as_u64()),
+        (Some(262144), Some(1000))
+    );
+    assert_eq!(sock["tos"], 0x88);
+    let ti = &v["result"]["tcp_info"];
+    assert_eq!(ti["connections"], 2, "{ti}");
+    assert!(ti["snd_mss_min"].as_u64().unwrap() <= 1000, "{ti}");
+    assert!(
+        out.contains("Socket (as granted): send buffer 512.00 KiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("TCP_INFO (client ends, 2 connections): Retr "),
+        "{out}"
+    );
+}
+
+/// The server sends with the client's MSS (the client's SYN advertised it)
+/// and its congestion control (the server applies the test's options to its
+/// end): the client measures the segments it received.
+#[test]
+fn the_far_end_sends_with_the_clients_mss() {
+    let srv = TestServer::start();
+    let (rep, got) = run_client(srv.addr, |c| {
+        c.pattern = IoPattern::Pull;
+        c.connections = 2;
+        c.iterations = Some(1);
+        c.transfer = 4 << 20;
+        c.sock = SockOpts {
+            mss: Some(1200),
+            congestion: Some("reno".into()),
+            ..SockOpts::default()
+        };
+    });
+    assert_eq!(rep.totals.completed, 2);
+    for r in &got.conns {
+        let i = r.tcp_info.expect("TCP_INFO");
+        assert!(
+            i.rcv_mss > 0 && i.rcv_mss <= 1200,
+            "segments from the server: {i:?}"
+        );
+    }
+    // Without the option, loopback's segments are far larger.
+    let (_, plain) = run_client(srv.addr, |c| {
+        c.pattern = IoPattern::Pull;
+        c.connections = 1;
+        c.iterations = Some(1);
+        c.transfer = 4 << 20;
+    });
+    assert!(plain.conns[0].tcp_info.unwrap().rcv_mss > 1200);
+}
+
+#[test]
+fn bad_tuning_values_are_usage_errors_naming_the_problem() {
+    for (args, says) in [
+        (vec!["-C", "no_such_cc"], "this kernel offers: "),
+        (vec!["--dscp", "AF44"], "DSCP \"AF44\""),
+        (vec!["-S", "300"], "TOS \"300\""),
+        (vec!["-M", "10"], "--mss 10"),
+        (vec!["-w", "0"], "--window must be greater than zero"),
+    ] {
+        let mut all = vec!["tcp", "-n", "1M", "--iterations", "1", "-q"];
+        all.extend_from_slice(&args);
+        let out = netrig(&all).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // --dscp and --tos say the same thing twice.
+    let out = netrig(&["tcp", "--dscp", "EF", "--tos", "0xb8"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// TIME_WAIT sockets of connections to `port` (IPv4), from /proc.
+fn time_wait(port: u16) -> usize {
+    let hex = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[3] == "06" && (f[1].ends_with(&hex) || f[2].ends_with(&hex))
+        })
+        .count()
+}
+
+/// ctsTraffic's rude shutdown closes with a reset: no connection is left in
+/// TIME_WAIT (a graceful close leaves one per connection on whichever end
+/// closed first). The control connection still closes gracefully.
+#[test]
+fn rude_shutdown_resets_instead_of_closing() {
+    let (_srv, addr) = serve(&["-q"]);
+    let run = |extra: &[&str]| {
+        let before = time_wait(addr.port());
+        let target = addr.to_string();
+        let mut args = vec![
+            "tcp",
+            &target,
+            "-P",
+            "8",
+            "-n",
+            "64K",
+            "--iterations",
+            "5",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        run_expect(&args, 0);
+        time_wait(addr.port()).saturating_sub(before)
+    };
+    let graceful = run(&[]);
+    let rude = run(&["--shutdown", "rude"]);
+    eprintln!("TIME_WAIT added: graceful {graceful}, rude {rude}");
+    assert!(
+        graceful >= 4,
+        "40 graceful closes left {graceful} in TIME_WAIT"
+    );
+    assert!(rude <= 1, "40 rude closes left {rude} in TIME_WAIT");
+}
