@@ -83,3 +83,15 @@ fn main() -> ExitCode {
         ExitCode::from(cmd::Exit::Fatal)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks every flag for clashes (two flags on one short letter,
+    /// say, as shared flag groups are added) only when asked.
+    #[test]
+    fn the_command_line_has_no_clashing_flags() {
+        super::Cli::command().debug_assert();
+    }
+}

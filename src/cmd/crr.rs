@@ -50,6 +50,8 @@ pub struct CrrArgs {
     verbosity: Verbosity,
     #[command(flatten)]
     key: KeyArg,
+    #[command(flatten)]
+    sock: super::sock::TcpFlags,
 }
 
 /// The crr collector, with a progress bar that moves as transactions end.
@@ -92,6 +94,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     );
     cfg.time_limit = a.time;
     cfg.bind = a.bind.addrs();
+    cfg.sock = a.sock.opts();
     cfg.key = key;
     let mut col = Counted {
         inner: netrig::rr::crr::CrrCollector::default(),
