@@ -43,23 +43,7 @@ pub fn support(seqpacket: bool) -> Result<(), crate::refusal::Unsupported> {
 
 /// Turns Nagle off (`nodelay`) or on for an SCTP socket.
 pub fn set_nodelay(fd: RawFd, nodelay: bool) -> io::Result<()> {
-    let v: libc::c_int = nodelay.into();
-    // SAFETY: setsockopt on a descriptor the caller owns, with a pointer to a
-    // live c_int and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_SCTP,
-            SCTP_NODELAY,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::net::sockopt::set_int(fd, SOL_SCTP, SCTP_NODELAY, nodelay.into())
 }
 
 /// Packs addresses the way `sctp_bindx` passes them to the kernel: `struct

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use socket2::{SockRef, TcpKeepalive};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
 use crate::sockopts::SockOpts;
@@ -69,7 +69,8 @@ pub fn check_congestion(name: &str) -> Result<(), SockOptFailed> {
         })
 }
 
-fn set_int(fd: i32, level: i32, name: i32, v: libc::c_int) -> io::Result<()> {
+/// Sets an int-valued socket option (the ones socket2 does not wrap).
+pub fn set_int(fd: RawFd, level: i32, name: i32, v: libc::c_int) -> io::Result<()> {
     // SAFETY: a valid descriptor, and an int-sized value with its size.
     let r = unsafe {
         libc::setsockopt(

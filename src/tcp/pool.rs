@@ -614,17 +614,12 @@ fn new_socket(to: SocketAddr, from: Option<IpAddr>) -> io::Result<socket2::Socke
         // The port is chosen at connect, by the whole address pair, so many
         // connections from one address share ports across servers (a port
         // chosen at bind would be held from every other connect).
-        let on: libc::c_int = 1;
-        // SAFETY: a valid descriptor, option and int-sized value.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                libc::IPPROTO_IP,
-                libc::IP_BIND_ADDRESS_NO_PORT,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        let _ = crate::net::sockopt::set_int(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            1,
+        );
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }
     Ok(socket)

@@ -234,17 +234,8 @@ const CMSG_SPACE: usize = 64;
 
 /// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
 pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a valid descriptor with a pointer to a live c_int and its size.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+    crate::net::sockopt::set_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+        .is_ok()
 }
 
 /// The kernel receive time (CLOCK_REALTIME ns) carried in a message's ancillary data.
