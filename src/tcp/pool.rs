@@ -442,7 +442,8 @@ impl Worker<'_> {
     /// Ends connection `k` with `result` and frees its slot.
     fn close(&mut self, k: usize, mut slot: Slot, result: Ended) {
         let _ = self.poll.registry().deregister(&mut slot.stream);
-        if slot.rec.connect_ms > 0.0 {
+        // Only a connection that came up has TCP_INFO worth reporting.
+        if slot.rec.local.is_some() {
             slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
         }
         if self.sh.cfg.sock.shutdown == ShutdownMode::Rude {
