@@ -68,6 +68,12 @@ pub enum Refusal {
     /// server's kernel.
     #[error("congestion control {name} is not available on the server (it offers: {available})")]
     Congestion { name: String, available: String },
+    /// The server's kernel refused a socket option the test asks for.
+    #[error("the server cannot set {option} on its socket: {source}")]
+    SockOptRefused {
+        option: &'static str,
+        source: io::Error,
+    },
     /// The client's UDP handshake datagram never arrived.
     #[error("no handshake datagram arrived within {} s (is UDP blocked on the path?)", .0.as_secs())]
     NoHandshake(Duration),

@@ -140,6 +140,20 @@ fn dscp_name(name: &str) -> Option<u8> {
     }
 }
 
+/// The name of a DSCP code point (0–63), where it has one.
+pub fn dscp_label(code: u8) -> Option<String> {
+    match code {
+        46 => Some("EF".into()),
+        44 => Some("VA".into()),
+        1 => Some("LE".into()),
+        c if c < 64 && c % 8 == 0 => Some(format!("CS{}", c >> 3)),
+        c if (1..=4).contains(&(c >> 3)) && (1..=3).contains(&((c & 7) >> 1)) && c & 1 == 0 => {
+            Some(format!("AF{}{}", c >> 3, (c & 7) >> 1))
+        }
+        _ => None,
+    }
+}
+
 /// A number in decimal, or hex with `0x`.
 fn number(s: &str) -> Option<u64> {
     let t = s.trim();
@@ -193,6 +207,19 @@ mod tests {
         }
         for bad in ["64", "AF44", "AF51", "AF01", "CS8", "XX", "", "-1", "AF4"] {
             assert!(parse_dscp(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dscp_labels_name_what_parse_dscp_reads() {
+        for name in [
+            "EF", "VA", "LE", "CS0", "CS1", "CS7", "AF11", "AF23", "AF41", "AF43",
+        ] {
+            let code = parse_dscp(name).unwrap() >> 2;
+            assert_eq!(dscp_label(code).as_deref(), Some(name));
+        }
+        for unnamed in [2, 3, 9, 15, 33, 39, 45, 47, 63, 64] {
+            assert_eq!(dscp_label(unnamed), None, "{unnamed}");
         }
     }
 

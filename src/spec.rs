@@ -154,6 +154,11 @@ pub struct UdpSpec {
     /// datagrams are counted corrupt and never as received.
     #[serde(default)]
     pub auth_datagrams: bool,
+    /// Options for both ends' data sockets (window, marking, don't
+    /// fragment, pacing cap); the receiver compares the marking it sees
+    /// with `sock.tos`.
+    #[serde(default)]
+    pub sock: crate::sockopts::SockOpts,
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and

@@ -79,7 +79,14 @@ fn every_commands_json_matches_the_schema() {
     let refused = format!("127.0.0.1:{}", free_port());
     let files = vec![
         write(d, "tcp", &["tcp", "-P", "2", "-n", "1M"], 0),
-        write(d, "udp", &["udp", "-t", "300ms", "-b", "5M"], 0),
+        write(
+            d,
+            "udp",
+            &[
+                "udp", "-t", "300ms", "-b", "5M", "--dscp", "EF", "--ecn", "ect0",
+            ],
+            0,
+        ),
         write(d, "udp-reverse", &["udp", "-t", "300ms", "-R"], 0),
         write(d, "sweep", &["sweep", "--to-rate", "5M", "-t", "1s"], 0),
         write(d, "rr", &["rr", "-n", "200"], 0),

@@ -171,3 +171,86 @@ fn rude_shutdown_resets_instead_of_closing() {
     );
     assert!(rude <= 1, "40 rude closes left {rude} in TIME_WAIT");
 }
+
+/// The marking the receiver counted in a UDP run's JSON: (sent TOS, bytes
+/// seen with their counts, DSCP changed, CE, cleared, datagrams received).
+fn marking(v: &serde_json::Value) -> (u64, Vec<(u64, u64)>, u64, u64, u64, u64) {
+    let t = &v["result"]["totals"];
+    let m = &t["marking"];
+    let seen = m["seen"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no marking in {t}"))
+        .iter()
+        .map(|s| (s["tos"].as_u64().unwrap(), s["datagrams"].as_u64().unwrap()))
+        .collect();
+    let n = |k: &str| m[k].as_u64().unwrap();
+    (
+        n("sent_tos"),
+        seen,
+        n("dscp_changed"),
+        n("ecn_ce"),
+        n("ecn_cleared"),
+        t["packets"].as_u64().unwrap(),
+    )
+}
+
+/// DSCP and ECN on UDP, both directions over loopback: every datagram the
+/// receiver counted arrived with the byte the sender set (0x89: AF41 with
+/// ECT(1)), and the sender's socket reports it as granted.
+#[test]
+fn udp_marking_arrives_as_sent_each_way() {
+    let (_srv, addr) = serve(&["-q"]);
+    for reverse in [false, true] {
+        let mut args = vec![
+            "udp", "--dscp", "AF41", "--ecn", "ect1", "-t", "500ms", "-b", "2M",
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        let a = addr.to_string();
+        args.insert(1, &a);
+        let (v, out) = run_json(&args, 0);
+        let (sent, seen, changed, ce, cleared, packets) = marking(&v);
+        assert!(packets > 0, "{v}");
+        assert_eq!(sent, 0x89);
+        assert_eq!(seen, vec![(0x89, packets)], "reverse {reverse}");
+        assert_eq!((changed, ce, cleared), (0, 0, 0));
+        assert_eq!(v["result"]["granted"]["tos"], 0x89);
+        assert!(
+            out.contains("Marking: sent 0x89 (AF41, ECT(1)); arrived 0x89 (AF41, ECT(1))"),
+            "{out}"
+        );
+    }
+}
+
+/// A relay that remarks one direction (as a router rewriting DSCP would):
+/// the receiver counts every datagram of that direction as remarked and its
+/// ECN as cleared, and the other direction as untouched; a relay marking CE
+/// is counted as congestion, not as remarking.
+#[test]
+fn remarking_on_the_path_is_counted_per_datagram() {
+    let (_srv, to) = serve(&["-q"]);
+    let (_rl, addr) = relay(to, &["--remark", "CS1", "--dir", "up"]);
+    let a = addr.to_string();
+    let base = ["udp", &a, "--dscp", "EF", "--ecn", "ect0", "-t", "500ms"];
+    let (v, _) = run_json(&base, 0);
+    let (sent, seen, changed, ce, cleared, packets) = marking(&v);
+    assert_eq!(sent, 0xba);
+    assert_eq!(seen, vec![(0x20, packets)]);
+    assert_eq!((changed, ce, cleared), (packets, 0, packets));
+    let (v, _) = run_json(&[&base[..], &["-R"]].concat(), 0);
+    let (_, seen, changed, _, cleared, packets) = marking(&v);
+    assert_eq!(seen, vec![(0xba, packets)]);
+    assert_eq!((changed, cleared), (0, 0));
+
+    let (_rl, addr) = relay(to, &["--remark-tos", "0xbb"]);
+    let a = addr.to_string();
+    let (v, out) = run_json(
+        &["udp", &a, "--dscp", "EF", "--ecn", "ect0", "-t", "500ms"],
+        0,
+    );
+    let (_, seen, changed, ce, cleared, packets) = marking(&v);
+    assert_eq!(seen, vec![(0xbb, packets)]);
+    assert_eq!((changed, ce, cleared), (0, packets, 0));
+    assert!(out.contains(&format!("ECN CE-marked {packets}")), "{out}");
+}

@@ -34,6 +34,7 @@ impl UdpObserver for Collect {
 fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
     UdpSpec {
         auth_datagrams: false,
+        sock: Default::default(),
         reverse,
         size,
         gap_ps: gap_for_rate(size, rate_bps),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+use super::sock::{dscp, tos};
 use super::{Json, Verbosity, duration, positive_duration, rate, size};
 use netrig::relay::impair::ImpairSpec;
 use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts, RelayLimits};
@@ -88,6 +89,15 @@ pub struct RelayArgs {
     /// Shaping: drop a datagram that would wait longer than this.
     #[arg(long, default_value = "100ms", value_parser = duration)]
     queue_limit: Duration,
+    /// Remark what is sent on with this DSCP (a name such as CS1, EF, or
+    /// 0-63; ECN bits cleared), as a router that rewrites or bleaches
+    /// marking would.
+    #[arg(long, value_name = "DSCP", value_parser = dscp, conflicts_with = "remark_tos")]
+    remark: Option<u8>,
+    /// Rewrite the whole TOS byte of what is sent on (decimal or 0x hex;
+    /// 0x03 marks CE on an ECN-capable UDP stream).
+    #[arg(long, value_name = "TOS", value_parser = tos)]
+    remark_tos: Option<u8>,
     /// Reset each TCP connection after this many data bytes in an impaired direction.
     #[arg(long, value_parser = size)]
     reset_after: Option<u64>,
@@ -146,6 +156,7 @@ impl RelayArgs {
             shape: !self.police,
             queue_limit_ns: self.queue_limit.as_nanos() as u64,
             reset_after: self.reset_after,
+            remark_tos: self.remark.or(self.remark_tos),
         }
     }
 }

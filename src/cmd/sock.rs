@@ -69,11 +69,11 @@ fn window(s: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| anyhow::anyhow!("--window {s}: at most 4G"))
 }
 
-fn dscp(s: &str) -> Result<u8> {
+pub(super) fn dscp(s: &str) -> Result<u8> {
     Ok(parse_dscp(s)?)
 }
 
-fn tos(s: &str) -> Result<u8> {
+pub(super) fn tos(s: &str) -> Result<u8> {
     Ok(parse_tos(s)?)
 }
 

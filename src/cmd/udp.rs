@@ -135,6 +135,12 @@ pub struct UdpArgs {
     #[arg(long, value_name = "FILE")]
     status_file: Option<PathBuf>,
     #[command(flatten)]
+    sock: super::sock::IpFlags,
+    /// ECN codepoint on every datagram (RFC 3168: ect0, ect1, ce, not-ect),
+    /// with --dscp/--tos or alone; the receiver counts what arrived.
+    #[arg(long, value_enum, value_name = "CODEPOINT")]
+    ecn: Option<netrig::udp::marks::Ecn>,
+    #[command(flatten)]
     json: Json,
     #[command(flatten)]
     verbosity: Verbosity,
@@ -282,6 +288,13 @@ pub fn run_with(
     } else {
         gap_ps
     };
+    let mut sock = a.sock.opts();
+    if let Some(e) = a.ecn {
+        sock.tos = Some(netrig::udp::marks::with_ecn(sock.tos.unwrap_or(0), e));
+    }
+    if let Err(e) = sock.validate() {
+        return Ok(usage(e.to_string()));
+    }
     let spec = UdpSpec {
         reverse,
         size: size as u32,
@@ -299,6 +312,7 @@ pub fn run_with(
         precompute: a.precompute,
         burst,
         auth_datagrams: a.auth_datagrams,
+        sock,
     };
     let embedded = match &a.target {
         Some(_) => None,

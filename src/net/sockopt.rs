@@ -151,6 +151,59 @@ pub fn apply<S: AsFd + AsRawFd>(
     Ok(())
 }
 
+/// Sends one datagram with TOS byte `tos` on it alone (an IP_TOS or
+/// IPV6_TCLASS control message, as the socket's family needs), to `to` or
+/// to the connected peer; a relay keeps each datagram's own marking so.
+pub fn send_marked(
+    sock: &std::net::UdpSocket,
+    d: &[u8],
+    to: Option<std::net::SocketAddr>,
+    tos: u8,
+) -> io::Result<usize> {
+    let v6 = sock.local_addr()?.is_ipv6();
+    let (level, kind) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS)
+    };
+    let addr = to.map(socket2::SockAddr::from);
+    // u64s keep the control buffer aligned for a cmsghdr.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: d.as_ptr() as *mut libc::c_void,
+        iov_len: d.len(),
+    };
+    // SAFETY: the msghdr points at `iov`, `control` and `addr`, which
+    // outlive the call; CMSG_SPACE(4) (24 bytes) fits the 32-byte control
+    // buffer, so CMSG_FIRSTHDR is non-null and the int written after its
+    // header stays inside it; sendmsg only reads these buffers.
+    let r = unsafe {
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        if let Some(a) = &addr {
+            hdr.msg_name = a.as_ptr() as *mut libc::c_void;
+            hdr.msg_namelen = a.len();
+        }
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control.as_mut_ptr().cast();
+        hdr.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(
+            libc::CMSG_DATA(c).cast::<libc::c_int>(),
+            libc::c_int::from(tos),
+        );
+        libc::sendmsg(sock.as_raw_fd(), &hdr, 0)
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// Ends a connection with a reset rather than a FIN (ctsTraffic's "rude"
 /// shutdown): SO_LINGER with a zero timeout makes close() send RST.
 pub fn rude_close<S: AsFd>(s: &S) {

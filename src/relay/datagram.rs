@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::impair::{Action, DatagramImpairer, DropCause};
 use super::limits::{self, QueueBytes};
 use super::{Dir, Event, Shared, bind_udp, sleep_until, unspecified_like};
+use crate::net::sockopt::send_marked;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 
 /// Starts relaying a netrig UDP test whose server listens on `port`; returns
@@ -40,8 +41,8 @@ pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> i
         let place = Arc::clone(&place);
         std::thread::spawn(move || {
             let _place = place;
-            let out = move |d: &[u8]| {
-                let _ = to.send(d);
+            let out = move |d: &[u8], tos: u8| {
+                let _ = send_marked(&to, d, None, tos);
             };
             datagram_pump(&sh, flow, Dir::Up, &from, Some(&peer), out, &stop);
         });
@@ -51,9 +52,9 @@ pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> i
         std::thread::spawn(move || {
             let _place = place;
             let to = client_side;
-            let out = move |d: &[u8]| {
+            let out = move |d: &[u8], tos: u8| {
                 if let Some(a) = *peer.lock().unwrap_or_else(|p| p.into_inner()) {
-                    let _ = to.send_to(d, a);
+                    let _ = send_marked(&to, d, Some(a), tos);
                 }
             };
             datagram_pump(&sh, flow, Dir::Down, &server_side, None, out, &stop);
@@ -66,11 +67,12 @@ pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> i
 pub(super) fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
     crate::udp::receive::enable_rx_timestamps(&sock);
+    crate::udp::receive::enable_rx_tos(&sock);
     let sock = Arc::new(sock);
     let mut flows: HashMap<SocketAddr, PlainFlow> = HashMap::new();
     let mut buf = vec![0u8; 65536];
     while !sh.stop.load(SeqCst) {
-        let (n, src, stamp) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
+        let (n, src, got) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
             Ok(x) => x,
             Err(_) => {
                 for (_, p, _, _) in flows.values_mut() {
@@ -93,7 +95,8 @@ pub(super) fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
                 }
             }
         };
-        flow.1.handle(&mut buf[..n], sh.arrival_ns(stamp));
+        flow.1
+            .handle(&mut buf[..n], sh.arrival_ns(got.stamp), got.tos);
     }
 }
 
@@ -122,16 +125,16 @@ fn plain_flow(
             Arc::clone(&done),
         );
         std::thread::spawn(move || {
-            let out = move |d: &[u8]| {
-                let _ = back.send_to(d, src);
+            let out = move |d: &[u8], tos: u8| {
+                let _ = send_marked(&back, d, Some(src), tos);
             };
             datagram_pump(&sh, flow, Dir::Down, &up, None, out, &done);
             done.store(true, SeqCst);
         });
     }
     let to = Arc::clone(&up);
-    let pipe = Pipe::new(sh, flow, Dir::Up, move |d: &[u8]| {
-        let _ = to.send(d);
+    let pipe = Pipe::new(sh, flow, Dir::Up, move |d: &[u8], tos: u8| {
+        let _ = send_marked(&to, d, None, tos);
     });
     Some((up, pipe, done, place))
 }
@@ -144,11 +147,12 @@ fn datagram_pump(
     dir: Dir,
     from: &UdpSocket,
     learn: Option<&Mutex<Option<SocketAddr>>>,
-    out: impl Fn(&[u8]) + Send + Sync + 'static,
+    out: impl Fn(&[u8], u8) + Send + Sync + 'static,
     stop: &AtomicBool,
 ) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     crate::udp::receive::enable_rx_timestamps(from);
+    crate::udp::receive::enable_rx_tos(from);
     let mut pipe = Pipe::new(sh, flow, dir, out);
     let mut buf = vec![0u8; 65536];
     let mut last = Instant::now();
@@ -159,12 +163,12 @@ fn datagram_pump(
             break;
         }
         match crate::udp::receive::recv_from_stamped(from, &mut buf) {
-            Ok((n, src, stamp)) => {
+            Ok((n, src, got)) => {
                 last = Instant::now();
                 if let Some(l) = learn {
                     *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(src);
                 }
-                pipe.handle(&mut buf[..n], sh.arrival_ns(stamp));
+                pipe.handle(&mut buf[..n], sh.arrival_ns(got.stamp), got.tos);
             }
             // Nothing followed a held datagram: release it in order (not a reorder).
             Err(_) => pipe.idle(),
@@ -173,18 +177,21 @@ fn datagram_pump(
     pipe.idle();
 }
 
-type Out = Box<dyn Fn(&[u8]) + Send + Sync>;
+/// Sends a datagram with a TOS byte.
+type Out = Box<dyn Fn(&[u8], u8) + Send + Sync>;
 
 /// One direction of one UDP flow: decides, counts, logs, and sends now or
-/// after a delay.
+/// after a delay. Each datagram leaves with the TOS byte it arrived with
+/// (a path that carries marking unchanged), or `--remark`'s.
 struct Pipe {
     sh: Arc<Shared>,
     flow: u64,
     dir: Dir,
     imp: DatagramImpairer,
-    held: Option<(Vec<u8>, u64)>,
+    held: Option<(Vec<u8>, u64, u8)>,
     out: Arc<Out>,
-    queue: Option<mpsc::Sender<(u64, Vec<u8>)>>,
+    queue: Option<mpsc::Sender<(u64, Vec<u8>, u8)>>,
+    remark: Option<u8>,
     /// Bytes waiting in `queue`, bounded by `max_queue_bytes`.
     queued: Arc<QueueBytes>,
 }
@@ -194,18 +201,19 @@ impl Pipe {
         sh: &Arc<Shared>,
         flow: u64,
         dir: Dir,
-        out: impl Fn(&[u8]) + Send + Sync + 'static,
+        out: impl Fn(&[u8], u8) + Send + Sync + 'static,
     ) -> Pipe {
         let spec = sh.spec(dir).clone();
+        let remark = spec.remark_tos;
         let out: Arc<Out> = Arc::new(Box::new(out));
         let queued = Arc::new(QueueBytes::default());
         let queue = spec.delays().then(|| {
-            let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+            let (tx, rx) = mpsc::channel::<(u64, Vec<u8>, u8)>();
             let (sh, out, queued) = (Arc::clone(sh), Arc::clone(&out), Arc::clone(&queued));
             std::thread::spawn(move || {
-                for (at, d) in rx {
+                for (at, d, tos) in rx {
                     sleep_until(&sh, at);
-                    out(&d);
+                    out(&d, tos);
                     queued.remove(d.len() as u64);
                 }
             });
@@ -221,14 +229,16 @@ impl Pipe {
             out,
             queue,
             queued,
+            remark,
         }
     }
 
     /// Sends now or queues for `at`; false when the delay line is full and
     /// the datagram was dropped (counted and logged as a queue drop).
-    fn emit(&self, at: u64, d: &[u8], index: u64) -> bool {
+    fn emit(&self, at: u64, d: &[u8], index: u64, tos: u8) -> bool {
+        let tos = self.remark.unwrap_or(tos);
         let Some(q) = &self.queue else {
-            (self.out)(d);
+            (self.out)(d, tos);
             return true;
         };
         if !self
@@ -240,7 +250,7 @@ impl Pipe {
             self.log("queue_dropped", index, seq, None);
             return false;
         }
-        let _ = q.send((at, d.to_vec()));
+        let _ = q.send((at, d.to_vec(), tos));
         true
     }
 
@@ -257,12 +267,14 @@ impl Pipe {
         });
     }
 
-    /// Impairs and forwards one datagram that arrived at `now` (relay clock).
-    fn handle(&mut self, d: &mut [u8], now: u64) {
+    /// Impairs and forwards one datagram that arrived at `now` (relay
+    /// clock) with TOS byte `tos` (0 where the kernel did not say).
+    fn handle(&mut self, d: &mut [u8], now: u64, tos: Option<u8>) {
+        let tos = tos.unwrap_or(0);
         let header = Header::read(d).ok();
         // netrig's setup handshake is not test traffic.
         if header.is_some_and(|h| h.flags & FLAG_HANDSHAKE != 0) {
-            self.emit(now, d, self.imp.seen());
+            self.emit(now, d, self.imp.seen(), tos);
             return;
         }
         let seq = header.map(|h| h.seq);
@@ -292,21 +304,21 @@ impl Pipe {
                     self.log("corrupted", index, seq, Some(o as u64));
                 }
                 if hold && self.held.is_none() {
-                    self.held = Some((d.to_vec(), index));
+                    self.held = Some((d.to_vec(), index, tos));
                     return;
                 }
-                if self.emit(at_ns, d, index) {
+                if self.emit(at_ns, d, index, tos) {
                     c.forwarded.fetch_add(1, SeqCst);
                 }
-                if let Some((h, hi)) = self.held.take()
-                    && self.emit(at_ns, &h, hi)
+                if let Some((h, hi, ht)) = self.held.take()
+                    && self.emit(at_ns, &h, hi, ht)
                 {
                     c.forwarded.fetch_add(1, SeqCst);
                     c.reordered.fetch_add(1, SeqCst);
                     let hs = Header::read(&h).ok().map(|h| h.seq);
                     self.log("reordered", hi, hs, None);
                 }
-                if duplicate && self.emit(at_ns, d, index) {
+                if duplicate && self.emit(at_ns, d, index, tos) {
                     c.duplicated.fetch_add(1, SeqCst);
                     self.log("duplicated", index, seq, None);
                 }
@@ -316,8 +328,8 @@ impl Pipe {
 
     /// Releases a held datagram in order.
     fn idle(&mut self) {
-        if let Some((h, hi)) = self.held.take()
-            && self.emit(self.sh.now_ns(), &h, hi)
+        if let Some((h, hi, ht)) = self.held.take()
+            && self.emit(self.sh.now_ns(), &h, hi, ht)
         {
             self.sh.counts(self.dir).forwarded.fetch_add(1, SeqCst);
         }

@@ -45,6 +45,9 @@ pub struct ImpairSpec {
     pub queue_limit_ns: u64,
     /// Streams: reset the connection after this many data bytes.
     pub reset_after: Option<u64>,
+    /// Rewrite the TOS byte (DSCP and ECN) of everything sent on, as a
+    /// router that remarks or bleaches would (TCP keeps its own ECN bits).
+    pub remark_tos: Option<u8>,
 }
 
 /// An impairment setting that makes no sense.

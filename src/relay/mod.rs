@@ -164,6 +164,17 @@ impl Shared {
         }
     }
 
+    /// Gives the TCP socket `s`, which sends in direction `dir`, the TOS
+    /// byte `--remark` asks for there (datagrams carry theirs one by one).
+    /// Both families' options are tried: an IPv6 socket may carry IPv4.
+    fn remark<S: std::os::fd::AsFd>(&self, s: &S, dir: Dir) {
+        if let Some(tos) = self.spec(dir).remark_tos {
+            let r = socket2::SockRef::from(s);
+            let _ = r.set_tos_v4(u32::from(tos));
+            let _ = r.set_tclass_v6(u32::from(tos));
+        }
+    }
+
     fn counts(&self, dir: Dir) -> &DirCounters {
         &self.counts[dir.index()]
     }

@@ -157,6 +157,8 @@ impl Loop {
             self.boxes.left(self.index);
             return;
         };
+        sh.remark(&server, super::Dir::Up);
+        sh.remark(&client, super::Dir::Down);
         let k = self.free.pop().unwrap_or_else(|| {
             self.pairs.push(None);
             self.pairs.len() - 1

@@ -36,6 +36,24 @@ pub mod duration_ms {
     }
 }
 
+/// What the kernel granted the client's sockets (`--window`, `--mss`, ...):
+/// the TCP-only fields only where the socket has them.
+fn granted_line(g: &crate::net::sockopt::Granted) -> String {
+    let opt = |v: Option<u64>| v.map_or("?".into(), crate::units::format_bytes);
+    let mut parts = vec![
+        format!("send buffer {}", opt(g.sndbuf)),
+        format!("receive buffer {}", opt(g.rcvbuf)),
+    ];
+    if let Some(m) = g.mss {
+        parts.push(format!("MSS {m}"));
+    }
+    if let Some(c) = &g.congestion {
+        parts.push(format!("congestion {c}"));
+    }
+    parts.push(format!("TOS 0x{:02x}", g.tos.unwrap_or(0)));
+    format!("Socket (as granted): {}", parts.join(", "))
+}
+
 /// A microsecond figure for a table cell, `-` when there is none.
 fn opt_us(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))

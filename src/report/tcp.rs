@@ -1,11 +1,10 @@
 //! The TCP engine's output: status and connection tables, bursts, the summary.
 
-use crate::net::sockopt::Granted;
 use crate::net::tcpinfo::TcpInfoTotals;
 use std::io;
 use std::path::Path;
 
-use super::RowWriter;
+use super::{RowWriter, granted_line};
 use crate::outcome::ResultKind;
 use crate::stats::IntervalRow;
 use crate::tcp::client::{ConnectionRecord, Observer, RunReport};
@@ -391,18 +390,5 @@ fn tcp_info_line(i: &TcpInfoTotals) -> String {
         i.snd_mss_min,
         i.rwnd_limited_us as f64 / 1e6,
         i.sndbuf_limited_us as f64 / 1e6,
-    )
-}
-
-/// What the kernel granted the client's sockets (`--window`, `--mss`, ...).
-fn granted_line(g: &Granted) -> String {
-    let opt = |v: Option<u64>| v.map_or("?".into(), format_bytes);
-    format!(
-        "Socket (as granted): send buffer {}, receive buffer {}, MSS {}, congestion {}, TOS 0x{:02x}",
-        opt(g.sndbuf),
-        opt(g.rcvbuf),
-        g.mss.map_or("?".into(), |m| m.to_string()),
-        g.congestion.as_deref().unwrap_or("?"),
-        g.tos.unwrap_or(0),
     )
 }

@@ -408,12 +408,46 @@ pub fn print_udp_summary(
             crate::out!("  {edge:>10.1} {n}");
         }
     }
+    if let Some(m) = &t.marking
+        && (m.sent_tos != 0 || m.seen.iter().any(|s| s.tos != 0))
+    {
+        crate::out!("{}", marking_line(m));
+    }
+    if !cfg.spec.sock.is_default() {
+        crate::out!("{}", super::granted_line(&rep.granted));
+    }
     if rep.server_lost {
         crate::out!("(the server was lost before the test finished)");
     }
     if rep.interrupted {
         crate::out!("(interrupted)");
     }
+}
+
+/// A TOS byte as DSCP and ECN, e.g. `0xba (EF, ECT(0))`.
+fn tos_label(tos: u8) -> String {
+    let dscp =
+        crate::sockopts::dscp_label(tos >> 2).unwrap_or_else(|| format!("DSCP {}", tos >> 2));
+    let ecn = crate::udp::marks::Ecn::of(tos).name();
+    format!("0x{tos:02x} ({dscp}, {ecn})")
+}
+
+/// The receiver's account of the marking, in one line.
+pub fn marking_line(m: &crate::udp::marks::Marking) -> String {
+    let seen: Vec<String> = m
+        .seen
+        .iter()
+        .map(|s| format!("{} x{}", tos_label(s.tos), s.datagrams))
+        .collect();
+    format!(
+        "Marking: sent {}; arrived {}; DSCP changed on {}, ECN CE-marked {}, ECN cleared {}, other ECN changes {}",
+        tos_label(m.sent_tos),
+        seen.join(", "),
+        m.dscp_changed,
+        m.ecn_ce,
+        m.ecn_cleared,
+        m.ecn_other
+    )
 }
 
 /// The warning for a sender that fell more than 1% short of its schedule

@@ -58,8 +58,17 @@ pub(super) fn run(
     let theta = offset.map_or(0, |o| o.server_minus_client_ns) as f64;
     let split_error_us = offset.map(|o| o.uncertainty_ns as f64 / 1e3);
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
-    let sock: UdpSocket =
-        data_socket(server, cfg.bind.first().copied(), None, 1 << 20, 1 << 20, c)?;
+    let sock: UdpSocket = data_socket(
+        server,
+        cfg.bind.first().copied(),
+        crate::udp::client::DataSocketOpts {
+            bind_dev: None,
+            rcvbuf: 1 << 20,
+            sndbuf: 1 << 20,
+            opts: &crate::sockopts::SockOpts::default(),
+        },
+        c,
+    )?;
     let stamped = cfg.rx_timestamps && crate::udp::receive::enable_rx_timestamps(&sock);
     let nonce = prove_reachability(c, &sock, token)?;
     match c.call(&Message::UdpReady {

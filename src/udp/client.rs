@@ -19,6 +19,7 @@ use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
 use crate::proto::{Message, TestSpec, UdpSpec, read_message};
+use crate::sockopts::SockOpts;
 
 /// Everything a UDP client run needs.
 #[derive(Debug, Clone, Serialize)]
@@ -81,6 +82,8 @@ pub struct UdpReport {
     pub bins: Option<Vec<super::analyze::Bin>>,
     /// Profile runs: the congestion analysis.
     pub analysis: Option<super::analyze::Analysis>,
+    /// What the kernel granted on the client's data socket.
+    pub granted: crate::net::sockopt::Granted,
 }
 
 enum Arrived {
@@ -92,15 +95,31 @@ enum Arrived {
     ReceiverDone(Box<ReceiverStats>),
 }
 
+/// Buffer sizes and options for a client's data socket.
+pub(crate) struct DataSocketOpts<'a> {
+    /// Interface to bind to (SO_BINDTODEVICE).
+    pub bind_dev: Option<&'a str>,
+    /// SO_RCVBUF, bytes.
+    pub rcvbuf: usize,
+    /// SO_SNDBUF, bytes.
+    pub sndbuf: usize,
+    /// Marking, don't fragment, pacing cap (its window is the buffers above).
+    pub opts: &'a SockOpts,
+}
+
 /// Opens the client's data socket towards `server`, bound as asked.
 pub(crate) fn data_socket(
     server: SocketAddr,
     bind: Option<IpAddr>,
-    bind_dev: Option<&str>,
-    rcvbuf: usize,
-    sndbuf: usize,
+    o: DataSocketOpts<'_>,
     c: &Control,
 ) -> Result<UdpSocket, ClientError> {
+    let DataSocketOpts {
+        bind_dev,
+        rcvbuf,
+        sndbuf,
+        opts,
+    } = o;
     let io = |what: &str, e: std::io::Error| c.failed(format!("{what}: {e}"));
     let s = Socket::new(
         Domain::for_address(server),
@@ -116,6 +135,11 @@ pub(crate) fn data_socket(
         .map_err(|e| io("receive buffer", e))?;
     s.set_send_buffer_size(sndbuf)
         .map_err(|e| io("send buffer", e))?;
+    let opts = SockOpts {
+        window: None,
+        ..opts.clone()
+    };
+    crate::net::sockopt::apply(&s, &opts, server.is_ipv6(), false)?;
     let local = match bind.filter(|b| b.is_ipv4() == server.is_ipv4()) {
         Some(ip) => SocketAddr::new(ip, 0),
         None if server.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -227,8 +251,10 @@ pub fn run(
         Some(offset_estimate(&mut c)?)
     };
     let theta = offset.map_or(0, |o| o.server_minus_client_ns);
-    // ctsTraffic's 1 MB receive buffer for media; more for bulk streams.
-    let rcv = cfg.rcvbuf.unwrap_or(if spec.media.is_some() {
+    // ctsTraffic's 1 MB receive buffer for media; more for bulk streams;
+    // -w for both unless one is given on its own.
+    let window = spec.sock.window.map(|w| w as usize);
+    let rcv = cfg.rcvbuf.or(window).unwrap_or(if spec.media.is_some() {
         1 << 20
     } else {
         4 << 20
@@ -237,11 +263,15 @@ pub fn run(
     let sock = Arc::new(data_socket(
         server_udp,
         cfg.bind,
-        cfg.bind_dev.as_deref(),
-        rcv,
-        cfg.sndbuf.unwrap_or(4 << 20),
+        DataSocketOpts {
+            bind_dev: cfg.bind_dev.as_deref(),
+            rcvbuf: rcv,
+            sndbuf: cfg.sndbuf.or(window).unwrap_or(4 << 20),
+            opts: &spec.sock,
+        },
         &c,
     )?);
+    let granted = crate::net::sockopt::granted(&*sock, server_udp.is_ipv6(), false);
     let nonce = prove_reachability(&mut c, &sock, token)?;
     // Time zero of the stream: taken before the server may start sending, so no
     // datagram can arrive "before" it.
@@ -280,6 +310,7 @@ pub fn run(
             std::thread::spawn(move || {
                 let rc = receiver_config(&spec, -theta, c.datagram_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
+                stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Arrived>, bool);
                 impl ReceiverSink for ToLoop {
@@ -332,6 +363,7 @@ pub fn run(
         bins: None,
         analysis: None,
         bursts: Vec::new(),
+        granted,
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut histogram: Vec<(f64, u64)> = Vec::new();

@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod client;
 pub mod clock;
 pub mod header;
+pub mod marks;
 mod mmsg;
 pub mod pace;
 pub mod profile;

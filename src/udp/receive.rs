@@ -98,6 +98,7 @@ pub fn run_receiver(
     let mut media_first: Option<(u64, i64)> = None;
     let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
     enable_rx_timestamps(sock);
+    enable_rx_tos(sock);
     let mut bursts = cfg
         .burst
         .map(|(n, period)| super::track::BurstTracker::new(n, period as f64 / 1e9));
@@ -129,7 +130,7 @@ pub fn run_receiver(
         };
         let batch_ns = realtime_ns();
         let batch_mono = start.elapsed().as_nanos() as u64;
-        for (k, &(len, stamp)) in lens.iter().enumerate() {
+        for (k, &(len, Ancillary { stamp, tos })) in lens.iter().enumerate() {
             // The kernel's receive time where available (exact per datagram, even
             // when a batch arrives at once), otherwise the batch's user-space time.
             let recv_ns = stamp.unwrap_or(batch_ns);
@@ -152,6 +153,9 @@ pub fn run_receiver(
                     continue;
                 }
                 payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
+            }
+            if let Some(tos) = tos {
+                stats.on_tos(tos);
             }
             let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
             let transit = recv_ns as i64 - h.send_ns as i64;
@@ -189,15 +193,16 @@ pub fn run_receiver(
 /// Receives one datagram with its kernel receive time (CLOCK_REALTIME ns),
 /// where [`enable_rx_timestamps`] is on.
 pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
-    recv_from_stamped(sock, buf).map(|(n, _, stamp)| (n, stamp))
+    recv_from_stamped(sock, buf).map(|(n, _, a)| (n, a.stamp))
 }
 
 /// Receives one datagram with its sender and its kernel receive time
-/// (CLOCK_REALTIME ns), where [`enable_rx_timestamps`] is on.
+/// (CLOCK_REALTIME ns) and TOS byte, where [`enable_rx_timestamps`] and
+/// [`enable_rx_tos`] are on.
 pub fn recv_from_stamped(
     sock: &UdpSocket,
     buf: &mut [u8],
-) -> io::Result<(usize, std::net::SocketAddr, Option<u64>)> {
+) -> io::Result<(usize, std::net::SocketAddr, Ancillary)> {
     let mut control = [0u8; CMSG_SPACE];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -220,7 +225,7 @@ pub fn recv_from_stamped(
                 return Err(io::Error::last_os_error());
             }
             *len = hdr.msg_namelen;
-            Ok((n as usize, rx_timestamp(&hdr)))
+            Ok((n as usize, ancillary(&hdr)))
         })
     }?;
     let from = from
@@ -229,8 +234,9 @@ pub fn recv_from_stamped(
     Ok((n, from, stamp))
 }
 
-/// Space for one message's ancillary data (a `timespec` in a `cmsghdr`).
-const CMSG_SPACE: usize = 64;
+/// Space for one message's ancillary data: a `timespec` and a TOS byte or
+/// traffic class, each in a `cmsghdr`.
+const CMSG_SPACE: usize = 96;
 
 /// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
 pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
@@ -238,31 +244,61 @@ pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
         .is_ok()
 }
 
-/// The kernel receive time (CLOCK_REALTIME ns) carried in a message's ancillary data.
-fn rx_timestamp(hdr: &libc::msghdr) -> Option<u64> {
-    // SAFETY: `hdr` was filled by recvmmsg; its control pointer and length describe
-    // a live buffer, and the CMSG_* macros stay within `msg_controllen`.
+/// Asks the kernel for every received datagram's TOS byte (IP_RECVTOS) or
+/// IPv6 traffic class (IPV6_RECVTCLASS); a socket of one family refuses
+/// the other's option, which is why both are tried and either may fail.
+pub fn enable_rx_tos(sock: &UdpSocket) {
+    use crate::net::sockopt::set_int;
+    let fd = sock.as_raw_fd();
+    let _ = set_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+    let _ = set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
+}
+
+/// What the kernel said about one datagram besides its bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ancillary {
+    /// Receive time, CLOCK_REALTIME ns.
+    pub stamp: Option<u64>,
+    /// TOS byte or traffic class.
+    pub tos: Option<u8>,
+}
+
+/// The receive time and TOS byte carried in a message's ancillary data.
+fn ancillary(hdr: &libc::msghdr) -> Ancillary {
+    let mut a = Ancillary::default();
+    // SAFETY: `hdr` was filled by recvmsg/recvmmsg; its control pointer and
+    // length describe a live buffer, the CMSG_* macros stay within
+    // `msg_controllen`, and each payload is read at the size its type has.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            let data = libc::CMSG_DATA(c);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                    let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
+                    a.stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                (libc::IPPROTO_IP, libc::IP_TOS) => a.tos = Some(*data),
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    let v: libc::c_int = std::ptr::read_unaligned(data.cast());
+                    a.tos = Some(v as u8);
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(hdr, c);
         }
     }
-    None
+    a
 }
 
 /// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns
-/// their lengths and, where the kernel stamped them, their receive times.
+/// their lengths and what the kernel said of each (receive time, TOS).
 fn recv_batch(
     sock: &UdpSocket,
     buf: &mut [u8],
     size: usize,
     control: &mut [[u8; CMSG_SPACE]],
-) -> io::Result<Vec<(usize, Option<u64>)>> {
+) -> io::Result<Vec<(usize, Ancillary)>> {
     let mut m = Mmsg::new(buf, size, BATCH);
     for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
         msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
@@ -286,6 +322,6 @@ fn recv_batch(
     }
     Ok(m.msgs[..r as usize]
         .iter()
-        .map(|m| ((m.msg_len as usize).min(size), rx_timestamp(&m.msg_hdr)))
+        .map(|m| ((m.msg_len as usize).min(size), ancillary(&m.msg_hdr)))
         .collect())
 }

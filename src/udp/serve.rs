@@ -240,6 +240,10 @@ pub trait UdpWork {
     fn summary(&self) -> crate::proto::SessionSummary {
         Default::default()
     }
+    /// Options for the session's data socket.
+    fn sock_opts(&self) -> crate::sockopts::SockOpts {
+        crate::sockopts::SockOpts::default()
+    }
 }
 
 /// Shared handles a worker and the session loop both use.
@@ -299,6 +303,16 @@ pub fn session(
     let port = sock.local_addr().map_or(0, |a| a.port());
     let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
     let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
+    let opts = work.sock_opts();
+    if let Err(e) = crate::net::sockopt::apply(&sock, &opts, local.is_ipv6(), false) {
+        use crate::net::sockopt::SockOptFailed;
+        return refuse(match e {
+            SockOptFailed::Congestion { name, available } => {
+                Refusal::Congestion { name, available }
+            }
+            SockOptFailed::Refused { option, source } => Refusal::SockOptRefused { option, source },
+        });
+    }
     let session = Uuid::new_v4();
     let token: u64 = rand::random();
     let nonce: u64 = rand::random();
@@ -435,6 +449,10 @@ struct StreamWork {
 }
 
 impl UdpWork for StreamWork {
+    fn sock_opts(&self) -> crate::sockopts::SockOpts {
+        self.spec.sock.for_server()
+    }
+
     fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()> {
         let spec = self.spec.clone();
         let tag_key = self.tag_key;
@@ -451,6 +469,7 @@ impl UdpWork for StreamWork {
             std::thread::spawn(move || {
                 let cfg = receiver_config(&spec, offset_ns, tag_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
+                stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 /// Forwards the receiver's output to the client.
                 struct ToClient(Arc<Mutex<TcpStream>>);
                 impl ReceiverSink for ToClient {
@@ -507,6 +526,7 @@ pub fn serve(
     tag_key: Option<DatagramKey>,
 ) {
     let checked = validate(&spec, limits).and_then(|_| {
+        spec.sock.validate().map_err(Invalid::from)?;
         if spec.auth_datagrams && tag_key.is_none() {
             return Err(Invalid::DatagramAuthWithoutKey.into());
         }

@@ -22,6 +22,7 @@ fn spec() -> UdpSpec {
         precompute: false,
         burst: None,
         auth_datagrams: false,
+        sock: Default::default(),
     }
 }
 

@@ -214,6 +214,10 @@ pub struct UdpTotals {
     pub percentiles_us: Vec<(String, f64)>,
     /// Fixed-width delay histogram: (bin lower edge µs, count); last bin collects overflow.
     pub histogram: Vec<(f64, u64)>,
+    /// The IP marking (DSCP, ECN) the counted datagrams arrived with,
+    /// against what the sender set; absent where the kernel does not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marking: Option<super::marks::Marking>,
 }
 
 /// The receiver's account of one burst.
@@ -332,6 +336,8 @@ pub struct ReceiverStats {
     cur: UdpInterval,
     cur_delay: MinMax,
     late_filled: u64,
+    tos: super::marks::TosCounts,
+    sent_tos: u8,
 }
 
 impl ReceiverStats {
@@ -350,7 +356,19 @@ impl ReceiverStats {
             cur: UdpInterval::default(),
             cur_delay: MinMax::default(),
             late_filled: 0,
+            tos: super::marks::TosCounts::default(),
+            sent_tos: 0,
         }
+    }
+
+    /// The TOS byte the sender sets, to compare arrivals with.
+    pub fn expect_tos(&mut self, tos: u8) {
+        self.sent_tos = tos;
+    }
+
+    /// A counted datagram arrived with TOS byte `tos`.
+    pub fn on_tos(&mut self, tos: u8) {
+        self.tos.on(tos);
     }
 
     /// Accounts one datagram. `delay_ns` is the one-way delay after clock
@@ -456,6 +474,7 @@ impl ReceiverStats {
             .enumerate()
             .map(|(i, &n)| ((i as u64 * self.bin_width_ns) as f64 / 1e3, n))
             .collect();
+        t.marking = self.tos.marking(self.sent_tos);
         t
     }
 }

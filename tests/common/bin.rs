@@ -75,6 +75,7 @@ pub fn udp_spec() -> netrig::proto::UdpSpec {
         precompute: false,
         burst: None,
         auth_datagrams: false,
+        sock: Default::default(),
     }
 }
 
