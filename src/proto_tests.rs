@@ -179,6 +179,7 @@ fn samples() -> Vec<Message> {
                 iterations: 10,
                 nagle: false,
                 until_stopped: false,
+                sock: Default::default(),
             }),
         },
         Message::SeqpacketAccept {

@@ -205,6 +205,10 @@ pub struct RrSpec {
     /// allows.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub until_stopped: bool,
+    /// IP-level options for both ends' sockets (window, marking, don't
+    /// fragment, pacing cap).
+    #[serde(default, skip_serializing_if = "crate::sockopts::SockOpts::is_default")]
+    pub sock: crate::sockopts::SockOpts,
 }
 
 /// What a client asks the server to run.

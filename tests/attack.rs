@@ -326,6 +326,7 @@ fn a_client_that_stops_reading_frees_its_slot_by_the_deadline() {
             iterations: 1000,
             nagle: false,
             until_stopped: false,
+            sock: Default::default(),
         }),
     });
     assert!(matches!(r.recv(), Ok(Message::TestAccept { .. })));

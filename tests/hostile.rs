@@ -53,6 +53,7 @@ fn corpus() -> Vec<Message> {
                 iterations: 10,
                 nagle: false,
                 until_stopped: false,
+                sock: Default::default(),
             }),
         },
         Message::TestRequest {
@@ -63,6 +64,7 @@ fn corpus() -> Vec<Message> {
                 iterations: 10,
                 nagle: false,
                 until_stopped: false,
+                sock: Default::default(),
             }),
         },
         Message::DataHello(DataHello {

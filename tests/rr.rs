@@ -37,6 +37,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         outliers: 10,
         synced: false,
         bind: Vec::new(),
+        sock: Default::default(),
     }
 }
 
@@ -267,6 +268,7 @@ fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
         iterations: 10,
         nagle: false,
         until_stopped: false,
+        sock: Default::default(),
     }));
     match r {
         Err(ClientError::Refused { message, .. }) => assert!(

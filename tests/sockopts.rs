@@ -254,3 +254,47 @@ fn remarking_on_the_path_is_counted_per_datagram() {
     assert_eq!((changed, ce, cleared), (0, packets, 0));
     assert!(out.contains(&format!("ECN CE-marked {packets}")), "{out}");
 }
+
+/// `ping` and UDP `rr` take the marking too: the server marks its replies
+/// as the client marks its requests, and the client counts what the replies
+/// arrived with (remarked here by a relay on the way back only).
+#[test]
+fn ping_replies_carry_the_tests_marking() {
+    let (_srv, to) = serve(&["-q"]);
+    let reply = |v: &serde_json::Value| {
+        let r = &v["result"]["runs"][0];
+        let m = &r["reply_marking"];
+        let seen: Vec<(u64, u64)> = m["seen"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no reply marking in {r}"))
+            .iter()
+            .map(|s| (s["tos"].as_u64().unwrap(), s["datagrams"].as_u64().unwrap()))
+            .collect();
+        (
+            seen,
+            m["dscp_changed"].as_u64().unwrap(),
+            r["received"].as_u64().unwrap(),
+        )
+    };
+    let t = to.to_string();
+    let (v, out) = run_json(&["ping", &t, "-n", "20", "-i", "5ms", "--dscp", "EF"], 0);
+    let (seen, changed, received) = reply(&v);
+    assert_eq!(received, 20);
+    assert_eq!((seen, changed), (vec![(0xb8, 20)], 0));
+    assert!(
+        out.contains("Reply marking: sent 0xb8 (EF, Not-ECT)"),
+        "{out}"
+    );
+    let (v, _) = run_json(
+        &[
+            "rr", &t, "--proto", "udp", "-n", "50", "--warmup", "0", "-S", "0x28",
+        ],
+        0,
+    );
+    assert_eq!(reply(&v), (vec![(0x28, 50)], 0, 50));
+
+    let (_rl, addr) = relay(to, &["--remark", "CS1", "--dir", "down"]);
+    let a = addr.to_string();
+    let (v, _) = run_json(&["ping", &a, "-n", "20", "-i", "5ms", "--dscp", "EF"], 0);
+    assert_eq!(reply(&v), (vec![(0x20, 20)], 20, 20));
+}

@@ -46,6 +46,8 @@ pub struct PingArgs {
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
     #[command(flatten)]
+    sock: super::sock::IpFlags,
+    #[command(flatten)]
     json: Json,
     #[command(flatten)]
     verbosity: Verbosity,
@@ -75,8 +77,13 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     if a.length > max || a.length == 0 {
         return Ok(usage(format!("--length must be 1..={max} bytes")));
     }
+    let sock = a.sock.opts();
+    if let Err(e) = sock.validate() {
+        return Ok(usage(e.to_string()));
+    }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let cfg = RrConfig {
+        sock,
         key,
         target: target.clone(),
         port: a.to.port,

@@ -90,6 +90,8 @@ pub struct RrArgs {
     #[arg(long, value_name = "FILE")]
     hist_file: Option<PathBuf>,
     #[command(flatten)]
+    sock: super::sock::IpFlags,
+    #[command(flatten)]
     json: Json,
     #[command(flatten)]
     hist: HistArgs,
@@ -157,8 +159,13 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     if a.bind.iter().any(|b| b.is_ipv4() != a.bind[0].is_ipv4()) {
         return Ok(usage("--bind addresses must all be IPv4 or all IPv6"));
     }
+    let sock = a.sock.opts();
+    if let Err(e) = sock.validate() {
+        return Ok(usage(e.to_string()));
+    }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let base = RrConfig {
+        sock,
         key,
         target,
         port: a.to.port,

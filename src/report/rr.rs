@@ -142,6 +142,7 @@ pub fn print_rr(
             r.received
         );
     }
+    print_reply_marking(r);
     crate::out!();
     let title = format!(
         "netrig {:?} Synchronous Latency Test (Message Size {}, Reply Size {})",
@@ -215,6 +216,14 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
             o.server_minus_client_ns as f64 / 1e3,
             o.uncertainty_ns as f64 / 1e3
         );
+    }
+    print_reply_marking(r);
+}
+
+/// The marking UDP replies arrived with, where any was set or seen.
+fn print_reply_marking(r: &crate::rr::client::RrReport) {
+    if let Some(m) = r.reply_marking.as_ref().filter(|m| !m.is_plain()) {
+        crate::out!("{}", super::marking_line("Reply marking", m));
     }
 }
 

@@ -408,10 +408,8 @@ pub fn print_udp_summary(
             crate::out!("  {edge:>10.1} {n}");
         }
     }
-    if let Some(m) = &t.marking
-        && (m.sent_tos != 0 || m.seen.iter().any(|s| s.tos != 0))
-    {
-        crate::out!("{}", marking_line(m));
+    if let Some(m) = t.marking.as_ref().filter(|m| !m.is_plain()) {
+        crate::out!("{}", marking_line("Marking", m));
     }
     if !cfg.spec.sock.is_default() {
         crate::out!("{}", super::granted_line(&rep.granted));
@@ -432,15 +430,15 @@ fn tos_label(tos: u8) -> String {
     format!("0x{tos:02x} ({dscp}, {ecn})")
 }
 
-/// The receiver's account of the marking, in one line.
-pub fn marking_line(m: &crate::udp::marks::Marking) -> String {
+/// The receiver's account of the marking, in one line headed `what`.
+pub fn marking_line(what: &str, m: &crate::udp::marks::Marking) -> String {
     let seen: Vec<String> = m
         .seen
         .iter()
         .map(|s| format!("{} x{}", tos_label(s.tos), s.datagrams))
         .collect();
     format!(
-        "Marking: sent {}; arrived {}; DSCP changed on {}, ECN CE-marked {}, ECN cleared {}, other ECN changes {}",
+        "{what}: sent {}; arrived {}; DSCP changed on {}, ECN CE-marked {}, ECN cleared {}, other ECN changes {}",
         tos_label(m.sent_tos),
         seen.join(", "),
         m.dscp_changed,

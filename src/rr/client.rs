@@ -87,6 +87,7 @@ pub fn run(
         iterations: total,
         nagle: cfg.nagle,
         until_stopped: cfg.iterations == UNBOUNDED,
+        sock: cfg.sock.clone(),
     };
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg
@@ -161,6 +162,8 @@ fn tcp(
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let s = &mut c.stream;
+    let v6 = c.addr.is_ipv6();
+    crate::net::sockopt::apply(s, &cfg.sock, v6, false)?;
     let _ = crate::net::set_nodelay(s, !cfg.nagle);
     let _ = s.set_read_timeout(Some(cfg.timeout.unwrap_or(Duration::from_secs(30))));
     if cfg.busy_poll {
@@ -203,6 +206,7 @@ fn seqpacket(
         .collect();
     let sock = crate::sctp::seqpacket_client(server, &bind)
         .map_err(|e| c.failed(format!("SCTP one-to-many socket bound to {bind:?}: {e}")))?;
+    crate::net::sockopt::apply(&sock, &cfg.sock, server.is_ipv6(), false)?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     let _ = crate::sctp::set_nodelay(fd, !cfg.nagle);
     let _ = sock.set_read_timeout(Some(cfg.timeout.unwrap_or(Duration::from_secs(30))));

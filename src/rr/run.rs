@@ -70,6 +70,8 @@ pub struct RrConfig {
     /// Local addresses: the first for the connection (and UDP socket); all of
     /// them for an SCTP one-to-many association (multi-homed).
     pub bind: Vec<IpAddr>,
+    /// IP-level options for both ends' sockets (`-w`, `--dscp`, ...).
+    pub sock: crate::sockopts::SockOpts,
 }
 
 /// `RrConfig::iterations` for a run that goes on until it is interrupted.
@@ -132,6 +134,10 @@ pub struct RrReport {
     pub server_corrupt: Option<u64>,
     /// Replies timed by their kernel receive timestamp (`rx_timestamps`).
     pub rx_stamped: u64,
+    /// UDP: the marking the replies arrived with, against what the server
+    /// set (the test's `--dscp`/`--tos`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_marking: Option<crate::udp::marks::Marking>,
     /// The network error that ended the run early, if one did; everything
     /// above counts what was measured before it.
     pub error: Option<String>,
@@ -158,6 +164,7 @@ impl RrReport {
             server_requests: None,
             server_corrupt: None,
             rx_stamped: 0,
+            reply_marking: None,
             error: None,
         }
     }

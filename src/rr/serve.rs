@@ -44,6 +44,7 @@ pub fn validate(s: &RrSpec) -> Result<(), Invalid> {
     if s.iterations == 0 {
         return Err(Invalid::ZeroIterations);
     }
+    s.sock.validate()?;
     Ok(())
 }
 
@@ -129,6 +130,8 @@ fn tcp(
             spec.iterations
         );
     }
+    // The client's marking, window and pacing cap on the replies too.
+    let _ = crate::net::sockopt::apply(stream, &spec.sock.for_server(), peer.is_ipv6(), false);
     let _ = crate::net::set_nodelay(stream, !spec.nagle);
     // Reads and writes each wait at most the idle timeout, and none past
     // the session's deadline.
@@ -211,6 +214,7 @@ fn seqpacket(
             spec.iterations
         );
     }
+    let _ = crate::net::sockopt::apply(&sock, &spec.sock.for_server(), peer.is_ipv6(), false);
     let _ = crate::sctp::set_nodelay(std::os::fd::AsRawFd::as_raw_fd(&sock), !spec.nagle);
     let _ = sock.set_read_timeout(Some(CONTROL_CHECK));
     let (req_start, rep_start) = (
@@ -304,6 +308,10 @@ struct Responder {
 }
 
 impl UdpWork for Responder {
+    fn sock_opts(&self) -> crate::sockopts::SockOpts {
+        self.spec.sock.for_server()
+    }
+
     fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
         let spec = self.spec.clone();
         let (answered, corrupt) = (Arc::clone(&self.answered), Arc::clone(&self.corrupt));

@@ -65,11 +65,13 @@ pub(super) fn run(
             bind_dev: None,
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
-            opts: &crate::sockopts::SockOpts::default(),
+            opts: &cfg.sock,
         },
         c,
     )?;
     let stamped = cfg.rx_timestamps && crate::udp::receive::enable_rx_timestamps(&sock);
+    crate::udp::receive::enable_rx_tos(&sock);
+    let mut marks = crate::udp::marks::TosCounts::default();
     let nonce = prove_reachability(c, &sock, token)?;
     match c.call(&Message::UdpReady {
         nonce,
@@ -100,6 +102,7 @@ pub(super) fn run(
         late: false,
         warmup: seq < warm,
     };
+    let mut failure = None;
     loop {
         if run.interrupt.load(SeqCst) {
             break;
@@ -108,10 +111,11 @@ pub(super) fn run(
         if now.duration_since(checked) >= LIVENESS_CHECK {
             checked = now;
             if c.peer_gone() {
-                return Err(c.failed(format!(
+                failure = Some(c.failed(format!(
                     "the server closed the control connection after {} requests",
                     run.rep.sent
                 )));
+                break;
             }
         }
         // Requests whose timeout has passed are lost (until a reply proves late).
@@ -183,7 +187,7 @@ pub(super) fn run(
         } else {
             let _ = sock.set_read_timeout(Some(left));
         }
-        let (n, stamp) = match crate::udp::receive::recv_stamped(&sock, &mut buf) {
+        let (n, _, got) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
             Ok(r) => r,
             Err(e) if crate::net::nothing_yet(&e) => continue,
             // ICMP errors (port unreachable) surface here; the request stays
@@ -214,8 +218,11 @@ pub(super) fn run(
         };
         let mut rtt = arrived.duration_since(p.t0);
         let mut t4 = realtime_ns();
-        let kernel_time = stamped && stamp.is_some();
-        if let (true, Some(st)) = (stamped, stamp) {
+        let kernel_time = stamped && got.stamp.is_some();
+        if let Some(tos) = got.tos {
+            marks.on(tos);
+        }
+        if let (true, Some(st)) = (stamped, got.stamp) {
             // The kernel's receive time leaves out this process's wake-up.
             rtt = Duration::from_nanos(st.saturating_sub(p.t_send)).min(rtt);
             t4 = st;
@@ -242,7 +249,8 @@ pub(super) fn run(
         out.down_us = Some((t4 as f64 - h.send_ns as f64 + theta) / 1e3);
         on_probe(&out);
     }
-    Ok(())
+    run.rep.reply_marking = marks.marking(cfg.sock.tos.unwrap_or(0));
+    failure.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]

@@ -151,6 +151,7 @@ mod tests {
             iterations,
             nagle: false,
             until_stopped,
+            sock: Default::default(),
         }
     }
 

@@ -105,6 +105,13 @@ pub struct Marking {
     pub ecn_other: u64,
 }
 
+impl Marking {
+    /// Nothing was marked and nothing arrived marked: not worth a line.
+    pub fn is_plain(&self) -> bool {
+        self.sent_tos == 0 && self.seen.iter().all(|s| s.tos == 0)
+    }
+}
+
 impl TosCounts {
     /// One datagram with byte `tos`.
     pub fn on(&mut self, tos: u8) {
@@ -170,6 +177,13 @@ mod tests {
     #[test]
     fn nothing_seen_is_no_account() {
         assert_eq!(TosCounts::default().marking(0xb8), None);
+    }
+
+    #[test]
+    fn plain_means_unmarked_both_ways() {
+        assert!(counts(&[(0, 3)]).marking(0).unwrap().is_plain());
+        assert!(!counts(&[(0, 3)]).marking(0x04).unwrap().is_plain());
+        assert!(!counts(&[(0, 2), (0x01, 1)]).marking(0).unwrap().is_plain());
     }
 
     #[test]
