@@ -18,6 +18,7 @@ macro_rules! out {
 
 pub mod auth;
 pub mod budget;
+pub mod console;
 pub mod control;
 pub mod conversation;
 pub mod guard;

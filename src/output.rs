@@ -21,11 +21,11 @@ static CONSOLE_TO_STDERR: AtomicBool = AtomicBool::new(false);
 
 /// Where human-readable output goes now.
 pub fn console() -> Box<dyn Write + Send> {
-    if CONSOLE_TO_STDERR.load(SeqCst) {
+    crate::console::wrap(if CONSOLE_TO_STDERR.load(SeqCst) {
         Box::new(io::stderr())
     } else {
         Box::new(io::stdout())
-    }
+    })
 }
 
 /// Whether the console has moved to standard error.

@@ -981,3 +981,58 @@ fn a_server_with_a_key_admits_only_clients_that_prove_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 are needed"));
 }
+
+/// iperf3's console decorations: `--title` and `--timestamps` before every
+/// console line (and the title in the JSON), `--logfile` instead of the
+/// terminal, checked like every other output path.
+#[test]
+fn title_timestamps_and_logfile_decorate_the_console() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = run_expect(
+        &[
+            "udp",
+            &a,
+            "-t",
+            "300ms",
+            "--title",
+            "lab 1",
+            "--timestamps=%Y-%m-%d ",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        0,
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() > 5, "{out}");
+    for l in &lines {
+        let (date, rest) = l.split_at(11);
+        assert!(
+            date.len() == 11 && date.as_bytes()[4] == b'-' && date.ends_with(' '),
+            "{l}"
+        );
+        assert!(rest.starts_with("lab 1:  "), "{l}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["title"], "lab 1");
+
+    // --logfile: the console goes to the file, appended; stdout stays empty.
+    let log = dir.path().join("console.log");
+    std::fs::write(&log, "earlier\n").unwrap();
+    let args = ["rr", &a, "-n", "100", "--title", "t", "--logfile"];
+    let out = run_expect(&[&args[..], &[log.to_str().unwrap()]].concat(), 0);
+    assert_eq!(out, "");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.starts_with("earlier\nt:  "), "{text}");
+    assert!(text.contains("t:  Round trip: count 100"), "{text}");
+
+    let out = netrig(&["tcp", &a, "--logfile", "/nonexistent/dir/x.log"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--logfile"), "{err}");
+}

@@ -49,6 +49,8 @@ pub struct CrrArgs {
     #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
+    console: super::ConsoleArgs,
+    #[command(flatten)]
     key: KeyArg,
     #[command(flatten)]
     sock: super::sock::TcpFlags,
@@ -76,7 +78,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         json,
         verbosity,
         key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, []) {
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };

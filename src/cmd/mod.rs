@@ -81,6 +81,51 @@ impl Verbosity {
     }
 }
 
+/// iperf3's console decorations: `--title`, `--timestamps`, `--logfile`.
+#[derive(Args, Clone, Default)]
+pub struct ConsoleArgs {
+    /// Put this before every console line, and in the JSON (iperf3 --title).
+    #[arg(long, value_name = "STR")]
+    title: Option<String>,
+    /// Put the wall-clock time before every console line, in this strftime
+    /// format (iperf3 --timestamps; default "%c ").
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "%c ", require_equals = true)]
+    timestamps: Option<String>,
+    /// Send the console to this file, appended, instead of the terminal
+    /// (iperf3 --logfile); errors stay on standard error.
+    #[arg(long, value_name = "FILE")]
+    logfile: Option<PathBuf>,
+}
+
+impl ConsoleArgs {
+    /// `--logfile`, to check with the other outputs.
+    pub fn logfile(&self) -> Option<&Path> {
+        self.logfile.as_deref()
+    }
+
+    /// Sets the decorations for the rest of the run; an unusable log file
+    /// is a usage error, already reported.
+    pub fn apply(&self) -> Result<(), ExitCode> {
+        let logfile = match &self.logfile {
+            None => None,
+            Some(p) => match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+            {
+                Ok(f) => Some(f),
+                Err(e) => return Err(usage(format!("--logfile {}: {e}", p.display()))),
+            },
+        };
+        netrig::console::set(netrig::console::Decor {
+            title: self.title.clone(),
+            timestamps: self.timestamps.clone(),
+            logfile,
+        });
+        Ok(())
+    }
+}
+
 /// The server a client tests against, and its port.
 #[derive(Args, Clone)]
 pub struct Target {
@@ -129,6 +174,7 @@ impl Setup {
         json: &Json,
         verbosity: Verbosity,
         key: &KeyArg,
+        console: &ConsoleArgs,
         outputs: impl IntoIterator<Item = (&'static str, Option<&'a Path>)>,
     ) -> Result<Setup, ExitCode> {
         let path = json.path();
@@ -138,8 +184,10 @@ impl Setup {
             .collect();
         check_outputs(
             std::iter::once(("--json", path.as_deref()))
+                .chain(std::iter::once(("--logfile", console.logfile())))
                 .chain(others.iter().map(|(f, p)| (*f, p.as_deref()))),
         )?;
+        console.apply()?;
         Ok(Setup {
             key: key.load()?,
             verbosity: verbosity.level(),

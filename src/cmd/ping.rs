@@ -52,6 +52,8 @@ pub struct PingArgs {
     #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
+    console: super::ConsoleArgs,
+    #[command(flatten)]
     key: KeyArg,
 }
 
@@ -60,7 +62,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         json,
         verbosity,
         key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, []) {
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };

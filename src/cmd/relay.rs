@@ -131,6 +131,8 @@ pub struct RelayArgs {
     /// -q: only the final counts; default: also each connection and flow.
     #[command(flatten)]
     verbosity: Verbosity,
+    #[command(flatten)]
+    console: super::ConsoleArgs,
 }
 
 fn probability(s: &str) -> Result<f64, units::UnitError> {
@@ -209,7 +211,12 @@ fn print_counts(c: &RelayCounts) {
 /// Runs `netrig relay`.
 pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let json = a.json.path();
-    if let Err(c) = super::check_outputs([("--log", a.log.as_deref()), ("--json", json.as_deref())])
+    if let Err(c) = super::check_outputs([
+        ("--log", a.log.as_deref()),
+        ("--json", json.as_deref()),
+        ("--logfile", a.console.logfile()),
+    ])
+    .and_then(|_| a.console.apply())
     {
         return Ok(c);
     }

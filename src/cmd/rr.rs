@@ -98,6 +98,8 @@ pub struct RrArgs {
     #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
+    console: super::ConsoleArgs,
+    #[command(flatten)]
     key: KeyArg,
 }
 
@@ -134,7 +136,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         json,
         verbosity,
         key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };

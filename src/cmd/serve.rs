@@ -32,6 +32,8 @@ pub struct ServeArgs {
     /// connections, -vv every connection.
     #[command(flatten)]
     verbosity: Verbosity,
+    #[command(flatten)]
+    console: super::ConsoleArgs,
     /// Refuse UDP streams faster than this.
     #[arg(long, default_value = "40Gbit", value_parser = rate)]
     max_rate: u64,
@@ -60,6 +62,11 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
+    if let Err(c) =
+        super::check_outputs([("--logfile", a.console.logfile())]).and_then(|_| a.console.apply())
+    {
+        return Ok(c);
+    }
     let key = match a.key.load() {
         Ok(k) => k,
         Err(c) => return Ok(c),

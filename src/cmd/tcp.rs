@@ -82,6 +82,8 @@ pub struct TcpArgs {
     json: Json,
     #[command(flatten)]
     verbosity: Verbosity,
+    #[command(flatten)]
+    console: super::ConsoleArgs,
     /// A connection making no progress for this long fails with a network error.
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
     idle_timeout: Duration,
@@ -118,7 +120,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         json,
         verbosity,
         key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };

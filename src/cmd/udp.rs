@@ -145,6 +145,8 @@ pub struct UdpArgs {
     #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
+    console: super::ConsoleArgs,
+    #[command(flatten)]
     pub key: KeyArg,
 }
 
@@ -175,7 +177,7 @@ pub fn run_with(
         json,
         verbosity,
         key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, outputs) {
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };

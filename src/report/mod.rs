@@ -129,6 +129,9 @@ pub struct Envelope<'a, C: Serialize, R: Serialize> {
     pub version: &'static str,
     /// The command: tcp, udp, rr, ping, crr, sweep, relay.
     pub test: &'a str,
+    /// `--title`, when given (iperf3's `title`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<&'a str>,
     /// The configuration as run.
     pub config: &'a C,
     /// What was measured (null when nothing was).
@@ -153,6 +156,7 @@ pub fn write_envelope<C: Serialize, R: Serialize>(
             netrig: ENVELOPE_VERSION,
             version: env!("CARGO_PKG_VERSION"),
             test,
+            title: crate::console::title(),
             config,
             result,
             error,
