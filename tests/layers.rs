@@ -32,6 +32,7 @@ const PROTOCOL: &[&str] = &[
     "udp::analyze",
     "udp::clock",
     "udp::header",
+    "udp::marks",
     "udp::pace",
     "udp::profile",
     "udp::scenario",
