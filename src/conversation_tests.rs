@@ -22,6 +22,7 @@ fn tcp_request() -> Message {
             verify: VerifyLevel::Data,
             burst: None,
             sock: Default::default(),
+            rate: None,
         }),
     }
 }

@@ -149,6 +149,7 @@ fn samples() -> Vec<Message> {
                 connections: 8,
                 burst: None,
                 sock: Default::default(),
+                rate: None,
             }),
         },
         Message::TestAccept { session: id },

@@ -53,6 +53,9 @@ pub struct TcpSpec {
     /// connection (window, MSS, congestion control, marking, pacing).
     #[serde(default, skip_serializing_if = "SockOpts::is_default")]
     pub sock: SockOpts,
+    /// Each end's sending rate limit per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
 }
 
 /// One TCP burst as one end saw it.
@@ -110,6 +113,34 @@ pub struct BurstSpec {
     pub size: u64,
     /// Time from one burst's start to the next's, ms.
     pub period_ms: u64,
+}
+
+/// A sending rate limit per connection (iperf3 `-b` for TCP, ctsTraffic
+/// `-RateLimit` with `-RateLimitPeriod`): at most `bps` × `period_ms` worth
+/// of bytes in each period from the connection's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// Bits per second.
+    pub bps: u64,
+    /// The granularity the rate is enforced at, ms.
+    pub period_ms: u64,
+}
+
+/// The longest `-RateLimitPeriod` (a minute).
+pub const MAX_RATE_PERIOD_MS: u64 = 60_000;
+
+impl RateLimit {
+    /// Bytes each period allows (at least one).
+    pub fn bytes_per_period(&self) -> u64 {
+        let b = u128::from(self.bps) * u128::from(self.period_ms) / 8_000;
+        u64::try_from(b).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Whether a server can run it: a positive rate and a period of
+    /// 1 ms to a minute.
+    pub fn is_valid(&self) -> bool {
+        self.bps > 0 && (1..=MAX_RATE_PERIOD_MS).contains(&self.period_ms)
+    }
 }
 
 /// The server-side description of a UDP stream.

@@ -40,6 +40,7 @@ fn corpus() -> Vec<Message> {
                     period_ms: 10,
                 }),
                 sock: Default::default(),
+                rate: None,
             }),
         },
         Message::TestRequest {

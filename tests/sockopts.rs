@@ -298,3 +298,44 @@ fn ping_replies_carry_the_tests_marking() {
     let (v, _) = run_json(&["ping", &a, "-n", "20", "-i", "5ms", "--dscp", "EF"], 0);
     assert_eq!(reply(&v), (vec![(0x20, 20)], 20, 20));
 }
+
+/// `tcp -b` limits each connection's sending, on whichever end sends: 1 MiB
+/// per connection at 8 Mbit/s (100,000 bytes per 100 ms period) takes at
+/// least a second in either direction, where loopback alone takes
+/// milliseconds. Only the lower bound is asserted: a loaded machine may be
+/// slower, never faster.
+#[test]
+fn tcp_bitrate_limits_each_connection_in_either_direction() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    for pattern in ["push", "pull"] {
+        let (v, _) = run_json(
+            &[
+                "tcp",
+                &a,
+                "-b",
+                "8M",
+                "-n",
+                "1M",
+                "-P",
+                "2",
+                "--iterations",
+                "1",
+                "--pattern",
+                pattern,
+            ],
+            0,
+        );
+        let r = &v["result"];
+        assert_eq!(r["totals"]["completed"], 2, "{pattern}: {r}");
+        let secs = r["duration_secs"].as_f64().unwrap();
+        assert!(secs >= 1.0, "{pattern}: {secs} s");
+        assert_eq!(v["config"]["rate"]["bps"], 8_000_000);
+        assert_eq!(v["config"]["rate"]["period_ms"], 100);
+    }
+    // A period of nothing is a usage error naming the flag.
+    let out = netrig(&["tcp", &a, "-b", "8M", "--rate-limit-period", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -101,6 +101,15 @@ pub struct TcpArgs {
     /// (sender's first byte to receiver's last).
     #[arg(long, requires = "burst_size")]
     trip_times: bool,
+    /// Limit each connection's sending to this rate in bit/s, whichever
+    /// end sends (iperf3 -b for TCP, per stream; ctsTraffic -RateLimit,
+    /// which counts bytes/s: multiply by 8).
+    #[arg(short = 'b', long = "bitrate", value_name = "RATE", value_parser = super::rate)]
+    bitrate: Option<u64>,
+    /// The granularity --bitrate is enforced at: at most rate x period
+    /// bytes per period (ctsTraffic -RateLimitPeriod, default 100 ms).
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = positive_duration, requires = "bitrate")]
+    rate_limit_period: Duration,
     #[command(flatten)]
     sock: super::sock::TcpFlags,
     #[command(flatten)]
@@ -152,6 +161,10 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
                 period_ms: p.as_millis().max(1) as u64,
             }),
         sock: a.sock.opts(),
+        rate: a.bitrate.map(|bps| netrig::proto::RateLimit {
+            bps,
+            period_ms: a.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
+        }),
     };
     if let Err(e) = cfg.validate() {
         return Ok(usage(e));

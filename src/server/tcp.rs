@@ -112,6 +112,9 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
         return Err(Invalid::PushPullZero.into());
     }
     t.sock.validate().map_err(Invalid::from)?;
+    if t.rate.is_some_and(|r| !r.is_valid()) {
+        return Err(Invalid::RateLimit.into());
+    }
     if let Some(name) = &t.sock.congestion
         && crate::net::sockopt::check_congestion(name).is_err()
     {
@@ -300,6 +303,7 @@ mod tests {
             connections: 1,
             burst: Some(BurstSpec { size, period_ms }),
             sock: Default::default(),
+            rate: None,
         }
     }
 

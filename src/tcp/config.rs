@@ -33,6 +33,9 @@ pub enum ConfigError {
     /// A socket option value is not usable.
     #[error("{0}")]
     SockOpt(#[from] SockOptError),
+    /// A rate limit of nothing, or a period outside 1 ms to a minute.
+    #[error("--bitrate must be positive and --rate-limit-period 1ms to 60s")]
+    RateLimit,
     /// No local address of the target's family was given.
     #[error("no --bind address of the same IP family as target {0}")]
     NoBindForFamily(String),
@@ -127,6 +130,8 @@ pub struct TcpClientConfig {
     pub burst: Option<crate::proto::BurstSpec>,
     /// Socket and TCP options for every data connection (both ends).
     pub sock: SockOpts,
+    /// Each connection's sending rate limit (whichever end sends).
+    pub rate: Option<crate::proto::RateLimit>,
 }
 
 impl TcpClientConfig {
@@ -152,6 +157,7 @@ impl TcpClientConfig {
             key: None,
             burst: None,
             sock: SockOpts::default(),
+            rate: None,
         }
     }
 
@@ -185,6 +191,9 @@ impl TcpClientConfig {
             return Err(ConfigError::Zero("--burst-size and --burst-period"));
         }
         self.sock.validate()?;
+        if self.rate.is_some_and(|r| !r.is_valid()) {
+            return Err(ConfigError::RateLimit);
+        }
         Ok(())
     }
 
@@ -199,6 +208,7 @@ impl TcpClientConfig {
             connections: self.connections,
             burst: self.burst,
             sock: self.sock.for_server(),
+            rate: self.rate,
         }
     }
 }

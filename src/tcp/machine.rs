@@ -196,6 +196,33 @@ impl Bursts {
     }
 }
 
+/// Sending under a rate limit: at most `per_period` bytes in each period
+/// counted from `t0`, the connection's start (ctsTraffic's -RateLimit with
+/// -RateLimitPeriod). What a period leaves unused is not carried over
+/// beyond the cumulative allowance, so the average never exceeds the rate.
+#[derive(Debug)]
+struct Paced {
+    per_period: u64,
+    period: Duration,
+    t0: Instant,
+}
+
+impl Paced {
+    /// The bytes that may have been sent by `now`, and when that allowance
+    /// next grows.
+    fn allowance(&self, now: Instant) -> (u64, Instant) {
+        let period_ns = self.period.as_nanos().max(1);
+        let k = now.saturating_duration_since(self.t0).as_nanos() / period_ns;
+        let next = u64::try_from(k.saturating_add(1)).unwrap_or(u64::MAX);
+        let at = u64::try_from(period_ns.saturating_mul(u128::from(next)))
+            .ok()
+            .map_or(self.t0 + FAR, |ns| {
+                self.t0 + Duration::from_nanos(ns).min(FAR)
+            });
+        (next.saturating_mul(self.per_period), at)
+    }
+}
+
 /// One end of one data connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -218,6 +245,7 @@ pub struct Conn {
     burst_at: u64,
     events: Vec<ConnEvent>,
     transfer: u64,
+    paced: Option<Paced>,
 }
 
 impl Conn {
@@ -264,6 +292,11 @@ impl Conn {
             burst_at: 0,
             events: Vec::new(),
             transfer: spec.transfer,
+            paced: spec.rate.map(|r| Paced {
+                per_period: r.bytes_per_period(),
+                period: Duration::from_millis(r.period_ms.max(1)),
+                t0: now,
+            }),
         };
         c.advance();
         c
@@ -342,6 +375,13 @@ impl Conn {
                 b.open(self.burst_at, burst_bytes, now);
             }
             want = want.min(burst_bytes - into);
+        }
+        if let Some(p) = &self.paced {
+            let (allowed, next) = p.allowance(now.mono);
+            if self.sent >= allowed {
+                return Transmit::WaitUntil(next);
+            }
+            want = want.min(allowed - self.sent);
         }
         let n = (want as usize).min(self.buffer);
         Transmit::Bytes(Pattern::get().slice(self.send_start, self.sent, n))

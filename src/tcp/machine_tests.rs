@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::outcome::ResultKind;
+use crate::proto::RateLimit;
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
@@ -17,6 +18,7 @@ fn spec(pattern: IoPattern, transfer: u64) -> TcpSpec {
         connections: 1,
         burst: None,
         sock: Default::default(),
+        rate: None,
     }
 }
 
@@ -401,4 +403,82 @@ proptest! {
         prop_assert_eq!(c.received, s.sent);
         prop_assert_eq!(c.sent + c.received, transfer);
     }
+}
+
+#[test]
+fn a_rate_limit_allows_one_periods_bytes_per_period() {
+    // 8 Mbit/s in 100 ms periods: 100,000 bytes each.
+    let mut s = spec(IoPattern::Push, 1_000_000);
+    s.rate = Some(RateLimit {
+        bps: 8_000_000,
+        period_ms: 100,
+    });
+    let t0 = Instant::now();
+    let mut c = Conn::new(&s, Uuid::nil(), Role::Client, 64 * 1024, t0);
+    let at = |ms: u64| Now {
+        mono: t0 + Duration::from_millis(ms),
+        real_ns: 0,
+    };
+    // Writes in one period stop at its allowance, never more.
+    let mut sent = 0;
+    while let Transmit::Bytes(b) = c.transmit(at(0)) {
+        let n = b.len();
+        c.on_written(n, at(0));
+        sent += n;
+    }
+    assert_eq!(sent, 100_000);
+    assert_eq!(
+        c.transmit(at(0)),
+        Transmit::WaitUntil(t0 + Duration::from_millis(100))
+    );
+    assert_eq!(
+        c.transmit(at(99)),
+        Transmit::WaitUntil(t0 + Duration::from_millis(100))
+    );
+    // A late wake-up may catch up to the cumulative allowance (the average
+    // stays the rate), but no further.
+    while let Transmit::Bytes(b) = c.transmit(at(350)) {
+        let n = b.len();
+        c.on_written(n, at(350));
+        sent += n;
+    }
+    assert_eq!(sent, 400_000);
+    assert_eq!(
+        c.transmit(at(350)),
+        Transmit::WaitUntil(t0 + Duration::from_millis(400))
+    );
+}
+
+#[test]
+fn a_rate_limited_pair_takes_the_time_the_rate_implies_and_agrees() {
+    // 80 kbit/s in 10 ms periods: 100 bytes each; 10,000 bytes pulled
+    // (the server sends) take 100 periods, the last one begun at 990 ms.
+    let mut s = spec(IoPattern::Pull, 10_000);
+    s.rate = Some(RateLimit {
+        bps: 80_000,
+        period_ms: 10,
+    });
+    let mut p = Pair::new(&s, 4096, 8192);
+    p.run();
+    let (rc, client, _) = p.result(0);
+    assert_eq!(rc.kind, ResultKind::Success, "{rc:?}");
+    assert_eq!(client.received, 10_000);
+    let took = p.now.duration_since(p.t0);
+    assert!(
+        took >= Duration::from_millis(990) && took < Duration::from_millis(1010),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn rate_limits_round_and_validate() {
+    let r = |bps, period_ms| RateLimit { bps, period_ms };
+    assert_eq!(r(8_000_000, 100).bytes_per_period(), 100_000);
+    assert_eq!(r(1, 1).bytes_per_period(), 1);
+    assert_eq!(r(u64::MAX, 60_000).bytes_per_period(), u64::MAX);
+    assert!(r(1, 1).is_valid());
+    assert!(r(1, 60_000).is_valid());
+    assert!(!r(0, 100).is_valid());
+    assert!(!r(1, 0).is_valid());
+    assert!(!r(1, 60_001).is_valid());
 }
