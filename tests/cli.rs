@@ -1036,3 +1036,82 @@ fn title_timestamps_and_logfile_decorate_the_console() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--logfile"), "{err}");
 }
+
+/// iperf2's `--txstart-time`: the stream's first datagram leaves at the
+/// wall-clock time given, not before (the server's send stamps say so), and
+/// a TCP client started at the same moment waits for it too. Absolute and
+/// relative (`+D`) forms; a time too far ahead is a usage error.
+#[test]
+fn txstart_time_starts_the_traffic_on_the_wall_clock() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let jitter = dir.path().join("j.csv");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let at = now + 1.5;
+    let at_s = format!("{at:.6}");
+    let t0 = Instant::now();
+    let tcp = netrig(&[
+        "tcp",
+        &a,
+        "-n",
+        "1M",
+        "-P",
+        "1",
+        "--iterations",
+        "1",
+        "-q",
+        "--txstart-time",
+        &at_s,
+    ])
+    .spawn()
+    .unwrap();
+    let out = run_expect(
+        &[
+            "udp",
+            &a,
+            "-R",
+            "-t",
+            "200ms",
+            "-q",
+            "--txstart-time",
+            &at_s,
+            "--jitter-file",
+            jitter.to_str().unwrap(),
+        ],
+        0,
+    );
+    let mut tcp = Proc(tcp);
+    assert!(wait_exit(&mut tcp, 20).success());
+    // Both waited: neither could finish before the start time.
+    assert!(t0.elapsed() >= Duration::from_millis(1400), "{out}");
+    let rows = csv_rows(&jitter);
+    let first_send = rows
+        .iter()
+        .filter_map(|r| r.get(1)?.parse::<u64>().ok())
+        .min()
+        .expect("datagrams");
+    let at_ns = (at * 1e9) as u64;
+    assert!(
+        first_send >= at_ns,
+        "first send {first_send} before {at_ns}"
+    );
+    assert!(
+        first_send < at_ns + 1_000_000_000,
+        "first send {} ms late",
+        (first_send - at_ns) / 1_000_000
+    );
+    // Relative: +1s from now.
+    let t0 = Instant::now();
+    run_expect(&["rr", &a, "-n", "10", "-q", "--txstart-time", "+1s"], 0);
+    assert!(t0.elapsed() >= Duration::from_millis(950));
+    for bad in ["+2h", "soon", "-5"] {
+        let out = netrig(&["ping", &a, "--txstart-time", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}

@@ -12,7 +12,8 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
     files=(src/udp/analyze.rs src/udp/track.rs src/outcome.rs src/proto.rs src/units.rs
            src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs
-           src/conversation.rs src/refusal.rs src/sockopts.rs src/net/tcpinfo.rs)
+           src/conversation.rs src/refusal.rs src/sockopts.rs src/net/tcpinfo.rs
+           src/udp/marks.rs src/spec.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

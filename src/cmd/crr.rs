@@ -51,6 +51,8 @@ pub struct CrrArgs {
     #[command(flatten)]
     console: super::ConsoleArgs,
     #[command(flatten)]
+    start: super::StartAt,
+    #[command(flatten)]
     key: KeyArg,
     #[command(flatten)]
     sock: super::sock::TcpFlags,
@@ -97,6 +99,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     cfg.time_limit = a.time;
     cfg.bind = a.bind.addrs();
     cfg.sock = a.sock.opts();
+    cfg.start_at = a.start.at;
     cfg.key = key;
     let mut col = Counted {
         inner: netrig::rr::crr::CrrCollector::default(),

@@ -299,6 +299,41 @@ pub fn positive_duration(s: &str) -> Result<Duration> {
         d => Ok(d),
     }
 }
+/// iperf2's `--txstart-time`: when the traffic starts, on the wall clock.
+#[derive(Args, Clone, Copy, Default)]
+pub struct StartAt {
+    /// Start the traffic when the wall clock reads TIME: Unix seconds with
+    /// a fraction (iperf2 --txstart-time), or +D from now (+5s). The setup
+    /// (connect, handshake, clock exchange) happens first, so clients on
+    /// several hosts with synchronised clocks begin together.
+    #[arg(long = "txstart-time", value_name = "TIME", value_parser = txstart)]
+    pub at: Option<f64>,
+}
+
+/// The furthest ahead `--txstart-time` may be: the wait counts against the
+/// server's --max-duration (an hour by default).
+const TXSTART_AHEAD_MAX: f64 = 3600.0;
+
+fn txstart(s: &str) -> Result<f64> {
+    let now = netrig::net::realtime_ns() as f64 / 1e9;
+    let at = match s.strip_prefix('+') {
+        Some(d) => now + duration(d)?.as_secs_f64(),
+        None => s
+            .parse::<f64>()
+            .map_err(|_| anyhow::anyhow!("give Unix seconds (1712345678.25) or +D (+5s)"))?,
+    };
+    if !at.is_finite() || at <= 0.0 {
+        anyhow::bail!("give Unix seconds (1712345678.25) or +D (+5s)");
+    }
+    if at > now + TXSTART_AHEAD_MAX {
+        anyhow::bail!(
+            "{:.0} s ahead; at most {TXSTART_AHEAD_MAX:.0} s (the wait counts against the server's --max-duration)",
+            at - now
+        );
+    }
+    Ok(at)
+}
+
 /// A duration that may be negative (`-500us`), in ns.
 pub fn signed_duration(s: &str) -> Result<i64> {
     let (neg, body) = s.strip_prefix('-').map_or((false, s), |b| (true, b));

@@ -54,6 +54,8 @@ pub struct PingArgs {
     #[command(flatten)]
     console: super::ConsoleArgs,
     #[command(flatten)]
+    start: super::StartAt,
+    #[command(flatten)]
     key: KeyArg,
 }
 
@@ -85,6 +87,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let cfg = RrConfig {
+        start_at: a.start.at,
         sock,
         key,
         target: target.clone(),

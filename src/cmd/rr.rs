@@ -100,6 +100,8 @@ pub struct RrArgs {
     #[command(flatten)]
     console: super::ConsoleArgs,
     #[command(flatten)]
+    start: super::StartAt,
+    #[command(flatten)]
     key: KeyArg,
 }
 
@@ -167,6 +169,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let base = RrConfig {
+        start_at: a.start.at,
         sock,
         key,
         target,

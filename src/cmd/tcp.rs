@@ -84,6 +84,8 @@ pub struct TcpArgs {
     verbosity: Verbosity,
     #[command(flatten)]
     console: super::ConsoleArgs,
+    #[command(flatten)]
+    start: super::StartAt,
     /// A connection making no progress for this long fails with a network error.
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
     idle_timeout: Duration,
@@ -136,6 +138,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
+        start_at: a.start.at,
         key: key.clone(),
         targets: Vec::new(),
         port: a.port,

@@ -147,6 +147,8 @@ pub struct UdpArgs {
     #[command(flatten)]
     console: super::ConsoleArgs,
     #[command(flatten)]
+    start: super::StartAt,
+    #[command(flatten)]
     pub key: KeyArg,
 }
 
@@ -334,6 +336,7 @@ pub fn run_with(
         (None, None) => unreachable!("an embedded server is started when no target is given"),
     };
     let cfg = UdpClientConfig {
+        start_at: a.start.at,
         key: key.clone(),
         target,
         port: a.port,

@@ -163,6 +163,28 @@ pub fn realtime_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Waits until the wall clock reads `at_s` (Unix seconds; iperf2's
+/// `--txstart-time`), so clients on several hosts start together: sleeps
+/// to within 2 ms of it, then yields until it passes. Returns early when
+/// `stop` is set. Wall-clock steps during the wait (NTP) are followed, as
+/// the point is to meet the other hosts' clocks.
+pub fn wait_for_epoch(at_s: f64, stop: &std::sync::atomic::AtomicBool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let target_ns = (at_s * 1e9) as u64;
+    loop {
+        let now = realtime_ns();
+        if now >= target_ns || stop.load(SeqCst) {
+            return;
+        }
+        let left = Duration::from_nanos(target_ns - now);
+        if left > Duration::from_millis(2) {
+            std::thread::sleep((left - Duration::from_millis(2)).min(Duration::from_millis(50)));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A receive that found nothing this time (timeout, a signal, or nothing
 /// ready on a non-blocking socket): try again.
 pub fn nothing_yet(e: &io::Error) -> bool {

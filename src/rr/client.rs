@@ -246,6 +246,9 @@ fn exchanges(
     let mut rep = vec![0u8; cfg.reply as usize + 1];
     let reply = cfg.reply as usize;
     let message = cfg.transport == Transport::SctpSeqpacket;
+    if let Some(at) = cfg.start_at {
+        crate::net::wait_for_epoch(at, interrupt);
+    }
     let start = Instant::now();
     for seq in 0..total {
         if interrupt.load(SeqCst) {

@@ -72,6 +72,10 @@ pub struct RrConfig {
     pub bind: Vec<IpAddr>,
     /// IP-level options for both ends' sockets (`-w`, `--dscp`, ...).
     pub sock: crate::sockopts::SockOpts,
+    /// Send the first request when the wall clock reads this (Unix
+    /// seconds; iperf2 --txstart-time), after the setup exchanges.
+    #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<f64>,
 }
 
 /// `RrConfig::iterations` for a run that goes on until it is interrupted.

@@ -73,6 +73,9 @@ pub(super) fn run(
     crate::udp::receive::enable_rx_tos(&sock);
     let mut marks = crate::udp::marks::TosCounts::default();
     let nonce = prove_reachability(c, &sock, token)?;
+    if let Some(at) = cfg.start_at {
+        crate::net::wait_for_epoch(at, run.interrupt);
+    }
     match c.call(&Message::UdpReady {
         nonce,
         offset_ns: theta as i64,

@@ -107,6 +107,9 @@ pub fn run(
             detail: "no target given".into(),
         });
     }
+    if let Some(at) = cfg.start_at {
+        crate::net::wait_for_epoch(at, &interrupt);
+    }
     obs.started(&cfg);
     let seed = cfg.seed.unwrap_or_else(rand::random);
     let shared = Arc::new(Shared {

@@ -132,6 +132,10 @@ pub struct TcpClientConfig {
     pub sock: SockOpts,
     /// Each connection's sending rate limit (whichever end sends).
     pub rate: Option<crate::proto::RateLimit>,
+    /// Open the data connections when the wall clock reads this (Unix
+    /// seconds; iperf2 --txstart-time), after the sessions are set up.
+    #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<f64>,
 }
 
 impl TcpClientConfig {
@@ -158,6 +162,7 @@ impl TcpClientConfig {
             burst: None,
             sock: SockOpts::default(),
             rate: None,
+            start_at: None,
         }
     }
 

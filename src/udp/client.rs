@@ -45,6 +45,10 @@ pub struct UdpClientConfig {
     pub sndbuf: Option<usize>,
     /// Deliver every received datagram to the observer (for the jitter file).
     pub per_packet: bool,
+    /// Start the stream when the wall clock reads this (Unix seconds;
+    /// iperf2 --txstart-time), after the setup exchanges.
+    #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<f64>,
 }
 
 /// Receives the run's output as it happens.
@@ -273,6 +277,9 @@ pub fn run(
     )?);
     let granted = crate::net::sockopt::granted(&*sock, server_udp.is_ipv6(), false);
     let nonce = prove_reachability(&mut c, &sock, token)?;
+    if let Some(at) = cfg.start_at {
+        crate::net::wait_for_epoch(at, &interrupt);
+    }
     // Time zero of the stream: taken before the server may start sending, so no
     // datagram can arrive "before" it.
     let epoch = Instant::now();
