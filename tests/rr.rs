@@ -38,6 +38,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         synced: false,
         bind: Vec::new(),
         sock: Default::default(),
+        start_at: None,
     }
 }
 
