@@ -1115,3 +1115,113 @@ fn txstart_time_starts_the_traffic_on_the_wall_clock() {
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
 }
+
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// `--json-stream`: JSON lines while the run happens (an interval line is
+/// there before the run ends), start and end lines in the envelope's shape,
+/// the end line's result the same as the final report's.
+#[test]
+fn json_stream_writes_lines_as_the_run_goes() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let lines_path = dir.path().join("udp.jsonl");
+    let json = dir.path().join("udp.json");
+    let mut p = Proc(
+        netrig(&[
+            "udp",
+            &a,
+            "-t",
+            "3s",
+            "-i",
+            "200ms",
+            "-q",
+            "--json-stream",
+            lines_path.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    let t0 = Instant::now();
+    while !json_lines(&lines_path)
+        .iter()
+        .any(|l| l["event"] == "interval")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no interval line");
+        assert!(p.0.try_wait().unwrap().is_none(), "ended before any line");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The run is still going when its first interval is in the file.
+    assert!(p.0.try_wait().unwrap().is_none());
+    assert!(wait_exit(&mut p, 20).success());
+    let lines = json_lines(&lines_path);
+    assert_eq!(lines[0]["event"], "start");
+    assert_eq!(lines[0]["test"], "udp");
+    assert!(lines[0]["config"]["spec"]["duration_ms"] == 3000);
+    let end = lines.last().unwrap();
+    assert_eq!(end["event"], "end");
+    let intervals: Vec<f64> = lines
+        .iter()
+        .filter(|l| l["event"] == "interval")
+        .map(|l| l["data"]["time_slice"].as_f64().unwrap())
+        .collect();
+    assert!(intervals.len() >= 10, "{intervals:?}");
+    assert!(intervals.windows(2).all(|w| w[0] < w[1]), "{intervals:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(end["result"]["totals"], report["result"]["totals"]);
+
+    // On standard output, with the console on stderr: nothing but lines.
+    let out = run_expect(
+        &[
+            "tcp",
+            &a,
+            "-n",
+            "1M",
+            "-P",
+            "2",
+            "--iterations",
+            "1",
+            "--json-stream",
+            "-",
+        ],
+        0,
+    );
+    let events: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].to_string())
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("\"start\""));
+    assert_eq!(events.last().map(String::as_str), Some("\"end\""));
+    assert_eq!(events.iter().filter(|e| *e == "\"connection\"").count(), 2);
+    // ping: a line per probe.
+    let pl = dir.path().join("ping.jsonl");
+    run_expect(
+        &[
+            "ping",
+            &a,
+            "-n",
+            "5",
+            "-i",
+            "10ms",
+            "-q",
+            "--json-stream",
+            pl.to_str().unwrap(),
+        ],
+        0,
+    );
+    let probes = json_lines(&pl)
+        .iter()
+        .filter(|l| l["event"] == "probe" && l["data"]["rtt_us"].is_number())
+        .count();
+    assert_eq!(probes, 5);
+}

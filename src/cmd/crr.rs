@@ -78,6 +78,7 @@ impl client::Observer for Counted {
 pub fn run(a: CrrArgs) -> Result<ExitCode> {
     let Setup {
         json,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
@@ -105,6 +106,10 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         inner: netrig::rr::crr::CrrCollector::default(),
         progress: super::progress::Progress::new(a.count, "transactions", verbosity),
     };
+    let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "crr", &cfg) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
+    };
     let result = client::run(cfg.clone(), interrupt_flag(), &mut col);
     col.progress.finish();
     let col = col.inner;
@@ -113,7 +118,10 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     }
     let run = match result {
         Ok(r) => r,
-        Err(e) => return Ok(client_error_exit(e, "crr", json.as_deref(), &cfg)),
+        Err(e) => {
+            sink.end::<()>(None, Some(&e.to_string()));
+            return Ok(client_error_exit(e, "crr", json.as_deref(), &cfg));
+        }
     };
     let rep = col.report(run.duration_secs);
     if verbosity >= 1 {
@@ -133,10 +141,11 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         .first_failure
         .as_ref()
         .map(|f| format!("{} transactions failed; first: {f}", rep.failed));
+    sink.end(Some(&rep), failure.as_deref());
     Ok(finish(
         code,
         json.as_deref(),
         |p| netrig::report::write_envelope(p, "crr", &cfg, Some(&rep), failure.as_deref()),
-        Vec::new(),
+        sink.take_errors(),
     ))
 }

@@ -147,9 +147,19 @@ pub struct Json {
     /// The JSON report on standard output, as iperf3 -J (same as --json -).
     #[arg(short = 'J', conflicts_with = "json")]
     json_stdout: bool,
+    /// Also write the run as JSON lines while it happens: a start line, one
+    /// per interval (per probe for ping), an end line ("-": standard output;
+    /// iperf3 --json-stream).
+    #[arg(long = "json-stream", value_name = "FILE")]
+    stream: Option<PathBuf>,
 }
 
 impl Json {
+    /// `--json-stream`, if given.
+    pub fn stream_path(&self) -> Option<&Path> {
+        self.stream.as_deref()
+    }
+
     /// Where the JSON report goes, if anywhere.
     pub fn path(&self) -> Option<PathBuf> {
         self.json.clone().or_else(|| {
@@ -163,6 +173,8 @@ impl Json {
 /// checked first: where the JSON goes, how much to print, and the key.
 pub struct Setup {
     pub json: Option<PathBuf>,
+    /// `--json-stream`, checked.
+    pub stream: Option<PathBuf>,
     pub verbosity: u8,
     pub key: Option<netrig::auth::Key>,
 }
@@ -185,6 +197,7 @@ impl Setup {
         check_outputs(
             std::iter::once(("--json", path.as_deref()))
                 .chain(std::iter::once(("--logfile", console.logfile())))
+                .chain(std::iter::once(("--json-stream", json.stream.as_deref())))
                 .chain(others.iter().map(|(f, p)| (*f, p.as_deref()))),
         )?;
         console.apply()?;
@@ -192,6 +205,7 @@ impl Setup {
             key: key.load()?,
             verbosity: verbosity.level(),
             json: path,
+            stream: json.stream.clone(),
         })
     }
 }

@@ -62,6 +62,7 @@ pub struct PingArgs {
 pub fn run(a: PingArgs) -> Result<ExitCode> {
     let Setup {
         json,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
@@ -110,7 +111,12 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         bind: a.bind.into_iter().collect(),
     };
     let size = a.length;
+    let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "ping", &cfg) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
+    };
     let mut on_probe = |p: &netrig::rr::client::Probe| {
+        sink.event("probe", p);
         if verbosity >= 1 {
             netrig::out!("{}", netrig::report::ping_line(size, &target, p));
         }
@@ -121,7 +127,10 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     }
     let (rep, _) = match result {
         Ok(r) => r,
-        Err(e) => return Ok(client_error_exit(e, "ping", json.as_deref(), &cfg)),
+        Err(e) => {
+            sink.end::<()>(None, Some(&e.to_string()));
+            return Ok(client_error_exit(e, "ping", json.as_deref(), &cfg));
+        }
     };
     if verbosity >= 1 {
         netrig::report::print_ping_summary(&cfg, &rep);
@@ -142,6 +151,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         (rep.received == 0 && rep.sent > 0).then(|| "no probe was answered".to_string())
     });
     let runs = [rep];
+    sink.end(Some(&RrResult { runs: &runs }), failure.as_deref());
     Ok(finish(
         code,
         json.as_deref(),
@@ -154,6 +164,6 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
                 failure.as_deref(),
             )
         },
-        Vec::new(),
+        sink.take_errors(),
     ))
 }

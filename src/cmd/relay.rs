@@ -215,6 +215,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         ("--log", a.log.as_deref()),
         ("--json", json.as_deref()),
         ("--logfile", a.console.logfile()),
+        ("--json-stream", a.json.stream_path()),
     ])
     .and_then(|_| a.console.apply())
     {
@@ -264,6 +265,14 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
             _ => "TCP and UDP",
         }
     );
+    let config = serde_json::json!({
+        "listen": h.addr, "to": to, "seed": seed, "up": up_spec, "down": down_spec,
+        "tcp": !a.udp_only, "udp": !a.tcp_only, "rate_per_flow": a.rate_per_flow,
+        "max_conns": a.max_conns, "max_flows": a.max_flows,
+        "idle_timeout_s": a.idle_timeout.as_secs_f64(), "max_queue_bytes": a.max_queue,
+    });
+    let mut sink = netrig::report::StreamSink::open(a.json.stream_path(), "relay", &config)
+        .context("cannot open --json-stream")?;
     let flag = super::interrupt_flag();
     let runner = std::thread::spawn(move || relay.run());
     let start = Instant::now();
@@ -273,7 +282,9 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         if let (Some(n), Some(i)) = (next, a.interval)
             && start.elapsed() >= n
         {
-            print_counts(&h.counts());
+            let counts = h.counts();
+            print_counts(&counts);
+            sink.event("interval", &counts);
             next = Some(n + i);
         }
     }
@@ -281,12 +292,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let _ = runner.join();
     let counts = h.counts();
     print_counts(&counts);
-    let config = serde_json::json!({
-        "listen": h.addr, "to": to, "seed": seed, "up": up_spec, "down": down_spec,
-        "tcp": !a.udp_only, "udp": !a.tcp_only, "rate_per_flow": a.rate_per_flow,
-        "max_conns": a.max_conns, "max_flows": a.max_flows,
-        "idle_timeout_s": a.idle_timeout.as_secs_f64(), "max_queue_bytes": a.max_queue,
-    });
+    sink.end(Some(&counts), None);
     let code = if flag.load(SeqCst) {
         super::Exit::Interrupted
     } else {
@@ -296,6 +302,6 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         code,
         json.as_deref(),
         |p| netrig::report::write_envelope(p, "relay", &config, Some(&counts), None),
-        Vec::new(),
+        sink.take_errors(),
     ))
 }

@@ -136,6 +136,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     ];
     let Setup {
         json,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
@@ -201,6 +202,10 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         "round trips",
         verbosity,
     );
+    let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "rr", &base) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
+    };
     let mut reports = Vec::new();
     let mut code = Exit::Ok;
     let mut output_errors = Vec::new();
@@ -243,6 +248,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                     code = code.max(Exit::DataError);
                 }
                 let failed = rep.error.clone();
+                sink.event("run", &rep);
                 reports.push(rep);
                 if let Some(e) = failed {
                     // What was measured before the failure still goes to the files.
@@ -255,6 +261,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                 if let Some(e) = embedded {
                     e.finish();
                 }
+                sink.end::<()>(None, Some(&e.to_string()));
                 return Ok(client_error_exit(e, "rr", json.as_deref(), &base));
             }
             Err(e) => {
@@ -286,6 +293,8 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         .iter()
         .find_map(|r| r.error.clone())
         .or(setup_failure);
+    sink.end(Some(&RrResult { runs: &reports }), failure.as_deref());
+    output_errors.extend(sink.take_errors());
     Ok(finish(
         code,
         json.as_deref(),

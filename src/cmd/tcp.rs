@@ -129,6 +129,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     ];
     let Setup {
         json,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
@@ -213,13 +214,18 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     )
     .context("cannot open an output file")?;
     reporter.trip_times = a.trip_times;
+    reporter.stream = netrig::report::StreamSink::open(stream.as_deref(), "tcp", &cfg)
+        .context("cannot open --json-stream")?;
     let result = client::run(cfg.clone(), interrupt_flag(), &mut reporter);
     if let Some(e) = embedded {
         e.finish();
     }
     let rep = match result {
         Ok(r) => r,
-        Err(e) => return Ok(client_error_exit(e, "tcp", json.as_deref(), &cfg)),
+        Err(e) => {
+            reporter.stream.end::<()>(None, Some(&e.to_string()));
+            return Ok(client_error_exit(e, "tcp", json.as_deref(), &cfg));
+        }
     };
     if verbosity >= 1 {
         print_summary(&rep);
@@ -249,6 +255,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         eprintln!("netrig: {why}");
         failure = Some(why);
     }
+    reporter.stream.end(Some(&rep), failure.as_deref());
     Ok(finish(
         code,
         json.as_deref(),

@@ -177,6 +177,7 @@ pub fn run_with(
     ];
     let Setup {
         json,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
@@ -364,6 +365,8 @@ pub fn run_with(
     if a.trip_times {
         reporter.show_trip_times();
     }
+    reporter.stream = netrig::report::StreamSink::open(stream.as_deref(), test, &cfg)
+        .context("cannot open --json-stream")?;
     let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
     reporter.finish();
     if let Some(e) = embedded {
@@ -371,7 +374,10 @@ pub fn run_with(
     }
     let rep = match result {
         Ok(r) => r,
-        Err(e) => return Ok(client_error_exit(e, test, json.as_deref(), &cfg)),
+        Err(e) => {
+            reporter.stream.end::<()>(None, Some(&e.to_string()));
+            return Ok(client_error_exit(e, test, json.as_deref(), &cfg));
+        }
     };
     let mut rep = rep;
     if let Some(p) = &cfg.spec.profile {
@@ -392,6 +398,8 @@ pub fn run_with(
             print_analysis(b, an);
         }
     }
+    let failure = rep.server_lost.then_some("the server was lost mid-test");
+    reporter.stream.end(Some(&rep), failure);
     let mut output_errors = reporter.take_errors();
     if let (Some(path), Some(b)) = (&a.csv, &rep.bins)
         && let Err(e) = write_bins(path, b)
@@ -406,7 +414,6 @@ pub fn run_with(
         rep.server_lost,
         rep.interrupted,
     );
-    let failure = rep.server_lost.then_some("the server was lost mid-test");
     Ok(finish(
         code,
         json.as_deref(),

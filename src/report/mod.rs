@@ -14,11 +14,13 @@ use std::path::Path;
 
 mod analysis;
 mod rr;
+mod stream;
 mod tcp;
 mod udp;
 
 pub use analysis::*;
 pub use rr::*;
+pub use stream::{JsonStream, StreamSink};
 pub use tcp::*;
 pub use udp::*;
 

@@ -72,6 +72,8 @@ pub struct Reporter {
     /// The first failed connection's result detail: why the run failed,
     /// said even when failures are not printed one by one.
     first_failure: Option<String>,
+    /// `--json-stream`: a line per interval and per connection.
+    pub stream: super::StreamSink,
 }
 
 impl Reporter {
@@ -96,6 +98,7 @@ impl Reporter {
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
             errors: Vec::new(),
             first_failure: None,
+            stream: super::StreamSink::default(),
         })
     }
 
@@ -180,7 +183,9 @@ impl Reporter {
 
     /// Output errors seen so far (a full disk must not stop the measurement).
     pub fn take_errors(&mut self) -> Vec<io::Error> {
-        std::mem::take(&mut self.errors)
+        let mut e = std::mem::take(&mut self.errors);
+        e.extend(self.stream.take_errors());
+        e
     }
 }
 
@@ -190,6 +195,7 @@ impl Observer for Reporter {
     }
 
     fn interval(&mut self, row: &IntervalRow) {
+        self.stream.event("interval", row);
         let cells = row.cells();
         if self.verbosity >= 1 {
             let _ = self.console.row(&row.console_cells());
@@ -200,6 +206,7 @@ impl Observer for Reporter {
     }
 
     fn connection(&mut self, rec: &ConnectionRecord) {
+        self.stream.event("connection", rec);
         if matches!(
             rec.result.kind,
             ResultKind::NetworkError | ResultKind::DataError

@@ -162,6 +162,8 @@ pub struct UdpReporter {
     /// Print each burst's end-to-end time (clocks synchronised).
     trip_times: bool,
     errors: Vec<io::Error>,
+    /// `--json-stream`: a line per interval and per burst.
+    pub stream: super::StreamSink,
 }
 
 impl UdpReporter {
@@ -235,13 +237,16 @@ impl UdpReporter {
             held: None,
             trip_times: false,
             errors: Vec::new(),
+            stream: super::StreamSink::default(),
         };
         Ok(r)
     }
 
     /// Output errors seen so far.
     pub fn take_errors(&mut self) -> Vec<io::Error> {
-        std::mem::take(&mut self.errors)
+        let mut e = std::mem::take(&mut self.errors);
+        e.extend(self.stream.take_errors());
+        e
     }
 
     /// Lines to print before the table, once the server has accepted.
@@ -262,6 +267,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     }
 
     fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
+        self.stream.event("interval", iv);
         let secs = iv.time_slice - self.last_slice;
         let cells = if self.media {
             media_cells(iv, secs)
@@ -285,6 +291,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     }
 
     fn burst(&mut self, b: &crate::udp::track::BurstReport) {
+        self.stream.event("burst", b);
         if self.verbosity == 0 {
             return;
         }
