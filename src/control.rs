@@ -106,16 +106,17 @@ impl Control {
         timeout: Duration,
         key: Option<&Key>,
     ) -> Result<Control, ClientError> {
-        Self::connect_over(target, port, bind, timeout, net::Stream::Tcp, key)
+        Self::connect_over(target, port, bind, timeout, net::Via::default(), key)
     }
 
-    /// As [`Control::connect`], over TCP or one-to-one SCTP.
+    /// As [`Control::connect`], over TCP or one-to-one SCTP, perhaps bound
+    /// to an interface.
     pub fn connect_over(
         target: &str,
         port: u16,
         bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
         timeout: Duration,
-        kind: net::Stream,
+        via: net::Via<'_>,
         key: Option<&Key>,
     ) -> Result<Control, ClientError> {
         let conn_err = |source| ClientError::Connect {
@@ -125,7 +126,7 @@ impl Control {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         let mut found = None;
         for addr in net::resolve(target, port).map_err(conn_err)? {
-            match net::connect_stream(addr, bind(addr)?, timeout, kind) {
+            match net::connect_stream(addr, bind(addr)?, timeout, via) {
                 Ok(s) => {
                     found = Some((addr, s));
                     break;

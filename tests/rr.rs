@@ -39,6 +39,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         bind: Vec::new(),
         sock: Default::default(),
         start_at: None,
+        bind_dev: None,
     }
 }
 

@@ -339,3 +339,80 @@ fn tcp_bitrate_limits_each_connection_in_either_direction() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--cport lo-hi` (ctsTraffic -LocalPort) hands the data connections the
+/// range's ports in turn; too few ports for -P is a usage error, as is an
+/// interface the host lacks for `--bind-dev`, which every client takes.
+#[test]
+fn local_ports_and_bind_dev() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let conns = dir.path().join("c.csv");
+    let port = bin::free_port();
+    let range = format!("{port}-{}", port + 3);
+    run_expect(
+        &[
+            "tcp",
+            &a,
+            "-P",
+            "4",
+            "--iterations",
+            "2",
+            "-n",
+            "256K",
+            "--cport",
+            &range,
+            "--bind-dev",
+            "lo",
+            "--connection-file",
+            conns.to_str().unwrap(),
+            "-q",
+            // Reset, not closed: a port's next connection would otherwise
+            // wait out its last one's TIME_WAIT.
+            "--shutdown",
+            "rude",
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(&conns).unwrap();
+    let mut ports: Vec<u16> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let local = l.split(',').nth(1).unwrap();
+            local.rsplit(':').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert_eq!(ports.len(), 8, "{text}");
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports, (port..port + 4).collect::<Vec<_>>(), "{text}");
+    for args in [
+        vec!["tcp", &a, "-P", "5", "--cport", &range],
+        vec!["tcp", &a, "--cport", "9-3"],
+        vec!["rr", &a, "--bind-dev", "no-such-if0"],
+        vec!["udp", &a, "--bind-dev", "no-such-if0"],
+    ] {
+        let out = netrig(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    // Bound to the loopback interface, every kind of client still reaches
+    // a loopback server.
+    run_expect(&["rr", &a, "-n", "50", "--bind-dev", "lo", "-q"], 0);
+    run_expect(
+        &[
+            "rr",
+            &a,
+            "--proto",
+            "udp",
+            "-n",
+            "50",
+            "--bind-dev",
+            "lo",
+            "-q",
+        ],
+        0,
+    );
+    run_expect(&["udp", &a, "-t", "200ms", "--bind-dev", "lo", "-q"], 0);
+}

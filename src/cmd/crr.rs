@@ -101,6 +101,8 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     cfg.bind = a.bind.addrs();
     cfg.sock = a.sock.opts();
     cfg.start_at = a.start.at;
+    cfg.bind_dev = a.sock.ip.bind_dev.clone();
+    cfg.local_ports = a.sock.cport;
     cfg.key = key;
     let mut col = Counted {
         inner: netrig::rr::crr::CrrCollector::default(),

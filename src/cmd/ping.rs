@@ -88,6 +88,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let cfg = RrConfig {
+        bind_dev: a.sock.bind_dev.clone(),
         start_at: a.start.at,
         sock,
         key,

@@ -170,6 +170,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let base = RrConfig {
+        bind_dev: a.sock.bind_dev.clone(),
         start_at: a.start.at,
         sock,
         key,

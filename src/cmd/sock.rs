@@ -32,6 +32,10 @@ pub struct IpFlags {
     /// --fq-rate).
     #[arg(long, value_name = "RATE", value_parser = rate)]
     pub fq_rate: Option<u64>,
+    /// Bind this end's test sockets to this interface (SO_BINDTODEVICE;
+    /// iperf3 --bind-dev).
+    #[arg(long, value_name = "IFACE", value_parser = interface)]
+    pub bind_dev: Option<String>,
 }
 
 /// Options for TCP test sockets.
@@ -62,6 +66,39 @@ pub struct TcpFlags {
     /// rude (RST), as ctsTraffic -shutdown.
     #[arg(long, value_enum, default_value_t = ShutdownMode::Graceful)]
     pub shutdown: ShutdownMode,
+    /// Local port, or range lo-hi taken in turn, for the data connections
+    /// (iperf3 --cport; ctsTraffic -LocalPort).
+    #[arg(long, value_name = "PORT[-PORT]", visible_alias = "local-port", value_parser = ports)]
+    pub cport: Option<(u16, u16)>,
+}
+
+/// `--bind-dev`: an interface this host has.
+fn interface(s: &str) -> Result<String> {
+    let name = std::ffi::CString::new(s).map_err(|_| anyhow::anyhow!("not an interface name"))?;
+    // SAFETY: a valid NUL-terminated string; the call only reads it.
+    if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+        anyhow::bail!("no interface {s:?} on this host (see `ip link`)");
+    }
+    Ok(s.to_string())
+}
+
+/// `--cport`: a port or a range `lo-hi`.
+pub(super) fn ports(s: &str) -> Result<(u16, u16)> {
+    let port = |p: &str| {
+        p.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| anyhow::anyhow!("{p:?} is not a port 1-65535"))
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(s)?, port(s)?),
+    };
+    if lo > hi {
+        anyhow::bail!("{lo}-{hi}: the range's low end is above its high end");
+    }
+    Ok((lo, hi))
 }
 
 fn window(s: &str) -> Result<u32> {

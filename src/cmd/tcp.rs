@@ -139,6 +139,8 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
+        bind_dev: a.sock.ip.bind_dev.clone(),
+        local_ports: a.sock.cport,
         start_at: a.start.at,
         key: key.clone(),
         targets: Vec::new(),

@@ -119,9 +119,6 @@ pub struct UdpArgs {
     /// Write one row per received datagram (needs --reverse or --media: the client must receive).
     #[arg(long, value_name = "FILE")]
     jitter_file: Option<PathBuf>,
-    /// Bind the data socket to this interface (SO_BINDTODEVICE).
-    #[arg(long, value_name = "IFACE")]
-    bind_dev: Option<String>,
     /// Local address for the control and data sockets.
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
@@ -344,7 +341,7 @@ pub fn run_with(
         spec,
         synced: a.synced || a.trip_times,
         bind: a.bind,
-        bind_dev: a.bind_dev,
+        bind_dev: a.sock.bind_dev.clone(),
         rcvbuf: a.rcvbuf.map(|v| v as usize),
         sndbuf: a.sndbuf.map(|v| v as usize),
         per_packet: a.jitter_file.is_some(),

@@ -53,9 +53,10 @@ pub fn default_listeners(port: u16) -> io::Result<Vec<TcpListener>> {
 }
 
 /// A stream transport: TCP, or one-to-one SCTP (which reads and writes like TCP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stream {
     /// TCP.
+    #[default]
     Tcp,
     /// SCTP, one-to-one style (SOCK_STREAM).
     Sctp,
@@ -114,7 +115,17 @@ pub fn peer_state(stream: &TcpStream) -> PeerState {
 
 /// Connects to `to`, optionally from local address `from`, within `timeout`.
 pub fn connect(to: SocketAddr, from: Option<IpAddr>, timeout: Duration) -> io::Result<TcpStream> {
-    connect_stream(to, from, timeout, Stream::Tcp)
+    connect_stream(to, from, timeout, Via::default())
+}
+
+/// How a stream connection goes out: its transport, and the interface it
+/// is bound to (SO_BINDTODEVICE), if any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Via<'a> {
+    /// TCP or SCTP.
+    pub kind: Stream,
+    /// `--bind-dev`.
+    pub dev: Option<&'a str>,
 }
 
 /// Connects over TCP or SCTP.
@@ -122,9 +133,16 @@ pub fn connect_stream(
     to: SocketAddr,
     from: Option<IpAddr>,
     timeout: Duration,
-    kind: Stream,
+    via: Via<'_>,
 ) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(kind.protocol()))?;
+    let socket = Socket::new(
+        Domain::for_address(to),
+        Type::STREAM,
+        Some(via.kind.protocol()),
+    )?;
+    if let Some(dev) = via.dev {
+        socket.bind_device(Some(dev.as_bytes()))?;
+    }
     if let Some(ip) = from {
         socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     }

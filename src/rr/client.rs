@@ -96,12 +96,16 @@ pub fn run(
             .copied()
             .find(|b| b.is_ipv4() == a.is_ipv4()))
     };
+    let via = crate::net::Via {
+        kind: stream_kind,
+        dev: cfg.bind_dev.as_deref(),
+    };
     let mut c = Control::connect_over(
         &cfg.target,
         cfg.port,
         bind,
         Duration::from_secs(10),
-        stream_kind,
+        via,
         cfg.key.as_ref(),
     )?;
     let accept = c.request(TestSpec::Rr(spec))?;
@@ -206,6 +210,11 @@ fn seqpacket(
         .collect();
     let sock = crate::sctp::seqpacket_client(server, &bind)
         .map_err(|e| c.failed(format!("SCTP one-to-many socket bound to {bind:?}: {e}")))?;
+    if let Some(dev) = &cfg.bind_dev {
+        socket2::SockRef::from(&sock)
+            .bind_device(Some(dev.as_bytes()))
+            .map_err(|e| c.failed(format!("--bind-dev {dev}: {e}")))?;
+    }
     crate::net::sockopt::apply(&sock, &cfg.sock, server.is_ipv6(), false)?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     let _ = crate::sctp::set_nodelay(fd, !cfg.nagle);

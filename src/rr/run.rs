@@ -72,6 +72,9 @@ pub struct RrConfig {
     pub bind: Vec<IpAddr>,
     /// IP-level options for both ends' sockets (`-w`, `--dscp`, ...).
     pub sock: crate::sockopts::SockOpts,
+    /// The interface this end's sockets are bound to (SO_BINDTODEVICE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_dev: Option<String>,
     /// Send the first request when the wall clock reads this (Unix
     /// seconds; iperf2 --txstart-time), after the setup exchanges.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]

@@ -62,7 +62,7 @@ pub(super) fn run(
         server,
         cfg.bind.first().copied(),
         crate::udp::client::DataSocketOpts {
-            bind_dev: None,
+            bind_dev: cfg.bind_dev.as_deref(),
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             opts: &cfg.sock,

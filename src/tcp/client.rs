@@ -112,6 +112,9 @@ pub fn run(
     }
     obs.started(&cfg);
     let seed = cfg.seed.unwrap_or_else(rand::random);
+    let cfg_ports = cfg
+        .local_ports
+        .map(|(lo, hi)| super::ports::PortPool::new(lo, hi));
     let shared = Arc::new(Shared {
         throttle: AtomicU64::new(u64::from(cfg.throttle)),
         cfg,
@@ -123,6 +126,7 @@ pub fn run(
         next: AtomicU64::new(0),
         start: Instant::now(),
         granted: std::sync::OnceLock::new(),
+        ports: cfg_ports,
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
     let mut tcp_info = TcpInfoTotals::default();

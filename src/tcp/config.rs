@@ -36,6 +36,12 @@ pub enum ConfigError {
     /// A rate limit of nothing, or a period outside 1 ms to a minute.
     #[error("--bitrate must be positive and --rate-limit-period 1ms to 60s")]
     RateLimit,
+    /// A local port range that is empty or starts at port 0.
+    #[error("--cport {0}-{1}: give a port 1-65535 or a range lo-hi with lo <= hi")]
+    LocalPorts(u16, u16),
+    /// Fewer local ports than connections open at once.
+    #[error("--cport gives {ports} local ports for -P {connections} connections at once")]
+    TooFewPorts { ports: u64, connections: u32 },
     /// No local address of the target's family was given.
     #[error("no --bind address of the same IP family as target {0}")]
     NoBindForFamily(String),
@@ -136,6 +142,13 @@ pub struct TcpClientConfig {
     /// seconds; iperf2 --txstart-time), after the sessions are set up.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
     pub start_at: Option<f64>,
+    /// The interface data connections go out of (SO_BINDTODEVICE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_dev: Option<String>,
+    /// Local ports for data connections, taken in turn (iperf3 --cport,
+    /// ctsTraffic -LocalPort lo-hi); the kernel picks when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_ports: Option<(u16, u16)>,
 }
 
 impl TcpClientConfig {
@@ -163,6 +176,8 @@ impl TcpClientConfig {
             sock: SockOpts::default(),
             rate: None,
             start_at: None,
+            bind_dev: None,
+            local_ports: None,
         }
     }
 
@@ -198,6 +213,22 @@ impl TcpClientConfig {
         self.sock.validate()?;
         if self.rate.is_some_and(|r| !r.is_valid()) {
             return Err(ConfigError::RateLimit);
+        }
+        if let Some((lo, hi)) = self.local_ports {
+            if lo == 0 || lo > hi {
+                return Err(ConfigError::LocalPorts(lo, hi));
+            }
+            // Each connection open at once needs a port of its own (per
+            // source address and server, but counting those is the kernel's
+            // job; this catches the plain mistake).
+            let ports = u64::from(hi - lo) + 1;
+            let targets = (self.targets.len().max(1) * self.bind.len().max(1)) as u64;
+            if u64::from(self.connections) > ports * targets {
+                return Err(ConfigError::TooFewPorts {
+                    ports,
+                    connections: self.connections,
+                });
+            }
         }
         Ok(())
     }

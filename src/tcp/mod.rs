@@ -5,4 +5,5 @@ pub mod config;
 pub mod drive;
 pub mod machine;
 mod pool;
+mod ports;
 mod session;

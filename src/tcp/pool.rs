@@ -56,6 +56,9 @@ enum Stage {
 
 struct Slot {
     stream: TcpStream,
+    /// `--cport`: the local port, given back after `stream` is closed
+    /// (fields drop in order).
+    _port: Option<super::ports::PortLease>,
     /// Index of the control session (target) this connection belongs to.
     session: usize,
     stage: Stage,
@@ -224,8 +227,20 @@ impl Worker<'_> {
             refused: None,
         };
         let started = Instant::now();
-        let from = self.sh.sessions[session].bind;
-        let stream = match connect(addr, from, &self.sh.cfg.sock) {
+        // At most -P connections are open and --cport gives at least -P
+        // ports, each back once its socket is closed: one is free.
+        let lease = self.sh.ports.as_ref().and_then(|p| p.take());
+        if self.sh.ports.is_some() && lease.is_none() {
+            self.sh.throttle_release();
+            let why = "no --cport port is free: every one is held by an open connection";
+            return self.finish_record(rec, Instant::now(), Ended::Failed(why.into()));
+        }
+        let local = Local {
+            ip: self.sh.sessions[session].bind,
+            port: lease.as_ref().map(|l| l.port),
+            dev: self.sh.cfg.bind_dev.as_deref(),
+        };
+        let stream = match connect(addr, &local, &self.sh.cfg.sock) {
             Ok(s) => s,
             Err(detail) => {
                 self.sh.throttle_release();
@@ -238,6 +253,7 @@ impl Worker<'_> {
         });
         let mut slot = Slot {
             stream,
+            _port: lease,
             session,
             stage: Stage::Connecting,
             rec,
@@ -580,38 +596,69 @@ fn run_until_blocked(
 }
 
 /// A failed connect's detail; a used-up port range says what to do.
-fn connect_error(to: SocketAddr, from: Option<IpAddr>, e: &io::Error) -> String {
-    match (e.raw_os_error(), from) {
-        (Some(libc::EADDRNOTAVAIL), Some(ip)) => format!(
+fn connect_error(to: SocketAddr, from: Option<IpAddr>, local: &Local<'_>, e: &io::Error) -> String {
+    match (e.raw_os_error(), from, local.port, local.dev) {
+        (Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL), _, Some(port), _) => format!(
+            "connect to {to} from local port {port}: {e} (a connection of this test or another \
+             holds it, or its address pair is still in TIME_WAIT; widen --cport or add \
+             --shutdown rude)"
+        ),
+        (Some(libc::EADDRNOTAVAIL), Some(ip), None, _) => format!(
             "connect to {to} from {ip}: no free local port ({e}): each source address has one \
              ephemeral port range per server address; spread over more with -B A-B"
         ),
-        (Some(libc::EADDRNOTAVAIL), None) => format!(
+        (Some(libc::EADDRNOTAVAIL), None, None, _) => format!(
             "connect to {to}: no free local port ({e}): the ephemeral port range is used up; \
              spread over more source addresses with -B A-B"
         ),
+        (Some(libc::ENODEV), _, _, Some(dev)) => format!("--bind-dev {dev}: {e}"),
         _ => format!("connect to {to}: {e}"),
     }
 }
 
+/// Where a data connection comes from.
+struct Local<'a> {
+    /// Source address (`-B`).
+    ip: Option<IpAddr>,
+    /// Source port (`--cport`).
+    port: Option<u16>,
+    /// Interface (`--bind-dev`).
+    dev: Option<&'a str>,
+}
+
 /// Starts a non-blocking connect with the test's socket options set first
 /// (the SYN carries the MSS and the window scale).
-fn connect(to: SocketAddr, from: Option<IpAddr>, opts: &SockOpts) -> Result<TcpStream, String> {
-    let socket = new_socket(to, from).map_err(|e| connect_error(to, from, &e))?;
+fn connect(to: SocketAddr, local: &Local<'_>, opts: &SockOpts) -> Result<TcpStream, String> {
+    let from = local.ip;
+    let socket = new_socket(to, local).map_err(|e| connect_error(to, from, local, &e))?;
     crate::net::sockopt::apply(&socket, opts, to.is_ipv6(), true).map_err(|e| e.to_string())?;
     match socket.connect(&to.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(connect_error(to, from, &e)),
+        Err(e) => return Err(connect_error(to, from, local, &e)),
     }
     Ok(TcpStream::from_std(socket.into()))
 }
 
-fn new_socket(to: SocketAddr, from: Option<IpAddr>) -> io::Result<socket2::Socket> {
+fn new_socket(to: SocketAddr, local: &Local<'_>) -> io::Result<socket2::Socket> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.set_nonblocking(true)?;
-    if let Some(ip) = from {
+    if let Some(dev) = local.dev {
+        socket.bind_device(Some(dev.as_bytes()))?;
+    }
+    if let Some(port) = local.port {
+        // A port given is bound now; SO_REUSEADDR lets a port whose last
+        // connection is in TIME_WAIT be bound again (the kernel still
+        // refuses the same address pair).
+        socket.set_reuse_address(true)?;
+        let ip = local.ip.unwrap_or(if to.is_ipv4() {
+            IpAddr::from([0, 0, 0, 0])
+        } else {
+            IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+        });
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, port)))?;
+    } else if let Some(ip) = local.ip {
         // The port is chosen at connect, by the whole address pair, so many
         // connections from one address share ports across servers (a port
         // chosen at bind would be held from every other connect).

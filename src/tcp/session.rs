@@ -81,6 +81,8 @@ pub(super) struct Shared {
     /// What the kernel granted the first data connection (`--window`,
     /// `--mss`, `--congestion`, `--tos`).
     pub(super) granted: std::sync::OnceLock<crate::net::sockopt::Granted>,
+    /// `--cport`: the local ports free for a new connection.
+    pub(super) ports: Option<std::sync::Arc<super::ports::PortPool>>,
 }
 
 /// Sends `msg` on a session's control connection, waiting at most
