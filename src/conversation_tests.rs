@@ -23,6 +23,7 @@ fn tcp_request() -> Message {
             burst: None,
             sock: Default::default(),
             rate: None,
+            transfer_max: None,
         }),
     }
 }

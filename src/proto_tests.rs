@@ -150,6 +150,7 @@ fn samples() -> Vec<Message> {
                 burst: None,
                 sock: Default::default(),
                 rate: None,
+                transfer_max: None,
             }),
         },
         Message::TestAccept { session: id },

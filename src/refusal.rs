@@ -150,6 +150,8 @@ pub enum Invalid {
     BurstZero,
     #[error("rate limit must be positive, with a period of 1 ms to {} s", crate::spec::MAX_RATE_PERIOD_MS / 1000)]
     RateLimit,
+    #[error("transfer range's upper end is below its lower end")]
+    TransferRange,
     #[error("{bursts} bursts per connection (transfer / burst size); at most {max}")]
     TooManyBursts { bursts: u64, max: u64 },
     #[error("buffer size {size} outside 1..={max}")]

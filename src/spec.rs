@@ -56,6 +56,33 @@ pub struct TcpSpec {
     /// Each end's sending rate limit per connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// With a range of transfer sizes (ctsTraffic `-transfer:[lo,hi]`): its
+    /// upper end, `transfer` being the lower. Both ends derive each
+    /// connection's size from its ID ([`TcpSpec::transfer_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_max: Option<u64>,
+}
+
+impl TcpSpec {
+    /// Bytes connection `id` moves: `transfer`, or with a range a size in
+    /// it that both ends compute alike from the ID (random IDs make it
+    /// uniform), so no message has to carry it.
+    pub fn transfer_of(&self, id: uuid::Uuid) -> u64 {
+        match self.transfer_max {
+            Some(hi) if hi > self.transfer => {
+                let span = u128::from(hi - self.transfer) + 1;
+                self.transfer + (id.as_u128() % span) as u64
+            }
+            _ => self.transfer,
+        }
+    }
+
+    /// The most any one connection moves.
+    pub fn transfer_hi(&self) -> u64 {
+        self.transfer_max
+            .unwrap_or(self.transfer)
+            .max(self.transfer)
+    }
 }
 
 /// One TCP burst as one end saw it.

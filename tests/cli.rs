@@ -583,7 +583,10 @@ fn udp_bind_dev() {
     // An interface the host lacks is a usage error before anything starts.
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--bind-dev") && err.contains("nosuchdev0"), "{err}");
+    assert!(
+        err.contains("--bind-dev") && err.contains("nosuchdev0"),
+        "{err}"
+    );
     let (v, _) = run_json(&["udp", "--bind-dev", "lo", "-d", "300ms", "-v", "0"], 0);
     assert_eq!(v["config"]["bind_dev"], "lo");
     let (t, sender) = (&v["result"]["totals"], &v["result"]["sender"]);

@@ -41,6 +41,7 @@ fn corpus() -> Vec<Message> {
                 }),
                 sock: Default::default(),
                 rate: None,
+                transfer_max: None,
             }),
         },
         Message::TestRequest {

@@ -416,3 +416,52 @@ fn local_ports_and_bind_dev() {
     );
     run_expect(&["udp", &a, "-t", "200ms", "--bind-dev", "lo", "-q"], 0);
 }
+
+/// `-n [lo,hi]` (ctsTraffic's transfer range): each connection moves its own
+/// size in the range, both ends agree on every one, and a relay that counts
+/// data offsets follows them.
+#[test]
+fn transfer_ranges_per_connection() {
+    let (_srv, to) = serve(&["-q"]);
+    let (_rl, via) = relay(to, &["--tcp-only"]);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, target) in [("direct", to), ("relay", via)] {
+        let conns = dir.path().join(format!("{name}.csv"));
+        let (v, _) = run_json(
+            &[
+                "tcp",
+                &target.to_string(),
+                "-n",
+                "[100K,300K]",
+                "-P",
+                "4",
+                "--iterations",
+                "3",
+                "--connection-file",
+                conns.to_str().unwrap(),
+            ],
+            0,
+        );
+        assert_eq!(v["result"]["totals"]["completed"], 12, "{name}");
+        assert_eq!(v["config"]["transfer_max"], 300 * 1024);
+        let text = std::fs::read_to_string(&conns).unwrap();
+        let sizes: Vec<u64> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(3).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(sizes.len(), 12);
+        assert!(
+            sizes.iter().all(|s| (100 * 1024..=300 * 1024).contains(s)),
+            "{sizes:?}"
+        );
+        let distinct: std::collections::BTreeSet<_> = sizes.iter().collect();
+        assert!(distinct.len() > 1, "{sizes:?}");
+        let sent: u64 = sizes.iter().sum();
+        assert_eq!(v["result"]["totals"]["sent"], sent);
+    }
+    let out = netrig(&["tcp", &to.to_string(), "-n", "[3M,1M]"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -44,9 +44,10 @@ pub struct TcpArgs {
     /// Maximum connection attempts in progress at once.
     #[arg(long, default_value_t = 1000)]
     throttle: u32,
-    /// Bytes per connection, both directions together (ctsTraffic -Transfer).
-    #[arg(short = 'n', long = "bytes", visible_alias = "transfer", default_value = "1G", value_parser = size)]
-    bytes: u64,
+    /// Bytes per connection, both directions together, or a range each
+    /// connection picks from: [1M,64M] or 1M..64M (ctsTraffic -Transfer).
+    #[arg(short = 'n', long = "bytes", visible_alias = "transfer", default_value = "1G", value_parser = transfer)]
+    bytes: (u64, Option<u64>),
     /// Bytes per send/receive: a size (64K) or a random range per connection
     /// ([1K,1M]) (ctsTraffic -Buffer).
     #[arg(short = 'l', long = "length", visible_alias = "buffer", default_value = "64K", value_parser = buffer)]
@@ -122,6 +123,26 @@ fn buffer(s: &str) -> Result<BufferSpec, netrig::tcp::config::ConfigError> {
     s.parse()
 }
 
+/// `-n`: a size, or a range `[lo,hi]` / `lo..hi`.
+fn transfer(s: &str) -> Result<(u64, Option<u64>)> {
+    let t = s.trim();
+    let range = t
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|r| r.split_once(','))
+        .or_else(|| t.split_once(".."));
+    match range {
+        None => Ok((size(t)?, None)),
+        Some((a, b)) => {
+            let (lo, hi) = (size(a.trim())?, size(b.trim())?);
+            if lo == 0 || lo > hi {
+                anyhow::bail!("[{lo},{hi}]: give 0 < lo <= hi");
+            }
+            Ok((lo, Some(hi)))
+        }
+    }
+}
+
 pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let outputs = [
         ("--status-file", a.status_file.as_deref()),
@@ -149,7 +170,8 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         iterations: a.iterations,
         throttle: a.throttle,
         pattern: a.pattern,
-        transfer: a.bytes,
+        transfer: a.bytes.0,
+        transfer_max: a.bytes.1,
         push_bytes: a.push_bytes,
         pull_bytes: a.pull_bytes,
         buffer: a.length,

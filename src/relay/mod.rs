@@ -117,7 +117,7 @@ struct Shared {
     log: EventLog,
     /// TCP test sessions seen on control connections: data bytes (up, down)
     /// of each of their data connections.
-    sessions: Mutex<HashMap<Uuid, (u64, u64)>>,
+    sessions: Mutex<HashMap<Uuid, crate::proto::TcpSpec>>,
     stop: AtomicBool,
     t0: Instant,
     /// One token bucket per direction for the whole relay (unless

@@ -72,7 +72,10 @@ fn on_frame(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&h.session)
-                .copied();
+                .map(|t| {
+                    let bytes = t.transfer_of(h.connection);
+                    crate::plan::expected_bytes(t.pattern, bytes, t.push_bytes, t.pull_bytes)
+                });
             if let Some((up, down)) = known {
                 after.data = Some(up);
                 c.down_data = Some(down);
@@ -80,12 +83,10 @@ fn on_frame(
         }
         (Dir::Down, Message::TestAccept { session }) => match c.pending.take() {
             Some(TestSpec::Tcp(t)) => {
-                let bytes =
-                    crate::plan::expected_bytes(t.pattern, t.transfer, t.push_bytes, t.pull_bytes);
                 sh.sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(*session, bytes);
+                    .insert(*session, t);
                 c.session = Some(*session);
             }
             Some(TestSpec::Rr(r)) if r.proto == RrProto::Tcp => {

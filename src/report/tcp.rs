@@ -128,12 +128,20 @@ impl Reporter {
             (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
             (None, None) => "until Ctrl-C".into(),
         };
+        let each = match cfg.transfer_max {
+            Some(hi) => format!(
+                "{}..{} (by connection)",
+                crate::units::format_bytes(cfg.transfer),
+                crate::units::format_bytes(hi)
+            ),
+            None => crate::units::format_bytes(cfg.transfer),
+        };
         crate::out!(
             "TCP {:?} to {}: {} at a time x {} each, {} buffers, verify {:?}; {}",
             cfg.pattern,
             targets.join(", "),
             cfg.connections,
-            crate::units::format_bytes(cfg.transfer),
+            each,
             buffer,
             cfg.verify,
             total

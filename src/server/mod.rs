@@ -494,7 +494,7 @@ fn admit_test(
         }
         TestSpec::Tcp(tcp) => {
             let spec = match validate(&tcp, &limits)
-                .and_then(|t| Ok(limits.check_bytes(t.transfer).map(|_| t)?))
+                .and_then(|t| Ok(limits.check_bytes(t.transfer_hi()).map(|_| t)?))
             {
                 Ok(spec) => spec,
                 Err(why) => return Admission::Refused(why),

@@ -108,6 +108,9 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
     if t.transfer == 0 {
         return Err(Invalid::ZeroTransfer.into());
     }
+    if t.transfer_max.is_some_and(|hi| hi < t.transfer) {
+        return Err(Invalid::TransferRange.into());
+    }
     if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
         return Err(Invalid::PushPullZero.into());
     }
@@ -135,7 +138,7 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
         }
         // Each burst costs a record on both ends, and the whole train must
         // fit the longest test this server runs.
-        let bursts = t.transfer.div_ceil(b.size);
+        let bursts = t.transfer_hi().div_ceil(b.size);
         if bursts > MAX_BURSTS {
             return Err(Invalid::TooManyBursts {
                 bursts,
@@ -208,10 +211,11 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
         }
         .into());
     }
+    let transfer = sess.spec.transfer_of(hello.connection);
     let promised = sess
         .reserved
-        .fetch_add(sess.spec.transfer, SeqCst)
-        .saturating_add(sess.spec.transfer);
+        .fetch_add(transfer, SeqCst)
+        .saturating_add(transfer);
     if promised > st.cfg.limits.max_bytes {
         return Err(Limit::BytesReached {
             max: st.cfg.limits.max_bytes,
@@ -221,7 +225,7 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
     let bursts = sess
         .spec
         .burst
-        .map_or(0, |b| sess.spec.transfer.div_ceil(b.size.max(1)));
+        .map_or(0, |b| transfer.div_ceil(b.size.max(1)));
     let admitted = Admitted {
         bursts,
         sess: Arc::clone(&sess),
@@ -304,6 +308,7 @@ mod tests {
             burst: Some(BurstSpec { size, period_ms }),
             sock: Default::default(),
             rate: None,
+            transfer_max: None,
         }
     }
 

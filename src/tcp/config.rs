@@ -36,6 +36,9 @@ pub enum ConfigError {
     /// A rate limit of nothing, or a period outside 1 ms to a minute.
     #[error("--bitrate must be positive and --rate-limit-period 1ms to 60s")]
     RateLimit,
+    /// A transfer range whose upper end is below its lower.
+    #[error("--transfer [lo,hi]: the upper end is below the lower")]
+    TransferRange,
     /// A local port range that is empty or starts at port 0.
     #[error("--cport {0}-{1}: give a port 1-65535 or a range lo-hi with lo <= hi")]
     LocalPorts(u16, u16),
@@ -109,8 +112,12 @@ pub struct TcpClientConfig {
     pub throttle: u32,
     /// Data flow pattern.
     pub pattern: IoPattern,
-    /// Bytes per connection.
+    /// Bytes per connection (the lower end, with a range).
     pub transfer: u64,
+    /// With a range (`-n [1M,64M]`): its upper end; each connection moves
+    /// a size in the range that both ends derive from its ID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_max: Option<u64>,
     /// Pushpull: client bytes per turn.
     pub push_bytes: u64,
     /// Pushpull: server bytes per turn.
@@ -162,6 +169,7 @@ impl TcpClientConfig {
             throttle: 1000,
             pattern: IoPattern::Push,
             transfer: 1 << 30,
+            transfer_max: None,
             push_bytes: 1 << 20,
             pull_bytes: 1 << 20,
             buffer: BufferSpec::Fixed(65536),
@@ -200,6 +208,9 @@ impl TcpClientConfig {
         }
         if self.transfer == 0 {
             return Err(ConfigError::Zero("--transfer"));
+        }
+        if self.transfer_max.is_some_and(|hi| hi < self.transfer) {
+            return Err(ConfigError::TransferRange);
         }
         if self.pattern == IoPattern::Pushpull && (self.push_bytes == 0 || self.pull_bytes == 0) {
             return Err(ConfigError::Zero("--push-bytes and --pull-bytes"));
@@ -245,6 +256,7 @@ impl TcpClientConfig {
             burst: self.burst,
             sock: self.sock.for_server(),
             rate: self.rate,
+            transfer_max: self.transfer_max,
         }
     }
 }

@@ -252,6 +252,7 @@ impl Conn {
     /// A machine for `role`'s end of `connection` under `spec`, moving at
     /// most `buffer` bytes per call, whose data phase starts `now`.
     pub fn new(spec: &TcpSpec, connection: Uuid, role: Role, buffer: usize, now: Instant) -> Conn {
+        let transfer = spec.transfer_of(connection);
         let (mine, theirs) = match role {
             Role::Client => (Direction::ClientToServer, Direction::ServerToClient),
             Role::Server => (Direction::ServerToClient, Direction::ClientToServer),
@@ -271,7 +272,7 @@ impl Conn {
         let mut c = Conn {
             plan: Plan::new(
                 spec.pattern,
-                spec.transfer,
+                transfer,
                 spec.push_bytes,
                 spec.pull_bytes,
                 role,
@@ -291,7 +292,7 @@ impl Conn {
             bursts,
             burst_at: 0,
             events: Vec::new(),
-            transfer: spec.transfer,
+            transfer,
             paced: spec.rate.map(|r| Paced {
                 per_period: r.bytes_per_period(),
                 period: Duration::from_millis(r.period_ms.max(1)),

@@ -19,6 +19,7 @@ fn spec(pattern: IoPattern, transfer: u64) -> TcpSpec {
         burst: None,
         sock: Default::default(),
         rate: None,
+        transfer_max: None,
     }
 }
 
@@ -481,4 +482,34 @@ fn rate_limits_round_and_validate() {
     assert!(!r(0, 100).is_valid());
     assert!(!r(1, 0).is_valid());
     assert!(!r(1, 60_001).is_valid());
+}
+
+#[test]
+fn a_transfer_range_gives_each_connection_its_own_size_both_ends_agree_on() {
+    let mut s = spec(IoPattern::Push, 1000);
+    s.transfer_max = Some(1999);
+    let sizes: Vec<u64> = (0..200u128)
+        .map(|i| s.transfer_of(Uuid::from_u128(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i)))
+        .collect();
+    assert!(sizes.iter().all(|&n| (1000..=1999).contains(&n)));
+    let distinct: std::collections::BTreeSet<_> = sizes.iter().collect();
+    assert!(distinct.len() > 100, "{}", distinct.len());
+    // The ends of the range are reachable.
+    assert_eq!(s.transfer_of(Uuid::from_u128(0)), 1000);
+    assert_eq!(s.transfer_of(Uuid::from_u128(999)), 1999);
+    // No range, or a degenerate one: the one size.
+    s.transfer_max = Some(1000);
+    assert_eq!(s.transfer_of(Uuid::from_u128(5)), 1000);
+    s.transfer_max = None;
+    assert_eq!(s.transfer_of(Uuid::from_u128(5)), 1000);
+    assert_eq!(s.transfer_hi(), 1000);
+    // A pair moves exactly its connection's size.
+    s.transfer_max = Some(5000);
+    let mut p = Pair::new(&s, 512, 4096);
+    p.run();
+    let (rc, client, _) = p.result(0);
+    let (_, server, _) = p.result(1);
+    let want = s.transfer_of(Uuid::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321));
+    assert_eq!(rc.kind, ResultKind::Success);
+    assert_eq!((client.sent, server.received), (want, want));
 }
