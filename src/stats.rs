@@ -23,6 +23,14 @@ pub struct Counters {
     pub data_errors: AtomicU64,
     /// Connections cancelled by a stop.
     pub cancelled: AtomicU64,
+    /// Segments retransmitted by this end's connections (TCP_INFO's
+    /// tcpi_total_retrans, summed as the connections are sampled and end).
+    pub retransmits: AtomicU64,
+    /// TCP_INFO samples taken (one per live connection per interval) and
+    /// the sums of their smoothed RTT (µs) and congestion window (segments).
+    pub info_samples: AtomicU64,
+    pub rtt_us_sum: AtomicU64,
+    pub cwnd_sum: AtomicU64,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -42,6 +50,12 @@ pub struct Snapshot {
     pub data_errors: u64,
     /// Cancelled connections so far.
     pub cancelled: u64,
+    /// Segments retransmitted so far.
+    pub retransmits: u64,
+    /// TCP_INFO samples so far, and the sums of their RTT (µs) and cwnd.
+    pub info_samples: u64,
+    pub rtt_us_sum: u64,
+    pub cwnd_sum: u64,
 }
 
 impl Counters {
@@ -55,7 +69,19 @@ impl Counters {
             net_errors: self.net_errors.load(Relaxed),
             data_errors: self.data_errors.load(Relaxed),
             cancelled: self.cancelled.load(Relaxed),
+            retransmits: self.retransmits.load(Relaxed),
+            info_samples: self.info_samples.load(Relaxed),
+            rtt_us_sum: self.rtt_us_sum.load(Relaxed),
+            cwnd_sum: self.cwnd_sum.load(Relaxed),
         }
+    }
+
+    /// One TCP_INFO sample of a live connection: its smoothed RTT (µs) and
+    /// congestion window (segments).
+    pub fn sample(&self, rtt_us: u32, cwnd: u32) {
+        self.info_samples.fetch_add(1, Relaxed);
+        self.rtt_us_sum.fetch_add(u64::from(rtt_us), Relaxed);
+        self.cwnd_sum.fetch_add(u64::from(cwnd), Relaxed);
     }
 
     /// Counts one finished connection.
@@ -94,6 +120,16 @@ pub struct IntervalRow {
     /// Data errors so far.
     #[serde(rename = "DataError")]
     pub data_errors: u64,
+    /// Segments this end retransmitted during the slice (TCP_INFO; iperf3's
+    /// `Retr`). Not a ctsTraffic column: JSON and console only.
+    #[serde(rename = "Retransmits")]
+    pub retransmits: u64,
+    /// Mean smoothed RTT of the live connections sampled in the slice, µs.
+    #[serde(rename = "RttUs")]
+    pub rtt_us: Option<f64>,
+    /// Mean congestion window of those samples, segments.
+    #[serde(rename = "CwndSegments")]
+    pub cwnd: Option<f64>,
 }
 
 impl IntervalRow {
@@ -111,6 +147,8 @@ impl IntervalRow {
     /// The row for a slice from `prev` (at `prev_secs`) to `now` (at `now_secs`).
     pub fn between(prev: &Snapshot, prev_secs: f64, now: &Snapshot, now_secs: f64) -> Self {
         let dt = now_secs - prev_secs;
+        let samples = now.info_samples.saturating_sub(prev.info_samples);
+        let mean = |sum: u64| (samples > 0).then(|| sum as f64 / samples as f64);
         let rate = |a: u64, b: u64| {
             if dt > 0.0 {
                 (b.saturating_sub(a) as f64 / dt).round() as u64
@@ -126,11 +164,15 @@ impl IntervalRow {
             completed: now.completed,
             net_errors: now.net_errors,
             data_errors: now.data_errors,
+            retransmits: now.retransmits.saturating_sub(prev.retransmits),
+            rtt_us: mean(now.rtt_us_sum.saturating_sub(prev.rtt_us_sum)),
+            cwnd: mean(now.cwnd_sum.saturating_sub(prev.cwnd_sum)),
         }
     }
 
-    /// Column names on the console, where rates are bits per second with units.
-    pub const CONSOLE_HEADERS: [&'static str; 7] = [
+    /// Column names on the console, where rates are bits per second with
+    /// units, followed by iperf3's `Retr` and the mean RTT.
+    pub const CONSOLE_HEADERS: [&'static str; 9] = [
         "TimeSlice",
         "Send",
         "Recv",
@@ -138,15 +180,26 @@ impl IntervalRow {
         "Completed",
         "NetError",
         "DataError",
+        "Retr",
+        "RttMs",
     ];
 
     /// The row as a person reads it: rates in bit/s with units
     /// ([`Self::cells`] keeps ctsTraffic's exact bytes per second for files).
-    pub fn console_cells(&self) -> [String; 7] {
-        let mut c = self.cells();
-        c[1] = crate::units::format_bits_per_sec(self.send_bps as f64 * 8.0);
-        c[2] = crate::units::format_bits_per_sec(self.recv_bps as f64 * 8.0);
-        c
+    pub fn console_cells(&self) -> [String; 9] {
+        let c = self.cells();
+        [
+            c[0].clone(),
+            crate::units::format_bits_per_sec(self.send_bps as f64 * 8.0),
+            crate::units::format_bits_per_sec(self.recv_bps as f64 * 8.0),
+            c[3].clone(),
+            c[4].clone(),
+            c[5].clone(),
+            c[6].clone(),
+            self.retransmits.to_string(),
+            self.rtt_us
+                .map_or("-".into(), |r| format!("{:.3}", r / 1e3)),
+        ]
     }
 
     /// The row's cells as text, in [`Self::HEADERS`] order.

@@ -465,3 +465,100 @@ fn transfer_ranges_per_connection() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// TCP_INFO per interval: every interval in which connections were open has
+/// their mean RTT and window, and the retransmissions counted interval by
+/// interval add up to exactly what the connections' own TCP_INFO says at
+/// their end (none lost or counted twice between samples and closes).
+#[test]
+fn tcp_info_per_interval_adds_up_to_the_connections() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, out) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "4",
+            "-t",
+            "2s",
+            "-i",
+            "250ms",
+            "-l",
+            "16K",
+        ],
+        0,
+    );
+    let r = &v["result"];
+    let rows = r["intervals"].as_array().unwrap();
+    let per_interval: u64 = rows
+        .iter()
+        .map(|i| i["Retransmits"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        per_interval,
+        r["tcp_info"]["retransmits"].as_u64().unwrap(),
+        "{r}"
+    );
+    // Rows whose whole slice had connections open carry samples.
+    let sampled = rows
+        .iter()
+        .filter(|i| {
+            i["TimeSlice"].as_f64().unwrap() >= 0.25 && i["TimeSlice"].as_f64().unwrap() <= 2.0
+        })
+        .filter(|i| {
+            i["RttUs"].as_f64().is_some_and(|r| r > 0.0)
+                && i["CwndSegments"].as_f64().is_some_and(|c| c >= 1.0)
+        })
+        .count();
+    assert!(sampled >= 6, "{rows:?}");
+    assert!(out.contains("Retr") && out.contains("RttMs"), "{out}");
+}
+
+/// `--tcp-info-file` (ctsTraffic -TcpInfoFilename): a row per connection
+/// with the connection columns, ctsTraffic's TCP_INFO columns (empty where
+/// Linux has no counterpart) and Linux's own, agreeing with the JSON.
+#[test]
+fn the_tcp_info_file_has_a_row_per_connection() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("ti.csv");
+    let (v, _) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "3",
+            "--iterations",
+            "2",
+            "-n",
+            "2M",
+            "-M",
+            "1200",
+            "--tcp-info-file",
+            f.to_str().unwrap(),
+        ],
+        0,
+    );
+    let mut rd = csv::Reader::from_path(&f).unwrap();
+    let h = rd.headers().unwrap().clone();
+    assert_eq!(h.get(0), Some("TimeSlice"));
+    assert_eq!(h.get(13), Some("BytesReordered"));
+    assert_eq!(h.get(23), Some("SndLimBytesSnd"));
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 6);
+    let mut retrans = 0u64;
+    for r in &rows {
+        assert_eq!(r.len(), h.len());
+        assert_eq!(&r[col("Result")], "Succeeded");
+        assert_eq!(&r[col("SynRetransmitted")], "", "no Linux counterpart");
+        let mss: u32 = r[col("Mss")].parse().unwrap();
+        assert!(mss <= 1200, "{mss}");
+        assert!(r[col("MinRttUs")].parse::<u32>().unwrap() > 0);
+        retrans += r[col("Retransmits")].parse::<u64>().unwrap();
+    }
+    assert_eq!(
+        retrans,
+        v["result"]["tcp_info"]["retransmits"].as_u64().unwrap()
+    );
+}

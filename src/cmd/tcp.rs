@@ -79,6 +79,11 @@ pub struct TcpArgs {
     /// Write one row per connection here (CSV if the name ends in .csv).
     #[arg(long, value_name = "FILE")]
     connection_file: Option<PathBuf>,
+    /// Write each connection's TCP_INFO here as it ends: the connection
+    /// columns, then ctsTraffic's TCP_INFO columns (-TcpInfoFilename), then
+    /// Linux's (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE", visible_alias = "tcp-info-filename")]
+    tcp_info_file: Option<PathBuf>,
     #[command(flatten)]
     json: Json,
     #[command(flatten)]
@@ -147,6 +152,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let outputs = [
         ("--status-file", a.status_file.as_deref()),
         ("--connection-file", a.connection_file.as_deref()),
+        ("--tcp-info-file", a.tcp_info_file.as_deref()),
     ];
     let Setup {
         json,
@@ -238,6 +244,11 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     )
     .context("cannot open an output file")?;
     reporter.trip_times = a.trip_times;
+    if let Some(p) = &a.tcp_info_file {
+        reporter
+            .tcp_info_file(p)
+            .context("cannot open --tcp-info-file")?;
+    }
     reporter.stream = netrig::report::StreamSink::open(stream.as_deref(), "tcp", &cfg)
         .context("cannot open --json-stream")?;
     let result = client::run(cfg.clone(), interrupt_flag(), &mut reporter);

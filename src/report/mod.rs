@@ -16,6 +16,7 @@ mod analysis;
 mod rr;
 mod stream;
 mod tcp;
+pub mod tcp_info_file;
 mod udp;
 
 pub use analysis::*;

@@ -14,7 +14,7 @@ use crate::units::{format_bits_per_sec, format_bytes};
 /// Column widths of the status table.
 pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
 /// Widths of the console status table (rates with units).
-const CONSOLE_STATUS_WIDTHS: [usize; 7] = [10, 14, 14, 9, 9, 8, 9];
+const CONSOLE_STATUS_WIDTHS: [usize; 9] = [10, 14, 14, 9, 9, 8, 9, 6, 9];
 
 /// Columns of the connection file.
 pub const CONNECTION_HEADERS: [&str; 13] = [
@@ -32,9 +32,10 @@ pub const CONNECTION_HEADERS: [&str; 13] = [
     "ConnectionId",
     "ConnectMs",
 ];
-const CONNECTION_WIDTHS: [usize; 13] = [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36, 10];
+pub(super) const CONNECTION_WIDTHS: [usize; 13] =
+    [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36, 10];
 
-fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
+pub(super) fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
     let secs = r.time_ms / 1e3;
     let bps = |b: u64| {
         if secs > 0.0 {
@@ -68,6 +69,8 @@ pub struct Reporter {
     console: RowWriter,
     status: Option<RowWriter>,
     connections: Option<RowWriter>,
+    /// `--tcp-info-file` (ctsTraffic -TcpInfoFilename).
+    tcp_info: Option<RowWriter>,
     errors: Vec<io::Error>,
     /// The first failed connection's result detail: why the run failed,
     /// said even when failures are not printed one by one.
@@ -96,10 +99,21 @@ impl Reporter {
             console: RowWriter::console(crate::output::console(), &CONSOLE_STATUS_WIDTHS),
             status: open(status_file, &IntervalRow::HEADERS, &STATUS_WIDTHS)?,
             connections: open(connection_file, &CONNECTION_HEADERS, &CONNECTION_WIDTHS)?,
+            tcp_info: None,
             errors: Vec::new(),
             first_failure: None,
             stream: super::StreamSink::default(),
         })
+    }
+
+    /// Opens ctsTraffic's TCP_INFO file (`--tcp-info-file`).
+    pub fn tcp_info_file(&mut self, path: &Path) -> io::Result<()> {
+        let h = super::tcp_info_file::headers();
+        let w = super::tcp_info_file::widths();
+        let f = RowWriter::create(path, &h, &w)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        self.tcp_info = Some(f);
+        Ok(())
     }
 
     /// The first failed connection's reason, if one failed.
@@ -247,6 +261,11 @@ impl Observer for Reporter {
         if self.connections.is_some() {
             let cells = connection_cells(rec);
             self.note(|r| r.connections.as_mut().map_or(Ok(()), |w| w.row(&cells)));
+        }
+        if self.tcp_info.is_some()
+            && let Some(cells) = super::tcp_info_file::cells(rec)
+        {
+            self.note(|r| r.tcp_info.as_mut().map_or(Ok(()), |w| w.row(&cells)));
         }
     }
 }

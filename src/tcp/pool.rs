@@ -69,6 +69,8 @@ struct Slot {
     last_progress: Instant,
     /// The agreed result once the data phase is over.
     result: Option<ConnResult>,
+    /// Retransmissions already added to the run's count.
+    retrans_counted: u32,
 }
 
 /// How a connection ends when it fails before its data phase.
@@ -104,6 +106,9 @@ struct Worker<'a> {
     tx: Sender<ConnectionRecord>,
     rng: SmallRng,
     no_more: bool,
+    /// When to next sample the live connections' TCP_INFO: the middle of
+    /// each status interval, so every interval's row has its samples.
+    next_sample: Option<Instant>,
 }
 
 /// Starts `threads` event loops sharing `sh.cfg.connections` concurrent
@@ -142,6 +147,7 @@ pub(super) fn spawn(
                     tx,
                     rng: SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37)),
                     no_more: false,
+                    next_sample: sh.cfg.interval.map(|i| sh.start + i / 2),
                 };
                 wk.run();
             })?;
@@ -179,6 +185,12 @@ impl Worker<'_> {
             if now >= next_scan {
                 self.check_idle(now);
                 next_scan = now + Duration::from_millis(100);
+            }
+            if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
+                && now >= at
+            {
+                self.sample_tcp_info();
+                self.next_sample = Some(at + iv);
             }
         }
     }
@@ -261,6 +273,7 @@ impl Worker<'_> {
             throttled: true,
             last_progress: started,
             result: None,
+            retrans_counted: 0,
         };
         if let Err(e) = self.poll.registry().register(
             &mut slot.stream,
@@ -461,6 +474,13 @@ impl Worker<'_> {
         // Only a connection that came up has TCP_INFO worth reporting.
         if slot.rec.local.is_some() {
             slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
+            if let Some(i) = &slot.rec.tcp_info {
+                let more = i.retransmits.saturating_sub(slot.retrans_counted);
+                self.sh
+                    .counters
+                    .retransmits
+                    .fetch_add(u64::from(more), Relaxed);
+            }
         }
         if self.sh.cfg.sock.shutdown == ShutdownMode::Rude {
             crate::net::sockopt::rude_close(&slot.stream);
@@ -536,6 +556,26 @@ impl Worker<'_> {
                     self.close(k, slot, Ended::Failed(why));
                 }
                 _ => self.close(k, slot, Ended::Failed(format!("data hello: {e}"))),
+            }
+        }
+    }
+
+    /// Samples every connected socket's TCP_INFO: its RTT and window, and
+    /// the retransmissions since its last sample.
+    fn sample_tcp_info(&mut self) {
+        for slot in self.slots.iter_mut().flatten() {
+            if slot.rec.local.is_none() {
+                continue;
+            }
+            if let Some(i) = crate::net::tcpinfo::raw(std::os::fd::AsRawFd::as_raw_fd(&slot.stream))
+            {
+                self.sh.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);
+                let more = i.tcpi_total_retrans.saturating_sub(slot.retrans_counted);
+                self.sh
+                    .counters
+                    .retransmits
+                    .fetch_add(u64::from(more), Relaxed);
+                slot.retrans_counted = i.tcpi_total_retrans;
             }
         }
     }
