@@ -152,6 +152,8 @@ pub enum Invalid {
     RateLimit,
     #[error("transfer range's upper end is below its lower end")]
     TransferRange,
+    #[error("omit must be shorter than the stream, and rate profiles take none")]
+    Omit,
     #[error("{bursts} bursts per connection (transfer / burst size); at most {max}")]
     TooManyBursts { bursts: u64, max: u64 },
     #[error("buffer size {size} outside 1..={max}")]

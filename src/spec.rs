@@ -217,6 +217,36 @@ pub struct UdpSpec {
     /// with `sock.tos`.
     #[serde(default)]
     pub sock: crate::sockopts::SockOpts,
+    /// `--omit`: the first this many ms of the sender's schedule are a
+    /// warm-up, shown in the intervals and left out of every total.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omit_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl UdpSpec {
+    /// The first sequence number past the `--omit` warm-up: how many
+    /// datagrams the schedule sends in its first `omit_ms` (whole bursts
+    /// begun in it, with bursts). Rate profiles have no fixed schedule
+    /// here and are refused an omit.
+    pub fn omit_seq(&self) -> u64 {
+        if self.omit_ms == 0 {
+            return 0;
+        }
+        let omit_ns = u128::from(self.omit_ms) * 1_000_000;
+        let n = match self.burst {
+            Some(b) => {
+                let per = b.size.div_ceil(u64::from(self.size.max(1))).max(1);
+                let period_ns = u128::from(b.period_ms.max(1)) * 1_000_000;
+                omit_ns.div_ceil(period_ns) * u128::from(per)
+            }
+            None => (omit_ns * 1000).div_ceil(u128::from(self.gap_ps.max(1))),
+        };
+        u64::try_from(n).unwrap_or(u64::MAX)
+    }
 }
 
 /// Transport of a request/response test (SCTP is checked on the client and

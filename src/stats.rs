@@ -130,6 +130,9 @@ pub struct IntervalRow {
     /// Mean congestion window of those samples, segments.
     #[serde(rename = "CwndSegments")]
     pub cwnd: Option<f64>,
+    /// The slice ends within the `--omit` warm-up.
+    #[serde(rename = "Omitted", skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
 }
 
 impl IntervalRow {
@@ -167,6 +170,7 @@ impl IntervalRow {
             retransmits: now.retransmits.saturating_sub(prev.retransmits),
             rtt_us: mean(now.rtt_us_sum.saturating_sub(prev.rtt_us_sum)),
             cwnd: mean(now.cwnd_sum.saturating_sub(prev.cwnd_sum)),
+            omitted: false,
         }
     }
 

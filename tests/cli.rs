@@ -1230,3 +1230,108 @@ fn json_stream_writes_lines_as_the_run_goes() {
         .count();
     assert_eq!(probes, 5);
 }
+
+/// `-O`: the warm-up's datagrams are shown in marked intervals and left out
+/// of every total, exactly: through a relay that drops every 7th datagram
+/// and logs each drop's sequence number, the loss counted is the drops at
+/// or past the first post-warm-up number, and the warm-up received is the
+/// rest of what was sent before it.
+#[test]
+fn omit_leaves_the_warm_up_out_exactly() {
+    let (_srv, to) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.csv");
+    let (rl, via) = relay(to, &["--drop-every", "7", "--log", log.to_str().unwrap()]);
+    // 1000 B at 4 Mbit/s: one every 2 ms, so 250 in the 500 ms warm-up.
+    let (v, out) = run_json(
+        &[
+            "udp",
+            &via.to_string(),
+            "-b",
+            "4M",
+            "-t",
+            "1s",
+            "-O",
+            "500ms",
+            "-i",
+            "250ms",
+        ],
+        0,
+    );
+    let _ = interrupt(rl);
+    let t = &v["result"]["totals"];
+    let sent = v["result"]["sender"]["packets"].as_u64().unwrap();
+    assert_eq!(sent, 750);
+    let drops: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(",lost,"))
+        .filter_map(|l| l.split(',').nth(6)?.parse().ok())
+        .collect();
+    let before = drops.iter().filter(|&&s| s < 250).count() as u64;
+    let after = drops.len() as u64 - before;
+    assert!(after > 50, "{drops:?}");
+    assert_eq!(t["sent"], 500, "{t}");
+    assert_eq!(t["lost"].as_u64().unwrap(), after, "{t}");
+    assert_eq!(t["unique"].as_u64().unwrap(), 500 - after, "{t}");
+    assert_eq!(t["omitted"].as_u64().unwrap(), 250 - before, "{t}");
+    let omitted: Vec<bool> = v["result"]["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["omitted"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(&omitted[..3], &[true, true, false], "{omitted:?}");
+    assert!(out.contains("(omitted)"), "{out}");
+}
+
+/// `tcp -O`: the run lasts the warm-up longer, the warm-up's rows are
+/// marked, and the report keeps the counters at its end so the goodput
+/// without it can be given; the verdicts still cover every connection.
+#[test]
+fn tcp_omit_marks_the_warm_up_and_keeps_its_counters() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, out) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "1",
+            "-b",
+            "16M",
+            "-t",
+            "1s",
+            "-O",
+            "500ms",
+            "-i",
+            "250ms",
+        ],
+        0,
+    );
+    let r = &v["result"];
+    let o = &r["omitted"];
+    assert!(o["secs"].as_f64().unwrap() >= 0.5, "{o}");
+    assert!(r["duration_secs"].as_f64().unwrap() >= 1.5, "{r}");
+    let marked: Vec<(f64, bool)> = r["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["TimeSlice"].as_f64().unwrap(),
+                i["Omitted"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    // Rows end on the 250 ms grid (a little after each tick).
+    for (t, m) in &marked {
+        assert_eq!(*m, *t > 0.1 && *t < 0.6, "{marked:?}");
+    }
+    let sent = r["totals"]["sent"].as_u64().unwrap();
+    let before = o["at"]["sent"].as_u64().unwrap();
+    assert!(before > 0 && sent > before, "{before} of {sent}");
+    // 16 Mbit/s in 100 ms periods: at most 200,000 bytes a period begun.
+    assert!(sent <= 17 * 200_000, "{sent}");
+    assert!(out.contains("Goodput after the"), "{out}");
+    assert_eq!(out.matches("(omitted)").count(), 2, "{out}");
+}

@@ -73,6 +73,11 @@ pub struct TcpArgs {
     /// Status interval (ms resolution).
     #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
     interval: Duration,
+    /// Run this long first as a warm-up (slow start): its intervals are
+    /// marked and the goodput is also given without it (iperf3 -O); --time
+    /// runs this much longer. Every connection still ends with its verdict.
+    #[arg(short = 'O', long, value_name = "D", value_parser = positive_duration)]
+    omit: Option<Duration>,
     /// Write the status table here (CSV if the name ends in .csv).
     #[arg(long, value_name = "FILE")]
     status_file: Option<PathBuf>,
@@ -182,7 +187,8 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         pull_bytes: a.pull_bytes,
         buffer: a.length,
         verify: a.verify,
-        time_limit: a.time,
+        time_limit: a.time.map(|t| t + a.omit.unwrap_or_default()),
+        omit: a.omit,
         bind: a.bind.addrs(),
         interval: Some(a.interval),
         idle_timeout: Some(a.idle_timeout),

@@ -55,6 +55,11 @@ pub struct UdpArgs {
     /// Receiver status interval.
     #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
     interval: Duration,
+    /// Send this long first as a warm-up: its intervals are shown, marked,
+    /// and left out of every total (iperf3 -O); the stream lasts --time
+    /// more. Not with --profile.
+    #[arg(short = 'O', long, value_name = "D", value_parser = positive_duration, conflicts_with = "profile")]
+    omit: Option<Duration>,
     /// How the sender waits between datagrams.
     #[arg(long, value_enum, default_value_t = Pacing::Hybrid)]
     pacing: Pacing,
@@ -229,6 +234,9 @@ pub fn run_with(
         );
         return Ok(ExitCode::from(super::Exit::Usage));
     }
+    if a.omit.is_some() && sweep_profile.is_some() {
+        return Ok(usage("--omit applies to steady streams, not sweeps"));
+    }
     let mut banner = Vec::new();
     let profile = match (&a.profile, sweep_profile) {
         (_, Some(p)) => Some(p),
@@ -277,6 +285,8 @@ pub fn run_with(
             a.time.unwrap_or(DEFAULT_UDP_DURATION).as_millis().max(1) as u64,
         ),
     };
+    let omit_ms = a.omit.map_or(0, |o| o.as_millis().max(1) as u64);
+    let duration_ms = duration_ms.saturating_add(omit_ms);
     let burst = a
         .burst_size
         .zip(a.burst_period)
@@ -315,6 +325,7 @@ pub fn run_with(
         burst,
         auth_datagrams: a.auth_datagrams,
         sock,
+        omit_ms,
     };
     let embedded = match &a.target {
         Some(_) => None,

@@ -61,6 +61,16 @@ pub(super) fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
     ]
 }
 
+/// Bytes sent and received after the `--omit` warm-up, and the seconds
+/// they took.
+pub fn after_omit(rep: &RunReport, o: &crate::tcp::client::Omitted) -> (u64, u64, f64) {
+    (
+        rep.totals.sent.saturating_sub(o.at.sent),
+        rep.totals.received.saturating_sub(o.at.received),
+        (rep.duration_secs - o.secs).max(1e-9),
+    )
+}
+
 /// The client's observer: console table and optional files.
 pub struct Reporter {
     verbosity: u8,
@@ -220,7 +230,13 @@ impl Observer for Reporter {
         self.stream.event("interval", row);
         let cells = row.cells();
         if self.verbosity >= 1 {
-            let _ = self.console.row(&row.console_cells());
+            if row.omitted {
+                let mut c = row.console_cells().to_vec();
+                c.push("(omitted)".into());
+                let _ = self.console.row(&c);
+            } else {
+                let _ = self.console.row(&row.console_cells());
+            }
         }
         if self.status.is_some() {
             self.note(|r| r.status.as_mut().map_or(Ok(()), |w| w.row(&cells)));
@@ -377,6 +393,15 @@ pub fn print_summary(rep: &RunReport) {
         format_bits_per_sec(c2s as f64 * 8.0 / secs),
         format_bits_per_sec(t.received as f64 * 8.0 / secs)
     );
+    if let Some(o) = &rep.omitted {
+        let (sent, recv, secs) = after_omit(rep, o);
+        crate::out!(
+            "Goodput after the {:.3} s warm-up (-O; counted at the client) : client->server {} / server->client {}",
+            o.secs,
+            format_bits_per_sec(sent as f64 * 8.0 / secs),
+            format_bits_per_sec(recv as f64 * 8.0 / secs)
+        );
+    }
     for (addr, sum) in &rep.servers {
         match sum {
             Some(s) => crate::out!(

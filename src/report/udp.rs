@@ -276,11 +276,14 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         };
         self.last_slice = iv.time_slice;
         if self.verbosity >= 1 {
-            let shown = if self.media {
+            let mut shown = if self.media {
                 cells.clone()
             } else {
                 udp_console_cells(iv, secs)
             };
+            if iv.omitted {
+                shown.push("(omitted)".into());
+            }
             let _ = self.console.row(&shown);
         }
         if let Some(w) = self.status.as_mut()
@@ -369,12 +372,21 @@ pub fn print_udp_summary(
         crate::out!("Receiver: no totals (the stream did not finish)");
         return;
     };
-    // The stream's own duration (the sender's), not the drain after it.
-    let secs = rep
+    // The stream's own duration (the sender's), not the drain after it,
+    // nor the --omit warm-up.
+    let omit = cfg.spec.omit_ms as f64 / 1e3;
+    let secs = (rep
         .sender
         .as_ref()
         .map_or(rep.duration_secs, |s| s.duration_secs)
+        - omit)
         .max(1e-9);
+    if t.omitted > 0 {
+        crate::out!(
+            "Omitted: the first {omit:.3} s ({} datagrams received) are a warm-up, left out of everything below",
+            t.omitted
+        );
+    }
     crate::out!(
         "Receiver: {} datagrams ({} unique), {} bytes, {}; lost {} ({:.3}%), longest loss run {}, duplicates {}, reordered {}, corrupt {}, late {}",
         t.packets,

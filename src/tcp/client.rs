@@ -60,6 +60,19 @@ pub struct RunReport {
     pub granted: Option<crate::net::sockopt::Granted>,
     /// TCP_INFO of the client's ends, over every connection.
     pub tcp_info: Option<TcpInfoTotals>,
+    /// The `--omit` warm-up: the counters at its end and when it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<Omitted>,
+}
+
+/// The counters when the `--omit` warm-up ended: subtracted from the
+/// totals, they give what the rest of the run moved.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Omitted {
+    /// Seconds since the start (the warm-up's length, as measured).
+    pub secs: f64,
+    /// The counters then.
+    pub at: Snapshot,
 }
 
 /// How often the run's thread collects connection records and checks its
@@ -158,8 +171,18 @@ pub fn run(
     // each: at tens of thousands of connections a second, waking this thread
     // per connection cost the loops a core's share of context switches.
     let mut last_end = 0.0f64;
+    let mut omitted: Option<Omitted> = None;
     'run: loop {
         let now = Instant::now();
+        if let Some(o) = shared.cfg.omit
+            && omitted.is_none()
+            && now >= shared.start + o
+        {
+            omitted = Some(Omitted {
+                secs: shared.elapsed(),
+                at: shared.counters.snapshot(),
+            });
+        }
         let mut wait = COLLECT;
         if let Some(t) = next_tick {
             wait = wait.min(t.saturating_duration_since(now));
@@ -206,7 +229,12 @@ pub fn run(
         {
             let snap = shared.counters.snapshot();
             let secs = shared.elapsed();
-            let row = IntervalRow::between(&prev.0, prev.1, &snap, secs);
+            let mut row = IntervalRow::between(&prev.0, prev.1, &snap, secs);
+            // Ticks fall on the interval grid: a row ending at the omit is in it.
+            row.omitted = shared
+                .cfg
+                .omit
+                .is_some_and(|o| t <= shared.start + o + Duration::from_micros(1));
             obs.interval(&row);
             intervals.push(row);
             prev = (snap, secs);
@@ -266,5 +294,6 @@ pub fn run(
         server_errors,
         granted: shared.granted.get().cloned(),
         tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
+        omitted,
     })
 }

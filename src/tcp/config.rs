@@ -129,6 +129,12 @@ pub struct TcpClientConfig {
     /// Stop after this long.
     #[serde(with = "crate::report::duration_ms")]
     pub time_limit: Option<Duration>,
+    /// `-O`: this long first is a warm-up, left out of the goodput.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub omit: Option<Duration>,
     /// Local addresses to connect from, round-robin per family.
     pub bind: Vec<IpAddr>,
     /// Status interval.
@@ -175,6 +181,7 @@ impl TcpClientConfig {
             buffer: BufferSpec::Fixed(65536),
             verify: VerifyLevel::Data,
             time_limit: None,
+            omit: None,
             bind: Vec::new(),
             interval: Some(Duration::from_secs(5)),
             idle_timeout: Some(Duration::from_secs(30)),

@@ -318,6 +318,7 @@ pub fn run(
                 let rc = receiver_config(&spec, -theta, c.datagram_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
+                stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Arrived>, bool);
                 impl ReceiverSink for ToLoop {

@@ -155,7 +155,7 @@ pub fn run_receiver(
                 payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
             }
             if let Some(tos) = tos {
-                stats.on_tos(tos);
+                stats.on_tos(h.seq, tos);
             }
             let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
             let transit = recv_ns as i64 - h.send_ns as i64;
@@ -166,7 +166,7 @@ pub fn run_receiver(
                 let deadline = t0 + (h.seq.saturating_sub(s0) * gap + depth) as i64;
                 if arrival != Arrival::Duplicate && mono > deadline {
                     late_count += 1;
-                    stats.on_late();
+                    stats.on_late(h.seq);
                 }
             }
             if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)

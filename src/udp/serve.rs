@@ -78,6 +78,9 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
     if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
         return Err(Invalid::BurstZero.into());
     }
+    if s.omit_ms > 0 && (s.omit_ms >= s.duration_ms || s.profile.is_some()) {
+        return Err(Invalid::Omit.into());
+    }
     if s.media
         .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
     {
@@ -470,6 +473,7 @@ impl UdpWork for StreamWork {
                 let cfg = receiver_config(&spec, offset_ns, tag_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
+                stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
                 /// Forwards the receiver's output to the client.
                 struct ToClient(Arc<Mutex<TcpStream>>);
                 impl ReceiverSink for ToClient {

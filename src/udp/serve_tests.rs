@@ -23,6 +23,7 @@ fn spec() -> UdpSpec {
         burst: None,
         auth_datagrams: false,
         sock: Default::default(),
+        omit_ms: 0,
     }
 }
 
@@ -249,4 +250,40 @@ fn a_profiles_own_bytes_and_rate_count_against_the_limits() {
         validate(&s, long),
         Err(Refusal::Limit(Limit::Duration { .. }))
     ));
+}
+
+#[test]
+fn the_omitted_warm_up_is_the_schedules_first_datagrams() {
+    // 1000 B every 1 ms: 250 in the first 250 ms, 251 in 250.5 ms.
+    let mut s = spec();
+    assert_eq!(s.omit_seq(), 0);
+    s.omit_ms = 250;
+    assert_eq!(s.omit_seq(), 250);
+    s.gap_ps = 999_000_000;
+    assert_eq!(s.omit_seq(), 251);
+    // Bursts of 2500 B (3 datagrams) every 100 ms: bursts begun in 250 ms.
+    s.burst = Some(crate::proto::BurstSpec {
+        size: 2500,
+        period_ms: 100,
+    });
+    assert_eq!(s.omit_seq(), 9);
+    s.omit_ms = 300;
+    assert_eq!(s.omit_seq(), 9);
+    s.omit_ms = 301;
+    assert_eq!(s.omit_seq(), 12);
+}
+
+#[test]
+fn an_omit_must_leave_some_stream_and_not_meet_a_profile() {
+    assert!(ok(|s| s.omit_ms = 999).is_ok());
+    assert!(ok(|s| s.omit_ms = 1000).is_err());
+    assert!(
+        ok(|s| {
+            s.omit_ms = 10;
+            s.profile = Some(
+                crate::udp::profile::Profile::sweep(0, 1_000_000, 1_000_000_000, 1000).unwrap(),
+            );
+        })
+        .is_err()
+    );
 }

@@ -79,6 +79,12 @@ impl SeqTracker {
         self.missing.len() as u64 + self.pruned
     }
 
+    /// Numbers missing below `s` (those still in the window; the pruned
+    /// ones are counted above it).
+    pub fn missing_below(&self, s: u64) -> u64 {
+        self.missing.range(..s).count() as u64
+    }
+
     /// One more than the highest number seen.
     pub fn next(&self) -> u64 {
         self.next
@@ -177,6 +183,13 @@ pub struct UdpInterval {
     pub delay_max_us: Option<f64>,
     /// RFC 3550 jitter at the end of the interval, µs.
     pub jitter_us: f64,
+    /// The interval is in the `--omit` warm-up: shown, left out of the totals.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub omitted: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Totals of a stream, from the receiver's point of view.
@@ -214,6 +227,10 @@ pub struct UdpTotals {
     pub percentiles_us: Vec<(String, f64)>,
     /// Fixed-width delay histogram: (bin lower edge µs, count); last bin collects overflow.
     pub histogram: Vec<(f64, u64)>,
+    /// Datagrams received from the `--omit` warm-up, left out of every
+    /// figure above (`sent` counts only those after it too).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u64,
     /// The IP marking (DSCP, ECN) the counted datagrams arrived with,
     /// against what the sender set; absent where the kernel does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -336,6 +353,10 @@ pub struct ReceiverStats {
     cur: UdpInterval,
     cur_delay: MinMax,
     late_filled: u64,
+    /// `--omit`: sequence numbers below this are the warm-up, which counts
+    /// in intervals only; intervals ending by `omit_ns` are marked.
+    omit_below: u64,
+    omit_ns: u64,
     tos: super::marks::TosCounts,
     sent_tos: u8,
 }
@@ -356,6 +377,8 @@ impl ReceiverStats {
             cur: UdpInterval::default(),
             cur_delay: MinMax::default(),
             late_filled: 0,
+            omit_below: 0,
+            omit_ns: 0,
             tos: super::marks::TosCounts::default(),
             sent_tos: 0,
         }
@@ -366,9 +389,19 @@ impl ReceiverStats {
         self.sent_tos = tos;
     }
 
-    /// A counted datagram arrived with TOS byte `tos`.
-    pub fn on_tos(&mut self, tos: u8) {
-        self.tos.on(tos);
+    /// Leaves the warm-up out of the totals: datagrams numbered below
+    /// `seq` (the sender's first `ns` of schedule), and marks the intervals
+    /// ending within it.
+    pub fn omit(&mut self, seq: u64, ns: u64) {
+        self.omit_below = seq;
+        self.omit_ns = ns;
+    }
+
+    /// Datagram `seq` arrived with TOS byte `tos`.
+    pub fn on_tos(&mut self, seq: u64, tos: u8) {
+        if seq >= self.omit_below {
+            self.tos.on(tos);
+        }
     }
 
     /// Accounts one datagram. `delay_ns` is the one-way delay after clock
@@ -382,36 +415,51 @@ impl ReceiverStats {
         corrupt: bool,
     ) -> Arrival {
         let a = self.seq.on_seq(seq);
+        // The warm-up counts in its intervals, never in the totals.
+        let counted = seq >= self.omit_below;
         self.cur.packets += 1;
         self.cur.bytes += bytes as u64;
-        self.totals.packets += 1;
-        self.totals.bytes += bytes as u64;
+        if counted {
+            self.totals.packets += 1;
+            self.totals.bytes += bytes as u64;
+        } else {
+            self.totals.omitted += 1;
+        }
         if corrupt {
             self.cur.corrupt += 1;
-            self.totals.corrupt += 1;
+            self.totals.corrupt += u64::from(counted);
         }
         match a {
             Arrival::New { gap } => {
                 self.cur.drops += gap as i64;
                 self.cur.max_consecutive_drops = self.cur.max_consecutive_drops.max(gap);
-                self.totals.max_consecutive_drops = self.totals.max_consecutive_drops.max(gap);
-                self.totals.unique += 1;
+                if counted {
+                    // Only the part of a gap past the warm-up.
+                    let g = gap.min(seq - self.omit_below);
+                    self.totals.max_consecutive_drops = self.totals.max_consecutive_drops.max(g);
+                    self.totals.unique += 1;
+                }
             }
             Arrival::Reordered => {
                 self.cur.reordered += 1;
                 self.cur.drops -= 1;
                 self.late_filled += 1;
-                self.totals.reordered += 1;
-                self.totals.unique += 1;
+                if counted {
+                    self.totals.reordered += 1;
+                    self.totals.unique += 1;
+                }
             }
             Arrival::Duplicate => {
                 self.cur.duplicates += 1;
-                self.totals.duplicates += 1;
+                self.totals.duplicates += u64::from(counted);
                 return a;
             }
         }
         self.jitter.on_transit(transit_ns);
         self.cur_delay.add(delay_ns);
+        if !counted {
+            return a;
+        }
         self.total_delay.add(delay_ns);
         let d = delay_ns.max(1) as u64;
         let _ = self.hdr.record(d.min(self.hdr.high()));
@@ -431,9 +479,11 @@ impl ReceiverStats {
         self.totals.corrupt += 1;
     }
 
-    /// Accounts a media frame that missed its playout deadline.
-    pub fn on_late(&mut self) {
-        self.totals.late += 1;
+    /// Accounts media frame `seq`, which missed its playout deadline.
+    pub fn on_late(&mut self, seq: u64) {
+        if seq >= self.omit_below {
+            self.totals.late += 1;
+        }
     }
 
     /// Closes the current interval.
@@ -444,6 +494,7 @@ impl ReceiverStats {
             (iv.delay_min_us, iv.delay_avg_us, iv.delay_max_us) = (Some(a), Some(b), Some(c));
         }
         iv.jitter_us = self.jitter.ns() / 1e3;
+        iv.omitted = self.omit_ns > 0 && (time_slice * 1e9) as u64 <= self.omit_ns;
         self.cur_delay = MinMax::default();
         iv
     }
@@ -451,10 +502,13 @@ impl ReceiverStats {
     /// Final totals; `sent` is the sender's count if it reported one.
     pub fn totals(&self, sent: Option<u64>) -> UdpTotals {
         let mut t = self.totals.clone();
-        t.sent = sent;
-        t.lost = match sent {
+        t.sent = sent.map(|s| s.saturating_sub(self.omit_below));
+        t.lost = match t.sent {
             Some(s) => s.saturating_sub(t.unique),
-            None => self.seq.missing(),
+            None => self
+                .seq
+                .missing()
+                .saturating_sub(self.seq.missing_below(self.omit_below)),
         };
         if let Some((a, b, c)) = self.total_delay.us() {
             (t.delay_min_us, t.delay_avg_us, t.delay_max_us) = (Some(a), Some(b), Some(c));
@@ -588,6 +642,46 @@ mod tests {
         let mut t = SeqTracker::default();
         let a = seqs.iter().map(|&s| t.on_seq(s)).collect();
         (t, a)
+    }
+
+    #[test]
+    fn the_omitted_warm_up_counts_in_intervals_and_never_in_totals() {
+        let mut r = ReceiverStats::new(1000, 10);
+        r.omit(10, 1_000_000_000);
+        // Warm-up: 0..10 with 3 lost, 4 reordered after 5, 2 repeated.
+        // Then 10..20 with 12, 13 lost (a gap opened at 14 that starts in
+        // the warm-up: 8, 9 are missing too), 15 repeated, 12 late.
+        for seq in [
+            0, 1, 2, 5, 4, 6, 7, 2, 14, 10, 11, 15, 15, 16, 17, 18, 19, 12,
+        ] {
+            r.on_datagram(seq, 100, 5_000, 5_000, false);
+            r.on_tos(seq, if seq < 10 { 0 } else { 0xb8 });
+        }
+        r.on_late(3);
+        r.on_late(16);
+        let iv = r.take_interval(0.5);
+        assert!(iv.omitted);
+        assert_eq!(iv.packets, 18);
+        assert_eq!(iv.duplicates, 2);
+        assert!(!r.take_interval(1.5).omitted);
+        let t = r.totals(Some(20));
+        assert_eq!(t.omitted, 8);
+        assert_eq!(t.sent, Some(10));
+        // 10, 11, 12, 14, 15, 16, 17, 18, 19: 9 unique, 13 lost; 10, 11
+        // and 12 came after 14.
+        assert_eq!((t.unique, t.lost), (9, 1));
+        assert_eq!((t.packets, t.bytes), (10, 1000));
+        assert_eq!((t.duplicates, t.reordered, t.late), (1, 3, 1));
+        // The gap 8..14 counts from 10: 4 long.
+        assert_eq!(t.max_consecutive_drops, 4);
+        assert_eq!(r.hdr.len(), 9);
+        let m = t.marking.unwrap();
+        assert_eq!(m.seen.len(), 1);
+        assert_eq!(m.seen[0].datagrams, 10);
+        // Without the sender's count: the numbers missing at or past 10.
+        assert_eq!(r.totals(None).lost, 1);
+        // A sender that stopped inside the warm-up sent nothing counted.
+        assert_eq!(r.totals(Some(5)).sent, Some(0));
     }
 
     #[test]

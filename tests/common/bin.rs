@@ -76,6 +76,7 @@ pub fn udp_spec() -> netrig::proto::UdpSpec {
         burst: None,
         auth_datagrams: false,
         sock: Default::default(),
+        omit_ms: 0,
     }
 }
 
