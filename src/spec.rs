@@ -310,3 +310,16 @@ pub enum TestSpec {
     /// Request/response latency.
     Rr(RrSpec),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rr_transport_names_are_the_wire_names() {
+        for p in [RrProto::Tcp, RrProto::Udp, RrProto::SctpSeqpacket] {
+            let wire = serde_json::to_string(&p).unwrap();
+            assert_eq!(wire, format!("\"{}\"", p.name()));
+        }
+    }
+}

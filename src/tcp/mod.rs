@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod config;
+mod connect;
 pub mod drive;
 pub mod machine;
 mod pool;

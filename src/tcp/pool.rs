@@ -6,13 +6,12 @@
 //! server's account of the bursts. Reads go into one buffer per thread, so
 //! memory does not grow with the buffer size times the connections.
 
-use crate::sockopts::{ShutdownMode, SockOpts};
+use crate::sockopts::ShutdownMode;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::Sender;
@@ -20,6 +19,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::config::BufferSpec;
+use super::connect::{Local, connect};
 use super::drive::{Env, pump};
 use super::machine::Conn;
 use super::session::{ConnectionRecord, Shared};
@@ -606,7 +606,6 @@ impl Worker<'_> {
     }
 }
 
-/// Starts a non-blocking connect to `to`, from `from` if given.
 /// Runs `conn` until it is done (true) or blocks (false) on its socket or
 /// a timer (a burst's start, which is not idleness).
 fn run_until_blocked(
@@ -633,82 +632,4 @@ fn run_until_blocked(
         }
         return false;
     }
-}
-
-/// A failed connect's detail; a used-up port range says what to do.
-fn connect_error(to: SocketAddr, from: Option<IpAddr>, local: &Local<'_>, e: &io::Error) -> String {
-    match (e.raw_os_error(), from, local.port, local.dev) {
-        (Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL), _, Some(port), _) => format!(
-            "connect to {to} from local port {port}: {e} (a connection of this test or another \
-             holds it, or its address pair is still in TIME_WAIT; widen --cport or add \
-             --shutdown rude)"
-        ),
-        (Some(libc::EADDRNOTAVAIL), Some(ip), None, _) => format!(
-            "connect to {to} from {ip}: no free local port ({e}): each source address has one \
-             ephemeral port range per server address; spread over more with -B A-B"
-        ),
-        (Some(libc::EADDRNOTAVAIL), None, None, _) => format!(
-            "connect to {to}: no free local port ({e}): the ephemeral port range is used up; \
-             spread over more source addresses with -B A-B"
-        ),
-        (Some(libc::ENODEV), _, _, Some(dev)) => format!("--bind-dev {dev}: {e}"),
-        _ => format!("connect to {to}: {e}"),
-    }
-}
-
-/// Where a data connection comes from.
-struct Local<'a> {
-    /// Source address (`-B`).
-    ip: Option<IpAddr>,
-    /// Source port (`--cport`).
-    port: Option<u16>,
-    /// Interface (`--bind-dev`).
-    dev: Option<&'a str>,
-}
-
-/// Starts a non-blocking connect with the test's socket options set first
-/// (the SYN carries the MSS and the window scale).
-fn connect(to: SocketAddr, local: &Local<'_>, opts: &SockOpts) -> Result<TcpStream, String> {
-    let from = local.ip;
-    let socket = new_socket(to, local).map_err(|e| connect_error(to, from, local, &e))?;
-    crate::net::sockopt::apply(&socket, opts, to.is_ipv6(), true).map_err(|e| e.to_string())?;
-    match socket.connect(&to.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(connect_error(to, from, local, &e)),
-    }
-    Ok(TcpStream::from_std(socket.into()))
-}
-
-fn new_socket(to: SocketAddr, local: &Local<'_>) -> io::Result<socket2::Socket> {
-    use socket2::{Domain, SockAddr, Socket, Type};
-    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
-    socket.set_nonblocking(true)?;
-    if let Some(dev) = local.dev {
-        socket.bind_device(Some(dev.as_bytes()))?;
-    }
-    if let Some(port) = local.port {
-        // A port given is bound now; SO_REUSEADDR lets a port whose last
-        // connection is in TIME_WAIT be bound again (the kernel still
-        // refuses the same address pair).
-        socket.set_reuse_address(true)?;
-        let ip = local.ip.unwrap_or(if to.is_ipv4() {
-            IpAddr::from([0, 0, 0, 0])
-        } else {
-            IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
-        });
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, port)))?;
-    } else if let Some(ip) = local.ip {
-        // The port is chosen at connect, by the whole address pair, so many
-        // connections from one address share ports across servers (a port
-        // chosen at bind would be held from every other connect).
-        let _ = crate::net::sockopt::set_int(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            1,
-        );
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
-    }
-    Ok(socket)
 }
