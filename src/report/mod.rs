@@ -13,6 +13,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 mod analysis;
+mod connection_row;
 mod rr;
 mod stream;
 mod tcp;
@@ -20,6 +21,7 @@ pub mod tcp_info_file;
 mod udp;
 
 pub use analysis::*;
+pub use connection_row::CONNECTION_HEADERS;
 pub use rr::*;
 pub use stream::{JsonStream, StreamSink};
 pub use tcp::*;

@@ -4,6 +4,7 @@ use crate::net::tcpinfo::TcpInfoTotals;
 use std::io;
 use std::path::Path;
 
+use super::connection_row::{CONNECTION_HEADERS, CONNECTION_WIDTHS, connection_cells};
 use super::{RowWriter, granted_line};
 use crate::outcome::ResultKind;
 use crate::stats::IntervalRow;
@@ -15,51 +16,6 @@ use crate::units::{format_bits_per_sec, format_bytes};
 pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
 /// Widths of the console status table (rates with units).
 const CONSOLE_STATUS_WIDTHS: [usize; 9] = [10, 14, 14, 9, 9, 8, 9, 6, 9];
-
-/// Columns of the connection file.
-pub const CONNECTION_HEADERS: [&str; 13] = [
-    "TimeSlice",
-    "LocalAddress",
-    "RemoteAddress",
-    "SendBytes",
-    "SendBps",
-    "RecvBytes",
-    "RecvBps",
-    "TimeMs",
-    "BufferSize",
-    "Result",
-    "ErrorDetail",
-    "ConnectionId",
-    "ConnectMs",
-];
-pub(super) const CONNECTION_WIDTHS: [usize; 13] =
-    [10, 47, 47, 12, 12, 12, 12, 10, 10, 12, 0, 36, 10];
-
-pub(super) fn connection_cells(r: &ConnectionRecord) -> [String; 13] {
-    let secs = r.time_ms / 1e3;
-    let bps = |b: u64| {
-        if secs > 0.0 {
-            ((b as f64) / secs).round() as u64
-        } else {
-            0
-        }
-    };
-    [
-        format!("{:.3}", r.time_slice),
-        r.local.map_or_else(|| "-".to_string(), |a| a.to_string()),
-        r.remote.to_string(),
-        r.sent.to_string(),
-        bps(r.sent).to_string(),
-        r.received.to_string(),
-        bps(r.received).to_string(),
-        format!("{:.3}", r.time_ms),
-        r.buffer.to_string(),
-        r.result.kind.to_string(),
-        r.result.detail.clone(),
-        r.connection_id.to_string(),
-        format!("{:.3}", r.connect_ms),
-    ]
-}
 
 /// Bytes sent and received after the `--omit` warm-up, and the seconds
 /// they took.

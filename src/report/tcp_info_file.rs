@@ -37,7 +37,7 @@ pub const LINUX_TCP_INFO_HEADERS: [&str; 10] = [
 
 /// Every column of the file.
 pub fn headers() -> Vec<&'static str> {
-    super::tcp::CONNECTION_HEADERS
+    super::connection_row::CONNECTION_HEADERS
         .iter()
         .chain(CTS_TCP_INFO_HEADERS.iter())
         .chain(LINUX_TCP_INFO_HEADERS.iter())
@@ -47,7 +47,7 @@ pub fn headers() -> Vec<&'static str> {
 
 /// Column widths for the aligned-text form.
 pub fn widths() -> Vec<usize> {
-    let mut w = super::tcp::CONNECTION_WIDTHS.to_vec();
+    let mut w = super::connection_row::CONNECTION_WIDTHS.to_vec();
     w.extend(CTS_TCP_INFO_HEADERS.iter().map(|h| h.len().max(10)));
     w.extend(LINUX_TCP_INFO_HEADERS.iter().map(|h| h.len().max(10)));
     w
@@ -58,7 +58,7 @@ pub fn widths() -> Vec<usize> {
 pub fn cells(r: &ConnectionRecord) -> Option<Vec<String>> {
     let i = r.tcp_info.as_ref()?;
     let none = String::new;
-    let mut c: Vec<String> = super::tcp::connection_cells(r).to_vec();
+    let mut c: Vec<String> = super::connection_row::connection_cells(r).to_vec();
     c.extend([
         none(),                      // BytesReordered: Linux counts events, not bytes
         i.bytes_retrans.to_string(), // BytesRetransmitted: tcpi_bytes_retrans
