@@ -1335,3 +1335,84 @@ fn tcp_omit_marks_the_warm_up_and_keeps_its_counters() {
     assert!(out.contains("Goodput after the"), "{out}");
     assert_eq!(out.matches("(omitted)").count(), 2, "{out}");
 }
+
+/// ctsTraffic's UDP files: the media status table with its `Streams`
+/// column (1 while the stream runs, 0 in the drain after it), the jitter
+/// file in its columns (nanosecond counters at 1e9, in-flight time relative
+/// to the first datagram, jitter as its change), and the connection file's
+/// one row per stream, which agrees with the JSON.
+#[test]
+fn ctstraffic_udp_files() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (st, jf, cf) = (
+        dir.path().join("s.csv"),
+        dir.path().join("j.csv"),
+        dir.path().join("c.csv"),
+    );
+    let (v, _) = run_json(
+        &[
+            "udp",
+            &addr.to_string(),
+            "--media",
+            "-b",
+            "2M",
+            "--fps",
+            "50",
+            "-t",
+            "1s",
+            "-i",
+            "250ms",
+            "-q",
+            "--status-file",
+            st.to_str().unwrap(),
+            "--jitter-file",
+            jf.to_str().unwrap(),
+            "--jitter-format",
+            "cts",
+            "--connection-file",
+            cf.to_str().unwrap(),
+        ],
+        0,
+    );
+    let status = std::fs::read_to_string(&st).unwrap();
+    let mut lines = status.lines();
+    assert_eq!(
+        lines.next(),
+        Some("TimeSlice,Bits/Sec,Streams,Completed,Dropped,Repeated,Errors")
+    );
+    for l in lines {
+        let c: Vec<&str> = l.split(',').collect();
+        let t: f64 = c[0].parse().unwrap();
+        assert_eq!(c[2], if t <= 1.0 + 1e-3 { "1" } else { "0" }, "{status}");
+    }
+    let rows = csv_rows(&jf);
+    let t = &v["result"]["totals"];
+    assert_eq!(rows.len() as u64, t["packets"].as_u64().unwrap());
+    let ms = |r: &csv::StringRecord, i: usize| r[i].parse::<f64>().unwrap();
+    assert_eq!(ms(&rows[0], 5), 0.0);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!((&r[2], &r[4]), ("1000000000", "1000000000"));
+        let transit =
+            |r: &csv::StringRecord| r[3].parse::<i64>().unwrap() - r[1].parse::<i64>().unwrap();
+        let rel = (transit(r) - transit(&rows[0])) as f64 / 1e6;
+        assert!((ms(r, 5) - rel).abs() < 1e-5, "{r:?}");
+        if i > 0 {
+            assert!(
+                (ms(r, 6) - (ms(r, 5) - ms(&rows[i - 1], 5))).abs() < 1e-5,
+                "{r:?}"
+            );
+        }
+    }
+    let conns = csv_rows(&cf);
+    assert_eq!(conns.len(), 1);
+    let c = &conns[0];
+    assert_eq!(&c[8], "Succeeded");
+    assert_eq!(c[4].parse::<u64>().unwrap(), t["packets"].as_u64().unwrap());
+    assert_eq!(c[5].parse::<u64>().unwrap(), t["lost"].as_u64().unwrap());
+    assert_eq!(
+        &c[2],
+        format!("{}", v["result"]["remote"].as_str().unwrap())
+    );
+    assert_eq!(c[9].len(), 36);
+}

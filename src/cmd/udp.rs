@@ -13,7 +13,7 @@ use super::{
     positive_duration, rate, run_code, signed_duration, size, target_arg, usage,
 };
 use netrig::proto::{MediaSpec, UdpSpec};
-use netrig::report::{UdpReporter, print_analysis, print_udp_summary, write_bins};
+use netrig::report::{JitterFormat, UdpReporter, print_analysis, print_udp_summary, write_bins};
 use netrig::udp::client::UdpClientConfig;
 use netrig::udp::pace::{Pacing, gap_for_rate};
 use netrig::units;
@@ -124,6 +124,14 @@ pub struct UdpArgs {
     /// Write one row per received datagram (needs --reverse or --media: the client must receive).
     #[arg(long, value_name = "FILE")]
     jitter_file: Option<PathBuf>,
+    /// The per-datagram file's columns: netrig's, or ctsTraffic's
+    /// -JitterFilename columns (cts).
+    #[arg(long, value_enum, default_value_t = JitterFormat::Netrig, requires = "jitter_file")]
+    jitter_format: JitterFormat,
+    /// Write the stream's row here when it ends: ctsTraffic's UDP
+    /// connection columns (CSV if the name ends in .csv).
+    #[arg(long, value_name = "FILE")]
+    connection_file: Option<PathBuf>,
     /// Local address for the control and data sockets.
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
@@ -176,6 +184,7 @@ pub fn run_with(
         ("--csv", a.csv.as_deref()),
         ("--status-file", a.status_file.as_deref()),
         ("--jitter-file", a.jitter_file.as_deref()),
+        ("--connection-file", a.connection_file.as_deref()),
     ];
     let Setup {
         json,
@@ -358,13 +367,25 @@ pub fn run_with(
         per_packet: a.jitter_file.is_some(),
     };
     banner.push(netrig::report::udp_banner(&cfg.spec));
+    let cts_jitter = a.jitter_format == JitterFormat::Cts;
     let mut reporter = UdpReporter::new(
         verbosity,
         cfg.spec.media.is_some(),
         a.status_file.as_deref(),
-        a.jitter_file.as_deref(),
+        a.jitter_file.as_deref().filter(|_| !cts_jitter),
     )
     .context("cannot open an output file")?;
+    reporter.stream_secs(cfg.spec.duration_ms as f64 / 1e3);
+    if let (Some(p), true) = (&a.jitter_file, cts_jitter) {
+        reporter
+            .cts_jitter_file(p)
+            .context("cannot open an output file")?;
+    }
+    if let Some(p) = &a.connection_file {
+        reporter
+            .connection_file(p)
+            .context("cannot open an output file")?;
+    }
     // Printed once the server has accepted, so an error comes first and alone.
     reporter.set_banner(banner);
     if a.precompute {
@@ -407,6 +428,7 @@ pub fn run_with(
         }
     }
     let failure = rep.server_lost.then_some("the server was lost mid-test");
+    reporter.connection(&rep);
     reporter.stream.end(Some(&rep), failure);
     let mut output_errors = reporter.take_errors();
     if let (Some(path), Some(b)) = (&a.csv, &rep.bins)

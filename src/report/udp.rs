@@ -25,15 +25,82 @@ pub const UDP_HEADERS: [&str; 13] = [
 ];
 const UDP_WIDTHS: [usize; 13] = [10, 12, 9, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
 /// Columns of the media-stream table (ctsTraffic's).
-pub const MEDIA_HEADERS: [&str; 6] = [
+pub const MEDIA_HEADERS: [&str; 7] = [
     "TimeSlice",
     "Bits/Sec",
+    "Streams",
     "Completed",
     "Dropped",
     "Repeated",
     "Errors",
 ];
-const MEDIA_WIDTHS: [usize; 6] = [10, 12, 10, 8, 9, 7];
+const MEDIA_WIDTHS: [usize; 7] = [10, 12, 7, 10, 8, 9, 7];
+/// Columns of the UDP connection file (ctsTraffic's `-ConnectionFilename`
+/// for UDP): one row per stream.
+pub const UDP_CONNECTION_HEADERS: [&str; 10] = [
+    "TimeSlice",
+    "LocalAddress",
+    "RemoteAddress",
+    "Bits/Sec",
+    "Completed",
+    "Dropped",
+    "Repeated",
+    "Errors",
+    "Result",
+    "ConnectionId",
+];
+const UDP_CONNECTION_WIDTHS: [usize; 10] = [10, 47, 47, 12, 10, 8, 9, 7, 12, 36];
+/// Columns of ctsTraffic's jitter file (`--jitter-format cts`): its
+/// QueryPerformanceCounter stamps are nanoseconds here, at a frequency of
+/// 1e9.
+pub const CTS_JITTER_HEADERS: [&str; 7] = [
+    "SequenceNumber",
+    "SenderQpc",
+    "SenderQpf",
+    "ReceiverQpc",
+    "ReceiverQpf",
+    "RelativeInFlightTimeMs",
+    "PrevToCurrentInFlightTimeJitter",
+];
+const CTS_JITTER_WIDTHS: [usize; 7] = [14, 20, 10, 20, 10, 22, 31];
+
+/// The per-datagram file's columns: netrig's or ctsTraffic's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum JitterFormat {
+    /// Sequence, SenderNs, ReceiverNs, FlightUs, Arrival, Corrupt.
+    #[default]
+    Netrig,
+    /// ctsTraffic's `-JitterFilename` columns.
+    Cts,
+}
+
+/// ctsTraffic's jitter arithmetic: each datagram's time in flight relative
+/// to the first one received (the clocks need not agree), and its change
+/// from the previous datagram's, both ms.
+#[derive(Debug, Default)]
+struct CtsJitter {
+    base_ns: Option<i64>,
+    prev_ms: Option<f64>,
+}
+
+impl CtsJitter {
+    fn cells(&mut self, p: &crate::udp::receive::PacketRow) -> Vec<String> {
+        let transit = p.recv_ns as i64 - p.send_ns as i64;
+        let base = *self.base_ns.get_or_insert(transit);
+        let rel_ms = (transit - base) as f64 / 1e6;
+        let jitter = rel_ms - self.prev_ms.unwrap_or(rel_ms);
+        self.prev_ms = Some(rel_ms);
+        vec![
+            p.seq.to_string(),
+            p.send_ns.to_string(),
+            "1000000000".into(),
+            p.recv_ns.to_string(),
+            "1000000000".into(),
+            format!("{rel_ms:.6}"),
+            format!("{jitter:.6}"),
+        ]
+    }
+}
 /// Columns of the per-datagram (jitter) file.
 pub const PACKET_HEADERS: [&str; 6] = [
     "Sequence",
@@ -96,13 +163,18 @@ fn udp_console_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) ->
     c
 }
 
-fn media_cells(iv: &crate::udp::track::UdpInterval, interval_secs: f64) -> Vec<String> {
+fn media_cells(
+    iv: &crate::udp::track::UdpInterval,
+    interval_secs: f64,
+    streams: u32,
+) -> Vec<String> {
     let good = iv
         .packets
         .saturating_sub(iv.duplicates + iv.corrupt + iv.late);
     vec![
         format!("{:.3}", iv.time_slice),
         ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
+        streams.to_string(),
         good.to_string(),
         (iv.drops.max(0) as u64 + iv.late).to_string(),
         iv.duplicates.to_string(),
@@ -146,6 +218,12 @@ pub fn udp_banner(s: &crate::proto::UdpSpec) -> String {
     }
 }
 
+/// Creates a row file, naming it in any error.
+fn open_rows(p: &Path, h: &[&str], w: &[usize]) -> io::Result<RowWriter> {
+    RowWriter::create(p, h, w)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+}
+
 /// The UDP client's observer: console table and optional files.
 pub struct UdpReporter {
     verbosity: u8,
@@ -161,6 +239,13 @@ pub struct UdpReporter {
     held: Option<Vec<crate::udp::receive::PacketRow>>,
     /// Print each burst's end-to-end time (clocks synchronised).
     trip_times: bool,
+    /// ctsTraffic's jitter columns instead of netrig's.
+    cts_jitter: Option<CtsJitter>,
+    /// The stream's length, s: slices ending after it have no stream
+    /// running (ctsTraffic's `Streams` column).
+    stream_secs: f64,
+    /// `--connection-file`: one row per stream.
+    connections: Option<RowWriter>,
     errors: Vec<io::Error>,
     /// `--json-stream`: a line per interval and per burst.
     pub stream: super::StreamSink,
@@ -186,7 +271,11 @@ impl UdpReporter {
     }
 
     fn write_packet(&mut self, p: &crate::udp::receive::PacketRow) {
-        if let Some(w) = self.packets.as_mut() {
+        if let (Some(w), Some(cts)) = (self.packets.as_mut(), self.cts_jitter.as_mut()) {
+            if let Err(e) = w.row(&cts.cells(p)) {
+                self.errors.push(e);
+            }
+        } else if let Some(w) = self.packets.as_mut() {
             let cells = [
                 p.seq.to_string(),
                 p.send_ns.to_string(),
@@ -213,13 +302,8 @@ impl UdpReporter {
         } else {
             (&UDP_HEADERS, &UDP_WIDTHS)
         };
-        let open = |p: Option<&Path>, h: &[&str], w: &[usize]| {
-            p.map(|p| {
-                RowWriter::create(p, h, w)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
-            })
-            .transpose()
-        };
+        let open =
+            |p: Option<&Path>, h: &[&str], w: &[usize]| p.map(|p| open_rows(p, h, w)).transpose();
         let cw: &[usize] = if media { w } else { &UDP_CONSOLE_WIDTHS };
         let r = UdpReporter {
             verbosity,
@@ -236,6 +320,9 @@ impl UdpReporter {
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
             trip_times: false,
+            cts_jitter: None,
+            stream_secs: f64::INFINITY,
+            connections: None,
             errors: Vec::new(),
             stream: super::StreamSink::default(),
         };
@@ -252,6 +339,68 @@ impl UdpReporter {
     /// Lines to print before the table, once the server has accepted.
     pub fn set_banner(&mut self, lines: Vec<String>) {
         self.banner = lines;
+    }
+
+    /// Writes the per-datagram file in ctsTraffic's columns (reopening it
+    /// with their header).
+    pub fn cts_jitter_file(&mut self, path: &Path) -> io::Result<()> {
+        self.packets = Some(open_rows(path, &CTS_JITTER_HEADERS, &CTS_JITTER_WIDTHS)?);
+        self.cts_jitter = Some(CtsJitter::default());
+        Ok(())
+    }
+
+    /// The stream's length, for the `Streams` column.
+    pub fn stream_secs(&mut self, secs: f64) {
+        self.stream_secs = secs;
+    }
+
+    /// Opens the UDP connection file.
+    pub fn connection_file(&mut self, path: &Path) -> io::Result<()> {
+        self.connections = Some(open_rows(
+            path,
+            &UDP_CONNECTION_HEADERS,
+            &UDP_CONNECTION_WIDTHS,
+        )?);
+        Ok(())
+    }
+
+    /// Writes the stream's row to the connection file, if one is open.
+    pub fn connection(&mut self, rep: &crate::udp::client::UdpReport) {
+        let Some(w) = self.connections.as_mut() else {
+            return;
+        };
+        let t = rep.totals.clone().unwrap_or_default();
+        let secs = rep
+            .sender
+            .as_ref()
+            .map_or(rep.duration_secs, |s| s.duration_secs)
+            .max(1e-9);
+        let result = if rep.server_lost {
+            "NetworkError"
+        } else if rep.interrupted {
+            "Cancelled"
+        } else if t.corrupt > 0 {
+            "DataError"
+        } else {
+            "Succeeded"
+        };
+        let cells = [
+            format!("{:.3}", rep.duration_secs),
+            rep.local.map_or_else(|| "-".into(), |a| a.to_string()),
+            rep.remote.to_string(),
+            ((t.bytes as f64 * 8.0 / secs).round() as u64).to_string(),
+            t.packets
+                .saturating_sub(t.duplicates + t.corrupt + t.late)
+                .to_string(),
+            (t.lost + t.late).to_string(),
+            t.duplicates.to_string(),
+            t.corrupt.to_string(),
+            result.to_string(),
+            rep.session.to_string(),
+        ];
+        if let Err(e) = w.row(&cells) {
+            self.errors.push(e);
+        }
     }
 }
 
@@ -270,7 +419,8 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         self.stream.event("interval", iv);
         let secs = iv.time_slice - self.last_slice;
         let cells = if self.media {
-            media_cells(iv, secs)
+            let running = iv.time_slice <= self.stream_secs + 1e-3;
+            media_cells(iv, secs, u32::from(running))
         } else {
             udp_cells(iv)
         };

@@ -88,6 +88,11 @@ pub struct UdpReport {
     pub analysis: Option<super::analyze::Analysis>,
     /// What the kernel granted on the client's data socket.
     pub granted: crate::net::sockopt::Granted,
+    /// The data socket's local address and the server's, and the session
+    /// ID both ends log (ctsTraffic's UDP connection file).
+    pub local: Option<SocketAddr>,
+    pub remote: SocketAddr,
+    pub session: uuid::Uuid,
 }
 
 enum Arrived {
@@ -244,8 +249,12 @@ pub fn run(
                 .into(),
         ));
     }
-    let (port, token) = match c.request(TestSpec::Udp(spec.clone()))? {
-        Message::UdpAccept { port, token, .. } => (port, token),
+    let (port, token, session) = match c.request(TestSpec::Udp(spec.clone()))? {
+        Message::UdpAccept {
+            port,
+            token,
+            session,
+        } => (port, token, session),
         m => return Err(c.unexpected(m)),
     };
     obs.started();
@@ -372,6 +381,9 @@ pub fn run(
         analysis: None,
         bursts: Vec::new(),
         granted,
+        local: sock.local_addr().ok(),
+        remote: server_udp,
+        session,
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut histogram: Vec<(f64, u64)> = Vec::new();
