@@ -1406,6 +1406,26 @@ fn ctstraffic_udp_files() {
     }
     let conns = csv_rows(&cf);
     assert_eq!(conns.len(), 1);
+    // --cport: the data socket's local port, as the connection file shows.
+    let port = free_port();
+    let cf2 = dir.path().join("c2.csv");
+    let p = port.to_string();
+    run_expect(
+        &[
+            "udp",
+            &addr.to_string(),
+            "-t",
+            "200ms",
+            "-q",
+            "--cport",
+            &p,
+            "--connection-file",
+            cf2.to_str().unwrap(),
+        ],
+        0,
+    );
+    let local = csv_rows(&cf2)[0][1].to_string();
+    assert!(local.ends_with(&format!(":{port}")), "{local}");
     let c = &conns[0];
     assert_eq!(&c[8], "Succeeded");
     assert_eq!(c[4].parse::<u64>().unwrap(), t["packets"].as_u64().unwrap());

@@ -132,6 +132,9 @@ pub struct UdpArgs {
     /// connection columns (CSV if the name ends in .csv).
     #[arg(long, value_name = "FILE")]
     connection_file: Option<PathBuf>,
+    /// The data socket's local port (iperf3 --cport).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    cport: Option<u16>,
     /// Local address for the control and data sockets.
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
@@ -365,6 +368,7 @@ pub fn run_with(
         rcvbuf: a.rcvbuf.map(|v| v as usize),
         sndbuf: a.sndbuf.map(|v| v as usize),
         per_packet: a.jitter_file.is_some(),
+        cport: a.cport,
     };
     banner.push(netrig::report::udp_banner(&cfg.spec));
     let cts_jitter = a.jitter_format == JitterFormat::Cts;

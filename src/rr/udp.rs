@@ -66,6 +66,7 @@ pub(super) fn run(
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             opts: &cfg.sock,
+            port: None,
         },
         c,
     )?;

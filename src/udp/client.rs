@@ -45,6 +45,9 @@ pub struct UdpClientConfig {
     pub sndbuf: Option<usize>,
     /// Deliver every received datagram to the observer (for the jitter file).
     pub per_packet: bool,
+    /// The data socket's local port (iperf3 --cport).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cport: Option<u16>,
     /// Start the stream when the wall clock reads this (Unix seconds;
     /// iperf2 --txstart-time), after the setup exchanges.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
@@ -114,6 +117,8 @@ pub(crate) struct DataSocketOpts<'a> {
     pub sndbuf: usize,
     /// Marking, don't fragment, pacing cap (its window is the buffers above).
     pub opts: &'a SockOpts,
+    /// Local port (`--cport`); the kernel picks when absent.
+    pub port: Option<u16>,
 }
 
 /// Opens the client's data socket towards `server`, bound as asked.
@@ -128,6 +133,7 @@ pub(crate) fn data_socket(
         rcvbuf,
         sndbuf,
         opts,
+        port,
     } = o;
     let io = |what: &str, e: std::io::Error| c.failed(format!("{what}: {e}"));
     let s = Socket::new(
@@ -149,10 +155,11 @@ pub(crate) fn data_socket(
         ..opts.clone()
     };
     crate::net::sockopt::apply(&s, &opts, server.is_ipv6(), false)?;
+    let port = port.unwrap_or(0);
     let local = match bind.filter(|b| b.is_ipv4() == server.is_ipv4()) {
-        Some(ip) => SocketAddr::new(ip, 0),
-        None if server.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], 0)),
-        None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        Some(ip) => SocketAddr::new(ip, port),
+        None if server.is_ipv4() => SocketAddr::from(([0, 0, 0, 0], port)),
+        None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
     };
     s.bind(&local.into())
         .map_err(|e| io(&format!("bind {local}"), e))?;
@@ -281,6 +288,7 @@ pub fn run(
             rcvbuf: rcv,
             sndbuf: cfg.sndbuf.or(window).unwrap_or(4 << 20),
             opts: &spec.sock,
+            port: cfg.cport,
         },
         &c,
     )?);
