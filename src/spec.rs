@@ -125,12 +125,32 @@ pub struct TcpBurst {
 }
 
 /// Media-stream parameters (ctsTraffic's UDP media stream).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MediaSpec {
-    /// Frames per second; one datagram per frame.
+    /// Frames per second.
     pub fps: u32,
     /// Playout buffer: a frame later than its slot plus this is late, ms.
     pub buffer_depth_ms: u64,
+    /// Bytes per frame, sent as datagrams of the stream's size (the last
+    /// one shorter) and reassembled (ctsTraffic -DatagramByteSize); 0: one
+    /// datagram of the stream's size per frame.
+    #[serde(default)]
+    pub frame_bytes: u64,
+}
+
+impl MediaSpec {
+    /// Datagrams per frame, for datagrams of `size` bytes.
+    pub fn datagrams_per_frame(&self, size: u32) -> u64 {
+        match self.frame_bytes {
+            0 => 1,
+            f => f.div_ceil(u64::from(size.max(1))).max(1),
+        }
+    }
+
+    /// Nanoseconds between frames.
+    pub fn frame_ns(&self) -> u64 {
+        1_000_000_000 / u64::from(self.fps.max(1))
+    }
 }
 
 /// iperf2-style bursts: `size` bytes every `period_ms`.
@@ -238,6 +258,11 @@ impl UdpSpec {
         }
         let omit_ns = u128::from(self.omit_ms) * 1_000_000;
         let n = match self.burst {
+            _ if self.media.is_some_and(|m| m.frame_bytes > 0) => {
+                let m = self.media.unwrap_or_default();
+                let frame_ns = u128::from(m.frame_ns().max(1));
+                omit_ns.div_ceil(frame_ns) * u128::from(m.datagrams_per_frame(self.size))
+            }
             Some(b) => {
                 let per = b.size.div_ceil(u64::from(self.size.max(1))).max(1);
                 let period_ns = u128::from(b.period_ms.max(1)) * 1_000_000;

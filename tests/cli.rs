@@ -479,7 +479,7 @@ fn udp_from_the_command_line() {
             "needs --reverse or --media",
         ),
         (vec!["udp", "--rate", "0"], "greater than zero"),
-        (vec!["udp", "--media", "--bitrate", "100G"], "media frame"),
+        (vec!["udp", "--media", "--bitrate", "1k"], "media frame"),
         (
             vec!["udp", "--rate", "1M", "--gap", "1ms"],
             "cannot be used with",
@@ -1428,11 +1428,87 @@ fn ctstraffic_udp_files() {
     assert!(local.ends_with(&format!(":{port}")), "{local}");
     let c = &conns[0];
     assert_eq!(&c[8], "Succeeded");
-    assert_eq!(c[4].parse::<u64>().unwrap(), t["packets"].as_u64().unwrap());
-    assert_eq!(c[5].parse::<u64>().unwrap(), t["lost"].as_u64().unwrap());
+    // A media stream's row counts frames.
+    let f = &t["frames"];
+    assert_eq!(
+        c[4].parse::<u64>().unwrap(),
+        f["completed"].as_u64().unwrap()
+    );
+    assert_eq!(c[5].parse::<u64>().unwrap(), f["dropped"].as_u64().unwrap());
     assert_eq!(
         &c[2],
         format!("{}", v["result"]["remote"].as_str().unwrap())
     );
     assert_eq!(c[9].len(), 36);
+}
+
+/// Media frames leave as `--datagram-size` datagrams (no IP fragmentation
+/// of 10 kB frames) and are judged whole: through a relay that drops every
+/// 37th datagram and logs each one's number, exactly the frames holding a
+/// dropped datagram are dropped, and every other frame is completed.
+#[test]
+fn media_frames_are_split_into_datagrams_and_judged_whole() {
+    let (_srv, to) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.csv");
+    let (rl, via) = relay(
+        to,
+        &[
+            "--drop-every",
+            "37",
+            "--dir",
+            "down",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+    );
+    // 4 Mbit/s at 50 frames/s: 10,000-byte frames of ten 1000-byte datagrams.
+    let (v, out) = run_json(
+        &[
+            "udp",
+            &via.to_string(),
+            "--media",
+            "-b",
+            "4M",
+            "--fps",
+            "50",
+            "-t",
+            "1s",
+            "--datagram-size",
+            "1000",
+        ],
+        0,
+    );
+    let _ = interrupt(rl);
+    let t = &v["result"]["totals"];
+    let s = &v["result"]["sender"];
+    assert_eq!(s["packets"], 500, "{s}");
+    assert_eq!(s["bytes"], 500_000, "{s}");
+    let drops: std::collections::BTreeSet<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(",lost,"))
+        .filter_map(|l| l.split(',').nth(6)?.parse().ok())
+        .collect();
+    assert!(drops.len() >= 10, "{drops:?}");
+    let frames_hit: std::collections::BTreeSet<u64> = drops.iter().map(|s| s / 10).collect();
+    let f = &t["frames"];
+    assert_eq!(t["lost"].as_u64().unwrap(), drops.len() as u64, "{t}");
+    assert_eq!(
+        f["dropped"].as_u64().unwrap(),
+        frames_hit.len() as u64,
+        "{t}"
+    );
+    assert_eq!(
+        f["completed"].as_u64().unwrap(),
+        50 - frames_hit.len() as u64,
+        "{t}"
+    );
+    assert_eq!(
+        (f["repeated"].as_u64(), f["errors"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // No datagram larger than asked.
+    assert_eq!(v["config"]["spec"]["size"], 1000);
+    assert!(out.contains("Frames: "), "{out}");
 }

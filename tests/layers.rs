@@ -32,6 +32,7 @@ const PROTOCOL: &[&str] = &[
     "udp::analyze",
     "udp::clock",
     "udp::header",
+    "udp::frames",
     "udp::marks",
     "udp::pace",
     "udp::profile",

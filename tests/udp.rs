@@ -155,6 +155,7 @@ fn media_stream_counts_frames_and_writes_per_datagram_rows() {
     sp.media = Some(MediaSpec {
         fps: 100,
         buffer_depth_ms: 500,
+        frame_bytes: 0,
     });
     let (rep, got) = run_udp(srv.addr, sp, true);
     let t = rep.totals.unwrap();
@@ -252,6 +253,7 @@ fn every_pacing_mode_holds_its_rate() {
             profile: None,
             precompute: false,
             burst: None,
+            frames: None,
             interval_ns: 100_000_000,
             guard: None,
         };

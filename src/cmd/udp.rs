@@ -110,11 +110,16 @@ pub struct UdpArgs {
     /// (rates need units) or flowping (seconds, kbit/s, bytes).
     #[arg(long, value_enum, default_value_t = netrig::udp::scenario::Format::Auto, requires = "profile")]
     profile_format: netrig::udp::scenario::Format,
-    /// Media stream (ctsTraffic): the server sends one datagram per frame of
-    /// --bitrate / 8 / --fps bytes (so no --length or --gap), always server
-    /// to client.
+    /// Media stream (ctsTraffic): the server sends frames of --bitrate / 8 /
+    /// --fps bytes as --datagram-size datagrams (so no --length or --gap),
+    /// always server to client; the client judges whole frames.
     #[arg(long, requires = "bitrate", conflicts_with_all = ["gap", "length", "reverse"])]
     pub media: bool,
+    /// Media: each frame leaves as datagrams of this many bytes (UDP
+    /// payload, header included), the last one shorter (ctsTraffic
+    /// -DatagramByteSize), so no frame is fragmented by IP.
+    #[arg(long, default_value_t = 1400, value_parser = clap::value_parser!(u32).range(netrig::udp::header::HEADER_LEN as i64..=netrig::udp::header::MAX_DATAGRAM as i64), requires = "media")]
+    datagram_size: u32,
     /// Media: frames per second.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "media")]
     fps: u32,
@@ -214,17 +219,21 @@ pub fn run_with(
     let (size, gap_ps, reverse, media) = if a.media {
         let bitrate = a.bitrate.unwrap_or_default();
         let frame = bitrate / 8 / u64::from(a.fps);
-        if frame < HEADER_LEN as u64 || frame > MAX_DATAGRAM as u64 {
-            anyhow::bail!(
-                "media frame of {frame} bytes (bitrate / 8 / fps) must be {HEADER_LEN}..={MAX_DATAGRAM} bytes: adjust --bitrate or --fps"
-            );
+        // A frame of up to a second of a 100 Gbit/s stream.
+        let max_frame = 100_000_000_000 / 8;
+        if frame < HEADER_LEN as u64 || frame > max_frame {
+            return Ok(usage(format!(
+                "media frame of {frame} bytes (bitrate / 8 / fps) must be {HEADER_LEN}..={max_frame} bytes: adjust --bitrate or --fps"
+            )));
         }
+        let dsize = u64::from(a.datagram_size);
         let media = MediaSpec {
             fps: a.fps,
             buffer_depth_ms: a.buffer_depth.as_millis() as u64,
+            frame_bytes: frame,
         };
         (
-            frame,
+            frame.min(dsize),
             1_000_000_000_000 / u64::from(a.fps),
             true,
             Some(media),

@@ -168,17 +168,24 @@ fn media_cells(
     interval_secs: f64,
     streams: u32,
 ) -> Vec<String> {
-    let good = iv
-        .packets
-        .saturating_sub(iv.duplicates + iv.corrupt + iv.late);
+    // Frames judged in the slice; a peer without frame accounting sends
+    // datagram counts, one datagram per frame.
+    let f = iv.frames.unwrap_or(crate::udp::frames::FrameCounts {
+        completed: iv
+            .packets
+            .saturating_sub(iv.duplicates + iv.corrupt + iv.late),
+        dropped: iv.drops.max(0) as u64 + iv.late,
+        repeated: iv.duplicates,
+        errors: iv.corrupt,
+    });
     vec![
         format!("{:.3}", iv.time_slice),
         ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
         streams.to_string(),
-        good.to_string(),
-        (iv.drops.max(0) as u64 + iv.late).to_string(),
-        iv.duplicates.to_string(),
-        iv.corrupt.to_string(),
+        f.completed.to_string(),
+        f.dropped.to_string(),
+        f.repeated.to_string(),
+        f.errors.to_string(),
     ]
 }
 
@@ -384,17 +391,22 @@ impl UdpReporter {
         } else {
             "Succeeded"
         };
+        // Frames for a media stream; datagrams, one per "frame", otherwise.
+        let f = t.frames.unwrap_or(crate::udp::frames::FrameCounts {
+            completed: t.packets.saturating_sub(t.duplicates + t.corrupt + t.late),
+            dropped: t.lost + t.late,
+            repeated: t.duplicates,
+            errors: t.corrupt,
+        });
         let cells = [
             format!("{:.3}", rep.duration_secs),
             rep.local.map_or_else(|| "-".into(), |a| a.to_string()),
             rep.remote.to_string(),
             ((t.bytes as f64 * 8.0 / secs).round() as u64).to_string(),
-            t.packets
-                .saturating_sub(t.duplicates + t.corrupt + t.late)
-                .to_string(),
-            (t.lost + t.late).to_string(),
-            t.duplicates.to_string(),
-            t.corrupt.to_string(),
+            f.completed.to_string(),
+            f.dropped.to_string(),
+            f.repeated.to_string(),
+            f.errors.to_string(),
             result.to_string(),
             rep.session.to_string(),
         ];
@@ -576,6 +588,15 @@ pub fn print_udp_summary(
         for (edge, n) in shown {
             crate::out!("  {edge:>10.1} {n}");
         }
+    }
+    if let Some(f) = &t.frames {
+        crate::out!(
+            "Frames: {} completed, {} dropped, {} repeated, {} errors",
+            f.completed,
+            f.dropped,
+            f.repeated,
+            f.errors
+        );
     }
     if let Some(m) = t.marking.as_ref().filter(|m| !m.is_plain()) {
         crate::out!("{}", marking_line("Marking", m));

@@ -336,6 +336,9 @@ pub fn run(
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
+                if let Some(m) = spec.media {
+                    stats.media_frames(m.datagrams_per_frame(spec.size));
+                }
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Arrived>, bool);
                 impl ReceiverSink for ToLoop {

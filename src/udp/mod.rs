@@ -4,6 +4,7 @@
 pub mod analyze;
 pub mod client;
 pub mod clock;
+pub mod frames;
 pub mod header;
 pub mod marks;
 mod mmsg;

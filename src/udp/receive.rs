@@ -55,15 +55,25 @@ pub struct ReceiverConfig {
     pub comp_ns: i64,
     /// Status interval.
     pub interval: Duration,
-    /// Media mode: (frame gap ns, buffer depth ns); frames later than their
-    /// playout deadline count as late.
-    pub media: Option<(u64, u64)>,
+    /// Media mode: frames later than their playout deadline count as late.
+    pub media: Option<MediaPlan>,
     /// Verify payloads.
     pub verify: bool,
     /// Bursts: (datagrams per burst, period ns).
     pub burst: Option<(u64, u64)>,
     /// Accept only datagrams tagged with this session key.
     pub tag_key: Option<crate::auth::DatagramKey>,
+}
+
+/// A media stream's timing and shape, for playout deadlines and frames.
+#[derive(Debug, Clone, Copy)]
+pub struct MediaPlan {
+    /// Time between frames, ns.
+    pub frame_ns: u64,
+    /// Playout buffer, ns.
+    pub depth_ns: u64,
+    /// Datagrams per frame.
+    pub per_frame: u64,
 }
 
 /// When a receiver stops, and the time base its intervals use.
@@ -161,13 +171,19 @@ pub fn run_receiver(
             let transit = recv_ns as i64 - h.send_ns as i64;
             let delay = transit - cfg.offset_ns + cfg.comp_ns;
             let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);
-            if let Some((gap, depth)) = cfg.media {
-                let (s0, t0) = *media_first.get_or_insert((h.seq, mono));
-                let deadline = t0 + (h.seq.saturating_sub(s0) * gap + depth) as i64;
-                if arrival != Arrival::Duplicate && mono > deadline {
+            if let Some(m) = cfg.media {
+                // A frame's deadline: its slot after the first frame seen,
+                // plus the playout buffer.
+                let frame = h.seq / m.per_frame.max(1);
+                let (f0, t0) = *media_first.get_or_insert((frame, mono));
+                let slot = frame.saturating_sub(f0).saturating_mul(m.frame_ns);
+                let deadline = t0.saturating_add(slot.saturating_add(m.depth_ns) as i64);
+                let late = arrival != Arrival::Duplicate && mono > deadline;
+                if late {
                     late_count += 1;
                     stats.on_late(h.seq);
                 }
+                stats.on_frame(h.seq, arrival, corrupt, late);
             }
             if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)
                 && let Some(done) = b.on_datagram(h.seq, len, mono as f64 / 1e9, h.send_ns, recv_ns)

@@ -36,6 +36,9 @@ pub struct SenderConfig {
     pub precompute: bool,
     /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
     pub burst: Option<(u64, u64)>,
+    /// Media frames: (bytes per frame, frames per second); each frame leaves
+    /// as datagrams of `size`, the last one shorter, back to back.
+    pub frames: Option<(u64, u32)>,
     /// Tag every datagram with this session key.
     pub tag_key: Option<crate::auth::DatagramKey>,
     /// Count the bytes sent in each interval this long (0: none), for
@@ -68,6 +71,20 @@ enum SendPlan {
 
 impl SendPlan {
     fn new(cfg: &SenderConfig) -> SendPlan {
+        if let Some((frame, fps)) = cfg.frames {
+            let end = cfg.duration.as_nanos() as u64;
+            let size = cfg.size.max(HEADER_LEN) as u32;
+            let mut deps: Box<dyn Iterator<Item = (u64, u32)> + Send> =
+                Box::new(super::profile::frame_departures(frame, size, fps, end));
+            let next = deps.next();
+            // A frame's datagrams are due together: send them all.
+            return SendPlan::Profile {
+                deps,
+                next,
+                catch_up: true,
+                slips: 0,
+            };
+        }
         if let Some((per_burst, period_ns)) = cfg.burst {
             let end = cfg.duration.as_nanos() as u64;
             let size = cfg.size.max(HEADER_LEN) as u32;

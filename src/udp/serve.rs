@@ -35,6 +35,9 @@ pub fn rate_bps(s: &UdpSpec) -> f64 {
         // Bursts leave back to back by design: cap the train's average rate.
         return (per_burst * u64::from(s.size)) as f64 * 8.0 * 1e9 / period_ns.max(1) as f64;
     }
+    if let Some(m) = s.media.filter(|m| m.frame_bytes > 0) {
+        return m.frame_bytes as f64 * 8.0 * f64::from(m.fps);
+    }
     match &s.profile {
         Some(p) => p.max_rate() as f64,
         None => s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64,
@@ -145,11 +148,10 @@ pub fn receiver_config(
         offset_ns,
         comp_ns: s.offset_comp_ns,
         interval: Duration::from_millis(s.interval_ms),
-        media: s.media.map(|m| {
-            (
-                1_000_000_000 / u64::from(m.fps.max(1)),
-                m.buffer_depth_ms.saturating_mul(1_000_000),
-            )
+        media: s.media.map(|m| super::receive::MediaPlan {
+            frame_ns: m.frame_ns(),
+            depth_ns: m.buffer_depth_ms.saturating_mul(1_000_000),
+            per_frame: m.datagrams_per_frame(s.size),
         }),
         verify: s.verify,
         burst: burst_plan(s),
@@ -169,6 +171,10 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
         profile: s.profile.clone(),
         precompute: s.precompute,
         burst: burst_plan(s),
+        frames: s
+            .media
+            .filter(|m| m.frame_bytes > 0)
+            .map(|m| (m.frame_bytes, m.fps)),
         interval_ns: s.interval_ms.saturating_mul(1_000_000),
         guard: None,
     }
@@ -474,6 +480,9 @@ impl UdpWork for StreamWork {
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
+                if let Some(m) = spec.media {
+                    stats.media_frames(m.datagrams_per_frame(spec.size));
+                }
                 /// Forwards the receiver's output to the client.
                 struct ToClient(Arc<Mutex<TcpStream>>);
                 impl ReceiverSink for ToClient {

@@ -92,12 +92,14 @@ fn every_bound_holds_at_its_edge() {
                 s.media = Some(crate::proto::MediaSpec {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS,
+                    frame_bytes: 0,
                 })
             }),
             ok(|s| {
                 s.media = Some(crate::proto::MediaSpec {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS + 1,
+                    frame_bytes: 0,
                 })
             }),
         ),
@@ -107,12 +109,14 @@ fn every_bound_holds_at_its_edge() {
                 s.media = Some(crate::proto::MediaSpec {
                     fps: 1,
                     buffer_depth_ms: 0,
+                    frame_bytes: 0,
                 })
             }),
             ok(|s| {
                 s.media = Some(crate::proto::MediaSpec {
                     fps: 0,
                     buffer_depth_ms: 0,
+                    frame_bytes: 0,
                 })
             }),
         ),

@@ -186,6 +186,9 @@ pub struct UdpInterval {
     /// The interval is in the `--omit` warm-up: shown, left out of the totals.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub omitted: bool,
+    /// Media: frames judged in the interval (ctsTraffic's columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<super::frames::FrameCounts>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -231,6 +234,9 @@ pub struct UdpTotals {
     /// figure above (`sent` counts only those after it too).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u64,
+    /// Media: every frame the sender sent, judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<super::frames::FrameCounts>,
     /// The IP marking (DSCP, ECN) the counted datagrams arrived with,
     /// against what the sender set; absent where the kernel does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -357,6 +363,7 @@ pub struct ReceiverStats {
     /// in intervals only; intervals ending by `omit_ns` are marked.
     omit_below: u64,
     omit_ns: u64,
+    frames: Option<super::frames::FrameTracker>,
     tos: super::marks::TosCounts,
     sent_tos: u8,
 }
@@ -379,6 +386,7 @@ impl ReceiverStats {
             late_filled: 0,
             omit_below: 0,
             omit_ns: 0,
+            frames: None,
             tos: super::marks::TosCounts::default(),
             sent_tos: 0,
         }
@@ -395,6 +403,20 @@ impl ReceiverStats {
     pub fn omit(&mut self, seq: u64, ns: u64) {
         self.omit_below = seq;
         self.omit_ns = ns;
+    }
+
+    /// Media: judge frames of `per_frame` datagrams (call after
+    /// [`ReceiverStats::omit`]).
+    pub fn media_frames(&mut self, per_frame: u64) {
+        let warm = self.omit_below.div_ceil(per_frame.max(1));
+        self.frames = Some(super::frames::FrameTracker::new(per_frame, warm));
+    }
+
+    /// Media: datagram `seq`, as it arrived, for its frame's verdict.
+    pub fn on_frame(&mut self, seq: u64, arrival: Arrival, corrupt: bool, late: bool) {
+        if let Some(f) = self.frames.as_mut() {
+            f.on_datagram(seq, arrival, corrupt, late);
+        }
     }
 
     /// Datagram `seq` arrived with TOS byte `tos`.
@@ -495,6 +517,7 @@ impl ReceiverStats {
         }
         iv.jitter_us = self.jitter.ns() / 1e3;
         iv.omitted = self.omit_ns > 0 && (time_slice * 1e9) as u64 <= self.omit_ns;
+        iv.frames = self.frames.as_mut().map(|f| f.take_interval());
         self.cur_delay = MinMax::default();
         iv
     }
@@ -529,6 +552,12 @@ impl ReceiverStats {
             .map(|(i, &n)| ((i as u64 * self.bin_width_ns) as f64 / 1e3, n))
             .collect();
         t.marking = self.tos.marking(self.sent_tos);
+        // Every frame the sender began, judged (a clone: totals may be
+        // asked for more than once).
+        t.frames = self.frames.clone().map(|mut f| {
+            let frames = sent.map(|s| f.frames_for(s));
+            f.finish(frames)
+        });
         t
     }
 }
