@@ -12,8 +12,6 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::track::Arrival;
-
 /// How many frames later a datagram may still complete a frame.
 pub const REORDER_FRAMES: u64 = 8;
 
@@ -135,10 +133,11 @@ impl FrameTracker {
         }
     }
 
-    /// Datagram `seq` arrived as `arrival`, `corrupt` or `late` for playout.
-    pub fn on_datagram(&mut self, seq: u64, arrival: Arrival, corrupt: bool, late: bool) {
+    /// Datagram `seq` arrived, a `duplicate` of one seen, `corrupt`, or
+    /// `late` for playout.
+    pub fn on_datagram(&mut self, seq: u64, duplicate: bool, corrupt: bool, late: bool) {
         let frame = self.frame_of(seq);
-        if arrival == Arrival::Duplicate {
+        if duplicate {
             // Once per duplicate datagram, as ctsTraffic counts repeats.
             self.count(frame, |c| c.repeated += 1);
             return;
@@ -181,7 +180,7 @@ impl FrameTracker {
 mod tests {
     use super::*;
 
-    fn run(k: u64, seqs: &[(u64, Arrival, bool, bool)], frames: u64) -> (FrameCounts, FrameCounts) {
+    fn run(k: u64, seqs: &[(u64, bool, bool, bool)], frames: u64) -> (FrameCounts, FrameCounts) {
         let mut t = FrameTracker::new(k, 0);
         for &(s, a, c, l) in seqs {
             t.on_datagram(s, a, c, l);
@@ -191,7 +190,8 @@ mod tests {
         (iv, total)
     }
 
-    const NEW: Arrival = Arrival::New { gap: 0 };
+    const NEW: bool = false;
+    const DUP: bool = true;
 
     #[test]
     fn a_frame_completes_when_all_its_datagrams_arrive() {
@@ -215,8 +215,8 @@ mod tests {
             .iter()
             .map(|&s| (s, NEW, s == 7, s == 10))
             .collect();
-        seqs.push((13, Arrival::Duplicate, false, false));
-        seqs.push((13, Arrival::Duplicate, false, false));
+        seqs.push((13, DUP, false, false));
+        seqs.push((13, DUP, false, false));
         let (_, total) = run(3, &seqs, 5);
         assert_eq!(
             total,
@@ -235,7 +235,7 @@ mod tests {
             (0, NEW, false, false),
             (2, NEW, false, false),
             (3, NEW, false, false),
-            (1, Arrival::Reordered, false, false),
+            (1, NEW, false, false),
         ];
         let (iv, total) = run(2, &seqs, 2);
         assert_eq!(iv.completed, 2);
@@ -258,7 +258,7 @@ mod tests {
         let iv = t.take_interval();
         assert_eq!((iv.dropped, iv.completed), (1, 1));
         // Its datagram, arriving after the verdict, changes nothing.
-        t.on_datagram(1, Arrival::Reordered, false, false);
+        t.on_datagram(1, NEW, false, false);
         // The end judges what is left: frames the sender sent and no
         // datagram of which arrived are dropped.
         let total = t.finish(Some(REORDER_FRAMES + 2));

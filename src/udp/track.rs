@@ -415,7 +415,7 @@ impl ReceiverStats {
     /// Media: datagram `seq`, as it arrived, for its frame's verdict.
     pub fn on_frame(&mut self, seq: u64, arrival: Arrival, corrupt: bool, late: bool) {
         if let Some(f) = self.frames.as_mut() {
-            f.on_datagram(seq, arrival, corrupt, late);
+            f.on_datagram(seq, arrival == Arrival::Duplicate, corrupt, late);
         }
     }
 
