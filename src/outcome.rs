@@ -181,6 +181,7 @@ mod tests {
             sent,
             received,
             verdict,
+            tcp_info: None,
         }
     }
 

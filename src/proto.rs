@@ -137,6 +137,34 @@ pub struct FinalReport {
     /// This end's own judgement.
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// This end's TCP_INFO when its data phase ended: the sender's
+    /// retransmissions are on the sending end, so a client pulling data
+    /// learns them from the server's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_info: Option<TcpInfoSummary>,
+}
+
+/// The part of one end's TCP_INFO it reports to the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpInfoSummary {
+    /// Segments retransmitted (tcpi_total_retrans).
+    pub retransmits: u32,
+    /// Bytes retransmitted (tcpi_bytes_retrans).
+    pub bytes_retrans: u64,
+    /// Smoothed RTT, µs.
+    pub rtt_us: u32,
+    /// Smallest RTT seen, µs.
+    pub min_rtt_us: u32,
+    /// Congestion window, segments.
+    pub cwnd: u32,
+    /// Segment size sent, bytes.
+    pub snd_mss: u32,
+    /// Time limited by the peer's receive window, µs.
+    pub rwnd_limited_us: u64,
+    /// Time limited by the send buffer, µs.
+    pub sndbuf_limited_us: u64,
+    /// Time with data in flight, µs.
+    pub busy_us: u64,
 }
 
 /// Per-session tallies the server reports at the end.

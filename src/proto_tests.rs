@@ -164,11 +164,23 @@ fn samples() -> Vec<Message> {
             sent: 1,
             received: 2,
             verdict: Verdict::Corrupt { offset: 77 },
+            tcp_info: None,
         }),
         Message::Final(FinalReport {
             sent: 1,
             received: 2,
             verdict: Verdict::Ok,
+            tcp_info: Some(crate::proto::TcpInfoSummary {
+                retransmits: 3,
+                bytes_retrans: 4000,
+                rtt_us: 50,
+                min_rtt_us: 9,
+                cwnd: 10,
+                snd_mss: 1448,
+                rwnd_limited_us: 1,
+                sndbuf_limited_us: 2,
+                busy_us: 3,
+            }),
         }),
         Message::Stop,
         Message::Summary(SessionSummary::default()),
@@ -311,7 +323,7 @@ proptest! {
 
     #[test]
     fn final_roundtrip(sent in any::<u64>(), received in any::<u64>(), off in any::<u64>()) {
-        let m = Message::Final(FinalReport { sent, received, verdict: Verdict::Corrupt { offset: off } });
+        let m = Message::Final(FinalReport { sent, received, verdict: Verdict::Corrupt { offset: off }, tcp_info: None });
         prop_assert_eq!(decode_frame(&encode(&m)).unwrap().unwrap().0, m);
     }
 }

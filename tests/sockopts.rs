@@ -562,3 +562,37 @@ fn the_tcp_info_file_has_a_row_per_connection() {
         v["result"]["tcp_info"]["retransmits"].as_u64().unwrap()
     );
 }
+
+/// The server puts its end's TCP_INFO in its final report, so a pull test
+/// (the server sends) reports the sender's retransmissions and window: the
+/// server's MSS is the one the client's `-M` made it use.
+#[test]
+fn the_servers_tcp_info_comes_back_in_its_reports() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, out) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "3",
+            "-n",
+            "4M",
+            "--iterations",
+            "1",
+            "--pattern",
+            "pull",
+            "-M",
+            "1200",
+        ],
+        0,
+    );
+    let s = &v["result"]["server_tcp_info"];
+    assert_eq!(s["connections"], 3, "{s}");
+    let mss = s["snd_mss_min"].as_u64().unwrap();
+    assert!((500..=1200).contains(&mss), "{s}");
+    assert!(s["cwnd_max"].as_u64().unwrap() >= 1, "{s}");
+    assert!(
+        out.contains("TCP_INFO (server ends, 3 connections): Retr "),
+        "{out}"
+    );
+}

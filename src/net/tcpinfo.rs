@@ -98,7 +98,41 @@ pub fn read<S: AsRawFd>(s: &S) -> Option<TcpInfo> {
     })
 }
 
-/// TCP_INFO summed over a run's connections (the client's ends).
+impl TcpInfo {
+    /// The part an end reports to the other in its final report.
+    pub fn summary(&self) -> crate::proto::TcpInfoSummary {
+        crate::proto::TcpInfoSummary {
+            retransmits: self.retransmits,
+            bytes_retrans: self.bytes_retrans,
+            rtt_us: self.rtt_us,
+            min_rtt_us: self.min_rtt_us,
+            cwnd: self.cwnd,
+            snd_mss: self.snd_mss,
+            rwnd_limited_us: self.rwnd_limited_us,
+            sndbuf_limited_us: self.sndbuf_limited_us,
+            busy_us: self.busy_us,
+        }
+    }
+}
+
+impl From<crate::proto::TcpInfoSummary> for TcpInfo {
+    fn from(s: crate::proto::TcpInfoSummary) -> TcpInfo {
+        TcpInfo {
+            retransmits: s.retransmits,
+            bytes_retrans: s.bytes_retrans,
+            rtt_us: s.rtt_us,
+            min_rtt_us: s.min_rtt_us,
+            cwnd: s.cwnd,
+            snd_mss: s.snd_mss,
+            rwnd_limited_us: s.rwnd_limited_us,
+            sndbuf_limited_us: s.sndbuf_limited_us,
+            busy_us: s.busy_us,
+            ..TcpInfo::default()
+        }
+    }
+}
+
+/// TCP_INFO summed over a run's connections (one end of each).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct TcpInfoTotals {
     /// Connections with a reading.

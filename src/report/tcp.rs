@@ -374,7 +374,10 @@ pub fn print_summary(rep: &RunReport) {
         }
     }
     if let Some(i) = &rep.tcp_info {
-        crate::out!("{}", tcp_info_line(i));
+        crate::out!("{}", tcp_info_line("client", i));
+    }
+    if let Some(i) = &rep.server_tcp_info {
+        crate::out!("{}", tcp_info_line("server", i));
     }
     if let Some(g) = &rep.granted {
         crate::out!("{}", granted_line(g));
@@ -390,10 +393,10 @@ pub fn print_summary(rep: &RunReport) {
 }
 
 /// The client ends' TCP_INFO over the run, as iperf3's `Retr` and RTT.
-fn tcp_info_line(i: &TcpInfoTotals) -> String {
+fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
     format!(
-        "TCP_INFO (client ends, {} connections): Retr {} ({}), RTT mean {} max {} min {}, \
+        "TCP_INFO ({end} ends, {} connections): Retr {} ({}), RTT mean {} max {} min {}, \
          Cwnd up to {} segments, MSS {}; limited by receive window {:.3} s, by send buffer {:.3} s",
         i.connections,
         i.retransmits,

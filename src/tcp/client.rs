@@ -60,6 +60,10 @@ pub struct RunReport {
     pub granted: Option<crate::net::sockopt::Granted>,
     /// TCP_INFO of the client's ends, over every connection.
     pub tcp_info: Option<TcpInfoTotals>,
+    /// TCP_INFO of the server's ends, from their final reports (the
+    /// sender's view when the server sends: `--pattern pull`, duplex).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tcp_info: Option<TcpInfoTotals>,
     /// The `--omit` warm-up: the counters at its end and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub omitted: Option<Omitted>,
@@ -143,6 +147,7 @@ pub fn run(
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
     let mut tcp_info = TcpInfoTotals::default();
+    let mut server_tcp_info = TcpInfoTotals::default();
     let threads = crate::net::event_loops();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,
@@ -200,6 +205,9 @@ pub fn run(
                         shared.halt.store(true, SeqCst);
                     }
                     last_end = last_end.max(rec.time_slice);
+                    if let Some(i) = rec.peer_tcp_info {
+                        server_tcp_info.add(&i.into());
+                    }
                     if let Some(i) = &rec.tcp_info {
                         tcp_info.add(i);
                     }
@@ -294,6 +302,7 @@ pub fn run(
         server_errors,
         granted: shared.granted.get().cloned(),
         tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
+        server_tcp_info: (server_tcp_info.connections > 0).then_some(server_tcp_info),
         omitted,
     })
 }

@@ -72,6 +72,11 @@ where
         }
     };
     let mut p = Pumped::default();
+    if conn.take_info_request()
+        && let Some(i) = crate::net::tcpinfo::read(stream)
+    {
+        conn.set_final_tcp_info(i.summary());
+    }
     let before = conn.progress();
     let data = conn.sending_data();
     let (mut w, mut r) = (stream, stream);

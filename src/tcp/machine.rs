@@ -246,6 +246,11 @@ pub struct Conn {
     events: Vec<ConnEvent>,
     transfer: u64,
     paced: Option<Paced>,
+    /// The report is about to go out: the I/O layer may add this end's
+    /// TCP_INFO to it ([`Conn::take_info_request`]).
+    info_wanted: bool,
+    /// The TCP_INFO the peer reported.
+    peer_info: Option<proto::TcpInfoSummary>,
 }
 
 impl Conn {
@@ -298,6 +303,8 @@ impl Conn {
                 period: Duration::from_millis(r.period_ms.max(1)),
                 t0: now,
             }),
+            info_wanted: false,
+            peer_info: None,
         };
         c.advance();
         c
@@ -334,7 +341,9 @@ impl Conn {
             sent: self.sent,
             received: self.received,
             verdict: verdict_of(self.failure.take(), self.corrupt),
+            tcp_info: None,
         };
+        self.info_wanted = true;
         if let Some(b) = &mut self.bursts
             && b.log.done.len() as u64 > self.burst_at
         {
@@ -518,9 +527,29 @@ impl Conn {
         ) = (&self.phase, &self.mine)
             && *at == out.len()
         {
+            self.peer_info = peer.as_ref().ok().and_then(|p| p.tcp_info);
             let r = agree(mine, peer.as_ref());
             self.phase = Phase::Done(r);
         }
+    }
+
+    /// Whether this end's report is ready and not yet started: the moment
+    /// to read TCP_INFO for it. True once.
+    pub fn take_info_request(&mut self) -> bool {
+        std::mem::take(&mut self.info_wanted)
+    }
+
+    /// Adds this end's TCP_INFO to its report, if none of it is written yet.
+    pub fn set_final_tcp_info(&mut self, info: proto::TcpInfoSummary) {
+        if let (Phase::Final { out, at: 0, .. }, Some(mine)) = (&mut self.phase, &mut self.mine) {
+            mine.tcp_info = Some(info);
+            *out = proto::encode(&Message::Final(mine.clone()));
+        }
+    }
+
+    /// The TCP_INFO the peer put in its report.
+    pub fn peer_tcp_info(&self) -> Option<proto::TcpInfoSummary> {
+        self.peer_info
     }
 
     /// The peer closed its side (a read returned 0 bytes).
@@ -648,6 +677,7 @@ impl Conn {
             sent: self.sent,
             received: self.received,
             verdict: Verdict::Cancelled,
+            tcp_info: None,
         });
         match self.phase {
             Phase::Done(r) => (r, mine, bursts),

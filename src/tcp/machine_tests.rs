@@ -513,3 +513,40 @@ fn a_transfer_range_gives_each_connection_its_own_size_both_ends_agree_on() {
     assert_eq!(rc.kind, ResultKind::Success);
     assert_eq!((client.sent, server.received), (want, want));
 }
+
+#[test]
+fn an_ends_tcp_info_rides_in_its_report_to_the_peer() {
+    let mut p = Pair::new(&spec(IoPattern::Pull, 10_000), 4096, 8192);
+    let info = crate::proto::TcpInfoSummary {
+        retransmits: 7,
+        snd_mss: 1448,
+        ..Default::default()
+    };
+    // Run until the server's report is ready, add its TCP_INFO then, as
+    // the I/O layer does, and finish.
+    for _ in 0..10_000 {
+        if p.ends[1].take_info_request() {
+            p.ends[1].set_final_tcp_info(info);
+            break;
+        }
+        let now = p.clock();
+        if let Transmit::Bytes(b) = p.ends[1].transmit(now) {
+            let b = b.to_vec();
+            let n = p.pipes[1].push(&b);
+            p.ends[1].on_written(n, now);
+        }
+        let want = p.ends[0].want_read().min(p.pipes[1].q.len());
+        if want > 0 {
+            let d: Vec<u8> = p.pipes[1].q.drain(..want).collect();
+            p.ends[0].on_read(&d, now);
+        }
+    }
+    // A second request is not made, and a late setting changes nothing.
+    assert!(!p.ends[1].take_info_request());
+    p.run();
+    assert_eq!(p.result(0).0.kind, ResultKind::Success);
+    assert_eq!(p.ends[0].peer_tcp_info(), Some(info));
+    assert_eq!(p.result(1).1.tcp_info, Some(info));
+    // The client set none: the server learns none.
+    assert_eq!(p.ends[1].peer_tcp_info(), None);
+}

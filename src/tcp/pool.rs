@@ -236,6 +236,7 @@ impl Worker<'_> {
             connection_id: Uuid::new_v4(),
             bursts: Vec::new(),
             tcp_info: None,
+            peer_tcp_info: None,
             refused: None,
         };
         let started = Instant::now();
@@ -403,6 +404,7 @@ impl Worker<'_> {
                     ) else {
                         return Ok(());
                     };
+                    slot.rec.peer_tcp_info = conn.peer_tcp_info();
                     let (result, mine, bursts) = conn.into_result();
                     let result = after_stop(result, self.sh.stop.load(SeqCst));
                     (slot.rec.sent, slot.rec.received) = (mine.sent, mine.received);

@@ -44,6 +44,9 @@ pub struct ConnectionRecord {
     pub bursts: Vec<crate::proto::TcpBurst>,
     /// The client end's TCP_INFO when the connection ended.
     pub tcp_info: Option<crate::net::tcpinfo::TcpInfo>,
+    /// The server end's, from its final report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_tcp_info: Option<crate::proto::TcpInfoSummary>,
     /// The server's reason, when it refused this connection.
     #[serde(skip)]
     pub refused: Option<String>,
