@@ -24,6 +24,7 @@ fn tcp_request() -> Message {
             sock: Default::default(),
             rate: None,
             transfer_max: None,
+            server_interval_ms: 0,
         }),
     }
 }

@@ -32,6 +32,12 @@ pub const MAGIC: [u8; 2] = *b"NR";
 pub const HEADER_LEN: usize = 8;
 /// Largest payload accepted; anything bigger is an attack or a bug.
 pub const MAX_PAYLOAD: usize = 64 * 1024;
+
+/// Status rows per [`Message::ServerIntervals`] frame (about 200 bytes each).
+pub const SERVER_ROWS_CHUNK: usize = 200;
+
+/// Most status rows a server keeps for one session.
+pub const MAX_SERVER_ROWS: usize = 20_000;
 /// Capabilities this build offers in its hello.
 pub const CAPABILITIES: &[&str] = &["tcp", "udp", "rr"];
 
@@ -338,6 +344,14 @@ pub enum Message {
         bursts: Vec<TcpBurst>,
         /// No more chunks follow.
         last: bool,
+    },
+    /// The server's own status rows of a TCP session (`--get-server-output`),
+    /// sent in chunks before its summary.
+    ServerIntervals {
+        /// Up to [`SERVER_ROWS_CHUNK`] rows.
+        rows: Vec<crate::stats::IntervalRow>,
+        /// Rows were left out: the session ran past the cap.
+        truncated: bool,
     },
     /// Either end reports a problem; the sender closes the connection after it.
     Error {

@@ -151,6 +151,7 @@ fn samples() -> Vec<Message> {
                 sock: Default::default(),
                 rate: None,
                 transfer_max: None,
+                server_interval_ms: 0,
             }),
         },
         Message::TestAccept { session: id },
@@ -183,6 +184,10 @@ fn samples() -> Vec<Message> {
             }),
         }),
         Message::Stop,
+        Message::ServerIntervals {
+            rows: Vec::new(),
+            truncated: true,
+        },
         Message::Summary(SessionSummary::default()),
         Message::error(ErrorCode::Refused, "no"),
         Message::TestRequest {

@@ -56,6 +56,10 @@ pub struct TcpSpec {
     /// Each end's sending rate limit per connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// `--get-server-output`: the server keeps its own status rows every
+    /// this many ms and sends them before its summary (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_interval_ms: u64,
     /// With a range of transfer sizes (ctsTraffic `-transfer:[lo,hi]`): its
     /// upper end, `transfer` being the lower. Both ends derive each
     /// connection's size from its ID ([`TcpSpec::transfer_of`]).

@@ -1,7 +1,7 @@
 //! Live counters shared by connection threads, and the per-interval rows the
 //! status table, status file and JSON report are made of.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use crate::outcome::ResultKind;
@@ -97,7 +97,7 @@ impl Counters {
 }
 
 /// One row of the status table (ctsTraffic's columns, plus cancelled).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IntervalRow {
     /// Seconds since the test started, at the end of this slice.
     #[serde(rename = "TimeSlice")]
@@ -122,16 +122,20 @@ pub struct IntervalRow {
     pub data_errors: u64,
     /// Segments this end retransmitted during the slice (TCP_INFO; iperf3's
     /// `Retr`). Not a ctsTraffic column: JSON and console only.
-    #[serde(rename = "Retransmits")]
+    #[serde(rename = "Retransmits", default)]
     pub retransmits: u64,
     /// Mean smoothed RTT of the live connections sampled in the slice, µs.
-    #[serde(rename = "RttUs")]
+    #[serde(rename = "RttUs", default)]
     pub rtt_us: Option<f64>,
     /// Mean congestion window of those samples, segments.
-    #[serde(rename = "CwndSegments")]
+    #[serde(rename = "CwndSegments", default)]
     pub cwnd: Option<f64>,
     /// The slice ends within the `--omit` warm-up.
-    #[serde(rename = "Omitted", skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        rename = "Omitted",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub omitted: bool,
 }
 
@@ -220,6 +224,65 @@ impl IntervalRow {
     }
 }
 
+/// Rows taken every `every` from counters the caller snapshots: a server's
+/// own account of a session (iperf3's --get-server-output), bounded to
+/// `cap` rows.
+#[derive(Debug)]
+pub struct IntervalLog {
+    every: std::time::Duration,
+    t0: std::time::Instant,
+    next: std::time::Instant,
+    prev: (Snapshot, f64),
+    rows: Vec<IntervalRow>,
+    cap: usize,
+    truncated: bool,
+}
+
+impl IntervalLog {
+    /// A log of a row every `every` from `t0`, keeping at most `cap`.
+    pub fn new(every: std::time::Duration, t0: std::time::Instant, cap: usize) -> IntervalLog {
+        let every = every.max(std::time::Duration::from_millis(1));
+        IntervalLog {
+            every,
+            t0,
+            next: t0 + every,
+            prev: (Snapshot::default(), 0.0),
+            rows: Vec::new(),
+            cap,
+            truncated: false,
+        }
+    }
+
+    /// Whether a row is due at `now`.
+    pub fn due(&self, now: std::time::Instant) -> bool {
+        now >= self.next
+    }
+
+    /// The row from the last one to `now`, when the counters read `snap`
+    /// (a late caller gets one row for the whole span, never made-up ones).
+    pub fn take(&mut self, now: std::time::Instant, snap: Snapshot) {
+        let secs = now.saturating_duration_since(self.t0).as_secs_f64();
+        if secs <= self.prev.1 {
+            return;
+        }
+        if self.rows.len() < self.cap {
+            self.rows
+                .push(IntervalRow::between(&self.prev.0, self.prev.1, &snap, secs));
+        } else {
+            self.truncated = true;
+        }
+        self.prev = (snap, secs);
+        while self.next <= now {
+            self.next += self.every;
+        }
+    }
+
+    /// The rows, and whether some were left out for the cap.
+    pub fn finish(&mut self) -> (Vec<IntervalRow>, bool) {
+        (std::mem::take(&mut self.rows), self.truncated)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +306,36 @@ mod tests {
         assert_eq!(r.cells()[0], "3.000");
         let z = IntervalRow::between(&a, 1.0, &b, 1.0);
         assert_eq!(z.send_bps, 0);
+    }
+
+    #[test]
+    fn an_interval_log_takes_a_row_per_interval_and_one_for_a_late_span() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut l = IntervalLog::new(Duration::from_millis(100), t0, 3);
+        assert!(!l.due(ms(99)));
+        assert!(l.due(ms(100)));
+        let snap = |sent| Snapshot {
+            sent,
+            ..Default::default()
+        };
+        l.take(ms(100), snap(1000));
+        // Called late: one row for 100..350, the next due at 400.
+        l.take(ms(350), snap(3500));
+        assert!(!l.due(ms(399)));
+        assert!(l.due(ms(400)));
+        l.take(ms(400), snap(4000));
+        // Past the cap: counted as left out, not kept.
+        l.take(ms(500), snap(5000));
+        // Nothing new at the same time.
+        l.take(ms(500), snap(9999));
+        let (rows, truncated) = l.finish();
+        assert!(truncated);
+        let got: Vec<(u64, u64)> = rows
+            .iter()
+            .map(|r| ((r.time_slice * 1000.0).round() as u64, r.send_bps))
+            .collect();
+        assert_eq!(got, vec![(100, 10_000), (350, 10_000), (400, 10_000)]);
     }
 }

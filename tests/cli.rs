@@ -1512,3 +1512,58 @@ fn media_frames_are_split_into_datagrams_and_judged_whole() {
     assert_eq!(v["config"]["spec"]["size"], 1000);
     assert!(out.contains("Frames: "), "{out}");
 }
+
+/// `--get-server-output`: the server keeps its own status rows of the
+/// session and sends them before its summary; they account for what it
+/// received, and the last one's counts are its summary's.
+#[test]
+fn the_servers_own_rows_come_back_with_get_server_output() {
+    let (_srv, addr) = serve(&["-q"]);
+    let (v, _) = run_json(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "2",
+            "-n",
+            "2M",
+            "-b",
+            "16M",
+            "--iterations",
+            "2",
+            "-i",
+            "250ms",
+            "--get-server-output",
+        ],
+        0,
+    );
+    let r = &v["result"];
+    let so = &r["server_output"][0];
+    assert_eq!(so["truncated"], false);
+    let rows = so["rows"].as_array().unwrap();
+    assert!(rows.len() >= 3, "{so}");
+    let mut prev = 0.0;
+    let mut bytes = 0.0;
+    for row in rows {
+        let t = row["TimeSlice"].as_f64().unwrap();
+        assert!(t > prev, "{so}");
+        bytes += row["RecvBps"].as_f64().unwrap() * (t - prev);
+        prev = t;
+    }
+    let summary = &r["servers"][0][1];
+    let received = summary["bytes_received"].as_f64().unwrap();
+    assert_eq!(received, 8.0 * 1024.0 * 1024.0);
+    // Rates are whole bytes per second: the rows add up to within rounding.
+    assert!(
+        (bytes - received).abs() < received * 0.01,
+        "{bytes} of {received}"
+    );
+    let last = rows.last().unwrap();
+    assert_eq!(last["Completed"], summary["success"]);
+    // Without the flag, no rows.
+    let (v, _) = run_json(
+        &["tcp", &addr.to_string(), "-n", "1M", "--iterations", "1"],
+        0,
+    );
+    assert!(v["result"]["server_output"].is_null());
+}

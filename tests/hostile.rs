@@ -42,6 +42,7 @@ fn corpus() -> Vec<Message> {
                 sock: Default::default(),
                 rate: None,
                 transfer_max: None,
+                server_interval_ms: 0,
             }),
         },
         Message::TestRequest {

@@ -78,6 +78,10 @@ pub struct TcpArgs {
     /// runs this much longer. Every connection still ends with its verdict.
     #[arg(short = 'O', long, value_name = "D", value_parser = positive_duration)]
     omit: Option<Duration>,
+    /// Ask each server for its own status rows, every --interval, and put
+    /// them in the JSON (`server_output`; iperf3 --get-server-output).
+    #[arg(long)]
+    get_server_output: bool,
     /// Write the status table here (CSV if the name ends in .csv).
     #[arg(long, value_name = "FILE")]
     status_file: Option<PathBuf>,
@@ -171,6 +175,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
+        server_output: a.get_server_output,
         bind_dev: a.sock.ip.bind_dev.clone(),
         local_ports: a.sock.cport,
         start_at: a.start.at,

@@ -558,6 +558,7 @@ impl<'a> Loop<'a> {
                     due.push((k, true))
                 }
                 Stage::Data { a, conn, .. } => {
+                    a.sess.tick(now);
                     if a.sess.cancelled() {
                         conn.cancel();
                         due.push((k, false));

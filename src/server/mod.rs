@@ -389,6 +389,9 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                         {
                             std::thread::sleep(Duration::from_millis(1));
                         }
+                        for m in sess.rows_frames() {
+                            let _ = write_message(&mut s, &m);
+                        }
                         let _ = write_message(&mut s, &Message::Summary(sess.summary()));
                     }
                 }

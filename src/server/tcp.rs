@@ -41,6 +41,8 @@ pub(super) struct Session {
     /// connections are reset, not wound down.
     aborted: AtomicBool,
     pub(super) started: Instant,
+    /// `--get-server-output`: this end's own status rows.
+    log: Option<std::sync::Mutex<crate::stats::IntervalLog>>,
 }
 
 impl Session {
@@ -59,13 +61,49 @@ impl Session {
             ),
             data_key,
             peer,
-            spec,
             reserved: AtomicU64::new(0),
             burst_records: AtomicU64::new(0),
             counters: Counters::default(),
             aborted: AtomicBool::new(false),
             started: Instant::now(),
+            log: (spec.server_interval_ms > 0).then(|| {
+                std::sync::Mutex::new(crate::stats::IntervalLog::new(
+                    std::time::Duration::from_millis(spec.server_interval_ms),
+                    Instant::now(),
+                    crate::proto::MAX_SERVER_ROWS,
+                ))
+            }),
+            spec,
         }
+    }
+
+    /// Takes a status row if one is due (the event loops call it as they
+    /// scan their connections).
+    pub(super) fn tick(&self, now: Instant) {
+        if let Some(l) = &self.log {
+            let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
+            if l.due(now) {
+                l.take(now, self.counters.snapshot());
+            }
+        }
+    }
+
+    /// The last row, then every row, in frames for the client.
+    pub(super) fn rows_frames(&self) -> Vec<Message> {
+        let Some(l) = &self.log else {
+            return Vec::new();
+        };
+        let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
+        l.take(Instant::now(), self.counters.snapshot());
+        let (rows, truncated) = l.finish();
+        let n = rows.len().div_ceil(crate::proto::SERVER_ROWS_CHUNK).max(1);
+        let mut chunks = rows.chunks(crate::proto::SERVER_ROWS_CHUNK);
+        (0..n)
+            .map(|_| Message::ServerIntervals {
+                rows: chunks.next().unwrap_or_default().to_vec(),
+                truncated,
+            })
+            .collect()
     }
 
     pub(super) fn cancelled(&self) -> bool {
@@ -309,6 +347,7 @@ mod tests {
             sock: Default::default(),
             rate: None,
             transfer_max: None,
+            server_interval_ms: 0,
         }
     }
 

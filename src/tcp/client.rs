@@ -60,6 +60,9 @@ pub struct RunReport {
     pub granted: Option<crate::net::sockopt::Granted>,
     /// TCP_INFO of the client's ends, over every connection.
     pub tcp_info: Option<TcpInfoTotals>,
+    /// Each server session's own status rows (`--get-server-output`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_output: Vec<super::session::ServerRows>,
     /// TCP_INFO of the server's ends, from their final reports (the
     /// sender's view when the server sends: `--pattern pull`, duplex).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -274,6 +277,7 @@ pub fn run(
     intervals.push(last);
 
     let mut servers = Vec::new();
+    let mut server_output = Vec::new();
     for s in &shared.sessions {
         if lost_servers.contains(&s.addr)
             || s.unresponsive.load(SeqCst)
@@ -282,11 +286,22 @@ pub fn run(
             servers.push((s.addr, None));
             continue;
         }
-        let summary = match control_finish(s, &Message::Goodbye, |m| !matches!(m, Message::StopAck))
-        {
+        let mut rows = super::session::ServerRows {
+            server: Some(s.addr),
+            ..Default::default()
+        };
+        let summary = match control_finish(
+            s,
+            &Message::Goodbye,
+            |m| !matches!(m, Message::StopAck),
+            &mut rows,
+        ) {
             Some(Message::Summary(sum)) => Some(sum),
             _ => None,
         };
+        if shared.cfg.server_output {
+            server_output.push(rows);
+        }
         servers.push((s.addr, summary));
     }
     // One entry per server, whatever number of source addresses used it.
@@ -303,6 +318,7 @@ pub fn run(
         granted: shared.granted.get().cloned(),
         tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
         server_tcp_info: (server_tcp_info.connections > 0).then_some(server_tcp_info),
+        server_output,
         omitted,
     })
 }

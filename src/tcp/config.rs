@@ -155,6 +155,9 @@ pub struct TcpClientConfig {
     /// seconds; iperf2 --txstart-time), after the sessions are set up.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
     pub start_at: Option<f64>,
+    /// Ask each server for its own status rows (iperf3 --get-server-output).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub server_output: bool,
     /// The interface data connections go out of (SO_BINDTODEVICE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
@@ -193,6 +196,7 @@ impl TcpClientConfig {
             start_at: None,
             bind_dev: None,
             local_ports: None,
+            server_output: false,
         }
     }
 
@@ -264,6 +268,11 @@ impl TcpClientConfig {
             sock: self.sock.for_server(),
             rate: self.rate,
             transfer_max: self.transfer_max,
+            server_interval_ms: match (self.server_output, self.interval) {
+                (true, Some(i)) => i.as_millis().clamp(10, u128::from(u32::MAX)) as u64,
+                (true, None) => 1000,
+                (false, _) => 0,
+            },
         }
     }
 }

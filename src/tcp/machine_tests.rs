@@ -20,6 +20,7 @@ fn spec(pattern: IoPattern, transfer: u64) -> TcpSpec {
         sock: Default::default(),
         rate: None,
         transfer_max: None,
+        server_interval_ms: 0,
     }
 }
 

@@ -104,6 +104,7 @@ pub(super) fn control_finish(
     s: &ServerControl,
     msg: &Message,
     wanted: impl Fn(&Message) -> bool,
+    rows: &mut ServerRows,
 ) -> Option<Message> {
     if !control_send(s, msg) {
         return None;
@@ -119,11 +120,28 @@ pub(super) fn control_finish(
         }
         let _ = c.set_read_timeout(Some(STOP_GRACE));
         match read_message(&mut *c) {
+            Ok(Message::ServerIntervals { rows: r, truncated }) => {
+                // Bounded as the server bounds it, whatever it sends.
+                let room = crate::proto::MAX_SERVER_ROWS.saturating_sub(rows.rows.len());
+                rows.rows.extend(r.into_iter().take(room));
+                rows.truncated |= truncated;
+            }
             Ok(m) if wanted(&m) => return Some(m),
             Ok(_) => continue,
             Err(_) => return None,
         }
     }
+}
+
+/// A server's own status rows of its session (`--get-server-output`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ServerRows {
+    /// The server's address.
+    pub server: Option<SocketAddr>,
+    /// Its rows, in order.
+    pub rows: Vec<crate::stats::IntervalRow>,
+    /// It left rows out (past its cap).
+    pub truncated: bool,
 }
 
 /// Whether the server has closed (or reset) a control connection. Between
@@ -264,9 +282,12 @@ impl Shared {
             // The server marks the session cancelled before we shut its
             // connections, so both ends count cancellations; a stuck server
             // gets the grace period, and is not asked again.
-            let ack = control_finish(s, &Message::Stop, |m| {
-                matches!(m, Message::StopAck | Message::Error { .. })
-            });
+            let ack = control_finish(
+                s,
+                &Message::Stop,
+                |m| matches!(m, Message::StopAck | Message::Error { .. }),
+                &mut ServerRows::default(),
+            );
             if ack.is_none() {
                 s.unresponsive.store(true, SeqCst);
             }
