@@ -51,6 +51,19 @@ pub enum ResultKind {
     Cancelled,
 }
 
+impl ResultKind {
+    /// Counts one finished connection of this kind in `c`.
+    pub fn count_in(self, c: &crate::stats::Counters) {
+        let n = match self {
+            ResultKind::Success => &c.completed,
+            ResultKind::NetworkError => &c.net_errors,
+            ResultKind::DataError => &c.data_errors,
+            ResultKind::Cancelled => &c.cancelled,
+        };
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl fmt::Display for ResultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -161,6 +174,26 @@ pub fn agree(mine: &FinalReport, peer: Result<&FinalReport, &NoReport>) -> ConnR
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_counts_in_its_own_counter() {
+        let c = crate::stats::Counters::default();
+        for (k, n) in [
+            (ResultKind::Success, 1),
+            (ResultKind::NetworkError, 2),
+            (ResultKind::DataError, 3),
+            (ResultKind::Cancelled, 4),
+        ] {
+            for _ in 0..n {
+                k.count_in(&c);
+            }
+        }
+        let s = c.snapshot();
+        assert_eq!(
+            (s.completed, s.net_errors, s.data_errors, s.cancelled),
+            (1, 2, 3, 4)
+        );
+    }
 
     #[test]
     fn only_network_errors_of_a_stopped_run_become_cancellations() {

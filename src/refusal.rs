@@ -154,6 +154,8 @@ pub enum Invalid {
     TransferRange,
     #[error("omit must be shorter than the stream, and rate profiles take none")]
     Omit,
+    #[error("a test has 1 to {max} streams")]
+    Streams { max: u32 },
     #[error("{bursts} bursts per connection (transfer / burst size); at most {max}")]
     TooManyBursts { bursts: u64, max: u64 },
     #[error("buffer size {size} outside 1..={max}")]

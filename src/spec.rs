@@ -245,7 +245,24 @@ pub struct UdpSpec {
     /// warm-up, shown in the intervals and left out of every total.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omit_ms: u64,
+    /// One of several streams of one test (`-P`, `--bidir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<StreamGroup>,
 }
+
+/// Where a stream stands in its test's group of streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamGroup {
+    /// The test's ID, the same for every stream.
+    pub id: uuid::Uuid,
+    /// Streams in the test.
+    pub streams: u32,
+    /// This stream's place, from 0 (which opens the group).
+    pub index: u32,
+}
+
+/// Most streams one UDP test may have.
+pub const MAX_STREAMS: u32 = 128;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0

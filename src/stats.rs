@@ -4,8 +4,6 @@
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-use crate::outcome::ResultKind;
-
 /// Counters updated by every connection thread; read by the status ticker.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -82,17 +80,6 @@ impl Counters {
         self.info_samples.fetch_add(1, Relaxed);
         self.rtt_us_sum.fetch_add(u64::from(rtt_us), Relaxed);
         self.cwnd_sum.fetch_add(u64::from(cwnd), Relaxed);
-    }
-
-    /// Counts one finished connection.
-    pub fn record(&self, kind: ResultKind) {
-        let c = match kind {
-            ResultKind::Success => &self.completed,
-            ResultKind::NetworkError => &self.net_errors,
-            ResultKind::DataError => &self.data_errors,
-            ResultKind::Cancelled => &self.cancelled,
-        };
-        c.fetch_add(1, Relaxed);
     }
 }
 

@@ -1567,3 +1567,69 @@ fn the_servers_own_rows_come_back_with_get_server_output() {
     );
     assert!(v["result"]["server_output"].is_null());
 }
+
+/// `udp -P N --bidir`: streams each way, each its own session and data
+/// socket (its own port), counted by the server as one test (a default
+/// server allows a client 4 tests at once; this is 12 streams), summed per
+/// direction exactly, with a connection-file row per stream.
+#[test]
+fn parallel_and_bidirectional_udp_streams_are_one_test() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cf = dir.path().join("c.csv");
+    let (v, out) = run_json(
+        &[
+            "udp",
+            &addr.to_string(),
+            "-P",
+            "6",
+            "--bidir",
+            "-t",
+            "500ms",
+            "-b",
+            "1M",
+            "-i",
+            "250ms",
+            "--connection-file",
+            cf.to_str().unwrap(),
+        ],
+        0,
+    );
+    let r = &v["result"];
+    let streams = r["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 12);
+    for (rev, key) in [(false, "sum_up"), (true, "sum_down")] {
+        let mine: Vec<&serde_json::Value> =
+            streams.iter().filter(|s| s["reverse"] == rev).collect();
+        assert_eq!(mine.len(), 6);
+        let add = |k: &str| -> u64 {
+            mine.iter()
+                .map(|s| s["report"]["totals"][k].as_u64().unwrap())
+                .sum()
+        };
+        let sum = &r[key];
+        for k in ["sent", "unique", "packets", "bytes", "lost"] {
+            assert_eq!(sum[k].as_u64().unwrap(), add(k), "{key} {k}");
+        }
+        assert!(add("unique") > 0);
+    }
+    let ports: std::collections::BTreeSet<String> = streams
+        .iter()
+        .map(|s| s["report"]["local"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ports.len(), 12, "{ports:?}");
+    assert_eq!(csv_rows(&cf).len(), 12);
+    assert!(
+        out.contains("SUM   up (6 streams)") && out.contains("SUM down (6 streams)"),
+        "{out}"
+    );
+    for bad in [
+        vec!["udp", "-P", "2", "--jitter-file", "j.csv", "-R"],
+        vec!["udp", "-P", "0"],
+        vec!["udp", "-P", "129"],
+        vec!["udp", "--media", "-b", "1M", "--bidir"],
+    ] {
+        let o = netrig(&bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+    }
+}

@@ -34,6 +34,7 @@ const PROTOCOL: &[&str] = &[
     "udp::header",
     "udp::frames",
     "udp::marks",
+    "udp::sum",
     "udp::pace",
     "udp::profile",
     "udp::scenario",

@@ -88,6 +88,12 @@ fn every_commands_json_matches_the_schema() {
             0,
         ),
         write(d, "udp-reverse", &["udp", "-t", "300ms", "-R"], 0),
+        write(
+            d,
+            "udp-streams",
+            &["udp", "-t", "300ms", "-P", "2", "--bidir"],
+            0,
+        ),
         write(d, "sweep", &["sweep", "--to-rate", "5M", "-t", "1s"], 0),
         write(d, "rr", &["rr", "-n", "200"], 0),
         write(d, "rr-udp", &["rr", "--proto", "udp", "-n", "200"], 0),

@@ -36,6 +36,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
         auth_datagrams: false,
         sock: Default::default(),
         omit_ms: 0,
+        group: None,
         reverse,
         size,
         gap_ps: gap_for_rate(size, rate_bps),

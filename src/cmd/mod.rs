@@ -33,6 +33,7 @@ pub mod sock;
 pub mod sweep;
 pub mod tcp;
 pub mod udp;
+pub mod udp_streams;
 
 /// Exit codes, documented in the README. Declared in increasing value, so
 /// `max` keeps the more serious of two outcomes (a data error over a network

@@ -55,6 +55,13 @@ pub struct UdpArgs {
     /// Receiver status interval.
     #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
     interval: Duration,
+    /// Streams at once, each with its own data socket, each at --bitrate
+    /// (iperf3 -P; ctsTraffic UDP -Connections); one test to the server.
+    #[arg(short = 'P', long, visible_alias = "connections", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(netrig::proto::MAX_STREAMS)))]
+    parallel: u32,
+    /// Run the streams both ways at once: -P each direction (iperf3 --bidir).
+    #[arg(long, conflicts_with = "reverse")]
+    bidir: bool,
     /// Send this long first as a warm-up: its intervals are shown, marked,
     /// and left out of every total (iperf3 -O); the stream lasts --time
     /// more. Not with --profile.
@@ -347,7 +354,28 @@ pub fn run_with(
         auth_datagrams: a.auth_datagrams,
         sock,
         omit_ms,
+        group: None,
     };
+    let streams = super::udp_streams::Streams {
+        parallel: a.parallel,
+        bidir: a.bidir,
+    };
+    if streams.many() {
+        let why = if a.jitter_file.is_some() {
+            Some("--jitter-file follows one stream: not with -P or --bidir")
+        } else if spec.profile.is_some() {
+            Some("rate profiles and sweeps run one stream: not with -P or --bidir")
+        } else if a.bidir && spec.media.is_some() {
+            Some("a media stream flows server to client: not with --bidir")
+        } else if a.cport.is_some() {
+            Some("--cport names one stream's port: not with -P or --bidir")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Ok(usage(why));
+        }
+    }
     let embedded = match &a.target {
         Some(_) => None,
         None => Some(Embedded::start(key.clone())?),
@@ -380,6 +408,19 @@ pub fn run_with(
         cport: a.cport,
     };
     banner.push(netrig::report::udp_banner(&cfg.spec));
+    if streams.many() {
+        let outputs = super::udp_streams::Outputs {
+            json: json.as_deref(),
+            stream: stream.as_deref(),
+            status_file: a.status_file.as_deref(),
+            connection_file: a.connection_file.as_deref(),
+        };
+        let code = super::udp_streams::run(&cfg, streams, verbosity, banner, outputs, test);
+        if let Some(e) = embedded {
+            e.finish();
+        }
+        return code;
+    }
     let cts_jitter = a.jitter_format == JitterFormat::Cts;
     let mut reporter = UdpReporter::new(
         verbosity,

@@ -19,6 +19,8 @@ mod stream;
 mod tcp;
 pub mod tcp_info_file;
 mod udp;
+mod udp_cells;
+mod udp_multi;
 
 pub use analysis::*;
 pub use connection_row::CONNECTION_HEADERS;
@@ -26,6 +28,11 @@ pub use rr::*;
 pub use stream::{JsonStream, StreamSink};
 pub use tcp::*;
 pub use udp::*;
+pub use udp_cells::{
+    CTS_JITTER_HEADERS, JitterFormat, MEDIA_HEADERS, PACKET_HEADERS, UDP_CONNECTION_HEADERS,
+    UDP_HEADERS, interval_loss_pct,
+};
+pub use udp_multi::MultiReporter;
 
 /// Serde helper: an optional duration as integer milliseconds.
 pub mod duration_ms {

@@ -26,6 +26,7 @@ use crate::proto::{
 use crate::refusal::{Limit, Refusal};
 
 mod core;
+mod groups;
 pub mod limits;
 mod tcp;
 
@@ -81,6 +82,8 @@ pub(crate) struct State {
     tests_per_client: Mutex<HashMap<IpAddr, u32>>,
     /// Connections being served.
     open: AtomicU64,
+    /// UDP stream groups open for more streams.
+    groups: groups::Groups,
 }
 
 /// How long the accept loop rests when the process is out of descriptors.
@@ -136,6 +139,7 @@ impl Server {
             per_client: Mutex::new(HashMap::new()),
             tests_per_client: Mutex::new(HashMap::new()),
             open: AtomicU64::new(0),
+            groups: groups::Groups::default(),
         });
         // The event loops exist before anything can connect.
         let threads = crate::net::event_loops();
@@ -396,11 +400,25 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                     }
                 }
                 Step::Admit(test) => {
-                    match take_test_slots(st, peer.ip().to_canonical()) {
-                        Ok(slots) => _test_slots = Some(slots),
-                        Err(why) => {
-                            steps.extend(conv.refused(why.into()));
-                            continue;
+                    let ip = peer.ip().to_canonical();
+                    let group = match &test {
+                        TestSpec::Udp(u) => u.group,
+                        _ => None,
+                    };
+                    let now = Instant::now();
+                    // A group's later streams ride on its first one's slot.
+                    let joined =
+                        group.is_some_and(|g| g.index > 0 && st.groups.join(g.id, ip, now));
+                    if !joined {
+                        match take_test_slots(st, ip) {
+                            Ok(slots) => _test_slots = Some(slots),
+                            Err(why) => {
+                                steps.extend(conv.refused(why.into()));
+                                continue;
+                            }
+                        }
+                        if let Some(g) = group.filter(|g| g.index == 0) {
+                            st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
                         }
                     }
                     match admit_test(st, stream, peer, test, conv.datagram_key()) {

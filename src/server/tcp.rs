@@ -295,7 +295,7 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
 /// A data connection ended with `kind`: counted, and its records given back.
 pub(super) fn finished(st: &State, a: &Admitted, kind: ResultKind) {
     a.release();
-    a.sess.counters.record(kind);
+    kind.count_in(&a.sess.counters);
     a.sess.counters.in_flight.fetch_sub(1, SeqCst);
     st.finished.fetch_add(1, Relaxed);
 }

@@ -517,7 +517,7 @@ impl Worker<'_> {
         };
         rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
         rec.time_slice = self.sh.elapsed();
-        self.sh.counters.record(rec.result.kind);
+        rec.result.kind.count_in(&self.sh.counters);
         let _ = self.tx.send(rec);
     }
 

@@ -15,4 +15,6 @@ pub mod scenario;
 pub mod send;
 pub mod sent;
 pub mod serve;
+pub mod streams;
+pub mod sum;
 pub mod track;

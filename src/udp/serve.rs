@@ -84,6 +84,14 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
     if s.omit_ms > 0 && (s.omit_ms >= s.duration_ms || s.profile.is_some()) {
         return Err(Invalid::Omit.into());
     }
+    if s.group.is_some_and(|g| {
+        g.streams == 0 || g.streams > crate::spec::MAX_STREAMS || g.index >= g.streams
+    }) {
+        return Err(Invalid::Streams {
+            max: crate::spec::MAX_STREAMS,
+        }
+        .into());
+    }
     if s.media
         .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
     {
@@ -111,10 +119,12 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
             .into());
         }
     }
-    if rate_bps(s) > limits.max_rate_bps as f64 * 1.000_001 {
+    // A group's streams share the limit: each carries the group's size.
+    let streams = f64::from(s.group.map_or(1, |g| g.streams.max(1)));
+    if rate_bps(s) * streams > limits.max_rate_bps as f64 * 1.000_001 {
         return Err(Limit::Rate {
             max_bps: limits.max_rate_bps,
-            asked_bps: rate_bps(s),
+            asked_bps: rate_bps(s) * streams,
         }
         .into());
     }

@@ -24,6 +24,7 @@ fn spec() -> UdpSpec {
         auth_datagrams: false,
         sock: Default::default(),
         omit_ms: 0,
+        group: None,
     }
 }
 

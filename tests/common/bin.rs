@@ -77,6 +77,7 @@ pub fn udp_spec() -> netrig::proto::UdpSpec {
         auth_datagrams: false,
         sock: Default::default(),
         omit_ms: 0,
+        group: None,
     }
 }
 

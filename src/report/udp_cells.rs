@@ -1,0 +1,231 @@
+//! The UDP tables' columns and cells: the receiver table (files and
+//! console), ctsTraffic's media table, its jitter and connection files, and
+//! netrig's per-datagram file; shared by the one-stream and many-stream
+//! reports.
+
+use super::opt_us;
+use crate::units::format_bits_per_sec;
+
+/// Columns of the UDP receiver table.
+pub const UDP_HEADERS: [&str; 13] = [
+    "TimeSlice",
+    "Bytes",
+    "Packets",
+    "Drops",
+    "ConsecDrops",
+    "Dups",
+    "Reordered",
+    "Corrupt",
+    "Late",
+    "DelayMinUs",
+    "DelayAvgUs",
+    "DelayMaxUs",
+    "JitterUs",
+];
+pub(super) const UDP_WIDTHS: [usize; 13] = [10, 12, 9, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+/// Columns of the media-stream table (ctsTraffic's).
+pub const MEDIA_HEADERS: [&str; 7] = [
+    "TimeSlice",
+    "Bits/Sec",
+    "Streams",
+    "Completed",
+    "Dropped",
+    "Repeated",
+    "Errors",
+];
+pub(super) const MEDIA_WIDTHS: [usize; 7] = [10, 12, 7, 10, 8, 9, 7];
+/// Columns of the UDP connection file (ctsTraffic's `-ConnectionFilename`
+/// for UDP): one row per stream.
+pub const UDP_CONNECTION_HEADERS: [&str; 10] = [
+    "TimeSlice",
+    "LocalAddress",
+    "RemoteAddress",
+    "Bits/Sec",
+    "Completed",
+    "Dropped",
+    "Repeated",
+    "Errors",
+    "Result",
+    "ConnectionId",
+];
+pub(super) const UDP_CONNECTION_WIDTHS: [usize; 10] = [10, 47, 47, 12, 10, 8, 9, 7, 12, 36];
+/// Columns of ctsTraffic's jitter file (`--jitter-format cts`): its
+/// QueryPerformanceCounter stamps are nanoseconds here, at a frequency of
+/// 1e9.
+pub const CTS_JITTER_HEADERS: [&str; 7] = [
+    "SequenceNumber",
+    "SenderQpc",
+    "SenderQpf",
+    "ReceiverQpc",
+    "ReceiverQpf",
+    "RelativeInFlightTimeMs",
+    "PrevToCurrentInFlightTimeJitter",
+];
+pub(super) const CTS_JITTER_WIDTHS: [usize; 7] = [14, 20, 10, 20, 10, 22, 31];
+
+/// The per-datagram file's columns: netrig's or ctsTraffic's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum JitterFormat {
+    /// Sequence, SenderNs, ReceiverNs, FlightUs, Arrival, Corrupt.
+    #[default]
+    Netrig,
+    /// ctsTraffic's `-JitterFilename` columns.
+    Cts,
+}
+
+/// ctsTraffic's jitter arithmetic: each datagram's time in flight relative
+/// to the first one received (the clocks need not agree), and its change
+/// from the previous datagram's, both ms.
+#[derive(Debug, Default)]
+pub(super) struct CtsJitter {
+    base_ns: Option<i64>,
+    prev_ms: Option<f64>,
+}
+
+impl CtsJitter {
+    pub(super) fn cells(&mut self, p: &crate::udp::receive::PacketRow) -> Vec<String> {
+        let transit = p.recv_ns as i64 - p.send_ns as i64;
+        let base = *self.base_ns.get_or_insert(transit);
+        let rel_ms = (transit - base) as f64 / 1e6;
+        let jitter = rel_ms - self.prev_ms.unwrap_or(rel_ms);
+        self.prev_ms = Some(rel_ms);
+        vec![
+            p.seq.to_string(),
+            p.send_ns.to_string(),
+            "1000000000".into(),
+            p.recv_ns.to_string(),
+            "1000000000".into(),
+            format!("{rel_ms:.6}"),
+            format!("{jitter:.6}"),
+        ]
+    }
+}
+/// Columns of the per-datagram (jitter) file.
+pub const PACKET_HEADERS: [&str; 6] = [
+    "Sequence",
+    "SenderNs",
+    "ReceiverNs",
+    "FlightUs",
+    "Arrival",
+    "Corrupt",
+];
+pub(super) const PACKET_WIDTHS: [usize; 6] = [10, 20, 20, 12, 10, 7];
+
+pub(super) fn udp_cells(iv: &crate::udp::track::UdpInterval) -> Vec<String> {
+    vec![
+        format!("{:.3}", iv.time_slice),
+        iv.bytes.to_string(),
+        iv.packets.to_string(),
+        iv.drops.to_string(),
+        iv.max_consecutive_drops.to_string(),
+        iv.duplicates.to_string(),
+        iv.reordered.to_string(),
+        iv.corrupt.to_string(),
+        iv.late.to_string(),
+        opt_us(iv.delay_min_us),
+        opt_us(iv.delay_avg_us),
+        opt_us(iv.delay_max_us),
+        format!("{:.1}", iv.jitter_us),
+    ]
+}
+
+/// Columns of the UDP table on the console: the file's ([`UDP_HEADERS`]),
+/// plus the rate (bit/s with units) after `TimeSlice` and the loss percent
+/// after `Drops`, as iperf3 users expect.
+pub(super) fn udp_console_headers() -> Vec<&'static str> {
+    let mut h = UDP_HEADERS.to_vec();
+    h.insert(1, "Rate");
+    h.insert(5, "Loss%");
+    h
+}
+pub(super) const UDP_CONSOLE_WIDTHS: [usize; 15] =
+    [10, 14, 12, 9, 7, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
+
+/// Loss in an interval, percent: gaps opened (net of late arrivals) over the
+/// datagrams the interval accounts for.
+pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
+    let drops = iv.drops.max(0) as f64;
+    let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + drops;
+    if expected > 0.0 {
+        100.0 * drops / expected
+    } else {
+        0.0
+    }
+}
+
+pub(super) fn udp_console_cells(
+    iv: &crate::udp::track::UdpInterval,
+    interval_secs: f64,
+) -> Vec<String> {
+    let mut c = udp_cells(iv);
+    c.insert(
+        1,
+        format_bits_per_sec(iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)),
+    );
+    c.insert(5, format!("{:.2}", interval_loss_pct(iv)));
+    c
+}
+
+pub(super) fn media_cells(
+    iv: &crate::udp::track::UdpInterval,
+    interval_secs: f64,
+    streams: u32,
+) -> Vec<String> {
+    // Frames judged in the slice; a peer without frame accounting sends
+    // datagram counts, one datagram per frame.
+    let f = iv.frames.unwrap_or(crate::udp::frames::FrameCounts {
+        completed: iv
+            .packets
+            .saturating_sub(iv.duplicates + iv.corrupt + iv.late),
+        dropped: iv.drops.max(0) as u64 + iv.late,
+        repeated: iv.duplicates,
+        errors: iv.corrupt,
+    });
+    vec![
+        format!("{:.3}", iv.time_slice),
+        ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
+        streams.to_string(),
+        f.completed.to_string(),
+        f.dropped.to_string(),
+        f.repeated.to_string(),
+        f.errors.to_string(),
+    ]
+}
+
+/// The UDP connection file's row for a stream that ended.
+pub(super) fn connection_cells(rep: &crate::udp::client::UdpReport) -> Vec<String> {
+    let t = rep.totals.clone().unwrap_or_default();
+    let secs = rep
+        .sender
+        .as_ref()
+        .map_or(rep.duration_secs, |s| s.duration_secs)
+        .max(1e-9);
+    let result = if rep.server_lost {
+        "NetworkError"
+    } else if rep.interrupted {
+        "Cancelled"
+    } else if t.corrupt > 0 {
+        "DataError"
+    } else {
+        "Succeeded"
+    };
+    // Frames for a media stream; datagrams, one per "frame", otherwise.
+    let f = t.frames.unwrap_or(crate::udp::frames::FrameCounts {
+        completed: t.packets.saturating_sub(t.duplicates + t.corrupt + t.late),
+        dropped: t.lost + t.late,
+        repeated: t.duplicates,
+        errors: t.corrupt,
+    });
+    vec![
+        format!("{:.3}", rep.duration_secs),
+        rep.local.map_or_else(|| "-".into(), |a| a.to_string()),
+        rep.remote.to_string(),
+        ((t.bytes as f64 * 8.0 / secs).round() as u64).to_string(),
+        f.completed.to_string(),
+        f.dropped.to_string(),
+        f.repeated.to_string(),
+        f.errors.to_string(),
+        result.to_string(),
+        rep.session.to_string(),
+    ]
+}

@@ -1,0 +1,204 @@
+//! Several UDP streams of one test (`-P`, `--bidir`) added up: counts add,
+//! extremes are the extremes, means are weighted by what they are means of.
+//! Percentiles and histograms of different streams do not add, so a sum has
+//! none (each stream keeps its own).
+
+use super::frames::FrameCounts;
+use super::track::{UdpInterval, UdpTotals};
+
+fn add_frames(a: Option<FrameCounts>, b: Option<FrameCounts>) -> Option<FrameCounts> {
+    match (a, b) {
+        (None, x) | (x, None) => x,
+        (Some(a), Some(b)) => Some(FrameCounts {
+            completed: a.completed + b.completed,
+            dropped: a.dropped + b.dropped,
+            repeated: a.repeated + b.repeated,
+            errors: a.errors + b.errors,
+        }),
+    }
+}
+
+fn min_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (x, None) | (None, x) => x,
+    }
+}
+
+fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (x, None) | (None, x) => x,
+    }
+}
+
+/// The mean of `a` over `na` samples and `b` over `nb`.
+fn mean_opt(a: Option<f64>, na: u64, b: Option<f64>, nb: u64) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if na + nb > 0 => {
+            Some((a * na as f64 + b * nb as f64) / (na + nb) as f64)
+        }
+        (Some(a), None) => Some(a),
+        (None, Some(b)) => Some(b),
+        _ => None,
+    }
+}
+
+/// The streams' totals as one.
+pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
+    let mut s = UdpTotals {
+        sent: Some(0),
+        ..UdpTotals::default()
+    };
+    for (n, t) in ts.iter().enumerate() {
+        s.sent = s.sent.zip(t.sent).map(|(a, b)| a + b);
+        s.delay_avg_us = mean_opt(s.delay_avg_us, s.unique, t.delay_avg_us, t.unique);
+        s.delay_min_us = min_opt(s.delay_min_us, t.delay_min_us);
+        s.delay_max_us = max_opt(s.delay_max_us, t.delay_max_us);
+        s.jitter_us = (s.jitter_us * n as f64 + t.jitter_us) / (n + 1) as f64;
+        s.unique += t.unique;
+        s.packets += t.packets;
+        s.bytes += t.bytes;
+        s.lost += t.lost;
+        s.max_consecutive_drops = s.max_consecutive_drops.max(t.max_consecutive_drops);
+        s.duplicates += t.duplicates;
+        s.reordered += t.reordered;
+        s.corrupt += t.corrupt;
+        s.late += t.late;
+        s.omitted += t.omitted;
+        s.frames = add_frames(s.frames, t.frames);
+    }
+    if ts.is_empty() {
+        s.sent = None;
+    }
+    s
+}
+
+/// The streams' intervals of one slice as one row, stamped with the
+/// latest of their times.
+pub fn interval(ivs: &[&UdpInterval]) -> UdpInterval {
+    let mut s = UdpInterval::default();
+    for (n, iv) in ivs.iter().enumerate() {
+        s.time_slice = s.time_slice.max(iv.time_slice);
+        s.delay_avg_us = mean_opt(s.delay_avg_us, s.packets, iv.delay_avg_us, iv.packets);
+        s.delay_min_us = min_opt(s.delay_min_us, iv.delay_min_us);
+        s.delay_max_us = max_opt(s.delay_max_us, iv.delay_max_us);
+        s.jitter_us = (s.jitter_us * n as f64 + iv.jitter_us) / (n + 1) as f64;
+        s.bytes += iv.bytes;
+        s.packets += iv.packets;
+        s.drops += iv.drops;
+        s.max_consecutive_drops = s.max_consecutive_drops.max(iv.max_consecutive_drops);
+        s.duplicates += iv.duplicates;
+        s.reordered += iv.reordered;
+        s.corrupt += iv.corrupt;
+        s.late += iv.late;
+        s.omitted |= iv.omitted;
+        s.frames = add_frames(s.frames, iv.frames);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_add_and_extremes_and_means_combine() {
+        let a = UdpTotals {
+            sent: Some(100),
+            unique: 90,
+            packets: 95,
+            bytes: 9500,
+            lost: 10,
+            max_consecutive_drops: 3,
+            duplicates: 5,
+            reordered: 2,
+            corrupt: 1,
+            late: 4,
+            delay_min_us: Some(10.0),
+            delay_avg_us: Some(20.0),
+            delay_max_us: Some(30.0),
+            jitter_us: 2.0,
+            omitted: 7,
+            frames: Some(FrameCounts {
+                completed: 1,
+                dropped: 2,
+                repeated: 3,
+                errors: 4,
+            }),
+            ..UdpTotals::default()
+        };
+        let b = UdpTotals {
+            sent: Some(50),
+            unique: 30,
+            packets: 30,
+            bytes: 3000,
+            lost: 20,
+            max_consecutive_drops: 9,
+            delay_min_us: Some(5.0),
+            delay_avg_us: Some(60.0),
+            delay_max_us: Some(25.0),
+            jitter_us: 4.0,
+            frames: None,
+            ..UdpTotals::default()
+        };
+        let s = totals(&[&a, &b]);
+        assert_eq!(s.sent, Some(150));
+        assert_eq!(
+            (s.unique, s.packets, s.bytes, s.lost),
+            (120, 125, 12500, 30)
+        );
+        assert_eq!(s.max_consecutive_drops, 9);
+        assert_eq!((s.duplicates, s.reordered, s.corrupt, s.late), (5, 2, 1, 4));
+        assert_eq!((s.delay_min_us, s.delay_max_us), (Some(5.0), Some(30.0)));
+        // (20 × 90 + 60 × 30) / 120.
+        assert_eq!(s.delay_avg_us, Some(30.0));
+        assert_eq!(s.jitter_us, 3.0);
+        assert_eq!(s.omitted, 7);
+        assert_eq!(s.frames, a.frames);
+        assert!(s.percentiles_us.is_empty() && s.histogram.is_empty());
+        // A stream whose sender's count never came: the sum has none either.
+        let c = UdpTotals::default();
+        assert_eq!(totals(&[&a, &c]).sent, None);
+        assert_eq!(totals(&[]).sent, None);
+    }
+
+    #[test]
+    fn an_interval_sum_takes_the_latest_time_and_adds_counts() {
+        let a = UdpInterval {
+            time_slice: 1.0,
+            bytes: 100,
+            packets: 10,
+            drops: 2,
+            max_consecutive_drops: 2,
+            delay_avg_us: Some(10.0),
+            delay_min_us: Some(1.0),
+            delay_max_us: Some(20.0),
+            jitter_us: 1.0,
+            ..UdpInterval::default()
+        };
+        let b = UdpInterval {
+            time_slice: 1.002,
+            bytes: 50,
+            packets: 30,
+            drops: -1,
+            max_consecutive_drops: 1,
+            delay_avg_us: Some(30.0),
+            delay_min_us: Some(3.0),
+            delay_max_us: Some(40.0),
+            jitter_us: 3.0,
+            omitted: true,
+            ..UdpInterval::default()
+        };
+        let s = interval(&[&a, &b]);
+        assert_eq!(s.time_slice, 1.002);
+        assert_eq!(
+            (s.bytes, s.packets, s.drops, s.max_consecutive_drops),
+            (150, 40, 1, 2)
+        );
+        assert_eq!(s.delay_avg_us, Some(25.0));
+        assert_eq!((s.delay_min_us, s.delay_max_us), (Some(1.0), Some(40.0)));
+        assert_eq!(s.jitter_us, 2.0);
+        assert!(s.omitted);
+    }
+}
