@@ -362,6 +362,87 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_media_frame_is_its_datagrams_and_its_slot() {
+        let m = MediaSpec {
+            fps: 60,
+            buffer_depth_ms: 0,
+            frame_bytes: 52_083,
+        };
+        assert_eq!(m.datagrams_per_frame(1400), 38);
+        assert_eq!(m.datagrams_per_frame(52_083), 1);
+        assert_eq!(m.frame_ns(), 16_666_666);
+        let whole = MediaSpec {
+            frame_bytes: 0,
+            ..m
+        };
+        assert_eq!(whole.datagrams_per_frame(1400), 1);
+    }
+
+    #[test]
+    fn a_media_warm_up_is_whole_frames_of_datagrams() {
+        let s = UdpSpec {
+            reverse: true,
+            size: 1400,
+            gap_ps: 1_000_000_000_000 / 50,
+            duration_ms: 2000,
+            pacing: crate::udp::pace::Pacing::Sleep,
+            catch_up: false,
+            verify: true,
+            interval_ms: 1000,
+            hist_bin_ns: 1000,
+            hist_bins: 10,
+            offset_comp_ns: 0,
+            media: Some(MediaSpec {
+                fps: 50,
+                buffer_depth_ms: 0,
+                frame_bytes: 10_000,
+            }),
+            profile: None,
+            precompute: false,
+            burst: None,
+            auth_datagrams: false,
+            sock: Default::default(),
+            omit_ms: 110,
+            group: None,
+        };
+        // Frames at 0, 20, ..., 100 ms begin in 110 ms: 6 frames of 8.
+        assert_eq!(s.omit_seq(), 48);
+        // Without frame splitting, a datagram per 20 ms slot.
+        let whole = UdpSpec {
+            media: s.media.map(|m| MediaSpec {
+                frame_bytes: 0,
+                ..m
+            }),
+            ..s.clone()
+        };
+        assert_eq!(whole.omit_seq(), 6);
+        // Left out of the wire form when zero, there when not.
+        let wire = serde_json::to_value(&s).unwrap();
+        assert_eq!(wire["omit_ms"], 110);
+        let wire = serde_json::to_value(UdpSpec { omit_ms: 0, ..s }).unwrap();
+        assert!(wire.get("omit_ms").is_none(), "{wire}");
+    }
+
+    #[test]
+    fn a_transfer_range_below_its_floor_is_the_floor() {
+        let t = TcpSpec {
+            pattern: IoPattern::Push,
+            transfer: 1000,
+            push_bytes: 0,
+            pull_bytes: 0,
+            verify: VerifyLevel::Data,
+            connections: 1,
+            burst: None,
+            sock: Default::default(),
+            rate: None,
+            transfer_max: Some(10),
+            server_interval_ms: 0,
+        };
+        assert_eq!(t.transfer_of(uuid::Uuid::from_u128(12_345)), 1000);
+        assert_eq!(t.transfer_hi(), 1000);
+    }
+
+    #[test]
     fn rr_transport_names_are_the_wire_names() {
         for p in [RrProto::Tcp, RrProto::Udp, RrProto::SctpSeqpacket] {
             let wire = serde_json::to_string(&p).unwrap();

@@ -267,6 +267,15 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_count_makes_whole_and_cut_frames() {
+        let t = FrameTracker::new(4, 0);
+        assert_eq!(t.frames_for(0), 0);
+        assert_eq!(t.frames_for(8), 2);
+        assert_eq!(t.frames_for(9), 3);
+        assert_eq!(t.frame_of(7), 1);
+    }
+
+    #[test]
     fn the_warm_up_counts_in_intervals_only() {
         let mut t = FrameTracker::new(1, 2);
         for s in 0..4 {
