@@ -349,10 +349,14 @@ fn local_ports_and_bind_dev() {
     let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     let conns = dir.path().join("c.csv");
-    let port = bin::free_port();
-    let range = format!("{port}-{}", port + 3);
-    run_expect(
-        &[
+    // Below the kernel's ephemeral range (32768 up), where other tests'
+    // connections take their ports; a port another process holds there
+    // anyway means trying the next block.
+    let mut tries = (0..20u16).map(|k| 20_000 + (std::process::id() as u16 % 400) * 20 + k * 500);
+    let (port, range) = loop {
+        let port = tries.next().expect("a free block of 4 ports");
+        let range = format!("{port}-{}", port + 3);
+        let out = netrig(&[
             "tcp",
             &a,
             "-P",
@@ -372,9 +376,16 @@ fn local_ports_and_bind_dev() {
             // wait out its last one's TIME_WAIT.
             "--shutdown",
             "rude",
-        ],
-        0,
-    );
+        ])
+        .output()
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => break (port, range),
+            Some(3) if err.contains("Address already in use") => continue,
+            c => panic!("{c:?}: {err}"),
+        }
+    };
     let text = std::fs::read_to_string(&conns).unwrap();
     let mut ports: Vec<u16> = text
         .lines()

@@ -71,33 +71,28 @@ enum SendPlan {
 
 impl SendPlan {
     fn new(cfg: &SenderConfig) -> SendPlan {
-        if let Some((frame, fps)) = cfg.frames {
-            let end = cfg.duration.as_nanos() as u64;
-            let size = cfg.size.max(HEADER_LEN) as u32;
-            let mut deps: Box<dyn Iterator<Item = (u64, u32)> + Send> =
-                Box::new(super::profile::frame_departures(frame, size, fps, end));
-            let next = deps.next();
-            // A frame's datagrams are due together: send them all.
-            return SendPlan::Profile {
-                deps,
-                next,
-                catch_up: true,
-                slips: 0,
+        let end = cfg.duration.as_nanos() as u64;
+        let size = cfg.size.max(HEADER_LEN) as u32;
+        let grouped: Option<Box<dyn Iterator<Item = (u64, u32)> + Send>> =
+            match (cfg.frames, cfg.burst) {
+                (Some((frame, fps)), _) => Some(Box::new(super::profile::frame_departures(
+                    frame, size, fps, end,
+                ))),
+                (None, Some((per_burst, period_ns))) => {
+                    Some(Box::new(super::profile::burst_departures(
+                        size,
+                        per_burst,
+                        period_ns,
+                        cfg.gap_ps / 1000,
+                        end,
+                    )))
+                }
+                (None, None) => None,
             };
-        }
-        if let Some((per_burst, period_ns)) = cfg.burst {
-            let end = cfg.duration.as_nanos() as u64;
-            let size = cfg.size.max(HEADER_LEN) as u32;
-            let mut deps: Box<dyn Iterator<Item = (u64, u32)> + Send> =
-                Box::new(super::profile::burst_departures(
-                    size,
-                    per_burst,
-                    period_ns,
-                    cfg.gap_ps / 1000,
-                    end,
-                ));
+        if let Some(mut deps) = grouped {
             let next = deps.next();
-            // A burst's datagrams are due together: send them all, never skip.
+            // A frame's or a burst's datagrams are due together: send them
+            // all, never skip.
             return SendPlan::Profile {
                 deps,
                 next,
