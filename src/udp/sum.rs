@@ -44,18 +44,42 @@ fn mean_opt(a: Option<f64>, na: u64, b: Option<f64>, nb: u64) -> Option<f64> {
     }
 }
 
+/// One stream's delay figures: min, mean over `weight` samples, max, jitter.
+type Delays = (Option<f64>, Option<f64>, u64, Option<f64>, f64);
+
+/// `acc` (the first `n` streams' combined delays) with stream `d` added.
+fn add_delays(acc: Delays, n: usize, d: Delays) -> Delays {
+    let (min, avg, w, max, jitter) = acc;
+    let (dmin, davg, dw, dmax, djitter) = d;
+    (
+        min_opt(min, dmin),
+        mean_opt(avg, w, davg, dw),
+        w + dw,
+        max_opt(max, dmax),
+        (jitter * n as f64 + djitter) / (n + 1) as f64,
+    )
+}
+
 /// The streams' totals as one.
 pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
     let mut s = UdpTotals {
         sent: Some(0),
         ..UdpTotals::default()
     };
+    let mut d: Delays = (None, None, 0, None, 0.0);
     for (n, t) in ts.iter().enumerate() {
         s.sent = s.sent.zip(t.sent).map(|(a, b)| a + b);
-        s.delay_avg_us = mean_opt(s.delay_avg_us, s.unique, t.delay_avg_us, t.unique);
-        s.delay_min_us = min_opt(s.delay_min_us, t.delay_min_us);
-        s.delay_max_us = max_opt(s.delay_max_us, t.delay_max_us);
-        s.jitter_us = (s.jitter_us * n as f64 + t.jitter_us) / (n + 1) as f64;
+        d = add_delays(
+            d,
+            n,
+            (
+                t.delay_min_us,
+                t.delay_avg_us,
+                t.unique,
+                t.delay_max_us,
+                t.jitter_us,
+            ),
+        );
         s.unique += t.unique;
         s.packets += t.packets;
         s.bytes += t.bytes;
@@ -68,6 +92,13 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
         s.omitted += t.omitted;
         s.frames = add_frames(s.frames, t.frames);
     }
+    (
+        s.delay_min_us,
+        s.delay_avg_us,
+        _,
+        s.delay_max_us,
+        s.jitter_us,
+    ) = d;
     if ts.is_empty() {
         s.sent = None;
     }
@@ -78,12 +109,20 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
 /// latest of their times.
 pub fn interval(ivs: &[&UdpInterval]) -> UdpInterval {
     let mut s = UdpInterval::default();
+    let mut d: Delays = (None, None, 0, None, 0.0);
     for (n, iv) in ivs.iter().enumerate() {
         s.time_slice = s.time_slice.max(iv.time_slice);
-        s.delay_avg_us = mean_opt(s.delay_avg_us, s.packets, iv.delay_avg_us, iv.packets);
-        s.delay_min_us = min_opt(s.delay_min_us, iv.delay_min_us);
-        s.delay_max_us = max_opt(s.delay_max_us, iv.delay_max_us);
-        s.jitter_us = (s.jitter_us * n as f64 + iv.jitter_us) / (n + 1) as f64;
+        d = add_delays(
+            d,
+            n,
+            (
+                iv.delay_min_us,
+                iv.delay_avg_us,
+                iv.packets,
+                iv.delay_max_us,
+                iv.jitter_us,
+            ),
+        );
         s.bytes += iv.bytes;
         s.packets += iv.packets;
         s.drops += iv.drops;
@@ -95,6 +134,13 @@ pub fn interval(ivs: &[&UdpInterval]) -> UdpInterval {
         s.omitted |= iv.omitted;
         s.frames = add_frames(s.frames, iv.frames);
     }
+    (
+        s.delay_min_us,
+        s.delay_avg_us,
+        _,
+        s.delay_max_us,
+        s.jitter_us,
+    ) = d;
     s
 }
 
