@@ -23,12 +23,24 @@ impl Drop for Proc {
     }
 }
 
+/// A port free now, and never handed to another test of this process: the
+/// kernel may give a just-released port to the next bind, and two servers
+/// told the same port leave one test talking to the other's server (CI saw
+/// a client refused once the other test's server was gone).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Starts `netrig serve` on loopback and waits until it listens.
