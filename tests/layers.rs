@@ -29,6 +29,7 @@ const PROTOCOL: &[&str] = &[
     "relay::impair",
     "rr::hist",
     "tcp::machine",
+    "tcp::schedule",
     "udp::analyze",
     "udp::clock",
     "udp::header",

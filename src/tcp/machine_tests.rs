@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::outcome::ResultKind;
-use crate::proto::RateLimit;
+use crate::proto::{BurstSpec, RateLimit};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 

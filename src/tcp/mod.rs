@@ -7,4 +7,5 @@ pub mod drive;
 pub mod machine;
 mod pool;
 mod ports;
+mod schedule;
 mod session;
