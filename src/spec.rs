@@ -175,6 +175,11 @@ pub struct RateLimit {
     pub bps: u64,
     /// The granularity the rate is enforced at, ms.
     pub period_ms: u64,
+    /// With a range of rates (ctsTraffic `-RateLimit:[low,high]`): its
+    /// upper end, `bps` being the lower; each connection takes one rate in
+    /// it ([`RateLimit::for_connection`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bps_max: Option<u64>,
 }
 
 /// The longest `-RateLimitPeriod` (a minute).
@@ -187,10 +192,31 @@ impl RateLimit {
         u64::try_from(b).unwrap_or(u64::MAX).max(1)
     }
 
-    /// Whether a server can run it: a positive rate and a period of
-    /// 1 ms to a minute.
+    /// Whether a server can run it: a positive rate (a range not upside
+    /// down) and a period of 1 ms to a minute.
     pub fn is_valid(&self) -> bool {
-        self.bps > 0 && (1..=MAX_RATE_PERIOD_MS).contains(&self.period_ms)
+        self.bps > 0
+            && self.bps_max.is_none_or(|hi| hi >= self.bps)
+            && (1..=MAX_RATE_PERIOD_MS).contains(&self.period_ms)
+    }
+
+    /// The limit connection `id` runs at: with a range, a rate in it that
+    /// both ends compute alike from the ID's upper half. The size
+    /// ([`TcpSpec::transfer_of`]) takes the whole ID, so the two are not
+    /// tied: a connection may be large and slow.
+    pub fn for_connection(&self, id: uuid::Uuid) -> RateLimit {
+        let bps = match self.bps_max {
+            Some(hi) if hi > self.bps => {
+                let span = u128::from(hi - self.bps) + 1;
+                self.bps + ((id.as_u128() >> 64) % span) as u64
+            }
+            _ => self.bps,
+        };
+        RateLimit {
+            bps,
+            bps_max: None,
+            ..*self
+        }
     }
 }
 

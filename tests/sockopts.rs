@@ -340,6 +340,90 @@ fn tcp_bitrate_limits_each_connection_in_either_direction() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `tcp -b [lo,hi]` (ctsTraffic -RateLimit:[low,high]) gives each
+/// connection its own rate, which both ends derive from the connection ID:
+/// each connection in the connection file takes at least the time its own
+/// rate implies (pushed by the client, pulled from the server), and over a
+/// range this wide the fastest connection beats what the slowest rate
+/// would allow. Retried: only the second bound is a timing bound.
+#[test]
+fn tcp_rate_range_gives_each_connection_its_own_rate() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.csv");
+    let limit = netrig::proto::RateLimit {
+        bps: 2_000_000,
+        period_ms: 100,
+        bps_max: Some(40_000_000),
+    };
+    // 200,000 bytes: 25,000 per period at 2 Mbit/s (8 periods, >= 700 ms);
+    // 500,000 at 40 Mbit/s (one period).
+    let floor_ms = |bps: u64| {
+        let one = netrig::proto::RateLimit {
+            bps,
+            bps_max: None,
+            ..limit
+        };
+        let per = one.bytes_per_period();
+        (200_000u64.div_ceil(per) - 1) as f64 * 100.0
+    };
+    for pattern in ["push", "pull"] {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (v, _) = run_json(
+                &[
+                    "tcp",
+                    &a,
+                    "-b",
+                    "[2m,40m]",
+                    "-n",
+                    "200000",
+                    "-P",
+                    "6",
+                    "--iterations",
+                    "1",
+                    "--pattern",
+                    pattern,
+                    "--connection-file",
+                    file.to_str().unwrap(),
+                ],
+                0,
+            );
+            assert_eq!(v["config"]["rate"]["bps_max"], 40_000_000);
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut rows: Vec<(u64, f64)> = text
+                .lines()
+                .skip(1)
+                .map(|l| {
+                    let c: Vec<&str> = l.split(',').collect();
+                    assert_eq!(c[9], "Succeeded", "{l}");
+                    let id: uuid::Uuid = c[11].parse().unwrap();
+                    (limit.for_connection(id).bps, c[7].parse().unwrap())
+                })
+                .collect();
+            assert_eq!(rows.len(), 6, "{text}");
+            for (bps, ms) in &rows {
+                assert!(
+                    (2_000_000..=40_000_000).contains(bps),
+                    "{bps} out of the range"
+                );
+                assert!(
+                    *ms >= floor_ms(*bps) - 1.0,
+                    "{pattern}: {bps} bit/s in {ms} ms"
+                );
+            }
+            rows.sort_by_key(|r| r.0);
+            let (slowest, fastest) = (rows[0], rows[5]);
+            if fastest.0 > 4 * slowest.0 && fastest.1 < floor_ms(2_000_000) {
+                break;
+            }
+            assert!(tries < 3, "{pattern}: no spread of rates: {rows:?}");
+        }
+    }
+}
+
 /// `--cport lo-hi` (ctsTraffic -LocalPort) hands the data connections the
 /// range's ports in turn; too few ports for -P is a usage error, as is an
 /// interface the host lacks for `--bind-dev`, which every client takes.

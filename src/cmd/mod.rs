@@ -361,6 +361,28 @@ pub fn rate(s: &str) -> Result<u64> {
         r => Ok(r),
     }
 }
+/// A value, or a range of them `[lo,hi]` / `lo..hi` (ctsTraffic's
+/// `-transfer:[lo,hi]`, `-RateLimit:[lo,hi]`): the low end and, for a
+/// range, the high one.
+pub fn range_of(s: &str, one: fn(&str) -> Result<u64>) -> Result<(u64, Option<u64>)> {
+    let t = s.trim();
+    let range = t
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|r| r.split_once(','))
+        .or_else(|| t.split_once(".."));
+    match range {
+        None => Ok((one(t)?, None)),
+        Some((a, b)) => {
+            let (lo, hi) = (one(a.trim())?, one(b.trim())?);
+            if lo == 0 || lo > hi {
+                anyhow::bail!("[{lo},{hi}]: give 0 < lo <= hi");
+            }
+            Ok((lo, Some(hi)))
+        }
+    }
+}
+
 pub fn rate_or_zero(s: &str) -> Result<u64> {
     Ok(units::parse_rate(s)?)
 }

@@ -120,9 +120,10 @@ pub struct TcpArgs {
     trip_times: bool,
     /// Limit each connection's sending to this rate in bit/s, whichever
     /// end sends (iperf3 -b for TCP, per stream; ctsTraffic -RateLimit,
-    /// which counts bytes/s: multiply by 8).
-    #[arg(short = 'b', long = "bitrate", value_name = "RATE", value_parser = super::rate)]
-    bitrate: Option<u64>,
+    /// which counts bytes/s: multiply by 8). A range `[lo,hi]` gives each
+    /// connection its own rate in it (ctsTraffic -RateLimit:[low,high]).
+    #[arg(short = 'b', long = "bitrate", value_name = "RATE|[LO,HI]", value_parser = rates)]
+    bitrate: Option<(u64, Option<u64>)>,
     /// The granularity --bitrate is enforced at: at most rate x period
     /// bytes per period (ctsTraffic -RateLimitPeriod, default 100 ms).
     #[arg(long, value_name = "D", default_value = "100ms", value_parser = positive_duration, requires = "bitrate")]
@@ -139,22 +140,12 @@ fn buffer(s: &str) -> Result<BufferSpec, netrig::tcp::config::ConfigError> {
 
 /// `-n`: a size, or a range `[lo,hi]` / `lo..hi`.
 fn transfer(s: &str) -> Result<(u64, Option<u64>)> {
-    let t = s.trim();
-    let range = t
-        .strip_prefix('[')
-        .and_then(|r| r.strip_suffix(']'))
-        .and_then(|r| r.split_once(','))
-        .or_else(|| t.split_once(".."));
-    match range {
-        None => Ok((size(t)?, None)),
-        Some((a, b)) => {
-            let (lo, hi) = (size(a.trim())?, size(b.trim())?);
-            if lo == 0 || lo > hi {
-                anyhow::bail!("[{lo},{hi}]: give 0 < lo <= hi");
-            }
-            Ok((lo, Some(hi)))
-        }
-    }
+    super::range_of(s, size)
+}
+
+/// `-b`: a rate, or a range of them, one per connection.
+fn rates(s: &str) -> Result<(u64, Option<u64>)> {
+    super::range_of(s, super::rate)
 }
 
 pub fn run(a: TcpArgs) -> Result<ExitCode> {
@@ -206,9 +197,10 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
                 period_ms: p.as_millis().max(1) as u64,
             }),
         sock: a.sock.opts(),
-        rate: a.bitrate.map(|bps| netrig::proto::RateLimit {
+        rate: a.bitrate.map(|(bps, bps_max)| netrig::proto::RateLimit {
             bps,
             period_ms: a.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
+            bps_max,
         }),
     };
     if let Err(e) = cfg.validate() {

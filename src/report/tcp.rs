@@ -116,12 +116,24 @@ impl Reporter {
             ),
             None => crate::units::format_bytes(cfg.transfer),
         };
+        let limit = match cfg.rate {
+            Some(r) => match r.bps_max {
+                Some(hi) => format!(
+                    ", at most {}..{} (by connection)",
+                    format_bits_per_sec(r.bps as f64),
+                    format_bits_per_sec(hi as f64)
+                ),
+                None => format!(", at most {} each", format_bits_per_sec(r.bps as f64)),
+            },
+            None => String::new(),
+        };
         crate::out!(
-            "TCP {:?} to {}: {} at a time x {} each, {} buffers, verify {:?}; {}",
+            "TCP {:?} to {}: {} at a time x {} each{}, {} buffers, verify {:?}; {}",
             cfg.pattern,
             targets.join(", "),
             cfg.connections,
             each,
+            limit,
             buffer,
             cfg.verify,
             total

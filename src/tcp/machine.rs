@@ -157,11 +157,14 @@ impl Conn {
             burst_at: 0,
             events: Vec::new(),
             transfer,
-            paced: spec.rate.map(|r| Paced {
-                per_period: r.bytes_per_period(),
-                period: Duration::from_millis(r.period_ms.max(1)),
-                t0: now,
-            }),
+            paced: spec
+                .rate
+                .map(|r| r.for_connection(connection))
+                .map(|r| Paced {
+                    per_period: r.bytes_per_period(),
+                    period: Duration::from_millis(r.period_ms.max(1)),
+                    t0: now,
+                }),
             info_wanted: false,
             peer_info: None,
         };

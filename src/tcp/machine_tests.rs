@@ -414,6 +414,7 @@ fn a_rate_limit_allows_one_periods_bytes_per_period() {
     s.rate = Some(RateLimit {
         bps: 8_000_000,
         period_ms: 100,
+        bps_max: None,
     });
     let t0 = Instant::now();
     let mut c = Conn::new(&s, Uuid::nil(), Role::Client, 64 * 1024, t0);
@@ -459,6 +460,7 @@ fn a_rate_limited_pair_takes_the_time_the_rate_implies_and_agrees() {
     s.rate = Some(RateLimit {
         bps: 80_000,
         period_ms: 10,
+        bps_max: None,
     });
     let mut p = Pair::new(&s, 4096, 8192);
     p.run();
@@ -473,8 +475,71 @@ fn a_rate_limited_pair_takes_the_time_the_rate_implies_and_agrees() {
 }
 
 #[test]
+fn a_rate_range_gives_each_connection_its_own_rate_both_ends_keep() {
+    let range = RateLimit {
+        bps: 1_000_000,
+        period_ms: 10,
+        bps_max: Some(1_000_999),
+    };
+    let rates: Vec<u64> = (0..200u128)
+        .map(|i| Uuid::from_u128(i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)))
+        .map(|id| range.for_connection(id))
+        .inspect(|r| assert_eq!((r.period_ms, r.bps_max), (10, None)))
+        .map(|r| r.bps)
+        .collect();
+    assert!(rates.iter().all(|b| (1_000_000..=1_000_999).contains(b)));
+    let distinct: std::collections::BTreeSet<_> = rates.iter().collect();
+    assert!(distinct.len() > 100, "{}", distinct.len());
+    // The ends are reachable, from the ID's upper half.
+    assert_eq!(range.for_connection(Uuid::from_u128(0)).bps, 1_000_000);
+    assert_eq!(
+        range.for_connection(Uuid::from_u128(999 << 64)).bps,
+        1_000_999
+    );
+    // The rate comes from the upper half alone: ID 999 (the top of a
+    // 1000-wide size range) takes the bottom rate.
+    assert_eq!(range.for_connection(Uuid::from_u128(999)).bps, 1_000_000);
+    // No range, or one of one rate: that rate.
+    for hi in [None, Some(1_000_000)] {
+        let one = RateLimit {
+            bps_max: hi,
+            ..range
+        };
+        assert_eq!(one.for_connection(Uuid::from_u128(7 << 64)).bps, 1_000_000);
+    }
+    // In a pair, the sender (the server, pulling) keeps its connection's
+    // rate: 100 bytes per 10 ms period at the range's floor, 200 at its top.
+    let mut s = spec(IoPattern::Pull, 10_000);
+    let id = Uuid::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321);
+    for (lo, hi) in [(80_000, 80_000), (80_000, 160_000)] {
+        s.rate = Some(RateLimit {
+            bps: lo,
+            period_ms: 10,
+            bps_max: Some(hi),
+        });
+        let bps = s.rate.unwrap().for_connection(id).bps;
+        assert!((lo..=hi).contains(&bps));
+        let mut p = Pair::new(&s, 4096, 8192);
+        p.run();
+        let (rc, client, _) = p.result(0);
+        assert_eq!((rc.kind, client.received), (ResultKind::Success, 10_000));
+        let per_period = bps * 10 / 8000;
+        let periods = 10_000u64.div_ceil(per_period);
+        let took = p.now.duration_since(p.t0).as_millis() as u64;
+        assert!(
+            took >= (periods - 1) * 10 && took < periods * 10 + 10,
+            "{bps} bit/s: {took} ms"
+        );
+    }
+}
+
+#[test]
 fn rate_limits_round_and_validate() {
-    let r = |bps, period_ms| RateLimit { bps, period_ms };
+    let r = |bps, period_ms| RateLimit {
+        bps,
+        period_ms,
+        bps_max: None,
+    };
     assert_eq!(r(8_000_000, 100).bytes_per_period(), 100_000);
     assert_eq!(r(1, 1).bytes_per_period(), 1);
     assert_eq!(r(u64::MAX, 60_000).bytes_per_period(), u64::MAX);
@@ -483,6 +548,13 @@ fn rate_limits_round_and_validate() {
     assert!(!r(0, 100).is_valid());
     assert!(!r(1, 0).is_valid());
     assert!(!r(1, 60_001).is_valid());
+    let range = |lo, hi| RateLimit {
+        bps_max: Some(hi),
+        ..r(lo, 100)
+    };
+    assert!(range(5, 5).is_valid());
+    assert!(range(5, 6).is_valid());
+    assert!(!range(6, 5).is_valid());
 }
 
 #[test]
