@@ -40,6 +40,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         sock: Default::default(),
         start_at: None,
         bind_dev: None,
+        cport: None,
     }
 }
 

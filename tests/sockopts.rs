@@ -510,6 +510,31 @@ fn local_ports_and_bind_dev() {
         0,
     );
     run_expect(&["udp", &a, "-t", "200ms", "--bind-dev", "lo", "-q"], 0);
+    // rr and ping take --cport for their one test socket: the connection
+    // for TCP (run twice: the port's last connection is in TIME_WAIT), the
+    // data socket for UDP.
+    let (p0, p1) = (port.to_string(), (port + 1).to_string());
+    for (args, want) in [
+        (vec!["rr", &a, "-n", "20", "--cport", &p0], port),
+        (vec!["rr", &a, "-n", "20", "--cport", &p0], port),
+        (
+            vec!["rr", &a, "--proto", "udp", "-n", "20", "--cport", &p1],
+            port + 1,
+        ),
+        (
+            vec!["ping", &a, "-n", "3", "-i", "5ms", "--local-port", &p1],
+            port + 1,
+        ),
+    ] {
+        let (v, _) = run_json(&args, 0);
+        assert_eq!(v["config"]["cport"], want, "{args:?}");
+        let local = v["result"]["runs"][0]["local"].as_str().unwrap();
+        assert_eq!(local, format!("127.0.0.1:{want}"), "{args:?}");
+    }
+    let out = netrig(&["rr", &a, "--proto", "sctp-seqpacket", "--cport", &p0])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
 
 /// `-n [lo,hi]` (ctsTraffic's transfer range): each connection moves its own

@@ -45,6 +45,10 @@ pub struct PingArgs {
     /// Local address to probe from.
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
+    /// The local port of the test's socket: the connection for TCP and
+    /// SCTP, the data socket for UDP (iperf3 --cport).
+    #[arg(long, value_name = "PORT", visible_alias = "local-port", value_parser = clap::value_parser!(u16).range(1..))]
+    cport: Option<u16>,
     #[command(flatten)]
     sock: super::sock::IpFlags,
     #[command(flatten)]
@@ -89,6 +93,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let cfg = RrConfig {
         bind_dev: a.sock.bind_dev.clone(),
+        cport: a.cport,
         start_at: a.start.at,
         sock,
         key,

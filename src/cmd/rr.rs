@@ -89,6 +89,10 @@ pub struct RrArgs {
     /// Write the histogram as CSV (low_us, high_us, count, fraction, cumulative).
     #[arg(long, value_name = "FILE")]
     hist_file: Option<PathBuf>,
+    /// The local port of the test's socket: the connection for TCP and
+    /// SCTP, the data socket for UDP (iperf3 --cport).
+    #[arg(long, value_name = "PORT", visible_alias = "local-port", value_parser = clap::value_parser!(u16).range(1..))]
+    cport: Option<u16>,
     #[command(flatten)]
     sock: super::sock::IpFlags,
     #[command(flatten)]
@@ -147,6 +151,11 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(e) => return Ok(usage(format!("--spectrum: {e}"))),
     };
+    if a.cport.is_some() && a.proto == Transport::SctpSeqpacket {
+        return Ok(usage(
+            "--cport does not apply to --proto sctp-seqpacket: its association takes a port the kernel picks",
+        ));
+    }
     if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
         && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
     {
@@ -171,6 +180,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
     let base = RrConfig {
         bind_dev: a.sock.bind_dev.clone(),
+        cport: a.cport,
         start_at: a.start.at,
         sock,
         key,

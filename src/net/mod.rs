@@ -126,6 +126,42 @@ pub struct Via<'a> {
     pub kind: Stream,
     /// `--bind-dev`.
     pub dev: Option<&'a str>,
+    /// `--cport`: the local port.
+    pub port: Option<u16>,
+}
+
+/// Binds a socket about to connect to `to` to the local address `ip`
+/// (`-B`) and port (`--cport`) asked for, if any.
+pub fn bind_local(
+    socket: &Socket,
+    to: SocketAddr,
+    ip: Option<IpAddr>,
+    port: Option<u16>,
+) -> io::Result<()> {
+    if let Some(port) = port {
+        // SO_REUSEADDR lets a port whose last connection is in TIME_WAIT be
+        // bound again (the kernel still refuses the same address pair).
+        socket.set_reuse_address(true)?;
+        let ip = ip.unwrap_or(if to.is_ipv4() {
+            IpAddr::from([0, 0, 0, 0])
+        } else {
+            IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+        });
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, port)))
+    } else if let Some(ip) = ip {
+        // The port is chosen at connect, by the whole address pair, so many
+        // connections from one address share ports across servers (a port
+        // chosen at bind would be held from every other connect).
+        let _ = sockopt::set_int(
+            std::os::fd::AsRawFd::as_raw_fd(socket),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            1,
+        );
+        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+    } else {
+        Ok(())
+    }
 }
 
 /// Connects over TCP or SCTP.
@@ -143,9 +179,7 @@ pub fn connect_stream(
     if let Some(dev) = via.dev {
         socket.bind_device(Some(dev.as_bytes()))?;
     }
-    if let Some(ip) = from {
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
-    }
+    bind_local(&socket, to, from, via.port)?;
     socket.connect_timeout(&to.into(), timeout)?;
     let stream: TcpStream = socket.into();
     set_nodelay(&stream, true)?;

@@ -99,6 +99,8 @@ pub fn run(
     let via = crate::net::Via {
         kind: stream_kind,
         dev: cfg.bind_dev.as_deref(),
+        // TCP and SCTP run over the control connection itself.
+        port: cfg.cport.filter(|_| proto == RrProto::Tcp),
     };
     let mut c = Control::connect_over(
         &cfg.target,
@@ -166,6 +168,7 @@ fn tcp(
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let s = &mut c.stream;
+    run.rep.local = s.local_addr().ok();
     let v6 = c.addr.is_ipv6();
     crate::net::sockopt::apply(s, &cfg.sock, v6, false)?;
     let _ = crate::net::set_nodelay(s, !cfg.nagle);

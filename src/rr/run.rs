@@ -75,6 +75,10 @@ pub struct RrConfig {
     /// The interface this end's sockets are bound to (SO_BINDTODEVICE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
+    /// The local port of the test's socket (`--cport`): the connection
+    /// (TCP, SCTP) or the data socket (UDP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cport: Option<u16>,
     /// Send the first request when the wall clock reads this (Unix
     /// seconds; iperf2 --txstart-time), after the setup exchanges.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
@@ -145,6 +149,10 @@ pub struct RrReport {
     /// set (the test's `--dscp`/`--tos`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_marking: Option<crate::udp::marks::Marking>,
+    /// This end of the test's socket: the connection (TCP, SCTP) or the
+    /// data socket (UDP), as iperf3's `local_host`/`local_port`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<std::net::SocketAddr>,
     /// The network error that ended the run early, if one did; everything
     /// above counts what was measured before it.
     pub error: Option<String>,
@@ -157,6 +165,7 @@ impl RrReport {
             size: cfg.size,
             reply: cfg.reply,
             transport: cfg.transport,
+            local: None,
             warmup: None,
             latency: None,
             transactions_per_sec: 0.0,

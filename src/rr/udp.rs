@@ -66,10 +66,11 @@ pub(super) fn run(
             rcvbuf: 1 << 20,
             sndbuf: 1 << 20,
             opts: &cfg.sock,
-            port: None,
+            port: cfg.cport,
         },
         c,
     )?;
+    run.rep.local = sock.local_addr().ok();
     let stamped = cfg.rx_timestamps && crate::udp::receive::enable_rx_timestamps(&sock);
     crate::udp::receive::enable_rx_tos(&sock);
     let mut marks = crate::udp::marks::TosCounts::default();

@@ -59,34 +59,12 @@ pub(super) fn connect(
 }
 
 fn new_socket(to: SocketAddr, local: &Local<'_>) -> io::Result<socket2::Socket> {
-    use socket2::{Domain, SockAddr, Socket, Type};
+    use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.set_nonblocking(true)?;
     if let Some(dev) = local.dev {
         socket.bind_device(Some(dev.as_bytes()))?;
     }
-    if let Some(port) = local.port {
-        // A port given is bound now; SO_REUSEADDR lets a port whose last
-        // connection is in TIME_WAIT be bound again (the kernel still
-        // refuses the same address pair).
-        socket.set_reuse_address(true)?;
-        let ip = local.ip.unwrap_or(if to.is_ipv4() {
-            IpAddr::from([0, 0, 0, 0])
-        } else {
-            IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
-        });
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, port)))?;
-    } else if let Some(ip) = local.ip {
-        // The port is chosen at connect, by the whole address pair, so many
-        // connections from one address share ports across servers (a port
-        // chosen at bind would be held from every other connect).
-        let _ = crate::net::sockopt::set_int(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            1,
-        );
-        socket.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
-    }
+    crate::net::bind_local(&socket, to, local.ip, local.port)?;
     Ok(socket)
 }
