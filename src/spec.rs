@@ -140,14 +140,38 @@ pub struct MediaSpec {
     /// datagram of the stream's size per frame.
     #[serde(default)]
     pub frame_bytes: u64,
+    /// iperf2 `--isochronous`: frame sizes vary around `frame_bytes` (the
+    /// mean), log-normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub varying: Option<crate::udp::iso::Varying>,
 }
 
 impl MediaSpec {
-    /// Datagrams per frame, for datagrams of `size` bytes.
+    /// Datagrams per frame, for datagrams of `size` bytes (the mean
+    /// frame's, when sizes vary).
     pub fn datagrams_per_frame(&self, size: u32) -> u64 {
         match self.frame_bytes {
             0 => 1,
             f => f.div_ceil(u64::from(size.max(1))).max(1),
+        }
+    }
+
+    /// Each frame's size, when frames are split into datagrams (none: one
+    /// datagram of the stream's size per frame).
+    pub fn frame_sizes(&self) -> Option<crate::udp::iso::FrameBytes> {
+        use crate::udp::iso::FrameBytes;
+        match (self.frame_bytes, self.varying) {
+            (0, _) => None,
+            (mean, Some(spread)) => Some(FrameBytes::Varying { mean, spread }),
+            (b, None) => Some(FrameBytes::Fixed(b)),
+        }
+    }
+
+    /// Which frame each datagram of `size` bytes belongs to.
+    pub fn frame_index(&self, size: u32) -> crate::udp::iso::FrameIndex {
+        match self.frame_sizes() {
+            Some(b) => crate::udp::iso::FrameIndex::new(b, size),
+            None => crate::udp::iso::FrameIndex::fixed(1),
         }
     }
 
@@ -307,8 +331,9 @@ impl UdpSpec {
         let n = match self.burst {
             _ if self.media.is_some_and(|m| m.frame_bytes > 0) => {
                 let m = self.media.unwrap_or_default();
-                let frame_ns = u128::from(m.frame_ns().max(1));
-                omit_ns.div_ceil(frame_ns) * u128::from(m.datagrams_per_frame(self.size))
+                let frames = omit_ns.div_ceil(u128::from(m.frame_ns().max(1)));
+                let frames = u64::try_from(frames).unwrap_or(u64::MAX);
+                u128::from(m.frame_index(self.size).start_of(frames))
             }
             Some(b) => {
                 let per = b.size.div_ceil(u64::from(self.size.max(1))).max(1);
@@ -393,6 +418,7 @@ mod tests {
             fps: 60,
             buffer_depth_ms: 0,
             frame_bytes: 52_083,
+            varying: None,
         };
         assert_eq!(m.datagrams_per_frame(1400), 38);
         assert_eq!(m.datagrams_per_frame(52_083), 1);
@@ -422,6 +448,7 @@ mod tests {
                 fps: 50,
                 buffer_depth_ms: 0,
                 frame_bytes: 10_000,
+                varying: None,
             }),
             profile: None,
             precompute: false,
@@ -442,6 +469,25 @@ mod tests {
             ..s.clone()
         };
         assert_eq!(whole.omit_seq(), 6);
+        // Varying frames: the warm-up ends where the 7th frame begins.
+        let spread = crate::udp::iso::Varying {
+            stdev_bytes: 3000,
+            seed: 4,
+        };
+        let varying = UdpSpec {
+            media: s.media.map(|m| MediaSpec {
+                varying: Some(spread),
+                ..m
+            }),
+            ..s.clone()
+        };
+        let bytes = crate::udp::iso::FrameBytes::Varying {
+            mean: 10_000,
+            spread,
+        };
+        let first6: u64 = (0..6).map(|k| bytes.datagrams(k, 1400)).sum();
+        assert_ne!(first6, 48);
+        assert_eq!(varying.omit_seq(), first6);
         // Left out of the wire form when zero, there when not.
         let wire = serde_json::to_value(&s).unwrap();
         assert_eq!(wire["omit_ms"], 110);

@@ -34,6 +34,7 @@ const PROTOCOL: &[&str] = &[
     "udp::clock",
     "udp::header",
     "udp::frames",
+    "udp::iso",
     "udp::marks",
     "udp::sum",
     "udp::pace",

@@ -157,6 +157,7 @@ fn media_stream_counts_frames_and_writes_per_datagram_rows() {
         fps: 100,
         buffer_depth_ms: 500,
         frame_bytes: 0,
+        varying: None,
     });
     let (rep, got) = run_udp(srv.addr, sp, true);
     let t = rep.totals.unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{
     Embedded, Json, KeyArg, Setup, Verbosity, client_error_exit, duration, finish, interrupt_flag,
-    positive_duration, rate, run_code, signed_duration, size, target_arg, usage,
+    positive_duration, rate, rate_or_zero, run_code, signed_duration, size, target_arg, usage,
 };
 use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{JitterFormat, UdpReporter, print_analysis, print_udp_summary, write_bins};
@@ -120,7 +120,7 @@ pub struct UdpArgs {
     /// Media stream (ctsTraffic): the server sends frames of --bitrate / 8 /
     /// --fps bytes as --datagram-size datagrams (so no --length or --gap),
     /// always server to client; the client judges whole frames.
-    #[arg(long, requires = "bitrate", conflicts_with_all = ["gap", "length", "reverse"])]
+    #[arg(long, requires = "bitrate", conflicts_with_all = ["gap", "length", "reverse"], group = "frames")]
     pub media: bool,
     /// Media: each frame leaves as datagrams of this many bytes (UDP
     /// payload, header included), the last one shorter (ctsTraffic
@@ -130,9 +130,17 @@ pub struct UdpArgs {
     /// Media: frames per second.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "media")]
     fps: u32,
-    /// Media: playout buffer; frames later than their slot plus this are late.
-    #[arg(long, default_value = "1s", value_parser = duration, requires = "media")]
+    /// Media and isochronous frames: playout buffer; frames later than
+    /// their slot plus this are late.
+    #[arg(long, default_value = "1s", value_parser = duration, requires = "frames")]
     buffer_depth: Duration,
+    /// Isochronous frames (iperf2 --isochronous): FPS frames a second whose
+    /// sizes follow a log-normal distribution with mean MEAN and standard
+    /// deviation STDEV, given as rates (20m: 20 Mbit/s; 20MB/s: bytes) or
+    /// as datagrams per frame (25p); each frame leaves as --length
+    /// datagrams, back to back, and the receiver judges whole frames.
+    #[arg(long, value_name = "FPS:MEAN,STDEV", num_args = 0..=1, require_equals = true, default_missing_value = "60:20m,0", value_parser = isochronous, conflicts_with_all = ["media", "gap", "bitrate", "profile", "burst_size"])]
+    isochronous: Option<Isochronous>,
     /// Write one row per received datagram (needs --reverse or --media: the client must receive).
     #[arg(long, value_name = "FILE")]
     jitter_file: Option<PathBuf>,
@@ -180,6 +188,60 @@ pub struct UdpArgs {
 /// How long a UDP stream or sweep runs without --duration.
 pub const DEFAULT_UDP_DURATION: Duration = Duration::from_secs(10);
 
+/// A frame size given as a rate at the frame rate, or in datagrams.
+#[derive(Clone, Copy, Debug)]
+pub enum Load {
+    /// Bits per second.
+    Rate(u64),
+    /// Datagrams per frame (iperf2's `p` suffix).
+    Datagrams(u64),
+}
+
+impl Load {
+    /// Bytes per frame at `fps` frames a second, datagrams of `size`.
+    fn frame_bytes(self, fps: u32, size: u32) -> u64 {
+        match self {
+            Load::Rate(bps) => bps / 8 / u64::from(fps.max(1)),
+            Load::Datagrams(n) => n.saturating_mul(u64::from(size)),
+        }
+    }
+}
+
+/// `--isochronous=FPS:MEAN,STDEV` (iperf2's spelling).
+#[derive(Clone, Copy, Debug)]
+pub struct Isochronous {
+    fps: u32,
+    mean: Load,
+    stdev: Load,
+}
+
+fn isochronous(s: &str) -> Result<Isochronous> {
+    let (fps, load) = s
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("give FPS:MEAN,STDEV, e.g. 60:20m,0"))?;
+    let fps: u32 = fps
+        .trim()
+        .parse()
+        .ok()
+        .filter(|f| (1..=100_000).contains(f))
+        .ok_or_else(|| anyhow::anyhow!("{fps:?}: frames per second must be 1..=100000"))?;
+    let (mean, stdev) = load.split_once(',').unwrap_or((load, "0"));
+    let load = |v: &str| -> Result<Load> {
+        let v = v.trim();
+        match v.strip_suffix('p') {
+            Some(n) => Ok(Load::Datagrams(n.parse().map_err(|_| {
+                anyhow::anyhow!("{v:?}: datagrams per frame must be a whole number")
+            })?)),
+            None => Ok(Load::Rate(rate_or_zero(v)?)),
+        }
+    };
+    let (mean, stdev) = (load(mean)?, load(stdev)?);
+    if matches!(mean, Load::Rate(0) | Load::Datagrams(0)) {
+        anyhow::bail!("the mean load must be more than zero");
+    }
+    Ok(Isochronous { fps, mean, stdev })
+}
+
 pub fn run(a: UdpArgs) -> Result<ExitCode> {
     run_with(a, None)
 }
@@ -223,7 +285,36 @@ pub fn run_with(
             }
         }
     }
-    let (size, gap_ps, reverse, media) = if a.media {
+    let (size, gap_ps, reverse, media) = if let Some(iso) = a.isochronous {
+        if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
+            return Ok(usage(format!(
+                "--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
+            )));
+        }
+        let size = a.length as u32;
+        let mean = iso.mean.frame_bytes(iso.fps, size);
+        let max_frame = 100_000_000_000 / 8;
+        if mean < HEADER_LEN as u64 || mean > max_frame {
+            return Ok(usage(format!(
+                "--isochronous: a mean frame of {mean} bytes must be {HEADER_LEN}..={max_frame} bytes"
+            )));
+        }
+        let media = MediaSpec {
+            fps: iso.fps,
+            buffer_depth_ms: a.buffer_depth.as_millis() as u64,
+            frame_bytes: mean,
+            varying: Some(netrig::udp::iso::Varying {
+                stdev_bytes: iso.stdev.frame_bytes(iso.fps, size),
+                seed: rand::random(),
+            }),
+        };
+        (
+            u64::from(size),
+            1_000_000_000_000 / u64::from(iso.fps),
+            a.reverse,
+            Some(media),
+        )
+    } else if a.media {
         let bitrate = a.bitrate.unwrap_or_default();
         let frame = bitrate / 8 / u64::from(a.fps);
         // A frame of up to a second of a 100 Gbit/s stream.
@@ -238,6 +329,7 @@ pub fn run_with(
             fps: a.fps,
             buffer_depth_ms: a.buffer_depth.as_millis() as u64,
             frame_bytes: frame,
+            varying: None,
         };
         (
             frame.min(dsize),
@@ -365,7 +457,7 @@ pub fn run_with(
             Some("--jitter-file follows one stream: not with -P or --bidir")
         } else if spec.profile.is_some() {
             Some("rate profiles and sweeps run one stream: not with -P or --bidir")
-        } else if a.bidir && spec.media.is_some() {
+        } else if a.bidir && spec.media.is_some_and(|m| m.varying.is_none()) {
             Some("a media stream flows server to client: not with --bidir")
         } else if a.cport.is_some() {
             Some("--cport names one stream's port: not with -P or --bidir")

@@ -78,6 +78,11 @@ pub fn run(
                 streams: total,
                 index: i as u32,
             });
+            // Isochronous streams draw their own frame sizes, as iperf2's
+            // -P threads do.
+            if let Some(v) = c.spec.media.as_mut().and_then(|m| m.varying.as_mut()) {
+                v.seed = v.seed.wrapping_add(i as u64);
+            }
             c.per_packet = false;
             c
         })

@@ -15,6 +15,19 @@ pub fn udp_banner(s: &crate::proto::UdpSpec) -> String {
     } else {
         "client -> server"
     };
+    if let Some(m) = s.media
+        && let Some(v) = m.varying
+    {
+        return format!(
+            "UDP {dir}: isochronous, {} frames a second of {} B mean ({}), {} B standard deviation, as {} B datagrams, for {:.3} s",
+            m.fps,
+            m.frame_bytes,
+            format_bits_per_sec(m.frame_bytes as f64 * 8.0 * f64::from(m.fps)),
+            v.stdev_bytes,
+            s.size,
+            s.duration_ms as f64 / 1e3
+        );
+    }
     match s.burst {
         Some(b) => format!(
             "UDP {dir}: bursts of {} bytes ({} B datagrams{}) every {} ms for {:.3} s",

@@ -337,7 +337,7 @@ pub fn run(
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
                 if let Some(m) = spec.media {
-                    stats.media_frames(m.datagrams_per_frame(spec.size));
+                    stats.media_frames(m.frame_index(spec.size));
                 }
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Arrived>, bool);

@@ -12,6 +12,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use super::iso::FrameIndex;
+
 /// How many frames later a datagram may still complete a frame.
 pub const REORDER_FRAMES: u64 = 8;
 
@@ -47,7 +49,7 @@ struct Frame {
 /// Reassembles frames and counts them.
 #[derive(Debug, Clone)]
 pub struct FrameTracker {
-    per_frame: u64,
+    index: FrameIndex,
     open: BTreeMap<u64, Frame>,
     /// Every frame below this is judged.
     judged_below: u64,
@@ -58,11 +60,11 @@ pub struct FrameTracker {
 }
 
 impl FrameTracker {
-    /// Frames of `per_frame` datagrams; frames numbered below `omit_below`
-    /// stay out of the totals.
-    pub fn new(per_frame: u64, omit_below: u64) -> FrameTracker {
+    /// Frames laid out by `index`; frames numbered below `omit_below` stay
+    /// out of the totals.
+    pub fn new(index: FrameIndex, omit_below: u64) -> FrameTracker {
         FrameTracker {
-            per_frame: per_frame.max(1),
+            index,
             open: BTreeMap::new(),
             judged_below: 0,
             omit_below,
@@ -72,13 +74,13 @@ impl FrameTracker {
     }
 
     /// Frames that `datagrams` datagrams make (the last may be cut short).
-    pub fn frames_for(&self, datagrams: u64) -> u64 {
-        datagrams.div_ceil(self.per_frame)
+    pub fn frames_for(&mut self, datagrams: u64) -> u64 {
+        self.index.frames_before(datagrams)
     }
 
     /// The frame datagram `seq` belongs to.
-    pub fn frame_of(&self, seq: u64) -> u64 {
-        seq / self.per_frame
+    pub fn frame_of(&mut self, seq: u64) -> u64 {
+        self.index.frame_of(seq)
     }
 
     fn count(&mut self, frame: u64, f: impl Fn(&mut FrameCounts)) {
@@ -91,7 +93,7 @@ impl FrameTracker {
     fn judge(&mut self, frame: u64, f: Frame) {
         if f.corrupt {
             self.count(frame, |c| c.errors += 1);
-        } else if f.got < self.per_frame || f.late {
+        } else if f.got < self.index.datagrams_in(frame) || f.late {
             self.count(frame, |c| c.dropped += 1);
         } else {
             self.count(frame, |c| c.completed += 1);
@@ -119,18 +121,20 @@ impl FrameTracker {
         self.cur.dropped += none;
         self.total.dropped += none - none_warm.min(none);
         self.judged_below = frame;
+        self.index.judged_below(frame);
     }
 
     /// Judges, in order, the frames at the front that are complete.
     fn judge_complete(&mut self) {
         while let Some(f) = self.open.get(&self.judged_below).copied() {
-            if f.got < self.per_frame {
+            if f.got < self.index.datagrams_in(self.judged_below) {
                 break;
             }
             self.open.remove(&self.judged_below);
             self.judge(self.judged_below, f);
             self.judged_below += 1;
         }
+        self.index.judged_below(self.judged_below);
     }
 
     /// Datagram `seq` arrived, a `duplicate` of one seen, `corrupt`, or
@@ -181,7 +185,7 @@ mod tests {
     use super::*;
 
     fn run(k: u64, seqs: &[(u64, bool, bool, bool)], frames: u64) -> (FrameCounts, FrameCounts) {
-        let mut t = FrameTracker::new(k, 0);
+        let mut t = FrameTracker::new(FrameIndex::fixed(k), 0);
         for &(s, a, c, l) in seqs {
             t.on_datagram(s, a, c, l);
         }
@@ -247,7 +251,7 @@ mod tests {
     fn frames_are_judged_when_far_enough_behind_or_at_the_end() {
         // Frame 0 lacks datagram 1; nothing is judged until a datagram
         // more than REORDER_FRAMES frames later arrives.
-        let mut t = FrameTracker::new(2, 0);
+        let mut t = FrameTracker::new(FrameIndex::fixed(2), 0);
         t.on_datagram(0, NEW, false, false);
         t.on_datagram(2, NEW, false, false);
         t.on_datagram(3, NEW, false, false);
@@ -268,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_datagram_count_makes_whole_and_cut_frames() {
-        let t = FrameTracker::new(4, 0);
+        let mut t = FrameTracker::new(FrameIndex::fixed(4), 0);
         assert_eq!(t.frames_for(0), 0);
         assert_eq!(t.frames_for(8), 2);
         assert_eq!(t.frames_for(9), 3);
@@ -277,7 +281,7 @@ mod tests {
 
     #[test]
     fn the_warm_up_counts_in_intervals_only() {
-        let mut t = FrameTracker::new(1, 2);
+        let mut t = FrameTracker::new(FrameIndex::fixed(1), 2);
         for s in 0..4 {
             t.on_datagram(s, NEW, false, false);
         }

@@ -352,34 +352,39 @@ pub fn burst_departures(
 /// period adds a frame) as datagrams of `size` bytes, back to back, the
 /// last one carrying what is left (at least a header), until `end_ns`.
 pub fn frame_departures(
-    frame: u64,
+    frames: super::iso::FrameBytes,
     size: u32,
     fps: u32,
     end_ns: u64,
 ) -> impl Iterator<Item = (u64, u32)> + Send {
     let size = size.max(super::header::HEADER_LEN as u32);
-    let k = frame.div_ceil(u64::from(size)).max(1);
-    let rest = frame.saturating_sub((k - 1) * u64::from(size));
-    let last = rest.clamp(super::header::HEADER_LEN as u64, u64::from(size)) as u32;
     let fps = u128::from(fps.max(1));
     (0..)
         .map_while(move |n: u64| {
             u64::try_from(u128::from(n) * 1_000_000_000 / fps)
                 .ok()
                 .filter(|&t| t < end_ns)
+                .map(|t| (n, t))
         })
-        .flat_map(move |t| (0..k).map(move |i| (t, if i + 1 == k { last } else { size })))
+        .flat_map(move |(n, t)| {
+            let frame = frames.bytes(n);
+            let k = frames.datagrams(n, size);
+            let rest = frame.saturating_sub((k - 1) * u64::from(size));
+            let last = rest.clamp(super::header::HEADER_LEN as u64, u64::from(size)) as u32;
+            (0..k).map(move |i| (t, if i + 1 == k { last } else { size }))
+        })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::iso::FrameBytes::Fixed;
     use super::*;
     use proptest::prelude::*;
 
     #[test]
     fn a_frame_leaves_as_full_datagrams_and_a_shorter_last() {
         // 100 frames a second: one every 10 ms.
-        let d: Vec<_> = frame_departures(3000, 1400, 100, 25_000_000).collect();
+        let d: Vec<_> = frame_departures(Fixed(3000), 1400, 100, 25_000_000).collect();
         assert_eq!(
             d,
             vec![
@@ -395,13 +400,13 @@ mod tests {
             ]
         );
         // A remainder smaller than a header is sent as a header.
-        let d: Vec<_> = frame_departures(1410, 1400, 100, 5).collect();
+        let d: Vec<_> = frame_departures(Fixed(1410), 1400, 100, 5).collect();
         assert_eq!(d, vec![(0, 1400), (0, 32)]);
         // A frame that fits one datagram is one datagram of its size.
-        let d: Vec<_> = frame_departures(900, 1400, 100, 5).collect();
+        let d: Vec<_> = frame_departures(Fixed(900), 1400, 100, 5).collect();
         assert_eq!(d, vec![(0, 900)]);
         // 60 frames a second for 2 s: 120 frames, the last at 1.9833 s.
-        let d: Vec<_> = frame_departures(100, 1400, 60, 2_000_000_000).collect();
+        let d: Vec<_> = frame_departures(Fixed(100), 1400, 60, 2_000_000_000).collect();
         assert_eq!(d.len(), 120);
         assert_eq!(d[119].0, 1_983_333_333);
     }

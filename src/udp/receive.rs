@@ -72,8 +72,6 @@ pub struct MediaPlan {
     pub frame_ns: u64,
     /// Playout buffer, ns.
     pub depth_ns: u64,
-    /// Datagrams per frame.
-    pub per_frame: u64,
 }
 
 /// When a receiver stops, and the time base its intervals use.
@@ -174,7 +172,7 @@ pub fn run_receiver(
             if let Some(m) = cfg.media {
                 // A frame's deadline: its slot after the first frame seen,
                 // plus the playout buffer.
-                let frame = h.seq / m.per_frame.max(1);
+                let frame = stats.frame_of(h.seq).unwrap_or(h.seq);
                 let (f0, t0) = *media_first.get_or_insert((frame, mono));
                 let slot = frame.saturating_sub(f0).saturating_mul(m.frame_ns);
                 let deadline = t0.saturating_add(slot.saturating_add(m.depth_ns) as i64);

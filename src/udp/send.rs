@@ -36,9 +36,9 @@ pub struct SenderConfig {
     pub precompute: bool,
     /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
     pub burst: Option<(u64, u64)>,
-    /// Media frames: (bytes per frame, frames per second); each frame leaves
-    /// as datagrams of `size`, the last one shorter, back to back.
-    pub frames: Option<(u64, u32)>,
+    /// Media frames: (each frame's size, frames per second); each frame
+    /// leaves as datagrams of `size`, the last one shorter, back to back.
+    pub frames: Option<(super::iso::FrameBytes, u32)>,
     /// Tag every datagram with this session key.
     pub tag_key: Option<crate::auth::DatagramKey>,
     /// Count the bytes sent in each interval this long (0: none), for

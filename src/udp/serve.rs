@@ -161,7 +161,6 @@ pub fn receiver_config(
         media: s.media.map(|m| super::receive::MediaPlan {
             frame_ns: m.frame_ns(),
             depth_ns: m.buffer_depth_ms.saturating_mul(1_000_000),
-            per_frame: m.datagrams_per_frame(s.size),
         }),
         verify: s.verify,
         burst: burst_plan(s),
@@ -181,10 +180,7 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
         profile: s.profile.clone(),
         precompute: s.precompute,
         burst: burst_plan(s),
-        frames: s
-            .media
-            .filter(|m| m.frame_bytes > 0)
-            .map(|m| (m.frame_bytes, m.fps)),
+        frames: s.media.and_then(|m| Some((m.frame_sizes()?, m.fps))),
         interval_ns: s.interval_ms.saturating_mul(1_000_000),
         guard: None,
     }
@@ -491,7 +487,7 @@ impl UdpWork for StreamWork {
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
                 stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
                 if let Some(m) = spec.media {
-                    stats.media_frames(m.datagrams_per_frame(spec.size));
+                    stats.media_frames(m.frame_index(spec.size));
                 }
                 /// Forwards the receiver's output to the client.
                 struct ToClient(Arc<Mutex<TcpStream>>);

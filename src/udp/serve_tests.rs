@@ -94,6 +94,7 @@ fn every_bound_holds_at_its_edge() {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS,
                     frame_bytes: 0,
+                    varying: None,
                 })
             }),
             ok(|s| {
@@ -101,6 +102,7 @@ fn every_bound_holds_at_its_edge() {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS + 1,
                     frame_bytes: 0,
+                    varying: None,
                 })
             }),
         ),
@@ -111,6 +113,7 @@ fn every_bound_holds_at_its_edge() {
                     fps: 1,
                     buffer_depth_ms: 0,
                     frame_bytes: 0,
+                    varying: None,
                 })
             }),
             ok(|s| {
@@ -118,6 +121,7 @@ fn every_bound_holds_at_its_edge() {
                     fps: 0,
                     buffer_depth_ms: 0,
                     frame_bytes: 0,
+                    varying: None,
                 })
             }),
         ),

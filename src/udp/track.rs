@@ -405,11 +405,16 @@ impl ReceiverStats {
         self.omit_ns = ns;
     }
 
-    /// Media: judge frames of `per_frame` datagrams (call after
+    /// Media: judge frames laid out by `index` (call after
     /// [`ReceiverStats::omit`]).
-    pub fn media_frames(&mut self, per_frame: u64) {
-        let warm = self.omit_below.div_ceil(per_frame.max(1));
-        self.frames = Some(super::frames::FrameTracker::new(per_frame, warm));
+    pub fn media_frames(&mut self, mut index: super::iso::FrameIndex) {
+        let warm = index.frames_before(self.omit_below);
+        self.frames = Some(super::frames::FrameTracker::new(index, warm));
+    }
+
+    /// Media: the frame datagram `seq` belongs to.
+    pub fn frame_of(&mut self, seq: u64) -> Option<u64> {
+        self.frames.as_mut().map(|f| f.frame_of(seq))
     }
 
     /// Media: datagram `seq`, as it arrived, for its frame's verdict.
