@@ -193,6 +193,10 @@ pub struct SessionSummary {
     /// Request/response tests: requests the server answered.
     #[serde(default)]
     pub requests: u64,
+    /// What the kernel granted the server's first data connection, when
+    /// the test asked for socket options (`-w`, `-M`, `-C`, `--dscp`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted: Option<crate::sockopts::Granted>,
 }
 
 impl SessionSummary {
@@ -207,6 +211,7 @@ impl SessionSummary {
             bytes_sent: self.bytes_sent + o.bytes_sent,
             bytes_received: self.bytes_received + o.bytes_received,
             requests: self.requests + o.requests,
+            granted: self.granted.clone().or_else(|| o.granted.clone()),
         }
     }
 }

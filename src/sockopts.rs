@@ -79,6 +79,22 @@ const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=65535;
 /// Largest congestion control name (TCP_CA_NAME_MAX is 16 with the NUL).
 const CA_NAME_MAX: usize = 15;
 
+/// What the kernel granted on one socket (reported by each end: the
+/// client for its own sockets, the server in its session summary).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Granted {
+    /// SO_SNDBUF, bytes (the kernel's doubled value).
+    pub sndbuf: Option<u64>,
+    /// SO_RCVBUF, bytes.
+    pub rcvbuf: Option<u64>,
+    /// TCP_MAXSEG: the segment size in use, bytes.
+    pub mss: Option<u32>,
+    /// TCP_CONGESTION in use.
+    pub congestion: Option<String>,
+    /// IP_TOS / IPV6_TCLASS in use.
+    pub tos: Option<u8>,
+}
+
 impl SockOpts {
     /// Checks values the kernel would reject or silently change.
     pub fn validate(&self) -> Result<(), SockOptError> {

@@ -60,6 +60,22 @@ fn window_mss_congestion_and_dscp_are_granted_and_reported() {
         out.contains("Socket (as granted): send buffer 512.00 KiB"),
         "{out}"
     );
+    // The server applied the same options to its end and says what its
+    // kernel granted, in its session summary.
+    let sg = &v["result"]["servers"][0][1]["granted"];
+    assert_eq!(
+        (sg["sndbuf"].as_u64(), sg["rcvbuf"].as_u64()),
+        (Some(512 * 1024), Some(512 * 1024)),
+        "{sg}"
+    );
+    assert_eq!(
+        (&sg["congestion"], &sg["tos"]),
+        (&"reno".into(), &0x88.into())
+    );
+    assert!(
+        out.contains("socket (as granted): send buffer 512.00 KiB"),
+        "{out}"
+    );
     assert!(
         out.contains("TCP_INFO (client ends, 2 connections): Retr "),
         "{out}"

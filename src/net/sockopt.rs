@@ -2,7 +2,6 @@
 //! (it doubles buffer sizes and caps them, clamps the MSS, and may lack a
 //! congestion control module), so a report says what a test really ran with.
 
-use serde::Serialize;
 use socket2::{SockRef, TcpKeepalive};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -31,20 +30,7 @@ pub enum SockOptFailed {
     },
 }
 
-/// What the kernel granted on one socket.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Granted {
-    /// SO_SNDBUF, bytes (the kernel's doubled value).
-    pub sndbuf: Option<u64>,
-    /// SO_RCVBUF, bytes.
-    pub rcvbuf: Option<u64>,
-    /// TCP_MAXSEG: the segment size in use, bytes.
-    pub mss: Option<u32>,
-    /// TCP_CONGESTION in use.
-    pub congestion: Option<String>,
-    /// IP_TOS / IPV6_TCLASS in use.
-    pub tos: Option<u8>,
-}
+pub use crate::sockopts::Granted;
 
 fn refused(option: &'static str) -> impl FnOnce(io::Error) -> SockOptFailed {
     move |source| SockOptFailed::Refused { option, source }

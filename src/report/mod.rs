@@ -48,9 +48,9 @@ pub mod duration_ms {
     }
 }
 
-/// What the kernel granted the client's sockets (`--window`, `--mss`, ...):
+/// What the kernel granted `whose` sockets (`--window`, `--mss`, ...):
 /// the TCP-only fields only where the socket has them.
-fn granted_line(g: &crate::net::sockopt::Granted) -> String {
+fn granted_line(whose: &str, g: &crate::sockopts::Granted) -> String {
     let opt = |v: Option<u64>| v.map_or("?".into(), crate::units::format_bytes);
     let mut parts = vec![
         format!("send buffer {}", opt(g.sndbuf)),
@@ -63,7 +63,7 @@ fn granted_line(g: &crate::net::sockopt::Granted) -> String {
         parts.push(format!("congestion {c}"));
     }
     parts.push(format!("TOS 0x{:02x}", g.tos.unwrap_or(0)));
-    format!("Socket (as granted): {}", parts.join(", "))
+    format!("{whose} (as granted): {}", parts.join(", "))
 }
 
 /// A microsecond figure for a table cell, `-` when there is none.

@@ -392,7 +392,12 @@ pub fn print_summary(rep: &RunReport) {
         crate::out!("{}", tcp_info_line("server", i));
     }
     if let Some(g) = &rep.granted {
-        crate::out!("{}", granted_line(g));
+        crate::out!("{}", granted_line("Socket", g));
+    }
+    for (addr, sum) in &rep.servers {
+        if let Some(g) = sum.as_ref().and_then(|s| s.granted.as_ref()) {
+            crate::out!("{}", granted_line(&format!("Server {addr} socket"), g));
+        }
     }
     for addr in &rep.lost_servers {
         crate::out!(

@@ -401,7 +401,7 @@ pub fn print_udp_summary(
         crate::out!("{}", marking_line("Marking", m));
     }
     if !cfg.spec.sock.is_default() {
-        crate::out!("{}", super::granted_line(&rep.granted));
+        crate::out!("{}", super::granted_line("Socket", &rep.granted));
     }
     if rep.server_lost {
         crate::out!("(the server was lost before the test finished)");

@@ -389,6 +389,9 @@ impl<'a> Loop<'a> {
                                 // marking and pacing, on this end too.
                                 let v6 = slot.peer.is_ipv6();
                                 let _ = apply(&slot.stream, &a.sess.spec.sock, v6, true);
+                                a.sess.granted.get_or_init(|| {
+                                    crate::net::sockopt::granted(&slot.stream, v6, true)
+                                });
                             }
                         }
                         m => {

@@ -43,6 +43,8 @@ pub(super) struct Session {
     pub(super) started: Instant,
     /// `--get-server-output`: this end's own status rows.
     log: Option<std::sync::Mutex<crate::stats::IntervalLog>>,
+    /// What the kernel granted the first data connection, for the summary.
+    pub(super) granted: std::sync::OnceLock<crate::sockopts::Granted>,
 }
 
 impl Session {
@@ -66,6 +68,7 @@ impl Session {
             counters: Counters::default(),
             aborted: AtomicBool::new(false),
             started: Instant::now(),
+            granted: std::sync::OnceLock::new(),
             log: (spec.server_interval_ms > 0).then(|| {
                 std::sync::Mutex::new(crate::stats::IntervalLog::new(
                     std::time::Duration::from_millis(spec.server_interval_ms),
@@ -138,6 +141,7 @@ impl Session {
             bytes_sent: s.sent,
             bytes_received: s.received,
             requests: 0,
+            granted: self.granted.get().cloned(),
         }
     }
 }
