@@ -397,6 +397,17 @@ fn crr_counts_transactions_and_handshakes() {
         hs > 0.0 && tx > hs,
         "a transaction includes its handshake: {hs} < {tx}"
     );
+    // Each transaction's TCP_INFO, from both ends (the server's in its
+    // final report), summed as for tcp.
+    for end in ["tcp_info", "server_tcp_info"] {
+        let i = &doc["result"][end];
+        assert_eq!(i["connections"], 600, "{end}: {i}");
+        assert!(i["rtt_max_us"].as_u64().unwrap() > 0, "{end}: {i}");
+    }
+    assert!(
+        stdout.contains("TCP_INFO (server ends, 600 connections)"),
+        "{stdout}"
+    );
 }
 
 #[test]

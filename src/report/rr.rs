@@ -260,6 +260,12 @@ pub fn print_crr(
             crate::out!("  percentiles (us): {}", p.join(", "));
         }
     }
+    if let Some(i) = &r.tcp_info {
+        crate::out!("{}", super::tcp::tcp_info_line("client", i));
+    }
+    if let Some(i) = &r.server_tcp_info {
+        crate::out!("{}", super::tcp::tcp_info_line("server", i));
+    }
     if let Some(f) = first_failure {
         crate::out!("First failure: {f}");
     }

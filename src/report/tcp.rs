@@ -410,7 +410,7 @@ pub fn print_summary(rep: &RunReport) {
 }
 
 /// The client ends' TCP_INFO over the run, as iperf3's `Retr` and RTT.
-fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
+pub(super) fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
     format!(
         "TCP_INFO ({end} ends, {} connections): Retr {} ({}), RTT mean {} max {} min {}, \

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::hist::{LatencyStats, Summary};
+use crate::net::tcpinfo::TcpInfoTotals;
 use crate::outcome::ResultKind;
 use crate::proto::IoPattern;
 use crate::stats::IntervalRow;
@@ -44,6 +45,10 @@ pub struct CrrCollector {
     pub failed: u64,
     /// The first failure's detail.
     pub first_failure: Option<String>,
+    /// The client end's TCP_INFO at the end of each transaction.
+    pub tcp_info: TcpInfoTotals,
+    /// The server end's, from its final reports.
+    pub server_tcp_info: TcpInfoTotals,
 }
 
 impl Default for CrrCollector {
@@ -53,6 +58,8 @@ impl Default for CrrCollector {
             transaction: LatencyStats::new(0.0, 10_000.0, 1000, 10),
             failed: 0,
             first_failure: None,
+            tcp_info: TcpInfoTotals::default(),
+            server_tcp_info: TcpInfoTotals::default(),
         }
     }
 }
@@ -61,6 +68,12 @@ impl Observer for CrrCollector {
     fn interval(&mut self, _row: &IntervalRow) {}
 
     fn connection(&mut self, rec: &ConnectionRecord) {
+        if let Some(i) = &rec.tcp_info {
+            self.tcp_info.add(i);
+        }
+        if let Some(i) = rec.peer_tcp_info {
+            self.server_tcp_info.add(&i.into());
+        }
         if rec.result.kind == ResultKind::Success {
             self.handshake.record_ns((rec.connect_ms * 1e6) as u64);
             self.transaction.record_ns((rec.time_ms * 1e6) as u64);
@@ -87,6 +100,10 @@ pub struct CrrReport {
     pub handshake: Option<Summary>,
     /// Whole-transaction times.
     pub transaction: Option<Summary>,
+    /// The client ends' TCP_INFO, summed over the transactions.
+    pub tcp_info: Option<TcpInfoTotals>,
+    /// The server ends'.
+    pub server_tcp_info: Option<TcpInfoTotals>,
 }
 
 impl CrrCollector {
@@ -100,6 +117,8 @@ impl CrrCollector {
             per_sec: if secs > 0.0 { ok as f64 / secs } else { 0.0 },
             handshake: self.handshake.summary(),
             transaction: self.transaction.summary(),
+            tcp_info: (self.tcp_info.connections > 0).then_some(self.tcp_info),
+            server_tcp_info: (self.server_tcp_info.connections > 0).then_some(self.server_tcp_info),
         }
     }
 }
