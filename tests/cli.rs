@@ -1566,6 +1566,33 @@ fn the_servers_own_rows_come_back_with_get_server_output() {
         0,
     );
     assert!(v["result"]["server_output"].is_null());
+    // udp takes the flag for iperf3 scripts: with -R the server is the
+    // sender, and its report (per interval too) is the result's `sender`.
+    let (v, _) = run_json(
+        &[
+            "udp",
+            &addr.to_string(),
+            "-R",
+            "-b",
+            "8M",
+            "-t",
+            "1s",
+            "-i",
+            "250ms",
+            "--get-server-output",
+        ],
+        0,
+    );
+    let s = &v["result"]["sender"];
+    let per: Vec<u64> = s["sent_intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert!(per.len() >= 4, "{s}");
+    assert_eq!(per.iter().sum::<u64>(), s["bytes"].as_u64().unwrap(), "{s}");
+    assert_eq!(s["interval_ms"], 250);
 }
 
 /// `udp -P N --bidir`: streams each way, each its own session and data

@@ -152,6 +152,12 @@ pub struct UdpArgs {
     /// connection columns (CSV if the name ends in .csv).
     #[arg(long, value_name = "FILE")]
     connection_file: Option<PathBuf>,
+    /// Accepted for iperf3 scripts (--get-server-output): a udp result
+    /// already holds the server's side, its receiver intervals (`intervals`,
+    /// `totals`) or, with -R, its sender report (`sender`, with
+    /// `sent_intervals` per interval).
+    #[arg(long)]
+    get_server_output: bool,
     /// The data socket's local port (iperf3 --cport).
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     cport: Option<u16>,
