@@ -23,6 +23,7 @@ pub mod control;
 pub mod conversation;
 pub mod guard;
 pub mod keyfile;
+pub mod load;
 pub mod net;
 pub mod outcome;
 pub mod output;

@@ -39,6 +39,10 @@ enum Cmd {
     /// Connect/request/response/close churn: connections per second and
     /// handshake and transaction time percentiles.
     Crr(cmd::crr::CrrArgs),
+    /// Latency under load: idle, download, upload and both at once, with
+    /// UDP, new-connection and load-connection probes throughout; the
+    /// bufferbloat per phase and the responsiveness in RPM (IETF IPPM draft).
+    Load(cmd::load::LoadArgs),
     /// UDP rate sweep (bwdelaytester -s): ramp the rate linearly, then print a
     /// table per offered-rate bin and the congestion analysis.
     Sweep(cmd::sweep::SweepArgs),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Cmd::Rr(a) => cmd::rr::run(a),
         Cmd::Ping(a) => cmd::ping::run(a),
         Cmd::Crr(a) => cmd::crr::run(a),
+        Cmd::Load(a) => cmd::load::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Relay(a) => cmd::relay::run(a),

@@ -35,6 +35,7 @@ const PROTOCOL: &[&str] = &[
     "udp::header",
     "udp::frames",
     "udp::iso",
+    "load::model",
     "udp::marks",
     "udp::sum",
     "udp::pace",

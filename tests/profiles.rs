@@ -4,8 +4,11 @@
 #[path = "common/bin.rs"]
 mod bin;
 mod common;
+#[path = "common/netns.rs"]
+mod netns;
 #[path = "common/udp_relay.rs"]
 mod udp_relay;
+use netns::{Netns, until_one_passes};
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,27 +23,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs a limiter measurement up to `tries` times until one passes. A stall
-/// of this shared 2-core host (the sender or the relay descheduled for tens of
-/// ms) can spoil one run; a broken analysis fails every run. Each failure is
-/// printed, and the panic lists them all.
-fn until_one_passes(tries: u32, mut run: impl FnMut() -> Result<String, String>) {
-    let mut failures = Vec::new();
-    for attempt in 1..=tries {
-        match run() {
-            Ok(what) => {
-                eprintln!("attempt {attempt} passed: {what}");
-                return;
-            }
-            Err(why) => {
-                eprintln!("attempt {attempt}: {why}");
-                failures.push(format!("attempt {attempt}: {why}"));
-            }
-        }
-    }
-    panic!("no run of {tries} passed:\n{}", failures.join("\n"));
 }
 
 struct Proc(Child);
@@ -77,98 +59,13 @@ fn counts_add_up(r: &serde_json::Value, intervals: u64) {
     assert_eq!(t["sent"], r["sender"]["packets"], "{t}");
 }
 
-/// Two namespaces joined by a veth pair with link-local addresses; removed on drop.
-struct Netns {
-    a: String,
-    b: String,
-}
-
-impl Netns {
-    fn sh(args: &[&str]) {
-        let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-        assert!(st.success(), "{args:?} failed");
-    }
-
-    fn new() -> Netns {
-        let id = std::process::id() % 100_000;
-        let (a, b) = (format!("nrA{id}"), format!("nrB{id}"));
-        let (va, vb) = (format!("nr{id}a"), format!("nr{id}b"));
-        let n = Netns {
-            a: a.clone(),
-            b: b.clone(),
-        };
-        Self::sh(&["ip", "netns", "add", &a]);
-        Self::sh(&["ip", "netns", "add", &b]);
-        Self::sh(&[
-            "ip", "link", "add", &va, "type", "veth", "peer", "name", &vb,
-        ]);
-        Self::sh(&["ip", "link", "set", &va, "netns", &a]);
-        Self::sh(&["ip", "link", "set", &vb, "netns", &b]);
-        Self::sh(&[
-            "ip",
-            "-n",
-            &a,
-            "addr",
-            "add",
-            "169.254.201.1/24",
-            "dev",
-            &va,
-        ]);
-        Self::sh(&[
-            "ip",
-            "-n",
-            &b,
-            "addr",
-            "add",
-            "169.254.201.2/24",
-            "dev",
-            &vb,
-        ]);
-        for (ns, dev) in [(&a, &va), (&b, &vb)] {
-            Self::sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-            Self::sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-        }
-        // The shaper under test: 50 Mbit/s with a 50 ms queue on A's egress.
-        Self::sh(&[
-            "ip", "netns", "exec", &a, "tc", "qdisc", "add", "dev", &va, "root", "tbf", "rate",
-            "50mbit", "burst", "64kb", "latency", "50ms",
-        ]);
-        n
-    }
-
-    /// Waits until something in namespace `ns` listens on TCP `port`.
-    fn wait_listening(&self, ns: &str, port: u16) {
-        let t0 = Instant::now();
-        let filter = format!("sport = :{port}");
-        loop {
-            let out = Command::new("ip")
-                .args(["netns", "exec", ns, "ss", "-Hltn", &filter])
-                .output()
-                .unwrap();
-            if !out.stdout.is_empty() {
-                return;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "nothing listens on {port} in {ns}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
-    }
-}
-
 #[test]
 #[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns, tc)")]
 fn sweep_finds_a_tbf_shaper_between_namespaces() {
     let _one = one_at_a_time();
-    let ns = Netns::new();
+    let ns = Netns::new('s', 201);
+    // The shaper under test: 50 Mbit/s with a 50 ms queue on A's egress.
+    ns.tbf(&["rate", "50mbit", "burst", "64kb", "latency", "50ms"]);
     let _srv = Proc(
         Command::new("ip")
             .args([

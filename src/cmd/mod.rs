@@ -24,6 +24,7 @@ use netrig::units;
 
 pub mod analyze;
 pub mod crr;
+pub mod load;
 pub mod ping;
 pub mod progress;
 pub mod relay;

@@ -176,6 +176,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         connections: a.parallel,
         iterations: a.iterations,
         throttle: a.throttle,
+        open_cap: None,
         pattern: a.pattern,
         transfer: a.bytes.0,
         transfer_max: a.bytes.1,

@@ -14,6 +14,7 @@ use std::path::Path;
 
 mod analysis;
 mod connection_row;
+mod load;
 mod rr;
 mod stream;
 mod tcp;
@@ -24,6 +25,7 @@ mod udp_multi;
 
 pub use analysis::*;
 pub use connection_row::CONNECTION_HEADERS;
+pub use load::*;
 pub use rr::*;
 pub use stream::{JsonStream, StreamSink};
 pub use tcp::*;

@@ -561,7 +561,7 @@ impl<'a> Loop<'a> {
                     due.push((k, true))
                 }
                 Stage::Data { a, conn, .. } => {
-                    a.sess.tick(now);
+                    a.sess.tick(now, std::os::fd::AsRawFd::as_raw_fd(&s.stream));
                     if a.sess.cancelled() {
                         conn.cancel();
                         due.push((k, false));

@@ -81,9 +81,13 @@ impl Session {
     }
 
     /// Takes a status row if one is due (the event loops call it as they
-    /// scan their connections).
-    pub(super) fn tick(&self, now: Instant) {
+    /// scan their connections, every 20 ms), after sampling the scanned
+    /// connection's TCP_INFO so the rows carry this end's RTT and window.
+    pub(super) fn tick(&self, now: Instant, fd: std::os::fd::RawFd) {
         if let Some(l) = &self.log {
+            if let Some(i) = crate::net::tcpinfo::raw(fd) {
+                self.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);
+            }
             let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
             if l.due(now) {
                 l.take(now, self.counters.snapshot());

@@ -110,6 +110,10 @@ pub struct TcpClientConfig {
     pub iterations: Option<u64>,
     /// Maximum connects in progress at once.
     pub throttle: u32,
+    /// A ramp: at most this many connections are started, a number the
+    /// caller raises as the run goes (`netrig load`); none: all at once.
+    #[serde(skip)]
+    pub open_cap: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Data flow pattern.
     pub pattern: IoPattern,
     /// Bytes per connection (the lower end, with a range).
@@ -176,6 +180,7 @@ impl TcpClientConfig {
             connections: 8,
             iterations: None,
             throttle: 1000,
+            open_cap: None,
             pattern: IoPattern::Push,
             transfer: 1 << 30,
             transfer_max: None,

@@ -206,7 +206,24 @@ impl Worker<'_> {
             if !self.sh.throttle_try_acquire() {
                 return;
             }
-            let index = self.sh.next.fetch_add(1, SeqCst);
+            let index = match &self.sh.cfg.open_cap {
+                None => self.sh.next.fetch_add(1, SeqCst),
+                Some(cap) => {
+                    let cap = cap.load(SeqCst);
+                    match self
+                        .sh
+                        .next
+                        .fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1))
+                    {
+                        Ok(n) => n,
+                        Err(_) => {
+                            // Not yet: the loop looks again every tick.
+                            self.sh.throttle_release();
+                            return;
+                        }
+                    }
+                }
+            };
             if index >= self.sh.cfg.total_connections() {
                 self.sh.throttle_release();
                 self.no_more = true;

@@ -1,0 +1,139 @@
+//! `netrig load`: latency under load (bufferbloat) and responsiveness in
+//! round trips per minute, one run of idle, download, upload and both.
+
+use anyhow::Result;
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{
+    Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_exit, finish, interrupt_flag,
+    positive_duration, run_code, target_or_embedded, usage,
+};
+use netrig::load::model::Phase;
+use netrig::load::run::{LoadConfig, LoadError, LoadObserver, Second};
+
+#[derive(Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub to: Target,
+    /// The idle phase: the latency baseline.
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = positive_duration)]
+    idle: Duration,
+    /// Each loaded phase (at least 4 s: the responsiveness is taken over
+    /// its last four seconds).
+    #[arg(long, value_name = "D", default_value = "8s", value_parser = positive_duration)]
+    phase_time: Duration,
+    /// The loaded phases, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "download,upload,both"
+    )]
+    phases: Vec<LoadPhase>,
+    /// Time between probes of each kind.
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = positive_duration)]
+    probe_interval: Duration,
+    /// Most TCP connections a phase ramps up to (the draft's 16).
+    #[arg(short = 'P', long, visible_alias = "parallel", default_value_t = 16)]
+    max_connections: u32,
+    #[command(flatten)]
+    sock: super::sock::TcpFlags,
+    #[command(flatten)]
+    json: Json,
+    #[command(flatten)]
+    verbosity: Verbosity,
+    #[command(flatten)]
+    console: super::ConsoleArgs,
+    #[command(flatten)]
+    key: KeyArg,
+}
+
+/// A loaded phase on the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LoadPhase {
+    Download,
+    Upload,
+    Both,
+}
+
+struct Live(u8);
+
+impl LoadObserver for Live {
+    fn second(&mut self, s: &Second) {
+        if self.0 >= 1 {
+            netrig::out!("{}", netrig::report::load_live_line(s));
+        }
+    }
+}
+
+pub fn run(a: LoadArgs) -> Result<ExitCode> {
+    let Setup {
+        json,
+        stream: _,
+        verbosity,
+        key,
+    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
+        Ok(s) => s,
+        Err(c) => return Ok(c),
+    };
+    let sock = a.sock.opts();
+    if let Err(e) = sock.validate() {
+        return Ok(usage(e.to_string()));
+    }
+    let mut cfg = LoadConfig {
+        target: String::new(),
+        port: a.to.port,
+        key: key.clone(),
+        idle_secs: a.idle.as_secs_f64(),
+        phase_secs: a.phase_time.as_secs_f64(),
+        phases: a
+            .phases
+            .iter()
+            .map(|p| match p {
+                LoadPhase::Download => Phase::Download,
+                LoadPhase::Upload => Phase::Upload,
+                LoadPhase::Both => Phase::Both,
+            })
+            .collect(),
+        probe_interval_ms: a.probe_interval.as_millis().min(u128::from(u64::MAX)) as u64,
+        max_connections: a.max_connections,
+        sock,
+    };
+    if let Err(e) = cfg.validate() {
+        return Ok(usage(e.to_string()));
+    }
+    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
+    cfg.target = target.clone();
+    if verbosity >= 1 {
+        netrig::out!("{}", netrig::report::load_banner(&cfg, &target));
+        netrig::out!("{}", netrig::report::LOAD_LIVE_HEADERS);
+    }
+    let result = netrig::load::run::run(&cfg, interrupt_flag(), &mut Live(verbosity));
+    if let Some(e) = embedded {
+        e.finish();
+    }
+    let rep = match result {
+        Ok(r) => r,
+        Err(LoadError::Client(e)) => {
+            return Ok(client_error_exit(e, "load", json.as_deref(), &cfg));
+        }
+        Err(LoadError::Config(e)) => return Ok(usage(e.to_string())),
+    };
+    if verbosity >= 1 {
+        netrig::report::print_load(&rep);
+    } else {
+        for e in &rep.errors {
+            eprintln!("netrig: {e}");
+        }
+    }
+    let code: Exit = run_code(false, !rep.errors.is_empty(), rep.interrupted);
+    let failure = rep.errors.first().cloned();
+    Ok(finish(
+        code,
+        json.as_deref(),
+        |p| netrig::report::write_envelope(p, "load", &cfg, Some(&rep), failure.as_deref()),
+        Vec::new(),
+    ))
+}

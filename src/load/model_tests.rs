@@ -1,0 +1,187 @@
+use super::*;
+
+fn sample(t: f64, kind: ProbeKind, ms: Option<f64>) -> Sample {
+    Sample {
+        t,
+        kind,
+        ms,
+        up_ms: None,
+        down_ms: None,
+    }
+}
+
+#[test]
+fn the_trimmed_mean_drops_the_highest_five_percent() {
+    // 1..=100: the lowest 95 average 48.
+    let v: Vec<f64> = (1..=100).map(f64::from).collect();
+    assert_eq!(trimmed_mean(&v, TMP), Some(48.0));
+    // Order does not matter; a lone outlier among 20 is dropped.
+    let mut w = vec![10.0; 19];
+    w.insert(3, 1000.0);
+    assert_eq!(trimmed_mean(&w, TMP), Some(10.0));
+    // Too few to trim keeps everything; nothing gives nothing.
+    assert_eq!(trimmed_mean(&[4.0, 2.0], TMP), Some(3.0));
+    assert_eq!(trimmed_mean(&[], TMP), None);
+    assert_eq!(trimmed_mean(&[f64::NAN], TMP), None);
+}
+
+#[test]
+fn percentiles_are_nearest_rank() {
+    let v: Vec<f64> = (1..=10).map(f64::from).collect();
+    assert_eq!(percentile(&v, 50.0), Some(5.0));
+    assert_eq!(percentile(&v, 90.0), Some(9.0));
+    assert_eq!(percentile(&v, 99.0), Some(10.0));
+    assert_eq!(percentile(&v, 0.0), Some(1.0));
+    assert_eq!(percentile(&[], 50.0), None);
+}
+
+#[test]
+fn responsiveness_follows_the_drafts_tcp_only_formula() {
+    // Foreign: (TM(tcp_f) + TM(http_f)) / 2 = (10 + 30) / 2 = 20 ms: 3000
+    // RPM. Loaded: TM(http_l) = 60 ms: 1000 RPM. Responsiveness: 2000.
+    let r = responsiveness(&[10.0; 20], &[30.0; 20], &[60.0; 20]).unwrap();
+    assert_eq!(r.foreign_rpm, 3000.0);
+    assert_eq!(r.loaded_rpm, Some(1000.0));
+    assert_eq!(r.rpm, 2000.0);
+    // Without self samples, foreign alone; without foreign ones, none.
+    let f = responsiveness(&[10.0], &[30.0], &[]).unwrap();
+    assert_eq!((f.loaded_rpm, f.rpm), (None, 3000.0));
+    assert!(responsiveness(&[], &[30.0], &[60.0]).is_none());
+    assert!(responsiveness(&[10.0], &[], &[60.0]).is_none());
+}
+
+#[test]
+fn stability_needs_mad_averages_within_the_tolerance() {
+    let mut s = Stability::default();
+    // A ramp is never stable.
+    for v in [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0] {
+        assert!(!s.push(v));
+    }
+    // A plateau becomes stable once the moving averages settle.
+    let mut s = Stability::default();
+    let got: Vec<bool> = (0..8).map(|_| s.push(100.0)).collect();
+    assert_eq!(got, [false, false, false, true, true, true, true, true]);
+    // Within 5%: 100 +- 1 is stable; nothing moving is not.
+    let mut s = Stability::default();
+    let wobble: Vec<bool> = [99.0, 101.0, 99.0, 101.0, 99.0, 101.0, 99.0]
+        .iter()
+        .map(|&v| s.push(v))
+        .collect();
+    assert!(wobble[6]);
+    let mut z = Stability::default();
+    assert!((0..8).all(|_| !z.push(0.0)));
+    // A swing larger than the tolerance is not.
+    let mut s = Stability::default();
+    let swing: Vec<bool> = [10.0, 100.0, 10.0, 100.0, 10.0, 100.0, 500.0]
+        .iter()
+        .map(|&v| s.push(v))
+        .collect();
+    assert!(!swing[6]);
+}
+
+#[test]
+fn the_schedule_places_every_time_in_one_phase() {
+    let s = Schedule::new(2.0, &[Phase::Download, Phase::Upload], 3.0);
+    assert_eq!(s.end(), 8.0);
+    assert_eq!(s.phase_at(0.0), Some(Phase::Idle));
+    assert_eq!(s.phase_at(1.999), Some(Phase::Idle));
+    assert_eq!(s.phase_at(2.0), Some(Phase::Download));
+    assert_eq!(s.phase_at(5.0), Some(Phase::Upload));
+    assert_eq!(s.phase_at(8.0), Some(Phase::Upload));
+    assert_eq!(s.phase_at(8.1), None);
+    assert_eq!(s.phase_at(-1.0), None);
+}
+
+#[test]
+fn phases_summarise_their_own_probes_against_idle() {
+    let s = Schedule::new(5.0, &[Phase::Upload], 5.0);
+    let mut v = Vec::new();
+    for k in 0..50 {
+        let t = k as f64 * 0.1;
+        v.push(Sample {
+            up_ms: Some(0.4),
+            down_ms: Some(0.6),
+            ..sample(t, ProbeKind::Udp, Some(1.0))
+        });
+        v.push(sample(5.0 + t, ProbeKind::Udp, Some(41.0)));
+        v.push(sample(5.0 + t, ProbeKind::TcpConnect, Some(40.0)));
+        v.push(sample(5.0 + t, ProbeKind::TcpRequest, Some(40.0)));
+        v.push(sample(5.0 + t, ProbeKind::SelfRtt, Some(60.0)));
+    }
+    v.push(sample(9.5, ProbeKind::Udp, None));
+    let load = [
+        PhaseLoad::default(),
+        PhaseLoad {
+            up_bytes: 5_000_000,
+            connections: 4,
+            saturated: true,
+            ..Default::default()
+        },
+    ];
+    let r = summarize(&s, &v, &load);
+    assert_eq!(r.len(), 2);
+    let (idle, up) = (&r[0], &r[1]);
+    assert_eq!((idle.udp.count, idle.udp.p50_ms), (50, Some(1.0)));
+    assert_eq!(
+        (idle.udp_up_p50_ms, idle.udp_down_p50_ms),
+        (Some(0.4), Some(0.6))
+    );
+    assert_eq!(idle.increase_ms, None);
+    assert!(idle.responsiveness.is_none());
+    assert_eq!((up.udp.count, up.udp.lost), (50, 1));
+    assert_eq!(up.increase_ms, Some(40.0));
+    assert_eq!(up.up_bps, 8_000_000.0);
+    assert_eq!((up.connections, up.saturated), (4, true));
+    assert_eq!(up.tcp_connect.count, 50);
+    // The last four seconds: 40 ms foreign (1500 RPM), 60 ms self (1000).
+    let rpm = up.responsiveness.unwrap();
+    assert_eq!(
+        (rpm.foreign_rpm, rpm.loaded_rpm, rpm.rpm),
+        (1500.0, Some(1000.0), 1250.0)
+    );
+    assert_eq!(
+        verdict(&r),
+        "bufferbloat: latency under load +40 ms while uploading; games and calls will lag"
+    );
+}
+
+#[test]
+fn the_verdict_grades_the_worst_phase() {
+    let report = |phase, inc| PhaseReport {
+        phase,
+        start: 0.0,
+        end: 1.0,
+        down_bps: 0.0,
+        up_bps: 0.0,
+        connections: 0,
+        saturated: false,
+        udp: KindStats::of([].iter()),
+        udp_up_p50_ms: None,
+        udp_down_p50_ms: None,
+        tcp_connect: KindStats::of([].iter()),
+        tcp_request: KindStats::of([].iter()),
+        self_rtt: KindStats::of([].iter()),
+        increase_ms: inc,
+        responsiveness: None,
+    };
+    let v = |a, b| {
+        verdict(&[
+            report(Phase::Idle, None),
+            report(Phase::Download, a),
+            report(Phase::Upload, b),
+        ])
+    };
+    assert!(v(Some(0.2), Some(4.9)).starts_with("no bufferbloat: latency under load +4.9 ms"));
+    assert!(
+        v(Some(5.0), Some(1.0))
+            .starts_with("mild bufferbloat: latency under load +5 ms while downloading")
+    );
+    assert!(
+        v(Some(30.0), None).starts_with("bufferbloat: latency under load +30 ms while downloading")
+    );
+    assert!(
+        v(Some(3.0), Some(180.0))
+            .starts_with("severe bufferbloat: latency under load +180 ms while uploading")
+    );
+    assert!(v(None, None).starts_with("no verdict"));
+}

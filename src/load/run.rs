@@ -1,0 +1,567 @@
+//! `netrig load`'s run: an idle phase, then each loaded phase with TCP load
+//! connections ramped up one a second (as the responsiveness draft adds
+//! them) until goodput stops growing, while three kinds of probes run on
+//! their own schedules over the whole run: UDP request/responses with their
+//! one-way split, new TCP connections (handshake, then the hello exchange
+//! as a request/response on the fresh connection), and the load
+//! connections' own smoothed RTT from TCP_INFO at their sending end.
+
+use serde::Serialize;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+use super::model::{self, Phase, PhaseLoad, PhaseReport, ProbeKind, Sample, Schedule, Stability};
+use crate::control::ClientError;
+use crate::proto::{IoPattern, Message};
+use crate::rr::client::{Probe, RrConfig, Transport};
+use crate::stats::IntervalRow;
+use crate::tcp::client::{ConnectionRecord, Observer};
+use crate::tcp::config::TcpClientConfig;
+
+/// A UDP probe without a reply this long is lost.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Foreign probes in flight at most; a schedule tick with this many still
+/// waiting sends none (counted lost).
+const MAX_FOREIGN: usize = 32;
+
+/// What a `netrig load` run does.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadConfig {
+    /// Server.
+    pub target: String,
+    /// Port if the target names none.
+    pub port: u16,
+    /// Pre-shared key.
+    #[serde(skip)]
+    pub key: Option<crate::auth::Key>,
+    /// Idle phase, s.
+    pub idle_secs: f64,
+    /// Each loaded phase, s.
+    pub phase_secs: f64,
+    /// The loaded phases, in order.
+    pub phases: Vec<Phase>,
+    /// Time between probes of each kind, ms.
+    pub probe_interval_ms: u64,
+    /// Most load connections a phase ramps up to.
+    pub max_connections: u32,
+    /// Options for the load connections (`-C`, `-w`, ...).
+    pub sock: crate::sockopts::SockOpts,
+}
+
+/// A [`LoadConfig`] that cannot run.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LoadConfigError {
+    /// Nothing to load.
+    #[error("--phases: give at least one of download, upload, both")]
+    NoPhases,
+    /// Phases too short to see the ramp and the responsiveness window.
+    #[error(
+        "--phase-time must be at least {0} s: the draft's responsiveness takes its last {0} seconds"
+    )]
+    PhaseTooShort(usize),
+    /// Probes too often or too rarely.
+    #[error("--probe-interval must be 10ms..=1s")]
+    Interval,
+    /// Connections.
+    #[error("--max-connections must be 1..=64")]
+    Connections,
+}
+
+impl LoadConfig {
+    /// Checks the configuration before anything is sent.
+    pub fn validate(&self) -> Result<(), LoadConfigError> {
+        if self.phases.is_empty() {
+            return Err(LoadConfigError::NoPhases);
+        }
+        if self.phase_secs < model::MAD as f64 {
+            return Err(LoadConfigError::PhaseTooShort(model::MAD));
+        }
+        if !(10..=1000).contains(&self.probe_interval_ms) {
+            return Err(LoadConfigError::Interval);
+        }
+        if !(1..=64).contains(&self.max_connections) {
+            return Err(LoadConfigError::Connections);
+        }
+        Ok(())
+    }
+
+    fn every(&self) -> Duration {
+        Duration::from_millis(self.probe_interval_ms)
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The configuration.
+    #[error("{0}")]
+    Config(#[from] LoadConfigError),
+    /// The server or the network, before anything was measured.
+    #[error("{0}")]
+    Client(#[from] ClientError),
+}
+
+/// One second of the run, for the live console.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Second {
+    /// Seconds since the run began.
+    pub t: f64,
+    /// The phase.
+    pub phase: Phase,
+    /// Goodput down in the second, bit/s.
+    pub down_bps: f64,
+    /// Goodput up, bit/s.
+    pub up_bps: f64,
+    /// Load connections allowed.
+    pub connections: u32,
+    /// Median UDP round trip of the second's probes, ms.
+    pub udp_ms: Option<f64>,
+    /// Median new-connection handshake, ms.
+    pub connect_ms: Option<f64>,
+    /// Median load-connection RTT, ms.
+    pub self_ms: Option<f64>,
+}
+
+/// Sees the run as it goes.
+pub trait LoadObserver {
+    /// A second of the run ended.
+    fn second(&mut self, s: &Second);
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// The phases' times.
+    pub schedule: Schedule,
+    /// Each phase's figures.
+    pub phases: Vec<PhaseReport>,
+    /// One line for anyone.
+    pub verdict: String,
+    /// UDP probes that never reached the server.
+    pub udp_lost_up: Option<u64>,
+    /// UDP replies that never came back.
+    pub udp_lost_down: Option<u64>,
+    /// The clock offset the one-way split used.
+    pub offset: Option<crate::udp::clock::Offset>,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Failures of the load or the probes; what they measured is kept.
+    pub errors: Vec<String>,
+    /// Every probe, in time order.
+    pub probes: Vec<Sample>,
+}
+
+type Samples = Arc<Mutex<Vec<Sample>>>;
+
+fn push(samples: &Samples, s: Sample) {
+    samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+}
+
+/// A new connection's handshake, then netrig's hello and its answer: a
+/// request/response the server makes on the fresh connection, without
+/// opening a test (so probes never meet its per-client test limit).
+fn foreign_probe(addr: SocketAddr, timeout: Duration) -> (Option<f64>, Option<f64>) {
+    let t = Instant::now();
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, timeout) else {
+        return (None, None);
+    };
+    let connect = t.elapsed().as_secs_f64() * 1e3;
+    let _ = s.set_nodelay(true);
+    let _ = s.set_read_timeout(Some(timeout));
+    let hello = crate::proto::encode(&Message::Hello(Message::hello()));
+    let t = Instant::now();
+    let answered = s.write_all(&hello).is_ok()
+        && matches!(crate::proto::read_message(&mut s), Ok(Message::HelloAck(_)));
+    (
+        Some(connect),
+        answered.then(|| t.elapsed().as_secs_f64() * 1e3),
+    )
+}
+
+/// Sends a foreign probe every `every` until `stop`, half a period after the
+/// UDP probes so the kinds interleave.
+fn foreign_probes(
+    addr: SocketAddr,
+    every: Duration,
+    t0: Instant,
+    samples: Samples,
+    stop: Arc<AtomicBool>,
+) {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    let mut next = t0 + every / 2;
+    let timeout = Duration::from_secs(2);
+    while !stop.load(SeqCst) {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        next += every;
+        let t = now.duration_since(t0).as_secs_f64();
+        if in_flight.load(SeqCst) >= MAX_FOREIGN {
+            push(&samples, lost(t, ProbeKind::TcpConnect));
+            continue;
+        }
+        in_flight.fetch_add(1, SeqCst);
+        let (samples, in_flight) = (Arc::clone(&samples), Arc::clone(&in_flight));
+        handles.push(std::thread::spawn(move || {
+            let (connect, request) = foreign_probe(addr, timeout);
+            push(&samples, ms(t, ProbeKind::TcpConnect, connect));
+            if connect.is_some() {
+                push(&samples, ms(t, ProbeKind::TcpRequest, request));
+            }
+            in_flight.fetch_sub(1, SeqCst);
+        }));
+        handles.retain(|h| !h.is_finished());
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+fn ms(t: f64, kind: ProbeKind, ms: Option<f64>) -> Sample {
+    Sample {
+        t,
+        kind,
+        ms,
+        up_ms: None,
+        down_ms: None,
+    }
+}
+
+fn lost(t: f64, kind: ProbeKind) -> Sample {
+    ms(t, kind, None)
+}
+
+/// Counts a load run's goodput and takes its self samples.
+struct LoadObs {
+    down: Arc<AtomicU64>,
+    up: Arc<AtomicU64>,
+    samples: Samples,
+    /// The run's start, s since the load run began.
+    base: f64,
+    last: f64,
+    /// This end sends on the load connections: its RTT is the self probe.
+    sends: bool,
+}
+
+impl Observer for LoadObs {
+    fn interval(&mut self, row: &IntervalRow) {
+        let dt = (row.time_slice - self.last).max(0.0);
+        self.last = row.time_slice;
+        self.down
+            .fetch_add((row.recv_bps as f64 * dt) as u64, SeqCst);
+        self.up.fetch_add((row.send_bps as f64 * dt) as u64, SeqCst);
+        if let (true, Some(r)) = (self.sends, row.rtt_us) {
+            push(
+                &self.samples,
+                ms(
+                    self.base + row.time_slice,
+                    ProbeKind::SelfRtt,
+                    Some(r / 1e3),
+                ),
+            );
+        }
+    }
+
+    fn connection(&mut self, _rec: &ConnectionRecord) {}
+}
+
+/// The medians of the second before `t` for the live line.
+fn last_second(samples: &Samples, t: f64, kind: ProbeKind) -> Option<f64> {
+    let s = samples.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<f64> = s
+        .iter()
+        .filter(|x| x.kind == kind && x.t > t - 1.0 && x.t <= t)
+        .filter_map(|x| x.ms)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    model::percentile(&v, 50.0)
+}
+
+struct Ctx<'a> {
+    cfg: &'a LoadConfig,
+    target: String,
+    t0: Instant,
+    samples: Samples,
+    interrupt: &'a Arc<AtomicBool>,
+    obs: &'a mut dyn LoadObserver,
+    errors: Vec<String>,
+}
+
+impl Ctx<'_> {
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Sleeps to `t` (s since the start) unless interrupted.
+    fn sleep_to(&self, t: f64) -> bool {
+        while self.now() < t {
+            if self.interrupt.load(SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_secs_f64((t - self.now()).clamp(0.0, 0.05)));
+        }
+        !self.interrupt.load(SeqCst)
+    }
+
+    fn second(&mut self, phase: Phase, down: f64, up: f64, connections: u32) {
+        let t = self.now();
+        let s = Second {
+            t,
+            phase,
+            down_bps: down * 8.0,
+            up_bps: up * 8.0,
+            connections,
+            udp_ms: last_second(&self.samples, t, ProbeKind::Udp),
+            connect_ms: last_second(&self.samples, t, ProbeKind::TcpConnect),
+            self_ms: last_second(&self.samples, t, ProbeKind::SelfRtt),
+        };
+        self.obs.second(&s);
+    }
+
+    fn idle(&mut self, end: f64) -> PhaseLoad {
+        let mut t = self.now().floor() + 1.0;
+        while t <= end + 1e-9 && self.sleep_to(t) {
+            self.second(Phase::Idle, 0.0, 0.0, 0);
+            t += 1.0;
+        }
+        PhaseLoad::default()
+    }
+
+    fn loaded(&mut self, phase: Phase, end: f64) -> PhaseLoad {
+        let pattern = match phase {
+            Phase::Download => IoPattern::Pull,
+            Phase::Upload => IoPattern::Push,
+            _ => IoPattern::Duplex,
+        };
+        let cap = Arc::new(AtomicU64::new(1));
+        let mut c = TcpClientConfig::new(vec![self.target.clone()]);
+        c.port = self.cfg.port;
+        c.key = self.cfg.key.clone();
+        c.pattern = pattern;
+        c.connections = self.cfg.max_connections;
+        c.iterations = None;
+        c.transfer = 1 << 40;
+        c.time_limit = Some(Duration::from_secs_f64((end - self.now()).max(0.5)));
+        c.interval = Some(self.cfg.every());
+        // Download: the server sends, and its rows carry its RTT.
+        c.server_output = pattern == IoPattern::Pull;
+        c.open_cap = Some(Arc::clone(&cap));
+        c.sock = self.cfg.sock.clone();
+        let (down, up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let base = self.now();
+        let mut o = LoadObs {
+            down: Arc::clone(&down),
+            up: Arc::clone(&up),
+            samples: Arc::clone(&self.samples),
+            base,
+            last: 0.0,
+            sends: pattern != IoPattern::Pull,
+        };
+        let stop = Arc::clone(self.interrupt);
+        let run = std::thread::spawn(move || crate::tcp::client::run(c, stop, &mut o));
+        let mut stability = Stability::default();
+        let (mut saturated, mut seen, mut open) = (false, (0, 0), 1);
+        let mut t = base.floor() + 1.0;
+        while t <= end + 1e-9 && !run.is_finished() && self.sleep_to(t) {
+            let now = (down.load(SeqCst), up.load(SeqCst));
+            let (d, u) = (now.0 - seen.0, now.1 - seen.1);
+            seen = now;
+            let n = cap.load(SeqCst);
+            open = n;
+            if !saturated {
+                saturated = stability.push((d + u) as f64);
+                if !saturated && n < u64::from(self.cfg.max_connections) {
+                    cap.store(n + 1, SeqCst);
+                }
+            }
+            self.second(phase, d as f64, u as f64, n as u32);
+            t += 1.0;
+        }
+        match run.join() {
+            Ok(Ok(rep)) => {
+                for rows in &rep.server_output {
+                    for row in &rows.rows {
+                        if let Some(r) = row.rtt_us {
+                            let s = ms(base + row.time_slice, ProbeKind::SelfRtt, Some(r / 1e3));
+                            push(&self.samples, s);
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => self.errors.push(format!("{phase:?} load: {e}")),
+            Err(_) => self
+                .errors
+                .push(format!("{phase:?} load: the run panicked")),
+        }
+        PhaseLoad {
+            down_bytes: down.load(SeqCst),
+            up_bytes: up.load(SeqCst),
+            connections: open as u32,
+            saturated,
+        }
+    }
+}
+
+/// Runs the phases with probes throughout. Fails only if the UDP probes
+/// cannot start (the server is unreachable or refuses); later failures are
+/// kept in the report's `errors` with everything measured.
+pub fn run(
+    cfg: &LoadConfig,
+    interrupt: Arc<AtomicBool>,
+    obs: &mut dyn LoadObserver,
+) -> Result<LoadReport, LoadError> {
+    cfg.validate()?;
+    let addr = crate::net::resolve(&cfg.target, cfg.port)
+        .ok()
+        .and_then(|a| a.into_iter().next())
+        .ok_or_else(|| ClientError::Connect {
+            target: cfg.target.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+        })?;
+    let samples: Samples = Arc::new(Mutex::new(Vec::new()));
+    let schedule = Schedule::new(cfg.idle_secs, &cfg.phases, cfg.phase_secs);
+    // One UDP probe every interval from 0 to the end: the stream ends on its
+    // own, every probe answered or timed out, so its losses add up exactly.
+    let udp_probes = (schedule.end() * 1000.0 / cfg.probe_interval_ms as f64).floor() as u64 + 1;
+    let rr = RrConfig {
+        target: cfg.target.clone(),
+        port: cfg.port,
+        key: cfg.key.clone(),
+        transport: Transport::Udp,
+        size: 64,
+        reply: 64,
+        iterations: udp_probes,
+        warmup: 0,
+        nagle: false,
+        busy_poll: false,
+        rx_timestamps: false,
+        timeout: Some(PROBE_TIMEOUT),
+        interval: Some(cfg.every()),
+        hist_min_us: 0.0,
+        hist_max_us: 1e6,
+        hist_bins: 1000,
+        outliers: 10,
+        synced: false,
+        bind: Vec::new(),
+        sock: Default::default(),
+        bind_dev: None,
+        cport: None,
+        start_at: None,
+    };
+    // The run starts when the first UDP probe left (after the server
+    // accepted the probes and the clock offset is known): probe k leaves k
+    // intervals later, on the probes' absolute schedule.
+    let (ready_tx, ready_rx) = mpsc::channel::<Instant>();
+    let udp = {
+        let (samples, stop) = (Arc::clone(&samples), Arc::clone(&interrupt));
+        let every_ms = cfg.probe_interval_ms as f64;
+        std::thread::spawn(move || {
+            let mut first = true;
+            let mut on_probe = |p: &Probe| {
+                if std::mem::take(&mut first) {
+                    // Probe 0 left this long ago (a lost probe is told
+                    // when its timeout passes).
+                    let rtt = p.rtt_us.map_or(PROBE_TIMEOUT.as_secs_f64(), |u| u / 1e6);
+                    let took = Duration::from_secs_f64(rtt + p.seq as f64 * every_ms / 1e3);
+                    let now = Instant::now();
+                    let _ = ready_tx.send(now.checked_sub(took).unwrap_or(now));
+                }
+                if p.late {
+                    // Already counted lost when its timeout passed.
+                    return;
+                }
+                // Placed at its send time on the probes' absolute schedule.
+                let t = p.seq as f64 * every_ms / 1e3;
+                push(
+                    &samples,
+                    Sample {
+                        t,
+                        kind: ProbeKind::Udp,
+                        ms: p.rtt_us.map(|u| u / 1e3),
+                        up_ms: p.up_us.map(|u| u / 1e3),
+                        down_ms: p.down_us.map(|u| u / 1e3),
+                    },
+                );
+            };
+            crate::rr::client::run(&rr, stop, &mut on_probe)
+        })
+    };
+    let t0 = loop {
+        match ready_rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(t) => break t,
+            Err(mpsc::RecvTimeoutError::Timeout) if !udp.is_finished() => {}
+            _ => {
+                return match udp.join() {
+                    Ok(Err(e)) => Err(e.into()),
+                    _ => Err(ClientError::Control {
+                        target: cfg.target.clone(),
+                        detail: "the UDP probes ended before the first one".into(),
+                    }
+                    .into()),
+                };
+            }
+        }
+    };
+    let foreign_stop = Arc::new(AtomicBool::new(false));
+    let foreign = {
+        let (samples, stop, every) = (Arc::clone(&samples), Arc::clone(&foreign_stop), cfg.every());
+        std::thread::spawn(move || foreign_probes(addr, every, t0, samples, stop))
+    };
+    let mut ctx = Ctx {
+        cfg,
+        target: cfg.target.clone(),
+        t0,
+        samples: Arc::clone(&samples),
+        interrupt: &interrupt,
+        obs,
+        errors: Vec::new(),
+    };
+    let mut loads = Vec::new();
+    for &(phase, _, end) in &schedule.phases {
+        if interrupt.load(SeqCst) {
+            break;
+        }
+        loads.push(match phase {
+            Phase::Idle => ctx.idle(end),
+            p => ctx.loaded(p, end),
+        });
+    }
+    let mut errors = std::mem::take(&mut ctx.errors);
+    foreign_stop.store(true, SeqCst);
+    let _ = foreign.join();
+    let (lost_up, lost_down, offset) = match udp.join() {
+        Ok(Ok((r, _))) => {
+            if let Some(e) = r.error {
+                errors.push(format!("UDP probes: {e}"));
+            }
+            (r.lost_up, r.lost_down, r.offset)
+        }
+        Ok(Err(e)) => {
+            errors.push(format!("UDP probes: {e}"));
+            (None, None, None)
+        }
+        Err(_) => (None, None, None),
+    };
+    let mut probes = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+    probes.sort_by(|a, b| a.t.total_cmp(&b.t));
+    let phases = model::summarize(&schedule, &probes, &loads);
+    Ok(LoadReport {
+        verdict: model::verdict(&phases),
+        schedule,
+        phases,
+        udp_lost_up: lost_up,
+        udp_lost_down: lost_down,
+        offset,
+        interrupted: interrupt.load(SeqCst),
+        errors,
+        probes,
+    })
+}

@@ -1,0 +1,119 @@
+//! `netrig load`'s output: the banner, one line per second, the table of
+//! phases with their latency and responsiveness, and the verdict.
+
+use crate::load::model::{KindStats, PhaseReport};
+use crate::load::run::{LoadConfig, LoadReport, Second};
+use crate::units::format_bits_per_sec;
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+/// The line before the run.
+pub fn load_banner(cfg: &LoadConfig, target: &str) -> String {
+    let phases: Vec<String> = cfg
+        .phases
+        .iter()
+        .map(|p| format!("{p:?}").to_lowercase())
+        .collect();
+    format!(
+        "Latency under load to {target}: idle {:.0} s, then {} for {:.0} s each (up to {} TCP connections); probes every {} ms: UDP round trips, new TCP connections, the load connections' RTT",
+        cfg.idle_secs,
+        phases.join(", "),
+        cfg.phase_secs,
+        cfg.max_connections,
+        cfg.probe_interval_ms
+    )
+}
+
+/// Headers of the per-second lines.
+pub const LOAD_LIVE_HEADERS: &str =
+    "     t phase             down           up conns   udp ms  connect ms   self ms";
+
+/// One second of the run.
+pub fn load_live_line(s: &Second) -> String {
+    format!(
+        "{:6.1} {:<8} {:>14} {:>12} {:>5} {:>8} {:>11} {:>9}",
+        s.t,
+        format!("{:?}", s.phase).to_lowercase(),
+        format_bits_per_sec(s.down_bps),
+        format_bits_per_sec(s.up_bps),
+        s.connections,
+        ms(s.udp_ms),
+        ms(s.connect_ms),
+        ms(s.self_ms)
+    )
+}
+
+fn kind(k: &KindStats) -> String {
+    format!("{}/{}/{}", ms(k.p50_ms), ms(k.p90_ms), ms(k.p99_ms))
+}
+
+fn phase_line(p: &PhaseReport) -> String {
+    let rpm = p
+        .responsiveness
+        .map_or_else(|| "-".into(), |r| format!("{:.0}", r.rpm));
+    format!(
+        "{:<8} {:>14} {:>14} {:>5} {:>22} {:>22} {:>22} {:>8} {:>7}",
+        format!("{:?}", p.phase).to_lowercase(),
+        format_bits_per_sec(p.down_bps),
+        format_bits_per_sec(p.up_bps),
+        p.connections,
+        kind(&p.udp),
+        kind(&p.tcp_connect),
+        kind(&p.self_rtt),
+        // A change under 0.05 ms prints as +0.0, never -0.0.
+        p.increase_ms.map_or_else(
+            || "-".into(),
+            |v| format!("{:+.1}", if v.abs() < 0.05 { 0.0 } else { v })
+        ),
+        rpm
+    )
+}
+
+/// The summary after the run.
+pub fn print_load(rep: &LoadReport) {
+    crate::out!("");
+    crate::out!(
+        "{:<8} {:>14} {:>14} {:>5} {:>22} {:>22} {:>22} {:>8} {:>7}",
+        "Phase",
+        "Down",
+        "Up",
+        "Conns",
+        "UDP RTT p50/p90/p99",
+        "Connect p50/p90/p99",
+        "Self RTT p50/p90/p99",
+        "+ms",
+        "RPM"
+    );
+    for p in &rep.phases {
+        crate::out!("{}", phase_line(p));
+    }
+    for p in rep.phases.iter().filter(|p| p.responsiveness.is_some()) {
+        if let Some(r) = p.responsiveness {
+            crate::out!(
+                "{:?}: responsiveness {:.0} RPM (new connections {:.0}, load connections {}; draft-ietf-ippm-responsiveness-06, TCP-only, last {} s){}",
+                p.phase,
+                r.rpm,
+                r.foreign_rpm,
+                r.loaded_rpm
+                    .map_or_else(|| "-".into(), |l| format!("{l:.0}")),
+                crate::load::model::MAD,
+                if p.saturated || p.phase == crate::load::model::Phase::Idle {
+                    ""
+                } else {
+                    "; goodput never stabilised"
+                }
+            );
+        }
+    }
+    let (up, down) = (rep.udp_lost_up, rep.udp_lost_down);
+    if let (Some(u), Some(d)) = (up, down) {
+        let sent: u64 = rep.phases.iter().map(|p| p.udp.count + p.udp.lost).sum();
+        crate::out!("UDP probes: {sent} sent, lost {u} on the way up, {d} on the way down");
+    }
+    for e in &rep.errors {
+        crate::out!("Error: {e}");
+    }
+    crate::out!("Verdict: {}", rep.verdict);
+}
