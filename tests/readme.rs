@@ -50,6 +50,7 @@ fn scaled(cmd: &str) -> &'static str {
         "rr" => " -n 300 --warmup 10 -q",
         "ping" => " -n 3 -i 10ms -q",
         "crr" => " -n 100 -q",
+        "load" => " --idle 1s --phase-time 4s -P 2 -q",
         "relay" => " -t 300ms -q",
         _ => "",
     }

@@ -102,6 +102,22 @@ fn every_commands_json_matches_the_schema() {
         write(d, "crr", &["crr", "-n", "50"], 0),
         write(
             d,
+            "load",
+            &[
+                "load",
+                "--idle",
+                "1s",
+                "--phase-time",
+                "4s",
+                "--phases",
+                "upload",
+                "-P",
+                "2",
+            ],
+            0,
+        ),
+        write(
+            d,
             "relay",
             &[
                 "relay",

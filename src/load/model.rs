@@ -234,7 +234,8 @@ pub struct PhaseReport {
     pub end: f64,
     /// Goodput server to client, bit/s (verified by the client).
     pub down_bps: f64,
-    /// Goodput client to server, bit/s (sent by the client).
+    /// Goodput client to server, bit/s (received and verified by the
+    /// server; sent by the client if the server kept no rows).
     pub up_bps: f64,
     /// Load connections open at the end.
     pub connections: u32,
@@ -263,7 +264,7 @@ pub struct PhaseReport {
 pub struct PhaseLoad {
     /// Bytes received from the server.
     pub down_bytes: u64,
-    /// Bytes sent to the server.
+    /// Bytes the server received.
     pub up_bytes: u64,
     /// Connections open at the end.
     pub connections: u32,

@@ -351,8 +351,9 @@ impl Ctx<'_> {
         c.transfer = 1 << 40;
         c.time_limit = Some(Duration::from_secs_f64((end - self.now()).max(0.5)));
         c.interval = Some(self.cfg.every());
-        // Download: the server sends, and its rows carry its RTT.
-        c.server_output = pattern == IoPattern::Pull;
+        // The server's own rows: what it received (the upload's goodput,
+        // verified), and when it sends, its RTT.
+        c.server_output = true;
         c.open_cap = Some(Arc::clone(&cap));
         c.sock = self.cfg.sock.clone();
         let (down, up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -387,13 +388,22 @@ impl Ctx<'_> {
         }
         match run.join() {
             Ok(Ok(rep)) => {
+                let mut received = 0.0;
                 for rows in &rep.server_output {
+                    let mut last = 0.0;
                     for row in &rows.rows {
-                        if let Some(r) = row.rtt_us {
+                        received += row.recv_bps as f64 * (row.time_slice - last).max(0.0);
+                        last = row.time_slice;
+                        if let (IoPattern::Pull, Some(r)) = (pattern, row.rtt_us) {
                             let s = ms(base + row.time_slice, ProbeKind::SelfRtt, Some(r / 1e3));
                             push(&self.samples, s);
                         }
                     }
+                }
+                if !rep.server_output.is_empty() {
+                    // Goodput up is what the server received, not what
+                    // the client wrote into its socket buffers.
+                    up.store(received as u64, SeqCst);
                 }
             }
             Ok(Err(e)) => self.errors.push(format!("{phase:?} load: {e}")),

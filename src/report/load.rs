@@ -89,6 +89,19 @@ pub fn print_load(rep: &LoadReport) {
     for p in &rep.phases {
         crate::out!("{}", phase_line(p));
     }
+    let one_way: Vec<String> = rep
+        .phases
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}/{}",
+                format!("{:?}", p.phase).to_lowercase(),
+                ms(p.udp_up_p50_ms),
+                ms(p.udp_down_p50_ms)
+            )
+        })
+        .collect();
+    crate::out!("UDP one-way p50, up/down ms: {}", one_way.join(", "));
     for p in rep.phases.iter().filter(|p| p.responsiveness.is_some()) {
         if let Some(r) = p.responsiveness {
             crate::out!(
