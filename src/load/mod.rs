@@ -3,4 +3,5 @@
 //! the load and sends the probes ([`run`]).
 
 pub mod model;
+mod probes;
 pub mod run;

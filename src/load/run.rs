@@ -7,16 +7,15 @@
 //! connections' own smoothed RTT from TCP_INFO at their sending end.
 
 use serde::Serialize;
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::model::{self, Phase, PhaseLoad, PhaseReport, ProbeKind, Sample, Schedule, Stability};
+use super::probes::{Samples, foreign_probes, ms, push};
 use crate::control::ClientError;
-use crate::proto::{IoPattern, Message};
+use crate::proto::IoPattern;
 use crate::rr::client::{Probe, RrConfig, Transport};
 use crate::stats::IntervalRow;
 use crate::tcp::client::{ConnectionRecord, Observer};
@@ -24,10 +23,6 @@ use crate::tcp::config::TcpClientConfig;
 
 /// A UDP probe without a reply this long is lost.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Foreign probes in flight at most; a schedule tick with this many still
-/// waiting sends none (counted lost).
-const MAX_FOREIGN: usize = 32;
 
 /// What a `netrig load` run does.
 #[derive(Debug, Clone, Serialize)]
@@ -154,89 +149,6 @@ pub struct LoadReport {
     pub errors: Vec<String>,
     /// Every probe, in time order.
     pub probes: Vec<Sample>,
-}
-
-type Samples = Arc<Mutex<Vec<Sample>>>;
-
-fn push(samples: &Samples, s: Sample) {
-    samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
-}
-
-/// A new connection's handshake, then netrig's hello and its answer: a
-/// request/response the server makes on the fresh connection, without
-/// opening a test (so probes never meet its per-client test limit).
-fn foreign_probe(addr: SocketAddr, timeout: Duration) -> (Option<f64>, Option<f64>) {
-    let t = Instant::now();
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, timeout) else {
-        return (None, None);
-    };
-    let connect = t.elapsed().as_secs_f64() * 1e3;
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(timeout));
-    let hello = crate::proto::encode(&Message::Hello(Message::hello()));
-    let t = Instant::now();
-    let answered = s.write_all(&hello).is_ok()
-        && matches!(crate::proto::read_message(&mut s), Ok(Message::HelloAck(_)));
-    (
-        Some(connect),
-        answered.then(|| t.elapsed().as_secs_f64() * 1e3),
-    )
-}
-
-/// Sends a foreign probe every `every` until `stop`, half a period after the
-/// UDP probes so the kinds interleave.
-fn foreign_probes(
-    addr: SocketAddr,
-    every: Duration,
-    t0: Instant,
-    samples: Samples,
-    stop: Arc<AtomicBool>,
-) {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let mut handles = Vec::new();
-    let mut next = t0 + every / 2;
-    let timeout = Duration::from_secs(2);
-    while !stop.load(SeqCst) {
-        let now = Instant::now();
-        if now < next {
-            std::thread::sleep((next - now).min(Duration::from_millis(50)));
-            continue;
-        }
-        next += every;
-        let t = now.duration_since(t0).as_secs_f64();
-        if in_flight.load(SeqCst) >= MAX_FOREIGN {
-            push(&samples, lost(t, ProbeKind::TcpConnect));
-            continue;
-        }
-        in_flight.fetch_add(1, SeqCst);
-        let (samples, in_flight) = (Arc::clone(&samples), Arc::clone(&in_flight));
-        handles.push(std::thread::spawn(move || {
-            let (connect, request) = foreign_probe(addr, timeout);
-            push(&samples, ms(t, ProbeKind::TcpConnect, connect));
-            if connect.is_some() {
-                push(&samples, ms(t, ProbeKind::TcpRequest, request));
-            }
-            in_flight.fetch_sub(1, SeqCst);
-        }));
-        handles.retain(|h| !h.is_finished());
-    }
-    for h in handles {
-        let _ = h.join();
-    }
-}
-
-fn ms(t: f64, kind: ProbeKind, ms: Option<f64>) -> Sample {
-    Sample {
-        t,
-        kind,
-        ms,
-        up_ms: None,
-        down_ms: None,
-    }
-}
-
-fn lost(t: f64, kind: ProbeKind) -> Sample {
-    ms(t, kind, None)
 }
 
 /// Counts a load run's goodput and takes its self samples.
