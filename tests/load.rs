@@ -9,7 +9,7 @@ mod bin;
 #[path = "common/netns.rs"]
 mod netns;
 use bin::*;
-use netns::{Netns, until_one_passes};
+use netns::{Netns, one_at_a_time, until_one_passes};
 
 use std::process::Stdio;
 
@@ -28,6 +28,7 @@ fn phase<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 /// a second and the table.
 #[test]
 fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
+    let _one = one_at_a_time();
     let (_srv, addr) = serve(&["-q"]);
     let (v, out) = run_json(
         &[
@@ -106,6 +107,7 @@ fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
 /// relay's drops in each direction, and the phases' losses add up to them.
 #[test]
 fn probe_losses_through_a_lossy_relay_are_exact() {
+    let _one = one_at_a_time();
     let (_srv, to) = serve(&["-q"]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("relay.csv");
@@ -164,6 +166,7 @@ fn probe_losses_through_a_lossy_relay_are_exact() {
 #[test]
 #[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns, tc)")]
 fn a_deep_tbf_queue_shows_as_bufferbloat_and_a_shallow_one_does_not() {
+    let _one = one_at_a_time();
     let ns = Netns::routed('l', 202);
     let bin = env!("CARGO_BIN_EXE_netrig");
     let listen = format!("{}:4795", ns.b_addr());

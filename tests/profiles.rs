@@ -8,22 +8,12 @@ mod common;
 mod netns;
 #[path = "common/udp_relay.rs"]
 mod udp_relay;
-use netns::{Netns, until_one_passes};
+use netns::{Netns, one_at_a_time, until_one_passes};
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netrig");
-
-/// The two limiters' tests run one at a time: each reads a limiter from
-/// rates and delays, and on two cores one test's traffic (the tbf sweep offers
-/// up to 100 Mbit/s through namespaces) starves the other's in-process relay, whose
-/// lag then looks like a queue.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 struct Proc(Child);
 impl Drop for Proc {

@@ -217,3 +217,12 @@ pub fn until_one_passes(tries: u32, mut run: impl FnMut() -> Result<String, Stri
     }
     panic!("no run of {tries} passed:\n{}", failures.join("\n"));
 }
+
+/// The limiter tests of one binary run one at a time: each loads this
+/// 2-core machine, and what one measures (a queue's delay, a relay's lag)
+/// is what another's traffic would add.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
