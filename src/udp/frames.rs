@@ -280,6 +280,31 @@ mod tests {
     }
 
     #[test]
+    fn warm_up_frames_seen_and_unseen_stay_out_of_the_totals_together() {
+        // Frames of 2, the first 4 frames the warm-up. Frames 0 and 2 get
+        // half their datagrams, 1, 3, 4 and 5 none; the end judges them
+        // all at once: six dropped in the intervals, only 4 and 5 in total.
+        let mut t = FrameTracker::new(FrameIndex::fixed(2), 4);
+        t.on_datagram(0, NEW, false, false);
+        t.on_datagram(4, NEW, false, false);
+        let total = t.finish(Some(6));
+        assert_eq!(t.take_interval().dropped, 6);
+        assert_eq!(total.dropped, 2);
+    }
+
+    #[test]
+    fn without_the_senders_count_the_end_judges_up_to_the_last_frame_seen() {
+        // Frame 0 whole, frame 1 half: with no count from the sender, the
+        // end still judges frame 1 (dropped).
+        let mut t = FrameTracker::new(FrameIndex::fixed(2), 0);
+        for s in 0..3 {
+            t.on_datagram(s, NEW, false, false);
+        }
+        let total = t.finish(None);
+        assert_eq!((total.completed, total.dropped), (1, 1));
+    }
+
+    #[test]
     fn the_warm_up_counts_in_intervals_only() {
         let mut t = FrameTracker::new(FrameIndex::fixed(1), 2);
         for s in 0..4 {

@@ -264,6 +264,24 @@ mod tests {
         assert!((0..100).any(|k| other.bytes(k) != f.bytes(k)));
     }
 
+    /// Both ends draw every frame's size, so a netrig that drew other
+    /// sizes from the same spec could not talk to this one: the mixer is
+    /// SplitMix64 (its published first outputs), and these sizes are
+    /// fixed for good.
+    #[test]
+    fn the_sizes_drawn_never_change() {
+        assert_eq!(mix(0), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(mix(0x9E37_79B9_7F4A_7C15), 0x6E78_9E6A_A1B9_65F4);
+        assert_eq!(unit(0), 1.0 / (1u64 << 53) as f64);
+        assert_eq!(unit(u64::MAX), 1.0);
+        let f = varying(40_000, 10_000, 7);
+        let sizes: Vec<u64> = (0..6).map(|k| f.bytes(k)).collect();
+        assert_eq!(sizes, [34536, 52291, 29761, 38858, 57823, 37928]);
+        let wide = varying(1000, 50_000, 3);
+        let sizes: Vec<u64> = (0..6).map(|k| wide.bytes(k)).collect();
+        assert_eq!(sizes, [32, 96, 32, 168, 32, 32]);
+    }
+
     #[test]
     fn no_spread_is_the_mean_and_sizes_stay_in_bounds() {
         assert!((0..100).all(|k| varying(5000, 0, 1).bytes(k) == 5000));
