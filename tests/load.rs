@@ -93,6 +93,7 @@ fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
     assert!(live >= 3, "{out}");
     for bad in [
         vec!["load", "--phase-time", "2s"],
+        vec!["load", "--idle", "500ms"],
         vec!["load", "--probe-interval", "5ms"],
         vec!["load", "-P", "0"],
         vec!["load", "--phases", "sideways"],

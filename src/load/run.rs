@@ -59,6 +59,9 @@ pub enum LoadConfigError {
         "--phase-time must be at least {0} s: the draft's responsiveness takes its last {0} seconds"
     )]
     PhaseTooShort(usize),
+    /// No time for a baseline.
+    #[error("--idle must be at least 1 s: the baseline needs probes")]
+    IdleTooShort,
     /// Probes too often or too rarely.
     #[error("--probe-interval must be 10ms..=1s")]
     Interval,
@@ -72,6 +75,9 @@ impl LoadConfig {
     pub fn validate(&self) -> Result<(), LoadConfigError> {
         if self.phases.is_empty() {
             return Err(LoadConfigError::NoPhases);
+        }
+        if self.idle_secs < 1.0 {
+            return Err(LoadConfigError::IdleTooShort);
         }
         if self.phase_secs < model::MAD as f64 {
             return Err(LoadConfigError::PhaseTooShort(model::MAD));
