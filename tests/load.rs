@@ -30,6 +30,8 @@ fn phase<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
     let _one = one_at_a_time();
     let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let stream = dir.path().join("stream.jsonl");
     let (v, out) = run_json(
         &[
             "load",
@@ -42,9 +44,28 @@ fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
             "download,upload",
             "-P",
             "4",
+            "--bind-dev",
+            "lo",
+            "--json-stream",
+            stream.to_str().unwrap(),
         ],
         0,
     );
+    // The JSON stream: the start, a line a second, the end with the result.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stream)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["event"], "start");
+    let seconds = lines.iter().filter(|l| l["event"] == "second").count();
+    assert!((8..=11).contains(&seconds), "{seconds} second lines");
+    let end = lines.last().unwrap();
+    assert_eq!(
+        (&end["event"], &end["result"]["verdict"]),
+        (&"end".into(), &v["result"]["verdict"])
+    );
+    assert_eq!(v["config"]["bind_dev"], "lo");
     let r = &v["result"];
     let verdict = r["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("no bufferbloat"), "{verdict}");
@@ -97,6 +118,7 @@ fn loopback_has_no_bufferbloat_and_every_probe_is_kept() {
         vec!["load", "--probe-interval", "5ms"],
         vec!["load", "-P", "0"],
         vec!["load", "--phases", "sideways"],
+        vec!["load", "--cport", "5000"],
     ] {
         let out = netrig(&bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}");

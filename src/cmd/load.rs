@@ -58,11 +58,16 @@ enum LoadPhase {
     Both,
 }
 
-struct Live(u8);
+/// The console line and the JSON stream's event, each second.
+struct Live {
+    verbosity: u8,
+    sink: netrig::report::StreamSink,
+}
 
 impl LoadObserver for Live {
     fn second(&mut self, s: &Second) {
-        if self.0 >= 1 {
+        self.sink.event("second", s);
+        if self.verbosity >= 1 {
             netrig::out!("{}", netrig::report::load_live_line(s));
         }
     }
@@ -71,13 +76,18 @@ impl LoadObserver for Live {
 pub fn run(a: LoadArgs) -> Result<ExitCode> {
     let Setup {
         json,
-        stream: _,
+        stream,
         verbosity,
         key,
     } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, []) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
+    if a.sock.cport.is_some() {
+        return Ok(usage(
+            "--cport names one port; load opens many connections and probes",
+        ));
+    }
     let sock = a.sock.opts();
     if let Err(e) = sock.validate() {
         return Ok(usage(e.to_string()));
@@ -100,6 +110,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         probe_interval_ms: a.probe_interval.as_millis().min(u128::from(u64::MAX)) as u64,
         max_connections: a.max_connections,
         sock,
+        bind_dev: a.sock.ip.bind_dev.clone(),
     };
     if let Err(e) = cfg.validate() {
         return Ok(usage(e.to_string()));
@@ -110,13 +121,19 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         netrig::out!("{}", netrig::report::load_banner(&cfg, &target));
         netrig::out!("{}", netrig::report::LOAD_LIVE_HEADERS);
     }
-    let result = netrig::load::run::run(&cfg, interrupt_flag(), &mut Live(verbosity));
+    let sink = match netrig::report::StreamSink::open(stream.as_deref(), "load", &cfg) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
+    };
+    let mut live = Live { verbosity, sink };
+    let result = netrig::load::run::run(&cfg, interrupt_flag(), &mut live);
     if let Some(e) = embedded {
         e.finish();
     }
     let rep = match result {
         Ok(r) => r,
         Err(LoadError::Client(e)) => {
+            live.sink.end::<()>(None, Some(&e.to_string()));
             return Ok(client_error_exit(e, "load", json.as_deref(), &cfg));
         }
         Err(LoadError::Config(e)) => return Ok(usage(e.to_string())),
@@ -130,6 +147,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
     }
     let code: Exit = run_code(false, !rep.errors.is_empty(), rep.interrupted);
     let failure = rep.errors.first().cloned();
+    live.sink.end(Some(&rep), failure.as_deref());
     Ok(finish(
         code,
         json.as_deref(),

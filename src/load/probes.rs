@@ -4,7 +4,7 @@
 //! probe's sample goes to.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,9 +26,17 @@ pub(super) fn push(samples: &Samples, s: Sample) {
 /// A new connection's handshake, then netrig's hello and its answer: a
 /// request/response the server makes on the fresh connection, without
 /// opening a test (so probes never meet its per-client test limit).
-fn foreign_probe(addr: SocketAddr, timeout: Duration) -> (Option<f64>, Option<f64>) {
+fn foreign_probe(
+    addr: SocketAddr,
+    dev: Option<&str>,
+    timeout: Duration,
+) -> (Option<f64>, Option<f64>) {
     let t = Instant::now();
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, timeout) else {
+    let via = crate::net::Via {
+        dev,
+        ..Default::default()
+    };
+    let Ok(mut s) = crate::net::connect_stream(addr, None, timeout, via) else {
         return (None, None);
     };
     let connect = t.elapsed().as_secs_f64() * 1e3;
@@ -48,6 +56,7 @@ fn foreign_probe(addr: SocketAddr, timeout: Duration) -> (Option<f64>, Option<f6
 /// UDP probes so the kinds interleave.
 pub(super) fn foreign_probes(
     addr: SocketAddr,
+    dev: Option<String>,
     every: Duration,
     t0: Instant,
     samples: Samples,
@@ -71,8 +80,9 @@ pub(super) fn foreign_probes(
         }
         in_flight.fetch_add(1, SeqCst);
         let (samples, in_flight) = (Arc::clone(&samples), Arc::clone(&in_flight));
+        let dev = dev.clone();
         handles.push(std::thread::spawn(move || {
-            let (connect, request) = foreign_probe(addr, timeout);
+            let (connect, request) = foreign_probe(addr, dev.as_deref(), timeout);
             push(&samples, ms(t, ProbeKind::TcpConnect, connect));
             if connect.is_some() {
                 push(&samples, ms(t, ProbeKind::TcpRequest, request));

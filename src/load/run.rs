@@ -46,6 +46,9 @@ pub struct LoadConfig {
     pub max_connections: u32,
     /// Options for the load connections (`-C`, `-w`, ...).
     pub sock: crate::sockopts::SockOpts,
+    /// The interface every socket of the run is bound to (`--bind-dev`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_dev: Option<String>,
 }
 
 /// A [`LoadConfig`] that cannot run.
@@ -274,6 +277,7 @@ impl Ctx<'_> {
         c.server_output = true;
         c.open_cap = Some(Arc::clone(&cap));
         c.sock = self.cfg.sock.clone();
+        c.bind_dev = self.cfg.bind_dev.clone();
         let (down, up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let base = self.now();
         let mut o = LoadObs {
@@ -380,7 +384,7 @@ pub fn run(
         synced: false,
         bind: Vec::new(),
         sock: Default::default(),
-        bind_dev: None,
+        bind_dev: cfg.bind_dev.clone(),
         cport: None,
         start_at: None,
     };
@@ -441,7 +445,8 @@ pub fn run(
     let foreign_stop = Arc::new(AtomicBool::new(false));
     let foreign = {
         let (samples, stop, every) = (Arc::clone(&samples), Arc::clone(&foreign_stop), cfg.every());
-        std::thread::spawn(move || foreign_probes(addr, every, t0, samples, stop))
+        let dev = cfg.bind_dev.clone();
+        std::thread::spawn(move || foreign_probes(addr, dev, every, t0, samples, stop))
     };
     let mut ctx = Ctx {
         cfg,
