@@ -1566,6 +1566,25 @@ fn the_servers_own_rows_come_back_with_get_server_output() {
         0,
     );
     assert!(v["result"]["server_output"].is_null());
+    // crr too: the server's rows count the transactions it completed, the
+    // last one all of them.
+    let (v, _) = run_json(
+        &[
+            "crr",
+            &addr.to_string(),
+            "-n",
+            "500",
+            "-P",
+            "2",
+            "-i",
+            "100ms",
+            "--get-server-output",
+        ],
+        0,
+    );
+    let rows = v["result"]["server_output"][0]["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{v}");
+    assert_eq!(rows.last().unwrap()["Completed"], 500, "{rows:?}");
     // udp takes the flag for iperf3 scripts: with -R the server is the
     // sender, and its report (per interval too) is the result's `sender`.
     let (v, _) = run_json(

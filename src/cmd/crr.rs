@@ -42,6 +42,13 @@ pub struct CrrArgs {
     /// Stop after this long.
     #[arg(short = 't', long = "time", visible_alias = "time-limit", value_parser = positive_duration)]
     time: Option<Duration>,
+    /// Ask the server for its own status rows, every --interval, and put
+    /// them in the JSON (`server_output`; iperf3 --get-server-output).
+    #[arg(long)]
+    get_server_output: bool,
+    /// The server's status rows' interval (with --get-server-output).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration, requires = "get_server_output")]
+    interval: Duration,
     #[command(flatten)]
     bind: super::Sources,
     #[command(flatten)]
@@ -98,6 +105,10 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         a.parallel,
     );
     cfg.time_limit = a.time;
+    if a.get_server_output {
+        cfg.server_output = true;
+        cfg.interval = Some(a.interval);
+    }
     cfg.bind = a.bind.addrs();
     cfg.sock = a.sock.opts();
     cfg.start_at = a.start.at;
@@ -125,7 +136,8 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
             return Ok(client_error_exit(e, "crr", json.as_deref(), &cfg));
         }
     };
-    let rep = col.report(run.duration_secs);
+    let mut rep = col.report(run.duration_secs);
+    rep.server_output = run.server_output;
     if verbosity >= 1 {
         netrig::report::print_crr(
             a.length,

@@ -45,6 +45,11 @@ pub struct PingArgs {
     /// Local address to probe from.
     #[arg(short = 'B', long, value_name = "IP")]
     bind: Option<IpAddr>,
+    /// Accepted for iperf3 scripts (--get-server-output): each run's
+    /// result holds the server's own counts already (`server_requests`,
+    /// `server_corrupt`).
+    #[arg(long)]
+    get_server_output: bool,
     /// The local port of the test's socket: the connection for TCP and
     /// SCTP, the data socket for UDP (iperf3 --cport).
     #[arg(long, value_name = "PORT", visible_alias = "local-port", value_parser = clap::value_parser!(u16).range(1..))]

@@ -104,6 +104,9 @@ pub struct CrrReport {
     pub tcp_info: Option<TcpInfoTotals>,
     /// The server ends'.
     pub server_tcp_info: Option<TcpInfoTotals>,
+    /// `--get-server-output`: each server's own status rows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_output: Vec<crate::tcp::client::ServerRows>,
 }
 
 impl CrrCollector {
@@ -119,6 +122,7 @@ impl CrrCollector {
             transaction: self.transaction.summary(),
             tcp_info: (self.tcp_info.connections > 0).then_some(self.tcp_info),
             server_tcp_info: (self.server_tcp_info.connections > 0).then_some(self.server_tcp_info),
+            server_output: Vec::new(),
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::net::tcpinfo::TcpInfoTotals;
 use crate::proto::{Message, SessionSummary};
 use crate::stats::{Counters, IntervalRow, Snapshot};
 
-pub use super::session::ConnectionRecord;
+pub use super::session::{ConnectionRecord, ServerRows};
 use super::session::{Shared, control_finish, note_lost_servers, open_sessions};
 pub use crate::control::ClientError;
 
