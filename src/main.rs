@@ -43,6 +43,9 @@ enum Cmd {
     /// UDP, new-connection and load-connection probes throughout; the
     /// bufferbloat per phase and the responsiveness in RPM (IETF IPPM draft).
     Load(cmd::load::LoadArgs),
+    /// A self-contained HTML report with charts from netrig JSON results;
+    /// several results of one kind are overlaid for comparison.
+    Report(cmd::report::ReportArgs),
     /// UDP rate sweep (bwdelaytester -s): ramp the rate linearly, then print a
     /// table per offered-rate bin and the congestion analysis.
     Sweep(cmd::sweep::SweepArgs),
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         Cmd::Ping(a) => cmd::ping::run(a),
         Cmd::Crr(a) => cmd::crr::run(a),
         Cmd::Load(a) => cmd::load::run(a),
+        Cmd::Report(a) => cmd::report::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Relay(a) => cmd::relay::run(a),

@@ -70,7 +70,8 @@ impl OutputError {
     }
 }
 
-fn is_stdout(path: &Path) -> bool {
+/// Whether `path` names standard output (`-`).
+pub fn is_stdout(path: &Path) -> bool {
     path.as_os_str() == STDOUT
 }
 

@@ -28,6 +28,7 @@ pub mod load;
 pub mod ping;
 pub mod progress;
 pub mod relay;
+pub mod report;
 pub mod rr;
 pub mod serve;
 pub mod sock;
@@ -154,6 +155,10 @@ pub struct Json {
     /// iperf3 --json-stream).
     #[arg(long = "json-stream", value_name = "FILE")]
     stream: Option<PathBuf>,
+    /// Also write the result as a self-contained HTML report with charts
+    /// when the run ends (after Ctrl-C too), as `netrig report` does.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 impl Json {
@@ -200,9 +205,13 @@ impl Setup {
             std::iter::once(("--json", path.as_deref()))
                 .chain(std::iter::once(("--logfile", console.logfile())))
                 .chain(std::iter::once(("--json-stream", json.stream.as_deref())))
+                .chain(std::iter::once(("--html", json.html.as_deref())))
                 .chain(others.iter().map(|(f, p)| (*f, p.as_deref()))),
         )?;
         console.apply()?;
+        if let Some(h) = &json.html {
+            let _ = HTML_OUT.set(h.clone());
+        }
         Ok(Setup {
             key: key.load()?,
             verbosity: verbosity.level(),
@@ -424,6 +433,47 @@ pub fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> Exi
     }
 }
 
+/// `--html`: where the report goes, set once the paths are checked.
+static HTML_OUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Writes the result envelope where it is wanted, as HTML too with
+/// `--html` (rendered from the envelope itself).
+fn write_outputs(
+    json: Option<&Path>,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    let Some(html) = HTML_OUT.get() else {
+        return match json {
+            Some(p) => write(p).map_err(|e| (p.to_path_buf(), e)),
+            None => Ok(()),
+        };
+    };
+    // The envelope is written once, to the JSON file or a temporary one,
+    // and read back for the report.
+    let to_stdout = json.is_some_and(netrig::output::is_stdout);
+    let tmp = std::env::temp_dir().join(format!("netrig-{}-report.json", std::process::id()));
+    let file = json.filter(|_| !to_stdout).unwrap_or(&tmp).to_path_buf();
+    let result = (|| {
+        write(&file).map_err(|e| (file.clone(), e))?;
+        let text = std::fs::read(&file).map_err(|e| (file.clone(), e))?;
+        if to_stdout {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(&text)
+                .map_err(|e| (PathBuf::from("-"), e))?;
+        }
+        let doc: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| (file.clone(), std::io::Error::other(e)))?;
+        let page = netrig::html::render(&[(String::from("this run"), doc)]);
+        netrig::output::replace(html, |w| w.write_all(page.as_bytes()))
+            .map_err(|e| (html.clone(), e))
+    })();
+    if file == tmp {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Writes the JSON report if asked and folds output errors into the exit code.
 pub fn finish(
     mut code: Exit,
@@ -431,9 +481,7 @@ pub fn finish(
     write: impl FnOnce(&Path) -> std::io::Result<()>,
     output_errors: Vec<std::io::Error>,
 ) -> ExitCode {
-    if let Some(p) = json
-        && let Err(e) = write(p)
-    {
+    if let Err((p, e)) = write_outputs(json, write) {
         eprintln!("netrig: cannot write {}: {e}", p.display());
         code = code.max(Exit::Fatal);
     }

@@ -345,6 +345,13 @@ mod tests {
         assert_eq!(ix.frame_of(u64::MAX), MAX_EXTEND);
         assert_eq!(ix.remembered() as u64, MAX_EXTEND + 1);
         assert_eq!(ix.frame_of(5), 5);
+        // A start past the horizon is the last one known.
+        assert_eq!(ix.start_of(3 * MAX_EXTEND), MAX_EXTEND * 2);
         assert_eq!(FrameIndex::fixed(4).remembered(), 0);
+        // However far the judged frames go, the map keeps a start to grow from.
+        let mut fresh = FrameIndex::new(varying(1400, 0, 1), 1400);
+        fresh.judged_below(1 << 30);
+        assert_eq!(fresh.remembered(), 1);
+        assert_eq!(fresh.frame_of(7), 7);
     }
 }

@@ -1,0 +1,472 @@
+//! What to plot for each kind of netrig result, read from its JSON
+//! envelope: the charts (with a caption saying what to look for) and the
+//! key numbers for the header. Pure: a JSON value in, charts out.
+
+use serde_json::Value;
+
+use super::svg::{Chart, Mark, Series, Style, Unit};
+
+/// Key numbers and charts of one result.
+pub struct View {
+    /// (name, value) pairs shown large.
+    pub facts: Vec<(String, String)>,
+    /// The charts, in order.
+    pub charts: Vec<Chart>,
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
+fn series(name: &str, style: Style, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        name: name.into(),
+        points,
+        style,
+    }
+}
+
+fn chart(
+    title: &str,
+    caption: &str,
+    x: (&str, Unit),
+    y: (&str, Unit),
+    series: Vec<Series>,
+) -> Chart {
+    Chart {
+        title: title.into(),
+        caption: caption.into(),
+        x: (x.0.into(), x.1),
+        y: (y.0.into(), y.1),
+        series: series
+            .into_iter()
+            .filter(|s| !s.points.is_empty())
+            .collect(),
+        marks: Vec::new(),
+    }
+}
+
+/// Points of `rows` with x from `xk` and y from `y` (rows lacking either
+/// are left out).
+fn pts(rows: &[Value], xk: &str, y: impl Fn(&Value) -> Option<f64>) -> Vec<(f64, f64)> {
+    rows.iter()
+        .filter_map(|r| Some((f(&r[xk])?, y(r)?)))
+        .collect()
+}
+
+fn ms_fact(v: &Value) -> String {
+    f(v).map_or("-".into(), |us| format!("{:.3} ms", us / 1e3))
+}
+
+fn percentile(p: &Value, name: &str) -> Value {
+    arr(p)
+        .iter()
+        .find(|e| e[0] == name)
+        .map_or(Value::Null, |e| e[1].clone())
+}
+
+fn tcp(r: &Value) -> View {
+    let rows = arr(&r["intervals"]);
+    let bits = |k: &'static str| move |row: &Value| f(&row[k]).map(|b| b * 8.0);
+    let t = &r["totals"];
+    let secs = f(&r["duration_secs"]).unwrap_or(0.0);
+    let mut charts = vec![
+        chart(
+            "Goodput over time",
+            "Steady lines are a healthy path; dips are stalls, steps are connections starting or ending.",
+            ("time", Unit::Secs),
+            ("goodput", Unit::Bps),
+            vec![
+                series("sent", Style::Line, pts(rows, "TimeSlice", bits("SendBps"))),
+                series(
+                    "received",
+                    Style::Line,
+                    pts(rows, "TimeSlice", bits("RecvBps")),
+                ),
+            ],
+        ),
+        chart(
+            "Connection outcomes",
+            "Connections that ended, so far: anything but Completed growing is a failure to look into.",
+            ("time", Unit::Secs),
+            ("connections", Unit::Plain),
+            ["Completed", "NetError", "DataError"]
+                .iter()
+                .map(|k| series(k, Style::Line, pts(rows, "TimeSlice", |row| f(&row[*k]))))
+                .collect(),
+        ),
+    ];
+    let rtt = pts(rows, "TimeSlice", |row| f(&row["RttUs"]).map(|u| u / 1e3));
+    if !rtt.is_empty() {
+        charts.push(chart(
+            "TCP_INFO: smoothed RTT and retransmits",
+            "RTT rising with goodput flat is a queue filling; retransmits mark losses.",
+            ("time", Unit::Secs),
+            ("RTT (ms) / retransmits", Unit::Plain),
+            vec![
+                series("RTT ms", Style::Line, rtt),
+                series(
+                    "retransmits",
+                    Style::Bars,
+                    pts(rows, "TimeSlice", |row| f(&row["Retransmits"])),
+                ),
+            ],
+        ));
+    }
+    let goodput = if secs > 0.0 {
+        let moved = f(&t["received"])
+            .unwrap_or(0.0)
+            .max(f(&t["sent"]).unwrap_or(0.0));
+        crate::units::format_bits_per_sec(moved * 8.0 / secs)
+    } else {
+        "-".into()
+    };
+    View {
+        facts: vec![
+            ("goodput".into(), goodput),
+            ("completed".into(), t["completed"].to_string()),
+            ("network errors".into(), t["net_errors"].to_string()),
+            ("data errors".into(), t["data_errors"].to_string()),
+            ("duration".into(), format!("{secs:.2} s")),
+        ],
+        charts,
+    }
+}
+
+fn udp(r: &Value) -> View {
+    let rows = arr(&r["intervals"]);
+    let mut prev = 0.0;
+    let rate: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|row| {
+            let t = f(&row["time_slice"])?;
+            let dt = t - std::mem::replace(&mut prev, t);
+            (dt > 0.0).then(|| (t, f(&row["bytes"]).unwrap_or(0.0) * 8.0 / dt))
+        })
+        .collect();
+    let us_ms = |k: &'static str| move |row: &Value| f(&row[k]).map(|u| u / 1e3);
+    let t = &r["totals"];
+    let hist: Vec<(f64, f64)> = arr(&t["histogram"])
+        .iter()
+        .filter_map(|b| Some((f(&b[0])? / 1e3, f(&b[1])?)))
+        .collect();
+    let mut charts = vec![
+        chart(
+            "Received rate over time",
+            "What arrived each interval; a flat line under the sending rate is a limit on the path.",
+            ("time", Unit::Secs),
+            ("rate", Unit::Bps),
+            vec![series("received", Style::Line, rate)],
+        ),
+        chart(
+            "Loss, duplicates and reordering per interval",
+            "Bursts of loss point to queues overflowing or policers; any corrupt datagram is a fault.",
+            ("time", Unit::Secs),
+            ("datagrams", Unit::Plain),
+            ["drops", "duplicates", "reordered", "corrupt"]
+                .iter()
+                .map(|k| series(k, Style::Line, pts(rows, "time_slice", |row| f(&row[*k]))))
+                .collect(),
+        ),
+        chart(
+            "One-way delay per interval",
+            "The gap between min and max is queueing; a rising minimum is a longer path or a clock drift.",
+            ("time", Unit::Secs),
+            ("delay", Unit::Ms),
+            vec![
+                series(
+                    "max",
+                    Style::Line,
+                    pts(rows, "time_slice", us_ms("delay_max_us")),
+                ),
+                series(
+                    "mean",
+                    Style::Line,
+                    pts(rows, "time_slice", us_ms("delay_avg_us")),
+                ),
+                series(
+                    "min",
+                    Style::Line,
+                    pts(rows, "time_slice", us_ms("delay_min_us")),
+                ),
+                series(
+                    "jitter",
+                    Style::Line,
+                    pts(rows, "time_slice", us_ms("jitter_us")),
+                ),
+            ],
+        ),
+    ];
+    if !hist.is_empty() {
+        charts.push(chart(
+            "Delay histogram",
+            "Datagrams per delay bin; a long right tail is occasional queueing.",
+            ("one-way delay", Unit::Ms),
+            ("datagrams", Unit::Plain),
+            vec![series("datagrams", Style::Bars, hist)],
+        ));
+    }
+    if let Some(bins) = r["bins"].as_array().filter(|b| !b.is_empty()) {
+        charts.extend(sweep(bins, &r["analysis"]));
+    }
+    let sent = f(&t["sent"]).unwrap_or(0.0);
+    let loss = if sent > 0.0 {
+        format!("{:.3}%", f(&t["lost"]).unwrap_or(0.0) * 100.0 / sent)
+    } else {
+        "-".into()
+    };
+    View {
+        facts: vec![
+            ("received".into(), t["unique"].to_string()),
+            ("loss".into(), loss),
+            (
+                "delay p50".into(),
+                ms_fact(&percentile(&t["percentiles_us"], "p50")),
+            ),
+            (
+                "delay p99".into(),
+                ms_fact(&percentile(&t["percentiles_us"], "p99")),
+            ),
+            ("jitter".into(), ms_fact(&t["jitter_us"])),
+        ],
+        charts,
+    }
+}
+
+/// Offered against received rate, loss and delay against offered, with the
+/// congestion point marked.
+fn sweep(bins: &[Value], a: &Value) -> Vec<Chart> {
+    let mut charts = vec![
+        chart(
+            "Offered vs received rate",
+            "Received follows offered until the path's limit; the bend is the congestion point.",
+            ("offered", Unit::Bps),
+            ("rate", Unit::Bps),
+            vec![
+                series(
+                    "received",
+                    Style::Line,
+                    pts(bins, "offered_bps", |b| f(&b["received_bps"])),
+                ),
+                series(
+                    "offered",
+                    Style::Line,
+                    pts(bins, "offered_bps", |b| f(&b["offered_bps"])),
+                ),
+            ],
+        ),
+        chart(
+            "Loss and delay against offered rate",
+            "A shaper queues (delay rises, then loss); a policer drops at once with no delay.",
+            ("offered", Unit::Bps),
+            ("loss % / delay ms", Unit::Plain),
+            vec![
+                series(
+                    "loss %",
+                    Style::Line,
+                    pts(bins, "offered_bps", |b| f(&b["loss_pct"])),
+                ),
+                series(
+                    "mean delay ms",
+                    Style::Line,
+                    pts(bins, "offered_bps", |b| {
+                        f(&b["delay_avg_us"]).map(|u| u / 1e3)
+                    }),
+                ),
+            ],
+        ),
+    ];
+    if let Some(c) = f(&a["congestion_bps"]) {
+        let label = match a["limiter"].as_str() {
+            Some(l) => format!("congestion ({l}) {}", crate::units::format_bits_per_sec(c)),
+            None => format!("congestion {}", crate::units::format_bits_per_sec(c)),
+        };
+        for ch in &mut charts {
+            ch.marks.push(Mark {
+                x: c,
+                label: label.clone(),
+            });
+        }
+    }
+    charts
+}
+
+fn latency_bars(name: &str, l: &Value) -> Series {
+    let points = arr(&l["percentiles_us"])
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i as f64, f(&p[1])? / 1e3)))
+        .collect();
+    series(name, Style::Bars, points)
+}
+
+fn rr(r: &Value) -> View {
+    let runs = arr(&r["runs"]);
+    let mut charts = Vec::new();
+    if runs.len() > 1 {
+        let by_size = |k: &'static str| {
+            move |run: &Value| f(&percentile(&run["latency"]["percentiles_us"], k)).map(|u| u / 1e3)
+        };
+        charts.push(chart(
+            "Round trip by request size",
+            "Latency against size: a knee shows where a size starts to cost extra round trips or copies.",
+            ("request size", Unit::Bytes),
+            ("round trip", Unit::Ms),
+            vec![
+                series("p50", Style::Line, pts(runs, "size", by_size("p50"))),
+                series("p99", Style::Line, pts(runs, "size", by_size("p99"))),
+            ],
+        ));
+    }
+    let first = runs.first().cloned().unwrap_or(Value::Null);
+    charts.push(chart(
+        "Round-trip percentiles",
+        "Bars p50, p90, p99, p99.9, ... left to right: a tall tail is rare slow round trips.",
+        ("percentile (p50, p90, p99, p99.9, ...)", Unit::Plain),
+        ("round trip", Unit::Ms),
+        vec![latency_bars("round trip", &first["latency"])],
+    ));
+    let l = &first["latency"];
+    View {
+        facts: vec![
+            (
+                "p50".into(),
+                ms_fact(&percentile(&l["percentiles_us"], "p50")),
+            ),
+            (
+                "p99".into(),
+                ms_fact(&percentile(&l["percentiles_us"], "p99")),
+            ),
+            (
+                "per second".into(),
+                f(&first["transactions_per_sec"]).map_or("-".into(), |v| format!("{v:.0}")),
+            ),
+            (
+                "lost".into(),
+                (f(&first["sent"]).unwrap_or(0.0) - f(&first["received"]).unwrap_or(0.0))
+                    .to_string(),
+            ),
+        ],
+        charts,
+    }
+}
+
+fn crr(r: &Value) -> View {
+    View {
+        facts: vec![
+            (
+                "per second".into(),
+                f(&r["per_sec"]).map_or("-".into(), |v| format!("{v:.0}")),
+            ),
+            ("succeeded".into(), r["transactions"].to_string()),
+            ("failed".into(), r["failed"].to_string()),
+            (
+                "handshake p50".into(),
+                ms_fact(&percentile(&r["handshake"]["percentiles_us"], "p50")),
+            ),
+        ],
+        charts: vec![chart(
+            "Handshake and transaction percentiles",
+            "Bars p50, p90, p99, ... left to right; a transaction far above its handshake is server time.",
+            ("percentile (p50, p90, p99, ...)", Unit::Plain),
+            ("time", Unit::Ms),
+            vec![
+                latency_bars("handshake", &r["handshake"]),
+                latency_bars("transaction", &r["transaction"]),
+            ],
+        )],
+    }
+}
+
+fn load(r: &Value) -> View {
+    let probes = arr(&r["probes"]);
+    let kind = |k: &'static str| {
+        probes
+            .iter()
+            .filter(|p| p["kind"] == k)
+            .filter_map(|p| Some((f(&p["t"])?, f(&p["ms"])?)))
+            .collect::<Vec<_>>()
+    };
+    let phases = arr(&r["phases"]);
+    let mut latency = chart(
+        "Probe latency over the run",
+        "Each phase's probes against idle: latency that climbs under load is bufferbloat.",
+        ("time", Unit::Secs),
+        ("latency", Unit::Ms),
+        vec![
+            series("UDP round trip", Style::Points, kind("udp")),
+            series("new connection", Style::Points, kind("tcp_connect")),
+            series("load connection RTT", Style::Points, kind("self_rtt")),
+        ],
+    );
+    latency.marks = phases
+        .iter()
+        .filter_map(|p| {
+            Some(Mark {
+                x: f(&p["start"])?,
+                label: p["phase"].as_str()?.into(),
+            })
+        })
+        .collect();
+    let per_phase = |y: &dyn Fn(&Value) -> Option<f64>| -> Vec<(f64, f64)> {
+        phases
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i as f64, y(p)?)))
+            .collect()
+    };
+    let charts = vec![
+        latency,
+        chart(
+            "Goodput per phase",
+            "Bars left to right: the phases in order (idle, then each loaded phase).",
+            ("phase (in order)", Unit::Plain),
+            ("goodput", Unit::Bps),
+            vec![
+                series("down", Style::Bars, per_phase(&|p| f(&p["down_bps"]))),
+                series("up", Style::Bars, per_phase(&|p| f(&p["up_bps"]))),
+            ],
+        ),
+        chart(
+            "Responsiveness per phase (RPM)",
+            "Round trips per minute, higher is better; a loaded phase far below idle is bufferbloat.",
+            ("phase (in order)", Unit::Plain),
+            ("RPM", Unit::Plain),
+            vec![series(
+                "RPM",
+                Style::Bars,
+                per_phase(&|p| f(&p["responsiveness"]["rpm"])),
+            )],
+        ),
+    ];
+    let mut facts = vec![(
+        "verdict".into(),
+        r["verdict"].as_str().unwrap_or("-").to_string(),
+    )];
+    for p in phases.iter().skip(1) {
+        if let (Some(name), Some(rpm)) = (p["phase"].as_str(), f(&p["responsiveness"]["rpm"])) {
+            facts.push((format!("{name} RPM"), format!("{rpm:.0}")));
+        }
+    }
+    View { facts, charts }
+}
+
+/// The view of one result envelope (its `test` and `result`).
+pub fn view(doc: &Value) -> View {
+    let r = &doc["result"];
+    match doc["test"].as_str() {
+        Some("tcp") => tcp(r),
+        Some("udp") | Some("sweep") => udp(r),
+        Some("rr") | Some("ping") => rr(r),
+        Some("crr") => crr(r),
+        Some("load") => load(r),
+        _ => View {
+            facts: Vec::new(),
+            charts: Vec::new(),
+        },
+    }
+}

@@ -1,0 +1,136 @@
+//! `netrig report` and `--html`: one self-contained HTML file from netrig
+//! results (no script, no fetch, prints well). Results of one kind are
+//! overlaid in the same charts, named by their `--title` or file name.
+//! Pure: JSON values in, a document out ([`svg`] draws, [`kinds`] says
+//! what to draw for each result kind).
+
+pub mod kinds;
+pub mod svg;
+
+use serde_json::Value;
+use std::fmt::Write;
+
+use svg::esc;
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:820px;color:#212529}\
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #dee2e6;padding-bottom:4px;margin-top:32px}\
+h3{font-size:15px;margin:18px 0 2px}.caption{font-size:13px;color:#495057;margin:0 0 4px}\
+table.facts{border-collapse:collapse;margin:6px 0}table.facts td{padding:2px 12px 2px 0;font-size:13px}\
+.big{display:flex;flex-wrap:wrap;gap:18px;margin:8px 0}.big div{font-size:12px;color:#495057}\
+.big b{display:block;font-size:22px;color:#212529}.error{color:#c92a2a}\
+svg.chart{width:100%;height:auto}svg .tick{font-size:10px;fill:#495057}svg .axis{font-size:11px;fill:#212529}\
+svg .legend{font-size:11px;fill:#212529}svg .marklabel{font-size:10px;fill:#c92a2a}\
+@media print{body{margin:0}section{break-inside:avoid}}";
+
+/// Where a result came from, for the legend: its `--title`, else `name`.
+fn label(name: &str, doc: &Value) -> String {
+    doc["title"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map_or_else(|| name.to_string(), str::to_string)
+}
+
+fn target(doc: &Value) -> String {
+    let c = &doc["config"];
+    if let Some(t) = c["targets"].as_array() {
+        return t
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    c["target"]
+        .as_str()
+        .or_else(|| doc["result"]["remote"].as_str())
+        .unwrap_or("-")
+        .to_string()
+}
+
+/// Renders `results` ((name, envelope) pairs) as one HTML document.
+pub fn render(results: &[(String, Value)]) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for (_, d) in results {
+        let k = d["test"].as_str().unwrap_or("unknown");
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    let mut h = String::new();
+    let title = match results {
+        [(n, d)] => format!(
+            "netrig {}: {}",
+            d["test"].as_str().unwrap_or("?"),
+            label(n, d)
+        ),
+        _ => format!("netrig: {} results", results.len()),
+    };
+    let _ = write!(
+        h,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>",
+        esc(&title),
+        esc(&title)
+    );
+    for kind in kinds {
+        let group: Vec<(String, &Value)> = results
+            .iter()
+            .filter(|(_, d)| d["test"].as_str().unwrap_or("unknown") == kind)
+            .map(|(n, d)| (label(n, d), d))
+            .collect();
+        let _ = write!(h, "<section><h2>{}</h2>", esc(kind));
+        let views: Vec<kinds::View> = group.iter().map(|(_, d)| kinds::view(d)).collect();
+        for ((name, d), v) in group.iter().zip(&views) {
+            let _ = write!(
+                h,
+                "<h3>{}</h3><table class=\"facts\"><tr><td>target</td><td>{}</td></tr><tr><td>netrig</td><td>{}</td></tr></table>",
+                esc(name),
+                esc(&target(d)),
+                esc(d["version"].as_str().unwrap_or("?"))
+            );
+            if let Some(e) = d["error"].as_str() {
+                let _ = write!(h, "<p class=\"error\">error: {}</p>", esc(e));
+            }
+            h.push_str("<div class=\"big\">");
+            for (k, val) in &v.facts {
+                let _ = write!(h, "<div>{}<b>{}</b></div>", esc(k), esc(val));
+            }
+            h.push_str("</div>");
+        }
+        // Each chart once, with every result's series in it.
+        let Some(first) = views.first() else {
+            continue;
+        };
+        for (i, c) in first.charts.iter().enumerate() {
+            let mut merged = c.clone();
+            merged.series.clear();
+            merged.marks.clear();
+            for ((name, _), v) in group.iter().zip(&views) {
+                let Some(theirs) = v
+                    .charts
+                    .iter()
+                    .find(|o| o.title == c.title)
+                    .or(v.charts.get(i))
+                else {
+                    continue;
+                };
+                for s in &theirs.series {
+                    let mut s = s.clone();
+                    if group.len() > 1 {
+                        s.name = format!("{name}: {}", s.name);
+                    }
+                    merged.series.push(s);
+                }
+                merged.marks.extend(theirs.marks.iter().cloned());
+            }
+            let _ = write!(
+                h,
+                "<h3>{}</h3><p class=\"caption\">{}</p>{}",
+                esc(&merged.title),
+                esc(&merged.caption),
+                svg::render(&merged)
+            );
+        }
+        h.push_str("</section>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}

@@ -1,0 +1,344 @@
+//! The HTML report (`netrig report`, `--html`): real runs of every result
+//! kind over loopback, rendered, with each chart's points checked against
+//! the JSON; overlays; bad inputs; and a headless Chromium screenshot.
+
+#[path = "common/bin.rs"]
+mod bin;
+use bin::*;
+
+use std::path::{Path, PathBuf};
+
+/// The charts of a report: (series name, points drawn), in order.
+fn series(html: &str) -> Vec<(String, usize)> {
+    html.split(r#"<g class="series" data-name=""#)
+        .skip(1)
+        .map(|s| {
+            let (name, rest) = s.split_once('"').unwrap();
+            let n = rest
+                .trim_start_matches(r#" data-points=""#)
+                .split('"')
+                .next()
+                .unwrap();
+            (name.to_string(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Runs `args` with `--json` into `dir`, renders it, returns (json, html).
+fn run_and_render(dir: &Path, name: &str, args: &[&str]) -> (serde_json::Value, String) {
+    let js = dir.join(format!("{name}.json"));
+    let mut a = args.to_vec();
+    a.extend_from_slice(&["-q", "--json", js.to_str().unwrap()]);
+    run_expect(&a, 0);
+    let html = dir.join(format!("{name}.html"));
+    run_expect(
+        &["report", js.to_str().unwrap(), "-o", html.to_str().unwrap()],
+        0,
+    );
+    let v = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    (v, std::fs::read_to_string(&html).unwrap())
+}
+
+fn count(v: &serde_json::Value) -> usize {
+    v.as_array().map_or(0, Vec::len)
+}
+
+/// Every kind renders, self-contained (no script, no fetch), with each
+/// chart's points matching the JSON it came from.
+#[test]
+fn every_result_kind_renders_with_its_data() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (v, h) = run_and_render(
+        d,
+        "tcp",
+        &["tcp", &a, "-t", "1s", "-i", "100ms", "-P", "2", "-n", "64M"],
+    );
+    let rows = count(&v["result"]["intervals"]);
+    assert!(rows >= 8, "{rows}");
+    let s = series(&h);
+    assert!(s.contains(&("received".into(), rows)), "{s:?}");
+    assert!(s.contains(&("Completed".into(), rows)), "{s:?}");
+    for banned in ["<script", "http://", "https://"] {
+        // The SVG namespace is the one URL, and it is never fetched.
+        let n = h.matches(banned).count();
+        let ns = h.matches("http://www.w3.org/2000/svg").count();
+        assert_eq!(n, if banned == "http://" { ns } else { 0 }, "{banned}");
+    }
+    let (v, h) = run_and_render(d, "udp", &["udp", &a, "-t", "1s", "-i", "250ms"]);
+    let rows = v["result"]["intervals"].as_array().unwrap();
+    let with_delay = rows
+        .iter()
+        .filter(|r| r["delay_avg_us"].is_number())
+        .count();
+    let s = series(&h);
+    for (name, n) in [
+        ("received", rows.len()),
+        ("drops", rows.len()),
+        ("mean", with_delay),
+    ] {
+        assert!(s.contains(&(name.into(), n)), "{name}: {s:?}");
+    }
+    let hist = count(&v["result"]["totals"]["histogram"]);
+    assert!(s.contains(&("datagrams".into(), hist)), "{s:?}");
+    let (v, h) = run_and_render(d, "sweep", &["sweep", &a, "-t", "2s", "--to-rate", "20M"]);
+    let bins = count(&v["result"]["bins"]);
+    assert!(series(&h).contains(&("received".into(), bins)));
+    assert!(h.contains("Offered vs received rate"));
+    let (v, h) = run_and_render(d, "rr", &["rr", &a, "--spectrum", "0..4", "-n", "200"]);
+    assert_eq!(count(&v["result"]["runs"]), 5);
+    assert!(series(&h).contains(&("p99".into(), 5)), "{:?}", series(&h));
+    let (_, h) = run_and_render(d, "ping", &["ping", &a, "-n", "5", "-i", "10ms"]);
+    assert!(h.contains("Round-trip percentiles"));
+    let (v, h) = run_and_render(d, "crr", &["crr", &a, "-n", "200"]);
+    let pcts = count(&v["result"]["handshake"]["percentiles_us"]);
+    assert!(series(&h).contains(&("handshake".into(), pcts)));
+    let (v, h) = run_and_render(
+        d,
+        "load",
+        &[
+            "load",
+            &a,
+            "--idle",
+            "1s",
+            "--phase-time",
+            "4s",
+            "--phases",
+            "upload",
+            "-P",
+            "2",
+        ],
+    );
+    let udp = v["result"]["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "udp" && p["ms"].is_number())
+        .count();
+    assert!(series(&h).contains(&("UDP round trip".into(), udp)));
+    // Phase starts are marked.
+    assert_eq!(h.matches(r#"class="mark""#).count(), 2, "idle and upload");
+    assert!(h.contains(v["result"]["verdict"].as_str().unwrap()));
+}
+
+/// A sweep through a policing relay: the congestion point the analysis
+/// found is marked on the charts at its rate.
+#[test]
+fn the_congestion_point_is_marked_at_the_analysed_rate() {
+    let (_srv, to) = serve(&["-q"]);
+    let (_rl, via) = relay(to, &["--rate", "20M", "--police"]);
+    let dir = tempfile::tempdir().unwrap();
+    // The analysis reads the policer from timing: a stalled run of this
+    // shared host may find none, so up to three runs.
+    let mut found = None;
+    for _ in 0..3 {
+        let (v, h) = run_and_render(
+            dir.path(),
+            "policed",
+            &[
+                "sweep",
+                &via.to_string(),
+                "-t",
+                "4s",
+                "--to-rate",
+                "50M",
+                "-i",
+                "200ms",
+            ],
+        );
+        if let Some(c) = v["result"]["analysis"]["congestion_bps"].as_f64() {
+            found = Some((c, h));
+            break;
+        }
+        eprintln!("no congestion point found: {}", v["result"]["analysis"]);
+    }
+    let (c, h) = found.expect("a congestion point in one of three sweeps");
+    let marks: Vec<f64> = h
+        .split(r#"class="mark" data-x=""#)
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(marks, vec![c, c], "both sweep charts mark {c}");
+}
+
+/// Two results of one kind share the charts, each series named by its
+/// result's --title.
+#[test]
+fn results_of_one_kind_are_overlaid() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for t in ["before", "after"] {
+        let js = dir.path().join(format!("{t}.json"));
+        run_expect(
+            &[
+                "udp",
+                &addr.to_string(),
+                "-t",
+                "500ms",
+                "--title",
+                t,
+                "-q",
+                "--json",
+                js.to_str().unwrap(),
+            ],
+            0,
+        );
+        files.push(js);
+    }
+    let out = dir.path().join("both.html");
+    let mut args = vec!["report"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    args.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let h = std::fs::read_to_string(&out).unwrap();
+    let names: Vec<String> = series(&h).into_iter().map(|s| s.0).collect();
+    assert!(names.contains(&"before: received".to_string()), "{names:?}");
+    assert!(names.contains(&"after: received".to_string()), "{names:?}");
+    assert_eq!(h.matches("<h3>Received rate over time</h3>").count(), 1);
+}
+
+/// `--html` on a test writes the report when the run ends, after Ctrl-C
+/// too, with what was measured; bad inputs to `report` are usage errors.
+#[test]
+fn html_after_a_run_and_after_ctrl_c_and_bad_inputs() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("run.html");
+    run_expect(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-n",
+            "1M",
+            "--iterations",
+            "1",
+            "-q",
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("Goodput over time")
+    );
+    let cut = dir.path().join("cut.html");
+    let p = Proc(
+        netrig(&[
+            "udp",
+            &addr.to_string(),
+            "-t",
+            "30s",
+            "-q",
+            "--html",
+            cut.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (code, _) = interrupt(p);
+    assert_eq!(code, Some(130));
+    assert!(
+        std::fs::read_to_string(&cut)
+            .unwrap()
+            .contains("Received rate over time")
+    );
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "{not json").unwrap();
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"hello": 1}"#).unwrap();
+    let out = dir.path().join("x.html");
+    for bad in [
+        vec![
+            "report",
+            junk.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        vec![
+            "report",
+            other.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        vec!["report", "/no/such.json", "-o", out.to_str().unwrap()],
+        vec![
+            "report",
+            other.to_str().unwrap(),
+            "-o",
+            "/no/such/dir/x.html",
+        ],
+        vec!["tcp", "--html", "/no/such/dir/x.html"],
+    ] {
+        let o = netrig(&bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+    }
+    assert!(!out.exists());
+}
+
+/// Headless Chromium opens a report: no console errors, and the page is
+/// not blank (its screenshot is several times a blank page's). The
+/// screenshots are kept under target/ for CI.
+#[test]
+fn chromium_renders_the_report() {
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+    else {
+        eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _) = run_and_render(
+        dir.path(),
+        "tcp",
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-t",
+            "1s",
+            "-i",
+            "100ms",
+            "-P",
+            "2",
+            "-n",
+            "64M",
+        ],
+    );
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-tcp.png");
+    let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
+    let shot = |url: &str, png: &Path| {
+        let o = std::process::Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(["--window-size=900,1600", "--enable-logging=stderr", "--v=0"])
+            .arg(format!("--screenshot={}", png.display()))
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!err.contains(":CONSOLE("), "console errors: {err}");
+        std::fs::metadata(png).unwrap().len()
+    };
+    let page = format!("file://{}", dir.path().join("tcp.html").display());
+    let size = shot(&page, &out);
+    let empty = shot("about:blank", &blank);
+    assert!(size > 4 * empty, "report {size} bytes, blank page {empty}");
+    eprintln!("screenshot: {}", out.display());
+}
