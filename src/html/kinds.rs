@@ -211,7 +211,10 @@ fn udp(r: &Value) -> View {
         ));
     }
     if let Some(bins) = r["bins"].as_array().filter(|b| !b.is_empty()) {
-        charts.extend(sweep(bins, &r["analysis"]));
+        // A sweep's point is the rate curve: it comes first.
+        let time = std::mem::take(&mut charts);
+        charts = sweep(bins, &r["analysis"]);
+        charts.extend(time);
     }
     let sent = f(&t["sent"]).unwrap_or(0.0);
     let loss = if sent > 0.0 {
@@ -240,6 +243,14 @@ fn udp(r: &Value) -> View {
 /// Offered against received rate, loss and delay against offered, with the
 /// congestion point marked.
 fn sweep(bins: &[Value], a: &Value) -> Vec<Chart> {
+    // Curves against the offered rate read left to right.
+    let mut bins = bins.to_vec();
+    bins.sort_by(|x, y| {
+        f(&x["offered_bps"])
+            .unwrap_or(0.0)
+            .total_cmp(&f(&y["offered_bps"]).unwrap_or(0.0))
+    });
+    let bins = bins.as_slice();
     let mut charts = vec![
         chart(
             "Offered vs received rate",

@@ -272,12 +272,17 @@ pub fn render(c: &Chart) -> String {
     );
     for m in &c.marks {
         let x = sx(m.x);
+        // Labels right of the line, or left of it near the right edge.
+        let (tx, anchor) = if x > LEFT + pw * 0.6 {
+            (x - 3.0, "end")
+        } else {
+            (x + 3.0, "start")
+        };
         let _ = write!(
             s,
-            r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{:.1}" y="{}" class="marklabel">{}</text></g>"##,
+            r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{tx:.1}" y="{}" text-anchor="{anchor}" class="marklabel">{}</text></g>"##,
             m.x,
             TOP + ph,
-            x + 3.0,
             TOP + 12.0,
             esc(&m.label)
         );
@@ -337,19 +342,17 @@ pub fn render(c: &Chart) -> String {
         }
         s.push_str("</g>");
     }
-    // The legend, top right inside the plot.
+    // The legend, in a row above the plot.
+    let mut lx = LEFT;
     for (i, ser) in c.series.iter().enumerate() {
         let col = COLOURS[i % COLOURS.len()];
-        let y = TOP + 14.0 + 14.0 * i as f64;
         let _ = write!(
             s,
-            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{col}"/><text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
-            LEFT + pw - 220.0,
-            y - 9.0,
-            LEFT + pw - 205.0,
-            y,
+            r#"<rect x="{lx:.1}" y="8" width="10" height="10" fill="{col}"/><text x="{:.1}" y="17" class="legend">{}</text>"#,
+            lx + 14.0,
             esc(&ser.name)
         );
+        lx += 24.0 + 6.5 * ser.name.chars().count() as f64;
     }
     s.push_str("</svg>");
     s
