@@ -83,6 +83,46 @@ fn every_result_kind_renders_with_its_data() {
     }
     let hist = count(&v["result"]["totals"]["histogram"]);
     assert!(s.contains(&("datagrams".into(), hist)), "{s:?}");
+    // Streams each way: one series per stream, as many points as its rows.
+    let (v, h) = run_and_render(
+        d,
+        "bidir",
+        &["udp", &a, "--bidir", "-P", "2", "-t", "1s", "-i", "250ms"],
+    );
+    let s = series(&h);
+    for st in v["result"]["streams"].as_array().unwrap() {
+        let dir = if st["reverse"] == true { "down" } else { "up" };
+        let name = format!("{} {dir}", st["index"]);
+        let rows = count(&st["report"]["intervals"]);
+        assert!(s.contains(&(name.clone(), rows)), "{name}: {s:?}");
+    }
+    // Bursts and media frames have charts of their own.
+    let (v, h) = run_and_render(
+        d,
+        "burst",
+        &[
+            "udp",
+            &a,
+            "--burst-size",
+            "100K",
+            "--burst-period",
+            "200ms",
+            "-b",
+            "50M",
+            "-t",
+            "1s",
+        ],
+    );
+    let bursts = count(&v["result"]["bursts"]);
+    assert!(bursts >= 4 && series(&h).contains(&("transfer ms".into(), bursts)));
+    let (v, h) = run_and_render(d, "media", &["udp", &a, "--media", "-b", "4M", "-t", "1s"]);
+    let framed = v["result"]["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["frames"].is_object())
+        .count();
+    assert!(framed >= 1 && series(&h).contains(&("completed".into(), framed)));
     let (v, h) = run_and_render(d, "sweep", &["sweep", &a, "-t", "2s", "--to-rate", "20M"]);
     let bins = count(&v["result"]["bins"]);
     assert!(series(&h).contains(&("received".into(), bins)));

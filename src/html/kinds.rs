@@ -137,17 +137,88 @@ fn tcp(r: &Value) -> View {
     }
 }
 
-fn udp(r: &Value) -> View {
-    let rows = arr(&r["intervals"]);
+/// Received bits per second of each interval (from its bytes and length).
+fn rates(rows: &[Value]) -> Vec<(f64, f64)> {
     let mut prev = 0.0;
-    let rate: Vec<(f64, f64)> = rows
-        .iter()
+    rows.iter()
         .filter_map(|row| {
             let t = f(&row["time_slice"])?;
             let dt = t - std::mem::replace(&mut prev, t);
             (dt > 0.0).then(|| (t, f(&row["bytes"]).unwrap_or(0.0) * 8.0 / dt))
         })
-        .collect();
+        .collect()
+}
+
+fn loss_fact(t: &Value) -> String {
+    let sent = f(&t["sent"]).unwrap_or(0.0);
+    if sent > 0.0 {
+        format!("{:.3}%", f(&t["lost"]).unwrap_or(0.0) * 100.0 / sent)
+    } else {
+        "-".into()
+    }
+}
+
+/// Several streams (`-P`, `--bidir`): each stream's rate and delay, and
+/// the sums per direction.
+fn udp_streams(r: &Value, streams: &[Value]) -> View {
+    let name = |s: &Value| {
+        format!(
+            "{} {}",
+            s["index"],
+            if s["reverse"].as_bool() == Some(true) {
+                "down"
+            } else {
+                "up"
+            }
+        )
+    };
+    let per = |y: &dyn Fn(&[Value]) -> Vec<(f64, f64)>| -> Vec<Series> {
+        streams
+            .iter()
+            .map(|s| series(&name(s), Style::Line, y(arr(&s["report"]["intervals"]))))
+            .collect()
+    };
+    let mut facts = Vec::new();
+    for (dir, k) in [("up", "sum_up"), ("down", "sum_down")] {
+        if r[k].is_object() {
+            facts.push((format!("{dir} loss"), loss_fact(&r[k])));
+            facts.push((
+                format!("{dir} delay p50"),
+                ms_fact(&percentile(&r[k]["percentiles_us"], "p50")),
+            ));
+        }
+    }
+    View {
+        facts,
+        charts: vec![
+            chart(
+                "Received rate per stream",
+                "One line per stream and direction: a stream below the others is starved or limited.",
+                ("time", Unit::Secs),
+                ("rate", Unit::Bps),
+                per(&|rows| rates(rows)),
+            ),
+            chart(
+                "Mean one-way delay per stream",
+                "Streams sharing a queue rise together; one direction rising alone is that direction's queue.",
+                ("time", Unit::Secs),
+                ("delay", Unit::Ms),
+                per(&|rows| {
+                    pts(rows, "time_slice", |row| {
+                        f(&row["delay_avg_us"]).map(|u| u / 1e3)
+                    })
+                }),
+            ),
+        ],
+    }
+}
+
+fn udp(r: &Value) -> View {
+    if let Some(streams) = r["streams"].as_array() {
+        return udp_streams(r, streams);
+    }
+    let rows = arr(&r["intervals"]);
+    let rate = rates(rows);
     let us_ms = |k: &'static str| move |row: &Value| f(&row[k]).map(|u| u / 1e3);
     let t = &r["totals"];
     let hist: Vec<(f64, f64)> = arr(&t["histogram"])
@@ -201,6 +272,32 @@ fn udp(r: &Value) -> View {
             ],
         ),
     ];
+    let frames = |k: &'static str| pts(rows, "time_slice", move |row| f(&row["frames"][k]));
+    if !frames("completed").is_empty() {
+        charts.push(chart(
+            "Media frames per interval",
+            "Every frame should complete; dropped frames are late or lost datagrams, errors failed verification.",
+            ("time", Unit::Secs),
+            ("frames", Unit::Plain),
+            ["completed", "dropped", "repeated", "errors"]
+                .iter()
+                .map(|k| series(k, Style::Line, frames(k)))
+                .collect(),
+        ));
+    }
+    let bursts = arr(&r["bursts"]);
+    if !bursts.is_empty() {
+        charts.push(chart(
+            "Bursts",
+            "Each burst's time to arrive whole (first datagram to last); with --trip-times, from its first send.",
+            ("burst", Unit::Plain),
+            ("time", Unit::Ms),
+            vec![
+                series("transfer ms", Style::Bars, pts(bursts, "index", |b| f(&b["transfer_ms"]))),
+                series("trip ms", Style::Bars, pts(bursts, "index", |b| f(&b["trip_ms"]))),
+            ],
+        ));
+    }
     if !hist.is_empty() {
         charts.push(chart(
             "Delay histogram",
@@ -216,12 +313,7 @@ fn udp(r: &Value) -> View {
         charts = sweep(bins, &r["analysis"]);
         charts.extend(time);
     }
-    let sent = f(&t["sent"]).unwrap_or(0.0);
-    let loss = if sent > 0.0 {
-        format!("{:.3}%", f(&t["lost"]).unwrap_or(0.0) * 100.0 / sent)
-    } else {
-        "-".into()
-    };
+    let loss = loss_fact(t);
     View {
         facts: vec![
             ("received".into(), t["unique"].to_string()),
