@@ -14,6 +14,8 @@ pub struct View {
     pub charts: Vec<Chart>,
 }
 
+type Points = Vec<(f64, f64)>;
+
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
@@ -172,7 +174,7 @@ fn udp_streams(r: &Value, streams: &[Value]) -> View {
             }
         )
     };
-    let per = |y: &dyn Fn(&[Value]) -> Vec<(f64, f64)>| -> Vec<Series> {
+    let per = |y: fn(&[Value]) -> Points| -> Vec<Series> {
         streams
             .iter()
             .map(|s| series(&name(s), Style::Line, y(arr(&s["report"]["intervals"]))))
@@ -196,7 +198,7 @@ fn udp_streams(r: &Value, streams: &[Value]) -> View {
                 "One line per stream and direction: a stream below the others is starved or limited.",
                 ("time", Unit::Secs),
                 ("rate", Unit::Bps),
-                per(&|rows| rates(rows)),
+                per(rates),
             ),
             chart(
                 "Mean one-way delay per stream",
