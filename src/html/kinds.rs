@@ -205,7 +205,7 @@ fn udp_streams(r: &Value, streams: &[Value]) -> View {
                 "Streams sharing a queue rise together; one direction rising alone is that direction's queue.",
                 ("time", Unit::Secs),
                 ("delay", Unit::Ms),
-                per(&|rows| {
+                per(|rows| {
                     pts(rows, "time_slice", |row| {
                         f(&row["delay_avg_us"]).map(|u| u / 1e3)
                     })
