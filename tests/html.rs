@@ -61,6 +61,8 @@ fn every_result_kind_renders_with_its_data() {
     let s = series(&h);
     assert!(s.contains(&("received".into(), rows)), "{s:?}");
     assert!(s.contains(&("Completed".into(), rows)), "{s:?}");
+    let pcts = count(&v["result"]["connection_times"]["percentiles_us"]);
+    assert!(pcts >= 3 && s.contains(&("duration".into(), pcts)), "{s:?}");
     for banned in ["<script", "http://", "https://"] {
         // The SVG namespace is the one URL, and it is never fetched.
         let n = h.matches(banned).count();
@@ -130,8 +132,11 @@ fn every_result_kind_renders_with_its_data() {
     let (v, h) = run_and_render(d, "rr", &["rr", &a, "--spectrum", "0..4", "-n", "200"]);
     assert_eq!(count(&v["result"]["runs"]), 5);
     assert!(series(&h).contains(&("p99".into(), 5)), "{:?}", series(&h));
-    let (_, h) = run_and_render(d, "ping", &["ping", &a, "-n", "5", "-i", "10ms"]);
+    let (v, h) = run_and_render(d, "ping", &["ping", &a, "-n", "5", "-i", "10ms"]);
     assert!(h.contains("Round-trip percentiles"));
+    // ACE's histogram: a bar per non-empty bin in the JSON.
+    let bins = count(&v["result"]["runs"][0]["histogram"]);
+    assert!(bins >= 1 && series(&h).contains(&("round trips".into(), bins)));
     let (v, h) = run_and_render(d, "crr", &["crr", &a, "-n", "200"]);
     let pcts = count(&v["result"]["handshake"]["percentiles_us"]);
     assert!(series(&h).contains(&("handshake".into(), pcts)));

@@ -119,6 +119,15 @@ fn tcp(r: &Value) -> View {
             ],
         ));
     }
+    if r["connection_times"].is_object() {
+        charts.push(chart(
+            "Connection durations",
+            "Connect to agreed result, percentiles p50, p90, p99, ... left to right: a tall tail is connections that stalled.",
+            ("percentile (p50, p90, p99, ...)", Unit::Plain),
+            ("duration", Unit::Ms),
+            vec![latency_bars("duration", &r["connection_times"])],
+        ));
+    }
     let goodput = if secs > 0.0 {
         let moved = f(&t["received"])
             .unwrap_or(0.0)
@@ -428,6 +437,19 @@ fn rr(r: &Value) -> View {
         ));
     }
     let first = runs.first().cloned().unwrap_or(Value::Null);
+    let hist: Points = arr(&first["histogram"])
+        .iter()
+        .filter_map(|b| Some(((f(&b[0])? + f(&b[1])?) / 2e3, f(&b[2])?)))
+        .collect();
+    if !hist.is_empty() {
+        charts.push(chart(
+            "Round-trip histogram (ACE's bins)",
+            "Round trips per bin of --hist-min..--hist-max; more than one hump is more than one path or wake-up.",
+            ("round trip", Unit::Ms),
+            ("round trips", Unit::Plain),
+            vec![series("round trips", Style::Bars, hist)],
+        ));
+    }
     charts.push(chart(
         "Round-trip percentiles",
         "Bars p50, p90, p99, p99.9, ... left to right: a tall tail is rare slow round trips.",

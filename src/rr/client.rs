@@ -150,6 +150,11 @@ pub fn run(
     rep.server_requests = server.as_ref().map(|s| s.requests);
     rep.server_corrupt = server.as_ref().map(|s| s.data_errors);
     let main = run.summarise(&mut rep);
+    rep.histogram = main
+        .rows()
+        .into_iter()
+        .filter_map(|(lo, hi, n)| Some((lo?, hi?, n)).filter(|b| b.2 > 0))
+        .collect();
     if proto == RrProto::Udp
         && let Some(s) = server
     {

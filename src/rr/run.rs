@@ -149,6 +149,10 @@ pub struct RrReport {
     /// set (the test's `--dscp`/`--tos`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_marking: Option<crate::udp::marks::Marking>,
+    /// ACE's histogram of the measured round trips, its non-empty bins
+    /// within `--hist-min`..`--hist-max`: (low µs, high µs, count).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<(f64, f64, u64)>,
     /// This end of the test's socket: the connection (TCP, SCTP) or the
     /// data socket (UDP), as iperf3's `local_host`/`local_port`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,6 +170,7 @@ impl RrReport {
             reply: cfg.reply,
             transport: cfg.transport,
             local: None,
+            histogram: Vec::new(),
             warmup: None,
             latency: None,
             transactions_per_sec: 0.0,

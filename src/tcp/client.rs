@@ -67,6 +67,9 @@ pub struct RunReport {
     /// sender's view when the server sends: `--pattern pull`, duplex).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_tcp_info: Option<TcpInfoTotals>,
+    /// How long the connections took, connect to agreed result (those
+    /// that connected).
+    pub connection_times: Option<crate::rr::hist::Summary>,
     /// The `--omit` warm-up: the counters at its end and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub omitted: Option<Omitted>,
@@ -150,6 +153,8 @@ pub fn run(
     });
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
     let mut tcp_info = TcpInfoTotals::default();
+    // Up to an hour, the longest a server runs a session by default.
+    let mut times = crate::rr::hist::LatencyStats::new(0.0, 3.6e9, 1000, 10);
     let mut server_tcp_info = TcpInfoTotals::default();
     let threads = crate::net::event_loops();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
@@ -213,6 +218,9 @@ pub fn run(
                     }
                     if let Some(i) = &rec.tcp_info {
                         tcp_info.add(i);
+                    }
+                    if rec.local.is_some() {
+                        times.record_ns((rec.time_ms * 1e6) as u64);
                     }
                     obs.connection(&rec)
                 }
@@ -317,6 +325,7 @@ pub fn run(
         server_errors,
         granted: shared.granted.get().cloned(),
         tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
+        connection_times: times.summary(),
         server_tcp_info: (server_tcp_info.connections > 0).then_some(server_tcp_info),
         server_output,
         omitted,
