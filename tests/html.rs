@@ -137,6 +137,13 @@ fn every_result_kind_renders_with_its_data() {
     // ACE's histogram: a bar per non-empty bin in the JSON.
     let bins = count(&v["result"]["runs"][0]["histogram"]);
     assert!(bins >= 1 && series(&h).contains(&("round trips".into(), bins)));
+    // Every probe over time, from the JSON's probe log.
+    assert_eq!(count(&v["result"]["probes"]["rows"]), 5);
+    assert!(
+        series(&h).contains(&("round trip".into(), 5)),
+        "{:?}",
+        series(&h)
+    );
     let (v, h) = run_and_render(d, "crr", &["crr", &a, "-n", "200"]);
     let pcts = count(&v["result"]["handshake"]["percentiles_us"]);
     assert!(series(&h).contains(&("handshake".into(), pcts)));

@@ -126,7 +126,9 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
     };
+    let mut log = super::rr::ProbeLog::default();
     let mut on_probe = |p: &netrig::rr::client::Probe| {
+        log.push(p);
         sink.event("probe", p);
         if verbosity >= 1 {
             netrig::out!("{}", netrig::report::ping_line(size, &target, p));
@@ -162,7 +164,13 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         (rep.received == 0 && rep.sent > 0).then(|| "no probe was answered".to_string())
     });
     let runs = [rep];
-    sink.end(Some(&RrResult { runs: &runs }), failure.as_deref());
+    sink.end(
+        Some(&RrResult {
+            runs: &runs,
+            probes: Some(&log),
+        }),
+        failure.as_deref(),
+    );
     Ok(finish(
         code,
         json.as_deref(),
@@ -171,7 +179,10 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
                 p,
                 "ping",
                 &cfg,
-                Some(&RrResult { runs: &runs }),
+                Some(&RrResult {
+                    runs: &runs,
+                    probes: Some(&log),
+                }),
                 failure.as_deref(),
             )
         },

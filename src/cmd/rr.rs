@@ -120,6 +120,35 @@ pub struct RrArgs {
 pub struct RrResult<'a> {
     /// The runs, in order.
     pub runs: &'a [RrReport],
+    /// ping: every probe, in order (at most [`MAX_PROBES`]), for plotting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<&'a ProbeLog>,
+}
+
+/// The most probes a ping keeps for its JSON: 100 a second for 15 minutes.
+pub const MAX_PROBES: usize = 90_000;
+
+/// A ping's probes as they completed: (seq, round trip ms or none if lost).
+#[derive(Serialize, Default)]
+pub struct ProbeLog {
+    /// (sequence number, round trip ms; none: lost), in completion order.
+    pub rows: Vec<(u64, Option<f64>)>,
+    /// Probes past [`MAX_PROBES`], not kept (the run's summary counts them).
+    pub left_out: u64,
+}
+
+impl ProbeLog {
+    /// Keeps a completed probe, or counts it left out past the cap.
+    pub fn push(&mut self, p: &netrig::rr::client::Probe) {
+        if p.late {
+            return;
+        }
+        if self.rows.len() < MAX_PROBES {
+            self.rows.push((p.seq, p.rtt_us.map(|u| u / 1e3)));
+        } else {
+            self.left_out += 1;
+        }
+    }
 }
 
 fn parse_spectrum(s: &str) -> Result<(u32, u32)> {
@@ -309,7 +338,13 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         .iter()
         .find_map(|r| r.error.clone())
         .or(setup_failure);
-    sink.end(Some(&RrResult { runs: &reports }), failure.as_deref());
+    sink.end(
+        Some(&RrResult {
+            probes: None,
+            runs: &reports,
+        }),
+        failure.as_deref(),
+    );
     output_errors.extend(sink.take_errors());
     Ok(finish(
         code,
@@ -319,7 +354,10 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                 p,
                 "rr",
                 &base,
-                Some(&RrResult { runs: &reports }),
+                Some(&RrResult {
+                    probes: None,
+                    runs: &reports,
+                }),
                 failure.as_deref(),
             )
         },

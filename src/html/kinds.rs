@@ -418,9 +418,39 @@ fn latency_bars(name: &str, l: &Value) -> Series {
     series(name, Style::Bars, points)
 }
 
-fn rr(r: &Value) -> View {
+fn rr(r: &Value, every_s: f64) -> View {
     let runs = arr(&r["runs"]);
     let mut charts = Vec::new();
+    let probes = arr(&r["probes"]["rows"]);
+    if !probes.is_empty() {
+        // A probe leaves `seq` intervals after the first.
+        let at = |p: &Value| f(&p[0]).map(|s| s * every_s);
+        charts.push(chart(
+            "Round trip over time",
+            "Each probe at its send time; lost ones on the axis. Steps are route or queue changes.",
+            ("time", Unit::Secs),
+            ("round trip", Unit::Ms),
+            vec![
+                series(
+                    "round trip",
+                    Style::Points,
+                    probes
+                        .iter()
+                        .filter_map(|p| Some((at(p)?, f(&p[1])?)))
+                        .collect(),
+                ),
+                series(
+                    "lost",
+                    Style::Points,
+                    probes
+                        .iter()
+                        .filter(|p| p[1].is_null())
+                        .filter_map(|p| Some((at(p)?, 0.0)))
+                        .collect(),
+                ),
+            ],
+        ));
+    }
     if runs.len() > 1 {
         let by_size = |k: &'static str| {
             move |run: &Value| f(&percentile(&run["latency"]["percentiles_us"], k)).map(|u| u / 1e3)
@@ -588,7 +618,7 @@ pub fn view(doc: &Value) -> View {
     match doc["test"].as_str() {
         Some("tcp") => tcp(r),
         Some("udp") | Some("sweep") => udp(r),
-        Some("rr") | Some("ping") => rr(r),
+        Some("rr") | Some("ping") => rr(r, f(&doc["config"]["interval"]).unwrap_or(1000.0) / 1e3),
         Some("crr") => crr(r),
         Some("load") => load(r),
         _ => View {
