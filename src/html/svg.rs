@@ -219,13 +219,31 @@ pub fn render(c: &Chart) -> String {
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    // Bars stand on their x values, a step apart: half a step of room
+    // each side.
+    let bar_n = c
+        .series
+        .iter()
+        .filter(|s| s.style == Style::Bars)
+        .map(|s| s.points.len())
+        .max()
+        .unwrap_or(0);
+    let step = if bar_n > 1 {
+        (x1 - x0) / (bar_n - 1) as f64
+    } else {
+        1.0
+    };
     if bars {
-        let pad = (x1 - x0) / (pts.len().max(2) as f64) / 2.0;
-        (x0, x1) = (x0 - pad, x1 + pad);
+        (x0, x1) = (x0 - step / 2.0, x1 + step / 2.0);
     }
     let yt = ticks(y0, y1 * 1.05, 5);
     let y1 = yt.last().copied().unwrap_or(y1).max(y1);
-    let xt = ticks(x0, x1, 8);
+    // Whole-number x (bursts, phases, percentile ranks) gets whole ticks.
+    let whole = pts.iter().all(|p| p.0.fract() == 0.0);
+    let xt: Vec<f64> = ticks(x0, x1, 8)
+        .into_iter()
+        .filter(|t| !whole || t.fract() == 0.0)
+        .collect();
     let pw = W - LEFT - RIGHT;
     let ph = H - TOP - BOTTOM;
     let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
@@ -326,7 +344,7 @@ pub fn render(c: &Chart) -> String {
                 }
             }
             Style::Bars => {
-                let slot = pw / drawn.len().max(1) as f64 * 0.8;
+                let slot = (sx(x0 + step) - sx(x0)) * 0.8;
                 let w = (slot / nbars as f64).max(1.0);
                 for p in &drawn {
                     let x = sx(p.0) - slot / 2.0 + w * bar_i as f64;
