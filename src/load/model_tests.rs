@@ -70,6 +70,12 @@ fn stability_needs_mad_averages_within_the_tolerance() {
     assert!(wobble[6]);
     let mut z = Stability::default();
     assert!((0..8).all(|_| !z.push(0.0)));
+    // A slow ramp, 2% a step: its last four moving averages (103, 105,
+    // 107, 109) spread by 2.2, within 5% of 109: stable, as the draft's
+    // rule has it (the rule is about the spread, not the trend).
+    let mut s = Stability::default();
+    let ramp: Vec<bool> = (0..7).map(|k| s.push(100.0 + 2.0 * f64::from(k))).collect();
+    assert_eq!(ramp, [false, false, false, true, true, true, true]);
     // A swing larger than the tolerance is not.
     let mut s = Stability::default();
     let swing: Vec<bool> = [10.0, 100.0, 10.0, 100.0, 10.0, 100.0, 500.0]
@@ -77,6 +83,43 @@ fn stability_needs_mad_averages_within_the_tolerance() {
         .map(|&v| s.push(v))
         .collect();
     assert!(!swing[6]);
+}
+
+/// The rule, written out plainly: the moving average of the last (up to)
+/// MAD values at each step; stable once MAD of them exist, the latest is
+/// positive, and their standard deviation is under SDT of the latest.
+fn stable_by_the_draft(v: &[f64]) -> Vec<bool> {
+    let avgs: Vec<f64> = (0..v.len())
+        .map(|i| {
+            let w = &v[i.saturating_sub(MAD - 1)..=i];
+            w.iter().sum::<f64>() / w.len() as f64
+        })
+        .collect();
+    (0..v.len())
+        .map(|i| {
+            if i + 1 < MAD || avgs[i] <= 0.0 {
+                return false;
+            }
+            let a = &avgs[i + 1 - MAD..=i];
+            let m = a.iter().sum::<f64>() / MAD as f64;
+            let sd = (a.iter().map(|x| (x - m).powi(2)).sum::<f64>() / MAD as f64).sqrt();
+            sd < SDT * avgs[i]
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #[test]
+    fn stability_is_the_drafts_rule(
+        v in proptest::collection::vec(
+            proptest::prop_oneof![0.0..1000.0f64, 95.0..105.0f64, proptest::strategy::Just(100.0)],
+            1..20,
+        )
+    ) {
+        let mut s = Stability::default();
+        let got: Vec<bool> = v.iter().map(|&x| s.push(x)).collect();
+        proptest::prop_assert_eq!(got, stable_by_the_draft(&v));
+    }
 }
 
 #[test]
@@ -109,6 +152,15 @@ fn phases_summarise_their_own_probes_against_idle() {
         v.push(sample(5.0 + t, ProbeKind::SelfRtt, Some(60.0)));
     }
     v.push(sample(9.5, ProbeKind::Udp, None));
+    // Early in the phase, before its last four seconds: kept in the
+    // percentiles, left out of the responsiveness.
+    for kind in [
+        ProbeKind::TcpConnect,
+        ProbeKind::TcpRequest,
+        ProbeKind::SelfRtt,
+    ] {
+        v.push(sample(5.5, kind, Some(4000.0)));
+    }
     let load = [
         PhaseLoad::default(),
         PhaseLoad {
@@ -132,7 +184,8 @@ fn phases_summarise_their_own_probes_against_idle() {
     assert_eq!(up.increase_ms, Some(40.0));
     assert_eq!(up.up_bps, 8_000_000.0);
     assert_eq!((up.connections, up.saturated), (4, true));
-    assert_eq!(up.tcp_connect.count, 50);
+    assert_eq!(up.tcp_connect.count, 51);
+    assert_eq!(up.tcp_connect.p99_ms, Some(4000.0));
     // The last four seconds: 40 ms foreign (1500 RPM), 60 ms self (1000).
     let rpm = up.responsiveness.unwrap();
     assert_eq!(
