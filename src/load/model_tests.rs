@@ -159,12 +159,16 @@ fn phases_summarise_their_own_probes_against_idle() {
         ProbeKind::TcpRequest,
         ProbeKind::SelfRtt,
     ] {
-        v.push(sample(5.5, kind, Some(4000.0)));
+        // Ten, more than the trimmed mean's 5% would drop.
+        for k in 0..10 {
+            v.push(sample(5.0 + f64::from(k) * 0.1, kind, Some(4000.0)));
+        }
     }
     let load = [
         PhaseLoad::default(),
         PhaseLoad {
             up_bytes: 5_000_000,
+            down_bytes: 2_500_000,
             connections: 4,
             saturated: true,
             ..Default::default()
@@ -182,9 +186,9 @@ fn phases_summarise_their_own_probes_against_idle() {
     assert!(idle.responsiveness.is_none());
     assert_eq!((up.udp.count, up.udp.lost), (50, 1));
     assert_eq!(up.increase_ms, Some(40.0));
-    assert_eq!(up.up_bps, 8_000_000.0);
+    assert_eq!((up.up_bps, up.down_bps), (8_000_000.0, 4_000_000.0));
     assert_eq!((up.connections, up.saturated), (4, true));
-    assert_eq!(up.tcp_connect.count, 51);
+    assert_eq!(up.tcp_connect.count, 60);
     assert_eq!(up.tcp_connect.p99_ms, Some(4000.0));
     // The last four seconds: 40 ms foreign (1500 RPM), 60 ms self (1000).
     let rpm = up.responsiveness.unwrap();
@@ -236,5 +240,7 @@ fn the_verdict_grades_the_worst_phase() {
         v(Some(3.0), Some(180.0))
             .starts_with("severe bufferbloat: latency under load +180 ms while uploading")
     );
+    assert!(v(Some(100.0), None).starts_with("severe bufferbloat: latency under load +100 ms"));
+    assert!(v(Some(99.9), None).starts_with("bufferbloat: latency under load +100 ms"));
     assert!(v(None, None).starts_with("no verdict"));
 }
