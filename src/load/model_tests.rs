@@ -171,7 +171,6 @@ fn phases_summarise_their_own_probes_against_idle() {
             down_bytes: 2_500_000,
             connections: 4,
             saturated: true,
-            ..Default::default()
         },
     ];
     let r = summarize(&s, &v, &load);
