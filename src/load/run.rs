@@ -208,7 +208,6 @@ fn last_second(samples: &Samples, t: f64, kind: ProbeKind) -> Option<f64> {
 
 struct Ctx<'a> {
     cfg: &'a LoadConfig,
-    target: String,
     t0: Instant,
     samples: Samples,
     interrupt: &'a Arc<AtomicBool>,
@@ -263,7 +262,7 @@ impl Ctx<'_> {
             _ => IoPattern::Duplex,
         };
         let cap = Arc::new(AtomicU64::new(1));
-        let mut c = TcpClientConfig::new(vec![self.target.clone()]);
+        let mut c = TcpClientConfig::new(vec![self.cfg.target.clone()]);
         c.port = self.cfg.port;
         c.key = self.cfg.key.clone();
         c.pattern = pattern;
@@ -450,7 +449,6 @@ pub fn run(
     };
     let mut ctx = Ctx {
         cfg,
-        target: cfg.target.clone(),
         t0,
         samples: Arc::clone(&samples),
         interrupt: &interrupt,
