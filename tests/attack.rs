@@ -395,26 +395,18 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 #[test]
 fn out_of_descriptors_the_server_backs_off_and_recovers() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut child = Proc(
-        std::process::Command::new("prlimit")
-            .args([
-                "--nofile=64:64",
-                BIN,
-                "serve",
-                "--listen",
-                &listen,
-                "--max-conns",
-                "1000",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let addr: SocketAddr = listen.parse().unwrap();
-    wait_listening(addr, "server");
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args([
+        "--nofile=64:64",
+        BIN,
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-conns",
+        "1000",
+    ])
+    .stderr(std::process::Stdio::piped());
+    let (mut child, addr) = serve_cmd(cmd);
     let pid = child.0.id();
     // prlimit execs the server in place: the pid is the server's.
     let idle: Vec<TcpStream> = (0..100)

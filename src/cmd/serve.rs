@@ -94,6 +94,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         },
     })
     .context("cannot listen")?;
+    // A port the kernel picked is said even when quiet: nothing else tells
+    // a script which port to point its clients at.
+    if a.verbosity.level() == 0 && server.picked_port() {
+        server.announce();
+    }
     let stop = server.stop_handle();
     let flag = interrupt_flag();
     let flag_fired = std::sync::Arc::clone(&flag);

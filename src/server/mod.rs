@@ -198,6 +198,23 @@ impl Server {
             .collect()
     }
 
+    /// Prints the addresses it listens on, a line each.
+    pub fn announce(&self) {
+        for a in self.local_addrs() {
+            crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+        }
+    }
+
+    /// Whether the kernel picked a listening port (`:0`).
+    pub fn picked_port(&self) -> bool {
+        let cfg = &self.state.cfg;
+        if cfg.listen.is_empty() {
+            cfg.port == 0
+        } else {
+            cfg.listen.iter().any(|a| a.port() == 0)
+        }
+    }
+
     /// A flag that makes [`Server::run`] return when set.
     pub fn stop_handle(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.state.stop)
@@ -207,9 +224,7 @@ impl Server {
     pub fn run(self) -> io::Result<()> {
         let st = &self.state;
         if st.cfg.verbosity >= 1 {
-            for a in self.local_addrs() {
-                crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
-            }
+            self.announce();
             if st.cfg.key.is_some() {
                 crate::out!("clients must authenticate with the pre-shared key");
             }

@@ -43,16 +43,44 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// Starts `netrig serve` on loopback and waits until it listens.
+/// Starts `netrig serve` on loopback and returns once it listens. The
+/// server picks its own port (`:0`) and names it on its first line, so no
+/// other process can take the port between choosing and binding it.
 pub fn serve(extra: &[&str]) -> (Proc, SocketAddr) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["serve", "--listen", &listen];
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    let child = Proc(netrig(&args).stdout(Stdio::null()).spawn().unwrap());
-    let addr: SocketAddr = listen.parse().unwrap();
-    wait_listening(addr, "server");
-    (child, addr)
+    serve_cmd(netrig(&args))
+}
+
+/// [`serve`] for a command set up by the caller (e.g. under `prlimit`); it
+/// must listen on port 0.
+pub fn serve_cmd(mut cmd: Command) -> (Proc, SocketAddr) {
+    let mut child = Proc(cmd.stdout(Stdio::piped()).spawn().unwrap());
+    let mut out = child.0.stdout.take().unwrap();
+    let first = first_line(&mut out, "server");
+    // Drained, so a verbose server never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (child, listening_on(&first, " listening on "))
+}
+
+/// The first line a child prints, read a byte at a time so nothing after it
+/// is taken from the pipe.
+fn first_line(out: &mut impl std::io::Read, what: &str) -> String {
+    let mut line = Vec::new();
+    let mut b = [0u8];
+    while out.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    assert!(!line.is_empty(), "{what} did not start");
+    String::from_utf8_lossy(&line).into_owned()
+}
+
+/// The address after `after` in a start-up line.
+fn listening_on(line: &str, after: &str) -> SocketAddr {
+    let rest = line.split_once(after).map_or("", |(_, r)| r);
+    let addr = rest.split_whitespace().next().unwrap_or("");
+    addr.parse()
+        .unwrap_or_else(|_| panic!("no address in start-up line {line:?}"))
 }
 
 /// Waits until something accepts connections at `addr` (a connection closed
@@ -186,24 +214,22 @@ pub fn wait_exit(p: &mut Proc, secs: u64) -> std::process::ExitStatus {
     }
 }
 
-/// Starts `netrig relay --listen 127.0.0.1:<free> --to TO` with `extra`, and
-/// waits until it listens.
+/// Starts `netrig relay --listen 127.0.0.1:0 --to TO` with `extra`, and
+/// returns once it listens, with the address it picked. Its stdout stays
+/// piped after the first line, for [`interrupt`].
 pub fn relay(to: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
     let to = to.to_string();
-    let mut args = vec!["relay", "--listen", &listen, "--to", &to, "-v", "0"];
+    let mut args = vec!["relay", "--listen", "127.0.0.1:0", "--to", &to, "-v", "0"];
     args.extend_from_slice(extra);
-    let child = Proc(
+    let mut child = Proc(
         netrig(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    let addr: SocketAddr = listen.parse().unwrap();
-    wait_listening(addr, "relay");
-    (child, addr)
+    let first = first_line(child.0.stdout.as_mut().unwrap(), "relay");
+    (child, listening_on(&first, "netrig relay "))
 }
 
 /// Stops a process with SIGINT and returns its exit code and stdout.
