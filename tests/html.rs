@@ -43,6 +43,107 @@ fn count(v: &serde_json::Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
 
+/// Per-connection goodput: the first connections' byte counts over time
+/// end at what the connection file says each moved, add up to the run's
+/// totals, and each is a line in the report; the duration histogram holds
+/// every connection.
+#[test]
+fn each_connection_is_charted_and_adds_up() {
+    let (_srv, addr) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let conns = dir.path().join("conns.csv");
+    let (v, h) = run_and_render(
+        dir.path(),
+        "perconn",
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-P",
+            "3",
+            "--iterations",
+            "3",
+            "-n",
+            "200M",
+            "--pattern",
+            "duplex",
+            "-i",
+            "50ms",
+            "--connection-file",
+            conns.to_str().unwrap(),
+        ],
+    );
+    let r = &v["result"];
+    let mut by_id = std::collections::HashMap::new();
+    let mut rd = csv::Reader::from_path(&conns).unwrap();
+    let hd = rd.headers().unwrap().clone();
+    let col = |n: &str| hd.iter().position(|c| c == n).unwrap();
+    let (id, sent, recv) = (col("ConnectionId"), col("SendBytes"), col("RecvBytes"));
+    for row in rd.records() {
+        let row = row.unwrap();
+        let n = |i: usize| row[i].parse::<u64>().unwrap();
+        by_id.insert(row[id].to_string(), (n(sent), n(recv)));
+    }
+    assert_eq!(by_id.len(), 9);
+    let progress = r["connection_progress"].as_array().unwrap();
+    // Nine connections, all among the first 32: every one is tracked.
+    let idx: Vec<u64> = progress
+        .iter()
+        .map(|p| p["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, (0..9).collect::<Vec<u64>>());
+    let (mut total_sent, mut total_recv) = (0, 0);
+    for p in progress {
+        let pts = p["points"].as_array().unwrap();
+        let at = |i: usize, k: &str| pts[i][k].as_f64().unwrap();
+        assert!(pts.len() >= 2, "{p}");
+        assert_eq!((at(0, "sent"), at(0, "received")), (0.0, 0.0));
+        for w in pts.windows(2) {
+            assert!(w[1]["secs"].as_f64() >= w[0]["secs"].as_f64(), "{p}");
+            assert!(w[1]["sent"].as_u64() >= w[0]["sent"].as_u64(), "{p}");
+            assert!(
+                w[1]["received"].as_u64() >= w[0]["received"].as_u64(),
+                "{p}"
+            );
+        }
+        let last = pts.last().unwrap();
+        let end = (
+            last["sent"].as_u64().unwrap(),
+            last["received"].as_u64().unwrap(),
+        );
+        assert_eq!(by_id[p["connection_id"].as_str().unwrap()], end, "{p}");
+        // Duplex: -n is the sum of both directions.
+        assert_eq!(end, (100 << 20, 100 << 20), "{p}");
+        total_sent += end.0;
+        total_recv += end.1;
+    }
+    assert_eq!(r["totals"]["sent"].as_u64(), Some(total_sent));
+    assert_eq!(r["totals"]["received"].as_u64(), Some(total_recv));
+    let bins = r["connection_histogram"].as_array().unwrap();
+    let held: u64 = bins.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(held, 9);
+    // The report: a line per connection each way, a bar per bin.
+    let s = series(&h);
+    for dir in ["sent", "received"] {
+        let chart = h
+            .split(&format!("<h3>Goodput per connection, {dir}</h3>"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no per-connection {dir} chart"));
+        let chart = chart.split("</svg>").next().unwrap();
+        let lines = series(chart);
+        assert_eq!(lines.len(), 9, "{lines:?}");
+        for (p, (name, n)) in progress.iter().zip(&lines) {
+            assert_eq!(name, &format!("#{}", p["index"]));
+            let pts = p["points"].as_array().unwrap();
+            let steps = pts
+                .windows(2)
+                .filter(|w| w[1]["secs"].as_f64() > w[0]["secs"].as_f64())
+                .count();
+            assert_eq!(*n, steps, "{name}");
+        }
+    }
+    assert!(s.contains(&("connections".into(), bins.len())), "{s:?}");
+}
+
 /// Every kind renders, self-contained (no script, no fetch), with each
 /// chart's points matching the JSON it came from.
 #[test]

@@ -39,6 +39,8 @@ const PROTOCOL: &[&str] = &[
     "html",
     "html::svg",
     "html::kinds",
+    "html::plot",
+    "html::tcp",
     "udp::marks",
     "udp::sum",
     "udp::pace",

@@ -4,149 +4,11 @@
 
 use serde_json::Value;
 
+use super::plot::{View, arr, chart, f, latency_bars, ms_fact, percentile, pts, series};
 use super::svg::{Chart, Mark, Series, Style, Unit};
-
-/// Key numbers and charts of one result.
-pub struct View {
-    /// (name, value) pairs shown large.
-    pub facts: Vec<(String, String)>,
-    /// The charts, in order.
-    pub charts: Vec<Chart>,
-}
+use super::tcp::{crr, tcp};
 
 type Points = Vec<(f64, f64)>;
-
-fn f(v: &Value) -> Option<f64> {
-    v.as_f64()
-}
-
-fn arr(v: &Value) -> &[Value] {
-    v.as_array().map_or(&[], Vec::as_slice)
-}
-
-fn series(name: &str, style: Style, points: Vec<(f64, f64)>) -> Series {
-    Series {
-        name: name.into(),
-        points,
-        style,
-    }
-}
-
-fn chart(
-    title: &str,
-    caption: &str,
-    x: (&str, Unit),
-    y: (&str, Unit),
-    series: Vec<Series>,
-) -> Chart {
-    Chart {
-        title: title.into(),
-        caption: caption.into(),
-        x: (x.0.into(), x.1),
-        y: (y.0.into(), y.1),
-        series: series
-            .into_iter()
-            .filter(|s| !s.points.is_empty())
-            .collect(),
-        marks: Vec::new(),
-    }
-}
-
-/// Points of `rows` with x from `xk` and y from `y` (rows lacking either
-/// are left out).
-fn pts(rows: &[Value], xk: &str, y: impl Fn(&Value) -> Option<f64>) -> Vec<(f64, f64)> {
-    rows.iter()
-        .filter_map(|r| Some((f(&r[xk])?, y(r)?)))
-        .collect()
-}
-
-fn ms_fact(v: &Value) -> String {
-    f(v).map_or("-".into(), |us| format!("{:.3} ms", us / 1e3))
-}
-
-fn percentile(p: &Value, name: &str) -> Value {
-    arr(p)
-        .iter()
-        .find(|e| e[0] == name)
-        .map_or(Value::Null, |e| e[1].clone())
-}
-
-fn tcp(r: &Value) -> View {
-    let rows = arr(&r["intervals"]);
-    let bits = |k: &'static str| move |row: &Value| f(&row[k]).map(|b| b * 8.0);
-    let t = &r["totals"];
-    let secs = f(&r["duration_secs"]).unwrap_or(0.0);
-    let mut charts = vec![
-        chart(
-            "Goodput over time",
-            "Steady lines are a healthy path; dips are stalls, steps are connections starting or ending.",
-            ("time", Unit::Secs),
-            ("goodput", Unit::Bps),
-            vec![
-                series("sent", Style::Line, pts(rows, "TimeSlice", bits("SendBps"))),
-                series(
-                    "received",
-                    Style::Line,
-                    pts(rows, "TimeSlice", bits("RecvBps")),
-                ),
-            ],
-        ),
-        chart(
-            "Connection outcomes",
-            "Connections that ended, so far: anything but Completed growing is a failure to look into.",
-            ("time", Unit::Secs),
-            ("connections", Unit::Plain),
-            ["Completed", "NetError", "DataError"]
-                .iter()
-                .map(|k| series(k, Style::Line, pts(rows, "TimeSlice", |row| f(&row[*k]))))
-                .collect(),
-        ),
-    ];
-    let rtt = pts(rows, "TimeSlice", |row| f(&row["RttUs"]).map(|u| u / 1e3));
-    if !rtt.is_empty() {
-        charts.push(chart(
-            "TCP_INFO: smoothed RTT and retransmits",
-            "RTT rising with goodput flat is a queue filling; retransmits mark losses.",
-            ("time", Unit::Secs),
-            ("RTT (ms) / retransmits", Unit::Plain),
-            vec![
-                series("RTT ms", Style::Line, rtt),
-                series(
-                    "retransmits",
-                    Style::Bars,
-                    pts(rows, "TimeSlice", |row| f(&row["Retransmits"])),
-                ),
-            ],
-        ));
-    }
-    if r["connection_times"].is_object() {
-        charts.push(chart(
-            "Connection durations",
-            "Connect to agreed result, percentiles p50, p90, p99, ... left to right: a tall tail is connections that stalled.",
-            ("percentile (p50, p90, p99, ...)", Unit::Plain),
-            ("duration", Unit::Ms),
-            vec![latency_bars("duration", &r["connection_times"])],
-        ));
-    }
-    let goodput = if secs > 0.0 {
-        let moved = f(&t["received"])
-            .unwrap_or(0.0)
-            .max(f(&t["sent"]).unwrap_or(0.0));
-        crate::units::format_bits_per_sec(moved * 8.0 / secs)
-    } else {
-        "-".into()
-    };
-    View {
-        facts: vec![
-            ("goodput".into(), goodput),
-            ("completed".into(), t["completed"].to_string()),
-            ("network errors".into(), t["net_errors"].to_string()),
-            ("data errors".into(), t["data_errors"].to_string()),
-            ("duration".into(), format!("{secs:.2} s")),
-        ],
-        charts,
-    }
-}
 
 /// Received bits per second of each interval (from its bytes and length).
 fn rates(rows: &[Value]) -> Vec<(f64, f64)> {
@@ -409,15 +271,6 @@ fn sweep(bins: &[Value], a: &Value) -> Vec<Chart> {
     charts
 }
 
-fn latency_bars(name: &str, l: &Value) -> Series {
-    let points = arr(&l["percentiles_us"])
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((i as f64, f(&p[1])? / 1e3)))
-        .collect();
-    series(name, Style::Bars, points)
-}
-
 fn rr(r: &Value, every_s: f64) -> View {
     let runs = arr(&r["runs"]);
     let mut charts = Vec::new();
@@ -509,33 +362,6 @@ fn rr(r: &Value, every_s: f64) -> View {
             ),
         ],
         charts,
-    }
-}
-
-fn crr(r: &Value) -> View {
-    View {
-        facts: vec![
-            (
-                "per second".into(),
-                f(&r["per_sec"]).map_or("-".into(), |v| format!("{v:.0}")),
-            ),
-            ("succeeded".into(), r["transactions"].to_string()),
-            ("failed".into(), r["failed"].to_string()),
-            (
-                "handshake p50".into(),
-                ms_fact(&percentile(&r["handshake"]["percentiles_us"], "p50")),
-            ),
-        ],
-        charts: vec![chart(
-            "Handshake and transaction percentiles",
-            "Bars p50, p90, p99, ... left to right; a transaction far above its handshake is server time.",
-            ("percentile (p50, p90, p99, ...)", Unit::Plain),
-            ("time", Unit::Ms),
-            vec![
-                latency_bars("handshake", &r["handshake"]),
-                latency_bars("transaction", &r["transaction"]),
-            ],
-        )],
     }
 }
 

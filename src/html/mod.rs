@@ -5,7 +5,9 @@
 //! what to draw for each result kind).
 
 pub mod kinds;
+pub mod plot;
 pub mod svg;
+pub mod tcp;
 
 use serde_json::Value;
 use std::fmt::Write;
@@ -77,7 +79,7 @@ pub fn render(results: &[(String, Value)]) -> String {
             .map(|(n, d)| (label(n, d), d))
             .collect();
         let _ = write!(h, "<section><h2>{}</h2>", esc(kind));
-        let views: Vec<kinds::View> = group.iter().map(|(_, d)| kinds::view(d)).collect();
+        let views: Vec<plot::View> = group.iter().map(|(_, d)| kinds::view(d)).collect();
         for ((name, d), v) in group.iter().zip(&views) {
             let _ = write!(
                 h,

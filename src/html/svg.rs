@@ -44,6 +44,9 @@ pub enum Unit {
     Bytes,
     /// A plain number.
     Plain,
+    /// A duration given as log2 of microseconds (log-2 bins), labelled as
+    /// the duration.
+    Log2Us,
 }
 
 impl Unit {
@@ -68,8 +71,27 @@ impl Unit {
             Unit::Ms => format!("{} ms", trim(v)),
             Unit::Secs => format!("{} s", trim(v)),
             Unit::Plain => si(v, ""),
+            Unit::Log2Us => {
+                let us = v.exp2();
+                if us >= 1e6 {
+                    format!("{} s", trim(round3(us / 1e6)))
+                } else if us >= 1e3 {
+                    format!("{} ms", trim(round3(us / 1e3)))
+                } else {
+                    format!("{} µs", trim(round3(us)))
+                }
+            }
         }
     }
+}
+
+/// `v` to 3 significant digits (tick labels of doubling bins).
+fn round3(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let m = 10f64.powi(2 - v.abs().log10().floor() as i32);
+    (v * m).round() / m
 }
 
 /// A number with at most 3 significant decimals and no trailing zeros.
@@ -245,18 +267,24 @@ pub fn render(c: &Chart) -> String {
         .filter(|t| !whole || t.fract() == 0.0)
         .collect();
     let pw = W - LEFT - RIGHT;
-    let ph = H - TOP - BOTTOM;
+    // The legend wraps into rows above the plot, which moves down for them.
+    let legend = legend_layout(&c.series);
+    let extra = legend
+        .last()
+        .map_or(0.0, |&(_, row)| row as f64 * LEGEND_ROW);
+    let (top, h) = (TOP + extra, H + extra);
+    let ph = h - top - BOTTOM;
     let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
-    let sy = |y: f64| TOP + ph - (y - y0) / (y1 - y0) * ph;
+    let sy = |y: f64| top + ph - (y - y0) / (y1 - y0) * ph;
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" aria-label="{}">"#,
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" role="img" aria-label="{}">"#,
         esc(&c.title)
     );
     let _ = write!(
         s,
-        r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd"/>"##
+        r##"<rect x="{LEFT}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd"/>"##
     );
     for t in &yt {
         let y = sy(*t);
@@ -274,7 +302,7 @@ pub fn render(c: &Chart) -> String {
         let _ = write!(
             s,
             r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle" class="tick">{}</text>"#,
-            TOP + ph + 16.0,
+            top + ph + 16.0,
             esc(&c.x.1.label(*t))
         );
     }
@@ -282,10 +310,10 @@ pub fn render(c: &Chart) -> String {
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" class="axis">{}</text><text x="14" y="{:.1}" text-anchor="middle" class="axis" transform="rotate(-90 14 {:.1})">{}</text>"#,
         LEFT + pw / 2.0,
-        H - 8.0,
+        h - 8.0,
         esc(&c.x.0),
-        TOP + ph / 2.0,
-        TOP + ph / 2.0,
+        top + ph / 2.0,
+        top + ph / 2.0,
         esc(&c.y.0)
     );
     for m in &c.marks {
@@ -298,10 +326,10 @@ pub fn render(c: &Chart) -> String {
         };
         let _ = write!(
             s,
-            r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{tx:.1}" y="{}" text-anchor="{anchor}" class="marklabel">{}</text></g>"##,
+            r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{tx:.1}" y="{}" text-anchor="{anchor}" class="marklabel">{}</text></g>"##,
             m.x,
-            TOP + ph,
-            TOP + 12.0,
+            top + ph,
+            top + 12.0,
             esc(&m.label)
         );
     }
@@ -360,20 +388,38 @@ pub fn render(c: &Chart) -> String {
         }
         s.push_str("</g>");
     }
-    // The legend, in a row above the plot.
-    let mut lx = LEFT;
-    for (i, ser) in c.series.iter().enumerate() {
+    for (i, (ser, &(lx, row))) in c.series.iter().zip(&legend).enumerate() {
         let col = COLOURS[i % COLOURS.len()];
+        let y = 8.0 + row as f64 * LEGEND_ROW;
         let _ = write!(
             s,
-            r#"<rect x="{lx:.1}" y="8" width="10" height="10" fill="{col}"/><text x="{:.1}" y="17" class="legend">{}</text>"#,
+            r#"<rect x="{lx:.1}" y="{y:.1}" width="10" height="10" fill="{col}"/><text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
             lx + 14.0,
+            y + 9.0,
             esc(&ser.name)
         );
-        lx += 24.0 + 6.5 * ser.name.chars().count() as f64;
     }
     s.push_str("</svg>");
     s
+}
+
+/// Height of a row of the legend.
+const LEGEND_ROW: f64 = 14.0;
+
+/// Where each series' legend entry goes: (x, row), left to right, a new
+/// row when the next entry would pass the plot's right edge.
+fn legend_layout(series: &[Series]) -> Vec<(f64, usize)> {
+    let mut out = Vec::with_capacity(series.len());
+    let (mut x, mut row) = (LEFT, 0);
+    for ser in series {
+        let width = 24.0 + 6.5 * ser.name.chars().count() as f64;
+        if x > LEFT && x + width > W - RIGHT {
+            (x, row) = (LEFT, row + 1);
+        }
+        out.push((x, row));
+        x += width;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -399,6 +445,12 @@ mod tests {
         assert_eq!(Unit::Bytes.label(1500.0), "1.5kB");
         assert_eq!(Unit::Plain.label(-0.0001), "0");
         assert_eq!(Unit::Secs.label(3.0), "3 s");
+        assert_eq!(Unit::Log2Us.label(0.0), "1 µs");
+        assert_eq!(Unit::Log2Us.label(9.0), "512 µs");
+        assert_eq!(Unit::Log2Us.label(10.0), "1.02 ms");
+        assert_eq!(Unit::Log2Us.label(17.0), "131 ms");
+        assert_eq!(Unit::Log2Us.label(21.0), "2.1 s");
+        assert_eq!(Unit::Log2Us.label(-1.0), "0.5 µs");
     }
 
     #[test]
@@ -414,6 +466,43 @@ mod tests {
         assert!(e.windows(2).all(|w| w[0].0 <= w[1].0));
         // Short series are drawn whole.
         assert_eq!(envelope(&p[..10]), p[..10].to_vec());
+    }
+
+    #[test]
+    fn a_long_legend_wraps_and_the_plot_moves_down_for_it() {
+        let named = |n: usize| -> Vec<Series> {
+            (0..n)
+                .map(|i| Series {
+                    name: format!("connection {i:02}"),
+                    points: vec![(0.0, 1.0)],
+                    style: Style::Line,
+                })
+                .collect()
+        };
+        // Each entry is 24 + 6.5 * 13 = 108.5 wide; the plot is 666 wide.
+        let rows: Vec<usize> = legend_layout(&named(14)).iter().map(|p| p.1).collect();
+        assert_eq!(rows, [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2]);
+        assert_eq!(legend_layout(&named(2)), vec![(LEFT, 0), (LEFT + 108.5, 0)]);
+        let chart = |n| Chart {
+            title: String::new(),
+            caption: String::new(),
+            x: ("x".into(), Unit::Plain),
+            y: ("y".into(), Unit::Plain),
+            series: named(n),
+            marks: Vec::new(),
+        };
+        assert!(render(&chart(1)).contains(r#"viewBox="0 0 760 300""#));
+        let tall = render(&chart(14));
+        assert!(tall.contains(r#"viewBox="0 0 760 328""#), "{tall}");
+        // The plot's frame starts below the third row.
+        assert!(tall.contains(r#"<rect x="78" y="56" "#), "{tall}");
+        // One name that is wider than the plot stays on the first row.
+        let wide = vec![Series {
+            name: "w".repeat(200),
+            points: Vec::new(),
+            style: Style::Line,
+        }];
+        assert_eq!(legend_layout(&wide), vec![(LEFT, 0)]);
     }
 
     #[test]

@@ -43,6 +43,14 @@ pub struct Summary {
     pub percentiles_us: Vec<(String, f64)>,
 }
 
+/// One bin of [`LatencyStats::log_bins`]: samples in `[lo_us, hi_us)`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct LogBin {
+    pub lo_us: f64,
+    pub hi_us: f64,
+    pub count: u64,
+}
+
 /// Percentiles reported everywhere.
 pub const PERCENTILES: [(&str, f64); 7] = [
     ("p50", 50.0),
@@ -136,6 +144,33 @@ impl LatencyStats {
                 })
                 .collect(),
         })
+    }
+
+    /// Log-2 bins from 1 µs up (from the HDR histogram, so at its 0.1 %
+    /// resolution), from the first non-empty bin to the last: counts of
+    /// durations that span decades, where fixed bins would put every short
+    /// one in the first bin.
+    pub fn log_bins(&self) -> Vec<LogBin> {
+        let mut out = Vec::new();
+        let mut lo_ns = 0u64;
+        for v in self.hdr.iter_log(1000, 2.0) {
+            // The last value the bin holds, so the next starts one ns on.
+            let hi_ns = v.value_iterated_to() + 1;
+            let count = v.count_since_last_iteration();
+            if count > 0 || !out.is_empty() {
+                out.push(LogBin {
+                    lo_us: lo_ns as f64 / 1e3,
+                    hi_us: hi_ns as f64 / 1e3,
+                    count,
+                });
+            }
+            lo_ns = hi_ns;
+        }
+        // The walk may run past the largest sample by an empty bin.
+        while out.last().is_some_and(|b| b.count == 0) {
+            out.pop();
+        }
+        out
     }
 
     /// The largest outliers, descending, µs.
@@ -232,7 +267,45 @@ mod tests {
         assert_eq!(h.outliers_us(), vec![11.0, 9.0, 7.0]);
     }
 
+    #[test]
+    fn log_bins_double_from_a_microsecond_and_hold_every_sample() {
+        let mut h = LatencyStats::new(0.0, 1.0, 1, 0);
+        // 3 µs, twice; 5 µs; 40 µs: bins [2,4), [4,8), then empty ones to [32,64).
+        for ns in [3_000, 3_000, 5_000, 40_000] {
+            h.record_ns(ns);
+        }
+        let bins = h.log_bins();
+        let got: Vec<(f64, f64, u64)> = bins.iter().map(|b| (b.lo_us, b.hi_us, b.count)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (2.0, 4.0, 2),
+                (4.0, 8.0, 1),
+                (8.0, 16.0, 0),
+                (16.0, 32.0, 0),
+                (32.0, 64.0, 1)
+            ],
+            "{bins:?}"
+        );
+        assert!(LatencyStats::new(0.0, 1.0, 1, 0).log_bins().is_empty());
+    }
+
     proptest! {
+        #[test]
+        fn log_bins_count_every_sample_in_its_bin(samples in proptest::collection::vec(1u64..100_000_000_000, 1..200)) {
+            let mut h = LatencyStats::new(0.0, 1.0, 1, 0);
+            for &s in &samples { h.record_ns(s); }
+            let bins = h.log_bins();
+            prop_assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), samples.len() as u64);
+            for w in bins.windows(2) {
+                prop_assert_eq!(w[0].hi_us, w[1].lo_us);
+            }
+            // The largest sample is in the last bin (to HDR's 0.1 %).
+            let max = *samples.iter().max().unwrap() as f64 / 1e3;
+            let last = bins.last().unwrap();
+            prop_assert!(max >= last.lo_us * 0.999 && max < last.hi_us * 1.001, "{} not in {:?}", max, last);
+        }
+
         #[test]
         fn mean_variance_and_bins_are_exact(samples in proptest::collection::vec(1u64..10_000_000, 1..300)) {
             let mut h = LatencyStats::new(0.0, 5_000.0, 50, 10);

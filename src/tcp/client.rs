@@ -70,9 +70,26 @@ pub struct RunReport {
     /// How long the connections took, connect to agreed result (those
     /// that connected).
     pub connection_times: Option<crate::rr::hist::Summary>,
+    /// The same durations in log-2 bins from 1 µs, for a histogram.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connection_histogram: Vec<crate::rr::hist::LogBin>,
+    /// The first connections' bytes over time (runs with intervals), by
+    /// their order of opening: per-connection goodput.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connection_progress: Vec<ConnectionProgress>,
     /// The `--omit` warm-up: the counters at its end and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub omitted: Option<Omitted>,
+}
+
+/// One of the first [`super::session::TRACKED`] connections' bytes so far,
+/// from its opening to its end.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionProgress {
+    pub index: u64,
+    pub connection_id: uuid::Uuid,
+    pub result: crate::outcome::ResultKind,
+    pub points: Vec<super::session::Progress>,
 }
 
 /// The counters when the `--omit` warm-up ended: subtracted from the
@@ -156,6 +173,7 @@ pub fn run(
     // Up to an hour, the longest a server runs a session by default.
     let mut times = crate::rr::hist::LatencyStats::new(0.0, 3.6e9, 1000, 10);
     let mut server_tcp_info = TcpInfoTotals::default();
+    let mut progress: Vec<ConnectionProgress> = Vec::new();
     let threads = crate::net::event_loops();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,
@@ -221,6 +239,14 @@ pub fn run(
                     }
                     if rec.local.is_some() {
                         times.record_ns((rec.time_ms * 1e6) as u64);
+                    }
+                    if !rec.progress.is_empty() {
+                        progress.push(ConnectionProgress {
+                            index: rec.index,
+                            connection_id: rec.connection_id,
+                            result: rec.result.kind,
+                            points: rec.progress.clone(),
+                        });
                     }
                     obs.connection(&rec)
                 }
@@ -326,6 +352,11 @@ pub fn run(
         granted: shared.granted.get().cloned(),
         tcp_info: (tcp_info.connections > 0).then_some(tcp_info),
         connection_times: times.summary(),
+        connection_histogram: times.log_bins(),
+        connection_progress: {
+            progress.sort_by_key(|p| p.index);
+            progress
+        },
         server_tcp_info: (server_tcp_info.connections > 0).then_some(server_tcp_info),
         server_output,
         omitted,

@@ -22,7 +22,7 @@ use super::config::BufferSpec;
 use super::connect::{Local, connect};
 use super::drive::{Env, pump};
 use super::machine::Conn;
-use super::session::{ConnectionRecord, Shared};
+use super::session::{ConnectionRecord, Progress, Shared, TRACKED};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
@@ -189,7 +189,7 @@ impl Worker<'_> {
             if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
                 && now >= at
             {
-                self.sample_tcp_info();
+                self.sample();
                 self.next_sample = Some(at + iv);
             }
         }
@@ -255,6 +255,16 @@ impl Worker<'_> {
             tcp_info: None,
             peer_tcp_info: None,
             refused: None,
+            index,
+            // Charted from its opening, when the run has intervals to sample.
+            progress: match self.sh.cfg.interval {
+                Some(_) if index < TRACKED => vec![Progress {
+                    secs: self.sh.elapsed(),
+                    sent: 0,
+                    received: 0,
+                }],
+                _ => Vec::new(),
+            },
         };
         let started = Instant::now();
         // At most -P connections are open and --cport gives at least -P
@@ -510,6 +520,11 @@ impl Worker<'_> {
         if matches!(slot.stage, Stage::Data(_)) {
             self.sh.counters.in_flight.fetch_sub(1, Relaxed);
         }
+        // Ended before its data phase did (the loop failed): what it moved
+        // still counts.
+        if let Stage::Data(conn) | Stage::Hello { conn, .. } = &slot.stage {
+            (slot.rec.sent, slot.rec.received) = conn.progress();
+        }
         slot.rec
             .bursts
             .sort_by(|a, b| (a.index, &a.side).cmp(&(b.index, &b.side)));
@@ -534,6 +549,13 @@ impl Worker<'_> {
         };
         rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
         rec.time_slice = self.sh.elapsed();
+        if !rec.progress.is_empty() {
+            rec.progress.push(Progress {
+                secs: rec.time_slice,
+                sent: rec.sent,
+                received: rec.received,
+            });
+        }
         rec.result.kind.count_in(&self.sh.counters);
         let _ = self.tx.send(rec);
     }
@@ -579,12 +601,24 @@ impl Worker<'_> {
         }
     }
 
-    /// Samples every connected socket's TCP_INFO: its RTT and window, and
-    /// the retransmissions since its last sample.
-    fn sample_tcp_info(&mut self) {
+    /// Samples every connected socket's TCP_INFO (its RTT and window, and
+    /// the retransmissions since its last sample), and the tracked
+    /// connections' bytes so far.
+    fn sample(&mut self) {
+        let secs = self.sh.elapsed();
         for slot in self.slots.iter_mut().flatten() {
             if slot.rec.local.is_none() {
                 continue;
+            }
+            if let Stage::Data(conn) | Stage::Hello { conn, .. } = &slot.stage
+                && !slot.rec.progress.is_empty()
+            {
+                let (sent, received) = conn.progress();
+                slot.rec.progress.push(Progress {
+                    secs,
+                    sent,
+                    received,
+                });
             }
             if let Some(i) = crate::net::tcpinfo::raw(std::os::fd::AsRawFd::as_raw_fd(&slot.stream))
             {

@@ -1,0 +1,176 @@
+//! What to plot for connection-oriented results: tcp (goodput in total
+//! and per connection, outcomes, TCP_INFO, durations) and crr. Pure.
+
+use serde_json::Value;
+
+use super::plot::{View, arr, chart, f, latency_bars, ms_fact, percentile, pts, series};
+use super::svg::{Chart, Style, Unit};
+
+pub(super) fn tcp(r: &Value) -> View {
+    let rows = arr(&r["intervals"]);
+    let bits = |k: &'static str| move |row: &Value| f(&row[k]).map(|b| b * 8.0);
+    let t = &r["totals"];
+    let secs = f(&r["duration_secs"]).unwrap_or(0.0);
+    let mut charts = vec![
+        chart(
+            "Goodput over time",
+            "Steady lines are a healthy path; dips are stalls, steps are connections starting or ending.",
+            ("time", Unit::Secs),
+            ("goodput", Unit::Bps),
+            vec![
+                series("sent", Style::Line, pts(rows, "TimeSlice", bits("SendBps"))),
+                series(
+                    "received",
+                    Style::Line,
+                    pts(rows, "TimeSlice", bits("RecvBps")),
+                ),
+            ],
+        ),
+        chart(
+            "Connection outcomes",
+            "Connections that ended, so far: anything but Completed growing is a failure to look into.",
+            ("time", Unit::Secs),
+            ("connections", Unit::Plain),
+            ["Completed", "NetError", "DataError"]
+                .iter()
+                .map(|k| series(k, Style::Line, pts(rows, "TimeSlice", |row| f(&row[*k]))))
+                .collect(),
+        ),
+    ];
+    let rtt = pts(rows, "TimeSlice", |row| f(&row["RttUs"]).map(|u| u / 1e3));
+    if !rtt.is_empty() {
+        charts.push(chart(
+            "TCP_INFO: smoothed RTT and retransmits",
+            "RTT rising with goodput flat is a queue filling; retransmits mark losses.",
+            ("time", Unit::Secs),
+            ("RTT (ms) / retransmits", Unit::Plain),
+            vec![
+                series("RTT ms", Style::Line, rtt),
+                series(
+                    "retransmits",
+                    Style::Bars,
+                    pts(rows, "TimeSlice", |row| f(&row["Retransmits"])),
+                ),
+            ],
+        ));
+    }
+    charts.extend(per_connection(arr(&r["connection_progress"])));
+    let bins = arr(&r["connection_histogram"]);
+    if !bins.is_empty() {
+        charts.push(chart(
+            "Connection duration histogram",
+            "Connections by how long they took, connect to agreed result, in bins that double: one hump is a uniform run; a second, later hump is connections that stalled.",
+            ("duration (each bar: up to the time under it)", Unit::Log2Us),
+            ("connections", Unit::Plain),
+            vec![series(
+                "connections",
+                Style::Bars,
+                bins.iter()
+                    .filter_map(|b| Some((f(&b["hi_us"])?.log2(), f(&b["count"])?)))
+                    .collect(),
+            )],
+        ));
+    }
+    if r["connection_times"].is_object() {
+        charts.push(chart(
+            "Connection durations",
+            "Connect to agreed result, percentiles p50, p90, p99, ... left to right: a tall tail is connections that stalled.",
+            ("percentile (p50, p90, p99, ...)", Unit::Plain),
+            ("duration", Unit::Ms),
+            vec![latency_bars("duration", &r["connection_times"])],
+        ));
+    }
+    let goodput = if secs > 0.0 {
+        let moved = f(&t["received"])
+            .unwrap_or(0.0)
+            .max(f(&t["sent"]).unwrap_or(0.0));
+        crate::units::format_bits_per_sec(moved * 8.0 / secs)
+    } else {
+        "-".into()
+    };
+    View {
+        facts: vec![
+            ("goodput".into(), goodput),
+            ("completed".into(), t["completed"].to_string()),
+            ("network errors".into(), t["net_errors"].to_string()),
+            ("data errors".into(), t["data_errors"].to_string()),
+            ("duration".into(), format!("{secs:.2} s")),
+        ],
+        charts,
+    }
+}
+
+/// Goodput of each tracked connection over time, a chart per direction
+/// that moved data: the rate between its consecutive byte counts.
+fn per_connection(conns: &[Value]) -> Vec<Chart> {
+    let rate = |c: &Value, key: &str| -> Vec<(f64, f64)> {
+        arr(&c["points"])
+            .windows(2)
+            .filter_map(|w| {
+                let (t0, t1) = (f(&w[0]["secs"])?, f(&w[1]["secs"])?);
+                let (b0, b1) = (f(&w[0][key])?, f(&w[1][key])?);
+                (t1 > t0).then(|| (t1, (b1 - b0) * 8.0 / (t1 - t0)))
+            })
+            .collect()
+    };
+    let mut charts = Vec::new();
+    for (key, dir) in [("sent", "sent"), ("received", "received")] {
+        let moved = conns.iter().any(|c| {
+            arr(&c["points"])
+                .last()
+                .and_then(|p| f(&p[key]))
+                .is_some_and(|b| b > 0.0)
+        });
+        if !moved {
+            continue;
+        }
+        let lines = conns
+            .iter()
+            .map(|c| {
+                let mut name = format!("#{}", c["index"]);
+                if let Some(k) = c["result"].as_str().filter(|k| *k != "success") {
+                    name = format!("{name} ({k})");
+                }
+                series(&name, Style::Line, rate(c, key))
+            })
+            .collect();
+        charts.push(chart(
+            &format!("Goodput per connection, {dir}"),
+            &format!(
+                "The first {} connections by opening, sampled with TCP_INFO mid-interval: even lines share the path fairly; one low line is a connection starved or stuck behind losses.",
+                conns.len()
+            ),
+            ("time", Unit::Secs),
+            ("goodput", Unit::Bps),
+            lines,
+        ));
+    }
+    charts
+}
+
+pub(super) fn crr(r: &Value) -> View {
+    View {
+        facts: vec![
+            (
+                "per second".into(),
+                f(&r["per_sec"]).map_or("-".into(), |v| format!("{v:.0}")),
+            ),
+            ("succeeded".into(), r["transactions"].to_string()),
+            ("failed".into(), r["failed"].to_string()),
+            (
+                "handshake p50".into(),
+                ms_fact(&percentile(&r["handshake"]["percentiles_us"], "p50")),
+            ),
+        ],
+        charts: vec![chart(
+            "Handshake and transaction percentiles",
+            "Bars p50, p90, p99, ... left to right; a transaction far above its handshake is server time.",
+            ("percentile (p50, p90, p99, ...)", Unit::Plain),
+            ("time", Unit::Ms),
+            vec![
+                latency_bars("handshake", &r["handshake"]),
+                latency_bars("transaction", &r["transaction"]),
+            ],
+        )],
+    }
+}
