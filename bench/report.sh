@@ -44,10 +44,11 @@ shot about:blank "$WORK/warm.png" >/dev/null   # first start fills caches
 blank_ms=$(shot about:blank "$WORK/blank.png")
 open_ms=$(shot "file://$WORK/big.html" "$WORK/big.png")
 
-read -r datagrams rows < <(python3 - "$WORK/big.json" <<'PY'
+read -r datagrams rows lost < <(python3 - "$WORK/big.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["result"]
-print(r["totals"]["received"], len(r["intervals"]))
+t = r["totals"]
+print(t["unique"], len(r["intervals"]), t["lost"])
 PY
 )
 json_bytes=$(stat -c %s "$WORK/big.json")
@@ -55,7 +56,7 @@ html_bytes=$(stat -c %s "$WORK/big.html")
 numbers figures "$datagrams" "$rows" "$json_bytes" "$html_bytes" "$render_ms" "$blank_ms" "$open_ms"
 page_ms=$((open_ms - blank_ms))
 cat <<EOF
-datagrams received    $datagrams
+datagrams received    $datagrams ($lost lost)
 intervals             $rows
 JSON                  $json_bytes bytes
 report                $html_bytes bytes

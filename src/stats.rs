@@ -83,6 +83,35 @@ impl Counters {
     }
 }
 
+/// A connection's payload bytes so far, at `secs` into the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Progress {
+    pub secs: f64,
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// Most points a connection's [`Progress`] series keeps: a long run with
+/// short intervals would otherwise hold (and write) millions.
+pub const PROGRESS_POINTS: usize = 4096;
+
+/// Appends `p` to `series`; a full series first drops every other point
+/// but its first and last, halving its resolution. The counts are
+/// cumulative, so the rate between the points kept stays exact, averaged
+/// over a longer span.
+pub fn push_progress(series: &mut Vec<Progress>, p: Progress) {
+    if series.len() >= PROGRESS_POINTS {
+        let last = series.len() - 1;
+        let mut i = 0;
+        series.retain(|_| {
+            let keep = i % 2 == 0 || i == last;
+            i += 1;
+            keep
+        });
+    }
+    series.push(p);
+}
+
 /// One row of the status table (ctsTraffic's columns, plus cancelled).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IntervalRow {
@@ -273,6 +302,33 @@ impl IntervalLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_progress_series_halves_and_keeps_its_ends() {
+        let at = |i: u64| Progress {
+            secs: i as f64,
+            sent: i * 10,
+            received: i,
+        };
+        let mut s = Vec::new();
+        for i in 0..PROGRESS_POINTS as u64 {
+            push_progress(&mut s, at(i));
+        }
+        assert_eq!(s.len(), PROGRESS_POINTS);
+        assert_eq!(s[PROGRESS_POINTS - 1], at(PROGRESS_POINTS as u64 - 1));
+        // The next point: the even ones and the last stay, then it joins.
+        push_progress(&mut s, at(9999));
+        assert_eq!(s.len(), PROGRESS_POINTS / 2 + 2);
+        assert_eq!(s[0], at(0));
+        assert_eq!(s[1], at(2));
+        assert_eq!(s[PROGRESS_POINTS / 2 - 1], at(PROGRESS_POINTS as u64 - 2));
+        assert_eq!(s[PROGRESS_POINTS / 2], at(PROGRESS_POINTS as u64 - 1));
+        assert_eq!(s[PROGRESS_POINTS / 2 + 1], at(9999));
+        // Short series are kept whole.
+        let mut short = vec![at(0)];
+        push_progress(&mut short, at(1));
+        assert_eq!(short, vec![at(0), at(1)]);
+    }
 
     #[test]
     fn interval_rates() {

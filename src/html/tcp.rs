@@ -114,7 +114,7 @@ fn per_connection(conns: &[Value]) -> Vec<Chart> {
             .collect()
     };
     let mut charts = Vec::new();
-    for (key, dir) in [("sent", "sent"), ("received", "received")] {
+    for key in ["sent", "received"] {
         let moved = conns.iter().any(|c| {
             arr(&c["points"])
                 .last()
@@ -135,7 +135,7 @@ fn per_connection(conns: &[Value]) -> Vec<Chart> {
             })
             .collect();
         charts.push(chart(
-            &format!("Goodput per connection, {dir}"),
+            &format!("Goodput per connection, {key}"),
             &format!(
                 "The first {} connections by opening, sampled with TCP_INFO mid-interval: even lines share the path fairly; one low line is a connection starved or stuck behind losses.",
                 conns.len()
@@ -172,5 +172,60 @@ pub(super) fn crr(r: &Value) -> View {
                 latency_bars("transaction", &r["transaction"]),
             ],
         )],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_connection_is_a_line_of_its_rates_each_way_that_moved() {
+        let conns = [
+            json!({"index": 0, "result": "success", "points": [
+                {"secs": 0.0, "sent": 0, "received": 0},
+                {"secs": 0.5, "sent": 1000, "received": 0},
+                {"secs": 0.5, "sent": 1000, "received": 0},
+                {"secs": 2.5, "sent": 6000, "received": 0}
+            ]}),
+            json!({"index": 7, "result": "cancelled", "points": [
+                {"secs": 1.0, "sent": 0, "received": 0},
+                {"secs": 1.25, "sent": 250, "received": 0}
+            ]}),
+        ];
+        let charts = per_connection(&conns);
+        // Nothing was received: one chart, for what was sent.
+        assert_eq!(charts.len(), 1);
+        let c = &charts[0];
+        assert_eq!(c.title, "Goodput per connection, sent");
+        assert!(
+            c.caption.starts_with("The first 2 connections"),
+            "{}",
+            c.caption
+        );
+        let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["#0", "#7 (cancelled)"]);
+        // 1000 B in 0.5 s, then (a repeated instant skipped) 5000 B in 2 s.
+        assert_eq!(c.series[0].points, vec![(0.5, 16_000.0), (2.5, 20_000.0)]);
+        assert_eq!(c.series[1].points, vec![(1.25, 8_000.0)]);
+        // A connection that moved nothing either way charts nothing.
+        let idle = [json!({"index": 0, "result": "success", "points": [
+            {"secs": 0.0, "sent": 0, "received": 0},
+            {"secs": 1.0, "sent": 0, "received": 0}
+        ]})];
+        assert!(per_connection(&idle).is_empty());
+        let both = [json!({"index": 3, "result": "success", "points": [
+            {"secs": 0.0, "sent": 0, "received": 0},
+            {"secs": 1.0, "sent": 2, "received": 1}
+        ]})];
+        let titles: Vec<String> = per_connection(&both).into_iter().map(|c| c.title).collect();
+        assert_eq!(
+            titles,
+            [
+                "Goodput per connection, sent",
+                "Goodput per connection, received"
+            ]
+        );
     }
 }

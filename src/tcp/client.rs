@@ -89,7 +89,7 @@ pub struct ConnectionProgress {
     pub index: u64,
     pub connection_id: uuid::Uuid,
     pub result: crate::outcome::ResultKind,
-    pub points: Vec<super::session::Progress>,
+    pub points: Vec<crate::stats::Progress>,
 }
 
 /// The counters when the `--omit` warm-up ended: subtracted from the

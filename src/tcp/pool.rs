@@ -22,12 +22,13 @@ use super::config::BufferSpec;
 use super::connect::{Local, connect};
 use super::drive::{Env, pump};
 use super::machine::Conn;
-use super::session::{ConnectionRecord, Progress, Shared, TRACKED};
+use super::session::{ConnectionRecord, Shared, TRACKED};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
 use crate::plan::Role;
 use crate::proto::{self, DataHello, Message};
+use crate::stats::{Progress, push_progress};
 
 /// Longest sleep of an event loop: how soon it notices a stop.
 const TICK: Duration = Duration::from_millis(20);
@@ -550,11 +551,12 @@ impl Worker<'_> {
         rec.time_ms = started.elapsed().as_secs_f64() * 1e3;
         rec.time_slice = self.sh.elapsed();
         if !rec.progress.is_empty() {
-            rec.progress.push(Progress {
+            let end = Progress {
                 secs: rec.time_slice,
                 sent: rec.sent,
                 received: rec.received,
-            });
+            };
+            push_progress(&mut rec.progress, end);
         }
         rec.result.kind.count_in(&self.sh.counters);
         let _ = self.tx.send(rec);
@@ -614,11 +616,12 @@ impl Worker<'_> {
                 && !slot.rec.progress.is_empty()
             {
                 let (sent, received) = conn.progress();
-                slot.rec.progress.push(Progress {
+                let now = Progress {
                     secs,
                     sent,
                     received,
-                });
+                };
+                push_progress(&mut slot.rec.progress, now);
             }
             if let Some(i) = crate::net::tcpinfo::raw(std::os::fd::AsRawFd::as_raw_fd(&slot.stream))
             {

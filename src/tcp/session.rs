@@ -53,23 +53,16 @@ pub struct ConnectionRecord {
     /// Its place in the run's order of opening (0 first).
     pub index: u64,
     /// The first [`TRACKED`] connections' bytes so far, sampled with
-    /// TCP_INFO in the middle of each interval, from open to end.
+    /// TCP_INFO in the middle of each interval, from open to end (at most
+    /// [`crate::stats::PROGRESS_POINTS`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub progress: Vec<Progress>,
+    pub progress: Vec<crate::stats::Progress>,
 }
 
 /// How many connections (the first opened) keep a [`Progress`] series: a
 /// chart of more lines is unreadable, and iperf3-style runs (`-P N`, one
 /// long connection each) fit.
 pub const TRACKED: u64 = 32;
-
-/// A connection's payload bytes so far, at `secs` into the run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Progress {
-    pub secs: f64,
-    pub sent: u64,
-    pub received: u64,
-}
 
 pub(super) struct ServerControl {
     pub(super) addr: SocketAddr,
