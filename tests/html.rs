@@ -24,6 +24,52 @@ fn series(html: &str) -> Vec<(String, usize)> {
         .collect()
 }
 
+/// The markup of the chart titled `title` (its heading to its `</svg>`).
+fn chart_of<'a>(html: &'a str, title: &str) -> &'a str {
+    let from = html
+        .split(&format!("<h3>{title}</h3>"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no chart {title:?}"));
+    from.split("</svg>").next().unwrap()
+}
+
+/// The x of every marker in `chart`.
+fn marks(chart: &str) -> Vec<f64> {
+    chart
+        .split(r#"class="mark" data-x=""#)
+        .skip(1)
+        .map(|s| s.split('"').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Bins ((upper edge, count)) to the first that completes the total: the
+/// points a CDF of them has.
+fn cdf_points(counts: impl Iterator<Item = u64> + Clone) -> usize {
+    let total: u64 = counts.clone().sum();
+    let mut acc = 0;
+    counts
+        .take_while(|&n| {
+            let before = acc;
+            acc += n;
+            before < total
+        })
+        .count()
+}
+
+/// The named percentiles of a `percentiles_us` list, in ms.
+fn pcts_ms(p: &serde_json::Value, names: &[&str]) -> Vec<f64> {
+    names
+        .iter()
+        .filter_map(|n| {
+            p.as_array()?
+                .iter()
+                .find(|e| e[0] == *n)
+                .and_then(|e| e[1].as_f64())
+                .map(|us| us / 1e3)
+        })
+        .collect()
+}
+
 /// Runs `args` with `--json` into `dir`, renders it, returns (json, html).
 fn run_and_render(dir: &Path, name: &str, args: &[&str]) -> (serde_json::Value, String) {
     let js = dir.join(format!("{name}.json"));
@@ -124,12 +170,7 @@ fn each_connection_is_charted_and_adds_up() {
     // The report: a line per connection each way, a bar per bin.
     let s = series(&h);
     for dir in ["sent", "received"] {
-        let chart = h
-            .split(&format!("<h3>Goodput per connection, {dir}</h3>"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no per-connection {dir} chart"));
-        let chart = chart.split("</svg>").next().unwrap();
-        let lines = series(chart);
+        let lines = series(chart_of(&h, &format!("Goodput per connection, {dir}")));
         assert_eq!(lines.len(), 9, "{lines:?}");
         for (p, (name, n)) in progress.iter().zip(&lines) {
             assert_eq!(name, &format!("#{}", p["index"]));
@@ -186,6 +227,18 @@ fn every_result_kind_renders_with_its_data() {
     }
     let hist = count(&v["result"]["totals"]["histogram"]);
     assert!(s.contains(&("datagrams".into(), hist)), "{s:?}");
+    // The delay CDF: a point per bin until every datagram is counted, the
+    // HDR percentiles marked where the JSON puts them.
+    let t = &v["result"]["totals"];
+    let counts = t["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b[1].as_u64().unwrap());
+    let c = chart_of(&h, "Delay CDF");
+    assert_eq!(series(c), vec![("at or under".into(), cdf_points(counts))]);
+    let want = pcts_ms(&t["percentiles_us"], &["p50", "p99", "p99.9"]);
+    assert_eq!((marks(c), want.len()), (want, 3));
     // Streams each way: one series per stream, as many points as its rows.
     let (v, h) = run_and_render(
         d,
@@ -238,6 +291,18 @@ fn every_result_kind_renders_with_its_data() {
     // ACE's histogram: a bar per non-empty bin in the JSON.
     let bins = count(&v["result"]["runs"][0]["histogram"]);
     assert!(bins >= 1 && series(&h).contains(&("round trips".into(), bins)));
+    // Its CDF, with the percentiles marked.
+    let run = &v["result"]["runs"][0];
+    let counts = run["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b[1].is_number())
+        .map(|b| b[2].as_u64().unwrap());
+    let c = chart_of(&h, "Round-trip CDF");
+    assert_eq!(series(c), vec![("at or under".into(), cdf_points(counts))]);
+    let want = pcts_ms(&run["latency"]["percentiles_us"], &["p50", "p99", "p99.9"]);
+    assert_eq!((marks(c), want.len()), (want, 3));
     // Every probe over time, from the JSON's probe log.
     assert_eq!(count(&v["result"]["probes"]["rows"]), 5);
     assert!(

@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
-use super::plot::{View, arr, chart, f, latency_bars, ms_fact, percentile, pts, series};
+use super::plot::{
+    View, arr, cdf, chart, f, latency_bars, ms_fact, percentile, percentile_marks, pts, series,
+};
 use super::svg::{Chart, Mark, Series, Style, Unit};
 use super::tcp::{crr, tcp};
 
@@ -177,8 +179,26 @@ fn udp(r: &Value) -> View {
             "Datagrams per delay bin; a long right tail is occasional queueing.",
             ("one-way delay", Unit::Ms),
             ("datagrams", Unit::Plain),
-            vec![series("datagrams", Style::Bars, hist)],
+            vec![series("datagrams", Style::Bars, hist.clone())],
         ));
+    }
+    // Bins are given by their lower edges; each ends where the next starts.
+    // (The JSON always holds every bin, so there are two.)
+    let width = match hist.as_slice() {
+        [a, b, ..] => b.0 - a.0,
+        _ => 0.0,
+    };
+    let uppers: Points = hist.iter().map(|&(lo, n)| (lo + width, n)).collect();
+    let mut delay_cdf = chart(
+        "Delay CDF",
+        "Share of datagrams at or under each delay, with the HDR percentiles marked: a steep curve is a steady path, a long flat top is a tail (the last bin also holds every delay beyond it).",
+        ("one-way delay", Unit::Ms),
+        ("datagrams (%)", Unit::Plain),
+        vec![series("at or under", Style::Line, cdf(&uppers))],
+    );
+    if !delay_cdf.series.is_empty() {
+        delay_cdf.marks = percentile_marks(&t["percentiles_us"], &["p50", "p99", "p99.9"]);
+        charts.push(delay_cdf);
     }
     if let Some(bins) = r["bins"].as_array().filter(|b| !b.is_empty()) {
         // A sweep's point is the rate curve: it comes first.
@@ -332,6 +352,30 @@ fn rr(r: &Value, every_s: f64) -> View {
             ("round trips", Unit::Plain),
             vec![series("round trips", Style::Bars, hist)],
         ));
+    }
+    // Round trips above --hist-max have no upper edge: they count in the
+    // total, so the curve ends short of 100% by their share.
+    let ace: Points = arr(&first["histogram"])
+        .iter()
+        .filter_map(|b| Some((f(&b[1]).map_or(f64::INFINITY, |u| u / 1e3), f(&b[2])?)))
+        .collect();
+    let mut rtt_cdf = chart(
+        "Round-trip CDF",
+        "Share of round trips at or under each time (ACE's bins), with the HDR percentiles marked: the gap between p50 and p99 is the jitter a user feels.",
+        ("round trip", Unit::Ms),
+        ("round trips (%)", Unit::Plain),
+        vec![series(
+            "at or under",
+            Style::Line,
+            cdf(&ace).into_iter().filter(|p| p.0.is_finite()).collect(),
+        )],
+    );
+    if !rtt_cdf.series.is_empty() {
+        rtt_cdf.marks = percentile_marks(
+            &first["latency"]["percentiles_us"],
+            &["p50", "p99", "p99.9"],
+        );
+        charts.push(rtt_cdf);
     }
     charts.push(chart(
         "Round-trip percentiles",

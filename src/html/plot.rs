@@ -1,10 +1,10 @@
 //! The helpers every result kind's charts are built with: reading numbers
 //! out of JSON, series and charts with empty series left out, and the
-//! key-number formats. Pure.
+//! key-number formats, cumulative distributions. Pure.
 
 use serde_json::Value;
 
-use super::svg::{Chart, Series, Style, Unit};
+use super::svg::{Chart, Mark, Series, Style, Unit};
 
 /// Key numbers and charts of one result.
 pub struct View {
@@ -76,4 +76,72 @@ pub(super) fn latency_bars(name: &str, l: &Value) -> Series {
         .filter_map(|(i, p)| Some((i as f64, f(&p[1])? / 1e3)))
         .collect();
     series(name, Style::Bars, points)
+}
+
+/// The cumulative share (%) of `bins` ((upper edge, count), in edge order)
+/// at each upper edge, up to the first edge that holds every sample (the
+/// empty bins after it would only stretch the axis).
+pub(super) fn cdf(bins: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let total: f64 = bins.iter().map(|b| b.1).sum();
+    if total <= 0.0 {
+        return Vec::new();
+    }
+    let mut acc = 0.0;
+    let mut out = Vec::new();
+    for &(edge, n) in bins {
+        acc += n;
+        out.push((edge, 100.0 * acc / total));
+        if acc >= total {
+            break;
+        }
+    }
+    out
+}
+
+/// Markers at the named percentiles of `p` (a `percentiles_us` list), in
+/// milliseconds, labelled with their values.
+pub(super) fn percentile_marks(p: &Value, names: &[&str]) -> Vec<Mark> {
+    names
+        .iter()
+        .filter_map(|name| {
+            let ms = f(&percentile(p, name))? / 1e3;
+            Some(Mark {
+                x: ms,
+                label: format!("{name} {}", Unit::Ms.label(ms)),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cdf_climbs_to_100_and_stops_where_it_gets_there() {
+        let bins = [(1.0, 1.0), (2.0, 0.0), (3.0, 3.0), (4.0, 0.0), (5.0, 0.0)];
+        assert_eq!(cdf(&bins), vec![(1.0, 25.0), (2.0, 25.0), (3.0, 100.0)]);
+        assert!(cdf(&[(1.0, 0.0)]).is_empty());
+        assert!(cdf(&[]).is_empty());
+    }
+
+    #[test]
+    fn percentile_marks_sit_at_their_values_in_ms() {
+        let p = json!([["p50", 1500.0], ["p99", 25000.0], ["max", 90000.0]]);
+        let m = percentile_marks(&p, &["p50", "p99", "p99.9"]);
+        assert_eq!(
+            m,
+            vec![
+                Mark {
+                    x: 1.5,
+                    label: "p50 1.5 ms".into()
+                },
+                Mark {
+                    x: 25.0,
+                    label: "p99 25 ms".into()
+                },
+            ]
+        );
+    }
 }
