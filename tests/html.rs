@@ -373,12 +373,12 @@ fn the_congestion_point_is_marked_at_the_analysed_rate() {
         eprintln!("no congestion point found: {}", v["result"]["analysis"]);
     }
     let (c, h) = found.expect("a congestion point in one of three sweeps");
-    let marks: Vec<f64> = h
-        .split(r#"class="mark" data-x=""#)
-        .skip(1)
-        .map(|s| s.split('"').next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(marks, vec![c, c], "both sweep charts mark {c}");
+    for title in [
+        "Offered vs received rate",
+        "Loss and delay against offered rate",
+    ] {
+        assert_eq!(marks(chart_of(&h, title)), vec![c], "{title} marks {c}");
+    }
 }
 
 /// Two results of one kind share the charts, each series named by its

@@ -17,7 +17,8 @@ use svg::esc;
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:820px;color:#212529}\
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #dee2e6;padding-bottom:4px;margin-top:32px}\
 h3{font-size:15px;margin:18px 0 2px}.caption{font-size:13px;color:#495057;margin:0 0 4px}\
-table.facts{border-collapse:collapse;margin:6px 0}table.facts td{padding:2px 12px 2px 0;font-size:13px}\
+table.facts{border-collapse:collapse;margin:6px 0}table.facts td{padding:2px 12px 2px 0;font-size:13px;vertical-align:top}\
+td.config{font-family:ui-monospace,monospace;font-size:11px;color:#495057;word-break:break-word}\
 .big{display:flex;flex-wrap:wrap;gap:18px;margin:8px 0}.big div{font-size:12px;color:#495057}\
 .big b{display:block;font-size:22px;color:#212529}.error{color:#c92a2a}\
 svg.chart{width:100%;height:auto}svg .tick{font-size:10px;fill:#495057}svg .axis{font-size:11px;fill:#212529}\
@@ -46,6 +47,46 @@ fn target(doc: &Value) -> String {
         .or_else(|| doc["result"]["remote"].as_str())
         .unwrap_or("-")
         .to_string()
+}
+
+/// This end's address, where the result names it (udp, rr, ping).
+fn local(doc: &Value) -> Option<String> {
+    let r = &doc["result"];
+    r["local"]
+        .as_str()
+        .or_else(|| r["runs"][0]["local"].as_str())
+        .map(str::to_string)
+}
+
+/// The configuration as `key=value` pairs, nested keys dotted, lists
+/// joined by commas, unset (null) values and empty lists left out.
+fn config_pairs(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    let key = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    let Some(map) = v.as_object() else {
+        return;
+    };
+    for (k, v) in map {
+        match v {
+            Value::Null => {}
+            Value::Object(_) => config_pairs(v, &key(k), out),
+            Value::Array(a) if a.is_empty() => {}
+            Value::Array(a) => {
+                let items: Vec<String> = a
+                    .iter()
+                    .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+                    .collect();
+                out.push(format!("{}={}", key(k), items.join(",")));
+            }
+            Value::String(t) => out.push(format!("{}={t}", key(k))),
+            _ => out.push(format!("{}={v}", key(k))),
+        }
+    }
 }
 
 /// Renders `results` ((name, envelope) pairs) as one HTML document.
@@ -83,10 +124,20 @@ pub fn render(results: &[(String, Value)]) -> String {
         for ((name, d), v) in group.iter().zip(&views) {
             let _ = write!(
                 h,
-                "<h3>{}</h3><table class=\"facts\"><tr><td>target</td><td>{}</td></tr><tr><td>netrig</td><td>{}</td></tr></table>",
+                "<h3>{}</h3><table class=\"facts\"><tr><td>target</td><td>{}</td></tr>",
                 esc(name),
                 esc(&target(d)),
-                esc(d["version"].as_str().unwrap_or("?"))
+            );
+            if let Some(l) = local(d) {
+                let _ = write!(h, "<tr><td>from</td><td>{}</td></tr>", esc(&l));
+            }
+            let mut config = Vec::new();
+            config_pairs(&d["config"], "", &mut config);
+            let _ = write!(
+                h,
+                "<tr><td>netrig</td><td>{}</td></tr><tr><td>configuration</td><td class=\"config\">{}</td></tr></table>",
+                esc(d["version"].as_str().unwrap_or("?")),
+                esc(&config.join(" "))
             );
             if let Some(e) = d["error"].as_str() {
                 let _ = write!(h, "<p class=\"error\">error: {}</p>", esc(e));
@@ -135,4 +186,43 @@ pub fn render(results: &[(String, Value)]) -> String {
     }
     h.push_str("</body></html>\n");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_header_names_both_ends_and_the_configuration() {
+        let doc = json!({
+            "test": "udp", "version": "0.1.0",
+            "config": {"target": "h:1", "spec": {"size": 1000, "media": null,
+                "sock": {"tos": null, "no_delay": false}}, "bind": [], "targets": ["a", "b"]},
+            "result": {"local": "127.0.0.1:5000"}
+        });
+        let mut pairs = Vec::new();
+        config_pairs(&doc["config"], "", &mut pairs);
+        assert_eq!(
+            pairs,
+            [
+                "spec.size=1000",
+                "spec.sock.no_delay=false",
+                "target=h:1",
+                "targets=a,b"
+            ]
+        );
+        let page = render(&[("x.json".into(), doc)]);
+        assert!(
+            page.contains("<td>from</td><td>127.0.0.1:5000</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("spec.size=1000 spec.sock.no_delay=false"),
+            "{page}"
+        );
+        let rr = json!({"test": "rr", "config": {}, "result": {"runs": [{"local": "[::1]:9"}]}});
+        assert_eq!(local(&rr).as_deref(), Some("[::1]:9"));
+        assert_eq!(local(&json!({"result": {}})), None);
+    }
 }
