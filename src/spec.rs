@@ -319,6 +319,34 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl UdpSpec {
+    /// A steady, verified stream client to server: `size`-byte datagrams
+    /// `gap_ps` apart for `duration_ms`, sleep-paced, 100 ms intervals, a
+    /// delay histogram of 100 bins of 50 µs, and nothing else set; the
+    /// CLI and the tests change what they need from here.
+    pub fn steady(size: u32, gap_ps: u64, duration_ms: u64) -> UdpSpec {
+        UdpSpec {
+            reverse: false,
+            size,
+            gap_ps,
+            duration_ms,
+            pacing: crate::udp::pace::Pacing::Sleep,
+            catch_up: false,
+            verify: true,
+            interval_ms: 100,
+            hist_bin_ns: 50_000,
+            hist_bins: 100,
+            offset_comp_ns: 0,
+            media: None,
+            profile: None,
+            precompute: false,
+            burst: None,
+            auth_datagrams: false,
+            sock: crate::sockopts::SockOpts::default(),
+            omit_ms: 0,
+            group: None,
+        }
+    }
+
     /// The first sequence number past the `--omit` warm-up: how many
     /// datagrams the schedule sends in its first `omit_ms` (whole bursts
     /// begun in it, with bursts). Rate profiles have no fixed schedule

@@ -33,25 +33,11 @@ impl UdpObserver for Collect {
 
 fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
     UdpSpec {
-        auth_datagrams: false,
-        sock: Default::default(),
-        omit_ms: 0,
-        group: None,
         reverse,
-        size,
-        gap_ps: gap_for_rate(size, rate_bps),
-        duration_ms: ms,
         pacing: Pacing::Hybrid,
-        catch_up: false,
-        verify: true,
         interval_ms: 200,
-        hist_bin_ns: 50_000,
         hist_bins: 40,
-        offset_comp_ns: 0,
-        media: None,
-        profile: None,
-        precompute: false,
-        burst: None,
+        ..UdpSpec::steady(size, gap_for_rate(size, rate_bps), ms)
     }
 }
 

@@ -98,27 +98,7 @@ pub fn wait_listening(addr: SocketAddr, what: &str) {
 
 /// A valid UDP test spec: 1000-byte datagrams at 8 Mbit/s for 1 s.
 pub fn udp_spec() -> netrig::proto::UdpSpec {
-    netrig::proto::UdpSpec {
-        reverse: false,
-        size: 1000,
-        gap_ps: 1_000_000_000,
-        duration_ms: 1000,
-        pacing: netrig::udp::pace::Pacing::Sleep,
-        catch_up: false,
-        verify: true,
-        interval_ms: 100,
-        hist_bin_ns: 50_000,
-        hist_bins: 100,
-        offset_comp_ns: 0,
-        media: None,
-        profile: None,
-        precompute: false,
-        burst: None,
-        auth_datagrams: false,
-        sock: Default::default(),
-        omit_ms: 0,
-        group: None,
-    }
+    netrig::proto::UdpSpec::steady(1000, 1_000_000_000, 1000)
 }
 
 pub fn fd_count(pid: u32) -> usize {
