@@ -451,6 +451,11 @@ mod tests {
         assert_eq!(Unit::Log2Us.label(17.0), "131 ms");
         assert_eq!(Unit::Log2Us.label(21.0), "2.1 s");
         assert_eq!(Unit::Log2Us.label(-1.0), "0.5 µs");
+        // No digits to keep: zero and non-finite values pass through.
+        assert_eq!(round3(0.0), 0.0);
+        assert_eq!(round3(f64::INFINITY), f64::INFINITY);
+        assert!(round3(f64::NAN).is_nan());
+        assert_eq!(round3(-1234.5), -1230.0);
     }
 
     #[test]
@@ -496,6 +501,21 @@ mod tests {
         assert!(tall.contains(r#"viewBox="0 0 760 328""#), "{tall}");
         // The plot's frame starts below the third row.
         assert!(tall.contains(r#"<rect x="78" y="56" "#), "{tall}");
+        // Five entries of 84 characters in all end exactly at the plot's
+        // right edge (78 + 5 × 24 + 6.5 × 84 = 744): one row. A character
+        // more and the fifth wraps.
+        let sized = |lens: &[usize]| -> Vec<Series> {
+            lens.iter()
+                .map(|&n| Series {
+                    name: "n".repeat(n),
+                    points: Vec::new(),
+                    style: Style::Line,
+                })
+                .collect()
+        };
+        let rows = |s: &[Series]| -> Vec<usize> { legend_layout(s).iter().map(|p| p.1).collect() };
+        assert_eq!(rows(&sized(&[17, 17, 17, 17, 16])), [0, 0, 0, 0, 0]);
+        assert_eq!(rows(&sized(&[17, 17, 17, 17, 17])), [0, 0, 0, 0, 1]);
         // One name that is wider than the plot stays on the first row.
         let wide = vec![Series {
             name: "w".repeat(200),
