@@ -857,18 +857,28 @@ fn every_server_limit_refuses_with_its_name() {
 #[test]
 fn a_tcp_session_past_the_max_duration_is_stopped_at_once() {
     let (_srv, addr) = serve(&["-v", "0", "--max-duration", "1s"]);
-    let t0 = Instant::now();
-    let out = netrig(&["tcp", &addr.to_string(), "-n", "1T", "-c", "2", "-v", "0"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    assert!(
-        err.contains("stopped the test: server limit: max duration 1 s reached"),
-        "{err}"
-    );
-    // Reset, not wound down: the client learns of it within moments.
-    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    // The session's deadline is --max-duration plus the 5 s grace
+    // (server::limits::GRACE). Reset, not wound down: the client learns of
+    // it within moments of that. A one-sided bound, tried three times: a
+    // busy machine may slow one run, not the stop itself.
+    let mut took = Vec::new();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let out = netrig(&["tcp", &addr.to_string(), "-n", "1T", "-c", "2", "-v", "0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{err}");
+        assert!(
+            err.contains("stopped the test: server limit: max duration 1 s reached"),
+            "{err}"
+        );
+        took.push(t0.elapsed());
+        if took[took.len() - 1] < Duration::from_secs(8) {
+            return;
+        }
+    }
+    panic!("the client took {took:?} to learn of the stop");
 }
 
 #[test]

@@ -1,5 +1,9 @@
 //! Bytes waiting to go out on a non-blocking stream: a frame or a few, written
-//! as the socket takes them.
+//! as the socket takes them. A connection's small messages (its hello or
+//! acknowledgement, a short request or reply, its final report) are gathered
+//! here so that one write, and so one segment, carries them: on loopback each
+//! write costs a trip through the peer's receive path, which is most of what
+//! a short connection costs.
 
 use std::io::{self, Write};
 
@@ -16,6 +20,31 @@ impl Out {
         Out { bytes, at: 0 }
     }
 
+    /// Bytes not yet written.
+    pub fn pending(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    /// Whether everything is written.
+    pub fn is_empty(&self) -> bool {
+        self.pending() == 0
+    }
+
+    /// Adds `b` behind what is still to go.
+    pub fn push(&mut self, b: &[u8]) {
+        if self.is_empty() {
+            self.bytes.clear();
+            self.at = 0;
+        }
+        self.bytes.extend_from_slice(b);
+    }
+
+    /// Drops what is still to go (the socket failed).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.at = 0;
+    }
+
     /// Writes what the socket takes: Ok(true) once all is out, Ok(false)
     /// when it would block; a socket that takes nothing is an error.
     pub fn flush<S>(&mut self, s: &S) -> io::Result<bool>
@@ -23,8 +52,17 @@ impl Out {
         for<'a> &'a S: Write,
     {
         let mut w = s;
+        self.flush_with(|b| w.write(b))
+    }
+
+    /// [`Out::flush`] through `write`, which takes the bytes still to go
+    /// and says how many it took.
+    pub fn flush_with(
+        &mut self,
+        mut write: impl FnMut(&[u8]) -> io::Result<usize>,
+    ) -> io::Result<bool> {
         while self.at < self.bytes.len() {
-            match w.write(&self.bytes[self.at..]) {
+            match write(&self.bytes[self.at..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.at += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
@@ -70,5 +108,25 @@ mod tests {
         let stuck = Sink(RefCell::new((Vec::new(), vec![0])));
         let e = Out::new(vec![1]).flush(&stuck).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WriteZero);
+    }
+
+    #[test]
+    fn pushed_bytes_go_behind_what_is_still_to_go() {
+        let sink = Sink(RefCell::new((Vec::new(), vec![2])));
+        let mut out = Out::new(vec![1, 2, 3]);
+        out.push(&[4]);
+        assert_eq!(out.pending(), 4);
+        assert!(!out.flush(&sink).unwrap());
+        assert_eq!(out.pending(), 2);
+        out.push(&[5]);
+        sink.0.borrow_mut().1 = vec![100];
+        assert!(out.flush(&sink).unwrap());
+        assert!(out.is_empty());
+        assert_eq!(sink.0.borrow().0, vec![1, 2, 3, 4, 5]);
+        // Once all is out, the next push starts afresh.
+        out.push(&[6]);
+        assert_eq!((out.pending(), out.bytes.len()), (1, 1));
+        out.clear();
+        assert!(out.is_empty());
     }
 }

@@ -27,7 +27,7 @@ use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, Message, ReadError};
 use crate::refusal::{Limit, Refusal};
-use crate::tcp::drive::{Env, pump};
+use crate::tcp::drive::{Env, pump, settled};
 use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
@@ -79,6 +79,7 @@ impl Core {
 
     /// Hands an accepted connection (already counted in `open`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
+        let _ = stream.set_nonblocking(true);
         self.loops.hand_round(Incoming::Conn { stream, peer })
     }
 }
@@ -98,11 +99,12 @@ enum Stage {
     First { inbuf: Vec<u8>, setup: Instant },
     /// Writing an error frame, then closing.
     Refuse(Out),
-    /// A data connection: the ack goes out first, then the machine runs.
+    /// A data connection: its machine, and what is queued to be written
+    /// (the ack first, then the machine's small writes behind it).
     Data {
         a: Admitted,
         conn: Box<Conn>,
-        ack: Out,
+        out: Out,
     },
     /// The result is agreed: the burst account goes out, then it closes.
     Tail {
@@ -286,7 +288,8 @@ impl<'a> Loop<'a> {
         let open = Slot::adopt(&st.open);
         let ip = peer.ip().to_canonical();
         let (client, n) = take_client_slot(&st.per_client, ip);
-        let _ = stream.set_nonblocking(true);
+        // Non-blocking already: accept4 made it so on loop 0, and
+        // Core::hand for what was accepted elsewhere.
         let _ = crate::net::set_nodelay(&stream, true);
         let max = st.cfg.limits.max_conns_per_client;
         let stage = if n > max {
@@ -424,12 +427,9 @@ impl<'a> Loop<'a> {
                         }
                     }
                 }
-                Stage::Data { a, conn, ack } => {
-                    match ack.flush(&slot.stream) {
-                        Ok(true) => {}
-                        Ok(false) => return Next::Keep,
-                        Err(e) => conn.on_error(&e),
-                    }
+                Stage::Data { a, conn, out } => {
+                    // The ack waits in `out` for the first write, which
+                    // carries the first answer too (drive::pump reads first).
                     if let Some(h) = a.sess.guard.halted() {
                         conn.abort(crate::tcp::drive::halt_verdict(h));
                     }
@@ -440,9 +440,11 @@ impl<'a> Loop<'a> {
                         guard: Some(&a.sess.guard),
                         stopped: &stopped,
                         may_read: true,
+                        // A burst account follows the report otherwise.
+                        half_close: a.sess.spec.burst.is_none(),
                     };
-                    while !conn.is_done() {
-                        let p = pump(conn, &slot.stream, &mut self.buf, &env);
+                    while !settled(conn, out) {
+                        let p = pump(conn, out, &slot.stream, &mut self.buf, &env);
                         if p.moved {
                             slot.last_progress = Instant::now();
                             continue;
@@ -492,10 +494,10 @@ impl<'a> Loop<'a> {
             Err(why) => refuse(&why),
             Ok(a) => {
                 let conn = Box::new(machine(&a, h));
-                let ack = Out::new(crate::proto::encode(&Message::DataAck {
+                let out = Out::new(crate::proto::encode(&Message::DataAck {
                     connection: h.connection,
                 }));
-                Stage::Data { a, conn, ack }
+                Stage::Data { a, conn, out }
             }
         }
     }
@@ -530,8 +532,8 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn close(&mut self, k: usize, mut slot: Slot2<'a>) {
-        let _ = self.poll.registry().deregister(&mut slot.stream);
+    fn close(&mut self, k: usize, slot: Slot2<'a>) {
+        // Dropping the socket closes it, which takes it out of the poll.
         match &slot.stage {
             Stage::Data { a, .. } => finished(self.st, a, ResultKind::NetworkError),
             Stage::Tail { a, kind, .. } => finished(self.st, a, *kind),
@@ -560,12 +562,17 @@ impl<'a> Loop<'a> {
                 {
                     due.push((k, true))
                 }
-                Stage::Data { a, conn, .. } => {
+                Stage::Data { a, conn, out } => {
                     a.sess.tick(now, std::os::fd::AsRawFd::as_raw_fd(&s.stream));
+                    let stalled = now.saturating_duration_since(s.last_progress) >= idle;
+                    if stalled {
+                        // A peer that reads nothing will not take what is queued.
+                        out.clear();
+                    }
                     if a.sess.cancelled() {
                         conn.cancel();
                         due.push((k, false));
-                    } else if now.saturating_duration_since(s.last_progress) >= idle {
+                    } else if stalled {
                         conn.on_error(&io::Error::new(io::ErrorKind::TimedOut, "no progress"));
                         due.push((k, false));
                     }

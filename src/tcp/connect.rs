@@ -60,8 +60,7 @@ pub(super) fn connect(
 
 fn new_socket(to: SocketAddr, local: &Local<'_>) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
-    socket.set_nonblocking(true)?;
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM.nonblocking(), None)?;
     if let Some(dev) = local.dev {
         socket.bind_device(Some(dev.as_bytes()))?;
     }

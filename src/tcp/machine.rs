@@ -110,6 +110,8 @@ pub struct Conn {
     info_wanted: bool,
     /// The TCP_INFO the peer reported.
     peer_info: Option<proto::TcpInfoSummary>,
+    /// This end's final report has been written in full.
+    report_out: bool,
 }
 
 impl Conn {
@@ -167,6 +169,7 @@ impl Conn {
                 }),
             info_wanted: false,
             peer_info: None,
+            report_out: false,
         };
         c.advance();
         c
@@ -263,6 +266,7 @@ impl Conn {
     pub fn on_written(&mut self, n: usize, now: Now) {
         if let Phase::Final { out, at, .. } = &mut self.phase {
             *at = (*at + n).min(out.len());
+            self.report_out = *at == out.len();
             return self.maybe_done();
         }
         if !matches!(self.phase, Phase::Data) || n == 0 {
@@ -407,6 +411,12 @@ impl Conn {
             mine.tcp_info = Some(info);
             *out = proto::encode(&Message::Final(mine.clone()));
         }
+    }
+
+    /// Whether this end's final report has been written in full: nothing
+    /// more of the machine's is to go out on this connection.
+    pub fn report_sent(&self) -> bool {
+        self.report_out
     }
 
     /// The TCP_INFO the peer put in its report.

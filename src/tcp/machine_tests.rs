@@ -623,3 +623,29 @@ fn an_ends_tcp_info_rides_in_its_report_to_the_peer() {
     // The client set none: the server learns none.
     assert_eq!(p.ends[1].peer_tcp_info(), None);
 }
+
+#[test]
+fn the_report_counts_as_sent_once_its_last_byte_is_written() {
+    let t = Instant::now();
+    let now = Now {
+        mono: t,
+        real_ns: 0,
+    };
+    let mut s = spec(IoPattern::Push, 10);
+    s.push_bytes = 10;
+    let id = Uuid::from_u128(3);
+    let mut server = Conn::new(&s, id, Role::Server, 64, t);
+    let data = Pattern::get()
+        .slice(stream_start(id, Direction::ClientToServer), 0, 10)
+        .to_vec();
+    server.on_read(&data, now);
+    let len = match server.transmit(now) {
+        Transmit::Bytes(b) => b.len(),
+        other => panic!("{other:?}"),
+    };
+    server.on_written(len - 1, now);
+    assert!(!server.report_sent());
+    server.on_written(1, now);
+    assert!(server.report_sent());
+    assert!(!server.is_done(), "the client's report is still to come");
+}

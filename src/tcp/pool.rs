@@ -16,11 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 use super::config::BufferSpec;
 use super::connect::{Local, connect};
-use super::drive::{Env, pump};
+use super::drive::{Env, pump, settled};
 use super::machine::Conn;
 use super::session::{ConnectionRecord, Shared, TRACKED};
 use crate::net::out::Out;
@@ -34,23 +33,26 @@ use crate::stats::{Progress, push_progress};
 const TICK: Duration = Duration::from_millis(20);
 /// How long to wait for the server's account of the bursts.
 const BURSTS_WAIT: Duration = Duration::from_secs(2);
+/// The smallest read buffer a loop has: a peer's final report (a few
+/// hundred bytes) fits in one read.
+const FRAME_READ: usize = 4096;
 
 /// Where one connection is.
 enum Stage {
     /// The TCP handshake is in progress.
     Connecting,
     /// Sending the data hello, then reading the acknowledgement into
-    /// `inbuf`. The data does not wait for it: it follows the hello at once
-    /// (the server reads the hello frame alone, and the data after it once
-    /// it has accepted the connection), which saves a round trip per
-    /// connection; only reading waits.
+    /// `inbuf`. The data does not wait for it: it follows the hello at once,
+    /// in the same write when it is small (the server reads the hello frame
+    /// alone, and the data after it once it has accepted the connection),
+    /// which saves a round trip per connection; only reading waits.
     Hello {
         out: Out,
         inbuf: Vec<u8>,
         conn: Box<Conn>,
     },
-    /// The data phase.
-    Data(Box<Conn>),
+    /// The data phase, and what is queued to be written.
+    Data { conn: Box<Conn>, out: Out },
     /// Reading the server's account of the bursts until `until`.
     Bursts { inbuf: Vec<u8>, until: Instant },
 }
@@ -106,6 +108,9 @@ struct Worker<'a> {
     buf: Vec<u8>,
     tx: Sender<ConnectionRecord>,
     rng: SmallRng,
+    /// Connection IDs: random version-4 UUIDs from a generator the OS
+    /// seeded, without a getrandom call per connection.
+    ids: SmallRng,
     no_more: bool,
     /// When to next sample the live connections' TCP_INFO: the middle of
     /// each status interval, so every interval's row has its samples.
@@ -144,9 +149,12 @@ pub(super) fn spawn(
                     live: 0,
                     quota,
                     timers: Timers::default(),
-                    buf: vec![0u8; buf_len.max(1)],
+                    // At least a frame's worth, so a peer's report is read
+                    // whole (the machine reads data in its own buffer's steps).
+                    buf: vec![0u8; buf_len.max(FRAME_READ)],
                     tx,
                     rng: SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37)),
+                    ids: rand::make_rng(),
                     no_more: false,
                     next_sample: sh.cfg.interval.map(|i| sh.start + i / 2),
                 };
@@ -251,7 +259,7 @@ impl Worker<'_> {
             connect_ms: 0.0,
             buffer,
             result: failed(String::new()),
-            connection_id: Uuid::new_v4(),
+            connection_id: uuid::Builder::from_random_bytes(self.ids.random()).into_uuid(),
             bursts: Vec::new(),
             tcp_info: None,
             peer_tcp_info: None,
@@ -315,6 +323,9 @@ impl Worker<'_> {
         }
         self.slots[k] = Some(slot);
         self.live += 1;
+        // Over loopback the handshake is often over when connect returns:
+        // the hello goes out now rather than after a turn of the loop.
+        self.advance(k);
     }
 
     /// Moves connection `k` as far as it can go without blocking.
@@ -334,16 +345,18 @@ impl Worker<'_> {
         loop {
             match &mut slot.stage {
                 Stage::Connecting => {
-                    if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
-                        let addr = slot.rec.remote;
-                        return Err(Ended::Failed(format!("connect to {addr}: {e}")));
-                    }
+                    // A peer address means connected; only without one is
+                    // the socket asked why.
                     match slot.stream.peer_addr() {
                         Ok(_) => {}
                         Err(e)
                             if e.kind() == io::ErrorKind::NotConnected
                                 || e.raw_os_error() == Some(libc::EINPROGRESS) =>
                         {
+                            if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
+                                let addr = slot.rec.remote;
+                                return Err(Ended::Failed(format!("connect to {addr}: {e}")));
+                            }
                             return Ok(());
                         }
                         Err(e) => {
@@ -386,17 +399,18 @@ impl Worker<'_> {
                     slot.last_progress = Instant::now();
                 }
                 Stage::Hello { out, inbuf, conn } => {
-                    match out.flush(&slot.stream) {
-                        Ok(true) => {}
-                        Ok(false) => return Ok(()),
-                        Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
+                    // The hello goes out with the first data behind it, in
+                    // one write when the data is small.
+                    let last = &mut slot.last_progress;
+                    self.run_conn(conn, out, &slot.stream, last, k, false);
+                    if conn.is_done() {
+                        // Nothing is read before the ack: only a write failed.
+                        let detail = conn.result().map(|r| r.0.detail.clone());
+                        let e = detail.unwrap_or_default();
+                        return Err(Ended::Failed(format!("data hello: {e}")));
                     }
                     match crate::net::read_frame(&slot.stream, inbuf) {
-                        Ok(None) => {
-                            let last = &mut slot.last_progress;
-                            self.run_conn(conn, &slot.stream, slot.rec.buffer, last, k, false);
-                            return Ok(());
-                        }
+                        Ok(None) => return Ok(()),
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
                             if connection == slot.rec.connection_id => {}
@@ -410,20 +424,20 @@ impl Worker<'_> {
                         }
                     }
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
-                    if let Stage::Hello { conn, .. } =
+                    if let Stage::Hello { conn, out, .. } =
                         std::mem::replace(&mut slot.stage, Stage::Connecting)
                     {
-                        slot.stage = Stage::Data(conn);
+                        slot.stage = Stage::Data { conn, out };
                     }
                     slot.last_progress = Instant::now();
                 }
-                Stage::Data(conn) => {
+                Stage::Data { conn, out } => {
                     let last = &mut slot.last_progress;
-                    if !self.run_conn(conn, &slot.stream, slot.rec.buffer, last, k, true) {
+                    if !self.run_conn(conn, out, &slot.stream, last, k, true) {
                         return Ok(());
                     }
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
-                    let Stage::Data(conn) = std::mem::replace(
+                    let Stage::Data { conn, .. } = std::mem::replace(
                         &mut slot.stage,
                         Stage::Bursts {
                             inbuf: Vec::new(),
@@ -470,11 +484,12 @@ impl Worker<'_> {
 
     /// Runs connection `k`'s machine until it is done (true) or blocks;
     /// before the server's acknowledgement it may write but not read.
+    #[allow(clippy::too_many_arguments)]
     fn run_conn(
         &mut self,
         conn: &mut Conn,
+        out: &mut Out,
         stream: &TcpStream,
-        buffer: u32,
         last: &mut Instant,
         k: usize,
         may_read: bool,
@@ -485,12 +500,14 @@ impl Worker<'_> {
             guard: None,
             stopped: &stop,
             may_read,
+            // The client closes when it is done, after the server's FIN.
+            half_close: false,
         };
-        let n = (buffer as usize).min(self.buf.len());
         run_until_blocked(
             conn,
+            out,
             stream,
-            &mut self.buf[..n],
+            &mut self.buf,
             &env,
             last,
             &mut self.timers,
@@ -500,7 +517,8 @@ impl Worker<'_> {
 
     /// Ends connection `k` with `result` and frees its slot.
     fn close(&mut self, k: usize, mut slot: Slot, result: Ended) {
-        let _ = self.poll.registry().deregister(&mut slot.stream);
+        // Closing the socket takes it out of the poll (its descriptor is
+        // not shared), so there is no deregistering call to make.
         // Only a connection that came up has TCP_INFO worth reporting.
         if slot.rec.local.is_some() {
             slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
@@ -518,12 +536,12 @@ impl Worker<'_> {
         if slot.throttled {
             self.sh.throttle_release();
         }
-        if matches!(slot.stage, Stage::Data(_)) {
+        if matches!(slot.stage, Stage::Data { .. }) {
             self.sh.counters.in_flight.fetch_sub(1, Relaxed);
         }
         // Ended before its data phase did (the loop failed): what it moved
         // still counts.
-        if let Stage::Data(conn) | Stage::Hello { conn, .. } = &slot.stage {
+        if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage {
             (slot.rec.sent, slot.rec.received) = conn.progress();
         }
         slot.rec
@@ -589,8 +607,10 @@ impl Worker<'_> {
                 continue;
             };
             match &mut slot.stage {
-                Stage::Data(conn) => {
+                Stage::Data { conn, out } => {
                     conn.on_error(&e);
+                    // What is queued will not go out either.
+                    out.clear();
                     self.slots[k] = Some(slot);
                     self.advance(k);
                 }
@@ -612,7 +632,7 @@ impl Worker<'_> {
             if slot.rec.local.is_none() {
                 continue;
             }
-            if let Stage::Data(conn) | Stage::Hello { conn, .. } = &slot.stage
+            if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage
                 && !slot.rec.progress.is_empty()
             {
                 let (sent, received) = conn.progress();
@@ -642,8 +662,9 @@ impl Worker<'_> {
             let Some(mut slot) = self.slots[k].take() else {
                 continue;
             };
-            if let Stage::Data(conn) = &mut slot.stage {
+            if let Stage::Data { conn, out } = &mut slot.stage {
                 conn.cancel();
+                out.clear();
                 self.slots[k] = Some(slot);
                 self.advance(k);
             } else {
@@ -664,8 +685,10 @@ impl Worker<'_> {
 
 /// Runs `conn` until it is done (true) or blocks (false) on its socket or
 /// a timer (a burst's start, which is not idleness).
+#[allow(clippy::too_many_arguments)]
 fn run_until_blocked(
     conn: &mut Conn,
+    out: &mut Out,
     stream: &TcpStream,
     buf: &mut [u8],
     env: &Env,
@@ -674,8 +697,8 @@ fn run_until_blocked(
     k: usize,
 ) -> bool {
     loop {
-        let p = pump(conn, stream, buf, env);
-        if conn.is_done() {
+        let p = pump(conn, out, stream, buf, env);
+        if settled(conn, out) {
             return true;
         }
         if p.moved {
