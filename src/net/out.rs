@@ -7,6 +7,10 @@
 
 use std::io::{self, Write};
 
+/// The largest buffer kept once all is written: room for a few frames (a
+/// report is a few hundred bytes), not for gathered data.
+const KEEP: usize = 512;
+
 /// Bytes to write and how many are out.
 #[derive(Debug)]
 pub struct Out {
@@ -60,6 +64,19 @@ impl Out {
     pub fn flush_with(
         &mut self,
         mut write: impl FnMut(&[u8]) -> io::Result<usize>,
+    ) -> io::Result<bool> {
+        let r = self.write_all_with(&mut write);
+        if matches!(r, Ok(true)) && self.bytes.capacity() > KEEP {
+            // A held connection keeps no gathered data's buffer.
+            self.clear();
+            self.bytes = Vec::new();
+        }
+        r
+    }
+
+    fn write_all_with(
+        &mut self,
+        write: &mut impl FnMut(&[u8]) -> io::Result<usize>,
     ) -> io::Result<bool> {
         while self.at < self.bytes.len() {
             match write(&self.bytes[self.at..]) {
@@ -128,5 +145,15 @@ mod tests {
         assert_eq!((out.pending(), out.bytes.len()), (1, 1));
         out.clear();
         assert!(out.is_empty());
+        // A buffer grown past KEEP is let go once it is written; a small
+        // one is kept for the next frames.
+        sink.0.borrow_mut().1 = vec![10_000, 10_000];
+        out.push(&[7; KEEP + 1]);
+        assert!(out.flush(&sink).unwrap());
+        assert_eq!(out.bytes.capacity(), 0);
+        out.push(&[8; KEEP]);
+        let cap = out.bytes.capacity();
+        assert!(out.flush(&sink).unwrap());
+        assert_eq!(out.bytes.capacity(), cap);
     }
 }
