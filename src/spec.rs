@@ -68,6 +68,25 @@ pub struct TcpSpec {
 }
 
 impl TcpSpec {
+    /// `transfer` bytes per connection in `pattern`, with `push` and `pull`
+    /// bytes per turn (pushpull), verified, one connection, and nothing
+    /// else set: what the unit tests start from.
+    pub fn plain(pattern: IoPattern, transfer: u64, push: u64, pull: u64) -> TcpSpec {
+        TcpSpec {
+            pattern,
+            transfer,
+            push_bytes: push,
+            pull_bytes: pull,
+            verify: VerifyLevel::Data,
+            connections: 1,
+            burst: None,
+            sock: Default::default(),
+            rate: None,
+            transfer_max: None,
+            server_interval_ms: 0,
+        }
+    }
+
     /// Bytes connection `id` moves: `transfer`, or with a range a size in
     /// it that both ends compute alike from the ID (random IDs make it
     /// uniform), so no message has to carry it.

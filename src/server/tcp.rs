@@ -340,22 +340,13 @@ pub(super) fn burst_frames(spec: &TcpSpec, kind: ResultKind, bursts: &[TcpBurst]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{BurstSpec, IoPattern, VerifyLevel};
+    use crate::proto::{BurstSpec, IoPattern};
     use std::time::Duration;
 
     fn bursty(transfer: u64, size: u64, period_ms: u64) -> TcpSpec {
         TcpSpec {
-            pattern: IoPattern::Pull,
-            transfer,
-            push_bytes: 0,
-            pull_bytes: 0,
-            verify: VerifyLevel::Data,
-            connections: 1,
             burst: Some(BurstSpec { size, period_ms }),
-            sock: Default::default(),
-            rate: None,
-            transfer_max: None,
-            server_interval_ms: 0,
+            ..TcpSpec::plain(IoPattern::Pull, transfer, 0, 0)
         }
     }
 

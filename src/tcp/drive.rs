@@ -286,7 +286,7 @@ mod tests {
     use super::*;
     use crate::pattern::{Direction, Pattern, stream_start};
     use crate::plan::Role;
-    use crate::proto::{self, IoPattern, Message, TcpSpec, VerifyLevel};
+    use crate::proto::{self, IoPattern, Message, TcpSpec};
     use std::cell::RefCell;
     use std::collections::VecDeque;
     use uuid::Uuid;
@@ -362,19 +362,7 @@ mod tests {
 
     /// A crr transaction: 64 bytes of request, 2 of reply.
     fn crr_spec() -> TcpSpec {
-        TcpSpec {
-            pattern: IoPattern::Pushpull,
-            transfer: 66,
-            push_bytes: 64,
-            pull_bytes: 2,
-            verify: VerifyLevel::Data,
-            connections: 1,
-            burst: None,
-            sock: Default::default(),
-            rate: None,
-            transfer_max: None,
-            server_interval_ms: 0,
-        }
+        TcpSpec::plain(IoPattern::Pushpull, 66, 64, 2)
     }
 
     fn env(c: &Counters, may_read: bool) -> Env<'_> {

@@ -9,19 +9,7 @@ use proptest::prelude::*;
 use std::collections::VecDeque;
 
 fn spec(pattern: IoPattern, transfer: u64) -> TcpSpec {
-    TcpSpec {
-        pattern,
-        transfer,
-        push_bytes: 1000,
-        pull_bytes: 3000,
-        verify: VerifyLevel::Data,
-        connections: 1,
-        burst: None,
-        sock: Default::default(),
-        rate: None,
-        transfer_max: None,
-        server_interval_ms: 0,
-    }
+    TcpSpec::plain(pattern, transfer, 1000, 3000)
 }
 
 /// One direction of a connection: a byte queue with a capacity (the socket
