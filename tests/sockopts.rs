@@ -401,7 +401,10 @@ fn tcp_bitrate_limits_each_connection_in_either_direction() {
 /// each connection in the connection file takes at least the time its own
 /// rate implies (pushed by the client, pulled from the server), and over a
 /// range this wide the fastest connection beats what the slowest rate
-/// would allow. Retried: only the second bound is a timing bound.
+/// would allow. The rates are drawn at random: 12 connections miss a
+/// fourfold spread about once in 12 tries (6 missed about once in 3, and
+/// three misses in a row failed CI), so a try without it is retried, up to
+/// 5 times; only the second bound is a timing bound.
 #[test]
 fn tcp_rate_range_gives_each_connection_its_own_rate() {
     let (_srv, addr) = serve(&["-q"]);
@@ -437,7 +440,7 @@ fn tcp_rate_range_gives_each_connection_its_own_rate() {
                     "-n",
                     "200000",
                     "-P",
-                    "6",
+                    "12",
                     "--iterations",
                     "1",
                     "--pattern",
@@ -459,7 +462,7 @@ fn tcp_rate_range_gives_each_connection_its_own_rate() {
                     (limit.for_connection(id).bps, c[7].parse().unwrap())
                 })
                 .collect();
-            assert_eq!(rows.len(), 6, "{text}");
+            assert_eq!(rows.len(), 12, "{text}");
             for (bps, ms) in &rows {
                 assert!(
                     (2_000_000..=40_000_000).contains(bps),
@@ -471,11 +474,11 @@ fn tcp_rate_range_gives_each_connection_its_own_rate() {
                 );
             }
             rows.sort_by_key(|r| r.0);
-            let (slowest, fastest) = (rows[0], rows[5]);
+            let (slowest, fastest) = (rows[0], rows[11]);
             if fastest.0 > 4 * slowest.0 && fastest.1 < floor_ms(2_000_000) {
                 break;
             }
-            assert!(tries < 3, "{pattern}: no spread of rates: {rows:?}");
+            assert!(tries < 5, "{pattern}: no spread of rates: {rows:?}");
         }
     }
 }
