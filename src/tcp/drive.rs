@@ -305,6 +305,10 @@ mod tests {
         held: RefCell<bool>,
         /// The sending side was closed.
         shut: RefCell<bool>,
+        /// Reads made, and what a read of nothing queued gives (would
+        /// block unless set).
+        recvs: std::cell::Cell<usize>,
+        read_error: Option<io::ErrorKind>,
     }
 
     impl AsRawFd for Mock {
@@ -315,9 +319,14 @@ mod tests {
 
     impl Socket for Mock {
         fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+            self.recvs.set(self.recvs.get() + 1);
+            if buf.is_empty() {
+                return Ok(0);
+            }
             let mut q = self.reads.borrow_mut();
             let Some(chunk) = q.front_mut() else {
-                return Err(io::ErrorKind::WouldBlock.into());
+                let kind = self.read_error.unwrap_or(io::ErrorKind::WouldBlock);
+                return Err(kind.into());
             };
             let n = chunk.len().min(buf.len());
             buf[..n].copy_from_slice(&chunk[..n]);
@@ -418,6 +427,7 @@ mod tests {
         let mut client = Conn::new(&crr_spec(), id, Role::Client, 64, now);
         let hello = proto::encode(&Message::DataAck { connection: id });
         let mut cout = Out::new(hello.clone());
+        assert!(!settled(&client, &cout));
         let cs = mock(1 << 20);
         let p = pump(&mut client, &mut cout, &cs, &mut [0; 1024], &env(&c, false));
         assert!(p.moved);
@@ -451,6 +461,10 @@ mod tests {
         // Its report was the last of it: held for the FIN, which followed.
         assert!(*ss.shut.borrow());
         assert!(!*ss.held.borrow());
+        // Waiting for the client's report, it writes and shuts nothing more.
+        let p = pump(&mut server, &mut sout, &ss, &mut [0; 1024], &half);
+        assert!(!p.moved);
+        assert!(ss.writes.borrow().is_empty());
         assert!(!server.is_done(), "the client's report is still to come");
 
         // The client reads the reply and the server's report in one step,
@@ -460,18 +474,26 @@ mod tests {
         from_server.drain(..ack_len);
         cs.reads.borrow_mut().push_back(from_server);
         let e = env(&c, true);
+        // The socket takes 10 bytes: done, but not settled before its
+        // report is out.
+        *cs.room.borrow_mut() = 10;
+        assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
+        assert!(client.is_done() && !settled(&client, &cout));
+        assert!(cs.reads.borrow().is_empty());
+        *cs.room.borrow_mut() = 1 << 20;
         assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
         assert!(settled(&client, &cout));
-        assert!(cs.reads.borrow().is_empty());
-        let w = cs.writes.take();
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert_eq!(w[0], final_frame(64, 2));
+        let w: Vec<u8> = cs.writes.take().concat();
+        assert_eq!(w, final_frame(64, 2));
+        // The client does not close its side: it closes when it is done.
+        assert!(!*cs.shut.borrow());
         assert_eq!(
             client.result().unwrap().0.kind,
             crate::outcome::ResultKind::Success
         );
-        // The client's request and the server's reply.
+        // The client's request and the server's reply, each way.
         assert_eq!(c.sent.load(Relaxed), 64 + 2);
+        assert_eq!(c.received.load(Relaxed), 64 + 2);
     }
 
     #[test]
@@ -513,6 +535,105 @@ mod tests {
         );
         assert_eq!(&all[100 + 3 * GATHER..], &report[..]);
         assert_eq!(c.sent.load(Relaxed), 3 * g);
+
+        // Exactly GATHER bytes offered are queued, not written straight:
+        // the machine counts them all as the socket takes 100.
+        let mut conn = Conn::new(&spec, id, Role::Client, GATHER, Instant::now());
+        let mut out = Out::new(Vec::new());
+        let s = mock(100);
+        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+        assert_eq!(conn.progress().0, g);
+        assert_eq!(out.pending(), GATHER - 100);
+        // A large write the socket will not take yet moves nothing; one it
+        // refuses ends the connection.
+        let mut conn = Conn::new(&spec, id, Role::Client, 2 * GATHER, Instant::now());
+        let mut out = Out::new(Vec::new());
+        let s = mock(0);
+        assert!(!pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+        assert!(!conn.is_done());
+        let s = Mock {
+            broken: true,
+            ..mock(1 << 20)
+        };
+        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+        let kind = conn.result().map(|r| r.0.kind);
+        assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
+    }
+
+    /// A server receiving `transfer` bytes in reads of `buffer`.
+    fn receiver(transfer: u64, buffer: usize) -> Conn {
+        let spec = TcpSpec::plain(IoPattern::Push, transfer, 0, 0);
+        Conn::new(
+            &spec,
+            Uuid::from_u128(5),
+            Role::Server,
+            buffer,
+            Instant::now(),
+        )
+    }
+
+    fn sent(transfer: usize) -> Vec<u8> {
+        pattern(Uuid::from_u128(5), Direction::ClientToServer, transfer)
+    }
+
+    #[test]
+    fn short_reads_follow_one_another_and_large_ones_do_not() {
+        let c = Counters::default();
+        let e = env(&c, true);
+        let mut buf = vec![0; 4 * GATHER];
+        // Reads of GATHER bytes, each full: one step reads all three, then
+        // finds the peer's report not there yet.
+        let mut conn = receiver(3 * GATHER as u64, GATHER);
+        let mut out = Out::new(Vec::new());
+        let s = mock(1 << 20);
+        s.reads.borrow_mut().push_back(sent(3 * GATHER));
+        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+        assert_eq!((s.recvs.get(), conn.progress().1), (4, 3 * GATHER as u64));
+        assert_eq!(c.received.load(Relaxed), 3 * GATHER as u64);
+        // Reads past GATHER: one a step.
+        let mut conn = receiver(3 * GATHER as u64, GATHER + 1);
+        let s = mock(1 << 20);
+        s.reads.borrow_mut().push_back(sent(3 * GATHER));
+        pump(&mut conn, &mut out, &s, &mut buf, &e);
+        assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
+        // A read short of what was asked drained the socket: no other.
+        let mut conn = receiver(1000, 1000);
+        let s = mock(1 << 20);
+        let data = sent(1000);
+        s.reads.borrow_mut().push_back(data[..300].to_vec());
+        s.reads.borrow_mut().push_back(data[300..].to_vec());
+        pump(&mut conn, &mut out, &s, &mut buf, &e);
+        assert_eq!((s.recvs.get(), conn.progress().1), (1, 300));
+    }
+
+    #[test]
+    fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
+        let c = Counters::default();
+        let e = env(&c, true);
+        let mut buf = vec![0; 1024];
+        let mut out = Out::new(Vec::new());
+        let mut conn = receiver(1000, 1000);
+        let s = mock(1 << 20);
+        assert!(!pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+        assert!(!conn.is_done());
+        assert_eq!(s.recvs.get(), 1);
+        let s = Mock {
+            read_error: Some(io::ErrorKind::ConnectionReset),
+            ..mock(1 << 20)
+        };
+        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+        let kind = conn.result().map(|r| r.0.kind);
+        assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
+        // A machine with nothing to read makes no read, whatever is there
+        // (a read of nothing would say the peer closed).
+        let mut spec = crr_spec();
+        spec.pattern = IoPattern::Push;
+        let mut conn = Conn::new(&spec, Uuid::from_u128(6), Role::Client, 64, Instant::now());
+        let s = mock(1 << 20);
+        s.reads.borrow_mut().push_back(vec![1, 2, 3]);
+        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+        assert_eq!(s.recvs.get(), 0);
+        assert!(!conn.is_done());
     }
 
     #[test]
