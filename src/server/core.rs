@@ -27,7 +27,7 @@ use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, Message, ReadError};
 use crate::refusal::{Limit, Refusal};
-use crate::tcp::drive::{Env, pump, settled};
+use crate::tcp::drive::{Env, Ran, run_until_blocked};
 use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
@@ -443,15 +443,11 @@ impl<'a> Loop<'a> {
                         // A burst account follows the report otherwise.
                         half_close: a.sess.spec.burst.is_none(),
                     };
-                    while !settled(conn, out) {
-                        let p = pump(conn, out, &slot.stream, &mut self.buf, &env);
-                        if p.moved {
-                            slot.last_progress = Instant::now();
-                            continue;
-                        }
-                        if let Some(at) = p.timer {
-                            // Waiting for a burst or the rate limit is not idleness.
-                            slot.last_progress = Instant::now();
+                    let last = &mut slot.last_progress;
+                    if let Ran::Blocked { timer } =
+                        run_until_blocked(conn, out, &slot.stream, &mut self.buf, &env, last)
+                    {
+                        if let Some(at) = timer {
                             self.timers.push(at.min(a.sess.guard.deadline()), k);
                         }
                         return Next::Keep;

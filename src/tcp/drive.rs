@@ -207,6 +207,41 @@ pub fn pump<S: Socket>(
     p
 }
 
+/// How a run of [`pump`] steps ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// The connection is over ([`settled`]).
+    Settled,
+    /// It waits for its socket, or until `timer` (a burst's start or the
+    /// rate limit).
+    Blocked { timer: Option<Instant> },
+}
+
+/// Steps `conn` until it is settled or blocks, for both ends' event
+/// loops. `last_progress` moves whenever something did, and when a timer
+/// is what the connection waits for: waiting for a burst is not idleness.
+pub fn run_until_blocked<S: Socket>(
+    conn: &mut Conn,
+    out: &mut Out,
+    stream: &S,
+    buf: &mut [u8],
+    env: &Env,
+    last_progress: &mut Instant,
+) -> Ran {
+    loop {
+        let p = pump(conn, out, stream, buf, env);
+        if settled(conn, out) {
+            return Ran::Settled;
+        }
+        if p.moved || p.timer.is_some() {
+            *last_progress = Instant::now();
+        }
+        if !p.moved {
+            return Ran::Blocked { timer: p.timer };
+        }
+    }
+}
+
 /// Whether the connection is over: its machine is done and nothing it
 /// queued is still to be written.
 pub fn settled(conn: &Conn, out: &Out) -> bool {
@@ -283,374 +318,5 @@ fn gather<S: Socket>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pattern::{Direction, Pattern, stream_start};
-    use crate::plan::Role;
-    use crate::proto::{self, IoPattern, Message, TcpSpec};
-    use std::cell::RefCell;
-    use std::collections::VecDeque;
-    use uuid::Uuid;
-
-    /// A socket whose reads come from a queue of chunks and whose writes
-    /// are recorded one by one; it takes at most
-    /// `room` bytes in all (then would block) and fails writes when `broken`.
-    #[derive(Default)]
-    struct Mock {
-        reads: RefCell<VecDeque<Vec<u8>>>,
-        writes: RefCell<Vec<Vec<u8>>>,
-        room: RefCell<usize>,
-        broken: bool,
-        /// The last write asked the kernel to hold its bytes.
-        held: RefCell<bool>,
-        /// The sending side was closed.
-        shut: RefCell<bool>,
-        /// Reads made, and what a read of nothing queued gives (would
-        /// block unless set).
-        recvs: std::cell::Cell<usize>,
-        read_error: Option<io::ErrorKind>,
-    }
-
-    impl AsRawFd for Mock {
-        fn as_raw_fd(&self) -> std::os::fd::RawFd {
-            -1
-        }
-    }
-
-    impl Socket for Mock {
-        fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-            self.recvs.set(self.recvs.get() + 1);
-            if buf.is_empty() {
-                return Ok(0);
-            }
-            let mut q = self.reads.borrow_mut();
-            let Some(chunk) = q.front_mut() else {
-                let kind = self.read_error.unwrap_or(io::ErrorKind::WouldBlock);
-                return Err(kind.into());
-            };
-            let n = chunk.len().min(buf.len());
-            buf[..n].copy_from_slice(&chunk[..n]);
-            chunk.drain(..n);
-            if chunk.is_empty() {
-                q.pop_front();
-            }
-            Ok(n)
-        }
-
-        fn send(&self, b: &[u8]) -> io::Result<usize> {
-            if self.broken {
-                return Err(io::ErrorKind::ConnectionReset.into());
-            }
-            let mut room = self.room.borrow_mut();
-            if *room == 0 {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            let n = b.len().min(*room);
-            *room -= n;
-            self.writes.borrow_mut().push(b[..n].to_vec());
-            Ok(n)
-        }
-
-        fn send_more(&self, b: &[u8]) -> io::Result<usize> {
-            *self.held.borrow_mut() = true;
-            self.send(b)
-        }
-
-        fn close_write(&self) -> io::Result<()> {
-            assert!(self.held.replace(false), "the FIN follows held bytes");
-            *self.shut.borrow_mut() = true;
-            Ok(())
-        }
-    }
-
-    fn mock(room: usize) -> Mock {
-        Mock {
-            room: RefCell::new(room),
-            ..Default::default()
-        }
-    }
-
-    /// A crr transaction: 64 bytes of request, 2 of reply.
-    fn crr_spec() -> TcpSpec {
-        TcpSpec::plain(IoPattern::Pushpull, 66, 64, 2)
-    }
-
-    fn env(c: &Counters, may_read: bool) -> Env<'_> {
-        Env {
-            counters: c,
-            guard: None,
-            stopped: &|| false,
-            may_read,
-            half_close: false,
-        }
-    }
-
-    /// The frames and data in `b`: each frame's type, and data as its length.
-    fn parts(mut b: &[u8], data: &[usize]) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut data = data.iter();
-        while !b.is_empty() {
-            match proto::decode_frame(b) {
-                Ok(Some((m, used))) => {
-                    out.push(m.type_name().to_string());
-                    b = &b[used..];
-                }
-                _ => {
-                    let n = *data.next().expect("more data than expected");
-                    out.push(format!("{n} bytes"));
-                    b = &b[n..];
-                }
-            }
-        }
-        out
-    }
-
-    fn pattern(id: Uuid, d: Direction, n: usize) -> Vec<u8> {
-        Pattern::get().slice(stream_start(id, d), 0, n).to_vec()
-    }
-
-    fn final_frame(sent: u64, received: u64) -> Vec<u8> {
-        proto::encode(&Message::Final(proto::FinalReport {
-            sent,
-            received,
-            verdict: proto::Verdict::Ok,
-            tcp_info: None,
-        }))
-    }
-
-    #[test]
-    fn a_transaction_leaves_each_end_in_one_write() {
-        let id = Uuid::from_u128(7);
-        let now = Instant::now();
-        let c = Counters::default();
-        // The client: its hello, then its request behind it, in one write.
-        let mut client = Conn::new(&crr_spec(), id, Role::Client, 64, now);
-        let hello = proto::encode(&Message::DataAck { connection: id });
-        let mut cout = Out::new(hello.clone());
-        assert!(!settled(&client, &cout));
-        let cs = mock(1 << 20);
-        let p = pump(&mut client, &mut cout, &cs, &mut [0; 1024], &env(&c, false));
-        assert!(p.moved);
-        let w = cs.writes.take();
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert_eq!(&w[0][..hello.len()], &hello[..]);
-        assert_eq!(
-            &w[0][hello.len()..],
-            &pattern(id, Direction::ClientToServer, 64)[..]
-        );
-        assert!(cout.is_empty());
-
-        // The server, its request already in: the ack, the reply and its
-        // final report in one write.
-        let mut server = Conn::new(&crr_spec(), id, Role::Server, 64, now);
-        let ack = proto::encode(&Message::DataAck { connection: id });
-        let mut sout = Out::new(ack);
-        let ss = mock(1 << 20);
-        ss.reads
-            .borrow_mut()
-            .push_back(pattern(id, Direction::ClientToServer, 64));
-        let half = Env {
-            half_close: true,
-            ..env(&c, true)
-        };
-        let p = pump(&mut server, &mut sout, &ss, &mut [0; 1024], &half);
-        assert!(p.moved);
-        let w = ss.writes.take();
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert_eq!(parts(&w[0], &[2]), ["data_ack", "2 bytes", "final"]);
-        // Its report was the last of it: held for the FIN, which followed.
-        assert!(*ss.shut.borrow());
-        assert!(!*ss.held.borrow());
-        // Waiting for the client's report, it writes and shuts nothing more.
-        let p = pump(&mut server, &mut sout, &ss, &mut [0; 1024], &half);
-        assert!(!p.moved);
-        assert!(ss.writes.borrow().is_empty());
-        assert!(!server.is_done(), "the client's report is still to come");
-
-        // The client reads the reply and the server's report in one step,
-        // then writes its own report, which finishes it.
-        let mut from_server = w[0].clone();
-        let ack_len = proto::encode(&Message::DataAck { connection: id }).len();
-        from_server.drain(..ack_len);
-        cs.reads.borrow_mut().push_back(from_server);
-        let e = env(&c, true);
-        // The socket takes 10 bytes: done, but not settled before its
-        // report is out.
-        *cs.room.borrow_mut() = 10;
-        assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
-        assert!(client.is_done() && !settled(&client, &cout));
-        assert!(cs.reads.borrow().is_empty());
-        *cs.room.borrow_mut() = 1 << 20;
-        assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
-        assert!(settled(&client, &cout));
-        let w: Vec<u8> = cs.writes.take().concat();
-        assert_eq!(w, final_frame(64, 2));
-        // The client does not close its side: it closes when it is done.
-        assert!(!*cs.shut.borrow());
-        assert_eq!(
-            client.result().unwrap().0.kind,
-            crate::outcome::ResultKind::Success
-        );
-        // The client's request and the server's reply, each way.
-        assert_eq!(c.sent.load(Relaxed), 64 + 2);
-        assert_eq!(c.received.load(Relaxed), 64 + 2);
-    }
-
-    #[test]
-    fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
-        let id = Uuid::from_u128(9);
-        let c = Counters::default();
-        let e = env(&c, true);
-        let g = GATHER as u64;
-        let mut spec = crr_spec();
-        spec.pattern = IoPattern::Push;
-        spec.transfer = 3 * g;
-        let mut conn = Conn::new(&spec, id, Role::Client, 2 * GATHER, Instant::now());
-        // 100 bytes of a hello wait; the socket takes nothing.
-        let mut out = Out::new(vec![0; 100]);
-        let s = mock(0);
-        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        // Data joined the hello up to GATHER bytes in all, and no further.
-        assert_eq!(out.pending(), GATHER);
-        assert_eq!(conn.progress().0, g - 100);
-        assert!(!pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        assert_eq!(out.pending(), GATHER);
-        // The socket takes again: the queue goes out in one write...
-        *s.room.borrow_mut() = 1 << 20;
-        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        assert_eq!(s.writes.borrow()[0].len(), GATHER);
-        // ... then 2 × GATHER (the buffer) straight from the pattern, then
-        // the last 100 bytes through the queue, with the final report.
-        while !out.is_empty() || conn.progress().0 < 3 * g {
-            assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        }
-        let report = final_frame(3 * g, 0);
-        let lens: Vec<usize> = s.writes.borrow().iter().map(|w| w.len()).collect();
-        assert_eq!(lens, [GATHER, 2 * GATHER, 100 + report.len()]);
-        let all: Vec<u8> = s.writes.take().into_iter().flatten().collect();
-        let data = &all[100..100 + 3 * GATHER];
-        assert_eq!(
-            data,
-            &pattern(id, Direction::ClientToServer, 3 * GATHER)[..]
-        );
-        assert_eq!(&all[100 + 3 * GATHER..], &report[..]);
-        assert_eq!(c.sent.load(Relaxed), 3 * g);
-
-        // Exactly GATHER bytes offered are queued, not written straight:
-        // the machine counts them all as the socket takes 100.
-        let mut conn = Conn::new(&spec, id, Role::Client, GATHER, Instant::now());
-        let mut out = Out::new(Vec::new());
-        let s = mock(100);
-        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        assert_eq!(conn.progress().0, g);
-        assert_eq!(out.pending(), GATHER - 100);
-        // A large write the socket will not take yet moves nothing; one it
-        // refuses ends the connection.
-        let mut conn = Conn::new(&spec, id, Role::Client, 2 * GATHER, Instant::now());
-        let mut out = Out::new(Vec::new());
-        let s = mock(0);
-        assert!(!pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        assert!(!conn.is_done());
-        let s = Mock {
-            broken: true,
-            ..mock(1 << 20)
-        };
-        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-        let kind = conn.result().map(|r| r.0.kind);
-        assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
-    }
-
-    /// A server receiving `transfer` bytes in reads of `buffer`.
-    fn receiver(transfer: u64, buffer: usize) -> Conn {
-        let spec = TcpSpec::plain(IoPattern::Push, transfer, 0, 0);
-        Conn::new(
-            &spec,
-            Uuid::from_u128(5),
-            Role::Server,
-            buffer,
-            Instant::now(),
-        )
-    }
-
-    fn sent(transfer: usize) -> Vec<u8> {
-        pattern(Uuid::from_u128(5), Direction::ClientToServer, transfer)
-    }
-
-    #[test]
-    fn short_reads_follow_one_another_and_large_ones_do_not() {
-        let c = Counters::default();
-        let e = env(&c, true);
-        let mut buf = vec![0; 4 * GATHER];
-        // Reads of GATHER bytes, each full: one step reads all three, then
-        // finds the peer's report not there yet.
-        let mut conn = receiver(3 * GATHER as u64, GATHER);
-        let mut out = Out::new(Vec::new());
-        let s = mock(1 << 20);
-        s.reads.borrow_mut().push_back(sent(3 * GATHER));
-        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
-        assert_eq!((s.recvs.get(), conn.progress().1), (4, 3 * GATHER as u64));
-        assert_eq!(c.received.load(Relaxed), 3 * GATHER as u64);
-        // Reads past GATHER: one a step.
-        let mut conn = receiver(3 * GATHER as u64, GATHER + 1);
-        let s = mock(1 << 20);
-        s.reads.borrow_mut().push_back(sent(3 * GATHER));
-        pump(&mut conn, &mut out, &s, &mut buf, &e);
-        assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
-        // A read short of what was asked drained the socket: no other.
-        let mut conn = receiver(1000, 1000);
-        let s = mock(1 << 20);
-        let data = sent(1000);
-        s.reads.borrow_mut().push_back(data[..300].to_vec());
-        s.reads.borrow_mut().push_back(data[300..].to_vec());
-        pump(&mut conn, &mut out, &s, &mut buf, &e);
-        assert_eq!((s.recvs.get(), conn.progress().1), (1, 300));
-    }
-
-    #[test]
-    fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
-        let c = Counters::default();
-        let e = env(&c, true);
-        let mut buf = vec![0; 1024];
-        let mut out = Out::new(Vec::new());
-        let mut conn = receiver(1000, 1000);
-        let s = mock(1 << 20);
-        assert!(!pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
-        assert!(!conn.is_done());
-        assert_eq!(s.recvs.get(), 1);
-        let s = Mock {
-            read_error: Some(io::ErrorKind::ConnectionReset),
-            ..mock(1 << 20)
-        };
-        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
-        let kind = conn.result().map(|r| r.0.kind);
-        assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
-        // A machine with nothing to read makes no read, whatever is there
-        // (a read of nothing would say the peer closed).
-        let mut spec = crr_spec();
-        spec.pattern = IoPattern::Push;
-        let mut conn = Conn::new(&spec, Uuid::from_u128(6), Role::Client, 64, Instant::now());
-        let s = mock(1 << 20);
-        s.reads.borrow_mut().push_back(vec![1, 2, 3]);
-        assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
-        assert_eq!(s.recvs.get(), 0);
-        assert!(!conn.is_done());
-    }
-
-    #[test]
-    fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
-        let id = Uuid::from_u128(11);
-        let c = Counters::default();
-        let mut conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
-        let mut out = Out::new(vec![1, 2, 3]);
-        let s = Mock {
-            broken: true,
-            ..mock(1 << 20)
-        };
-        let p = pump(&mut conn, &mut out, &s, &mut [0; 16], &env(&c, false));
-        assert!(p.moved);
-        assert!(out.is_empty());
-        assert!(settled(&conn, &out));
-        let (r, _, _) = conn.into_result();
-        assert_eq!(r.kind, crate::outcome::ResultKind::NetworkError);
-    }
-}
+#[path = "drive_tests.rs"]
+mod tests;

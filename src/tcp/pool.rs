@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::config::BufferSpec;
 use super::connect::{Local, connect};
-use super::drive::{Env, pump, settled};
+use super::drive::{Env, Ran, run_until_blocked};
 use super::machine::Conn;
 use super::session::{ConnectionRecord, Shared, TRACKED};
 use crate::net::out::Out;
@@ -484,7 +484,6 @@ impl Worker<'_> {
 
     /// Runs connection `k`'s machine until it is done (true) or blocks;
     /// before the server's acknowledgement it may write but not read.
-    #[allow(clippy::too_many_arguments)]
     fn run_conn(
         &mut self,
         conn: &mut Conn,
@@ -503,16 +502,15 @@ impl Worker<'_> {
             // The client closes when it is done, after the server's FIN.
             half_close: false,
         };
-        run_until_blocked(
-            conn,
-            out,
-            stream,
-            &mut self.buf,
-            &env,
-            last,
-            &mut self.timers,
-            k,
-        )
+        match run_until_blocked(conn, out, stream, &mut self.buf, &env, last) {
+            Ran::Settled => true,
+            Ran::Blocked { timer } => {
+                if let Some(at) = timer {
+                    self.timers.push(at, k);
+                }
+                false
+            }
+        }
     }
 
     /// Ends connection `k` with `result` and frees its slot.
@@ -680,35 +678,5 @@ impl Worker<'_> {
                 self.close(k, s, Ended::Failed(why.to_string()));
             }
         }
-    }
-}
-
-/// Runs `conn` until it is done (true) or blocks (false) on its socket or
-/// a timer (a burst's start, which is not idleness).
-#[allow(clippy::too_many_arguments)]
-fn run_until_blocked(
-    conn: &mut Conn,
-    out: &mut Out,
-    stream: &TcpStream,
-    buf: &mut [u8],
-    env: &Env,
-    last_progress: &mut Instant,
-    timers: &mut Timers,
-    k: usize,
-) -> bool {
-    loop {
-        let p = pump(conn, out, stream, buf, env);
-        if settled(conn, out) {
-            return true;
-        }
-        if p.moved {
-            *last_progress = Instant::now();
-            continue;
-        }
-        if let Some(at) = p.timer {
-            *last_progress = Instant::now();
-            timers.push(at, k);
-        }
-        return false;
     }
 }
