@@ -274,8 +274,7 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
         ..mock(1 << 20)
     };
     assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
-    let kind = conn.result().map(|r| r.0.kind);
-    assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
 }
 
 /// A server receiving `transfer` bytes in reads of `buffer`.
@@ -288,6 +287,17 @@ fn receiver(transfer: u64, buffer: usize) -> Conn {
         buffer,
         Instant::now(),
     )
+}
+
+/// A server waiting for 1000 bytes, nothing queued for it to write, and a
+/// socket with nothing to read that takes whatever is written.
+fn waiting_receiver() -> (Conn, Out, Mock) {
+    (receiver(1000, 1000), Out::new(Vec::new()), mock(1 << 20))
+}
+
+/// The agreed result's kind, once there is one.
+fn kind(conn: &Conn) -> Option<crate::outcome::ResultKind> {
+    conn.result().map(|r| r.0.kind)
 }
 
 fn sent(transfer: usize) -> Vec<u8> {
@@ -329,9 +339,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let c = Counters::default();
     let e = env(&c, true);
     let mut buf = vec![0; 1024];
-    let mut out = Out::new(Vec::new());
-    let mut conn = receiver(1000, 1000);
-    let s = mock(1 << 20);
+    let (mut conn, mut out, s) = waiting_receiver();
     assert!(!pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
     assert!(!conn.is_done());
     assert_eq!(s.recvs.get(), 1);
@@ -340,8 +348,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
         ..mock(1 << 20)
     };
     assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
-    let kind = conn.result().map(|r| r.0.kind);
-    assert_eq!(kind, Some(crate::outcome::ResultKind::NetworkError));
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
     // A machine with nothing to read makes no read, whatever is there
     // (a read of nothing would say the peer closed).
     let mut spec = crr_spec();
@@ -377,10 +384,8 @@ fn a_run_of_steps_ends_settled_or_blocked() {
     let c = Counters::default();
     let e = env(&c, true);
     let mut buf = vec![0; 1024];
-    let mut out = Out::new(Vec::new());
     // Nothing to read: blocked on the socket, with no progress to note.
-    let mut conn = receiver(1000, 1000);
-    let s = mock(1 << 20);
+    let (mut conn, mut out, s) = waiting_receiver();
     let t0 = Instant::now() - std::time::Duration::from_secs(5);
     let mut last = t0;
     let ran = run_until_blocked(&mut conn, &mut out, &s, &mut buf, &e, &mut last);
@@ -396,8 +401,5 @@ fn a_run_of_steps_ends_settled_or_blocked() {
     s.reads.borrow_mut().push_back(final_frame(1000, 0));
     let ran = run_until_blocked(&mut conn, &mut out, &s, &mut buf, &e, &mut last);
     assert_eq!(ran, Ran::Settled);
-    assert_eq!(
-        conn.result().map(|r| r.0.kind),
-        Some(crate::outcome::ResultKind::Success)
-    );
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
 }
