@@ -376,3 +376,82 @@ fn an_interrupted_read_is_retried() {
     let mut r = Flaky(encode(&Message::Goodbye), false);
     assert_eq!(read_message(&mut r).unwrap(), Message::Goodbye);
 }
+
+/// The payload of `m`'s frame.
+fn payload_of(m: &Message) -> Vec<u8> {
+    encode(m)[HEADER_LEN..].to_vec()
+}
+
+#[test]
+fn data_messages_decode_straight_and_agree_with_the_general_decoder() {
+    let id = Uuid::from_u128(42);
+    let mut data = vec![
+        Message::DataAck { connection: id },
+        Message::DataHello(DataHello {
+            session: id,
+            connection: Uuid::from_u128(7),
+            buffer: 4096,
+            proof: None,
+        }),
+    ];
+    data.extend(
+        samples()
+            .into_iter()
+            .filter(|m| matches!(m, Message::DataHello(_) | Message::Final(_))),
+    );
+    assert_eq!(data.len(), 5);
+    for m in data {
+        let p = payload_of(&m);
+        assert_eq!(decode_data_message(&p).as_ref(), Some(&m));
+        assert_eq!(serde_json::from_slice::<Message>(&p).unwrap(), m);
+    }
+    // Other messages go to the general decoder.
+    for m in [Message::Stop, Message::TestAccept { session: id }] {
+        assert_eq!(decode_data_message(&payload_of(&m)), None);
+        assert_eq!(decode_payload(&payload_of(&m)).unwrap(), m);
+    }
+    // The tag elsewhere than first, or a body that is not the tag's: the
+    // general decoder decides, and words the error.
+    let late = format!(r#"{{"connection":"{id}","type":"data_ack"}}"#);
+    assert_eq!(decode_data_message(late.as_bytes()), None);
+    assert_eq!(
+        decode_payload(late.as_bytes()).unwrap(),
+        Message::DataAck { connection: id }
+    );
+    let bad = br#"{"type":"final","sent":"many"}"#;
+    assert_eq!(decode_data_message(bad), None);
+    let general = serde_json::from_slice::<Message>(bad)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(decode_payload(bad), Err(ProtoError::Malformed(general)));
+    assert_eq!(decode_data_message(br#"{"type":"final"#), None);
+}
+
+proptest! {
+    #[test]
+    fn every_final_report_decodes_straight(
+        sent in any::<u64>(),
+        received in any::<u64>(),
+        n in any::<u64>(),
+        which in 0usize..6,
+        info in any::<bool>(),
+    ) {
+        let verdict = match which {
+            0 => Verdict::Ok,
+            1 => Verdict::TooFew { expected: n, received: sent },
+            2 => Verdict::TooMany { expected: n },
+            3 => Verdict::Corrupt { offset: n },
+            4 => Verdict::NetworkError { detail: format!("e{n}") },
+            _ => Verdict::Cancelled,
+        };
+        let tcp_info = info.then(|| crate::proto::TcpInfoSummary {
+            retransmits: n as u32,
+            rtt_us: (n >> 7) as u32,
+            ..Default::default()
+        });
+        let m = Message::Final(FinalReport { sent, received, verdict, tcp_info });
+        let p = payload_of(&m);
+        prop_assert_eq!(decode_payload(&p), Ok(m.clone()));
+        prop_assert_eq!(decode_data_message(&p), Some(m));
+    }
+}
