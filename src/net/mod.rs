@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAdd
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+pub mod ahead;
 pub mod loops;
 pub mod out;
 pub mod sockopt;
@@ -384,37 +385,6 @@ pub fn raise_fd_limit() -> io::Result<u64> {
         }
     }
     Ok(r.rlim_cur)
-}
-
-/// Reads what is left of one frame from a non-blocking stream into `inbuf`
-/// (never past the frame, so what follows stays in the socket) and decodes
-/// it once complete: Ok(None) while more is needed.
-pub fn read_frame<S>(
-    stream: &S,
-    inbuf: &mut Vec<u8>,
-) -> Result<Option<crate::proto::Message>, crate::proto::ReadError>
-where
-    for<'a> &'a S: std::io::Read,
-{
-    use crate::proto::{ReadError, decode_frame, frame_remaining};
-    use std::io::Read;
-    loop {
-        if let Some((m, _)) = decode_frame(inbuf)? {
-            return Ok(Some(m));
-        }
-        let at = inbuf.len();
-        inbuf.resize(at + frame_remaining(inbuf), 0);
-        let r = (&*stream).read(&mut inbuf[at..]);
-        inbuf.truncate(at + *r.as_ref().unwrap_or(&0));
-        match r {
-            Ok(0) if at == 0 => return Err(ReadError::Eof),
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 #[cfg(test)]

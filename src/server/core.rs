@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::limits::{ClientSlot, Slot};
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
+use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
 use crate::net::sockopt::apply;
@@ -27,7 +28,7 @@ use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
 use crate::proto::{DataHello, Message, ReadError};
 use crate::refusal::{Limit, Refusal};
-use crate::tcp::drive::{Env, Ran, run_until_blocked};
+use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
 use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
@@ -80,6 +81,8 @@ impl Core {
     /// Hands an accepted connection (already counted in `open`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
         let _ = stream.set_nonblocking(true);
+        // SCTP associations: their Nagle is SCTP_NODELAY, not inherited.
+        let _ = crate::net::set_nodelay(&stream, true);
         self.loops.hand_round(Incoming::Conn { stream, peer })
     }
 }
@@ -96,7 +99,7 @@ enum Next {
 
 enum Stage {
     /// Reading the first frame, until the setup deadline.
-    First { inbuf: Vec<u8>, setup: Instant },
+    First { setup: Instant },
     /// Writing an error frame, then closing.
     Refuse(Out),
     /// A data connection: its machine, and what is queued to be written
@@ -118,6 +121,9 @@ struct Slot2<'a> {
     stream: TcpStream,
     peer: SocketAddr,
     stage: Stage,
+    /// What was read past what the connection wanted yet (the first data
+    /// behind a data hello).
+    ahead: ReadAhead,
     last_progress: Instant,
     _open: Slot<'a>,
     _client: ClientSlot<'a>,
@@ -288,9 +294,9 @@ impl<'a> Loop<'a> {
         let open = Slot::adopt(&st.open);
         let ip = peer.ip().to_canonical();
         let (client, n) = take_client_slot(&st.per_client, ip);
-        // Non-blocking already: accept4 made it so on loop 0, and
-        // Core::hand for what was accepted elsewhere.
-        let _ = crate::net::set_nodelay(&stream, true);
+        // Non-blocking and without Nagle already: accept4 and the
+        // listener (Server::new) made TCP connections so on loop 0, and
+        // Core::hand the SCTP associations accepted elsewhere.
         let max = st.cfg.limits.max_conns_per_client;
         let stage = if n > max {
             refuse(
@@ -303,7 +309,6 @@ impl<'a> Loop<'a> {
             )
         } else {
             Stage::First {
-                inbuf: Vec::new(),
                 setup: Instant::now() + st.cfg.handshake_timeout,
             }
         };
@@ -311,38 +316,47 @@ impl<'a> Loop<'a> {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut stream = TcpStream::from_std(stream);
-        if self
-            .poll
-            .registry()
-            .register(
-                &mut stream,
-                Token(k),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .is_err()
-        {
-            self.free.push(k);
-            self.loops.left(self.index);
-            return;
-        }
-        self.slots[k] = Some(Slot2 {
-            stream,
+        let mut slot = Slot2 {
+            stream: TcpStream::from_std(stream),
             peer,
             stage,
+            ahead: ReadAhead::default(),
             last_progress: Instant::now(),
             _open: open,
             _client: client,
-        });
-        self.advance(k);
+        };
+        // A client sends its hello (and its first data) right behind the
+        // handshake: the answer goes out before the socket joins the poll,
+        // so that registering it is not between the request and the
+        // reply. What arrives meanwhile shows in the registration's first
+        // readiness report.
+        let next = self.step(&mut slot, k);
+        self.put_back(k, slot, next, true);
     }
 
     fn advance(&mut self, k: usize) {
         let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
             return;
         };
-        match self.step(&mut slot, k) {
-            Next::Keep => self.slots[k] = Some(slot),
+        let next = self.step(&mut slot, k);
+        self.put_back(k, slot, next, false);
+    }
+
+    /// Keeps `slot` (joining it to the poll first when `new`), closes it,
+    /// or hands it to a control thread, as its step said.
+    fn put_back(&mut self, k: usize, mut slot: Slot2<'a>, next: Next, new: bool) {
+        match next {
+            Next::Keep => {
+                let both = Interest::READABLE | Interest::WRITABLE;
+                if new
+                    && (self.poll.registry())
+                        .register(&mut slot.stream, Token(k), both)
+                        .is_err()
+                {
+                    return self.close(k, slot);
+                }
+                self.slots[k] = Some(slot)
+            }
             Next::Close => self.close(k, slot),
             Next::Control(h, setup) => {
                 self.free.push(k);
@@ -358,8 +372,9 @@ impl<'a> Loop<'a> {
         let st = self.st;
         loop {
             match &mut slot.stage {
-                Stage::First { inbuf, .. } => {
-                    let hello = match crate::net::read_frame(&slot.stream, inbuf) {
+                Stage::First { .. } => {
+                    let stream = &slot.stream;
+                    let hello = match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
                         Ok(None) => return Next::Keep,
                         Ok(Some(m)) => m,
                         Err(ReadError::Proto(e)) => {
@@ -378,6 +393,15 @@ impl<'a> Loop<'a> {
                     };
                     slot.last_progress = Instant::now();
                     match hello {
+                        // A control client waits for the answer to its
+                        // hello: bytes behind it would be lost to the
+                        // control thread, which reads the socket itself.
+                        Message::Hello(_) if !slot.ahead.is_empty() => {
+                            slot.stage = refuse(&Refusal::Unexpected {
+                                got: "bytes".into(),
+                                context: "behind a hello, before its answer",
+                            });
+                        }
                         Message::Hello(h) => {
                             let setup = match slot.stage {
                                 Stage::First { setup, .. } => setup,
@@ -441,12 +465,21 @@ impl<'a> Loop<'a> {
                         stopped: &stopped,
                         may_read: true,
                         // A burst account follows the report otherwise.
-                        half_close: a.sess.spec.burst.is_none(),
+                        fin: match a.sess.spec.burst {
+                            None => Fin::WithReport,
+                            Some(_) => Fin::OnClose,
+                        },
                     };
                     let last = &mut slot.last_progress;
-                    if let Ran::Blocked { timer } =
-                        run_until_blocked(conn, out, &slot.stream, &mut self.buf, &env, last)
-                    {
+                    if let Ran::Blocked { timer } = run_until_blocked(
+                        conn,
+                        out,
+                        &mut slot.ahead,
+                        &slot.stream,
+                        &mut self.buf,
+                        &env,
+                        last,
+                    ) {
                         if let Some(at) = timer {
                             self.timers.push(at.min(a.sess.guard.deadline()), k);
                         }

@@ -150,7 +150,14 @@ impl Server {
             listen.iter().map(|a| crate::net::listen(*a)).collect()
         };
         let listeners: Vec<TcpListener> = match bound {
-            Ok(l) => l,
+            // Accepted connections inherit Nagle off from their listener,
+            // which saves a call per connection.
+            Ok(l) => l
+                .into_iter()
+                .inspect(|l| {
+                    let _ = socket2::SockRef::from(l).set_tcp_nodelay(true);
+                })
+                .collect(),
             Err(e) => {
                 // Nothing to serve: the event loops end.
                 state.stop.store(true, SeqCst);

@@ -157,6 +157,7 @@ pub fn run(
         .map(|(lo, hi)| super::ports::PortPool::new(lo, hi));
     let shared = Arc::new(Shared {
         throttle: AtomicU64::new(u64::from(cfg.throttle)),
+        spec: cfg.spec(),
         cfg,
         sessions,
         counters: Counters::default(),

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use super::machine::{Conn, ConnEvent, Now, Transmit};
 use crate::guard::{Halt, SendGuard};
+use crate::net::ahead::{AHEAD, ReadAhead};
 use crate::net::out::Out;
 use crate::proto::Verdict;
 use crate::stats::Counters;
@@ -28,14 +29,30 @@ pub struct Env<'a> {
     /// writes its first data at once, but reads nothing before the
     /// server's acknowledgement.
     pub may_read: bool,
-    /// This end closes its sending side once its final report is out: it
-    /// writes nothing after it (a server without a burst account to send).
-    /// The report and the FIN then leave in one segment, so the peer, which
-    /// closes once it has the report, always closes second and the
-    /// TIME_WAIT is this end's: a churning client's port search is not
-    /// slowed by its own (crr -P 8 made 2.3 times the connections per
-    /// second), as with a plain request/response server that closes first.
-    pub half_close: bool,
+    /// When this end's FIN goes out.
+    pub fin: Fin,
+}
+
+/// When a connection's FIN goes out. On loopback each segment costs a
+/// trip through the peer's receive path and often a wake-up of its
+/// thread, so a FIN that can ride with the final report should.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fin {
+    /// When the socket is closed (something may follow the report: a
+    /// server's burst account; or `--shutdown rude` resets instead).
+    OnClose,
+    /// With the report: this end writes nothing after it (a server
+    /// without a burst account). The peer, which closes once it has the
+    /// report, then always closes second and the TIME_WAIT is this end's:
+    /// a churning client's port search is not slowed by its own (crr -P 8
+    /// made 2.3 times the connections per second), as with a plain
+    /// request/response server that closes first.
+    WithReport,
+    /// With the report if the peer's report, and with it the peer's FIN,
+    /// came first (a client whose server sends [`Fin::WithReport`]): this
+    /// end closes second either way, and its report and FIN take one
+    /// segment instead of two.
+    WithLastReport,
 }
 
 /// What [`pump`] needs of a socket (the unit tests give it one that
@@ -107,7 +124,9 @@ pub const GATHER: usize = 8192;
 const SHORT_READS: usize = 8;
 
 /// One step of a connection over a non-blocking socket: one read (or a
-/// few short ones in a row), then one write of what is queued in `out` (a
+/// few short ones in a row; a read for less than [`AHEAD`] takes up to
+/// that, and what the machine does not want yet waits in `ahead`, to be
+/// handed to it before the socket is read again), then one write of what is queued in `out` (a
 /// hello or acknowledgement first) with the machine's small writes
 /// gathered behind it, or one large write straight from the machine; data
 /// bytes counted, TCP_INFO read for each burst sent. Reading first lets
@@ -117,6 +136,7 @@ const SHORT_READS: usize = 8;
 pub fn pump<S: Socket>(
     conn: &mut Conn,
     out: &mut Out,
+    ahead: &mut ReadAhead,
     stream: &S,
     buf: &mut [u8],
     env: &Env,
@@ -136,13 +156,24 @@ pub fn pump<S: Socket>(
     // its last write goes out; a large read is one per step, as a write.
     for _ in 0..SHORT_READS {
         let want = match env.may_read {
-            true => conn.want_read().min(buf.len()),
+            true => conn.want_read(),
             false => 0,
         };
         if want == 0 || conn.is_done() {
             break;
         }
-        match stream.recv(&mut buf[..want]) {
+        if !ahead.is_empty() {
+            let b = ahead.bytes();
+            let k = want.min(b.len());
+            conn.on_read(&b[..k], now());
+            ahead.consume(k);
+            p.moved = true;
+            continue;
+        }
+        // A small want reads ahead, so that what the peer sent behind it
+        // (its report after a reply) comes in the same read.
+        let cap = want.max(AHEAD).min(buf.len());
+        match stream.recv(&mut buf[..cap]) {
             Ok(0) => {
                 if (env.stopped)() {
                     conn.cancel();
@@ -153,9 +184,10 @@ pub fn pump<S: Socket>(
                 break;
             }
             Ok(n) => {
-                conn.on_read(&buf[..n], now());
+                let used = feed(conn, &buf[..n]);
+                ahead.stash(&buf[used..n]);
                 p.moved = true;
-                if n < want || want > GATHER {
+                if n < cap || cap > GATHER {
                     break;
                 }
             }
@@ -174,7 +206,12 @@ pub fn pump<S: Socket>(
         None => {
             let left = out.pending();
             // All of the machine's bytes are in `out` once its report is.
-            let last = env.half_close && conn.report_sent();
+            let last = conn.report_sent()
+                && match env.fin {
+                    Fin::OnClose => false,
+                    Fin::WithReport => true,
+                    Fin::WithLastReport => conn.is_done(),
+                };
             let r = match last {
                 true => out.flush_with(|b| stream.send_more(b)),
                 false => out.flush_with(|b| stream.send(b)),
@@ -207,6 +244,22 @@ pub fn pump<S: Socket>(
     p
 }
 
+/// Hands `data` to the machine for as long as it wants more; returns how
+/// much it took.
+fn feed(conn: &mut Conn, data: &[u8]) -> usize {
+    let at = now();
+    let mut used = 0;
+    while used < data.len() && !conn.is_done() {
+        let k = conn.want_read().min(data.len() - used);
+        if k == 0 {
+            break;
+        }
+        conn.on_read(&data[used..used + k], at);
+        used += k;
+    }
+    used
+}
+
 /// How a run of [`pump`] steps ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ran {
@@ -223,13 +276,14 @@ pub enum Ran {
 pub fn run_until_blocked<S: Socket>(
     conn: &mut Conn,
     out: &mut Out,
+    ahead: &mut ReadAhead,
     stream: &S,
     buf: &mut [u8],
     env: &Env,
     last_progress: &mut Instant,
 ) -> Ran {
     loop {
-        let p = pump(conn, out, stream, buf, env);
+        let p = pump(conn, out, ahead, stream, buf, env);
         if settled(conn, out) {
             return Ran::Settled;
         }

@@ -3,6 +3,7 @@
 //! writes, and how often, is seen exactly.
 
 use super::*;
+use crate::net::ahead::ReadAhead;
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::plan::Role;
 use crate::proto::{self, IoPattern, Message, TcpSpec};
@@ -99,7 +100,7 @@ fn env(c: &Counters, may_read: bool) -> Env<'_> {
         guard: None,
         stopped: &|| false,
         may_read,
-        half_close: false,
+        fin: Fin::OnClose,
     }
 }
 
@@ -145,9 +146,17 @@ fn a_transaction_leaves_each_end_in_one_write() {
     let mut client = Conn::new(&crr_spec(), id, Role::Client, 64, now);
     let hello = proto::encode(&Message::DataAck { connection: id });
     let mut cout = Out::new(hello.clone());
+    let mut ahead_cout = ReadAhead::default();
     assert!(!settled(&client, &cout));
     let cs = mock(1 << 20);
-    let p = pump(&mut client, &mut cout, &cs, &mut [0; 1024], &env(&c, false));
+    let p = pump(
+        &mut client,
+        &mut cout,
+        &mut ahead_cout,
+        &cs,
+        &mut [0; 1024],
+        &env(&c, false),
+    );
     assert!(p.moved);
     let w = cs.writes.take();
     assert_eq!(w.len(), 1, "{w:?}");
@@ -163,15 +172,23 @@ fn a_transaction_leaves_each_end_in_one_write() {
     let mut server = Conn::new(&crr_spec(), id, Role::Server, 64, now);
     let ack = proto::encode(&Message::DataAck { connection: id });
     let mut sout = Out::new(ack);
+    let mut ahead_sout = ReadAhead::default();
     let ss = mock(1 << 20);
     ss.reads
         .borrow_mut()
         .push_back(pattern(id, Direction::ClientToServer, 64));
     let half = Env {
-        half_close: true,
+        fin: Fin::WithReport,
         ..env(&c, true)
     };
-    let p = pump(&mut server, &mut sout, &ss, &mut [0; 1024], &half);
+    let p = pump(
+        &mut server,
+        &mut sout,
+        &mut ahead_sout,
+        &ss,
+        &mut [0; 1024],
+        &half,
+    );
     assert!(p.moved);
     let w = ss.writes.take();
     assert_eq!(w.len(), 1, "{w:?}");
@@ -180,7 +197,14 @@ fn a_transaction_leaves_each_end_in_one_write() {
     assert!(*ss.shut.borrow());
     assert!(!*ss.held.borrow());
     // Waiting for the client's report, it writes and shuts nothing more.
-    let p = pump(&mut server, &mut sout, &ss, &mut [0; 1024], &half);
+    let p = pump(
+        &mut server,
+        &mut sout,
+        &mut ahead_sout,
+        &ss,
+        &mut [0; 1024],
+        &half,
+    );
     assert!(!p.moved);
     assert!(ss.writes.borrow().is_empty());
     assert!(!server.is_done(), "the client's report is still to come");
@@ -191,20 +215,50 @@ fn a_transaction_leaves_each_end_in_one_write() {
     let ack_len = proto::encode(&Message::DataAck { connection: id }).len();
     from_server.drain(..ack_len);
     cs.reads.borrow_mut().push_back(from_server);
-    let e = env(&c, true);
+    let e = Env {
+        fin: Fin::WithLastReport,
+        ..env(&c, true)
+    };
+    let reads = cs.recvs.get();
     // The socket takes 10 bytes: done, but not settled before its
     // report is out.
     *cs.room.borrow_mut() = 10;
-    assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
+    assert!(
+        pump(
+            &mut client,
+            &mut cout,
+            &mut ahead_cout,
+            &cs,
+            &mut [0; 1024],
+            &e
+        )
+        .moved
+    );
     assert!(client.is_done() && !settled(&client, &cout));
     assert!(cs.reads.borrow().is_empty());
+    assert_eq!(
+        cs.recvs.get() - reads,
+        1,
+        "the reply and the report in one read"
+    );
     *cs.room.borrow_mut() = 1 << 20;
-    assert!(pump(&mut client, &mut cout, &cs, &mut [0; 1024], &e).moved);
+    assert!(
+        pump(
+            &mut client,
+            &mut cout,
+            &mut ahead_cout,
+            &cs,
+            &mut [0; 1024],
+            &e
+        )
+        .moved
+    );
     assert!(settled(&client, &cout));
     let w: Vec<u8> = cs.writes.take().concat();
     assert_eq!(w, final_frame(64, 2));
-    // The client does not close its side: it closes when it is done.
-    assert!(!*cs.shut.borrow());
+    // The server's report came first, with its FIN: the client's report
+    // takes the client's FIN with it.
+    assert!(*cs.shut.borrow());
     assert_eq!(
         client.result().unwrap().0.kind,
         crate::outcome::ResultKind::Success
@@ -226,21 +280,22 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut conn = Conn::new(&spec, id, Role::Client, 2 * GATHER, Instant::now());
     // 100 bytes of a hello wait; the socket takes nothing.
     let mut out = Out::new(vec![0; 100]);
+    let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     // Data joined the hello up to GATHER bytes in all, and no further.
     assert_eq!(out.pending(), GATHER);
     assert_eq!(conn.progress().0, g - 100);
-    assert!(!pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(out.pending(), GATHER);
     // The socket takes again: the queue goes out in one write...
     *s.room.borrow_mut() = 1 << 20;
-    assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(s.writes.borrow()[0].len(), GATHER);
     // ... then 2 × GATHER (the buffer) straight from the pattern, then
     // the last 100 bytes through the queue, with the final report.
     while !out.is_empty() || conn.progress().0 < 3 * g {
-        assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+        assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     }
     let report = final_frame(3 * g, 0);
     let lens: Vec<usize> = s.writes.borrow().iter().map(|w| w.len()).collect();
@@ -258,22 +313,24 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     // the machine counts them all as the socket takes 100.
     let mut conn = Conn::new(&spec, id, Role::Client, GATHER, Instant::now());
     let mut out = Out::new(Vec::new());
+    let mut ahead_out = ReadAhead::default();
     let s = mock(100);
-    assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(conn.progress().0, g);
     assert_eq!(out.pending(), GATHER - 100);
     // A large write the socket will not take yet moves nothing; one it
     // refuses ends the connection.
     let mut conn = Conn::new(&spec, id, Role::Client, 2 * GATHER, Instant::now());
     let mut out = Out::new(Vec::new());
+    let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(!pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert!(!conn.is_done());
     let s = Mock {
         broken: true,
         ..mock(1 << 20)
     };
-    assert!(pump(&mut conn, &mut out, &s, &mut [0; 16], &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
 }
 
@@ -313,16 +370,17 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     // finds the peer's report not there yet.
     let mut conn = receiver(3 * GATHER as u64, GATHER);
     let mut out = Out::new(Vec::new());
+    let mut ahead_out = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!((s.recvs.get(), conn.progress().1), (4, 3 * GATHER as u64));
     assert_eq!(c.received.load(Relaxed), 3 * GATHER as u64);
     // Reads past GATHER: one a step.
     let mut conn = receiver(3 * GATHER as u64, GATHER + 1);
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    pump(&mut conn, &mut out, &s, &mut buf, &e);
+    pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     // A read short of what was asked drained the socket: no other.
     let mut conn = receiver(1000, 1000);
@@ -330,7 +388,7 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let data = sent(1000);
     s.reads.borrow_mut().push_back(data[..300].to_vec());
     s.reads.borrow_mut().push_back(data[300..].to_vec());
-    pump(&mut conn, &mut out, &s, &mut buf, &e);
+    pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 300));
 }
 
@@ -340,14 +398,15 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let e = env(&c, true);
     let mut buf = vec![0; 1024];
     let (mut conn, mut out, s) = waiting_receiver();
-    assert!(!pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+    let mut ahead_out = ReadAhead::default();
+    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert!(!conn.is_done());
     assert_eq!(s.recvs.get(), 1);
     let s = Mock {
         read_error: Some(io::ErrorKind::ConnectionReset),
         ..mock(1 << 20)
     };
-    assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
     // A machine with nothing to read makes no read, whatever is there
     // (a read of nothing would say the peer closed).
@@ -356,7 +415,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let mut conn = Conn::new(&spec, Uuid::from_u128(6), Role::Client, 64, Instant::now());
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(vec![1, 2, 3]);
-    assert!(pump(&mut conn, &mut out, &s, &mut buf, &e).moved);
+    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!(s.recvs.get(), 0);
     assert!(!conn.is_done());
 }
@@ -367,11 +426,19 @@ fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
     let c = Counters::default();
     let mut conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
     let mut out = Out::new(vec![1, 2, 3]);
+    let mut ahead_out = ReadAhead::default();
     let s = Mock {
         broken: true,
         ..mock(1 << 20)
     };
-    let p = pump(&mut conn, &mut out, &s, &mut [0; 16], &env(&c, false));
+    let p = pump(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut [0; 16],
+        &env(&c, false),
+    );
     assert!(p.moved);
     assert!(out.is_empty());
     assert!(settled(&conn, &out));
@@ -386,20 +453,141 @@ fn a_run_of_steps_ends_settled_or_blocked() {
     let mut buf = vec![0; 1024];
     // Nothing to read: blocked on the socket, with no progress to note.
     let (mut conn, mut out, s) = waiting_receiver();
+    let mut ahead_out = ReadAhead::default();
     let t0 = Instant::now() - std::time::Duration::from_secs(5);
     let mut last = t0;
-    let ran = run_until_blocked(&mut conn, &mut out, &s, &mut buf, &e, &mut last);
+    let ran = run_until_blocked(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut buf,
+        &e,
+        &mut last,
+    );
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!(last, t0);
     // The data arrives: read, the report written, progress noted, and it
     // waits for the client's report.
     s.reads.borrow_mut().push_back(sent(1000));
-    let ran = run_until_blocked(&mut conn, &mut out, &s, &mut buf, &e, &mut last);
+    let ran = run_until_blocked(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut buf,
+        &e,
+        &mut last,
+    );
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert!(last > t0);
     // With the client's report it is settled.
     s.reads.borrow_mut().push_back(final_frame(1000, 0));
-    let ran = run_until_blocked(&mut conn, &mut out, &s, &mut buf, &e, &mut last);
+    let ran = run_until_blocked(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut buf,
+        &e,
+        &mut last,
+    );
     assert_eq!(ran, Ran::Settled);
     assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+}
+
+#[test]
+fn a_client_sends_its_fin_with_its_report_only_when_the_server_closed_first() {
+    let c = Counters::default();
+    let e = Env {
+        fin: Fin::WithLastReport,
+        ..env(&c, true)
+    };
+    // Pushing 64 bytes, the client's report follows its data at once,
+    // before the server's: its FIN waits for the close.
+    let id = Uuid::from_u128(12);
+    let spec = TcpSpec::plain(IoPattern::Push, 64, 0, 0);
+    let mut conn = Conn::new(&spec, id, Role::Client, 64, Instant::now());
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 1024], &e).moved);
+    assert!(conn.report_sent() && !conn.is_done());
+    assert!(!*s.shut.borrow() && !*s.held.borrow());
+    // The server's report then settles it, and nothing more is written.
+    s.reads.borrow_mut().push_back(final_frame(0, 64));
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 1024], &e).moved);
+    assert!(settled(&conn, &out));
+    assert!(!*s.shut.borrow());
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    // Fin::OnClose never shuts, even as the second to report.
+    let mut conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    let on_close = env(&c, true);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead,
+        &s,
+        &mut [0; 1024],
+        &on_close,
+    );
+    let mut reply = pattern(id, Direction::ServerToClient, 2);
+    reply.extend(final_frame(2, 64));
+    s.reads.borrow_mut().push_back(reply);
+    while !settled(&conn, &out) {
+        assert!(
+            pump(
+                &mut conn,
+                &mut out,
+                &mut ahead,
+                &s,
+                &mut [0; 1024],
+                &on_close
+            )
+            .moved
+        );
+    }
+    assert!(!*s.shut.borrow());
+}
+
+#[test]
+fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    // 1000 bytes of data, the peer's report, and 5 bytes past it, in
+    // one chunk: a read of what the data wants takes it all.
+    let (mut conn, mut out, s) = waiting_receiver();
+    let mut ahead = ReadAhead::default();
+    let mut chunk = sent(1000);
+    chunk.extend(final_frame(1000, 0));
+    chunk.extend([1, 2, 3, 4, 5]);
+    s.reads.borrow_mut().push_back(chunk);
+    let mut buf = vec![0; 8192];
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    assert_eq!(s.recvs.get(), 1);
+    // Its report went out and the peer's was taken: done, and what is
+    // past the report is not the machine's.
+    assert!(conn.is_done());
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(ahead.bytes(), [1, 2, 3, 4, 5]);
+    assert_eq!(c.received.load(Relaxed), 1000);
+    // Bytes that wait are handed over before the socket is read; the
+    // read's size does not depend on them.
+    let (mut conn, mut out, s) = waiting_receiver();
+    let mut ahead = ReadAhead::default();
+    ahead.stash(&sent(1000)[..400]);
+    s.reads.borrow_mut().push_back(sent(1000)[400..].to_vec());
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert_eq!((s.recvs.get(), conn.progress().1), (1, 1000));
+    assert!(ahead.is_empty());
+    // A large want reads exactly it: nothing is read ahead.
+    let mut conn = receiver(3 * AHEAD as u64, GATHER + 1);
+    let mut ahead = ReadAhead::default();
+    let s = mock(1 << 20);
+    s.reads.borrow_mut().push_back(sent(3 * AHEAD));
+    let mut big = vec![0; 4 * AHEAD];
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut big, &e);
+    assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
+    assert!(ahead.is_empty());
 }

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use super::config::BufferSpec;
 use super::connect::{Local, connect};
-use super::drive::{Env, Ran, run_until_blocked};
+use super::drive::{Env, Fin, Ran, Socket, run_until_blocked};
 use super::machine::Conn;
 use super::session::{ConnectionRecord, Shared, TRACKED};
+use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::net::timers::Timers;
 use crate::outcome::{ConnResult, ResultKind, after_stop};
@@ -33,28 +34,20 @@ use crate::stats::{Progress, push_progress};
 const TICK: Duration = Duration::from_millis(20);
 /// How long to wait for the server's account of the bursts.
 const BURSTS_WAIT: Duration = Duration::from_secs(2);
-/// The smallest read buffer a loop has: a peer's final report (a few
-/// hundred bytes) fits in one read.
-const FRAME_READ: usize = 4096;
 
 /// Where one connection is.
 enum Stage {
     /// The TCP handshake is in progress.
     Connecting,
-    /// Sending the data hello, then reading the acknowledgement into
-    /// `inbuf`. The data does not wait for it: it follows the hello at once,
+    /// Sending the data hello, then reading the acknowledgement. The data does not wait for it: it follows the hello at once,
     /// in the same write when it is small (the server reads the hello frame
     /// alone, and the data after it once it has accepted the connection),
     /// which saves a round trip per connection; only reading waits.
-    Hello {
-        out: Out,
-        inbuf: Vec<u8>,
-        conn: Box<Conn>,
-    },
+    Hello { out: Out, conn: Box<Conn> },
     /// The data phase, and what is queued to be written.
     Data { conn: Box<Conn>, out: Out },
     /// Reading the server's account of the bursts until `until`.
-    Bursts { inbuf: Vec<u8>, until: Instant },
+    Bursts { until: Instant },
 }
 
 struct Slot {
@@ -65,6 +58,9 @@ struct Slot {
     /// Index of the control session (target) this connection belongs to.
     session: usize,
     stage: Stage,
+    /// What was read past what the connection wanted yet (the server's
+    /// reply and report behind its acknowledgement).
+    ahead: ReadAhead,
     rec: ConnectionRecord,
     started: Instant,
     /// Holds one of the `--throttle` connects in progress.
@@ -151,7 +147,7 @@ pub(super) fn spawn(
                     timers: Timers::default(),
                     // At least a frame's worth, so a peer's report is read
                     // whole (the machine reads data in its own buffer's steps).
-                    buf: vec![0u8; buf_len.max(FRAME_READ)],
+                    buf: vec![0u8; buf_len.max(crate::net::ahead::AHEAD)],
                     tx,
                     rng: SmallRng::seed_from_u64(seed ^ (w as u64).wrapping_mul(0x9E37)),
                     ids: rand::make_rng(),
@@ -305,6 +301,7 @@ impl Worker<'_> {
             _port: lease,
             session,
             stage: Stage::Connecting,
+            ahead: ReadAhead::default(),
             rec,
             started,
             throttled: true,
@@ -312,20 +309,20 @@ impl Worker<'_> {
             result: None,
             retrans_counted: 0,
         };
-        if let Err(e) = self.poll.registry().register(
-            &mut slot.stream,
-            Token(k),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            self.sh.throttle_release();
-            self.free.push(k);
-            return self.finish_record(slot.rec, started, Ended::Failed(e.to_string()));
-        }
-        self.slots[k] = Some(slot);
         self.live += 1;
         // Over loopback the handshake is often over when connect returns:
-        // the hello goes out now rather than after a turn of the loop.
-        self.advance(k);
+        // the hello goes out now rather than after a turn of the loop, and
+        // before the socket joins the poll, so that registering it is not
+        // between connecting and the request. What happens meanwhile shows
+        // in the registration's first readiness report.
+        let outcome = self.step(&mut slot, k);
+        let outcome = outcome.and_then(|()| {
+            let both = Interest::READABLE | Interest::WRITABLE;
+            (self.poll.registry())
+                .register(&mut slot.stream, Token(k), both)
+                .map_err(|e| Ended::Failed(e.to_string()))
+        });
+        self.put_back(k, slot, outcome);
     }
 
     /// Moves connection `k` as far as it can go without blocking.
@@ -334,6 +331,12 @@ impl Worker<'_> {
             return;
         };
         let outcome = self.step(&mut slot, k);
+        self.put_back(k, slot, outcome);
+    }
+
+    /// Keeps connection `k` when its step blocked, or closes it with its
+    /// result.
+    fn put_back(&mut self, k: usize, slot: Slot, outcome: Result<(), Ended>) {
         match outcome {
             Ok(()) => self.slots[k] = Some(slot),
             Err(result) => self.close(k, slot, result),
@@ -369,7 +372,6 @@ impl Worker<'_> {
                     self.sh.throttle_release();
                     slot.throttled = false;
                     slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
-                    slot.rec.local = slot.stream.local_addr().ok();
                     let _ = slot.stream.set_nodelay(true);
                     self.sh.granted.get_or_init(|| {
                         crate::net::sockopt::granted(&slot.stream, slot.rec.remote.is_ipv6(), true)
@@ -385,7 +387,7 @@ impl Worker<'_> {
                             .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
                     });
                     let conn = Conn::new(
-                        &self.sh.cfg.spec(),
+                        &self.sh.spec,
                         slot.rec.connection_id,
                         Role::Client,
                         slot.rec.buffer as usize,
@@ -393,23 +395,29 @@ impl Worker<'_> {
                     );
                     slot.stage = Stage::Hello {
                         out: Out::new(proto::encode(&hello)),
-                        inbuf: Vec::new(),
                         conn: Box::new(conn),
                     };
                     slot.last_progress = Instant::now();
                 }
-                Stage::Hello { out, inbuf, conn } => {
+                Stage::Hello { out, conn } => {
                     // The hello goes out with the first data behind it, in
                     // one write when the data is small.
                     let last = &mut slot.last_progress;
-                    self.run_conn(conn, out, &slot.stream, last, k, false);
+                    let ahead = &mut slot.ahead;
+                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, false);
+                    self.wait_for(ran, k);
+                    if slot.rec.local.is_none() {
+                        // After the hello: the server has work to do meanwhile.
+                        slot.rec.local = slot.stream.local_addr().ok();
+                    }
                     if conn.is_done() {
                         // Nothing is read before the ack: only a write failed.
                         let detail = conn.result().map(|r| r.0.detail.clone());
                         let e = detail.unwrap_or_default();
                         return Err(Ended::Failed(format!("data hello: {e}")));
                     }
-                    match crate::net::read_frame(&slot.stream, inbuf) {
+                    let stream = &slot.stream;
+                    match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
                         Ok(None) => return Ok(()),
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
@@ -433,14 +441,15 @@ impl Worker<'_> {
                 }
                 Stage::Data { conn, out } => {
                     let last = &mut slot.last_progress;
-                    if !self.run_conn(conn, out, &slot.stream, last, k, true) {
+                    let ahead = &mut slot.ahead;
+                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, true);
+                    if !self.wait_for(ran, k) {
                         return Ok(());
                     }
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
                     let Stage::Data { conn, .. } = std::mem::replace(
                         &mut slot.stage,
                         Stage::Bursts {
-                            inbuf: Vec::new(),
                             until: Instant::now() + BURSTS_WAIT,
                         },
                     ) else {
@@ -451,7 +460,7 @@ impl Worker<'_> {
                     let result = after_stop(result, self.sh.stop.load(SeqCst));
                     (slot.rec.sent, slot.rec.received) = (mine.sent, mine.received);
                     slot.rec.bursts = bursts;
-                    let wants_bursts = self.sh.cfg.spec().burst.is_some()
+                    let wants_bursts = self.sh.spec.burst.is_some()
                         && matches!(result.kind, ResultKind::Success | ResultKind::DataError);
                     if !wants_bursts {
                         return Err(Ended::Agreed(result));
@@ -459,11 +468,12 @@ impl Worker<'_> {
                     slot.result = Some(result);
                     self.timers.push(Instant::now() + BURSTS_WAIT, k);
                 }
-                Stage::Bursts { inbuf, until } => {
+                Stage::Bursts { until } => {
                     let finished = if Instant::now() >= *until {
                         true
                     } else {
-                        match crate::net::read_frame(&slot.stream, inbuf) {
+                        let stream = &slot.stream;
+                        match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
                             Ok(None) => return Ok(()),
                             Ok(Some(Message::TcpBursts { bursts, last })) => {
                                 slot.rec.bursts.extend(bursts);
@@ -482,27 +492,37 @@ impl Worker<'_> {
         }
     }
 
-    /// Runs connection `k`'s machine until it is done (true) or blocks;
-    /// before the server's acknowledgement it may write but not read.
+    /// Runs a connection's machine until it is settled or blocks; before
+    /// the server's acknowledgement it may write but not read.
     fn run_conn(
         &mut self,
         conn: &mut Conn,
         out: &mut Out,
+        ahead: &mut ReadAhead,
         stream: &TcpStream,
         last: &mut Instant,
-        k: usize,
         may_read: bool,
-    ) -> bool {
+    ) -> Ran {
         let stop = || self.sh.stop.load(SeqCst);
         let env = Env {
             counters: &self.sh.counters,
             guard: None,
             stopped: &stop,
             may_read,
-            // The client closes when it is done, after the server's FIN.
-            half_close: false,
+            // The server's FIN comes with its report unless a burst
+            // account follows it; a rude close resets instead.
+            fin: match (&self.sh.cfg.burst, self.sh.cfg.sock.shutdown) {
+                (None, ShutdownMode::Graceful) => Fin::WithLastReport,
+                _ => Fin::OnClose,
+            },
         };
-        match run_until_blocked(conn, out, stream, &mut self.buf, &env, last) {
+        run_until_blocked(conn, out, ahead, stream, &mut self.buf, &env, last)
+    }
+
+    /// Whether connection `k`'s run ended settled; a blocked one's timer
+    /// is set.
+    fn wait_for(&mut self, ran: Ran, k: usize) -> bool {
+        match ran {
             Ran::Settled => true,
             Ran::Blocked { timer } => {
                 if let Some(at) = timer {

@@ -14,7 +14,7 @@ use super::config::{ConfigError, TcpClientConfig};
 use crate::control::STOP_GRACE;
 use crate::control::{ClientError, Control};
 use crate::outcome::ConnResult;
-use crate::proto::{Message, TestSpec, read_message, write_message};
+use crate::proto::{Message, TcpSpec, TestSpec, read_message, write_message};
 use crate::stats::Counters;
 
 /// One data connection as it ended; a row of the connection file.
@@ -79,6 +79,8 @@ pub(super) struct ServerControl {
 
 pub(super) struct Shared {
     pub(super) cfg: TcpClientConfig,
+    /// `cfg.spec()`, made once: every connection's machine starts from it.
+    pub(super) spec: TcpSpec,
     pub(super) sessions: Vec<ServerControl>,
     pub(super) counters: Counters,
     /// Set on a stop: start no new connections, and a failure from now on

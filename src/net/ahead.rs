@@ -1,0 +1,207 @@
+//! Bytes read from a stream ahead of what their reader wanted. A short
+//! connection's peer sends its acknowledgement, reply and final report in
+//! one segment (see `out.rs`); reading them frame by frame, header then
+//! body, cost a read each (five on a crr client, three on its server), and
+//! on loopback each read is a good part of what a transaction costs. One
+//! read of up to [`AHEAD`] bytes takes them all; what the reader did not
+//! want yet waits here, and is handed out before the socket is read again.
+
+use std::io;
+
+use crate::proto::{Message, ReadError, decode_frame};
+
+/// How much a read takes when its reader wants less (a frame, a short
+/// reply): more than a few frames, so that everything a peer sent in one
+/// write arrives in one read.
+pub const AHEAD: usize = 4096;
+
+/// The largest buffer kept once all is handed out: a held connection keeps
+/// no read's buffer.
+const KEEP: usize = 512;
+
+/// Bytes read and not yet handed out.
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl ReadAhead {
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    /// What waits, oldest first.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[self.at..]
+    }
+
+    /// Hands out the first `n` waiting bytes (no more than wait).
+    pub fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.bytes.len());
+        if self.is_empty() {
+            self.bytes.clear();
+            self.at = 0;
+            if self.bytes.capacity() > KEEP {
+                self.bytes = Vec::new();
+            }
+        }
+    }
+
+    /// Keeps `b`, read past what was wanted, behind what waits.
+    pub fn stash(&mut self, b: &[u8]) {
+        self.bytes.extend_from_slice(b);
+    }
+
+    /// Reads once through `recv` into `scratch` (at most [`AHEAD`] bytes)
+    /// and keeps what came: Ok(0) is the peer's end of stream.
+    pub fn fill(
+        &mut self,
+        scratch: &mut [u8],
+        recv: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let cap = AHEAD.min(scratch.len());
+        let n = recv(&mut scratch[..cap])?;
+        self.stash(&scratch[..n.min(cap)]);
+        Ok(n)
+    }
+
+    /// Takes the first whole frame that waits, if one does.
+    pub fn frame(&mut self) -> Result<Option<Message>, crate::proto::ProtoError> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let r = decode_frame(self.bytes())?;
+        Ok(r.map(|(m, used)| {
+            self.consume(used);
+            m
+        }))
+    }
+
+    /// The next frame from what waits and then from a non-blocking stream
+    /// read through `recv`: Ok(None) while more is needed (the stream would
+    /// block). Reads go on only while the frame is incomplete, so what
+    /// waits stays bounded by one frame (whose header bounds its length)
+    /// and one read.
+    pub fn read_frame(
+        &mut self,
+        scratch: &mut [u8],
+        mut recv: impl FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> Result<Option<Message>, ReadError> {
+        loop {
+            if let Some(m) = self.frame()? {
+                return Ok(Some(m));
+            }
+            let had = self.bytes().len();
+            match self.fill(scratch, &mut recv) {
+                Ok(0) if had == 0 => return Err(ReadError::Eof),
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::encode;
+    use std::collections::VecDeque;
+
+    /// A stream serving `chunks` one read each (cut to the read's size),
+    /// then would block; counts its reads.
+    struct Chunks(VecDeque<Vec<u8>>, usize);
+    impl Chunks {
+        fn recv(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.1 += 1;
+            let Some(c) = self.0.front_mut() else {
+                return Err(io::ErrorKind::WouldBlock.into());
+            };
+            let n = c.len().min(b.len());
+            b[..n].copy_from_slice(&c[..n]);
+            c.drain(..n);
+            if c.is_empty() {
+                self.0.pop_front();
+            }
+            Ok(n)
+        }
+    }
+
+    fn ack(n: u128) -> Vec<u8> {
+        encode(&Message::DataAck {
+            connection: uuid::Uuid::from_u128(n),
+        })
+    }
+
+    #[test]
+    fn one_read_takes_several_frames_and_what_follows_waits() {
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([[ack(1), ack(2), vec![7, 8, 9]].concat()].into(), 0);
+        let mut scratch = [0u8; 8192];
+        let m = a.read_frame(&mut scratch, |b| s.recv(b)).unwrap();
+        assert!(matches!(m, Some(Message::DataAck { connection }) if connection.as_u128() == 1));
+        let m = a.read_frame(&mut scratch, |b| s.recv(b)).unwrap();
+        assert!(matches!(m, Some(Message::DataAck { connection }) if connection.as_u128() == 2));
+        assert_eq!(s.1, 1, "both frames came in one read");
+        assert_eq!(a.bytes(), [7, 8, 9]);
+        a.consume(2);
+        assert_eq!(a.bytes(), [9]);
+        a.consume(5);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_frame_in_pieces_waits_for_the_rest_and_an_end_inside_one_is_an_error() {
+        let f = ack(3);
+        let mut scratch = [0u8; 64];
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([f[..3].to_vec(), f[3..20].to_vec()].into(), 0);
+        assert!(a.read_frame(&mut scratch, |b| s.recv(b)).unwrap().is_none());
+        assert_eq!(a.bytes(), &f[..20]);
+        s.0.push_back(f[20..].to_vec());
+        assert!(a.read_frame(&mut scratch, |b| s.recv(b)).unwrap().is_some());
+        assert!(a.is_empty());
+        // A reader that reads 64 bytes at a time still gets a longer frame.
+        assert!(f.len() > 64);
+        // The stream ends: between frames that is the end, inside one an error.
+        let r = a.read_frame(&mut scratch, |_| Ok(0));
+        assert!(matches!(r, Err(ReadError::Eof)), "{r:?}");
+        a.stash(&f[..5]);
+        let r = a.read_frame(&mut scratch, |_| Ok(0));
+        assert!(matches!(r, Err(ReadError::Io(_))), "{r:?}");
+        // Garbage is refused as soon as it is seen, and a failed read fails.
+        let mut a = ReadAhead::default();
+        a.stash(b"GET / HTTP/1.1");
+        assert!(matches!(
+            a.read_frame(&mut scratch, |_| Ok(0)),
+            Err(ReadError::Proto(_))
+        ));
+        let mut a = ReadAhead::default();
+        let r = a.read_frame(&mut scratch, |_| Err(io::ErrorKind::ConnectionReset.into()));
+        assert!(matches!(r, Err(ReadError::Io(_))), "{r:?}");
+    }
+
+    #[test]
+    fn a_read_takes_at_most_ahead_and_an_emptied_buffer_is_let_go() {
+        let mut a = ReadAhead::default();
+        let mut scratch = vec![0u8; 3 * AHEAD];
+        let n = a.fill(&mut scratch, |b| Ok(b.len())).unwrap();
+        assert_eq!((n, a.bytes().len()), (AHEAD, AHEAD));
+        a.consume(AHEAD - 1);
+        assert!(!a.is_empty());
+        a.consume(1);
+        assert!(a.is_empty());
+        assert_eq!(a.bytes.capacity(), 0);
+        // A small buffer is kept for the next frames.
+        a.stash(&[1; 100]);
+        a.consume(100);
+        assert!(a.bytes.capacity() >= 100);
+        // A scratch smaller than AHEAD bounds the read.
+        let mut small = [0u8; 10];
+        assert_eq!(a.fill(&mut small, |b| Ok(b.len())).unwrap(), 10);
+    }
+}
