@@ -136,15 +136,17 @@ pub enum Verdict {
     Cancelled,
 }
 
-/// One end's account of a data connection, exchanged when its data phase ends.
+/// One end's account of a data connection, exchanged when its data phase
+/// ends. On the wire the verdict's fields sit beside the report's own
+/// (`final_wire.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "final_wire::FinalWire", try_from = "final_wire::FinalWire")]
 pub struct FinalReport {
     /// Payload bytes this end sent.
     pub sent: u64,
     /// Payload bytes this end received.
     pub received: u64,
     /// This end's own judgement.
-    #[serde(flatten)]
     pub verdict: Verdict,
     /// This end's TCP_INFO when its data phase ended: the sender's
     /// retransmissions are on the sending end, so a client pulling data
@@ -594,6 +596,9 @@ pub fn in_frames<T: Clone>(
         .map(|(i, g)| make(g.to_vec(), i + 1 == n))
         .collect()
 }
+
+#[path = "final_wire.rs"]
+mod final_wire;
 
 #[cfg(test)]
 #[path = "proto_tests.rs"]

@@ -134,7 +134,8 @@ struct Loop<'a> {
     arc: Arc<State>,
     poll: Poll,
     rx: Receiver<Incoming>,
-    slots: Vec<Option<Slot2<'a>>>,
+    /// Boxed: a slot is taken out for each step and put back.
+    slots: Vec<Option<Box<Slot2<'a>>>>,
     free: Vec<usize>,
     timers: Timers,
     buf: Vec<u8>,
@@ -316,7 +317,7 @@ impl<'a> Loop<'a> {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut slot = Slot2 {
+        let mut slot = Box::new(Slot2 {
             stream: TcpStream::from_std(stream),
             peer,
             stage,
@@ -324,7 +325,7 @@ impl<'a> Loop<'a> {
             last_progress: Instant::now(),
             _open: open,
             _client: client,
-        };
+        });
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,
         // so that registering it is not between the request and the
@@ -344,7 +345,7 @@ impl<'a> Loop<'a> {
 
     /// Keeps `slot` (joining it to the poll first when `new`), closes it,
     /// or hands it to a control thread, as its step said.
-    fn put_back(&mut self, k: usize, mut slot: Slot2<'a>, next: Next, new: bool) {
+    fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next, new: bool) {
         match next {
             Next::Keep => {
                 let both = Interest::READABLE | Interest::WRITABLE;
@@ -533,10 +534,10 @@ impl<'a> Loop<'a> {
 
     /// A control connection goes to a thread of its own, which counts it
     /// in the open connections (and its client's) from then on.
-    fn spawn_control(&mut self, slot: Slot2<'a>, h: crate::proto::Hello, setup: Instant) {
+    fn spawn_control(&mut self, slot: Box<Slot2<'a>>, h: crate::proto::Hello, setup: Instant) {
         let Slot2 {
             mut stream, peer, ..
-        } = slot;
+        } = *slot;
         let _ = self.poll.registry().deregister(&mut stream);
         // SAFETY: the descriptor was just released by the mio stream and is
         // owned by the std stream from here on.
@@ -561,7 +562,7 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn close(&mut self, k: usize, slot: Slot2<'a>) {
+    fn close(&mut self, k: usize, slot: Box<Slot2<'a>>) {
         // Dropping the socket closes it, which takes it out of the poll.
         match &slot.stage {
             Stage::Data { a, .. } => finished(self.st, a, ResultKind::NetworkError),

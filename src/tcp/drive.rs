@@ -313,6 +313,9 @@ fn gather<S: Socket>(
     env: &Env,
     p: &mut Pumped,
 ) -> Option<io::Result<usize>> {
+    // Gathering takes no time worth a clock read per piece; a write to the
+    // socket does.
+    let at = now();
     loop {
         if conn.take_info_request()
             && let Some(i) = crate::net::tcpinfo::read(stream)
@@ -322,7 +325,7 @@ fn gather<S: Socket>(
         }
         let room = GATHER - out.pending().min(GATHER);
         let data = conn.sending_data();
-        let b = match conn.transmit(now()) {
+        let b = match conn.transmit(at) {
             Transmit::Bytes(b) => b,
             Transmit::WaitUntil(at) => {
                 p.timer = Some(at);
@@ -366,7 +369,7 @@ fn gather<S: Socket>(
             return Some(r);
         }
         out.push(&b[..n]);
-        conn.on_written(n, now());
+        conn.on_written(n, at);
         p.moved = true;
     }
 }

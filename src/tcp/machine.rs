@@ -222,7 +222,8 @@ impl Conn {
             Phase::Done(agree(&mine, Err(&NoReport::Failed)))
         } else {
             Phase::Final {
-                out: proto::encode(&Message::Final(mine.clone())),
+                // Encoded when first offered: its TCP_INFO is set before.
+                out: Vec::new(),
                 at: 0,
                 inbuf: Vec::new(),
                 peer: None,
@@ -233,8 +234,15 @@ impl Conn {
 
     /// What to write now.
     pub fn transmit(&mut self, now: Now) -> Transmit<'_> {
+        if let (Phase::Final { out, .. }, Some(mine)) = (&mut self.phase, &self.mine)
+            && out.is_empty()
+        {
+            *out = proto::encode(&Message::Final(mine.clone()));
+        }
         match &self.phase {
-            Phase::Final { out, at, .. } if *at < out.len() => return Transmit::Bytes(&out[*at..]),
+            Phase::Final { out, at, .. } if !self.report_out => {
+                return Transmit::Bytes(&out[*at..]);
+            }
             Phase::Data if self.send_left > 0 => {}
             _ => return Transmit::Nothing,
         }
@@ -266,7 +274,7 @@ impl Conn {
     pub fn on_written(&mut self, n: usize, now: Now) {
         if let Phase::Final { out, at, .. } = &mut self.phase {
             *at = (*at + n).min(out.len());
-            self.report_out = *at == out.len();
+            self.report_out = !out.is_empty() && *at == out.len();
             return self.maybe_done();
         }
         if !matches!(self.phase, Phase::Data) || n == 0 {
@@ -384,14 +392,11 @@ impl Conn {
     fn maybe_done(&mut self) {
         if let (
             Phase::Final {
-                out,
-                at,
-                peer: Some(peer),
-                ..
+                peer: Some(peer), ..
             },
             Some(mine),
         ) = (&self.phase, &self.mine)
-            && *at == out.len()
+            && self.report_out
         {
             self.peer_info = peer.as_ref().ok().and_then(|p| p.tcp_info);
             let r = agree(mine, peer.as_ref());
@@ -409,7 +414,8 @@ impl Conn {
     pub fn set_final_tcp_info(&mut self, info: proto::TcpInfoSummary) {
         if let (Phase::Final { out, at: 0, .. }, Some(mine)) = (&mut self.phase, &mut self.mine) {
             mine.tcp_info = Some(info);
-            *out = proto::encode(&Message::Final(mine.clone()));
+            // Encoded again when next offered.
+            out.clear();
         }
     }
 
@@ -453,7 +459,7 @@ impl Conn {
     /// A read or write failed with `e`.
     pub fn on_error(&mut self, e: &io::Error) {
         match (&self.phase, &mut self.mine) {
-            (Phase::Final { out, at, .. }, Some(mine)) if *at < out.len() => {
+            (Phase::Final { .. }, Some(mine)) if !self.report_out => {
                 // This end's report could not go out.
                 mine.verdict = net_verdict(e);
                 self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));

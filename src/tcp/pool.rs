@@ -95,7 +95,9 @@ fn failed(detail: String) -> ConnResult {
 struct Worker<'a> {
     sh: &'a Shared,
     poll: Poll,
-    slots: Vec<Option<Slot>>,
+    /// Boxed: a slot is taken out for each step and put back, and a
+    /// connection's record makes it some 600 bytes to copy each way.
+    slots: Vec<Option<Box<Slot>>>,
     free: Vec<usize>,
     live: usize,
     /// Concurrent connections this loop keeps.
@@ -296,7 +298,7 @@ impl Worker<'_> {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        let mut slot = Slot {
+        let mut slot = Box::new(Slot {
             stream,
             _port: lease,
             session,
@@ -308,7 +310,7 @@ impl Worker<'_> {
             last_progress: started,
             result: None,
             retrans_counted: 0,
-        };
+        });
         self.live += 1;
         // Over loopback the handshake is often over when connect returns:
         // the hello goes out now rather than after a turn of the loop, and
@@ -336,7 +338,7 @@ impl Worker<'_> {
 
     /// Keeps connection `k` when its step blocked, or closes it with its
     /// result.
-    fn put_back(&mut self, k: usize, slot: Slot, outcome: Result<(), Ended>) {
+    fn put_back(&mut self, k: usize, slot: Box<Slot>, outcome: Result<(), Ended>) {
         match outcome {
             Ok(()) => self.slots[k] = Some(slot),
             Err(result) => self.close(k, slot, result),
@@ -534,7 +536,7 @@ impl Worker<'_> {
     }
 
     /// Ends connection `k` with `result` and frees its slot.
-    fn close(&mut self, k: usize, mut slot: Slot, result: Ended) {
+    fn close(&mut self, k: usize, mut slot: Box<Slot>, result: Ended) {
         // Closing the socket takes it out of the poll (its descriptor is
         // not shared), so there is no deregistering call to make.
         // Only a connection that came up has TCP_INFO worth reporting.
