@@ -354,15 +354,15 @@ impl<'a> Loop<'a> {
                         .register(&mut slot.stream, Token(k), both)
                         .is_err()
                 {
-                    return self.close(k, slot);
+                    return self.close(k, *slot);
                 }
                 self.slots[k] = Some(slot)
             }
-            Next::Close => self.close(k, slot),
+            Next::Close => self.close(k, *slot),
             Next::Control(h, setup) => {
                 self.free.push(k);
                 self.loops.left(self.index);
-                self.spawn_control(slot, h, setup);
+                self.spawn_control(*slot, h, setup);
             }
         }
     }
@@ -534,10 +534,10 @@ impl<'a> Loop<'a> {
 
     /// A control connection goes to a thread of its own, which counts it
     /// in the open connections (and its client's) from then on.
-    fn spawn_control(&mut self, slot: Box<Slot2<'a>>, h: crate::proto::Hello, setup: Instant) {
+    fn spawn_control(&mut self, slot: Slot2<'a>, h: crate::proto::Hello, setup: Instant) {
         let Slot2 {
             mut stream, peer, ..
-        } = *slot;
+        } = slot;
         let _ = self.poll.registry().deregister(&mut stream);
         // SAFETY: the descriptor was just released by the mio stream and is
         // owned by the std stream from here on.
@@ -562,7 +562,7 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn close(&mut self, k: usize, slot: Box<Slot2<'a>>) {
+    fn close(&mut self, k: usize, slot: Slot2<'a>) {
         // Dropping the socket closes it, which takes it out of the poll.
         match &slot.stage {
             Stage::Data { a, .. } => finished(self.st, a, ResultKind::NetworkError),
@@ -613,7 +613,7 @@ impl<'a> Loop<'a> {
         for (k, drop_now) in due {
             if drop_now {
                 if let Some(s) = self.slots[k].take() {
-                    self.close(k, s);
+                    self.close(k, *s);
                 }
             } else {
                 self.advance(k);
