@@ -417,14 +417,18 @@ pub fn foreign_server(first: &[u8]) -> Option<&'static str> {
 
 /// Encodes a message into one frame.
 pub fn encode(msg: &Message) -> Vec<u8> {
-    // Serializing these plain structs to JSON cannot fail.
-    let payload = serde_json::to_vec(msg).unwrap_or_default();
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    // The payload goes behind the header, whose length is filled in once
+    // it is known: one buffer, and no copy (a short connection encodes a
+    // frame or two at each end).
+    let mut out = Vec::with_capacity(256);
     out.extend_from_slice(&MAGIC);
-    out.push(FRAME_VERSION);
-    out.push(0);
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(&[FRAME_VERSION, 0, 0, 0, 0, 0]);
+    // Serializing these plain structs to JSON cannot fail.
+    if serde_json::to_writer(&mut out, msg).is_err() {
+        out.truncate(HEADER_LEN);
+    }
+    let len = (out.len() - HEADER_LEN) as u32;
+    out[4..HEADER_LEN].copy_from_slice(&len.to_be_bytes());
     out
 }
 
