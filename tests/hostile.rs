@@ -479,3 +479,17 @@ fn sigterm_like_sigint_leaves_complete_files() {
     let rows: Vec<_> = r.records().collect::<Result<_, _>>().unwrap();
     assert!(rows.len() >= 2, "{} status rows", rows.len());
 }
+
+/// The server reads a connection's first frame with what follows it, and a
+/// control connection's conversation then goes to a thread that reads the
+/// socket itself: a client that sends more before the answer to its hello
+/// is refused with a reason rather than having those bytes lost.
+#[test]
+fn a_control_hello_with_bytes_behind_it_is_refused() {
+    let (_srv, addr) = serve(&["-v", "0"]);
+    let hello = proto::encode(&Message::Hello(Message::hello()));
+    assert_eq!(send_hostile(addr, &hello), "HelloAck");
+    let mut piped = hello.clone();
+    piped.extend_from_slice(&proto::encode(&Message::Goodbye));
+    assert_eq!(send_hostile(addr, &piped), "error UnexpectedMessage");
+}
