@@ -196,10 +196,15 @@ mod tests {
         a.consume(1);
         assert!(a.is_empty());
         assert_eq!(a.bytes.capacity(), 0);
-        // A small buffer is kept for the next frames.
+        // A small buffer is kept for the next frames, up to KEEP bytes.
         a.stash(&[1; 100]);
         a.consume(100);
         assert!(a.bytes.capacity() >= 100);
+        let mut edge = ReadAhead::default();
+        edge.stash(&[1; KEEP]);
+        assert_eq!(edge.bytes.capacity(), KEEP);
+        edge.consume(KEEP);
+        assert_eq!(edge.bytes.capacity(), KEEP);
         // A scratch smaller than AHEAD bounds the read.
         let mut small = [0u8; 10];
         assert_eq!(a.fill(&mut small, |b| Ok(b.len())).unwrap(), 10);
