@@ -137,27 +137,68 @@ fn final_frame(sent: u64, received: u64) -> Vec<u8> {
     }))
 }
 
+/// One end of a connection in a test: its machine, what it queued and
+/// what it read ahead.
+struct End {
+    conn: Conn,
+    out: Out,
+    ahead: ReadAhead,
+}
+
+impl End {
+    fn new(conn: Conn, queued: Vec<u8>) -> End {
+        End {
+            conn,
+            out: Out::new(queued),
+            ahead: ReadAhead::default(),
+        }
+    }
+
+    /// One step over `s`, with a 1 KiB read buffer.
+    fn step(&mut self, s: &Mock, e: &Env) -> Pumped {
+        pump(
+            &mut self.conn,
+            &mut self.out,
+            &mut self.ahead,
+            s,
+            &mut [0; 1024],
+            e,
+        )
+    }
+
+    fn settled(&self) -> bool {
+        settled(&self.conn, &self.out)
+    }
+
+    /// Steps until settled or blocked, over `s`, with a 1 KiB read buffer.
+    fn run(&mut self, s: &Mock, e: &Env, last: &mut Instant) -> Ran {
+        let buf = &mut [0; 1024];
+        run_until_blocked(
+            &mut self.conn,
+            &mut self.out,
+            &mut self.ahead,
+            s,
+            buf,
+            e,
+            last,
+        )
+    }
+}
+
 #[test]
 fn a_transaction_leaves_each_end_in_one_write() {
     let id = Uuid::from_u128(7);
     let now = Instant::now();
     let c = Counters::default();
     // The client: its hello, then its request behind it, in one write.
-    let mut client = Conn::new(&crr_spec(), id, Role::Client, 64, now);
     let hello = proto::encode(&Message::DataAck { connection: id });
-    let mut cout = Out::new(hello.clone());
-    let mut ahead_cout = ReadAhead::default();
-    assert!(!settled(&client, &cout));
-    let cs = mock(1 << 20);
-    let p = pump(
-        &mut client,
-        &mut cout,
-        &mut ahead_cout,
-        &cs,
-        &mut [0; 1024],
-        &env(&c, false),
+    let mut client = End::new(
+        Conn::new(&crr_spec(), id, Role::Client, 64, now),
+        hello.clone(),
     );
-    assert!(p.moved);
+    assert!(!client.settled());
+    let cs = mock(1 << 20);
+    assert!(client.step(&cs, &env(&c, false)).moved);
     let w = cs.writes.take();
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(&w[0][..hello.len()], &hello[..]);
@@ -165,14 +206,12 @@ fn a_transaction_leaves_each_end_in_one_write() {
         &w[0][hello.len()..],
         &pattern(id, Direction::ClientToServer, 64)[..]
     );
-    assert!(cout.is_empty());
+    assert!(client.out.is_empty());
 
     // The server, its request already in: the ack, the reply and its
     // final report in one write.
-    let mut server = Conn::new(&crr_spec(), id, Role::Server, 64, now);
     let ack = proto::encode(&Message::DataAck { connection: id });
-    let mut sout = Out::new(ack);
-    let mut ahead_sout = ReadAhead::default();
+    let mut server = End::new(Conn::new(&crr_spec(), id, Role::Server, 64, now), ack);
     let ss = mock(1 << 20);
     ss.reads
         .borrow_mut()
@@ -181,15 +220,7 @@ fn a_transaction_leaves_each_end_in_one_write() {
         fin: Fin::WithReport,
         ..env(&c, true)
     };
-    let p = pump(
-        &mut server,
-        &mut sout,
-        &mut ahead_sout,
-        &ss,
-        &mut [0; 1024],
-        &half,
-    );
-    assert!(p.moved);
+    assert!(server.step(&ss, &half).moved);
     let w = ss.writes.take();
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(parts(&w[0], &[2]), ["data_ack", "2 bytes", "final"]);
@@ -197,19 +228,14 @@ fn a_transaction_leaves_each_end_in_one_write() {
     assert!(*ss.shut.borrow());
     assert!(!*ss.held.borrow());
     // Waiting for the client's report, it writes and shuts nothing more.
-    let p = pump(
-        &mut server,
-        &mut sout,
-        &mut ahead_sout,
-        &ss,
-        &mut [0; 1024],
-        &half,
-    );
-    assert!(!p.moved);
+    assert!(!server.step(&ss, &half).moved);
     assert!(ss.writes.borrow().is_empty());
-    assert!(!server.is_done(), "the client's report is still to come");
+    assert!(
+        !server.conn.is_done(),
+        "the client's report is still to come"
+    );
 
-    // The client reads the reply and the server's report in one step,
+    // The client reads the reply and the server's report in one read,
     // then writes its own report, which finishes it.
     let mut from_server = w[0].clone();
     let ack_len = proto::encode(&Message::DataAck { connection: id }).len();
@@ -223,18 +249,8 @@ fn a_transaction_leaves_each_end_in_one_write() {
     // The socket takes 10 bytes: done, but not settled before its
     // report is out.
     *cs.room.borrow_mut() = 10;
-    assert!(
-        pump(
-            &mut client,
-            &mut cout,
-            &mut ahead_cout,
-            &cs,
-            &mut [0; 1024],
-            &e
-        )
-        .moved
-    );
-    assert!(client.is_done() && !settled(&client, &cout));
+    assert!(client.step(&cs, &e).moved);
+    assert!(client.conn.is_done() && !client.settled());
     assert!(cs.reads.borrow().is_empty());
     assert_eq!(
         cs.recvs.get() - reads,
@@ -242,25 +258,15 @@ fn a_transaction_leaves_each_end_in_one_write() {
         "the reply and the report in one read"
     );
     *cs.room.borrow_mut() = 1 << 20;
-    assert!(
-        pump(
-            &mut client,
-            &mut cout,
-            &mut ahead_cout,
-            &cs,
-            &mut [0; 1024],
-            &e
-        )
-        .moved
-    );
-    assert!(settled(&client, &cout));
+    assert!(client.step(&cs, &e).moved);
+    assert!(client.settled());
     let w: Vec<u8> = cs.writes.take().concat();
     assert_eq!(w, final_frame(64, 2));
     // The server's report came first, with its FIN: the client's report
     // takes the client's FIN with it.
     assert!(*cs.shut.borrow());
     assert_eq!(
-        client.result().unwrap().0.kind,
+        client.conn.result().unwrap().0.kind,
         crate::outcome::ResultKind::Success
     );
     // The client's request and the server's reply, each way.
@@ -450,50 +456,29 @@ fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
 fn a_run_of_steps_ends_settled_or_blocked() {
     let c = Counters::default();
     let e = env(&c, true);
-    let mut buf = vec![0; 1024];
     // Nothing to read: blocked on the socket, with no progress to note.
-    let (mut conn, mut out, s) = waiting_receiver();
-    let mut ahead_out = ReadAhead::default();
+    let (conn, out, s) = waiting_receiver();
+    let mut r = End {
+        conn,
+        out,
+        ahead: ReadAhead::default(),
+    };
     let t0 = Instant::now() - std::time::Duration::from_secs(5);
     let mut last = t0;
-    let ran = run_until_blocked(
-        &mut conn,
-        &mut out,
-        &mut ahead_out,
-        &s,
-        &mut buf,
-        &e,
-        &mut last,
-    );
+    let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!(last, t0);
     // The data arrives: read, the report written, progress noted, and it
     // waits for the client's report.
     s.reads.borrow_mut().push_back(sent(1000));
-    let ran = run_until_blocked(
-        &mut conn,
-        &mut out,
-        &mut ahead_out,
-        &s,
-        &mut buf,
-        &e,
-        &mut last,
-    );
+    let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert!(last > t0);
     // With the client's report it is settled.
     s.reads.borrow_mut().push_back(final_frame(1000, 0));
-    let ran = run_until_blocked(
-        &mut conn,
-        &mut out,
-        &mut ahead_out,
-        &s,
-        &mut buf,
-        &e,
-        &mut last,
-    );
+    let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Settled);
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(kind(&r.conn), Some(crate::outcome::ResultKind::Success));
 }
 
 #[test]
@@ -507,46 +492,34 @@ fn a_client_sends_its_fin_with_its_report_only_when_the_server_closed_first() {
     // before the server's: its FIN waits for the close.
     let id = Uuid::from_u128(12);
     let spec = TcpSpec::plain(IoPattern::Push, 64, 0, 0);
-    let mut conn = Conn::new(&spec, id, Role::Client, 64, Instant::now());
-    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let mut client = End::new(
+        Conn::new(&spec, id, Role::Client, 64, Instant::now()),
+        vec![],
+    );
     let s = mock(1 << 20);
-    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 1024], &e).moved);
-    assert!(conn.report_sent() && !conn.is_done());
+    assert!(client.step(&s, &e).moved);
+    assert!(client.conn.report_sent() && !client.conn.is_done());
     assert!(!*s.shut.borrow() && !*s.held.borrow());
     // The server's report then settles it, and nothing more is written.
     s.reads.borrow_mut().push_back(final_frame(0, 64));
-    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 1024], &e).moved);
-    assert!(settled(&conn, &out));
+    assert!(client.step(&s, &e).moved);
+    assert!(client.settled());
     assert!(!*s.shut.borrow());
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(
+        kind(&client.conn),
+        Some(crate::outcome::ResultKind::Success)
+    );
     // Fin::OnClose never shuts, even as the second to report.
-    let mut conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
-    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
+    let mut client = End::new(conn, vec![]);
     let s = mock(1 << 20);
     let on_close = env(&c, true);
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut [0; 1024],
-        &on_close,
-    );
+    client.step(&s, &on_close);
     let mut reply = pattern(id, Direction::ServerToClient, 2);
     reply.extend(final_frame(2, 64));
     s.reads.borrow_mut().push_back(reply);
-    while !settled(&conn, &out) {
-        assert!(
-            pump(
-                &mut conn,
-                &mut out,
-                &mut ahead,
-                &s,
-                &mut [0; 1024],
-                &on_close
-            )
-            .moved
-        );
+    while !client.settled() {
+        assert!(client.step(&s, &on_close).moved);
     }
     assert!(!*s.shut.borrow());
 }
