@@ -249,15 +249,15 @@ pub fn pump<S: Socket>(
 fn feed(conn: &mut Conn, data: &[u8]) -> usize {
     let at = now();
     let mut used = 0;
-    while used < data.len() && !conn.is_done() {
+    loop {
+        // A finished machine wants nothing.
         let k = conn.want_read().min(data.len() - used);
         if k == 0 {
-            break;
+            return used;
         }
         conn.on_read(&data[used..used + k], at);
         used += k;
     }
-    used
 }
 
 /// How a run of [`pump`] steps ended.

@@ -545,6 +545,19 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
     assert_eq!(ahead.bytes(), [1, 2, 3, 4, 5]);
     assert_eq!(c.received.load(Relaxed), 1000);
+    // The data's end and the report's first bytes in one read, the rest
+    // in the next: the part waits in the machine for the rest.
+    let (mut conn, mut out, s) = waiting_receiver();
+    let mut ahead = ReadAhead::default();
+    let report = final_frame(1000, 0);
+    let mut chunk = sent(1000);
+    chunk.extend(&report[..5]);
+    s.reads.borrow_mut().push_back(chunk);
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert!(!conn.is_done() && ahead.is_empty());
+    s.reads.borrow_mut().push_back(report[5..].to_vec());
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
     // Bytes that wait are handed over before the socket is read; the
     // read's size does not depend on them.
     let (mut conn, mut out, s) = waiting_receiver();
