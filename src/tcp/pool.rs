@@ -42,10 +42,12 @@ const BURSTS_WAIT: Duration = Duration::from_secs(2);
 enum Stage {
     /// The TCP handshake is in progress.
     Connecting,
-    /// Sending the data hello, then reading the acknowledgement. The data does not wait for it: it follows the hello at once,
-    /// in the same write when it is small (the server reads the hello frame
-    /// alone, and the data after it once it has accepted the connection),
-    /// which saves a round trip per connection; only reading waits.
+    /// Sending the data hello, then reading the acknowledgement. The data
+    /// does not wait for it: it follows the hello at once, in the same
+    /// write when it is small (the server reads the hello and the data
+    /// behind it together, and hands the data to the connection once it
+    /// has admitted it), which saves a round trip per connection; only
+    /// reading waits.
     Hello { out: Out, conn: Box<Conn> },
     /// The data phase, and what is queued to be written.
     Data { conn: Box<Conn>, out: Out },
@@ -155,6 +157,10 @@ impl Worker<'_> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
+            if self.sh.ports.is_some() {
+                // --cport ports come back as their sockets close.
+                self.finish_ending();
+            }
             self.start_more();
             self.finish_ending();
             if self.live == 0 && (self.no_more || self.stopping()) {
