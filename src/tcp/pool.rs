@@ -157,8 +157,10 @@ impl Worker<'_> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
-            if self.sh.ports.is_some() {
-                // --cport ports come back as their sockets close.
+            // A --cport port comes back as its socket closes; and at most
+            // one closing socket waits, so that a loop never holds more
+            // descriptors than its quota and one (the fd check's margin).
+            if self.sh.ports.is_some() || self.ending.len() > 1 {
                 self.finish_ending();
             }
             self.start_more();

@@ -70,7 +70,7 @@ impl Worker<'_> {
     /// Finishes the connections [`Worker::close`] ended: their TCP_INFO,
     /// their records, and closing their sockets. The loop calls it once it
     /// has started the next connections (unless they need a `--cport` port
-    /// that a closing socket holds): closing costs a trip through both
+    /// that a closing socket holds, or more than one ended): closing costs a trip through both
     /// ends' stacks (the FIN, the server's TIME_WAIT), and a churning run's
     /// next request need not wait behind it (tcp -n 64 -P 1 made about 8 %
     /// more connections a second).
