@@ -157,12 +157,6 @@ impl Worker<'_> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
-            // A --cport port comes back as its socket closes; and at most
-            // one closing socket waits, so that a loop never holds more
-            // descriptors than its quota and one (the fd check's margin).
-            if self.sh.ports.is_some() || self.ending.len() > 1 {
-                self.finish_ending();
-            }
             self.start_more();
             self.finish_ending();
             if self.live == 0 && (self.no_more || self.stopping()) {
@@ -273,6 +267,13 @@ impl Worker<'_> {
         let started = Instant::now();
         // At most -P connections are open and --cport gives at least -P
         // ports, each back once its socket is closed: one is free.
+        // Ended connections whose sockets still wait to be closed: a loop
+        // holds at most its quota and one descriptor (the fd check's
+        // margin) even when connections end within their first step, and a
+        // --cport port comes back only once its socket is closed.
+        if self.sh.ports.is_some() || self.live + self.ending.len() > self.quota {
+            self.finish_ending();
+        }
         let lease = self.sh.ports.as_ref().and_then(|p| p.take());
         if self.sh.ports.is_some() && lease.is_none() {
             self.sh.throttle_release();
