@@ -126,13 +126,13 @@ const SHORT_READS: usize = 8;
 /// One step of a connection over a non-blocking socket: one read (or a
 /// few short ones in a row; a read for less than [`AHEAD`] takes up to
 /// that, and what the machine does not want yet waits in `ahead`, to be
-/// handed to it before the socket is read again), then one write of what is queued in `out` (a
-/// hello or acknowledgement first) with the machine's small writes
-/// gathered behind it, or one large write straight from the machine; data
-/// bytes counted, TCP_INFO read for each burst sent. Reading first lets
-/// what arrived (a request) produce its answer in the same write. Event
-/// loops call it until nothing moves and [`settled`] says the connection
-/// is over.
+/// handed to it before the socket is read again), then one write of what
+/// is queued in `out` (a hello or acknowledgement first) with the
+/// machine's small writes gathered behind it, or one large write straight
+/// from the machine; data bytes counted, TCP_INFO read for each burst
+/// sent. Reading first lets what arrived (a request) produce its answer in
+/// the same write. Event loops call it until nothing moves and [`settled`]
+/// says the connection is over.
 pub fn pump<S: Socket>(
     conn: &mut Conn,
     out: &mut Out,
