@@ -408,10 +408,6 @@ impl Worker<'_> {
                     let ahead = &mut slot.ahead;
                     let ran = self.run_conn(conn, out, ahead, &slot.stream, last, false);
                     self.wait_for(ran, k);
-                    if slot.rec.local.is_none() {
-                        // After the hello: the server has work to do meanwhile.
-                        slot.rec.local = slot.stream.local_addr().ok();
-                    }
                     if conn.is_done() {
                         // Nothing is read before the ack: only a write failed.
                         let detail = conn.result().map(|r| r.0.detail.clone());
@@ -584,7 +580,7 @@ impl Worker<'_> {
     fn sample(&mut self) {
         let secs = self.sh.elapsed();
         for slot in self.slots.iter_mut().flatten() {
-            if slot.rec.local.is_none() {
+            if matches!(slot.stage, Stage::Connecting) {
                 continue;
             }
             if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage

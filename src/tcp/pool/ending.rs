@@ -76,8 +76,11 @@ impl Worker<'_> {
     /// more connections a second).
     pub(super) fn finish_ending(&mut self) {
         for (mut slot, span, result) in std::mem::take(&mut self.ending) {
-            // Only a connection that came up has TCP_INFO worth reporting.
-            if slot.rec.local.is_some() {
+            // Only a connection that came up has an address and TCP_INFO
+            // worth reporting (both asked for here, off the way from one
+            // connection to the next).
+            if !matches!(slot.stage, Stage::Connecting) {
+                slot.rec.local = slot.stream.local_addr().ok();
                 slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
                 if let Some(i) = &slot.rec.tcp_info {
                     let more = i.retransmits.saturating_sub(slot.retrans_counted);
