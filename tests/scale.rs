@@ -282,3 +282,92 @@ fn too_few_open_files_for_the_connections_is_said_before_the_test() {
     let (code, err) = with_limit("100:1000", &["tcp", "-P", "200", "-n", "1K", "-q"]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Abuse from one address: 10,000 connections from 127.0.9.1, most idle,
+/// some with half a hello, some trickling a byte a second. The server
+/// holds its per-address share (256 by default) and refuses the rest,
+/// naming the limit; a normal test from another address meanwhile takes
+/// no more than a second longer than without them; memory stays bounded.
+#[test]
+fn ten_thousand_connections_from_one_address_do_not_hold_up_another() {
+    use netrig::proto::{self, Message};
+    use socket2::{Domain, Socket, Type};
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let _one = one_at_a_time();
+    let (mut srv, addr) = serve(&["-q"]);
+    let spid = srv.0.id();
+    let t = addr.to_string();
+    let normal = normal_test(&t, "127.0.0.250");
+    let t0 = Instant::now();
+    run_json(&normal, 0);
+    let alone = t0.elapsed();
+    let rss = rss_kib(spid);
+    let from: std::net::SocketAddr = "127.0.9.1:0".parse().unwrap();
+    let hello = proto::encode(&Message::Hello(Message::hello()));
+    let mut held = Vec::new();
+    for k in 0..10_000 {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&from.into()).unwrap();
+        s.connect(&addr.into()).unwrap();
+        let mut s = std::net::TcpStream::from(s);
+        if k % 10 == 1 {
+            // Half a hello, never finished.
+            let _ = s.write_all(&hello[..hello.len() / 2]);
+        }
+        held.push(s);
+    }
+    // Trickling: a byte of a hello a second on 20 of the held ones.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle: Vec<std::net::TcpStream> = held[..200]
+        .iter()
+        .step_by(10)
+        .map(|s| s.try_clone().unwrap())
+        .collect();
+    let stop2 = std::sync::Arc::clone(&stop);
+    let h = std::thread::spawn(move || {
+        let mut trickle = trickle;
+        let mut i = 0;
+        while !stop2.load(std::sync::atomic::Ordering::SeqCst) && i < hello.len() {
+            for s in &mut trickle {
+                let _ = s.write_all(&hello[i..i + 1]);
+            }
+            i += 1;
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    // The last ones were refused with the reason.
+    for s in held.iter_mut().rev().take(20) {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match proto::read_message(s) {
+            Ok(Message::Error { message, .. }) => assert!(
+                message.contains("max 256 connections per client address"),
+                "{message}"
+            ),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    // A normal test from another address, a second slower at most (the
+    // machine is shared: three tries).
+    let mut took = Duration::MAX;
+    for _ in 0..3 {
+        let t1 = Instant::now();
+        let (v, _) = run_json(&normal, 0);
+        assert_eq!(v["result"]["totals"]["completed"], 4);
+        took = took.min(t1.elapsed());
+        if took <= alone + Duration::from_secs(1) {
+            break;
+        }
+    }
+    eprintln!("normal test alone {alone:?}, beside 10,000 abusive connections {took:?}");
+    assert!(
+        took <= alone + Duration::from_secs(1),
+        "{took:?} vs {alone:?}"
+    );
+    let grown = rss_kib(spid).saturating_sub(rss);
+    eprintln!("server RSS grew by {grown} KiB");
+    assert!(grown < 64 * 1024, "server RSS grew by {grown} KiB");
+    assert!(srv.0.try_wait().unwrap().is_none(), "server died");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    h.join().unwrap();
+}
