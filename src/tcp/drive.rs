@@ -163,10 +163,8 @@ pub fn pump<S: Socket>(
             break;
         }
         if !ahead.is_empty() {
-            let b = ahead.bytes();
-            let k = want.min(b.len());
-            conn.on_read(&b[..k], now());
-            ahead.consume(k);
+            let used = feed(conn, ahead.bytes());
+            ahead.consume(used);
             p.moved = true;
             continue;
         }

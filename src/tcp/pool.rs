@@ -509,7 +509,7 @@ impl Worker<'_> {
             may_read,
             // The server's FIN comes with its report unless a burst
             // account follows it; a rude close resets instead.
-            fin: match (&self.sh.cfg.burst, self.sh.cfg.sock.shutdown) {
+            fin: match (&self.sh.spec.burst, self.sh.cfg.sock.shutdown) {
                 (None, ShutdownMode::Graceful) => Fin::WithLastReport,
                 _ => Fin::OnClose,
             },
