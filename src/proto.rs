@@ -23,7 +23,7 @@ use uuid::Uuid;
 pub use crate::spec::*;
 
 /// Protocol version spoken in [`Hello`]; bump on incompatible message changes.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Frame layout version carried in every frame header.
 pub const FRAME_VERSION: u8 = 1;
 /// The two bytes every frame starts with.
@@ -198,6 +198,13 @@ pub struct SessionSummary {
     /// Request/response tests: requests the server answered.
     #[serde(default)]
     pub requests: u64,
+    /// Request/response over UDP: requests that arrived again (counted,
+    /// never answered twice).
+    #[serde(default)]
+    pub duplicates: u64,
+    /// Request/response over UDP: requests that arrived behind a later one.
+    #[serde(default)]
+    pub reordered: u64,
     /// What the kernel granted the server's first data connection, when
     /// the test asked for socket options (`-w`, `-M`, `-C`, `--dscp`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,6 +223,8 @@ impl SessionSummary {
             bytes_sent: self.bytes_sent + o.bytes_sent,
             bytes_received: self.bytes_received + o.bytes_received,
             requests: self.requests + o.requests,
+            duplicates: self.duplicates + o.duplicates,
+            reordered: self.reordered + o.reordered,
             granted: self.granted.clone().or_else(|| o.granted.clone()),
         }
     }

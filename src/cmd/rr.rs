@@ -140,7 +140,7 @@ pub struct ProbeLog {
 impl ProbeLog {
     /// Keeps a completed probe, or counts it left out past the cap.
     pub fn push(&mut self, p: &netrig::rr::client::Probe) {
-        if p.late {
+        if !p.is_fate() {
             return;
         }
         if self.rows.len() < MAX_PROBES {

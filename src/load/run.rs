@@ -405,8 +405,9 @@ pub fn run(
                     let now = Instant::now();
                     let _ = ready_tx.send(now.checked_sub(took).unwrap_or(now));
                 }
-                if p.late {
-                    // Already counted lost when its timeout passed.
+                if !p.is_fate() {
+                    // A late reply was counted lost when its timeout
+                    // passed; a duplicate, when its first copy came.
                     return;
                 }
                 // Placed at its send time on the probes' absolute schedule.

@@ -132,6 +132,9 @@ pub fn print_rr(
             r.late
         );
     }
+    if let Some(line) = dup_reorder_line(r) {
+        crate::out!("{line}");
+    }
     if r.corrupt > 0 {
         crate::out!("Corrupt replies: {}", r.corrupt);
     }
@@ -155,11 +158,45 @@ pub fn print_rr(
     );
 }
 
+/// Duplicates and reordering each way (UDP), or `None` over a transport that
+/// has neither. A direction the client could not learn (no server summary)
+/// shows `?`.
+fn dup_reorder_line(r: &crate::rr::client::RrReport) -> Option<String> {
+    each_way(
+        (r.duplicates_up, r.duplicates_down),
+        (r.reordered_up, r.reordered_down),
+    )
+}
+
+/// [`dup_reorder_line`] from its counts, (up, down) each.
+fn each_way(
+    (du, dd): (Option<u64>, Option<u64>),
+    (ru, rd): (Option<u64>, Option<u64>),
+) -> Option<String> {
+    if [du, dd, ru, rd].iter().all(Option::is_none) {
+        return None;
+    }
+    let n = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
+    let total = |a: Option<u64>, b: Option<u64>| n(a.zip(b).map(|(a, b)| a + b));
+    Some(format!(
+        "Duplicates: {} (up {}, down {}); reordered: {} (up {}, down {})",
+        total(du, dd),
+        n(du),
+        n(dd),
+        total(ru, rd),
+        n(ru),
+        n(rd)
+    ))
+}
+
 /// One `ping` line per probe. The one-way split is shown as a fact only when
 /// the clocks are trusted (`--synced`); otherwise with the clock offset's ±
 /// bound, since a queue on one side of an estimated offset moves half its
 /// delay to the other direction.
 pub fn ping_line(size: u64, target: &str, p: &crate::rr::client::Probe) -> String {
+    if p.duplicate {
+        return format!("seq={} duplicate reply (DUP!; counted once)", p.seq);
+    }
     if p.late {
         return format!(
             "seq={} late reply (after the timeout; counted late, not received)",
@@ -201,6 +238,9 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
         r.lost_down.map_or("?".into(), |v| v.to_string()),
         r.late
     );
+    if let Some(line) = dup_reorder_line(r) {
+        crate::out!("{line}");
+    }
     if let Some(l) = &r.latency {
         crate::out!(
             "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
@@ -268,5 +308,27 @@ pub fn print_crr(
     }
     if let Some(f) = first_failure {
         crate::out!("First failure: {f}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_and_reordering_each_way() {
+        assert_eq!(
+            each_way((None, None), (None, None)),
+            None,
+            "TCP has neither"
+        );
+        assert_eq!(
+            each_way((None, Some(3)), (None, Some(1))).as_deref(),
+            Some("Duplicates: ? (up ?, down 3); reordered: ? (up ?, down 1)")
+        );
+        assert_eq!(
+            each_way((Some(20), Some(3)), (Some(4), Some(1))).as_deref(),
+            Some("Duplicates: 23 (up 20, down 3); reordered: 5 (up 4, down 1)")
+        );
     }
 }

@@ -160,6 +160,8 @@ pub fn run(
     {
         rep.lost_up = Some(rep.sent.saturating_sub(s.requests));
         rep.lost_down = Some(s.requests.saturating_sub(rep.received + rep.late));
+        rep.duplicates_up = Some(s.duplicates);
+        rep.reordered_up = Some(s.reordered);
     }
     Ok((rep, main))
 }
@@ -314,6 +316,7 @@ fn exchanges(
             down_us: None,
             split_error_us: None,
             late: false,
+            duplicate: false,
             warmup: seq < cfg.warmup,
         });
     }

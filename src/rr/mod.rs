@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod crr;
+pub mod echo;
 pub mod hist;
 mod run;
 pub mod serve;

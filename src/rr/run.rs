@@ -104,8 +104,21 @@ pub struct Probe {
     pub split_error_us: Option<f64>,
     /// A reply that came after its request had timed out (and was reported lost).
     pub late: bool,
+    /// A second (or later) reply to a request already answered: counted
+    /// once, and not as another probe's reply.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
     /// Part of the warm-up.
     pub warmup: bool,
+}
+
+impl Probe {
+    /// Whether this is the probe's fate (answered in time, or lost when its
+    /// timeout passed), told once per probe; a late or duplicate reply comes
+    /// after that and is counted apart.
+    pub fn is_fate(&self) -> bool {
+        !self.late && !self.duplicate
+    }
 }
 
 /// What a request/response run measured.
@@ -133,6 +146,16 @@ pub struct RrReport {
     pub lost_up: Option<u64>,
     /// Replies the server sent that never arrived (UDP).
     pub lost_down: Option<u64>,
+    /// Requests that reached the server more than once (UDP; the server
+    /// answers each once).
+    pub duplicates_up: Option<u64>,
+    /// Replies that arrived more than once (UDP).
+    pub duplicates_down: Option<u64>,
+    /// Requests that reached the server behind a later request (UDP).
+    pub reordered_up: Option<u64>,
+    /// Replies that arrived behind a reply the server sent after them (UDP;
+    /// the server numbers its replies in the order it sends them).
+    pub reordered_down: Option<u64>,
     /// Clock offset used for one-way splits (UDP).
     pub offset: Option<Offset>,
     /// Stopped by Ctrl-C.
@@ -179,6 +202,10 @@ impl RrReport {
             late: 0,
             lost_up: None,
             lost_down: None,
+            duplicates_up: None,
+            duplicates_down: None,
+            reordered_up: None,
+            reordered_down: None,
             offset: None,
             interrupted: false,
             corrupt: 0,

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 use uuid::Uuid;
 
+use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::guard::SendGuard;
 use crate::net::realtime_ns;
 use crate::pattern::{Direction, Pattern, stream_start};
@@ -24,9 +25,6 @@ pub const MAX_TCP_MESSAGE: u32 = 16 << 20;
 pub const MAX_SEQPACKET_MESSAGE: u32 = 1 << 20;
 /// How often a one-to-many session looks at its control connection.
 const CONTROL_CHECK: Duration = Duration::from_millis(100);
-/// Bytes at the start of every UDP reply payload: the server's receive time,
-/// then its bitwise complement so a corrupted timestamp is detected too.
-pub const UDP_REPLY_MIN: u32 = 16;
 
 /// Checks a request/response spec; the error names the problem.
 pub fn validate(s: &RrSpec) -> Result<(), Invalid> {
@@ -92,6 +90,8 @@ pub fn serve(
                 limits,
                 answered: Arc::new(AtomicU64::new(0)),
                 corrupt: Arc::new(AtomicU64::new(0)),
+                duplicates: Arc::new(AtomicU64::new(0)),
+                reordered: Arc::new(AtomicU64::new(0)),
             };
             session(
                 stream,
@@ -297,14 +297,16 @@ fn goodbye(
 }
 
 /// Answers UDP requests: each reply echoes the request's sequence number,
-/// carries the server's receive time (and its complement) in its first 16
-/// payload bytes and its send time in the header, so the client can split the
-/// round trip; the rest of the payload is pattern.
+/// starts with [`reply_words`] and carries its send time in the header, so
+/// the client can split the round trip; the rest of the payload is pattern. Each sequence number is answered once: a duplicated
+/// request is counted, and never takes the reply another request is owed.
 struct Responder {
     spec: RrSpec,
     limits: Limits,
     answered: Arc<AtomicU64>,
     corrupt: Arc<AtomicU64>,
+    duplicates: Arc<AtomicU64>,
+    reordered: Arc<AtomicU64>,
 }
 
 impl UdpWork for Responder {
@@ -315,12 +317,15 @@ impl UdpWork for Responder {
     fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
         let spec = self.spec.clone();
         let (answered, corrupt) = (Arc::clone(&self.answered), Arc::clone(&self.corrupt));
+        let (duplicates, reordered) = (Arc::clone(&self.duplicates), Arc::clone(&self.reordered));
         let guard = self.limits.guard(&ctx.stop);
         std::thread::spawn(move || {
             let _ = ctx.sock.set_read_timeout(Some(Duration::from_millis(20)));
             let mut buf = vec![0u8; 65536];
             let rl = spec.reply.max(UDP_REPLY_MIN) as usize;
             let mut out = vec![0u8; HEADER_LEN + rl];
+            let mut seen = SeqWindow::default();
+            let mut place = 0u64;
             while !ctx.stop.load(SeqCst) && answered.load(SeqCst) < spec.iterations {
                 let Ok(n) = ctx.sock.recv(&mut buf) else {
                     continue;
@@ -332,12 +337,26 @@ impl UdpWork for Responder {
                 if h.flags & FLAG_HANDSHAKE != 0 {
                     continue;
                 }
+                match seen.arrive(h.seq) {
+                    Arrival::Fresh { reordered: r } => {
+                        reordered.fetch_add(u64::from(r), SeqCst);
+                    }
+                    Arrival::Duplicate => {
+                        duplicates.fetch_add(1, SeqCst);
+                        continue;
+                    }
+                    // Too far behind to tell from a duplicate: unanswered,
+                    // so the client counts it lost on the way up.
+                    Arrival::Stale => continue,
+                }
                 if verify_payload(h.stream, h.seq, &buf[HEADER_LEN..n]).is_err() {
                     corrupt.fetch_add(1, SeqCst);
                 }
                 crate::udp::header::fill_payload(h.stream ^ 1, h.seq, &mut out[HEADER_LEN..]);
-                out[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&t2.to_be_bytes());
-                out[HEADER_LEN + 8..HEADER_LEN + 16].copy_from_slice(&(!t2).to_be_bytes());
+                for (i, w) in reply_words(t2, place).into_iter().enumerate() {
+                    let at = HEADER_LEN + 8 * i;
+                    out[at..at + 8].copy_from_slice(&w.to_be_bytes());
+                }
                 Header {
                     flags: 0,
                     stream: h.stream,
@@ -353,6 +372,7 @@ impl UdpWork for Responder {
                 }
                 if ctx.sock.send(&out).is_ok() {
                     answered.fetch_add(1, SeqCst);
+                    place += 1;
                 }
             }
         })
@@ -362,6 +382,8 @@ impl UdpWork for Responder {
         SessionSummary {
             requests: self.answered.load(SeqCst),
             data_errors: self.corrupt.load(SeqCst),
+            duplicates: self.duplicates.load(SeqCst),
+            reordered: self.reordered.load(SeqCst),
             ..Default::default()
         }
     }

@@ -11,8 +11,8 @@ use std::net::UdpSocket;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, read_reply_words};
 use super::run::{LIVENESS_CHECK, Probe, Run};
-use super::serve::UDP_REPLY_MIN;
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
 use crate::proto::Message;
@@ -38,6 +38,12 @@ struct Pending {
 fn due(start: Instant, interval: Duration, seq: u64) -> Instant {
     let ns = interval.as_nanos().saturating_mul(u128::from(seq));
     start + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX / 2))
+}
+
+/// How long to listen once every probe's fate is known: three times the
+/// longest round trip seen, at least a millisecond, at most the timeout.
+fn drain_time(max_rtt: Duration, timeout: Duration) -> Duration {
+    (max_rtt * 3).max(Duration::from_millis(1)).min(timeout)
 }
 
 /// Runs UDP round trips after the control connection has accepted them.
@@ -105,9 +111,18 @@ pub(super) fn run(
         down_us: None,
         split_error_us,
         late: false,
+        duplicate: false,
         warmup: seq < warm,
     };
+    // Replies by sequence number (each counted once), and the highest place
+    // in the server's sending order seen (a reply behind it was reordered on
+    // the way down).
+    let mut replies = SeqWindow::default();
+    let mut top_place: Option<u64> = None;
+    let (mut dup_down, mut reordered_down) = (0u64, 0u64);
     let mut failure = None;
+    let mut max_rtt = Duration::ZERO;
+    let mut drain_until: Option<Instant> = None;
     loop {
         if run.interrupt.load(SeqCst) {
             break;
@@ -171,12 +186,24 @@ pub(super) fn run(
             }
             continue;
         }
-        if next_due.is_none() && pending.is_empty() {
-            break;
-        }
-        // Sleep in the socket until the next send, the next timeout, or a
-        // liveness check, whichever comes first.
+        // Every probe's fate is known: listen a little longer for duplicates
+        // and late replies still on their way (irtt waits 3 × the longest
+        // round trip for the same reason), then stop.
+        let drain = if next_due.is_none() && pending.is_empty() {
+            let end = *drain_until.get_or_insert_with(|| now + drain_time(max_rtt, timeout));
+            if now >= end {
+                break;
+            }
+            Some(end)
+        } else {
+            None
+        };
+        // Sleep in the socket until the next send, the next timeout, the end
+        // of the drain or a liveness check, whichever comes first.
         let mut wake = checked + LIVENESS_CHECK;
+        if let Some(d) = drain {
+            wake = wake.min(d);
+        }
         if let Some(d) = next_due {
             wake = wake.min(d);
         }
@@ -206,9 +233,32 @@ pub(super) fn run(
         if h.flags & FLAG_HANDSHAKE != 0 || n < HEADER_LEN + UDP_REPLY_MIN as usize {
             continue;
         }
+        match replies.arrive(h.seq) {
+            Arrival::Fresh { .. } => {}
+            Arrival::Duplicate => {
+                dup_down += 1;
+                let mut p = probe(h.seq, cfg.warmup);
+                p.duplicate = true;
+                on_probe(&p);
+                continue;
+            }
+            Arrival::Stale => continue,
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[HEADER_LEN + at..HEADER_LEN + at + 8]);
+            u64::from_be_bytes(b)
+        };
+        // The reply starts with the server's receive time and its place in
+        // the server's sending order; the rest is the pattern for
+        // (stream ^ 1, seq).
+        let words = read_reply_words([word(0), word(8), word(16)]);
+        if let Some((_, place)) = words {
+            reordered_down += u64::from(top_place.is_some_and(|t| place < t));
+            top_place = Some(top_place.map_or(place, |t| t.max(place)));
+        }
         let Some(i) = pending.iter().position(|p| p.seq == h.seq) else {
-            // Not in flight: a reply after its timeout counts late once;
-            // anything else (a duplicate) is ignored.
+            // Not in flight: a reply after its timeout counts late.
             if let Some(j) = expired.iter().position(|&s| s == h.seq) {
                 expired.remove(j);
                 run.rep.late += 1;
@@ -232,20 +282,15 @@ pub(super) fn run(
             rtt = Duration::from_nanos(st.saturating_sub(p.t_send)).min(rtt);
             t4 = st;
         }
-        // The reply is the server's timestamp, its complement, then the
-        // pattern for (stream ^ 1, seq).
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&buf[HEADER_LEN + at..HEADER_LEN + at + 8]);
-            u64::from_be_bytes(b)
-        };
         let t2 = word(0);
+        let head = UDP_REPLY_MIN as usize;
         expect.resize(n - HEADER_LEN, 0);
         fill_payload(h.stream ^ 1, h.seq, &mut expect);
-        if word(8) != !t2 || buf[HEADER_LEN + 16..n] != expect[16..] {
+        if words.is_none() || buf[HEADER_LEN + head..n] != expect[head..] {
             run.rep.corrupt += 1;
         }
         run.rep.received += 1;
+        max_rtt = max_rtt.max(rtt);
         run.rep.rx_stamped += u64::from(kernel_time);
         run.record(p.seq, rtt);
         let mut out = probe(p.seq, cfg.warmup);
@@ -255,6 +300,8 @@ pub(super) fn run(
         on_probe(&out);
     }
     run.rep.reply_marking = marks.marking(cfg.sock.tos.unwrap_or(0));
+    run.rep.duplicates_down = Some(dup_down);
+    run.rep.reordered_down = Some(reordered_down);
     failure.map_or(Ok(()), Err)
 }
 
@@ -276,5 +323,13 @@ mod tests {
         );
         // An absurd product saturates instead of panicking.
         let _ = due(s, Duration::from_secs(1 << 40), u64::MAX);
+    }
+
+    #[test]
+    fn the_drain_is_three_round_trips_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(drain_time(ms(2), ms(1000)), ms(6));
+        assert_eq!(drain_time(Duration::ZERO, ms(1000)), ms(1));
+        assert_eq!(drain_time(ms(400), ms(1000)), ms(1000));
     }
 }

@@ -144,8 +144,8 @@ impl Session {
             cancelled: s.cancelled,
             bytes_sent: s.sent,
             bytes_received: s.received,
-            requests: 0,
             granted: self.granted.get().cloned(),
+            ..Default::default()
         }
     }
 }
