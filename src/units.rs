@@ -189,9 +189,25 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// `n` and a noun, plural unless `n` is one: "1 connection", "8 connections".
+pub fn count_of(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_take_a_plural_unless_one() {
+        assert_eq!(count_of(1, "connection"), "1 connection");
+        assert_eq!(count_of(0, "connection"), "0 connections");
+        assert_eq!(count_of(8, "connection"), "8 connections");
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -786,3 +786,73 @@ fn ping_through_a_duplicating_relay_reports_duplicates_not_loss() {
         "{out}"
     );
 }
+
+/// Runs netrig with `args` until a line starting with `banner` is printed,
+/// interrupts it, and returns its exit code and whole console output.
+fn interrupted_after(args: &[&str], banner: &str) -> (Option<i32>, String) {
+    use std::io::{BufRead, Read};
+    let mut p = bin::Proc(
+        bin::netrig(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(p.0.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.lines().any(|l| l.starts_with(banner)) {
+        let n = out.read_line(&mut seen).unwrap();
+        assert!(n > 0, "{args:?} ended before {banner:?}: {seen}");
+    }
+    bin::sigint(p.0.id());
+    out.read_to_string(&mut seen).unwrap();
+    (p.0.wait().unwrap().code(), seen)
+}
+
+/// rr and crr name their run as it starts (not only once it ends), and a
+/// Ctrl-C is said on the console and recorded in the JSON, not only in the
+/// exit code.
+#[test]
+fn rr_and_crr_say_they_were_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("rr.json");
+    let (code, out) = interrupted_after(
+        &["rr", "-n", "100000000", "--json", js.to_str().unwrap()],
+        "Request/response over TCP: 64 B request",
+    );
+    assert_eq!(code, Some(130), "{out}");
+    assert!(out.contains("Interrupted after "), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    assert_eq!(doc["result"]["runs"][0]["interrupted"], true, "{doc}");
+
+    let js = dir.path().join("crr.json");
+    let (code, out) = interrupted_after(
+        &["crr", "-n", "100000000", "--json", js.to_str().unwrap()],
+        "Connect/request/response/close over TCP",
+    );
+    assert_eq!(code, Some(130), "{out}");
+    assert!(out.contains("Interrupted: stopped before"), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    assert_eq!(doc["result"]["interrupted"], true, "{doc}");
+    assert!(doc["result"]["cancelled"].is_u64(), "{doc}");
+}
+
+/// `ping -q` prints the summary (as ping(8) -q does), and a ping without a
+/// count says so in its JSON with a null count, not 2^64 - 1.
+#[test]
+fn quiet_ping_keeps_its_summary_and_an_unbounded_one_has_no_count() {
+    let out = bin::run_expect(&["ping", "-q", "-n", "3", "-i", "5ms"], 0);
+    assert!(out.contains("3 probes sent, 3 received"), "{out}");
+    assert!(!out.contains("seq="), "no probe lines: {out}");
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("ping.json");
+    let (code, out) = interrupted_after(
+        &["ping", "-i", "5ms", "-v", "--json", js.to_str().unwrap()],
+        "64 bytes from",
+    );
+    assert_eq!(code, Some(0), "Ctrl-C is how an unbounded ping ends: {out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    assert!(doc["config"]["iterations"].is_null(), "{}", doc["config"]);
+}

@@ -775,3 +775,31 @@ fn the_servers_tcp_info_comes_back_in_its_reports() {
         "{out}"
     );
 }
+
+/// One connection is "1 connection", and the two MSS figures say which is
+/// which: TCP_INFO's send MSS at the end, and TCP_MAXSEG as granted at setup.
+#[test]
+fn console_counts_read_right_and_the_two_mss_figures_are_labelled() {
+    let out = run_expect(
+        &[
+            "tcp",
+            "-P",
+            "1",
+            "-n",
+            "1M",
+            "--iterations",
+            "1",
+            "-w",
+            "256K",
+        ],
+        0,
+    );
+    assert!(
+        out.contains("TCP_INFO (client ends, 1 connection): Retr "),
+        "{out}"
+    );
+    assert!(out.contains(": 1 connection, 1 succeeded"), "{out}");
+    assert!(out.contains("snd_mss (smallest) "), "{out}");
+    assert!(out.contains("MSS at setup (TCP_MAXSEG) "), "{out}");
+    assert!(!out.contains(" MSS 6"), "no unlabelled MSS: {out}");
+}

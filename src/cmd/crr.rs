@@ -123,7 +123,14 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
     };
-    let result = client::run(cfg.clone(), interrupt_flag(), &mut col);
+    let interrupt = interrupt_flag();
+    if verbosity >= 1 {
+        netrig::out!(
+            "{}",
+            netrig::report::crr_banner(a.length, a.reply, a.parallel)
+        );
+    }
+    let result = client::run(cfg.clone(), interrupt, &mut col);
     col.progress.finish();
     let col = col.inner;
     if let Some(e) = embedded {
@@ -138,14 +145,9 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     };
     let mut rep = col.report(run.duration_secs);
     rep.server_output = run.server_output;
+    rep.interrupted = run.interrupted;
     if verbosity >= 1 {
-        netrig::report::print_crr(
-            a.length,
-            a.reply,
-            a.parallel,
-            &rep,
-            col.first_failure.as_deref(),
-        );
+        netrig::report::print_crr(&rep, col.first_failure.as_deref());
     } else if let Some(f) = &col.first_failure {
         // Quiet mode still says why the exit code is not 0.
         eprintln!("netrig: {} transactions failed; first: {f}", rep.failed);

@@ -145,9 +145,8 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
             return Ok(client_error_exit(e, "ping", json.as_deref(), &cfg));
         }
     };
-    if verbosity >= 1 {
-        netrig::report::print_ping_summary(&cfg, &rep);
-    }
+    // As ping(8) -q: quiet leaves out the probe lines, not the summary.
+    netrig::report::print_ping_summary(&cfg, &rep);
     let code = if let Some(e) = &rep.error {
         eprintln!("netrig: {e}");
         Exit::NetworkError

@@ -255,6 +255,9 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     let mut code = Exit::Ok;
     let mut output_errors = Vec::new();
     let mut setup_failure = None;
+    if spectrum.is_none() && verbosity >= 1 {
+        netrig::out!("{}", netrig::report::rr_banner(&base));
+    }
     if spectrum.is_some() && verbosity >= 1 {
         netrig::out!("{}", netrig::report::SPECTRUM_HEADERS.join(" "));
     }
@@ -278,7 +281,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                     }
                 } else {
                     if verbosity >= 1 {
-                        netrig::report::print_rr(&cfg, &rep, &stats, verbosity >= 2);
+                        netrig::report::print_rr(&rep, &stats, verbosity >= 2);
                     }
                     if let Some(p) = &a.hist_file
                         && let Err(e) = netrig::report::write_hist_csv(p, &stats)

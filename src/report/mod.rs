@@ -59,7 +59,7 @@ fn granted_line(whose: &str, g: &crate::sockopts::Granted) -> String {
         format!("receive buffer {}", opt(g.rcvbuf)),
     ];
     if let Some(m) = g.mss {
-        parts.push(format!("MSS {m}"));
+        parts.push(format!("MSS at setup (TCP_MAXSEG) {m}"));
     }
     if let Some(c) = &g.congestion {
         parts.push(format!("congestion {c}"));

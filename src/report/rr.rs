@@ -94,23 +94,51 @@ fn print_summary_line(label: &str, s: &crate::rr::hist::Summary) {
     );
 }
 
-/// Prints a request/response run: summary, percentiles, TPS, ACE histogram.
+/// The line a request/response run starts with, printed before its first
+/// round trip.
+pub fn rr_banner(cfg: &crate::rr::client::RrConfig) -> String {
+    format!(
+        "Request/response over {}: {} B request, {} B reply, {}{}{}",
+        transport_name(cfg.transport),
+        cfg.size,
+        cfg.reply,
+        if cfg.iterations == crate::rr::client::UNBOUNDED {
+            format!("until stopped after {} warm-up iterations", cfg.warmup)
+        } else {
+            format!(
+                "{} measured + {} warm-up iterations",
+                cfg.iterations, cfg.warmup
+            )
+        },
+        if cfg.nagle { ", Nagle on" } else { "" },
+        if cfg.busy_poll { ", busy-poll" } else { "" }
+    )
+}
+
+/// A transport as people write it.
+pub fn transport_name(t: crate::rr::client::Transport) -> &'static str {
+    use crate::rr::client::Transport;
+    match t {
+        Transport::Tcp => "TCP",
+        Transport::Udp => "UDP",
+        Transport::Sctp => "SCTP",
+        Transport::SctpSeqpacket => "SCTP one-to-many",
+    }
+}
+
+/// Prints a request/response run's results (its banner went first):
+/// summary, percentiles, TPS, ACE histogram.
 pub fn print_rr(
-    cfg: &crate::rr::client::RrConfig,
     r: &crate::rr::client::RrReport,
     stats: &crate::rr::hist::LatencyStats,
     all_bins: bool,
 ) {
-    crate::out!(
-        "Request/response over {:?}: {} B request, {} B reply, {} measured + {} warm-up iterations{}{}",
-        r.transport,
-        r.size,
-        r.reply,
-        cfg.iterations,
-        cfg.warmup,
-        if cfg.nagle { ", Nagle on" } else { "" },
-        if cfg.busy_poll { ", busy-poll" } else { "" }
-    );
+    if r.interrupted {
+        crate::out!(
+            "Interrupted after {} requests: the figures cover what was measured.",
+            r.sent
+        );
+    }
     if let Some(w) = &r.warmup {
         print_summary_line("Warm-up round trip", w);
     }
@@ -148,8 +176,10 @@ pub fn print_rr(
     print_reply_marking(r);
     crate::out!();
     let title = format!(
-        "netrig {:?} Synchronous Latency Test (Message Size {}, Reply Size {})",
-        r.transport, r.size, r.reply
+        "netrig {} Synchronous Latency Test (Message Size {}, Reply Size {})",
+        transport_name(r.transport),
+        r.size,
+        r.reply
     );
     let _ = write!(
         crate::output::console(),
@@ -241,6 +271,9 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
     if let Some(line) = dup_reorder_line(r) {
         crate::out!("{line}");
     }
+    if r.interrupted && cfg.iterations != crate::rr::client::UNBOUNDED {
+        crate::out!("interrupted before its {} probes", cfg.iterations);
+    }
     if let Some(l) = &r.latency {
         crate::out!(
             "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
@@ -268,17 +301,15 @@ fn print_reply_marking(r: &crate::rr::client::RrReport) {
 }
 
 /// Writes request/response reports as JSON.
-/// Prints a crr run.
-pub fn print_crr(
-    size: u64,
-    reply: u64,
-    parallel: u32,
-    r: &crate::rr::crr::CrrReport,
-    first_failure: Option<&str>,
-) {
-    crate::out!(
+/// The line a crr run starts with, printed before its first connection.
+pub fn crr_banner(size: u64, reply: u64, parallel: u32) -> String {
+    format!(
         "Connect/request/response/close over TCP: {size} B request, {reply} B reply, {parallel} in flight"
-    );
+    )
+}
+
+/// Prints a crr run's results (its banner went first).
+pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
     crate::out!(
         "Transactions: {} succeeded, {} failed in {:.3} s = {:.0} connections/s",
         r.transactions,
@@ -308,6 +339,12 @@ pub fn print_crr(
     }
     if let Some(f) = first_failure {
         crate::out!("First failure: {f}");
+    }
+    if r.interrupted {
+        crate::out!(
+            "Interrupted: stopped before its count or time; {} transactions in flight were cancelled",
+            r.cancelled
+        );
     }
 }
 

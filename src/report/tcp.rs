@@ -104,7 +104,9 @@ impl Reporter {
             ),
         };
         let total = match (cfg.iterations, cfg.time_limit) {
-            (Some(i), _) => format!("{} connections in all", i * u64::from(cfg.connections)),
+            (Some(i), _) => {
+                crate::units::count_of(i * u64::from(cfg.connections), "connection") + " in all"
+            }
             (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
             (None, None) => "until Ctrl-C".into(),
         };
@@ -373,8 +375,8 @@ pub fn print_summary(rep: &RunReport) {
     for (addr, sum) in &rep.servers {
         match sum {
             Some(s) => crate::out!(
-                "Server {addr}: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
-                s.connections,
+                "Server {addr}: {}, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
+                crate::units::count_of(s.connections, "connection"),
                 s.success,
                 s.network_errors,
                 s.data_errors,
@@ -413,9 +415,10 @@ pub fn print_summary(rep: &RunReport) {
 pub(super) fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
     let ms = |us: f64| format!("{:.3} ms", us / 1e3);
     format!(
-        "TCP_INFO ({end} ends, {} connections): Retr {} ({}), RTT mean {} max {} min {}, \
-         Cwnd up to {} segments, MSS {}; limited by receive window {:.3} s, by send buffer {:.3} s",
-        i.connections,
+        "TCP_INFO ({end} ends, {}): Retr {} ({}), RTT mean {} max {} min {}, \
+         Cwnd up to {} segments, snd_mss (smallest) {}; limited by receive window {:.3} s, \
+         by send buffer {:.3} s",
+        crate::units::count_of(i.connections, "connection"),
         i.retransmits,
         format_bytes(i.bytes_retrans),
         ms(i.rtt_mean_us),

@@ -306,7 +306,9 @@ pub fn print_udp_summary(
             o.server_minus_client_ns as f64 / 1e3,
             o.uncertainty_ns as f64 / 1e3
         ),
-        None => crate::out!("Clocks: trusted as synchronised (--synced); delays are absolute"),
+        None => crate::out!(
+            "Clocks: trusted as synchronised (--synced, or --trip-times, which implies it); delays are absolute"
+        ),
     }
     if cfg.spec.offset_comp_ns != 0 {
         crate::out!(

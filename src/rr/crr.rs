@@ -43,6 +43,9 @@ pub struct CrrCollector {
     pub transaction: LatencyStats,
     /// Transactions that did not succeed.
     pub failed: u64,
+    /// Transactions cut short by a stop (Ctrl-C): neither a success nor a
+    /// failure.
+    pub cancelled: u64,
     /// The first failure's detail.
     pub first_failure: Option<String>,
     /// The client end's TCP_INFO at the end of each transaction.
@@ -57,6 +60,7 @@ impl Default for CrrCollector {
             handshake: LatencyStats::new(0.0, 10_000.0, 1000, 10),
             transaction: LatencyStats::new(0.0, 10_000.0, 1000, 10),
             failed: 0,
+            cancelled: 0,
             first_failure: None,
             tcp_info: TcpInfoTotals::default(),
             server_tcp_info: TcpInfoTotals::default(),
@@ -77,7 +81,9 @@ impl Observer for CrrCollector {
         if rec.result.kind == ResultKind::Success {
             self.handshake.record_ns((rec.connect_ms * 1e6) as u64);
             self.transaction.record_ns((rec.time_ms * 1e6) as u64);
-        } else if rec.result.kind != ResultKind::Cancelled {
+        } else if rec.result.kind == ResultKind::Cancelled {
+            self.cancelled += 1;
+        } else {
             self.failed += 1;
             self.first_failure
                 .get_or_insert_with(|| format!("{}: {}", rec.result.kind, rec.result.detail));
@@ -92,6 +98,10 @@ pub struct CrrReport {
     pub transactions: u64,
     /// Failed transactions.
     pub failed: u64,
+    /// Transactions in flight when the run was stopped, cut short.
+    pub cancelled: u64,
+    /// Stopped by Ctrl-C (or SIGTERM) before its count or time was reached.
+    pub interrupted: bool,
     /// Wall time, s.
     pub duration_secs: f64,
     /// Successful transactions per second.
@@ -116,6 +126,8 @@ impl CrrCollector {
         CrrReport {
             transactions: ok,
             failed: self.failed,
+            cancelled: self.cancelled,
+            interrupted: false,
             duration_secs: secs,
             per_sec: if secs > 0.0 { ok as f64 / secs } else { 0.0 },
             handshake: self.handshake.summary(),

@@ -39,7 +39,8 @@ pub struct RrConfig {
     pub size: u32,
     /// Reply payload bytes.
     pub reply: u32,
-    /// Measured iterations ([`UNBOUNDED`] = until Ctrl-C).
+    /// Measured iterations ([`UNBOUNDED`] = until Ctrl-C, written as null).
+    #[serde(serialize_with = "count_or_null")]
     pub iterations: u64,
     /// Iterations before measuring, reported separately.
     pub warmup: u64,
@@ -87,6 +88,11 @@ pub struct RrConfig {
 
 /// `RrConfig::iterations` for a run that goes on until it is interrupted.
 pub const UNBOUNDED: u64 = u64::MAX;
+
+/// A count, or null for [`UNBOUNDED`] (a run until stopped has no count).
+fn count_or_null<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
+    (*n != UNBOUNDED).then_some(*n).serialize(s)
+}
 
 /// One request's outcome, for ping-style printing.
 #[derive(Debug, Clone, Serialize)]
