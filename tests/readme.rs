@@ -80,6 +80,9 @@ fn every_readme_example_runs() {
     .unwrap();
     let (_srv, server) = serve(&["-q"]);
     let relay_addr: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+    // `netrig serve` examples listen on the default port: say so plainly if
+    // something else holds it.
+    let default_port_taken = listening("127.0.0.1:4794".parse().unwrap());
     let mut failures = Vec::new();
     for line in &lines {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -116,7 +119,22 @@ fn every_readme_example_runs() {
                     let _ = child.kill();
                     let _ = child.wait();
                 }
-                Some(status) => failures.push(format!("{line}: exited early with {status}")),
+                Some(status) => {
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        use std::io::Read;
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    let taken = !cmd.contains("--listen") && default_port_taken;
+                    failures.push(if taken {
+                        format!(
+                            "{line}: the default port 4794 was already taken by another process before this test started, so the example cannot listen there (find it: ss -ltnp 'sport = :4794'); it said: {}",
+                            err.trim()
+                        )
+                    } else {
+                        format!("{line}: exited early with {status}: {}", err.trim())
+                    });
+                }
             }
             continue;
         }
@@ -166,4 +184,144 @@ fn relay_to(server: SocketAddr) -> Proc {
         std::thread::sleep(Duration::from_millis(20));
     }
     p
+}
+
+/// A console line's shape: numbers (addresses, signs and decimals
+/// included) become `#`, units one word each, runs of spaces one space, so
+/// a sample and a real run compare by their words and columns.
+fn shape(line: &str) -> String {
+    let chars: Vec<char> = line.chars().collect();
+    let digit_at = |i: usize| chars.get(i).is_some_and(char::is_ascii_digit);
+    let mut numbered = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let sign =
+            (c == '-' || c == '+') && digit_at(i + 1) && !numbered.ends_with(char::is_alphanumeric);
+        if c.is_ascii_digit() || sign {
+            i += 1;
+            while digit_at(i) || (matches!(chars.get(i), Some('.' | ':')) && digit_at(i + 1)) {
+                i += 1;
+            }
+            numbered.push('#');
+        } else {
+            numbered.push(c);
+            i += 1;
+        }
+    }
+    numbered
+        .split_whitespace()
+        .map(|w| {
+            let core = w.trim_matches(|c: char| "(),;".contains(c));
+            let unit = match core {
+                _ if core.ends_with("bit/s") => "bit/s",
+                "B" | "KiB" | "MiB" | "GiB" | "TiB" => "B",
+                "connection" | "connections" => "connections",
+                // An empty cell stands where a number may be.
+                "-" => "#",
+                _ => return w.to_string(),
+            };
+            w.replacen(core, unit, 1)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The ```text block of the README whose first line starts with `first`.
+fn sample<'a>(readme: &'a str, first: &str) -> Vec<&'a str> {
+    let at = readme
+        .find(&format!("```text\n{first}"))
+        .unwrap_or_else(|| panic!("no README sample starting {first:?}"));
+    let body = &readme[at + "```text\n".len()..];
+    body[..body.find("```").expect("the sample ends")]
+        .lines()
+        .filter(|l| !l.trim().is_empty() && l.trim() != "...")
+        .collect()
+}
+
+/// The README's console samples have the shape of today's output: each
+/// sample line is a line the command prints (with other numbers), and no
+/// line the command prints between the sample's first and last line (to
+/// its end, where the sample shows the end) is missing from the sample.
+#[test]
+fn readme_samples_have_the_shape_of_real_output() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    // (the sample's first words, the command scaled down, the sample shows
+    // the output to its end)
+    let cases: &[(&str, &[&str], bool)] = &[
+        ("TCP Push to", &["tcp", "-n", "16M"], true),
+        (
+            "UDP client -> server",
+            &["udp", "-b", "200M", "-l", "1400", "-t", "1200ms"],
+            true,
+        ),
+        ("Request/response over", &["rr", "-n", "2000"], false),
+        ("64 bytes from", &["ping", "-n", "3", "-i", "20ms"], true),
+        (
+            "Connect/request/response/close",
+            &["crr", "-n", "300", "-P", "2"],
+            true,
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (first, args, to_end) in cases {
+        let want = sample(&readme, first);
+        let out = run_expect(args, 0);
+        // What a run against the embedded server adds, and warnings.
+        let real: Vec<&str> = out
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter(|l| !l.starts_with("No target given") && !l.starts_with("netrig: warning"))
+            .collect();
+        let want_shapes: Vec<String> = want.iter().map(|l| shape(l)).collect();
+        let real_shapes: Vec<String> = real.iter().map(|l| shape(l)).collect();
+        for (line, s) in want.iter().zip(&want_shapes) {
+            if !real_shapes.contains(s) {
+                problems.push(format!(
+                    "{args:?}: the README shows a line it no longer prints:\n  {line}\n  shape {s}"
+                ));
+            }
+        }
+        let from = real_shapes.iter().position(|s| s == &want_shapes[0]);
+        let to = if *to_end {
+            Some(real_shapes.len() - 1)
+        } else {
+            real_shapes
+                .iter()
+                .rposition(|s| Some(s) == want_shapes.last())
+        };
+        if let (Some(a), Some(b)) = (from, to) {
+            for (line, s) in real[a..=b].iter().zip(&real_shapes[a..=b]) {
+                if !want_shapes.contains(s) {
+                    problems.push(format!(
+                        "{args:?}: prints a line the README's sample lacks:\n  {line}\n  shape {s}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn shapes_make_numbers_units_and_spacing_alike() {
+    assert_eq!(
+        shape("     0.579   29.65 Gbit/s     0.00 bit/s         0"),
+        shape(" 12.000  1.00 kbit/s  3.5 bit/s 17")
+    );
+    assert_eq!(
+        shape("Server 127.0.0.1:33487: 8 connections,"),
+        "Server #: # connections,"
+    );
+    assert_eq!(
+        shape("Total Bytes Sent : 2147483648 (2.00 GiB)"),
+        "Total Bytes Sent : # (# B)"
+    );
+    assert_eq!(
+        shape("offset of -2.4 us +/- 23.9 us"),
+        "offset of # us +/- # us"
+    );
+    assert_eq!(shape("1 connection"), shape("2000 connections"));
+    assert_ne!(shape("Retr 1 (520 B)"), shape("Retr 1"));
 }

@@ -99,6 +99,27 @@ impl Schedule {
     pub fn end(&self) -> f64 {
         self.phases.last().map_or(0.0, |p| p.2)
     }
+
+    /// The schedule as run when a stop came at `t`: the phases that had
+    /// begun, the last ending at `t`. Returns the phase cut short, if any.
+    pub fn cut(&mut self, t: f64) -> Option<Phase> {
+        self.phases.retain(|&(_, start, _)| start < t);
+        let last = self.phases.last_mut()?;
+        (t < last.2).then(|| {
+            last.2 = t;
+            last.0
+        })
+    }
+}
+
+/// A change in ms as the console shows it: signed, one decimal, and a
+/// change that rounds to nothing is "+0.0" (never "-0.0").
+pub fn signed_ms(v: f64) -> String {
+    if v.abs() < 0.05 {
+        "+0.0".into()
+    } else {
+        format!("{v:+.1}")
+    }
 }
 
 /// The draft's defaults (its "Test Parameters" table).
@@ -137,19 +158,40 @@ pub struct Responsiveness {
     pub loaded_rpm: Option<f64>,
     /// The mean of the two (foreign alone without self samples).
     pub rpm: f64,
+    /// The trimmed means the figures are made from, ms: TM(tcp_f),
+    /// TM(http_f) (netrig's request on a new connection: its hello and the
+    /// answer) and TM(http_l).
+    pub from_ms: RpmInputs,
+}
+
+/// The trimmed means a [`Responsiveness`] is made from, ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RpmInputs {
+    /// New connections' handshakes.
+    pub connect: f64,
+    /// Requests on new connections.
+    pub request: f64,
+    /// The load connections' round trips.
+    pub load: Option<f64>,
 }
 
 /// The draft's TCP-only responsiveness from handshake times `tcp_f`,
 /// request times on new connections `http_f` and load-connection round
 /// trips `http_l` (all ms).
 pub fn responsiveness(tcp_f: &[f64], http_f: &[f64], http_l: &[f64]) -> Option<Responsiveness> {
-    let foreign = (trimmed_mean(tcp_f, TMP)? + trimmed_mean(http_f, TMP)?) / 2.0;
-    let foreign_rpm = 60_000.0 / foreign.max(1e-3);
-    let loaded_rpm = trimmed_mean(http_l, TMP).map(|l| 60_000.0 / l.max(1e-3));
+    let (connect, request) = (trimmed_mean(tcp_f, TMP)?, trimmed_mean(http_f, TMP)?);
+    let foreign_rpm = 60_000.0 / ((connect + request) / 2.0).max(1e-3);
+    let load = trimmed_mean(http_l, TMP);
+    let loaded_rpm = load.map(|l| 60_000.0 / l.max(1e-3));
     Some(Responsiveness {
         foreign_rpm,
         loaded_rpm,
         rpm: loaded_rpm.map_or(foreign_rpm, |l| (foreign_rpm + l) / 2.0),
+        from_ms: RpmInputs {
+            connect,
+            request,
+            load,
+        },
     })
 }
 
@@ -255,8 +297,11 @@ pub struct PhaseReport {
     pub self_rtt: KindStats,
     /// Median UDP round trip less the idle phase's, ms: the bufferbloat.
     pub increase_ms: Option<f64>,
-    /// Responsiveness over the phase's last [`MAD`] seconds.
+    /// Responsiveness over the phase's last [`MAD`] seconds (none for a
+    /// phase cut short: its last seconds are not a loaded phase's).
     pub responsiveness: Option<Responsiveness>,
+    /// Cut short by a stop (Ctrl-C).
+    pub interrupted: bool,
 }
 
 /// Goodput and ramp state of one phase, from the load connections.
@@ -273,8 +318,15 @@ pub struct PhaseLoad {
 }
 
 /// Summarises every phase of `schedule` from `samples` (any order) and
-/// each loaded phase's `load` (in the schedule's order, idle included).
-pub fn summarize(schedule: &Schedule, samples: &[Sample], load: &[PhaseLoad]) -> Vec<PhaseReport> {
+/// each loaded phase's `load` (in the schedule's order, idle included);
+/// the last phase was cut short by a stop when `cut`.
+pub fn summarize(
+    schedule: &Schedule,
+    samples: &[Sample],
+    load: &[PhaseLoad],
+    cut: bool,
+) -> Vec<PhaseReport> {
+    let last = schedule.phases.len().saturating_sub(1);
     let mut out: Vec<PhaseReport> = Vec::new();
     for (i, &(phase, start, end)) in schedule.phases.iter().enumerate() {
         let within = |s: &&Sample| schedule.phase_at(s.t) == Some(phase);
@@ -321,7 +373,9 @@ pub fn summarize(schedule: &Schedule, samples: &[Sample], load: &[PhaseLoad]) ->
                 &tail(ProbeKind::TcpConnect),
                 &tail(ProbeKind::TcpRequest),
                 &tail(ProbeKind::SelfRtt),
-            ),
+            )
+            .filter(|_| !(cut && i == last)),
+            interrupted: cut && i == last,
         });
     }
     out
@@ -345,7 +399,10 @@ pub fn verdict(phases: &[PhaseReport]) -> String {
     };
     let what = p.phase.doing();
     if up < GRADES_MS[0] {
-        format!("no bufferbloat: latency under load +{up:.1} ms at most (while {what})")
+        format!(
+            "no bufferbloat: latency under load {} ms at most (while {what})",
+            signed_ms(up)
+        )
     } else if up < GRADES_MS[1] {
         format!(
             "mild bufferbloat: latency under load +{up:.0} ms while {what}; calls and games barely notice"

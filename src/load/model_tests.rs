@@ -135,8 +135,9 @@ fn the_schedule_places_every_time_in_one_phase() {
     assert_eq!(s.phase_at(-1.0), None);
 }
 
-#[test]
-fn phases_summarise_their_own_probes_against_idle() {
+/// Five seconds idle at 1 ms, then five uploading at 41 ms with slow
+/// foreign and self probes early in the phase.
+fn upload_run() -> (Schedule, Vec<Sample>, [PhaseLoad; 2]) {
     let s = Schedule::new(5.0, &[Phase::Upload], 5.0);
     let mut v = Vec::new();
     for k in 0..50 {
@@ -173,7 +174,13 @@ fn phases_summarise_their_own_probes_against_idle() {
             saturated: true,
         },
     ];
-    let r = summarize(&s, &v, &load);
+    (s, v, load)
+}
+
+#[test]
+fn phases_summarise_their_own_probes_against_idle() {
+    let (s, v, load) = upload_run();
+    let r = summarize(&s, &v, &load, false);
     assert_eq!(r.len(), 2);
     let (idle, up) = (&r[0], &r[1]);
     assert_eq!((idle.udp.count, idle.udp.p50_ms), (50, Some(1.0)));
@@ -194,6 +201,15 @@ fn phases_summarise_their_own_probes_against_idle() {
     assert_eq!(
         (rpm.foreign_rpm, rpm.loaded_rpm, rpm.rpm),
         (1500.0, Some(1000.0), 1250.0)
+    );
+    // ... and the console shows what they are made from.
+    assert_eq!(
+        rpm.from_ms,
+        RpmInputs {
+            connect: 40.0,
+            request: 40.0,
+            load: Some(60.0)
+        }
     );
     assert_eq!(
         verdict(&r),
@@ -218,6 +234,7 @@ fn the_verdict_grades_the_worst_phase() {
         tcp_request: KindStats::of([].iter()),
         self_rtt: KindStats::of([].iter()),
         increase_ms: inc,
+        interrupted: false,
         responsiveness: None,
     };
     let v = |a, b| {
@@ -242,4 +259,41 @@ fn the_verdict_grades_the_worst_phase() {
     assert!(v(Some(100.0), None).starts_with("severe bufferbloat: latency under load +100 ms"));
     assert!(v(Some(99.9), None).starts_with("bufferbloat: latency under load +100 ms"));
     assert!(v(None, None).starts_with("no verdict"));
+    // Less latency under load than idle is no "+-0.0".
+    assert!(v(Some(-0.04), None).starts_with("no bufferbloat: latency under load +0.0 ms"));
+    assert!(v(Some(-0.3), None).starts_with("no bufferbloat: latency under load -0.3 ms"));
+}
+
+#[test]
+fn changes_print_signed_and_never_minus_zero() {
+    assert_eq!(signed_ms(0.0), "+0.0");
+    assert_eq!(signed_ms(-0.0497), "+0.0");
+    assert_eq!(signed_ms(0.0497), "+0.0");
+    assert_eq!(signed_ms(0.05), "+0.1");
+    assert_eq!(signed_ms(-0.05), "-0.1");
+    assert_eq!(signed_ms(12.34), "+12.3");
+}
+
+#[test]
+fn a_stop_cuts_the_schedule_and_the_cut_phase_has_no_responsiveness() {
+    let (mut s, v, load) = upload_run();
+    let mut whole = s.clone();
+    assert_eq!(whole.cut(10.0), None, "a stop at the end cuts nothing");
+    assert_eq!(whole, s);
+    assert_eq!(s.cut(7.5), Some(Phase::Upload));
+    assert_eq!(
+        s.phases,
+        vec![(Phase::Idle, 0.0, 5.0), (Phase::Upload, 5.0, 7.5)]
+    );
+    let r = summarize(&s, &v, &load, true);
+    assert!(!r[0].interrupted && r[1].interrupted);
+    assert!(r[1].responsiveness.is_none(), "{:?}", r[1].responsiveness);
+    assert!(r[1].udp.count > 0);
+    // A stop during idle leaves idle alone.
+    let (mut s, ..) = upload_run();
+    assert_eq!(s.cut(2.0), Some(Phase::Idle));
+    assert_eq!(s.phases, vec![(Phase::Idle, 0.0, 2.0)]);
+    let (mut s, ..) = upload_run();
+    assert_eq!(s.cut(5.0), None, "a stop right at a phase's start");
+    assert_eq!(s.phases, vec![(Phase::Idle, 0.0, 5.0)]);
 }

@@ -466,6 +466,7 @@ pub fn run(
             p => ctx.loaded(p, end),
         });
     }
+    let ended_at = ctx.now();
     let mut errors = std::mem::take(&mut ctx.errors);
     foreign_stop.store(true, SeqCst);
     let _ = foreign.join();
@@ -484,15 +485,22 @@ pub fn run(
     };
     let mut probes = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
     probes.sort_by(|a, b| a.t.total_cmp(&b.t));
-    let phases = model::summarize(&schedule, &probes, &loads);
+    let mut schedule = schedule;
+    let stopped = interrupt.load(SeqCst);
+    let cut = stopped && schedule.cut(ended_at).is_some();
+    let phases = model::summarize(&schedule, &probes, &loads, cut);
+    let verdict = match (stopped, model::verdict(&phases)) {
+        (true, v) => format!("interrupted before the end of the schedule; {v}"),
+        (false, v) => v,
+    };
     Ok(LoadReport {
-        verdict: model::verdict(&phases),
+        verdict,
         schedule,
         phases,
         udp_lost_up: lost_up,
         udp_lost_down: lost_down,
         offset,
-        interrupted: interrupt.load(SeqCst),
+        interrupted: stopped,
         errors,
         probes,
     })

@@ -28,7 +28,7 @@ pub fn load_banner(cfg: &LoadConfig, target: &str) -> String {
 
 /// Headers of the per-second lines.
 pub const LOAD_LIVE_HEADERS: &str =
-    "     t phase             down           up conns   udp ms  connect ms   self ms";
+    "     t phase              down           up conns   udp ms  connect ms   self ms";
 
 /// One second of the run.
 pub fn load_live_line(s: &Second) -> String {
@@ -41,7 +41,13 @@ pub fn load_live_line(s: &Second) -> String {
         s.connections,
         ms(s.udp_ms),
         ms(s.connect_ms),
-        ms(s.self_ms)
+        match (s.self_ms, s.phase) {
+            // Downloading, the server sends on the load connections: their
+            // RTT is the server's TCP_INFO, which comes with its rows at the
+            // end of the phase.
+            (None, crate::load::model::Phase::Download) => "at end".into(),
+            (v, _) => ms(v),
+        }
     )
 }
 
@@ -62,11 +68,8 @@ fn phase_line(p: &PhaseReport) -> String {
         kind(&p.udp),
         kind(&p.tcp_connect),
         kind(&p.self_rtt),
-        // A change under 0.05 ms prints as +0.0, never -0.0.
-        p.increase_ms.map_or_else(
-            || "-".into(),
-            |v| format!("{:+.1}", if v.abs() < 0.05 { 0.0 } else { v })
-        ),
+        p.increase_ms
+            .map_or_else(|| "-".into(), crate::load::model::signed_ms),
         rpm
     )
 }
@@ -89,6 +92,13 @@ pub fn print_load(rep: &LoadReport) {
     for p in &rep.phases {
         crate::out!("{}", phase_line(p));
     }
+    if let Some(p) = rep.phases.iter().find(|p| p.interrupted) {
+        crate::out!(
+            "({:?} was cut short by the stop after {:.1} s: no responsiveness for it)",
+            p.phase,
+            p.end - p.start
+        );
+    }
     let one_way: Vec<String> = rep
         .phases
         .iter()
@@ -104,13 +114,17 @@ pub fn print_load(rep: &LoadReport) {
     crate::out!("UDP one-way p50, up/down ms: {}", one_way.join(", "));
     for p in rep.phases.iter().filter(|p| p.responsiveness.is_some()) {
         if let Some(r) = p.responsiveness {
+            let f = r.from_ms;
             crate::out!(
-                "{:?}: responsiveness {:.0} RPM (new connections {:.0}, load connections {}; draft-ietf-ippm-responsiveness-06, TCP-only, last {} s){}",
+                "{:?}: responsiveness {:.0} RPM (new connections {:.0} from connect {:.2} ms and request {:.2} ms, load connections {} from their RTT {} ms; trimmed means, draft-ietf-ippm-responsiveness-06, TCP-only, last {} s){}",
                 p.phase,
                 r.rpm,
                 r.foreign_rpm,
+                f.connect,
+                f.request,
                 r.loaded_rpm
                     .map_or_else(|| "-".into(), |l| format!("{l:.0}")),
+                ms(f.load),
                 crate::load::model::MAD,
                 if p.saturated || p.phase == crate::load::model::Phase::Idle {
                     ""
@@ -129,4 +143,34 @@ pub fn print_load(rep: &LoadReport) {
         crate::out!("Error: {e}");
     }
     crate::out!("Verdict: {}", rep.verdict);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::model::Phase;
+
+    fn second(phase: Phase, self_ms: Option<f64>) -> Second {
+        Second {
+            t: 3.0,
+            phase,
+            down_bps: 1e9,
+            up_bps: 0.0,
+            connections: 2,
+            udp_ms: Some(0.05),
+            connect_ms: Some(0.1),
+            self_ms,
+        }
+    }
+
+    #[test]
+    fn the_live_self_rtt_says_when_it_comes_at_the_end() {
+        let l = load_live_line(&second(Phase::Download, None));
+        assert!(l.ends_with("   at end"), "{l:?}");
+        let l = load_live_line(&second(Phase::Upload, None));
+        assert!(l.ends_with("        -"), "{l:?}");
+        let l = load_live_line(&second(Phase::Both, Some(1.234)));
+        assert!(l.ends_with("     1.23"), "{l:?}");
+        assert_eq!(l.len(), LOAD_LIVE_HEADERS.len(), "{l:?}");
+    }
 }
