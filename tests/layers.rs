@@ -28,6 +28,7 @@ const PROTOCOL: &[&str] = &[
     "relay::framer",
     "relay::impair",
     "rr::hist",
+    "rr::interval",
     "tcp::machine",
     "tcp::schedule",
     "udp::analyze",

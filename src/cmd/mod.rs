@@ -24,6 +24,7 @@ use netrig::units;
 
 pub mod analyze;
 pub mod crr;
+pub mod habits;
 pub mod load;
 pub mod ping;
 pub mod progress;
@@ -134,10 +135,30 @@ impl ConsoleArgs {
 pub struct Target {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
     #[arg(value_parser = target_arg)]
-    pub target: Option<String>,
+    target: Option<String>,
+    /// The server, as iperf3 names it (-c HOST): the same as TARGET.
+    #[arg(short = 'c', long = "client", value_name = "HOST", value_parser = client_target, conflicts_with = "target")]
+    client: Option<String>,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
     pub port: u16,
+}
+
+impl Target {
+    /// The server given, as TARGET or `-c HOST`.
+    pub fn host(&self) -> Option<String> {
+        self.target.clone().or_else(|| self.client.clone())
+    }
+}
+
+/// `--connect-timeout`, on every client command.
+#[derive(Args, Clone, Copy)]
+pub struct ConnectTimeout {
+    /// Give up on reaching the server after this long: each TCP handshake,
+    /// of the control connection and of every data connection (iperf3
+    /// --connect-timeout).
+    #[arg(long = "connect-timeout", value_name = "D", default_value = "10s", value_parser = positive_duration)]
+    pub connect_timeout: Duration,
 }
 
 /// `-J` / `--json FILE`.
@@ -311,6 +332,37 @@ pub fn addrs(s: &str) -> Result<Addrs> {
 pub fn target_arg(s: &str) -> Result<String> {
     netrig::net::check_target(s)?;
     Ok(s.to_string())
+}
+/// `-c HOST`: iperf3's client flag names the server. A bare number is
+/// what `-c` meant in earlier releases (connections), so say where that went.
+pub fn client_target(s: &str) -> Result<String> {
+    if s.trim().parse::<u32>().is_ok() {
+        anyhow::bail!(
+            "-c names the server, as iperf3's -c HOST; for {s} connections at once give -P {s}"
+        );
+    }
+    target_arg(s)
+}
+/// The shortest status interval. iperf3 refuses `-i` below 0.1 s
+/// (MIN_INTERVAL in its src/iperf.h; "invalid report interval"): shorter
+/// intervals print more lines than anyone reads and cost the run itself.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// `-i` of the status lines: at least [`MIN_INTERVAL`].
+pub fn interval(s: &str) -> Result<Duration> {
+    match duration(s)? {
+        d if d < MIN_INTERVAL => {
+            anyhow::bail!("at least 100ms (a status line per interval; iperf3 has the same floor)")
+        }
+        d => Ok(d),
+    }
+}
+/// A count (`-n`) of at least one.
+pub fn count(s: &str) -> Result<u64> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => anyhow::bail!("must be at least 1"),
+        Ok(n) => Ok(n),
+        Err(_) => anyhow::bail!("'{s}' is not a whole number"),
+    }
 }
 pub fn size(s: &str) -> Result<u64> {
     Ok(units::parse_size(s)?)

@@ -106,7 +106,12 @@ pub fn print_rr(
         r.transport,
         r.size,
         r.reply,
-        cfg.iterations,
+        // A run --time ended counts what it measured, not its bound.
+        if cfg.iterations == crate::rr::client::UNBOUNDED {
+            r.latency.as_ref().map_or(0, |l| l.count)
+        } else {
+            cfg.iterations
+        },
         cfg.warmup,
         if cfg.nagle { ", Nagle on" } else { "" },
         if cfg.busy_poll { ", busy-poll" } else { "" }

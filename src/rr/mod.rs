@@ -4,6 +4,7 @@
 pub mod client;
 pub mod crr;
 pub mod hist;
+pub mod interval;
 mod run;
 pub mod serve;
 mod udp;
