@@ -663,18 +663,26 @@ pub fn target_or_embedded(
 }
 
 /// Rewrites spellings of earlier releases that clap cannot express as
-/// aliases: `-v N` (a level) is now `--verbosity N`, since `-v` counts.
+/// aliases: `-v N` (a level) is now `--verbosity N`, since `-v` counts;
+/// tcp's and crr's `-c N` (a number of connections) is now `-P N`, since
+/// `-c` names the server as in iperf3 (no server is named by a bare number).
 pub fn legacy_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut sub: Option<String> = None;
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
-        let level = it
-            .peek()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"));
+        let next = it.peek().and_then(|n| n.to_str());
+        let level = next.is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"));
+        let number = next.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let connections = matches!(sub.as_deref(), Some("tcp" | "crr"));
         if (a == "-v" || a == "--verbosity") && level {
             out.push("--verbosity".into());
+        } else if a == "-c" && number && connections {
+            out.push("-P".into());
         } else {
+            if sub.is_none() && !out.is_empty() && a.to_str().is_some_and(|s| !s.starts_with('-')) {
+                sub = a.to_str().map(String::from);
+            }
             out.push(a);
         }
     }
@@ -697,5 +705,40 @@ mod tests {
         assert_eq!(v(&["tcp", "-v", "host"]), ["tcp", "-v", "host"]);
         assert_eq!(v(&["tcp", "-vv"]), ["tcp", "-vv"]);
         assert_eq!(v(&["tcp", "-v"]), ["tcp", "-v"]);
+    }
+
+    #[test]
+    fn legacy_connection_counts_become_parallel() {
+        let v = |a: &[&str]| {
+            legacy_args(a.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "4"]),
+            ["netrig", "tcp", "-P", "4"]
+        );
+        assert_eq!(
+            v(&["netrig", "crr", "h", "-c", "2"]),
+            ["netrig", "crr", "h", "-P", "2"]
+        );
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "h4"]),
+            ["netrig", "tcp", "-c", "h4"]
+        );
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "10.0.0.1"]),
+            ["netrig", "tcp", "-c", "10.0.0.1"]
+        );
+        // ping's -c is its count (ping(8)); udp's -c is the server.
+        assert_eq!(
+            v(&["netrig", "ping", "-c", "3"]),
+            ["netrig", "ping", "-c", "3"]
+        );
+        assert_eq!(
+            v(&["netrig", "udp", "-c", "3"]),
+            ["netrig", "udp", "-c", "3"]
+        );
     }
 }
