@@ -84,6 +84,21 @@ pub enum ClientError {
     Unsupported(#[from] crate::refusal::Unsupported),
 }
 
+/// `target` as it is reached: with `port` when it names none, so an error
+/// says which port could not be reached.
+fn with_port(target: &str, port: u16) -> String {
+    let t = target.trim();
+    if t.parse::<SocketAddr>().is_ok() {
+        t.to_string()
+    } else if let Ok(ip) = t.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+        SocketAddr::new(ip, port).to_string()
+    } else if t.contains(':') {
+        t.to_string()
+    } else {
+        format!("{t}:{port}")
+    }
+}
+
 /// An open control connection that has exchanged hellos.
 pub struct Control {
     /// The target as the user gave it.
@@ -119,17 +134,40 @@ impl Control {
         via: net::Via<'_>,
         key: Option<&Key>,
     ) -> Result<Control, ClientError> {
+        Self::connect_within(target, port, bind, timeout, timeout, via, key)
+    }
+
+    /// As [`Control::connect_over`], giving up on each address's TCP
+    /// handshake after `connect` (`--connect-timeout`); `timeout` bounds
+    /// the waits for the server's answers once connected.
+    pub fn connect_within(
+        target: &str,
+        port: u16,
+        bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
+        connect: Duration,
+        timeout: Duration,
+        via: net::Via<'_>,
+        key: Option<&Key>,
+    ) -> Result<Control, ClientError> {
         let conn_err = |source| ClientError::Connect {
-            target: target.to_string(),
+            target: with_port(target, port),
             source,
         };
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         let mut found = None;
         for addr in net::resolve(target, port).map_err(conn_err)? {
-            match net::connect_stream(addr, bind(addr)?, timeout, via) {
+            match net::connect_stream(addr, bind(addr)?, connect, via) {
                 Ok(s) => {
                     found = Some((addr, s));
                     break;
+                }
+                // A black-holed address says nothing: name the limit that
+                // ended the wait, so the user knows which knob to turn.
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    last = io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {connect:?} (--connect-timeout)"),
+                    )
                 }
                 Err(e) => last = e,
             }
@@ -297,5 +335,20 @@ impl Control {
     /// A reply that makes no sense at this point.
     pub fn unexpected(&self, m: Message) -> ClientError {
         self.failed(format!("unexpected reply {m:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_port;
+
+    #[test]
+    fn an_error_names_the_port_the_target_was_tried_at() {
+        assert_eq!(with_port("127.0.0.1", 5555), "127.0.0.1:5555");
+        assert_eq!(with_port("::1", 5555), "[::1]:5555");
+        assert_eq!(with_port("[::1]", 5555), "[::1]:5555");
+        assert_eq!(with_port("127.0.0.1:1", 5555), "127.0.0.1:1");
+        assert_eq!(with_port("host.example", 80), "host.example:80");
+        assert_eq!(with_port("host.example:81", 80), "host.example:81");
     }
 }

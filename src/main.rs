@@ -2,6 +2,7 @@
 //! subcommand and turns its outcome into an exit code. All measuring lives
 //! in the library.
 
+use clap::error::{ContextKind, ContextValue};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -59,9 +60,18 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(cmd::legacy_args(std::env::args_os())) {
+    let args = cmd::legacy_args(std::env::args_os());
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
+            // An iperf3 flag from habit: netrig's spelling, not clap's guess.
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg)
+                && let Some(hint) = cmd::habits::hint(cmd::habits::subcommand(&args), flag)
+            {
+                eprintln!("netrig: unexpected argument '{flag}': {hint}");
+                return ExitCode::from(cmd::Exit::Usage);
+            }
             // clap's message, with netrig's one prefix for errors.
             let text = e.render().to_string();
             let text = text.strip_prefix("error: ").unwrap_or(&text);

@@ -363,11 +363,8 @@ fn bad_usage_is_explained() {
         (vec!["tcp", "--buffer", "[2K,1K]"], "buffer"),
         (vec!["tcp", "--transfer", "5X"], "unknown unit"),
         (vec!["tcp", "--pattern", "sideways"], "sideways"),
-        (vec!["tcp", "--interval", "0"], "greater than zero"),
-        (
-            vec!["tcp", "-c", "0"],
-            "--connections must be greater than zero",
-        ),
+        (vec!["tcp", "--interval", "0"], "at least 100ms"),
+        (vec!["tcp", "-P", "0"], "--parallel"),
         (
             vec![
                 "tcp",
@@ -396,8 +393,8 @@ fn closed_stdout_neither_panics_nor_loses_the_json() {
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("r.json");
     for sub in [
-        vec!["tcp", "--transfer", "4M", "--interval", "10ms"],
-        vec!["udp", "-d", "500ms", "--interval", "10ms"],
+        vec!["tcp", "--transfer", "4M", "--interval", "100ms"],
+        vec!["udp", "-d", "500ms", "--interval", "100ms"],
     ] {
         let mut args = sub.clone();
         args.extend(["--json", js.to_str().unwrap()]);
@@ -473,7 +470,7 @@ fn udp_from_the_command_line() {
         "{received} of {asked} datagrams: {sender}"
     );
     for (args, needle) in [
-        (vec!["udp", "--size", "10"], "--size must be"),
+        (vec!["udp", "--size", "10"], "-l/--length must be"),
         (
             vec!["udp", "--jitter-file", "x.csv"],
             "needs --reverse or --media",

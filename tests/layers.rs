@@ -29,6 +29,7 @@ const PROTOCOL: &[&str] = &[
     "relay::impair",
     "rr::hist",
     "rr::echo",
+    "rr::interval",
     "tcp::machine",
     "tcp::schedule",
     "udp::analyze",

@@ -41,6 +41,8 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
         start_at: None,
         bind_dev: None,
         cport: None,
+        duration: None,
+        connect_timeout: None,
     }
 }
 

@@ -55,6 +55,7 @@ fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, C
         per_packet,
         start_at: None,
         cport: None,
+        connect_timeout: None,
     };
     let mut c = Collect::default();
     let rep = run(&cfg, Arc::new(AtomicBool::new(false)), &mut c).expect("udp run");

@@ -24,11 +24,14 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
     if let Err(c) = check_outputs([("--csv", a.csv.as_deref())]) {
         return Ok(c);
     }
-    let text =
-        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
     let bad = |why: String| {
         eprintln!("netrig: {}: {why}", a.file.display());
         Ok(ExitCode::from(super::Exit::Usage))
+    };
+    // A file that cannot be read is bad input, as for `netrig report`.
+    let text = match std::fs::read(&a.file) {
+        Ok(t) => t,
+        Err(e) => return bad(format!("cannot read: {e}")),
     };
     let doc: serde_json::Value = match serde_json::from_slice(&text) {
         Ok(d) => d,

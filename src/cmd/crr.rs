@@ -22,24 +22,26 @@ pub struct CrrArgs {
     /// Reply size in bytes.
     #[arg(long, default_value = "2", value_parser = size)]
     reply: u64,
-    /// Transactions (connections) in total.
+    /// Transactions (connections) in total; default 10000, or, with
+    /// --time, as many as fit in it.
     #[arg(
         short = 'n',
         long = "count",
         visible_alias = "transactions",
-        default_value_t = 10_000
+        value_parser = super::count
     )]
-    count: u64,
+    count: Option<u64>,
     /// Transactions in flight at once.
     #[arg(
         short = 'P',
         long = "parallel",
         visible_alias = "connections",
-        short_alias = 'c',
-        default_value_t = 1
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     parallel: u32,
-    /// Stop after this long.
+    /// Run for this long: without -n, as many transactions as fit; with
+    /// it, whichever ends first.
     #[arg(short = 't', long = "time", visible_alias = "time-limit", value_parser = positive_duration)]
     time: Option<Duration>,
     /// Ask the server for its own status rows, every --interval, and put
@@ -47,7 +49,7 @@ pub struct CrrArgs {
     #[arg(long)]
     get_server_output: bool,
     /// The server's status rows' interval (with --get-server-output).
-    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration, requires = "get_server_output")]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = super::interval, requires = "get_server_output")]
     interval: Duration,
     #[command(flatten)]
     bind: super::Sources,
@@ -63,7 +65,12 @@ pub struct CrrArgs {
     key: KeyArg,
     #[command(flatten)]
     sock: super::sock::TcpFlags,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
 }
+
+/// Transactions without -n or -t.
+const DEFAULT_COUNT: u64 = 10_000;
 
 /// The crr collector, with a progress bar that moves as transactions end.
 struct Counted {
@@ -95,16 +102,22 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     if a.length == 0 || a.length > 1 << 20 || a.reply > 1 << 20 {
         return Ok(usage("--length must be 1..=1M and --reply at most 1M"));
     }
-    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
+    let count = a.count.unwrap_or(DEFAULT_COUNT);
     let mut cfg = netrig::rr::crr::config(
         target,
         a.to.port,
         a.length as u32,
         a.reply as u32,
-        a.count,
+        count,
         a.parallel,
     );
     cfg.time_limit = a.time;
+    if a.count.is_none() && a.time.is_some() {
+        // The deadline ends the run, not a count it would finish early.
+        cfg.iterations = None;
+    }
+    cfg.connect_timeout = Some(a.connect.connect_timeout);
     if a.get_server_output {
         cfg.server_output = true;
         cfg.interval = Some(a.interval);
@@ -117,7 +130,15 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     cfg.key = key;
     let mut col = Counted {
         inner: netrig::rr::crr::CrrCollector::default(),
-        progress: super::progress::Progress::new(a.count, "transactions", verbosity),
+        progress: super::progress::Progress::new(
+            count,
+            "transactions",
+            if cfg.iterations.is_some() {
+                verbosity
+            } else {
+                0
+            },
+        ),
     };
     let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "crr", &cfg) {
         Ok(s) => s,

@@ -38,6 +38,13 @@ pub struct LoadArgs {
     /// Most TCP connections a phase ramps up to (the draft's 16).
     #[arg(short = 'P', long, visible_alias = "parallel", default_value_t = 16)]
     max_connections: u32,
+    /// A live line every this many seconds, with the interval's mean
+    /// goodput and its probes' medians (whole seconds: the ramp moves
+    /// once a second).
+    #[arg(short = 'i', long, value_name = "D", default_value = "1s", value_parser = whole_seconds)]
+    interval: u32,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
     #[command(flatten)]
     sock: super::sock::TcpFlags,
     #[command(flatten)]
@@ -48,6 +55,15 @@ pub struct LoadArgs {
     console: super::ConsoleArgs,
     #[command(flatten)]
     key: KeyArg,
+}
+
+/// `load -i`: a whole number of seconds, at least one.
+fn whole_seconds(s: &str) -> Result<u32> {
+    let d = super::duration(s)?;
+    if d.subsec_nanos() != 0 || d.as_secs() == 0 {
+        anyhow::bail!("give whole seconds, at least 1s (the ramp moves once a second)");
+    }
+    u32::try_from(d.as_secs()).map_err(|_| anyhow::anyhow!("too long"))
 }
 
 /// A loaded phase on the command line.
@@ -111,11 +127,13 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         max_connections: a.max_connections,
         sock,
         bind_dev: a.sock.ip.bind_dev.clone(),
+        connect_timeout: Some(a.connect.connect_timeout),
+        interval_secs: a.interval,
     };
     if let Err(e) = cfg.validate() {
         return Ok(usage(e.to_string()));
     }
-    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
     cfg.target = target.clone();
     if verbosity >= 1 {
         netrig::out!("{}", netrig::report::load_banner(&cfg, &target));

@@ -24,6 +24,7 @@ use netrig::units;
 
 pub mod analyze;
 pub mod crr;
+pub mod habits;
 pub mod load;
 pub mod ping;
 pub mod progress;
@@ -134,10 +135,30 @@ impl ConsoleArgs {
 pub struct Target {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
     #[arg(value_parser = target_arg)]
-    pub target: Option<String>,
+    target: Option<String>,
+    /// The server, as iperf3 names it (-c HOST): the same as TARGET.
+    #[arg(short = 'c', long = "client", value_name = "HOST", value_parser = client_target, conflicts_with = "target")]
+    client: Option<String>,
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
     pub port: u16,
+}
+
+impl Target {
+    /// The server given, as TARGET or `-c HOST`.
+    pub fn host(&self) -> Option<String> {
+        self.target.clone().or_else(|| self.client.clone())
+    }
+}
+
+/// `--connect-timeout`, on every client command.
+#[derive(Args, Clone, Copy)]
+pub struct ConnectTimeout {
+    /// Give up on reaching the server after this long: each TCP handshake,
+    /// of the control connection and of every data connection (iperf3
+    /// --connect-timeout).
+    #[arg(long = "connect-timeout", value_name = "D", default_value = "10s", value_parser = positive_duration)]
+    pub connect_timeout: Duration,
 }
 
 /// `-J` / `--json FILE`.
@@ -311,6 +332,37 @@ pub fn addrs(s: &str) -> Result<Addrs> {
 pub fn target_arg(s: &str) -> Result<String> {
     netrig::net::check_target(s)?;
     Ok(s.to_string())
+}
+/// `-c HOST`: iperf3's client flag names the server. A bare number is
+/// what `-c` meant in earlier releases (connections), so say where that went.
+pub fn client_target(s: &str) -> Result<String> {
+    if s.trim().parse::<u32>().is_ok() {
+        anyhow::bail!(
+            "-c names the server, as iperf3's -c HOST; for {s} connections at once give -P {s}"
+        );
+    }
+    target_arg(s)
+}
+/// The shortest status interval. iperf3 refuses `-i` below 0.1 s
+/// (MIN_INTERVAL in its src/iperf.h; "invalid report interval"): shorter
+/// intervals print more lines than anyone reads and cost the run itself.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// `-i` of the status lines: at least [`MIN_INTERVAL`].
+pub fn interval(s: &str) -> Result<Duration> {
+    match duration(s)? {
+        d if d < MIN_INTERVAL => {
+            anyhow::bail!("at least 100ms (a status line per interval; iperf3 has the same floor)")
+        }
+        d => Ok(d),
+    }
+}
+/// A count (`-n`) of at least one.
+pub fn count(s: &str) -> Result<u64> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => anyhow::bail!("must be at least 1"),
+        Ok(n) => Ok(n),
+        Err(_) => anyhow::bail!("'{s}' is not a whole number"),
+    }
 }
 pub fn size(s: &str) -> Result<u64> {
     Ok(units::parse_size(s)?)
@@ -611,18 +663,26 @@ pub fn target_or_embedded(
 }
 
 /// Rewrites spellings of earlier releases that clap cannot express as
-/// aliases: `-v N` (a level) is now `--verbosity N`, since `-v` counts.
+/// aliases: `-v N` (a level) is now `--verbosity N`, since `-v` counts;
+/// tcp's and crr's `-c N` (a number of connections) is now `-P N`, since
+/// `-c` names the server as in iperf3 (no server is named by a bare number).
 pub fn legacy_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut sub: Option<String> = None;
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
-        let level = it
-            .peek()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"));
+        let next = it.peek().and_then(|n| n.to_str());
+        let level = next.is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"));
+        let number = next.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let connections = matches!(sub.as_deref(), Some("tcp" | "crr"));
         if (a == "-v" || a == "--verbosity") && level {
             out.push("--verbosity".into());
+        } else if a == "-c" && number && connections {
+            out.push("-P".into());
         } else {
+            if sub.is_none() && !out.is_empty() && a.to_str().is_some_and(|s| !s.starts_with('-')) {
+                sub = a.to_str().map(String::from);
+            }
             out.push(a);
         }
     }
@@ -645,5 +705,40 @@ mod tests {
         assert_eq!(v(&["tcp", "-v", "host"]), ["tcp", "-v", "host"]);
         assert_eq!(v(&["tcp", "-vv"]), ["tcp", "-vv"]);
         assert_eq!(v(&["tcp", "-v"]), ["tcp", "-v"]);
+    }
+
+    #[test]
+    fn legacy_connection_counts_become_parallel() {
+        let v = |a: &[&str]| {
+            legacy_args(a.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "4"]),
+            ["netrig", "tcp", "-P", "4"]
+        );
+        assert_eq!(
+            v(&["netrig", "crr", "h", "-c", "2"]),
+            ["netrig", "crr", "h", "-P", "2"]
+        );
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "h4"]),
+            ["netrig", "tcp", "-c", "h4"]
+        );
+        assert_eq!(
+            v(&["netrig", "tcp", "-c", "10.0.0.1"]),
+            ["netrig", "tcp", "-c", "10.0.0.1"]
+        );
+        // ping's -c is its count (ping(8)); udp's -c is the server.
+        assert_eq!(
+            v(&["netrig", "ping", "-c", "3"]),
+            ["netrig", "ping", "-c", "3"]
+        );
+        assert_eq!(
+            v(&["netrig", "udp", "-c", "3"]),
+            ["netrig", "udp", "-c", "3"]
+        );
     }
 }

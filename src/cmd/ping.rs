@@ -9,15 +9,27 @@ use std::time::Duration;
 
 use super::rr::RrResult;
 use super::{
-    Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_exit, finish, interrupt_flag,
+    Exit, Json, KeyArg, Setup, Verbosity, client_error_exit, finish, interrupt_flag,
     positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, Transport};
 
+/// The server ping probes: ping(8)'s `-c` is the count here, so no
+/// iperf3-style `-c HOST`.
+#[derive(Args, Clone)]
+pub struct PingTarget {
+    /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
+    #[arg(value_parser = super::target_arg)]
+    pub target: Option<String>,
+    /// Port if the target names none.
+    #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
+    pub port: u16,
+}
+
 #[derive(Args)]
 pub struct PingArgs {
     #[command(flatten)]
-    pub to: Target,
+    pub to: PingTarget,
     /// Time between probes (down to microseconds; use --busy-poll below ~100us).
     #[arg(short, long, default_value = "1s", value_parser = positive_duration, conflicts_with = "rate")]
     interval: Duration,
@@ -27,9 +39,13 @@ pub struct PingArgs {
     /// Probe payload bytes.
     #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]
     length: u64,
-    /// Stop after this many probes (default: until Ctrl-C).
-    #[arg(short = 'n', long = "count", short_alias = 'c')]
+    /// Stop after this many probes (ping -c; default: until Ctrl-C or --time).
+    #[arg(short = 'n', long = "count", short_alias = 'c', value_parser = super::count)]
     count: Option<u64>,
+    /// Send probes for this long (irtt -d); with -n too, whichever ends
+    /// first.
+    #[arg(short = 't', long = "time", visible_alias = "duration", short_alias = 'd', value_name = "D", value_parser = positive_duration)]
+    time: Option<Duration>,
     /// A reply later than this counts as lost (and, if it comes, late).
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
     timeout: Duration,
@@ -66,6 +82,8 @@ pub struct PingArgs {
     start: super::StartAt,
     #[command(flatten)]
     key: KeyArg,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
 }
 
 pub fn run(a: PingArgs) -> Result<ExitCode> {
@@ -120,6 +138,8 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         outliers: 10,
         synced: a.synced,
         bind: a.bind.into_iter().collect(),
+        duration: a.time,
+        connect_timeout: Some(a.connect.connect_timeout),
     };
     let size = a.length;
     let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "ping", &cfg) {
@@ -152,7 +172,7 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         Exit::NetworkError
     } else if rep.received == 0 && rep.sent > 0 {
         Exit::NetworkError
-    } else if rep.interrupted && a.count.is_some() {
+    } else if rep.interrupted && (a.count.is_some() || a.time.is_some()) {
         // Without a count, Ctrl-C is how a ping ends (as ping(8)); with one,
         // it cut the run short.
         Exit::Interrupted

@@ -254,7 +254,8 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
             max_queue_bytes: a.max_queue,
         },
     })
-    .context("cannot start the relay")?;
+    // The error says its cause once; anyhow's chain would repeat it.
+    .map_err(|e| anyhow::anyhow!("cannot start the relay: {e}"))?;
     let h = relay.handle();
     netrig::out!(
         "netrig relay {} -> {to} ({}), seed {seed}",

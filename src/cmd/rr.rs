@@ -16,6 +16,8 @@ use super::{
     finish, interrupt_flag, positive_duration, size, target_or_embedded, usage,
 };
 use netrig::rr::client::{RrConfig, RrReport, Transport};
+use netrig::rr::interval::{Intervals, RrInterval};
+use std::time::Instant;
 
 #[derive(Args)]
 pub struct HistArgs {
@@ -46,14 +48,23 @@ pub struct RrArgs {
     /// Reply size in bytes (ACE replies with 2).
     #[arg(long, default_value = "2", value_parser = size)]
     reply: u64,
-    /// Measured round trips (ACE -i).
+    /// Measured round trips (ACE -i); default 100000, or, with --time,
+    /// as many as fit in it.
     #[arg(
         short = 'n',
         long = "count",
         visible_alias = "iterations",
-        default_value_t = 100_000
+        value_parser = super::count
     )]
-    count: u64,
+    count: Option<u64>,
+    /// Send requests for this long, warm-up included (sockperf -t); with
+    /// -n too, whichever ends first.
+    #[arg(short = 't', long = "time", visible_alias = "duration", value_name = "D", value_parser = positive_duration)]
+    time: Option<Duration>,
+    /// Print a status line every interval: round trips, rate and latency
+    /// percentiles of the interval (at least 100ms, as iperf3's -i).
+    #[arg(short = 'i', long, value_name = "D", value_parser = super::interval, conflicts_with = "spectrum")]
+    interval: Option<Duration>,
     /// Round trips before measuring, reported separately.
     #[arg(long, default_value_t = 100)]
     warmup: u64,
@@ -112,6 +123,8 @@ pub struct RrArgs {
     start: super::StartAt,
     #[command(flatten)]
     key: KeyArg,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
 }
 
 /// What `rr` and `ping` put under `result` in the JSON envelope: one run per
@@ -124,6 +137,9 @@ pub struct RrResult<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probes: Option<&'a ProbeLog>,
 }
+
+/// Measured round trips without -n or -t.
+const DEFAULT_COUNT: u64 = 100_000;
 
 /// The most probes a ping keeps for its JSON: 100 a second for 15 minutes.
 pub const MAX_PROBES: usize = 90_000;
@@ -147,6 +163,72 @@ impl ProbeLog {
             self.rows.push((p.seq, p.rtt_us.map(|u| u / 1e3)));
         } else {
             self.left_out += 1;
+        }
+    }
+}
+
+/// `rr -i`: a row per interval, on the console (tcp's and udp's way) and
+/// in the JSON stream, as round trips end.
+struct IntervalLines {
+    rows: Intervals,
+    /// When the first measured request left: the intervals count from it.
+    t0: Option<Instant>,
+    /// When the last round trip ended: the last interval ends there.
+    last: Option<Instant>,
+    console: Option<netrig::report::RowWriter>,
+    /// The header row is out.
+    headed: bool,
+}
+
+impl IntervalLines {
+    fn new(every: Duration, verbosity: u8) -> IntervalLines {
+        IntervalLines {
+            rows: Intervals::new(every.as_secs_f64()),
+            t0: None,
+            last: None,
+            headed: false,
+            console: (verbosity >= 1).then(|| {
+                netrig::report::RowWriter::console(netrig::output::console(), &RrInterval::WIDTHS)
+            }),
+        }
+    }
+
+    /// A round trip ended: the intervals that closed before it.
+    fn probe(&mut self, p: &netrig::rr::client::Probe) -> Vec<RrInterval> {
+        if p.warmup || p.late {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let rtt_ns = p.rtt_us.map(|us| (us * 1e3) as u64);
+        let t0 = *self.t0.get_or_insert_with(|| {
+            let rtt = Duration::from_nanos(rtt_ns.unwrap_or(0));
+            now.checked_sub(rtt).unwrap_or(now)
+        });
+        self.last = Some(now);
+        let rows = self
+            .rows
+            .record(now.saturating_duration_since(t0).as_secs_f64(), rtt_ns);
+        self.print(&rows);
+        rows
+    }
+
+    /// The last, partial interval, when the run has ended.
+    fn finish(&mut self) -> Option<RrInterval> {
+        let at = self.last?.saturating_duration_since(self.t0?).as_secs_f64();
+        let row = self.rows.finish(at)?;
+        self.print(std::slice::from_ref(&row));
+        Some(row)
+    }
+
+    fn print(&mut self, rows: &[RrInterval]) {
+        let Some(c) = self.console.as_mut() else {
+            return;
+        };
+        for r in rows {
+            if !std::mem::replace(&mut self.headed, true) {
+                let _ = c.row(&RrInterval::HEADERS);
+            }
+            let _ = c.row(&r.cells());
         }
     }
 }
@@ -211,7 +293,7 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     if let Err(e) = sock.validate() {
         return Ok(usage(e.to_string()));
     }
-    let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
+    let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
     let base = RrConfig {
         bind_dev: a.sock.bind_dev.clone(),
         cport: a.cport,
@@ -223,7 +305,11 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         transport: a.proto,
         size: a.length as u32,
         reply: a.reply as u32,
-        iterations: a.count,
+        iterations: match (a.count, a.time) {
+            (Some(n), _) => n,
+            (None, Some(_)) => netrig::rr::client::UNBOUNDED,
+            (None, None) => DEFAULT_COUNT,
+        },
         warmup: a.warmup,
         nagle: a.nagle,
         busy_poll: a.busy_poll,
@@ -236,17 +322,23 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         outliers: a.hist.outliers,
         synced: false,
         bind: a.bind.clone(),
+        duration: a.time,
+        connect_timeout: Some(a.connect.connect_timeout),
     };
     let sizes: Vec<u32> = match spectrum {
         Some((lo, hi)) => (lo..=hi).map(|k| 1u32 << k).collect(),
         None => vec![base.size],
     };
     let interrupt = interrupt_flag();
+    // The bar would only fight the interval lines, and has no end to show
+    // for a run that --time ends.
+    let bar = a.interval.is_none() && base.iterations != netrig::rr::client::UNBOUNDED;
     let progress = super::progress::Progress::new(
         (base.iterations.saturating_add(base.warmup)).saturating_mul(sizes.len() as u64),
         "round trips",
-        verbosity,
+        if bar { verbosity } else { 0 },
     );
+    let mut lines = a.interval.map(|every| IntervalLines::new(every, verbosity));
     let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "rr", &base) {
         Ok(s) => s,
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
@@ -269,7 +361,17 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
             size,
             ..base.clone()
         };
-        let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |_| progress.inc());
+        let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |p| {
+            progress.inc();
+            if let Some(l) = lines.as_mut() {
+                for row in l.probe(p) {
+                    sink.event("interval", &row);
+                }
+            }
+        });
+        if let Some(row) = lines.as_mut().and_then(IntervalLines::finish) {
+            sink.event("interval", &row);
+        }
         if spectrum.is_none() {
             progress.finish();
         }

@@ -75,6 +75,16 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     // server needs; the hard limit is the real ceiling.
     let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
     let max_conns = a.max_conns.unwrap_or_else(|| default_max_conns(fds));
+    // Named in the error: a port in use says nothing about which.
+    let at = if a.listen.is_empty() {
+        format!("[::]:{} (every address)", a.port)
+    } else {
+        a.listen
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let server = Server::bind(ServerConfig {
         key,
         listen: a.listen,
@@ -93,7 +103,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             max_conns,
         },
     })
-    .context("cannot listen")?;
+    .with_context(|| format!("cannot listen on {at}"))?;
     // A port the kernel picked is said even when quiet: nothing else tells
     // a script which port to point its clients at.
     if a.verbosity.level() == 0 && server.picked_port() {

@@ -21,8 +21,8 @@ pub struct TcpArgs {
     /// none: an embedded server on loopback.
     #[arg(value_parser = target_arg)]
     targets: Vec<String>,
-    /// Another target (same as a positional one).
-    #[arg(long = "target", value_name = "HOST", value_parser = target_arg)]
+    /// Another target (same as a positional one; iperf3's -c HOST).
+    #[arg(short = 'c', long = "target", visible_alias = "client", value_name = "HOST", value_parser = super::client_target)]
     more_targets: Vec<String>,
     /// Port for targets that do not name one.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
@@ -32,17 +32,17 @@ pub struct TcpArgs {
         short = 'P',
         long = "parallel",
         visible_alias = "connections",
-        short_alias = 'c',
-        default_value_t = 8
+        default_value_t = 8,
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     parallel: u32,
     /// Rounds of --parallel connections: total = parallel x iterations
     /// (ctsTraffic -Iterations). Default: until Ctrl-C or --time (one round
     /// when no target is given).
-    #[arg(long)]
+    #[arg(long, value_parser = super::count)]
     iterations: Option<u64>,
     /// Maximum connection attempts in progress at once.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     throttle: u32,
     /// Bytes per connection, both directions together, or a range each
     /// connection picks from: [1M,64M] or 1M..64M (ctsTraffic -Transfer).
@@ -55,6 +55,13 @@ pub struct TcpArgs {
     /// Data flow: push (client sends), pull (server sends), pushpull (alternate), duplex (both).
     #[arg(long, value_enum, default_value_t = IoPattern::Push)]
     pattern: IoPattern,
+    /// The server sends: the same as --pattern pull (iperf3 -R).
+    #[arg(short = 'R', long, conflicts_with = "pattern")]
+    reverse: bool,
+    /// Both directions at once on every connection: the same as --pattern
+    /// duplex (iperf3 --bidir, which opens a stream per direction instead).
+    #[arg(long, conflicts_with_all = ["pattern", "reverse"])]
+    bidir: bool,
     /// pushpull: bytes the client sends per turn.
     #[arg(long, default_value = "1M", value_parser = size)]
     push_bytes: u64,
@@ -70,8 +77,8 @@ pub struct TcpArgs {
     /// data: check every byte against the pattern; connection: byte counts only.
     #[arg(long, value_enum, default_value_t = VerifyLevel::Data)]
     verify: VerifyLevel,
-    /// Status interval (ms resolution).
-    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
+    /// Status interval (ms resolution; at least 100ms, as iperf3).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = super::interval)]
     interval: Duration,
     /// Run this long first as a warm-up (slow start): its intervals are
     /// marked and the goodput is also given without it (iperf3 -O); --time
@@ -104,6 +111,8 @@ pub struct TcpArgs {
     /// A connection making no progress for this long fails with a network error.
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
     idle_timeout: Duration,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
     /// Seed for random buffer sizes (for reproducible runs).
     #[arg(long)]
     seed: Option<u64>,
@@ -140,7 +149,10 @@ fn buffer(s: &str) -> Result<BufferSpec, netrig::tcp::config::ConfigError> {
 
 /// `-n`: a size, or a range `[lo,hi]` / `lo..hi`.
 fn transfer(s: &str) -> Result<(u64, Option<u64>)> {
-    super::range_of(s, size)
+    match super::range_of(s, size)? {
+        (0, _) => anyhow::bail!("must be greater than zero"),
+        r => Ok(r),
+    }
 }
 
 /// `-b`: a rate, or a range of them, one per connection.
@@ -177,7 +189,13 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         iterations: a.iterations,
         throttle: a.throttle,
         open_cap: None,
-        pattern: a.pattern,
+        pattern: if a.reverse {
+            IoPattern::Pull
+        } else if a.bidir {
+            IoPattern::Duplex
+        } else {
+            a.pattern
+        },
         transfer: a.bytes.0,
         transfer_max: a.bytes.1,
         push_bytes: a.push_bytes,
@@ -189,6 +207,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         bind: a.bind.addrs(),
         interval: Some(a.interval),
         idle_timeout: Some(a.idle_timeout),
+        connect_timeout: Some(a.connect.connect_timeout),
         seed: a.seed,
         burst: a
             .burst_size

@@ -26,6 +26,12 @@ pub struct UdpArgs {
     /// Server (HOST, HOST:PORT, [V6]:PORT); none: embedded loopback server.
     #[arg(value_parser = target_arg)]
     pub target: Option<String>,
+    /// The server, as iperf3 names it (-c HOST): the same as TARGET.
+    #[arg(short = 'c', long = "client", value_name = "HOST", value_parser = super::client_target, conflicts_with = "target")]
+    client: Option<String>,
+    /// Accepted for iperf3 habits (-u): this command is UDP already.
+    #[arg(short = 'u', long = "udp", hide = true)]
+    _udp: bool,
     /// End every test datagram with an HMAC-SHA256 tag under the session's key
     /// (needs --key here and on the server); altered or forged datagrams count as
     /// corrupt and never as received.
@@ -52,8 +58,8 @@ pub struct UdpArgs {
     /// shorter one cuts it.
     #[arg(short = 't', long = "time", visible_aliases = ["duration", "stream-length"], short_alias = 'd', value_parser = positive_duration)]
     pub time: Option<Duration>,
-    /// Receiver status interval.
-    #[arg(short = 'i', long, default_value = "1s", value_parser = positive_duration)]
+    /// Receiver status interval (at least 100ms, as iperf3).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = super::interval)]
     interval: Duration,
     /// Streams at once, each with its own data socket, each at --bitrate
     /// (iperf3 -P; ctsTraffic UDP -Connections); one test to the server.
@@ -189,6 +195,8 @@ pub struct UdpArgs {
     start: super::StartAt,
     #[command(flatten)]
     pub key: KeyArg,
+    #[command(flatten)]
+    connect: super::ConnectTimeout,
 }
 
 /// How long a UDP stream or sweep runs without --duration.
@@ -294,7 +302,7 @@ pub fn run_with(
     let (size, gap_ps, reverse, media) = if let Some(iso) = a.isochronous {
         if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
             return Ok(usage(format!(
-                "--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
+                "-l/--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
             )));
         }
         let size = a.length as u32;
@@ -345,8 +353,9 @@ pub fn run_with(
         )
     } else {
         if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
-            eprintln!("netrig: --size must be {HEADER_LEN}..={MAX_DATAGRAM} bytes");
-            return Ok(ExitCode::from(super::Exit::Usage));
+            return Ok(usage(format!(
+                "-l/--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
+            )));
         }
         let gap = match (a.bitrate, a.gap) {
             (_, Some(g)) => g.as_nanos() as u64 * 1000,
@@ -474,11 +483,12 @@ pub fn run_with(
             return Ok(usage(why));
         }
     }
-    let embedded = match &a.target {
+    let host = a.target.clone().or_else(|| a.client.clone());
+    let embedded = match &host {
         Some(_) => None,
         None => Some(Embedded::start(key.clone())?),
     };
-    let target = match (&a.target, &embedded) {
+    let target = match (&host, &embedded) {
         (Some(t), _) => t.clone(),
         (None, Some(e)) => {
             if verbosity >= 1 {
@@ -504,6 +514,7 @@ pub fn run_with(
         sndbuf: a.sndbuf.map(|v| v as usize),
         per_packet: a.jitter_file.is_some(),
         cport: a.cport,
+        connect_timeout: Some(a.connect.connect_timeout),
     };
     banner.push(netrig::report::udp_banner(&cfg.spec));
     if streams.many() {

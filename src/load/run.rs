@@ -49,6 +49,17 @@ pub struct LoadConfig {
     /// The interface every socket of the run is bound to (`--bind-dev`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
+    /// Give up on a connection whose TCP handshake takes longer than this
+    /// (`--connect-timeout`): the probes' control connection and the load
+    /// connections.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connect_timeout: Option<Duration>,
+    /// Seconds of each live line (`-i`): its rates are the interval's
+    /// means and its medians the interval's probes'; at least 1.
+    pub interval_secs: u32,
 }
 
 /// A [`LoadConfig`] that cannot run.
@@ -110,20 +121,20 @@ pub enum LoadError {
     Client(#[from] ClientError),
 }
 
-/// One second of the run, for the live console.
+/// One interval of the run (a second, or `-i`), for the live console.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Second {
     /// Seconds since the run began.
     pub t: f64,
     /// The phase.
     pub phase: Phase,
-    /// Goodput down in the second, bit/s.
+    /// Goodput down over the line's interval (a second, or `-i`), bit/s.
     pub down_bps: f64,
     /// Goodput up, bit/s.
     pub up_bps: f64,
     /// Load connections allowed.
     pub connections: u32,
-    /// Median UDP round trip of the second's probes, ms.
+    /// Median UDP round trip of the interval's probes, ms.
     pub udp_ms: Option<f64>,
     /// Median new-connection handshake, ms.
     pub connect_ms: Option<f64>,
@@ -194,12 +205,12 @@ impl Observer for LoadObs {
     fn connection(&mut self, _rec: &ConnectionRecord) {}
 }
 
-/// The medians of the second before `t` for the live line.
-fn last_second(samples: &Samples, t: f64, kind: ProbeKind) -> Option<f64> {
+/// The median of the `span` seconds before `t` for the live line.
+fn last_second(samples: &Samples, t: f64, span: f64, kind: ProbeKind) -> Option<f64> {
     let s = samples.lock().unwrap_or_else(|e| e.into_inner());
     let mut v: Vec<f64> = s
         .iter()
-        .filter(|x| x.kind == kind && x.t > t - 1.0 && x.t <= t)
+        .filter(|x| x.kind == kind && x.t > t - span && x.t <= t)
         .filter_map(|x| x.ms)
         .collect();
     v.sort_by(f64::total_cmp);
@@ -213,6 +224,8 @@ struct Ctx<'a> {
     interrupt: &'a Arc<AtomicBool>,
     obs: &'a mut dyn LoadObserver,
     errors: Vec<String>,
+    /// The live line's interval so far: seconds, bytes down and up.
+    acc: (u32, f64, f64),
 }
 
 impl Ctx<'_> {
@@ -231,17 +244,27 @@ impl Ctx<'_> {
         !self.interrupt.load(SeqCst)
     }
 
-    fn second(&mut self, phase: Phase, down: f64, up: f64, connections: u32) {
+    /// One second of a phase went by; `last`: the phase's last. A live
+    /// line goes out every `interval_secs` seconds and at a phase's end.
+    fn second(&mut self, phase: Phase, down: f64, up: f64, connections: u32, last: bool) {
+        let (n, d, u) = self.acc;
+        let (n, d, u) = (n + 1, d + down, u + up);
+        if n < self.cfg.interval_secs.max(1) && !last {
+            self.acc = (n, d, u);
+            return;
+        }
+        self.acc = (0, 0.0, 0.0);
         let t = self.now();
+        let span = f64::from(n);
         let s = Second {
             t,
             phase,
-            down_bps: down * 8.0,
-            up_bps: up * 8.0,
+            down_bps: d * 8.0 / span,
+            up_bps: u * 8.0 / span,
             connections,
-            udp_ms: last_second(&self.samples, t, ProbeKind::Udp),
-            connect_ms: last_second(&self.samples, t, ProbeKind::TcpConnect),
-            self_ms: last_second(&self.samples, t, ProbeKind::SelfRtt),
+            udp_ms: last_second(&self.samples, t, span, ProbeKind::Udp),
+            connect_ms: last_second(&self.samples, t, span, ProbeKind::TcpConnect),
+            self_ms: last_second(&self.samples, t, span, ProbeKind::SelfRtt),
         };
         self.obs.second(&s);
     }
@@ -249,7 +272,7 @@ impl Ctx<'_> {
     fn idle(&mut self, end: f64) -> PhaseLoad {
         let mut t = self.now().floor() + 1.0;
         while t <= end + 1e-9 && self.sleep_to(t) {
-            self.second(Phase::Idle, 0.0, 0.0, 0);
+            self.second(Phase::Idle, 0.0, 0.0, 0, t + 1.0 > end + 1e-9);
             t += 1.0;
         }
         PhaseLoad::default()
@@ -277,6 +300,7 @@ impl Ctx<'_> {
         c.open_cap = Some(Arc::clone(&cap));
         c.sock = self.cfg.sock.clone();
         c.bind_dev = self.cfg.bind_dev.clone();
+        c.connect_timeout = self.cfg.connect_timeout;
         let (down, up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let base = self.now();
         let mut o = LoadObs {
@@ -304,7 +328,7 @@ impl Ctx<'_> {
                     cap.store(n + 1, SeqCst);
                 }
             }
-            self.second(phase, d as f64, u as f64, n as u32);
+            self.second(phase, d as f64, u as f64, n as u32, t + 1.0 > end + 1e-9);
             t += 1.0;
         }
         match run.join() {
@@ -386,6 +410,8 @@ pub fn run(
         bind_dev: cfg.bind_dev.clone(),
         cport: None,
         start_at: None,
+        duration: None,
+        connect_timeout: cfg.connect_timeout,
     };
     // The run starts when the first UDP probe left (after the server
     // accepted the probes and the clock offset is known): probe k leaves k
@@ -455,6 +481,7 @@ pub fn run(
         interrupt: &interrupt,
         obs,
         errors: Vec::new(),
+        acc: (0, 0.0, 0.0),
     };
     let mut loads = Vec::new();
     for &(phase, _, end) in &schedule.phases {

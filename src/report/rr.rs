@@ -102,7 +102,20 @@ pub fn rr_banner(cfg: &crate::rr::client::RrConfig) -> String {
         transport_name(cfg.transport),
         cfg.size,
         cfg.reply,
-        if cfg.iterations == crate::rr::client::UNBOUNDED {
+        if let (Some(d), false) = (cfg.duration, cfg.iterations == crate::rr::client::UNBOUNDED) {
+            format!(
+                "{} measured + {} warm-up iterations or {:.3} s, whichever ends first",
+                cfg.iterations,
+                cfg.warmup,
+                d.as_secs_f64()
+            )
+        } else if let Some(d) = cfg.duration {
+            format!(
+                "for {:.3} s after {} warm-up iterations",
+                d.as_secs_f64(),
+                cfg.warmup
+            )
+        } else if cfg.iterations == crate::rr::client::UNBOUNDED {
             format!("until stopped after {} warm-up iterations", cfg.warmup)
         } else {
             format!(

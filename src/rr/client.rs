@@ -102,10 +102,11 @@ pub fn run(
         // TCP and SCTP run over the control connection itself.
         port: cfg.cport.filter(|_| proto == RrProto::Tcp),
     };
-    let mut c = Control::connect_over(
+    let mut c = Control::connect_within(
         &cfg.target,
         cfg.port,
         bind,
+        cfg.connect_timeout.unwrap_or(Duration::from_secs(10)),
         Duration::from_secs(10),
         via,
         cfg.key.as_ref(),
@@ -270,7 +271,7 @@ fn exchanges(
     }
     let start = Instant::now();
     for seq in 0..total {
-        if interrupt.load(SeqCst) {
+        if interrupt.load(SeqCst) || !run.may_send(seq, Instant::now()) {
             break;
         }
         pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);

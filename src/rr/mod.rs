@@ -5,6 +5,7 @@ pub mod client;
 pub mod crr;
 pub mod echo;
 pub mod hist;
+pub mod interval;
 mod run;
 pub mod serve;
 mod udp;

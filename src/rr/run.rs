@@ -84,6 +84,20 @@ pub struct RrConfig {
     /// seconds; iperf2 --txstart-time), after the setup exchanges.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
     pub start_at: Option<f64>,
+    /// Stop sending requests this long after the first (`-t`); with
+    /// [`UNBOUNDED`] iterations, this is what ends the run.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub duration: Option<Duration>,
+    /// Give up on the control connection's TCP handshake after this
+    /// (`--connect-timeout`); none: 10 s.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connect_timeout: Option<Duration>,
 }
 
 /// `RrConfig::iterations` for a run that goes on until it is interrupted.
@@ -240,6 +254,8 @@ pub(super) struct Run<'a> {
     /// first to the end of the last (transactions per second, as ACE counts
     /// them, include everything between round trips).
     main_span: Option<(Instant, Instant)>,
+    /// When the first request was allowed out: `duration` counts from it.
+    first_send: Option<Instant>,
 }
 
 impl<'a> Run<'a> {
@@ -257,7 +273,21 @@ impl<'a> Run<'a> {
             main: stats(),
             rep: RrReport::empty(cfg),
             main_span: None,
+            first_send: None,
         }
+    }
+
+    /// Whether request `seq` may still leave at `now`: within the count
+    /// and, with a duration, before it has passed since the first request.
+    pub(super) fn may_send(&mut self, seq: u64, now: Instant) -> bool {
+        if seq >= self.total {
+            return false;
+        }
+        let Some(d) = self.cfg.duration else {
+            return true;
+        };
+        let first = *self.first_send.get_or_insert(now);
+        now.saturating_duration_since(first) < d
     }
 
     /// Fills `rep`'s latency figures from the samples; returns the measured

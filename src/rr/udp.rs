@@ -150,7 +150,7 @@ pub(super) fn run(
             expired.push_back(seq);
             on_probe(&probe(seq, cfg.warmup));
         }
-        let next_due = (next < run.total).then(|| match cfg.interval {
+        let next_due = run.may_send(next, now).then(|| match cfg.interval {
             Some(iv) => due(start, iv, next),
             // Back to back: the next request waits for this one's fate.
             None if pending.is_empty() => now,

@@ -147,6 +147,13 @@ pub struct TcpClientConfig {
     /// A connection making no progress for this long fails.
     #[serde(with = "crate::report::duration_ms")]
     pub idle_timeout: Option<Duration>,
+    /// Give up on a connection (control or data) whose TCP handshake takes
+    /// longer than this (`--connect-timeout`); none: the idle timeout.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connect_timeout: Option<Duration>,
     /// Seed for random buffer sizes (random if absent).
     pub seed: Option<u64>,
     /// iperf2-style bursts (push or pull only).
@@ -193,6 +200,7 @@ impl TcpClientConfig {
             bind: Vec::new(),
             interval: Some(Duration::from_secs(5)),
             idle_timeout: Some(Duration::from_secs(30)),
+            connect_timeout: None,
             seed: None,
             key: None,
             burst: None,

@@ -535,7 +535,12 @@ impl Worker<'_> {
     /// still connecting, for the connect timeout).
     fn check_idle(&mut self, now: Instant) {
         let idle = self.sh.cfg.idle_timeout;
-        let connect = idle.unwrap_or(Duration::from_secs(30));
+        let connect = self
+            .sh
+            .cfg
+            .connect_timeout
+            .or(idle)
+            .unwrap_or(Duration::from_secs(30));
         let stale: Vec<usize> = self
             .slots
             .iter()

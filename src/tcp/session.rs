@@ -233,7 +233,16 @@ fn open_session(
     bind: impl Fn(SocketAddr) -> Result<Option<IpAddr>, ConfigError>,
 ) -> Result<ServerControl, ClientError> {
     let timeout = cfg.idle_timeout.unwrap_or(Duration::from_secs(30));
-    let mut c = Control::connect(target, cfg.port, bind, timeout, cfg.key.as_ref())?;
+    let connect = cfg.connect_timeout.unwrap_or(timeout);
+    let mut c = Control::connect_within(
+        target,
+        cfg.port,
+        bind,
+        connect,
+        timeout,
+        crate::net::Via::default(),
+        cfg.key.as_ref(),
+    )?;
     let bind = match cfg.bind.is_empty() {
         true => None,
         false => c.stream.local_addr().ok().map(|a| a.ip()),

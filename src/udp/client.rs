@@ -52,6 +52,13 @@ pub struct UdpClientConfig {
     /// iperf2 --txstart-time), after the setup exchanges.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
     pub start_at: Option<f64>,
+    /// Give up on the control connection's TCP handshake after this
+    /// (`--connect-timeout`); none: 10 s.
+    #[serde(
+        with = "crate::report::duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connect_timeout: Option<Duration>,
 }
 
 /// Receives the run's output as it happens.
@@ -243,11 +250,13 @@ pub fn run(
 ) -> Result<UdpReport, ClientError> {
     let spec = &cfg.spec;
     let bind = |a: SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
-    let mut c = Control::connect(
+    let mut c = Control::connect_within(
         &cfg.target,
         cfg.port,
         bind,
+        cfg.connect_timeout.unwrap_or(Duration::from_secs(10)),
         Duration::from_secs(10),
+        crate::net::Via::default(),
         cfg.key.as_ref(),
     )?;
     if spec.auth_datagrams && c.datagram_key.is_none() {
