@@ -25,6 +25,7 @@ fn tcp_request() -> Message {
             rate: None,
             transfer_max: None,
             server_interval_ms: 0,
+            duration_ms: 0,
         }),
     }
 }

@@ -65,6 +65,11 @@ pub struct TcpSpec {
     /// connection's size from its ID ([`TcpSpec::transfer_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_max: Option<u64>,
+    /// How long the client will run the test (`-t`, warm-up included), ms;
+    /// 0: not bounded by time (a transfer count, or until stopped). The
+    /// server refuses up front a test longer than its `--max-duration`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_ms: u64,
 }
 
 impl TcpSpec {
@@ -84,6 +89,7 @@ impl TcpSpec {
             rate: None,
             transfer_max: None,
             server_interval_ms: 0,
+            duration_ms: 0,
         }
     }
 
@@ -441,6 +447,12 @@ pub struct RrSpec {
     /// fragment, pacing cap).
     #[serde(default, skip_serializing_if = "crate::sockopts::SockOpts::is_default")]
     pub sock: crate::sockopts::SockOpts,
+    /// How long the client will run the test, ms, when it knows (a
+    /// duration, or requests on a schedule: the last one's departure); 0:
+    /// not known (back to back, or until stopped). The server refuses up
+    /// front a test longer than its `--max-duration`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_ms: u64,
 }
 
 /// What a client asks the server to run.
@@ -556,6 +568,7 @@ mod tests {
             rate: None,
             transfer_max: Some(10),
             server_interval_ms: 0,
+            duration_ms: 0,
         };
         assert_eq!(t.transfer_of(uuid::Uuid::from_u128(12_345)), 1000);
         assert_eq!(t.transfer_hi(), 1000);

@@ -327,6 +327,7 @@ fn a_client_that_stops_reading_frees_its_slot_by_the_deadline() {
             nagle: false,
             until_stopped: false,
             sock: Default::default(),
+            duration_ms: 0,
         }),
     });
     assert!(matches!(r.recv(), Ok(Message::TestAccept { .. })));

@@ -43,6 +43,7 @@ fn corpus() -> Vec<Message> {
                 rate: None,
                 transfer_max: None,
                 server_interval_ms: 0,
+                duration_ms: 0,
             }),
         },
         Message::TestRequest {
@@ -57,6 +58,7 @@ fn corpus() -> Vec<Message> {
                 nagle: false,
                 until_stopped: false,
                 sock: Default::default(),
+                duration_ms: 0,
             }),
         },
         Message::TestRequest {
@@ -68,6 +70,7 @@ fn corpus() -> Vec<Message> {
                 nagle: false,
                 until_stopped: false,
                 sock: Default::default(),
+                duration_ms: 0,
             }),
         },
         Message::DataHello(DataHello {
