@@ -62,21 +62,6 @@ fn pace(start: Instant, seq: u64, interval: Option<Duration>, busy: bool, interr
     }
 }
 
-/// How long a run on a schedule lasts, for the server's duration limit:
-/// until its last request leaves, `interval` × (`total` − 1), as for a
-/// train of bursts; 0 (not known) back to back or without end.
-fn schedule_ms(interval: Option<Duration>, total: u64, unbounded: bool) -> u64 {
-    match interval {
-        Some(i) if !unbounded && total > 1 => {
-            let ns = i.as_nanos().saturating_mul(u128::from(total - 1));
-            u64::try_from(ns.div_ceil(1_000_000))
-                .unwrap_or(u64::MAX)
-                .max(1)
-        }
-        _ => 0,
-    }
-}
-
 /// Runs a request/response test. `on_probe` sees every request as it completes.
 pub fn run(
     cfg: &RrConfig,
@@ -103,7 +88,10 @@ pub fn run(
         nagle: cfg.nagle,
         until_stopped: cfg.iterations == UNBOUNDED,
         sock: cfg.sock.clone(),
-        duration_ms: schedule_ms(cfg.interval, total, cfg.iterations == UNBOUNDED),
+        duration_ms: match cfg.iterations {
+            UNBOUNDED => 0,
+            _ => crate::spec::schedule_ms(cfg.interval, total),
+        },
     };
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg

@@ -278,18 +278,9 @@ impl TcpClientConfig {
                 (true, None) => 1000,
                 (false, _) => 0,
             },
-            duration_ms: self.time_limit.map_or(0, duration_ms),
+            duration_ms: self.time_limit.map_or(0, crate::spec::duration_ms),
         }
     }
-}
-
-/// A test's length as a request carries it: whole ms, rounded up (so a
-/// server's limit is never passed by a fraction), and never 0, which
-/// means "not bounded by time".
-pub fn duration_ms(t: Duration) -> u64 {
-    u64::try_from(t.as_nanos().div_ceil(1_000_000))
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 #[cfg(test)]
