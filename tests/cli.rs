@@ -1813,3 +1813,33 @@ fn a_client_with_a_key_requires_the_server_to_prove_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+#[test]
+fn a_refused_connection_pushing_behind_its_hello_learns_the_reason() {
+    // Issue 26, item 4: the server now resets a refused connection once its
+    // error frame is delivered and 1 MiB is read, rather than read all a
+    // client sends; a client writing a large first flight behind its data
+    // hello meets the reset, and must still report the refusal (exit 5),
+    // not a network error.
+    let (_srv, addr) = serve(&["-v", "0", "--max-conns-per-client", "3"]);
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "200M",
+        "-c",
+        "8",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("server limit: max 3 connections per client address"),
+        "{err}"
+    );
+    assert!(!err.contains("data hello"), "{err}");
+}

@@ -41,11 +41,11 @@ const LISTEN: usize = usize::MAX - 1;
 /// enough for the frame to reach a client that reads it, short enough that
 /// a client that goes on sending (iperf, a stream of zeros) learns of the
 /// refusal at once rather than being read from until the idle timeout.
-pub(super) const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// Most bytes read from a refused connection, to be discarded: a netrig
 /// client's first data behind its hello fits (so it reads the refusal, not a
 /// reset); a client that sends more is reset once the frame is delivered.
-pub(super) const REFUSAL_READ: u64 = 1 << 20;
+const REFUSAL_READ: u64 = 1 << 20;
 /// How often a lingering connection whose reading is done looks whether its
 /// frame has been acknowledged.
 const LINGER_CHECK: Duration = Duration::from_millis(5);
