@@ -76,6 +76,15 @@ pub enum ClientError {
         /// The server's reason.
         message: String,
     },
+    /// This client holds a key and the server did not prove it knows it
+    /// (authentication is mutual): it runs without a key, or with another.
+    #[error("server {target} did not prove it knows the key: {why}")]
+    Unproven {
+        /// The target.
+        target: String,
+        /// What the server did instead.
+        why: &'static str,
+    },
     /// A socket option the test asks for cannot be applied here.
     #[error(transparent)]
     SockOpt(#[from] crate::net::sockopt::SockOptFailed),
@@ -200,6 +209,11 @@ impl Control {
                 c.authenticate(key, &client_nonce, &server_nonce)?;
                 Ok(c)
             }
+            // A client given a key talks only to a server that proves it
+            // holds the same key: one that asks for none could be anyone.
+            Message::HelloAck(_) if key.is_some() => {
+                Err(c.unproven("it asks for no key (it runs without --key)"))
+            }
             Message::HelloAck(_) => Ok(c),
             m => Err(c.unexpected(m)),
         }
@@ -275,9 +289,7 @@ impl Control {
                 self.datagram_key = Some(key.datagram_key(&cn, &sn));
                 Ok(())
             }
-            Message::AuthOk { .. } => {
-                Err(self.failed("the server could not prove it knows the key"))
-            }
+            Message::AuthOk { .. } => Err(self.unproven("its proof does not match our key")),
             m => Err(self.unexpected(m)),
         }
     }
@@ -312,6 +324,14 @@ impl Control {
         ClientError::Control {
             target: self.target.clone(),
             detail: detail.into(),
+        }
+    }
+
+    /// A server that did not prove it knows our key.
+    pub fn unproven(&self, why: &'static str) -> ClientError {
+        ClientError::Unproven {
+            target: self.target.clone(),
+            why,
         }
     }
 

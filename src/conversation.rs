@@ -223,6 +223,9 @@ impl Conversation {
                 steps
             }
             State::Done => Vec::new(),
+            // A client that will not prove the key is refused for it, so
+            // the server's log says so (the answer may reach no one).
+            State::Proving { .. } => self.refuse(AuthFailure::Required.into()),
             _ => {
                 self.state = State::Done;
                 vec![Step::Close]
@@ -242,6 +245,8 @@ impl Conversation {
     pub fn on_closed(&mut self) -> Vec<Step> {
         match self.state {
             State::Done => Vec::new(),
+            // A client without the key closes when it learns one is needed.
+            State::Proving { .. } => self.refuse(AuthFailure::Required.into()),
             _ => {
                 self.state = State::Done;
                 vec![Step::Close]

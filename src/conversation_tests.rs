@@ -25,6 +25,7 @@ fn tcp_request() -> Message {
             rate: None,
             transfer_max: None,
             server_interval_ms: 0,
+            duration_ms: 0,
         }),
     }
 }
@@ -199,6 +200,27 @@ fn timeouts_malformed_frames_and_refusals() {
     let (mut c, _) = Conversation::new(&hello(), false, None, vec![], MAX);
     assert!(matches!(c.on_closed()[..], [Step::Close]));
     assert!(c.on_closed().is_empty());
+}
+
+#[test]
+fn a_client_that_leaves_or_stalls_before_its_proof_is_refused_for_the_key() {
+    let mut h = hello();
+    h.nonce = Some(hex::encode([1u8; 16]));
+    let required =
+        |steps: &[Step]| matches!(steps, [Step::Refuse(Refusal::Auth(AuthFailure::Required))]);
+    let (mut c, _) = Conversation::new(&h, false, Some(key()), vec![2; 16], MAX);
+    assert!(required(&c.on_closed()));
+    assert!(c.is_done());
+    assert!(c.on_closed().is_empty());
+    let (mut c, _) = Conversation::new(&h, false, Some(key()), vec![2; 16], MAX);
+    assert!(required(&c.on_timeout()));
+    assert!(c.is_done());
+    // Once proven, leaving is only a close.
+    let (mut c, _) = Conversation::new(&h, false, Some(key()), vec![2; 16], MAX);
+    c.on_message(Message::Auth {
+        proof: key().client_proof(&[1; 16], &[2; 16]),
+    });
+    assert!(matches!(c.on_closed()[..], [Step::Close]));
 }
 
 /// One thing that can happen to a conversation.

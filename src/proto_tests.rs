@@ -152,6 +152,7 @@ fn samples() -> Vec<Message> {
                 rate: None,
                 transfer_max: None,
                 server_interval_ms: 0,
+                duration_ms: 0,
             }),
         },
         Message::TestAccept { session: id },
@@ -199,6 +200,7 @@ fn samples() -> Vec<Message> {
                 nagle: false,
                 until_stopped: false,
                 sock: Default::default(),
+                duration_ms: 0,
             }),
         },
         Message::SeqpacketAccept {

@@ -65,6 +65,11 @@ pub struct TcpSpec {
     /// connection's size from its ID ([`TcpSpec::transfer_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_max: Option<u64>,
+    /// How long the client will run the test (`-t`, warm-up included), ms;
+    /// 0: not bounded by time (a transfer count, or until stopped). The
+    /// server refuses up front a test longer than its `--max-duration`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_ms: u64,
 }
 
 impl TcpSpec {
@@ -84,6 +89,7 @@ impl TcpSpec {
             rate: None,
             transfer_max: None,
             server_interval_ms: 0,
+            duration_ms: 0,
         }
     }
 
@@ -441,6 +447,32 @@ pub struct RrSpec {
     /// fragment, pacing cap).
     #[serde(default, skip_serializing_if = "crate::sockopts::SockOpts::is_default")]
     pub sock: crate::sockopts::SockOpts,
+    /// How long the client will run the test, ms, when it knows (a
+    /// duration, or requests on a schedule: the last one's departure); 0:
+    /// not known (back to back, or until stopped). The server refuses up
+    /// front a test longer than its `--max-duration`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_ms: u64,
+}
+
+/// A test's length as a request carries it (`duration_ms`): whole ms,
+/// rounded up so that no fraction slips past a server's limit, and never
+/// 0, which says "not bounded by time".
+pub fn duration_ms(t: std::time::Duration) -> u64 {
+    u64::try_from(t.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// How long `total` requests `interval` apart run, as a request carries it:
+/// until the last one leaves, `interval` × (`total` − 1), as a train of
+/// bursts is counted; 0 (not known) for requests back to back.
+pub fn schedule_ms(interval: Option<std::time::Duration>, total: u64) -> u64 {
+    let Some(i) = interval else { return 0 };
+    let ns = i
+        .as_nanos()
+        .saturating_mul(u128::from(total.saturating_sub(1)));
+    u64::try_from(ns.div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// What a client asks the server to run.
@@ -556,9 +588,31 @@ mod tests {
             rate: None,
             transfer_max: Some(10),
             server_interval_ms: 0,
+            duration_ms: 0,
         };
         assert_eq!(t.transfer_of(uuid::Uuid::from_u128(12_345)), 1000);
         assert_eq!(t.transfer_hi(), 1000);
+    }
+
+    #[test]
+    fn a_requests_duration_is_whole_ms_rounded_up_and_never_zero() {
+        use std::time::Duration;
+        assert_eq!(duration_ms(Duration::from_secs(20)), 20_000);
+        assert_eq!(duration_ms(Duration::from_micros(5_000_001)), 5_001);
+        assert_eq!(duration_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(duration_ms(Duration::ZERO), 1);
+        assert_eq!(duration_ms(Duration::MAX), u64::MAX);
+        let ms = Duration::from_millis(1);
+        // Ten requests 500 ms apart: the last leaves at 4.5 s.
+        assert_eq!(schedule_ms(Some(500 * ms), 10), 4_500);
+        assert_eq!(schedule_ms(Some(Duration::from_micros(1500)), 3), 3);
+        assert_eq!(schedule_ms(Some(Duration::from_micros(1500)), 2), 2);
+        assert_eq!(schedule_ms(Some(Duration::from_nanos(1)), 2), 1);
+        assert_eq!(schedule_ms(Some(ms), 1), 0);
+        assert_eq!(schedule_ms(Some(ms), 0), 0);
+        assert_eq!(schedule_ms(Some(Duration::ZERO), 100), 0);
+        assert_eq!(schedule_ms(None, 1000), 0);
+        assert_eq!(schedule_ms(Some(Duration::MAX), u64::MAX), u64::MAX);
     }
 
     #[test]

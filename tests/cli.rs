@@ -1686,3 +1686,157 @@ fn parallel_and_bidirectional_udp_streams_are_one_test() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
     }
 }
+
+#[test]
+fn every_test_kind_past_max_duration_is_refused_up_front_naming_the_limit() {
+    // Issue 26, item 10: `udp -t 10` was refused under --max-duration 5s,
+    // but `tcp -t 20` was accepted and cut at the session's deadline.
+    let (_srv, addr) = serve(&["-v", "0", "--max-duration", "2s"]);
+    let t = addr.to_string();
+    for (args, asked) in [
+        (vec!["tcp", &t, "-t", "5"], "5 s"),
+        // The warm-up is part of the run.
+        (vec!["tcp", &t, "-t", "1.5", "-O", "1"], "2.5 s"),
+        (vec!["crr", &t, "-t", "3"], "3 s"),
+        // Ten requests 500 ms apart: the last leaves at 4.5 s.
+        (vec!["ping", &t, "-i", "500ms", "-n", "10"], "4.5 s"),
+        (vec!["udp", &t, "-b", "1M", "-t", "5"], "5 s"),
+        (
+            vec![
+                "load",
+                &t,
+                "--idle",
+                "1s",
+                "--phase-time",
+                "4s",
+                "--phases",
+                "download",
+            ],
+            "5 s",
+        ),
+    ] {
+        // Up front: refused before the limit itself could have passed
+        // (one-sided, three tries for a busy machine).
+        let mut took = Vec::new();
+        loop {
+            let t0 = Instant::now();
+            let out = netrig(&args).output().unwrap();
+            took.push(t0.elapsed());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(5), "{args:?}: {err}");
+            let want =
+                format!("refused the test: server limit: max duration 2 s (asked for {asked})");
+            assert!(err.contains(&want), "{args:?}: {err}");
+            if took[took.len() - 1] < Duration::from_secs(2) {
+                break;
+            }
+            assert!(took.len() < 3, "{args:?} took {took:?} to be refused");
+        }
+    }
+    // Within the limit, each kind runs.
+    for args in [
+        vec!["tcp", &t, "-t", "1", "-q"],
+        vec!["ping", &t, "-i", "100ms", "-n", "5", "-q"],
+        vec!["udp", &t, "-b", "1M", "-t", "1", "-q"],
+    ] {
+        let out = netrig(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+/// A fake server that asks for the key's proof and answers with the
+/// client's own proof: it does not know the key.
+fn reflecting_server() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            if !matches!(proto::read_message(&mut s), Ok(Message::Hello(_))) {
+                continue;
+            }
+            let mut ack = Message::hello();
+            ack.nonce = Some(netrig::auth::nonce());
+            let _ = proto::write_message(&mut s, &Message::HelloAck(ack));
+            if let Ok(Message::Auth { proof }) = proto::read_message(&mut s) {
+                let _ = proto::write_message(&mut s, &Message::AuthOk { proof });
+                let _ = proto::read_message(&mut s);
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_client_with_a_key_requires_the_server_to_prove_it() {
+    // Issue 26, item 12: `ping HOST --key k1.key` against a server without
+    // a key exited 0 with no warning.
+    let dir = tempfile::tempdir().unwrap();
+    let keyfile = dir.path().join("k1.key");
+    std::fs::write(&keyfile, "a shared secret of some length\n").unwrap();
+    let key = keyfile.to_str().unwrap();
+    let (_open, addr) = serve(&["-v", "0"]);
+    let fake = reflecting_server();
+    for (target, why) in [
+        (addr, "it asks for no key"),
+        (fake, "its proof does not match our key"),
+    ] {
+        let t = target.to_string();
+        for args in [
+            vec!["ping", &t, "-n", "2", "-i", "10ms", "--key", key],
+            vec!["tcp", &t, "-n", "64K", "--key", key],
+            vec!["udp", &t, "-b", "1M", "-t", "0.3", "--key", key],
+            vec!["rr", &t, "--iterations", "10", "--key", key],
+        ] {
+            let out = netrig(&args).env_remove("NETRIG_KEY").output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(5), "{args:?}: {err}");
+            let want = format!("server {t} did not prove it knows the key: {why}");
+            assert!(err.contains(&want), "{args:?}: {err}");
+        }
+        // The key in the environment is a key given too.
+        let out = netrig(&["ping", &t, "-n", "2", "-i", "10ms"])
+            .env("NETRIG_KEY", "a shared secret of some length")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(5), "{out:?}");
+    }
+    // Without a key, a server without one serves as before.
+    let out = netrig(&["ping", &addr.to_string(), "-n", "2", "-i", "10ms"])
+        .env_remove("NETRIG_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn a_refused_connection_pushing_behind_its_hello_learns_the_reason() {
+    // Issue 26, item 4: the server now resets a refused connection once its
+    // error frame is delivered and 1 MiB is read, rather than read all a
+    // client sends; a client writing a large first flight behind its data
+    // hello meets the reset, and must still report the refusal (exit 5),
+    // not a network error.
+    let (_srv, addr) = serve(&["-v", "0", "--max-conns-per-client", "3"]);
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "200M",
+        "-c",
+        "8",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("server limit: max 3 connections per client address"),
+        "{err}"
+    );
+    assert!(!err.contains("data hello"), "{err}");
+}

@@ -43,6 +43,7 @@ fn corpus() -> Vec<Message> {
                 rate: None,
                 transfer_max: None,
                 server_interval_ms: 0,
+                duration_ms: 0,
             }),
         },
         Message::TestRequest {
@@ -57,6 +58,7 @@ fn corpus() -> Vec<Message> {
                 nagle: false,
                 until_stopped: false,
                 sock: Default::default(),
+                duration_ms: 0,
             }),
         },
         Message::TestRequest {
@@ -68,6 +70,7 @@ fn corpus() -> Vec<Message> {
                 nagle: false,
                 until_stopped: false,
                 sock: Default::default(),
+                duration_ms: 0,
             }),
         },
         Message::DataHello(DataHello {
@@ -492,4 +495,54 @@ fn a_control_hello_with_bytes_behind_it_is_refused() {
     let mut piped = hello.clone();
     piped.extend_from_slice(&proto::encode(&Message::Goodbye));
     assert_eq!(send_hostile(addr, &piped), "error UnexpectedMessage");
+}
+
+#[test]
+fn a_server_sigtermed_mid_test_is_one_line_on_stderr_and_the_measurements_kept() {
+    // Issue 26, item 14: tcp exited 3 with an empty stderr.
+    let (srv, addr) = serve(&["-v", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("t.json");
+    let mut cmd = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-t",
+        "30",
+        "-P",
+        "2",
+        "--interval",
+        "100ms",
+        "--json",
+        js.to_str().unwrap(),
+    ]);
+    cmd.stderr(std::process::Stdio::piped());
+    // The server is stopped once data is flowing (a row is out).
+    let (mut c, _) = spawn_ready_cmd(cmd, is_row, 20);
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &srv.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = wait_exit(&mut c, 20);
+    let mut err = String::new();
+    c.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("netrig: server ")
+            && lines[0].contains("was lost mid-test (it closed the control connection)"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    assert!(
+        doc["error"].as_str().unwrap().contains("was lost mid-test"),
+        "{doc}"
+    );
+    assert!(
+        doc["result"]["totals"]["sent"].as_u64().unwrap() > 0,
+        "{doc}"
+    );
 }

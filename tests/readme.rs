@@ -78,7 +78,10 @@ fn every_readme_example_runs() {
         format!("# slow start{scenario}"),
     )
     .unwrap();
-    let (_srv, server) = serve(&["-q"]);
+    let (_srv, open_server) = serve(&["-q"]);
+    // Clients given the README's key need a server that proves it holds it
+    // (started once the example has made the key file).
+    let mut keyed = None;
     let relay_addr: SocketAddr = "127.0.0.1:5000".parse().unwrap();
     // `netrig serve` examples listen on the default port: say so plainly if
     // something else holds it.
@@ -90,6 +93,14 @@ fn every_readme_example_runs() {
             words.get(1).copied().unwrap_or("")
         } else {
             ""
+        };
+        let server = match line.contains("--key netrig.key") && sub != "serve" {
+            true => {
+                let key = dir.path().join("netrig.key");
+                let key = key.to_str().unwrap().to_string();
+                keyed.get_or_insert_with(|| serve(&["-q", "--key", &key])).1
+            }
+            false => open_server,
         };
         let local = line
             .replace("server.example:4794", &server.to_string())

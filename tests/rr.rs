@@ -274,6 +274,7 @@ fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
         nagle: false,
         until_stopped: false,
         sock: Default::default(),
+        duration_ms: 0,
     }));
     match r {
         Err(ClientError::Refused { message, .. }) => assert!(

@@ -549,7 +549,7 @@ pub fn finish(
 /// The exit code for a client error.
 pub fn client_error_code(e: &ClientError) -> Exit {
     match e {
-        ClientError::Refused { .. } => Exit::Refused,
+        ClientError::Refused { .. } | ClientError::Unproven { .. } => Exit::Refused,
         ClientError::Connect { .. }
         | ClientError::Control { .. }
         | ClientError::NotNetrig { .. } => Exit::NetworkError,

@@ -302,8 +302,14 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         }
         code = Exit::Refused;
     }
-    if let Some(lost) = rep.lost_servers.first() {
-        failure.get_or_insert_with(|| format!("server {lost} was lost mid-test"));
+    if let Some(lost) = rep.lost_servers.first()
+        && failure.is_none()
+    {
+        // The console's report says what was measured; the error says why
+        // the run ended early, where errors go.
+        let why = format!("server {lost} was lost mid-test (it closed the control connection)");
+        eprintln!("netrig: {why}; the report keeps what was measured until then");
+        failure = Some(why);
     }
     let failed = rep.totals.net_errors + rep.totals.data_errors;
     if let Some(first) = reporter.first_failure()

@@ -88,6 +88,19 @@ pub fn run(
         nagle: cfg.nagle,
         until_stopped: cfg.iterations == UNBOUNDED,
         sock: cfg.sock.clone(),
+        // The shorter of what the count on its schedule takes and `-t`;
+        // 0 (not known) for a count back to back with no `-t`.
+        duration_ms: {
+            let by_count = match cfg.iterations {
+                UNBOUNDED => 0,
+                _ => crate::spec::schedule_ms(cfg.interval, total),
+            };
+            match (cfg.duration.map(crate::spec::duration_ms), by_count) {
+                (Some(t), 0) => t,
+                (Some(t), c) => t.min(c),
+                (None, c) => c,
+            }
+        },
     };
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg

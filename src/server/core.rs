@@ -11,7 +11,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read};
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::mpsc::Receiver;
@@ -36,6 +36,19 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
+
+/// Longest a refused connection stays open after its error frame: long
+/// enough for the frame to reach a client that reads it, short enough that
+/// a client that goes on sending (iperf, a stream of zeros) learns of the
+/// refusal at once rather than being read from until the idle timeout.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// Most bytes read from a refused connection, to be discarded: a netrig
+/// client's first data behind its hello fits (so it reads the refusal, not a
+/// reset); a client that sends more is reset once the frame is delivered.
+const REFUSAL_READ: u64 = 1 << 20;
+/// How often a lingering connection whose reading is done looks whether its
+/// frame has been acknowledged.
+const LINGER_CHECK: Duration = Duration::from_millis(5);
 
 /// What reaches a loop from outside.
 enum Incoming {
@@ -100,8 +113,13 @@ enum Next {
 enum Stage {
     /// Reading the first frame, until the setup deadline.
     First { setup: Instant },
-    /// Writing an error frame, then closing.
+    /// Writing an error frame, then lingering.
     Refuse(Out),
+    /// The error frame is written and this end shut: what still arrives is
+    /// read and discarded, at most [`REFUSAL_READ`] bytes, until the client
+    /// closes, or the frame is acknowledged with the reading done, or
+    /// `until`; then it closes.
+    Linger { until: Instant, read: u64 },
     /// A data connection: its machine, and what is queued to be written
     /// (the ack first, then the machine's small writes behind it).
     Data {
@@ -190,7 +208,7 @@ impl<'a> Loop<'a> {
                     // SAFETY: the descriptor was just accepted and is owned
                     // by `s`, which gives it up here.
                     let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-                    if !super::count_in(self.st, &stream) {
+                    if !super::count_in(self.st, &stream, peer) {
                         continue;
                     }
                     let k = self.loops.least_busy(self.index);
@@ -301,6 +319,8 @@ impl<'a> Loop<'a> {
         let max = st.cfg.limits.max_conns_per_client;
         let stage = if n > max {
             refuse(
+                st,
+                peer,
                 &Limit::ConnectionsPerClient {
                     max,
                     ip,
@@ -379,10 +399,7 @@ impl<'a> Loop<'a> {
                         Ok(None) => return Next::Keep,
                         Ok(Some(m)) => m,
                         Err(ReadError::Proto(e)) => {
-                            if st.cfg.verbosity >= 2 {
-                                eprintln!("{}: {e}", slot.peer);
-                            }
-                            slot.stage = refuse(&e.into());
+                            slot.stage = refuse(st, slot.peer, &e.into());
                             continue;
                         }
                         Err(e) => {
@@ -398,10 +415,14 @@ impl<'a> Loop<'a> {
                         // hello: bytes behind it would be lost to the
                         // control thread, which reads the socket itself.
                         Message::Hello(_) if !slot.ahead.is_empty() => {
-                            slot.stage = refuse(&Refusal::Unexpected {
-                                got: "bytes".into(),
-                                context: "behind a hello, before its answer",
-                            });
+                            slot.stage = refuse(
+                                st,
+                                slot.peer,
+                                &Refusal::Unexpected {
+                                    got: "bytes".into(),
+                                    context: "behind a hello, before its answer",
+                                },
+                            );
                         }
                         Message::Hello(h) => {
                             let setup = match slot.stage {
@@ -423,10 +444,14 @@ impl<'a> Loop<'a> {
                             }
                         }
                         m => {
-                            slot.stage = refuse(&Refusal::Unexpected {
-                                got: m.type_name(),
-                                context: "where a hello or data hello belongs",
-                            })
+                            slot.stage = refuse(
+                                st,
+                                slot.peer,
+                                &Refusal::Unexpected {
+                                    got: m.type_name(),
+                                    context: "where a hello or data hello belongs",
+                                },
+                            )
                         }
                     }
                 }
@@ -437,20 +462,39 @@ impl<'a> Loop<'a> {
                         Err(_) => return Next::Close,
                     }
                     // A client sends its first data right behind its hello,
-                    // and closing with unread bytes would reset the
-                    // connection and could destroy the refusal before the
-                    // client reads it: close this side, then read until the
-                    // client closes (the idle timeout bounds it).
+                    // and closing with unread bytes resets the connection,
+                    // which can destroy the refusal before it arrives: close
+                    // this side, and linger briefly (not until the idle
+                    // timeout, which let a sender of garbage be read from
+                    // for 30 s).
                     let _ = slot.stream.shutdown(std::net::Shutdown::Write);
-                    loop {
-                        match (&slot.stream).read(&mut self.buf) {
+                    slot.stage = Stage::Linger {
+                        until: Instant::now() + REFUSAL_LINGER,
+                        read: 0,
+                    };
+                }
+                Stage::Linger { until, read } => {
+                    while *read < REFUSAL_READ {
+                        let room = self.buf.len().min((REFUSAL_READ - *read) as usize);
+                        match (&slot.stream).read(&mut self.buf[..room]) {
                             Ok(0) => return Next::Close,
-                            Ok(_) => {}
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                            Ok(n) => *read += n as u64,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                             Err(_) => return Next::Close,
                         }
                     }
+                    let now = Instant::now();
+                    if now >= *until || (*read >= REFUSAL_READ && all_acked(&slot.stream)) {
+                        return Next::Close;
+                    }
+                    // Reading wakes it while it reads, and the scan ends it
+                    // at `until`; once reading is done, a timer looks for
+                    // the acknowledgement.
+                    if *read >= REFUSAL_READ {
+                        self.timers.push((now + LINGER_CHECK).min(*until), k);
+                    }
+                    return Next::Keep;
                 }
                 Stage::Data { a, conn, out } => {
                     // The ack waits in `out` for the first write, which
@@ -521,7 +565,7 @@ impl<'a> Loop<'a> {
     /// The stage after a data hello: admitted (the ack is queued) or refused.
     fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage {
         match admit(self.st, peer, h) {
-            Err(why) => refuse(&why),
+            Err(why) => refuse(self.st, peer, &why),
             Ok(a) => {
                 let conn = Box::new(machine(&a, h));
                 let out = Out::new(crate::proto::encode(&Message::DataAck {
@@ -587,6 +631,7 @@ impl<'a> Loop<'a> {
             let Some(s) = s else { continue };
             match &mut s.stage {
                 Stage::First { setup, .. } if now >= *setup => due.push((k, true)),
+                Stage::Linger { until, .. } if now >= *until => due.push((k, true)),
                 Stage::Refuse(_) | Stage::Tail { .. }
                     if now.saturating_duration_since(s.last_progress) >= idle =>
                 {
@@ -622,7 +667,20 @@ impl<'a> Loop<'a> {
     }
 }
 
-fn refuse(why: &Refusal) -> Stage {
+/// Whether the peer has acknowledged everything this end wrote (the
+/// refusal, and the FIN behind it), so a reset on closing cannot destroy
+/// it. A socket that cannot tell (SCTP) counts as acknowledged.
+fn all_acked(s: &TcpStream) -> bool {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int: bytes written and not
+    // yet acknowledged.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    r != 0 || queued == 0
+}
+
+/// The stage that refuses a connection, logged.
+fn refuse(st: &State, peer: SocketAddr, why: &Refusal) -> Stage {
+    super::log_refusal(st, peer, why);
     Stage::Refuse(Out::new(crate::proto::encode(&why.message())))
 }
 

@@ -85,6 +85,20 @@ impl Limits {
             .map(|()| spec.iterations)
     }
 
+    /// Refuses a test that says it runs longer than `max_duration`: every
+    /// kind alike, when its request says how long it runs (`ms` 0: it does
+    /// not, and the session's deadline stops it).
+    pub fn check_duration(&self, ms: u64) -> Result<(), Limit> {
+        let asked = Duration::from_millis(ms);
+        if asked > self.max_duration {
+            return Err(Limit::Duration {
+                max: self.max_duration,
+                asked,
+            });
+        }
+        Ok(())
+    }
+
     /// Refuses a test that would move more than `max_bytes`.
     pub fn check_bytes(&self, bytes: u64) -> Result<(), Limit> {
         if bytes > self.max_bytes {
@@ -152,7 +166,25 @@ mod tests {
             nagle: false,
             until_stopped,
             sock: Default::default(),
+            duration_ms: 0,
         }
+    }
+
+    #[test]
+    fn a_duration_past_max_duration_is_refused_naming_both() {
+        let l = Limits {
+            max_duration: Duration::from_secs(5),
+            ..Limits::default()
+        };
+        assert_eq!(l.check_duration(0), Ok(()));
+        assert_eq!(l.check_duration(5000), Ok(()));
+        assert_eq!(
+            l.check_duration(5001),
+            Err(Limit::Duration {
+                max: Duration::from_secs(5),
+                asked: Duration::from_millis(5001),
+            })
+        );
     }
 
     #[test]

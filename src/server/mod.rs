@@ -300,7 +300,7 @@ impl Server {
     /// Counts an accepted connection in and hands it to an event loop, or
     /// refuses it when the server holds `--max-conns` already.
     fn admit(&self, core: &core::Core, stream: TcpStream, peer: SocketAddr) {
-        if count_in(&self.state, &stream) && !core.hand(stream, peer) {
+        if count_in(&self.state, &stream, peer) && !core.hand(stream, peer) {
             self.state.open.fetch_sub(1, SeqCst);
         }
     }
@@ -308,21 +308,37 @@ impl Server {
 
 /// Counts a new connection in `open`, or refuses it when the server holds
 /// `--max-conns` already.
-fn count_in(st: &State, stream: &TcpStream) -> bool {
+fn count_in(st: &State, stream: &TcpStream, peer: SocketAddr) -> bool {
     if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
         st.open.fetch_sub(1, SeqCst);
         // Refused here: a short frame into an empty send buffer never blocks.
         let _ = stream.set_nonblocking(true);
-        reply_error(
-            stream,
-            &Limit::OpenConnections {
-                max: st.cfg.limits.max_conns,
-            }
-            .into(),
-        );
+        let why = Limit::OpenConnections {
+            max: st.cfg.limits.max_conns,
+        }
+        .into();
+        log_refusal(st, peer, &why);
+        reply_error(stream, &why);
         return false;
     }
     true
+}
+
+/// Every refusal, and every test stopped at a limit, is one line of the
+/// log (verbosity 1 and up): the client's address and the reason, which
+/// names the limit.
+fn log_refusal(st: &State, peer: SocketAddr, why: &Refusal) {
+    if st.cfg.verbosity >= 1 {
+        crate::out!("{peer}: {}: {why}", refusal_verb(why));
+    }
+}
+
+/// How the log says what became of the client.
+fn refusal_verb(why: &Refusal) -> &'static str {
+    match why {
+        Refusal::Limit(Limit::DurationReached { .. }) => "stopped",
+        _ => "refused",
+    }
 }
 
 fn reply_error(stream: &TcpStream, why: &Refusal) {
@@ -387,9 +403,7 @@ fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup
                     }
                 }
                 Step::Refuse(why) => {
-                    if matches!(why, Refusal::Auth(_)) && st.cfg.verbosity >= 1 {
-                        crate::out!("{peer}: {why}");
-                    }
+                    log_refusal(st, peer, &why);
                     reply_error(stream, &why);
                     break 'talk;
                 }
@@ -523,11 +537,22 @@ fn admit_test(
     let limits = st.cfg.limits;
     match test {
         TestSpec::Udp(spec) => {
+            // Checked here too, so that a refusal is answered (and logged)
+            // in one place for every kind of test.
+            if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
+                return Admission::Refused(why);
+            }
             crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, datagram_key);
             Admission::HandedOff
         }
         TestSpec::Rr(mut spec) => {
-            match limits.rr_requests(&spec) {
+            if let Err(why) = crate::rr::serve::validate(&spec) {
+                return Admission::Refused(why.into());
+            }
+            match limits
+                .check_duration(spec.duration_ms)
+                .and_then(|()| limits.rr_requests(&spec))
+            {
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
@@ -536,9 +561,10 @@ fn admit_test(
             Admission::HandedOff
         }
         TestSpec::Tcp(tcp) => {
-            let spec = match validate(&tcp, &limits)
-                .and_then(|t| Ok(limits.check_bytes(t.transfer_hi()).map(|_| t)?))
-            {
+            let spec = match validate(&tcp, &limits).and_then(|t| {
+                limits.check_duration(t.duration_ms)?;
+                Ok(limits.check_bytes(t.transfer_hi()).map(|_| t)?)
+            }) {
                 Ok(spec) => spec,
                 Err(why) => return Admission::Refused(why),
             };

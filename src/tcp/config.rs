@@ -286,6 +286,7 @@ impl TcpClientConfig {
                 (true, None) => 1000,
                 (false, _) => 0,
             },
+            duration_ms: self.time_limit.map_or(0, crate::spec::duration_ms),
         }
     }
 }

@@ -128,13 +128,7 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
         }
         .into());
     }
-    if s.duration_ms > limits.max_duration.as_millis() as u64 {
-        return Err(Limit::Duration {
-            max: limits.max_duration,
-            asked: Duration::from_millis(s.duration_ms),
-        }
-        .into());
-    }
+    limits.check_duration(s.duration_ms)?;
     let bytes = match &s.profile {
         Some(p) => p.bytes_until(p.duration_ns()),
         None => rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3,
@@ -535,6 +529,23 @@ impl UdpWork for StreamWork {
     }
 }
 
+/// Whether the server runs `spec`: within its limits, and with what it
+/// needs (a key for tagged datagrams).
+pub fn check(spec: &UdpSpec, limits: Limits, tag_key: Option<DatagramKey>) -> Result<(), Refusal> {
+    validate(spec, limits)?;
+    spec.sock.validate().map_err(Invalid::from)?;
+    if spec.auth_datagrams && tag_key.is_none() {
+        return Err(Invalid::DatagramAuthWithoutKey.into());
+    }
+    if spec.auth_datagrams && (spec.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
+        return Err(Invalid::DatagramAuthSize {
+            min: HEADER_LEN + crate::auth::TAG_LEN,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Serves one UDP stream test on an accepted control connection.
 pub fn serve(
     stream: &TcpStream,
@@ -544,20 +555,7 @@ pub fn serve(
     limits: Limits,
     tag_key: Option<DatagramKey>,
 ) {
-    let checked = validate(&spec, limits).and_then(|_| {
-        spec.sock.validate().map_err(Invalid::from)?;
-        if spec.auth_datagrams && tag_key.is_none() {
-            return Err(Invalid::DatagramAuthWithoutKey.into());
-        }
-        if spec.auth_datagrams && (spec.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
-            return Err(Invalid::DatagramAuthSize {
-                min: HEADER_LEN + crate::auth::TAG_LEN,
-            }
-            .into());
-        }
-        Ok(())
-    });
-    if let Err(why) = checked {
+    if let Err(why) = check(&spec, limits, tag_key) {
         let mut s = stream;
         let _ = write_message(&mut s, &why.message());
         return;
