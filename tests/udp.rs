@@ -521,3 +521,45 @@ fn parallel_streams_both_ways_share_one_clock_offset_and_no_delay_is_negative() 
         assert_eq!(t.histogram.iter().map(|b| b.2).sum::<u64>(), t.unique);
     }
 }
+
+/// The UDP table fits 100 characters by default, `--bidir`'s `Dir` column
+/// included, and `-v` shows every column (issue 26: ~170 characters).
+#[test]
+fn the_udp_table_fits_100_columns_and_v_shows_them_all() {
+    let srv = TestServer::start();
+    let target = srv.addr.to_string();
+    let table = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_netrig"))
+            .args(["udp", &target, "-t", "1", "-P", "1", "--bidir"])
+            .args(extra)
+            .output()
+            .expect("run netrig");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let lines: Vec<String> = text
+            .lines()
+            .skip_while(|l| !l.contains("TimeSlice"))
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("stream"))
+            .map(String::from)
+            .collect();
+        assert!(lines.len() >= 3, "{text}");
+        lines
+    };
+    let brief = table(&[]);
+    for l in &brief {
+        assert!(l.chars().count() <= 100, "{} characters: {l}", l.len());
+    }
+    assert!(!brief[0].contains("DelayMinUs"), "{}", brief[0]);
+    let all = table(&["-v"]);
+    for h in [
+        "Bytes",
+        "Packets",
+        "ConsecDrops",
+        "Late",
+        "DelayMinUs",
+        "DelayMaxUs",
+        "Corrupt",
+    ] {
+        assert!(all[0].split_whitespace().any(|c| c == h), "{h}: {}", all[0]);
+    }
+}

@@ -143,18 +143,24 @@ impl UdpReporter {
         };
         let open =
             |p: Option<&Path>, h: &[&str], w: &[usize]| p.map(|p| open_rows(p, h, w)).transpose();
-        let cw: &[usize] = if media { w } else { &UDP_CONSOLE_WIDTHS };
+        // -v (verbosity 2) shows every column; the default fits 100 characters.
+        let all = verbosity >= 2;
+        let cw: Vec<usize> = if media {
+            w.to_vec()
+        } else {
+            udp_console_pick(&UDP_CONSOLE_WIDTHS, all)
+        };
         let r = UdpReporter {
             verbosity,
             banner: Vec::new(),
             header: if media {
                 MEDIA_HEADERS.to_vec()
             } else {
-                udp_console_headers()
+                udp_console_pick(&udp_console_headers(), all)
             },
             media,
             last_slice: 0.0,
-            console: RowWriter::console(crate::output::console(), cw),
+            console: RowWriter::console(crate::output::console(), &cw),
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
@@ -240,7 +246,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
             let mut shown = if self.media {
                 cells.clone()
             } else {
-                udp_console_cells(iv, secs)
+                udp_console_pick(&udp_console_cells(iv, secs), self.verbosity >= 2)
             };
             if iv.omitted {
                 shown.push("(omitted)".into());

@@ -4,7 +4,6 @@
 //! reports.
 
 use super::opt_us;
-use crate::units::format_bits_per_sec;
 
 /// Columns of the UDP receiver table.
 pub const UDP_HEADERS: [&str; 13] = [
@@ -141,6 +140,22 @@ pub(super) fn udp_console_headers() -> Vec<&'static str> {
 pub(super) const UDP_CONSOLE_WIDTHS: [usize; 15] =
     [10, 14, 12, 9, 7, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
 
+/// The console columns shown by default, as places in the full list: time,
+/// rate, loss, duplicates, reordering, corruption, mean delay and jitter,
+/// under 100 characters even with `--bidir`'s `Dir` (all 15 were ~155,
+/// ~160 with it). `-v` shows them all.
+const UDP_CONSOLE_BRIEF: [usize; 9] = [0, 1, 4, 5, 7, 8, 9, 12, 14];
+
+/// The console's share of a full console row (headers, widths or cells):
+/// all of it with `all`, else the [`UDP_CONSOLE_BRIEF`] columns.
+pub(super) fn udp_console_pick<T: Clone>(full: &[T], all: bool) -> Vec<T> {
+    if all {
+        full.to_vec()
+    } else {
+        UDP_CONSOLE_BRIEF.iter().map(|&i| full[i].clone()).collect()
+    }
+}
+
 /// Loss in an interval, percent: gaps opened (net of late arrivals) over the
 /// datagrams the interval accounts for.
 pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
@@ -160,7 +175,10 @@ pub(super) fn udp_console_cells(
     let mut c = udp_cells(iv);
     c.insert(
         1,
-        format_bits_per_sec(iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)),
+        crate::stats::console_rate(
+            iv.bytes as f64 * 8.0 / interval_secs.max(1e-9),
+            interval_secs,
+        ),
     );
     c.insert(5, format!("{:.2}", interval_loss_pct(iv)));
     c
@@ -228,4 +246,64 @@ pub(super) fn connection_cells(rep: &crate::udp::client::UdpReport) -> Vec<Strin
         result.to_string(),
         rep.session.to_string(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::track::UdpInterval;
+
+    #[test]
+    fn the_default_console_columns_fit_100_characters_with_the_direction() {
+        let brief = udp_console_pick(&UDP_CONSOLE_WIDTHS, false);
+        // Each column its width, one space between, and --bidir's 4-wide Dir.
+        let line = brief.iter().sum::<usize>() + brief.len() - 1 + 5;
+        assert!(line <= 100, "{line}");
+        assert_eq!(
+            udp_console_pick(&udp_console_headers(), false),
+            vec![
+                "TimeSlice",
+                "Rate",
+                "Drops",
+                "Loss%",
+                "Dups",
+                "Reordered",
+                "Corrupt",
+                "DelayAvgUs",
+                "JitterUs"
+            ]
+        );
+        assert_eq!(
+            udp_console_pick(&udp_console_headers(), true),
+            udp_console_headers()
+        );
+        let iv = UdpInterval {
+            time_slice: 1.0,
+            bytes: 125_000,
+            drops: 3,
+            packets: 97,
+            duplicates: 2,
+            reordered: 4,
+            corrupt: 5,
+            delay_avg_us: Some(12.5),
+            jitter_us: 0.5,
+            ..Default::default()
+        };
+        assert_eq!(
+            udp_console_pick(&udp_console_cells(&iv, 1.0), false),
+            vec![
+                "1.000",
+                "1.00 Mbit/s",
+                "3",
+                "3.06",
+                "2",
+                "4",
+                "5",
+                "12.5",
+                "0.5"
+            ]
+        );
+        // A slice too short for a rate has none.
+        assert_eq!(udp_console_cells(&iv, 0.01)[1], "-");
+    }
 }

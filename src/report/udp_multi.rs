@@ -51,7 +51,11 @@ impl MultiReporter {
         let (ch, cw) = if media {
             with_dir(&MEDIA_HEADERS, &MEDIA_WIDTHS)
         } else {
-            with_dir(&udp_console_headers(), &UDP_CONSOLE_WIDTHS)
+            // -v (verbosity 2) shows every column; the default fits 100 characters.
+            with_dir(
+                &udp_console_pick(&udp_console_headers(), verbosity >= 2),
+                &udp_console_pick(&UDP_CONSOLE_WIDTHS, verbosity >= 2),
+            )
         };
         let (fh, fw) = if media {
             with_dir(&MEDIA_HEADERS, &MEDIA_WIDTHS)
@@ -203,7 +207,13 @@ impl StreamsObserver for MultiReporter {
             let c = prefix(media_cells(iv, secs, running));
             (c.clone(), c)
         } else {
-            (prefix(udp_console_cells(iv, secs)), prefix(udp_cells(iv)))
+            (
+                prefix(udp_console_pick(
+                    &udp_console_cells(iv, secs),
+                    self.verbosity >= 2,
+                )),
+                prefix(udp_cells(iv)),
+            )
         };
         if self.verbosity >= 1 {
             let _ = self.console.row(&shown);
