@@ -451,6 +451,9 @@ mod tests {
         assert!(!l.due(ms(399)));
         assert!(l.due(ms(400)));
         l.take(ms(400), snap(4000));
+        // A row taken just as it fell due moves the next a whole interval on.
+        assert!(!l.due(ms(499)));
+        assert!(l.due(ms(500)));
         // Past the cap: counted as left out, not kept.
         l.take(ms(500), snap(5000));
         // Nothing new at the same time.

@@ -80,34 +80,40 @@ pub fn buckets(h: &Histogram<u64>, layout: Layout) -> Vec<Bucket> {
 }
 
 /// Two bucket lists of the same layout as one (the streams of a `-P` test
-/// share theirs): counts of the same bucket add.
+/// share theirs): counts of the same bucket (the same lower edge) add.
 pub fn merge(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
+    use std::cmp::Ordering::*;
     let mut out: Vec<Bucket> = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
+    loop {
         let next = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) if x.0 == y.0 && x.1 == y.1 => {
-                i += 1;
-                j += 1;
-                (x.0, x.1, x.2 + y.2)
-            }
-            (Some(x), Some(y)) if x.0 < y.0 => {
-                i += 1;
-                *x
-            }
+            (Some(x), Some(y)) => match x.0.total_cmp(&y.0) {
+                Equal => {
+                    i += 1;
+                    j += 1;
+                    (x.0, x.1, x.2 + y.2)
+                }
+                Less => {
+                    i += 1;
+                    *x
+                }
+                Greater => {
+                    j += 1;
+                    *y
+                }
+            },
             (Some(x), None) => {
                 i += 1;
                 *x
             }
-            (_, Some(y)) => {
+            (None, Some(y)) => {
                 j += 1;
                 *y
             }
-            (None, None) => break,
+            (None, None) => return out,
         };
         out.push(next);
     }
-    out
 }
 
 /// p50, p90, p99 and p99.9 from a bucket list: each the upper edge of the
@@ -194,6 +200,8 @@ mod tests {
         h.record(40_000_000).unwrap();
         let b = buckets(&h, Layout::new(50_000, 100));
         assert_eq!(b.iter().map(|x| x.2).sum::<u64>(), 2001);
+        // One entry a bucket, in order.
+        assert!(b.windows(2).all(|w| w[0].1 <= w[1].0), "{b:?}");
         assert_eq!(b[0].0, 5000.0);
         assert_eq!(b[0].1, 5100.0);
         let last = *b.last().unwrap();

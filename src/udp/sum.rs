@@ -262,6 +262,9 @@ mod tests {
             ]
         );
         assert_eq!((s.delays_below_zero, s.below_zero_by_us), (7, Some(7.5)));
+        // No histogram, no percentiles: not even a max alone.
+        let z = h(Vec::new(), 9.0);
+        assert!(totals(&[&z]).percentiles_us.is_empty());
         // A stream whose sender's count never came: the sum has none either.
         let c = UdpTotals::default();
         assert_eq!(totals(&[&a, &c]).sent, None);
