@@ -451,6 +451,9 @@ mod tests {
             t.corrupt = 1;
         }
         assert_eq!(result(&rep), "DataError");
+        // Completed: 30 received less 2 duplicates, 1 corrupt and 3 late.
+        assert_eq!(connection_cells(&rep)[4], "24");
+        assert_eq!(connection_cells(&rep)[7], "1");
         rep.interrupted = true;
         assert_eq!(result(&rep), "Cancelled");
         rep.server_lost = true;
