@@ -349,10 +349,11 @@ pub enum Message {
     /// Receiver (server) totals. A histogram too large for one frame goes
     /// ahead in [`Message::UdpHistogram`] chunks and this one's is empty.
     UdpResult(crate::udp::track::UdpTotals),
-    /// Part of the receiver's fixed-width histogram, in order.
+    /// Part of the receiver's delay histogram, in order.
     UdpHistogram {
-        /// (bin lower edge µs, count), at most [`HISTOGRAM_CHUNK`] of them.
-        bins: Vec<(f64, u64)>,
+        /// (lower edge µs, upper edge µs, count), at most
+        /// [`HISTOGRAM_CHUNK`] of them.
+        bins: Vec<crate::udp::hist::Bucket>,
     },
     /// Receiver (server) report of one burst.
     UdpBurst(crate::udp::track::BurstReport),
@@ -545,9 +546,9 @@ pub fn read_message(r: &mut impl Read) -> Result<Message, ReadError> {
     Ok(decode_payload(&payload)?)
 }
 
-/// Histogram bins per [`Message::UdpHistogram`] frame (each well under 32
-/// bytes of JSON, so a chunk fits [`MAX_PAYLOAD`]).
-pub const HISTOGRAM_CHUNK: usize = 1500;
+/// Histogram buckets per [`Message::UdpHistogram`] frame (each well under
+/// 64 bytes of JSON, so a chunk fits [`MAX_PAYLOAD`]).
+pub const HISTOGRAM_CHUNK: usize = 1000;
 
 /// Writes one message as a frame. A message too large for a frame is not
 /// sent at all (the peer would reject it): the error says so.

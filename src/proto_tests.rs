@@ -59,7 +59,9 @@ fn a_chunk_that_fits_exactly_is_not_split_and_one_item_is_never_split() {
 
 #[test]
 fn large_results_go_in_frames_that_fit_in_order() {
-    let bins: Vec<(f64, u64)> = (0..8000).map(|i| (i as f64 * 50.5, u64::MAX - i)).collect();
+    let bins: Vec<crate::udp::hist::Bucket> = (0..8000)
+        .map(|i| (i as f64 * 50.5, (i + 1) as f64 * 50.5, u64::MAX - i))
+        .collect();
     let t = crate::udp::track::UdpTotals {
         histogram: bins.clone(),
         ..Default::default()
@@ -345,17 +347,17 @@ fn a_result_of_exactly_max_payload_is_one_frame() {
     let mut t = crate::udp::track::UdpTotals::default();
     while payload(&t) + 40 < MAX_PAYLOAD {
         let edge = t.histogram.len() as f64 * 50.0;
-        t.histogram.push((edge, 0));
+        t.histogram.push((edge, edge + 50.0, 0));
     }
     // Counts of 10 instead of 0 add one character each.
     let mut k = 0;
     while payload(&t) < MAX_PAYLOAD {
-        t.histogram[k].1 = 10;
+        t.histogram[k].2 = 10;
         k += 1;
     }
     assert_eq!(payload(&t), MAX_PAYLOAD);
     assert_eq!(udp_result_frames(t.clone()).len(), 1);
-    t.histogram[k].1 = 10;
+    t.histogram[k].2 = 10;
     assert!(udp_result_frames(t).len() > 1);
 }
 

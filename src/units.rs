@@ -157,20 +157,22 @@ pub fn parse_probability(input: &str) -> Result<f64, UnitError> {
     Ok(p)
 }
 
-/// Formats a bit rate for people: `9.87 Gbit/s`.
+/// Formats a bit rate for people: `9.87 Gbit/s`. The unit is the one the
+/// rounded figure fits: 999,999 bit/s is `1.00 Mbit/s`, not `1000.00 kbit/s`.
 pub fn format_bits_per_sec(bits: f64) -> String {
-    let (v, u) = if bits >= 1e12 {
-        (bits / 1e12, "Tbit/s")
-    } else if bits >= 1e9 {
-        (bits / 1e9, "Gbit/s")
-    } else if bits >= 1e6 {
-        (bits / 1e6, "Mbit/s")
-    } else if bits >= 1e3 {
-        (bits / 1e3, "kbit/s")
-    } else {
-        (bits, "bit/s")
-    };
-    format!("{v:.2} {u}")
+    const UNITS: [(f64, &str); 5] = [
+        (1e12, "Tbit/s"),
+        (1e9, "Gbit/s"),
+        (1e6, "Mbit/s"),
+        (1e3, "kbit/s"),
+        (1.0, "bit/s"),
+    ];
+    let mut i = UNITS.iter().position(|u| bits >= u.0).unwrap_or(4);
+    let text = |i: usize| format!("{:.2}", bits / UNITS[i].0);
+    if i > 0 && text(i).len() > "999.99".len() {
+        i -= 1;
+    }
+    format!("{} {}", text(i), UNITS[i].1)
 }
 
 /// Formats a byte count for people: `1.00 GiB`.
@@ -353,7 +355,13 @@ mod tests {
             (0.0, "0.00 bit/s"),
             (999.0, "999.00 bit/s"),
             (1_000.0, "1.00 kbit/s"),
-            (999_999.0, "1000.00 kbit/s"),
+            // The unit after rounding.
+            (999_994.0, "999.99 kbit/s"),
+            (999_995.0, "1.00 Mbit/s"),
+            (999_999.0, "1.00 Mbit/s"),
+            (999.999, "1.00 kbit/s"),
+            (999.994, "999.99 bit/s"),
+            (999.999e9, "1.00 Tbit/s"),
             (1e6, "1.00 Mbit/s"),
             (12.345e6, "12.35 Mbit/s"),
             (1e9, "1.00 Gbit/s"),

@@ -234,7 +234,7 @@ fn every_result_kind_renders_with_its_data() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|b| b[1].as_u64().unwrap());
+        .map(|b| b[2].as_u64().unwrap());
     let c = chart_of(&h, "Delay CDF");
     assert_eq!(series(c), vec![("at or under".into(), cdf_points(counts))]);
     let want = pcts_ms(&t["percentiles_us"], &["p50", "p99", "p99.9"]);

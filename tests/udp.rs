@@ -368,3 +368,199 @@ fn bursts_are_reported_one_by_one_and_losses_land_in_their_burst() {
         }
     }
 }
+
+/// The delay histogram covers what was measured, and its running count
+/// passes each percentile in the bucket holding it (issue 26: 100 × 50 µs
+/// fixed bins put a 5–7 ms path in the last bin, a CDF at 100% by 5 ms
+/// beside a p50 of 5.9 ms). Through a relay that delays the way up by 0.1,
+/// 5 and 50 ms, with the clocks trusted (one host), so delays are absolute.
+#[test]
+fn the_delay_histogram_holds_every_delay_and_agrees_with_the_percentiles() {
+    use common::TestRelay;
+    use netrig::relay::impair::ImpairSpec;
+    let srv = TestServer::start();
+    for delay_us in [100u64, 5_000, 50_000] {
+        let relay = TestRelay::one_way(
+            srv.addr,
+            ImpairSpec {
+                delay_ns: delay_us * 1000,
+                ..ImpairSpec::default()
+            },
+            true,
+        );
+        let mut sp = spec(false, 4_000_000, 500, 600);
+        (sp.hist_bins, sp.hist_bin_ns) = (100, 50_000);
+        let cfg = UdpClientConfig {
+            key: None,
+            target: relay.addr.to_string(),
+            port: 0,
+            spec: sp,
+            synced: true,
+            bind: None,
+            bind_dev: None,
+            rcvbuf: None,
+            sndbuf: None,
+            per_packet: false,
+            start_at: None,
+            cport: None,
+        };
+        let rep = run(
+            &cfg,
+            Arc::new(AtomicBool::new(false)),
+            &mut Collect::default(),
+        )
+        .expect("udp run");
+        let t = rep.totals.expect("totals");
+        let h = &t.histogram;
+        let n: u64 = h.iter().map(|b| b.2).sum();
+        assert_eq!(n, t.unique, "{delay_us} us: every datagram in a bucket");
+        assert!(n > 200, "{n}");
+        // Buckets in order, none empty, none overlapping.
+        for w in h.windows(2) {
+            assert!(w[0].1 <= w[1].0 && w[0].0 < w[0].1, "{w:?}");
+        }
+        assert!(h.iter().all(|b| b.2 > 0));
+        let pct = |name: &str| {
+            t.percentiles_us
+                .iter()
+                .find(|p| p.0 == name)
+                .map(|p| p.1)
+                .unwrap()
+        };
+        // The relay's delay is a floor under every datagram's.
+        assert!(
+            pct("p50") >= delay_us as f64,
+            "{delay_us}: p50 {}",
+            pct("p50")
+        );
+        // The last bucket reaches past the largest delay: nothing clipped.
+        let max = t.delay_max_us.unwrap();
+        assert!(h.last().unwrap().1 > max, "{max} {:?}", h.last());
+        let bucket_of = |v: f64| h.iter().position(|b| b.0 <= v && v < b.1);
+        for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
+            let rank = ((q * n as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            let crossing = h
+                .iter()
+                .position(|b| {
+                    seen += b.2;
+                    seen >= rank
+                })
+                .unwrap();
+            // HDR's value is its range's highest: it may sit at a bucket's
+            // upper edge, so either neighbour of the crossing bucket agrees.
+            let p = pct(name);
+            let at = bucket_of(p)
+                .or_else(|| bucket_of(p - 0.001))
+                .unwrap_or_else(|| panic!("{delay_us} us: {name} {p} in no bucket: {h:?}"));
+            assert!(
+                at.abs_diff(crossing) <= 1,
+                "{delay_us} us: {name} = {p} in bucket {at} {:?}, the CDF passes {q} in {crossing} {:?}",
+                h[at],
+                h[crossing]
+            );
+        }
+    }
+}
+
+/// `-P 2 --bidir`: every stream corrects its delays with the one offset the
+/// first stream measured before the others started, no delay figure is
+/// below zero, and each direction's sum has percentiles (issue 26: each
+/// stream's own estimate, taken while the others started, put whole
+/// streams below zero and left the sums with no p50).
+#[test]
+fn parallel_streams_both_ways_share_one_clock_offset_and_no_delay_is_negative() {
+    use netrig::proto::StreamGroup;
+    use netrig::udp::streams::{StreamsObserver, run_streams};
+    struct Quiet;
+    impl StreamsObserver for Quiet {
+        fn started(&mut self) {}
+        fn interval(&mut self, _: bool, _: &UdpInterval, _: u32) {}
+    }
+    let srv = TestServer::start();
+    let id = uuid::Uuid::new_v4();
+    let cfgs: Vec<UdpClientConfig> = (0..4u32)
+        .map(|i| UdpClientConfig {
+            key: None,
+            target: srv.addr.to_string(),
+            port: 0,
+            spec: UdpSpec {
+                group: Some(StreamGroup {
+                    id,
+                    streams: 4,
+                    index: i,
+                }),
+                ..spec(i >= 2, 8_000_000, 1000, 800)
+            },
+            synced: false,
+            bind: None,
+            bind_dev: None,
+            rcvbuf: None,
+            sndbuf: None,
+            per_packet: false,
+            start_at: None,
+            cport: None,
+        })
+        .collect();
+    let rep = run_streams(cfgs, Arc::new(AtomicBool::new(false)), &mut Quiet).expect("streams");
+    let offset = rep.offset.expect("an offset");
+    for s in &rep.streams {
+        let r = s.report.as_ref().expect("stream report");
+        assert_eq!(r.offset, Some(offset), "stream {}", s.index);
+        let t = r.totals.as_ref().expect("totals");
+        for v in [t.delay_min_us, t.delay_avg_us, t.delay_max_us] {
+            assert!(v.expect("a delay") >= 0.0, "stream {}: {t:?}", s.index);
+        }
+        for iv in &r.intervals {
+            assert!(iv.delay_min_us.is_none_or(|d| d >= 0.0), "{iv:?}");
+        }
+    }
+    for sum in [&rep.sum_up, &rep.sum_down] {
+        let t = sum.as_ref().expect("a sum each way");
+        assert!(t.delay_avg_us.expect("mean") >= 0.0, "{t:?}");
+        assert_eq!(t.percentiles_us.len(), 5, "{t:?}");
+        assert_eq!(t.histogram.iter().map(|b| b.2).sum::<u64>(), t.unique);
+    }
+}
+
+/// The UDP table fits 100 characters by default, `--bidir`'s `Dir` column
+/// included, and `-v` shows every column (issue 26: ~170 characters).
+#[test]
+fn the_udp_table_fits_100_columns_and_v_shows_them_all() {
+    let srv = TestServer::start();
+    let target = srv.addr.to_string();
+    let table = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_netrig"))
+            .args(["udp", &target, "-t", "1", "-P", "1", "--bidir"])
+            .args(extra)
+            .output()
+            .expect("run netrig");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let lines: Vec<String> = text
+            .lines()
+            .skip_while(|l| !l.contains("TimeSlice"))
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("stream"))
+            .map(String::from)
+            .collect();
+        assert!(lines.len() >= 3, "{text}");
+        lines
+    };
+    let brief = table(&[]);
+    for l in &brief {
+        assert!(l.chars().count() <= 100, "{} characters: {l}", l.len());
+    }
+    assert!(!brief[0].contains("DelayMinUs"), "{}", brief[0]);
+    let all = table(&["-v"]);
+    for h in [
+        "Bytes",
+        "Packets",
+        "ConsecDrops",
+        "Late",
+        "DelayMinUs",
+        "DelayMaxUs",
+        "Corrupt",
+    ] {
+        assert!(all[0].split_whitespace().any(|c| c == h), "{h}: {}", all[0]);
+    }
+}

@@ -88,10 +88,10 @@ pub struct UdpArgs {
     /// Known delay compensation added to every one-way delay (e.g. 2ms, -500us).
     #[arg(long, value_parser = signed_duration, allow_hyphen_values = true, default_value = "0")]
     offset_comp: i64,
-    /// Delay histogram bin width.
+    /// Delay histogram: width of its first buckets.
     #[arg(long, default_value = "50us", value_parser = positive_duration)]
     hist_bin: Duration,
-    /// Delay histogram bin count (the last bin takes everything above).
+    /// Delay histogram: buckets of --hist-bin before they widen (then as many, twice as wide, per segment).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     hist_bins: u32,
     /// Send in bursts of this many bytes (iperf2 --burst-size); with --rate, datagrams

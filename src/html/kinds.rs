@@ -96,10 +96,13 @@ fn udp(r: &Value) -> View {
     let rate = rates(rows);
     let us_ms = |k: &'static str| move |row: &Value| f(&row[k]).map(|u| u / 1e3);
     let t = &r["totals"];
-    let hist: Vec<(f64, f64)> = arr(&t["histogram"])
+    // Buckets as (lower µs, upper µs, count), log-linear: bars at their
+    // lower edges, the CDF at their upper ones.
+    let buckets: Vec<(f64, f64, f64)> = arr(&t["histogram"])
         .iter()
-        .filter_map(|b| Some((f(&b[0])? / 1e3, f(&b[1])?)))
+        .filter_map(|b| Some((f(&b[0])? / 1e3, f(&b[1])? / 1e3, f(&b[2])?)))
         .collect();
+    let hist: Points = buckets.iter().map(|&(lo, _, n)| (lo, n)).collect();
     let mut charts = vec![
         chart(
             "Received rate over time",
@@ -182,16 +185,10 @@ fn udp(r: &Value) -> View {
             vec![series("datagrams", Style::Bars, hist.clone())],
         ));
     }
-    // Bins are given by their lower edges; each ends where the next starts.
-    // (The JSON always holds every bin, so there are two.)
-    let width = match hist.as_slice() {
-        [a, b, ..] => b.0 - a.0,
-        _ => 0.0,
-    };
-    let uppers: Points = hist.iter().map(|&(lo, n)| (lo + width, n)).collect();
+    let uppers: Points = buckets.iter().map(|&(_, hi, n)| (hi, n)).collect();
     let mut delay_cdf = chart(
         "Delay CDF",
-        "Share of datagrams at or under each delay, with the HDR percentiles marked: a steep curve is a steady path, a long flat top is a tail (the last bin also holds every delay beyond it).",
+        "Share of datagrams at or under each delay, with the HDR percentiles marked: a steep curve is a steady path, a long flat top is a tail.",
         ("one-way delay", Unit::Ms),
         ("datagrams (%)", Unit::Plain),
         vec![series("at or under", Style::Line, cdf(&uppers))],

@@ -143,18 +143,24 @@ impl UdpReporter {
         };
         let open =
             |p: Option<&Path>, h: &[&str], w: &[usize]| p.map(|p| open_rows(p, h, w)).transpose();
-        let cw: &[usize] = if media { w } else { &UDP_CONSOLE_WIDTHS };
+        // -v (verbosity 2) shows every column; the default fits 100 characters.
+        let all = verbosity >= 2;
+        let cw: Vec<usize> = if media {
+            w.to_vec()
+        } else {
+            udp_console_pick(&UDP_CONSOLE_WIDTHS, all)
+        };
         let r = UdpReporter {
             verbosity,
             banner: Vec::new(),
             header: if media {
                 MEDIA_HEADERS.to_vec()
             } else {
-                udp_console_headers()
+                udp_console_pick(&udp_console_headers(), all)
             },
             media,
             last_slice: 0.0,
-            console: RowWriter::console(crate::output::console(), cw),
+            console: RowWriter::console(crate::output::console(), &cw),
             status: open(status_file, h, w)?,
             packets: open(jitter_file, &PACKET_HEADERS, &PACKET_WIDTHS)?,
             held: None,
@@ -240,7 +246,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
             let mut shown = if self.media {
                 cells.clone()
             } else {
-                udp_console_cells(iv, secs)
+                udp_console_pick(&udp_console_cells(iv, secs), self.verbosity >= 2)
             };
             if iv.omitted {
                 shown.push("(omitted)".into());
@@ -375,6 +381,9 @@ pub fn print_udp_summary(
         opt_us(t.delay_max_us),
         t.jitter_us
     );
+    if let Some(note) = early_note(t, rep.offset.as_ref()) {
+        crate::out!("{note}");
+    }
     if !t.percentiles_us.is_empty() {
         let p: Vec<String> = t
             .percentiles_us
@@ -383,11 +392,10 @@ pub fn print_udp_summary(
             .collect();
         crate::out!("Delay percentiles (us): {}", p.join(", "));
     }
-    let shown: Vec<_> = t.histogram.iter().filter(|(_, n)| *n > 0).collect();
-    if verbose && !shown.is_empty() {
-        crate::out!("Delay histogram (bin start us, count; last bin includes everything above):");
-        for (edge, n) in shown {
-            crate::out!("  {edge:>10.1} {n}");
+    if verbose && !t.histogram.is_empty() {
+        crate::out!("Delay histogram (us, datagrams; the buckets that hold any):");
+        for (lo, hi, n) in &t.histogram {
+            crate::out!("  {lo:>10.1} - {hi:<10.1} {n}");
         }
     }
     if let Some(f) = &t.frames {
@@ -411,6 +419,27 @@ pub fn print_udp_summary(
     if rep.interrupted {
         crate::out!("(interrupted)");
     }
+}
+
+/// What datagrams that arrived "before" they were sent say about the
+/// delays (`None` when none did): the clock offset is off by at least that
+/// much, so no delay above is exact to better than it.
+pub(super) fn early_note(
+    t: &crate::udp::track::UdpTotals,
+    offset: Option<&crate::udp::clock::Offset>,
+) -> Option<String> {
+    let by = t.below_zero_by_us.filter(|_| t.delays_below_zero > 0)?;
+    let clock = match offset {
+        Some(o) => format!(
+            "the clock offset estimate (+/- {:.1} us) is off by at least that",
+            o.uncertainty_ns as f64 / 1e3
+        ),
+        None => "the clocks are not as synchronised as --synced trusts".into(),
+    };
+    Some(format!(
+        "Early: {} datagrams arrived up to {by:.1} us before they were sent by these clocks: {clock}, so the delays may read up to that much short; theirs count as 0",
+        t.delays_below_zero
+    ))
 }
 
 /// A TOS byte as DSCP and ECN, e.g. `0xba (EF, ECT(0))`.

@@ -4,7 +4,6 @@
 //! reports.
 
 use super::opt_us;
-use crate::units::format_bits_per_sec;
 
 /// Columns of the UDP receiver table.
 pub const UDP_HEADERS: [&str; 13] = [
@@ -141,6 +140,22 @@ pub(super) fn udp_console_headers() -> Vec<&'static str> {
 pub(super) const UDP_CONSOLE_WIDTHS: [usize; 15] =
     [10, 14, 12, 9, 7, 7, 11, 6, 9, 7, 6, 11, 11, 11, 9];
 
+/// The console columns shown by default, as places in the full list: time,
+/// rate, loss, duplicates, reordering, corruption, mean delay and jitter,
+/// under 100 characters even with `--bidir`'s `Dir` (all 15 were ~155,
+/// ~160 with it). `-v` shows them all.
+const UDP_CONSOLE_BRIEF: [usize; 9] = [0, 1, 4, 5, 7, 8, 9, 12, 14];
+
+/// The console's share of a full console row (headers, widths or cells):
+/// all of it with `all`, else the [`UDP_CONSOLE_BRIEF`] columns.
+pub(super) fn udp_console_pick<T: Clone>(full: &[T], all: bool) -> Vec<T> {
+    if all {
+        full.to_vec()
+    } else {
+        UDP_CONSOLE_BRIEF.iter().map(|&i| full[i].clone()).collect()
+    }
+}
+
 /// Loss in an interval, percent: gaps opened (net of late arrivals) over the
 /// datagrams the interval accounts for.
 pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
@@ -160,7 +175,10 @@ pub(super) fn udp_console_cells(
     let mut c = udp_cells(iv);
     c.insert(
         1,
-        format_bits_per_sec(iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)),
+        crate::stats::console_rate(
+            iv.bytes as f64 * 8.0 / interval_secs.max(1e-9),
+            interval_secs,
+        ),
     );
     c.insert(5, format!("{:.2}", interval_loss_pct(iv)));
     c
@@ -228,4 +246,219 @@ pub(super) fn connection_cells(rep: &crate::udp::client::UdpReport) -> Vec<Strin
         result.to_string(),
         rep.session.to_string(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::track::UdpInterval;
+
+    #[test]
+    fn the_default_console_columns_fit_100_characters_with_the_direction() {
+        let brief = udp_console_pick(&UDP_CONSOLE_WIDTHS, false);
+        // Each column its width, one space between, and --bidir's 4-wide Dir.
+        let line = brief.iter().sum::<usize>() + brief.len() - 1 + 5;
+        assert!(line <= 100, "{line}");
+        assert_eq!(
+            udp_console_pick(&udp_console_headers(), false),
+            vec![
+                "TimeSlice",
+                "Rate",
+                "Drops",
+                "Loss%",
+                "Dups",
+                "Reordered",
+                "Corrupt",
+                "DelayAvgUs",
+                "JitterUs"
+            ]
+        );
+        assert_eq!(
+            udp_console_pick(&udp_console_headers(), true),
+            udp_console_headers()
+        );
+        let iv = UdpInterval {
+            time_slice: 1.0,
+            bytes: 125_000,
+            drops: 3,
+            packets: 97,
+            duplicates: 2,
+            reordered: 4,
+            corrupt: 5,
+            delay_avg_us: Some(12.5),
+            jitter_us: 0.5,
+            ..Default::default()
+        };
+        assert_eq!(
+            udp_console_pick(&udp_console_cells(&iv, 1.0), false),
+            vec![
+                "1.000",
+                "1.00 Mbit/s",
+                "3",
+                "3.06",
+                "2",
+                "4",
+                "5",
+                "12.5",
+                "0.5"
+            ]
+        );
+        // A slice too short for a rate has none.
+        assert_eq!(udp_console_cells(&iv, 0.01)[1], "-");
+    }
+
+    #[test]
+    fn the_file_row_has_every_count_and_delay() {
+        let iv = UdpInterval {
+            time_slice: 2.25,
+            bytes: 1000,
+            packets: 9,
+            drops: -1,
+            max_consecutive_drops: 3,
+            duplicates: 2,
+            reordered: 4,
+            corrupt: 5,
+            late: 6,
+            delay_min_us: Some(1.26),
+            delay_avg_us: None,
+            delay_max_us: Some(30.0),
+            jitter_us: 0.26,
+            ..Default::default()
+        };
+        assert_eq!(
+            udp_cells(&iv),
+            vec![
+                "2.250", "1000", "9", "-1", "3", "2", "4", "5", "6", "1.3", "-", "30.0", "0.3"
+            ]
+        );
+    }
+
+    #[test]
+    fn ctstraffic_jitter_is_each_flight_against_the_first_and_the_last() {
+        let row = |seq, send_ns, recv_ns| crate::udp::receive::PacketRow {
+            seq,
+            send_ns,
+            recv_ns,
+            flight_us: 0.0,
+            arrival: "new",
+            corrupt: false,
+        };
+        let mut j = CtsJitter::default();
+        assert_eq!(
+            j.cells(&row(7, 1_000_000, 3_000_000)),
+            vec![
+                "7",
+                "1000000",
+                "1000000000",
+                "3000000",
+                "1000000000",
+                "0.000000",
+                "0.000000"
+            ]
+        );
+        // 0.5 ms longer in flight than the first, then 0.25 ms shorter than that.
+        let c = j.cells(&row(8, 2_000_000, 4_500_000));
+        assert_eq!((c[5].as_str(), c[6].as_str()), ("0.500000", "0.500000"));
+        let c = j.cells(&row(9, 3_000_000, 5_250_000));
+        assert_eq!((c[5].as_str(), c[6].as_str()), ("0.250000", "-0.250000"));
+    }
+
+    #[test]
+    fn media_rows_count_frames_or_else_datagrams() {
+        use crate::udp::frames::FrameCounts;
+        let mut iv = UdpInterval {
+            time_slice: 1.5,
+            bytes: 62_500,
+            packets: 20,
+            drops: 3,
+            duplicates: 2,
+            corrupt: 1,
+            late: 4,
+            ..Default::default()
+        };
+        // Datagrams: completed 20 - (2 + 1 + 4), dropped 3 + 4.
+        assert_eq!(
+            media_cells(&iv, 0.5, 1),
+            vec!["1.500", "1000000", "1", "13", "7", "2", "1"]
+        );
+        iv.drops = -2;
+        assert_eq!(media_cells(&iv, 0.5, 0)[4], "4");
+        iv.frames = Some(FrameCounts {
+            completed: 11,
+            dropped: 12,
+            repeated: 13,
+            errors: 14,
+        });
+        assert_eq!(
+            media_cells(&iv, 0.25, 3),
+            vec!["1.500", "2000000", "3", "11", "12", "13", "14"]
+        );
+    }
+
+    #[test]
+    fn a_connection_row_has_the_streams_rate_counts_and_result() {
+        use crate::udp::client::UdpReport;
+        use crate::udp::track::UdpTotals;
+        let totals = UdpTotals {
+            bytes: 250_000,
+            packets: 30,
+            duplicates: 2,
+            corrupt: 0,
+            late: 3,
+            lost: 5,
+            ..Default::default()
+        };
+        let mut rep = UdpReport {
+            offset: None,
+            sender: None,
+            totals: Some(totals),
+            intervals: Vec::new(),
+            interrupted: false,
+            server_lost: false,
+            duration_secs: 2.0,
+            bursts: Vec::new(),
+            bins: None,
+            analysis: None,
+            granted: Default::default(),
+            local: Some("127.0.0.1:5000".parse().unwrap()),
+            remote: "127.0.0.1:4794".parse().unwrap(),
+            session: uuid::Uuid::nil(),
+        };
+        let nil = uuid::Uuid::nil().to_string();
+        assert_eq!(
+            connection_cells(&rep),
+            vec![
+                "2.000",
+                "127.0.0.1:5000",
+                "127.0.0.1:4794",
+                "1000000",
+                "25",
+                "8",
+                "2",
+                "0",
+                "Succeeded",
+                nil.as_str()
+            ]
+        );
+        // The sender's own time is the stream's length when it is known.
+        rep.sender = Some(crate::udp::sent::SenderReport {
+            duration_secs: 0.5,
+            ..Default::default()
+        });
+        assert_eq!(connection_cells(&rep)[3], "4000000");
+        let result = |rep: &UdpReport| connection_cells(rep)[8].clone();
+        if let Some(t) = rep.totals.as_mut() {
+            t.corrupt = 1;
+        }
+        assert_eq!(result(&rep), "DataError");
+        // Completed: 30 received less 2 duplicates, 1 corrupt and 3 late.
+        assert_eq!(connection_cells(&rep)[4], "24");
+        assert_eq!(connection_cells(&rep)[7], "1");
+        rep.interrupted = true;
+        assert_eq!(result(&rep), "Cancelled");
+        rep.server_lost = true;
+        assert_eq!(result(&rep), "NetworkError");
+        rep.local = None;
+        assert_eq!(connection_cells(&rep)[1], "-");
+    }
 }

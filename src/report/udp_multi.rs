@@ -51,7 +51,11 @@ impl MultiReporter {
         let (ch, cw) = if media {
             with_dir(&MEDIA_HEADERS, &MEDIA_WIDTHS)
         } else {
-            with_dir(&udp_console_headers(), &UDP_CONSOLE_WIDTHS)
+            // -v (verbosity 2) shows every column; the default fits 100 characters.
+            with_dir(
+                &udp_console_pick(&udp_console_headers(), verbosity >= 2),
+                &udp_console_pick(&UDP_CONSOLE_WIDTHS, verbosity >= 2),
+            )
         };
         let (fh, fw) = if media {
             with_dir(&MEDIA_HEADERS, &MEDIA_WIDTHS)
@@ -118,6 +122,13 @@ impl MultiReporter {
         if self.verbosity == 0 {
             return;
         }
+        if let Some(o) = &rep.offset {
+            crate::out!(
+                "Clocks: not synchronised; one server-client offset for every stream, estimated in band as {:.1} us +/- {:.1} us (delays carry that uncertainty)",
+                o.server_minus_client_ns as f64 / 1e3,
+                o.uncertainty_ns as f64 / 1e3
+            );
+        }
         for (rev, sum) in [(false, &rep.sum_up), (true, &rep.sum_down)] {
             if let Some(t) = sum {
                 let mine = || rep.streams.iter().filter(|s| s.reverse == rev);
@@ -136,6 +147,9 @@ impl MultiReporter {
                     mine().count(),
                     totals_line(t, secs)
                 );
+                if let Some(note) = super::udp::early_note(t, rep.offset.as_ref()) {
+                    crate::out!("SUM {:>4} {note}", dir(rev));
+                }
             }
         }
     }
@@ -157,6 +171,12 @@ fn totals_line(t: &UdpTotals, secs: f64) -> String {
         t.reordered,
         t.corrupt
     );
+    if let Some(avg) = t.delay_avg_us {
+        line.push_str(&format!("; one-way delay avg {avg:.1} us"));
+        if let Some((_, p50)) = t.percentiles_us.iter().find(|p| p.0 == "p50") {
+            line.push_str(&format!(", p50 {p50:.1} us"));
+        }
+    }
     if let Some(f) = &t.frames {
         line.push_str(&format!(
             "; frames {} completed, {} dropped",
@@ -187,7 +207,13 @@ impl StreamsObserver for MultiReporter {
             let c = prefix(media_cells(iv, secs, running));
             (c.clone(), c)
         } else {
-            (prefix(udp_console_cells(iv, secs)), prefix(udp_cells(iv)))
+            (
+                prefix(udp_console_pick(
+                    &udp_console_cells(iv, secs),
+                    self.verbosity >= 2,
+                )),
+                prefix(udp_cells(iv)),
+            )
         };
         if self.verbosity >= 1 {
             let _ = self.console.row(&shown);

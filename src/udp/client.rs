@@ -63,8 +63,12 @@ pub struct UdpClientConfig {
 
 /// Receives the run's output as it happens.
 pub trait UdpObserver {
-    /// The server has accepted the test; the stream starts now.
+    /// The server has accepted the test and the clock offset is known
+    /// (`None`: clocks trusted); the stream starts now.
     fn started(&mut self) {}
+    /// The clock offset the delays are corrected with, told just before
+    /// [`UdpObserver::started`].
+    fn clock(&mut self, _offset: Option<Offset>) {}
     /// A receiver interval ended (whichever end received).
     fn interval(&mut self, iv: &UdpInterval);
     /// A datagram arrived at the client (only with `per_packet`).
@@ -248,6 +252,17 @@ pub fn run(
     interrupt: Arc<AtomicBool>,
     obs: &mut dyn UdpObserver,
 ) -> Result<UdpReport, ClientError> {
+    run_with_offset(cfg, None, interrupt, obs)
+}
+
+/// [`run`], with the clock offset `known` already (another stream of the
+/// same test to the same server measured it) instead of estimating it.
+pub fn run_with_offset(
+    cfg: &UdpClientConfig,
+    known: Option<Offset>,
+    interrupt: Arc<AtomicBool>,
+    obs: &mut dyn UdpObserver,
+) -> Result<UdpReport, ClientError> {
     let spec = &cfg.spec;
     let bind = |a: SocketAddr| Ok(cfg.bind.filter(|b| b.is_ipv4() == a.is_ipv4()));
     let mut c = Control::connect_within(
@@ -273,12 +288,13 @@ pub fn run(
         } => (port, token, session),
         m => return Err(c.unexpected(m)),
     };
-    obs.started();
-    let offset = if cfg.synced {
-        None
-    } else {
-        Some(offset_estimate(&mut c)?)
+    let offset = match (cfg.synced, known) {
+        (true, _) => None,
+        (false, Some(o)) => Some(o),
+        (false, None) => Some(offset_estimate(&mut c)?),
     };
+    obs.clock(offset);
+    obs.started();
     let theta = offset.map_or(0, |o| o.server_minus_client_ns);
     // ctsTraffic's 1 MB receive buffer for media; more for bulk streams;
     // -w for both unless one is given on its own.
@@ -406,7 +422,7 @@ pub fn run(
         session,
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
-    let mut histogram: Vec<(f64, u64)> = Vec::new();
+    let mut histogram: Vec<super::hist::Bucket> = Vec::new();
     let mut goodbye_sent = false;
     // When this end started waiting for the server to finish (after Ctrl-C,
     // or past the test's time): a stuck server gets STOP_GRACE, then the run
@@ -495,8 +511,8 @@ pub fn run(
                 rep.intervals.push(iv);
             }
             Arrived::Control(Ok(Message::UdpHistogram { bins })) => {
-                // Never more than the bins asked for, whatever the server sends.
-                let room = (spec.hist_bins as usize).saturating_sub(histogram.len());
+                // Never more than a histogram can hold, whatever the server sends.
+                let room = super::hist::MAX_BUCKETS.saturating_sub(histogram.len());
                 histogram.extend(bins.into_iter().take(room));
             }
             Arrived::Control(Ok(Message::UdpResult(mut t))) => {

@@ -6,6 +6,7 @@ pub mod client;
 pub mod clock;
 pub mod frames;
 pub mod header;
+pub mod hist;
 pub mod iso;
 pub mod marks;
 mod mmsg;

@@ -4,13 +4,20 @@
 //! ID so the server counts them as one test. The first stream is set up
 //! before the others, which then start together. Their intervals are added
 //! up slice by slice for each direction.
+//!
+//! The streams share one clock offset, the first stream's: the clocks are
+//! the same two for all, and the first measures it while nothing else runs.
+//! Estimated by each stream while the others start (a busy host), the
+//! offsets came out tens of µs apart, more than a loopback's delay, and
+//! the streams' delays went below zero.
 
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
-use super::client::{UdpClientConfig, UdpObserver, UdpReport, run};
+use super::client::{UdpClientConfig, UdpObserver, UdpReport, run_with_offset};
+use super::clock::Offset;
 use super::receive::PacketRow;
 use super::track::{UdpInterval, UdpTotals};
 use crate::control::ClientError;
@@ -45,6 +52,9 @@ pub struct StreamsReport {
     pub server_lost: bool,
     /// The longest stream's duration, s.
     pub duration_secs: f64,
+    /// The clock offset every stream's delays are corrected with (the
+    /// first stream's estimate; absent with `--synced`).
+    pub offset: Option<Offset>,
 }
 
 /// Receives the summed rows as they are made.
@@ -57,16 +67,19 @@ pub trait StreamsObserver {
 }
 
 enum Event {
-    Started,
+    Started(Option<Offset>),
     Interval(usize, UdpInterval),
     Done(usize, Box<Result<UdpReport, ClientError>>),
 }
 
-struct Fwd(usize, mpsc::Sender<Event>);
+struct Fwd(usize, mpsc::Sender<Event>, Option<Offset>);
 
 impl UdpObserver for Fwd {
+    fn clock(&mut self, offset: Option<Offset>) {
+        self.2 = offset;
+    }
     fn started(&mut self) {
-        let _ = self.1.send(Event::Started);
+        let _ = self.1.send(Event::Started(self.2));
     }
     fn interval(&mut self, iv: &UdpInterval) {
         let _ = self.1.send(Event::Interval(self.0, iv.clone()));
@@ -117,16 +130,16 @@ pub fn run_streams(
     let (tx, rx) = mpsc::channel::<Event>();
     let mut results: Vec<Option<Result<UdpReport, ClientError>>> = (0..n).map(|_| None).collect();
     let reverse: Vec<bool> = cfgs.iter().map(|c| c.spec.reverse).collect();
-    let spawn = |i: usize, cfg: UdpClientConfig, tx: mpsc::Sender<Event>| {
+    let spawn = |i: usize, cfg: UdpClientConfig, known: Option<Offset>, tx: mpsc::Sender<Event>| {
         let interrupt = Arc::clone(&interrupt);
         std::thread::spawn(move || {
-            let r = run(&cfg, interrupt, &mut Fwd(i, tx.clone()));
+            let r = run_with_offset(&cfg, known, interrupt, &mut Fwd(i, tx.clone(), None));
             let _ = tx.send(Event::Done(i, Box::new(r)));
         });
     };
     let mut cfgs = cfgs.into_iter();
     if let Some(first) = cfgs.next() {
-        spawn(0, first, tx.clone());
+        spawn(0, first, None, tx.clone());
     }
     let mut pending = Pending {
         rows: (0..n).map(|_| Default::default()).collect(),
@@ -136,6 +149,7 @@ pub fn run_streams(
     let mut rest = Some(cfgs);
     let mut intervals = Vec::new();
     let mut finished = 0;
+    let mut offset = None;
     let emit = |pending: &mut Pending,
                 flush: bool,
                 obs: &mut dyn StreamsObserver,
@@ -150,11 +164,12 @@ pub fn run_streams(
     while finished < n {
         let Ok(ev) = rx.recv() else { break };
         match ev {
-            Event::Started => {
+            Event::Started(o) => {
                 if let Some(more) = rest.take() {
+                    offset = o;
                     obs.started();
                     for (k, cfg) in more.enumerate() {
-                        spawn(k + 1, cfg, tx.clone());
+                        spawn(k + 1, cfg, o, tx.clone());
                     }
                 }
             }
@@ -192,12 +207,13 @@ pub fn run_streams(
             }
         })
         .collect();
-    Ok(summarise(streams, intervals))
+    Ok(summarise(streams, intervals, offset))
 }
 
 /// A group whose first stream ended before the others started.
 fn single(rep: UdpReport, reverse: bool) -> StreamsReport {
     let intervals = rep.intervals.clone();
+    let offset = rep.offset;
     summarise(
         vec![StreamResult {
             index: 0,
@@ -206,10 +222,15 @@ fn single(rep: UdpReport, reverse: bool) -> StreamsReport {
             error: None,
         }],
         intervals,
+        offset,
     )
 }
 
-fn summarise(streams: Vec<StreamResult>, intervals: Vec<UdpInterval>) -> StreamsReport {
+fn summarise(
+    streams: Vec<StreamResult>,
+    intervals: Vec<UdpInterval>,
+    offset: Option<Offset>,
+) -> StreamsReport {
     let sum = |rev: bool| {
         let ts: Vec<&UdpTotals> = streams
             .iter()
@@ -226,6 +247,7 @@ fn summarise(streams: Vec<StreamResult>, intervals: Vec<UdpInterval>) -> Streams
         interrupted: reports().any(|r| r.interrupted),
         server_lost: reports().any(|r| r.server_lost) || streams.iter().any(|s| s.error.is_some()),
         duration_secs: reports().map(|r| r.duration_secs).fold(0.0, f64::max),
+        offset,
         streams,
     }
 }

@@ -1,7 +1,8 @@
 //! Several UDP streams of one test (`-P`, `--bidir`) added up: counts add,
 //! extremes are the extremes, means are weighted by what they are means of.
-//! Percentiles and histograms of different streams do not add, so a sum has
-//! none (each stream keeps its own).
+//! The streams' delay histograms share one bucket layout, so they add too,
+//! and a sum's percentiles come from its histogram (right to within a
+//! bucket; each stream's own are HDR's).
 
 use super::frames::FrameCounts;
 use super::track::{UdpInterval, UdpTotals};
@@ -67,6 +68,7 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
         ..UdpTotals::default()
     };
     let mut d: Delays = (None, None, 0, None, 0.0);
+    let mut max_delay = None;
     for (n, t) in ts.iter().enumerate() {
         s.sent = s.sent.zip(t.sent).map(|(a, b)| a + b);
         d = add_delays(
@@ -91,6 +93,31 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
         s.late += t.late;
         s.omitted += t.omitted;
         s.frames = add_frames(s.frames, t.frames);
+        s.histogram = super::hist::merge(&s.histogram, &t.histogram);
+        s.delays_below_zero += t.delays_below_zero;
+        s.below_zero_by_us = max_opt(s.below_zero_by_us, t.below_zero_by_us);
+        max_delay = max_opt(
+            max_delay,
+            t.percentiles_us.iter().find(|p| p.0 == "max").map(|p| p.1),
+        );
+    }
+    // The streams' percentile q of them all lies between the least and the
+    // greatest of their own: a bucket's upper edge past the greatest says
+    // less than it, so the smaller of the two is the figure.
+    s.percentiles_us = super::hist::percentiles(&s.histogram)
+        .into_iter()
+        .map(|(name, edge)| {
+            let own = ts
+                .iter()
+                .filter_map(|t| t.percentiles_us.iter().find(|p| p.0 == name))
+                .map(|p| p.1)
+                .reduce(f64::max);
+            let v = own.map_or(edge, |o| o.min(edge));
+            (name, v)
+        })
+        .collect();
+    if let Some(m) = max_delay.filter(|_| !s.percentiles_us.is_empty()) {
+        s.percentiles_us.push(("max".into(), m));
     }
     (
         s.delay_min_us,
@@ -203,6 +230,41 @@ mod tests {
         assert_eq!(s.omitted, 7);
         assert_eq!(s.frames, a.frames);
         assert!(s.percentiles_us.is_empty() && s.histogram.is_empty());
+        // Histograms add bucket by bucket; the percentiles come from the
+        // sum, each no more than the greatest stream's own.
+        let h = |histogram: Vec<crate::udp::hist::Bucket>, max: f64| UdpTotals {
+            histogram,
+            percentiles_us: vec![("p90".into(), max - 1.0), ("max".into(), max)],
+            ..UdpTotals::default()
+        };
+        let mut x = h(vec![(0.0, 10.0, 6), (20.0, 30.0, 1)], 25.0);
+        let mut y = h(vec![(10.0, 20.0, 2), (20.0, 30.0, 1)], 21.0);
+        (x.delays_below_zero, x.below_zero_by_us) = (3, Some(2.0));
+        (y.delays_below_zero, y.below_zero_by_us) = (4, Some(7.5));
+        let s = totals(&[&x, &y]);
+        assert_eq!(
+            s.histogram,
+            vec![(0.0, 10.0, 6), (10.0, 20.0, 2), (20.0, 30.0, 2)]
+        );
+        let p: Vec<(&str, f64)> = s
+            .percentiles_us
+            .iter()
+            .map(|(n, v)| (n.as_str(), *v))
+            .collect();
+        assert_eq!(
+            p,
+            vec![
+                ("p50", 10.0),
+                ("p90", 24.0),
+                ("p99", 30.0),
+                ("p99.9", 30.0),
+                ("max", 25.0)
+            ]
+        );
+        assert_eq!((s.delays_below_zero, s.below_zero_by_us), (7, Some(7.5)));
+        // No histogram, no percentiles: not even a max alone.
+        let z = h(Vec::new(), 9.0);
+        assert!(totals(&[&z]).percentiles_us.is_empty());
         // A stream whose sender's count never came: the sum has none either.
         let c = UdpTotals::default();
         assert_eq!(totals(&[&a, &c]).sent, None);

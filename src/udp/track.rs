@@ -228,8 +228,9 @@ pub struct UdpTotals {
     pub jitter_us: f64,
     /// Delay percentiles (p50, p90, p99, p99.9, max), µs.
     pub percentiles_us: Vec<(String, f64)>,
-    /// Fixed-width delay histogram: (bin lower edge µs, count); last bin collects overflow.
-    pub histogram: Vec<(f64, u64)>,
+    /// Delay histogram: its non-empty log-linear buckets as (lower edge
+    /// µs, upper edge µs, count), lowest first (see [`super::hist`]).
+    pub histogram: Vec<super::hist::Bucket>,
     /// Datagrams received from the `--omit` warm-up, left out of every
     /// figure above (`sent` counts only those after it too).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -237,6 +238,14 @@ pub struct UdpTotals {
     /// Media: every frame the sender sent, judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<super::frames::FrameCounts>,
+    /// Datagrams that arrived "before" they were sent once the clock
+    /// offset was applied: the offset estimate is off by at least
+    /// [`UdpTotals::below_zero_by_us`]. Their delays count as 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delays_below_zero: u64,
+    /// The most negative such delay, as a positive number of µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_zero_by_us: Option<f64>,
     /// The IP marking (DSCP, ECN) the counted datagrams arrived with,
     /// against what the sender set; absent where the kernel does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -353,11 +362,12 @@ pub struct ReceiverStats {
     jitter: Jitter,
     total_delay: MinMax,
     hdr: Histogram<u64>,
-    bins: Vec<u64>,
-    bin_width_ns: u64,
+    layout: super::hist::Layout,
     totals: UdpTotals,
     cur: UdpInterval,
     cur_delay: MinMax,
+    /// The most negative delay counted, as a positive number, ns.
+    below_zero_by_ns: u64,
     late_filled: u64,
     /// `--omit`: sequence numbers below this are the warm-up, which counts
     /// in intervals only; intervals ending by `omit_ns` are marked.
@@ -369,7 +379,8 @@ pub struct ReceiverStats {
 }
 
 impl ReceiverStats {
-    /// `bin_width_ns` × `bins` is the fixed histogram's range.
+    /// The histogram's first `bins` buckets are `bin_width_ns` wide (see
+    /// [`super::hist`]).
     pub fn new(bin_width_ns: u64, bins: usize) -> Self {
         ReceiverStats {
             seq: SeqTracker::default(),
@@ -378,11 +389,11 @@ impl ReceiverStats {
             // 1 ns .. 1 hour at 3 significant digits; construction with these bounds cannot fail.
             hdr: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
                 .unwrap_or_else(|_| Histogram::new(3).expect("3 sigfig histogram")),
-            bins: vec![0; bins.max(1)],
-            bin_width_ns: bin_width_ns.max(1),
+            layout: super::hist::Layout::new(bin_width_ns, bins as u64),
             totals: UdpTotals::default(),
             cur: UdpInterval::default(),
             cur_delay: MinMax::default(),
+            below_zero_by_ns: 0,
             late_filled: 0,
             omit_below: 0,
             omit_ns: 0,
@@ -483,15 +494,21 @@ impl ReceiverStats {
             }
         }
         self.jitter.on_transit(transit_ns);
+        // A delay below zero is impossible: it is the clock offset's error
+        // showing, counted as such, and the delay taken as the least it can be.
+        let early = delay_ns.min(0).unsigned_abs();
+        let delay_ns = delay_ns.max(0);
         self.cur_delay.add(delay_ns);
         if !counted {
             return a;
         }
+        if early > 0 {
+            self.totals.delays_below_zero += 1;
+            self.below_zero_by_ns = self.below_zero_by_ns.max(early);
+        }
         self.total_delay.add(delay_ns);
         let d = delay_ns.max(1) as u64;
         let _ = self.hdr.record(d.min(self.hdr.high()));
-        let bin = ((d / self.bin_width_ns) as usize).min(self.bins.len() - 1);
-        self.bins[bin] += 1;
         a
     }
 
@@ -542,6 +559,7 @@ impl ReceiverStats {
             (t.delay_min_us, t.delay_avg_us, t.delay_max_us) = (Some(a), Some(b), Some(c));
         }
         t.jitter_us = self.jitter.ns() / 1e3;
+        t.below_zero_by_us = (t.delays_below_zero > 0).then(|| self.below_zero_by_ns as f64 / 1e3);
         if !self.hdr.is_empty() {
             for (name, q) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9)] {
                 t.percentiles_us
@@ -550,12 +568,7 @@ impl ReceiverStats {
             t.percentiles_us
                 .push(("max".into(), self.hdr.max() as f64 / 1e3));
         }
-        t.histogram = self
-            .bins
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| ((i as u64 * self.bin_width_ns) as f64 / 1e3, n))
-            .collect();
+        t.histogram = super::hist::buckets(&self.hdr, self.layout);
         t.marking = self.tos.marking(self.sent_tos);
         // Every frame the sender began, judged (a clone: totals may be
         // asked for more than once).

@@ -216,8 +216,16 @@ fn receiver_stats_intervals_and_totals() {
     assert_eq!(iv.delay_max_us, Some(35.0));
     let t = r.totals(Some(6));
     assert_eq!((t.unique, t.lost, t.duplicates, t.reordered), (4, 2, 1, 1));
-    assert_eq!(t.histogram[0], (0.0, 1));
-    assert_eq!(t.histogram[3], (30.0, 1));
+    // Only the buckets that hold something: 10 µs wide (ten of them, then 20 µs).
+    assert_eq!(
+        t.histogram,
+        vec![
+            (0.0, 10.0, 1),
+            (10.0, 20.0, 1),
+            (20.0, 30.0, 1),
+            (30.0, 40.0, 1)
+        ]
+    );
     assert_eq!(t.percentiles_us.len(), 5);
 }
 
@@ -234,4 +242,31 @@ proptest! {
         let max = order.iter().max().map_or(0, |m| m + 1);
         prop_assert_eq!(t.missing(), max - seen.len() as u64);
     }
+}
+
+#[test]
+fn a_delay_below_zero_is_counted_as_the_offsets_error_and_taken_as_zero() {
+    let mut r = ReceiverStats::new(1000, 10);
+    r.omit(1, 1);
+    // The warm-up's early datagram counts in its interval only.
+    r.on_datagram(0, 100, -9_000, 0, false);
+    r.on_datagram(1, 100, -5_000, 0, false);
+    r.on_datagram(2, 100, 3_000, 0, false);
+    r.on_datagram(3, 100, -2_000, 0, false);
+    let iv = r.take_interval(1.0);
+    assert_eq!(iv.delay_min_us, Some(0.0));
+    assert_eq!(iv.delay_avg_us, Some(0.75));
+    assert_eq!(iv.delay_max_us, Some(3.0));
+    let t = r.totals(Some(4));
+    assert_eq!((t.delays_below_zero, t.below_zero_by_us), (2, Some(5.0)));
+    assert_eq!(t.delay_min_us, Some(0.0));
+    assert_eq!(t.delay_avg_us, Some(1.0));
+    // The percentiles and the histogram agree with the mean: nothing below 0.
+    assert!(t.percentiles_us.iter().all(|(_, v)| *v >= 0.0));
+    assert_eq!(t.histogram[0].0, 0.0);
+    // None early: none counted, no figure.
+    let mut r = ReceiverStats::new(1000, 10);
+    r.on_datagram(0, 100, 0, 0, false);
+    let t = r.totals(Some(1));
+    assert_eq!((t.delays_below_zero, t.below_zero_by_us), (0, None));
 }
