@@ -340,11 +340,11 @@ impl Conn {
         let deadline = self.deadline.filter(|_| self.chunk > 0);
         if deadline.is_some_and(|d| now.mono >= d) && self.end_out.is_none() {
             let into = self.sent % self.chunk;
-            let marker = proto::encode(&Message::DataEnd);
-            if into == 0 && !self.end_looks_like_data(&marker) {
-                self.end_out = Some((marker, 0));
-            } else {
-                want = want.min(self.chunk - into);
+            let marker = (into == 0).then(|| proto::encode(&Message::DataEnd));
+            match marker {
+                Some(m) if !self.end_looks_like_data(&m) => self.end_out = Some((m, 0)),
+                // One more chunk, and no write past its end.
+                _ => want = want.min(self.chunk - into),
             }
         }
         if let Some((marker, at)) = &self.end_out {
@@ -436,7 +436,7 @@ impl Conn {
                     // A read never spans a chunk's start, which is looked at
                     // first; and gets at least the bytes that decide it.
                     n = n.min(self.chunk - self.received % self.chunk - held);
-                    if self.received % self.chunk == 0 {
+                    if self.received.is_multiple_of(self.chunk) {
                         let k = (HEADER_LEN as u64).min(self.recv_left);
                         n = n.max(k.saturating_sub(held));
                     }
@@ -470,7 +470,7 @@ impl Conn {
             self.tail.extend_from_slice(data);
             return self.parse_end();
         }
-        if self.received % self.chunk == 0 && self.recv_left > 0 {
+        if self.received.is_multiple_of(self.chunk) && self.recv_left > 0 {
             // A chunk's start: data, or the peer's end marker?
             let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
             let mut held = std::mem::take(&mut self.head);

@@ -288,7 +288,10 @@ impl Shared {
 
     /// When a time-bounded run's connections end their data (`-t`).
     pub(super) fn data_deadline(&self) -> Option<Instant> {
-        let t = self.cfg.time_limit.filter(|_| self.spec.time_bound_ms > 0)?;
+        let t = self
+            .cfg
+            .time_limit
+            .filter(|_| self.spec.time_bound_ms > 0)?;
         self.start.checked_add(t)
     }
 
