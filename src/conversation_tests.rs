@@ -21,6 +21,7 @@ fn tcp_request() -> Message {
             connections: 1,
             verify: VerifyLevel::Data,
             burst: None,
+            time_bound_ms: 0,
             sock: Default::default(),
             rate: None,
             transfer_max: None,

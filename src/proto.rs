@@ -283,6 +283,10 @@ pub enum Message {
     },
     /// One end's account of a data connection.
     Final(FinalReport),
+    /// A time-bounded connection's sender has no more data for this
+    /// direction: it comes at a chunk boundary, where pattern bytes would
+    /// otherwise be (`tcp::machine`).
+    DataEnd,
     /// Client asks the server to cancel in-flight connections (time limit, Ctrl-C).
     Stop,
     /// Server has marked the session cancelled.

@@ -150,6 +150,7 @@ fn samples() -> Vec<Message> {
                 verify: VerifyLevel::Data,
                 connections: 8,
                 burst: None,
+                time_bound_ms: 0,
                 sock: Default::default(),
                 rate: None,
                 transfer_max: None,

@@ -49,6 +49,15 @@ pub struct TcpSpec {
     /// iperf2-style bursts (push or pull only).
     #[serde(default)]
     pub burst: Option<BurstSpec>,
+    /// A time-bounded test (`-t`; push, pull or duplex): once this many ms
+    /// have passed since the data phase began (the client's run, the
+    /// server session's first data connection), each sending end finishes
+    /// the chunk in progress and marks the end of its data
+    /// ([`crate::tcp::machine::chunk_of`]), so every connection still ends
+    /// with both ends' counts and verdicts; 0: each connection moves its
+    /// transfer or is cancelled.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub time_bound_ms: u64,
     /// Socket and TCP options the server applies to its end of each data
     /// connection (window, MSS, congestion control, marking, pacing).
     #[serde(default, skip_serializing_if = "SockOpts::is_default")]
@@ -85,6 +94,7 @@ impl TcpSpec {
             verify: VerifyLevel::Data,
             connections: 1,
             burst: None,
+            time_bound_ms: 0,
             sock: Default::default(),
             rate: None,
             transfer_max: None,
@@ -584,6 +594,7 @@ mod tests {
             verify: VerifyLevel::Data,
             connections: 1,
             burst: None,
+            time_bound_ms: 0,
             sock: Default::default(),
             rate: None,
             transfer_max: Some(10),

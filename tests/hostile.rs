@@ -39,6 +39,7 @@ fn corpus() -> Vec<Message> {
                     size: 1000,
                     period_ms: 10,
                 }),
+                time_bound_ms: 0,
                 sock: Default::default(),
                 rate: None,
                 transfer_max: None,

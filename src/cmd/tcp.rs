@@ -37,17 +37,19 @@ pub struct TcpArgs {
     )]
     parallel: u32,
     /// Rounds of --parallel connections: total = parallel x iterations
-    /// (ctsTraffic -Iterations). Default: until Ctrl-C or --time (one round
-    /// when no target is given).
+    /// (ctsTraffic -Iterations). Default: until --time, or Ctrl-C with -n
+    /// alone; 10 s with none of them (iperf3); one round when no target is
+    /// given.
     #[arg(long, value_parser = super::count)]
     iterations: Option<u64>,
     /// Maximum connection attempts in progress at once.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     throttle: u32,
     /// Bytes per connection, both directions together, or a range each
-    /// connection picks from: [1M,64M] or 1M..64M (ctsTraffic -Transfer).
-    #[arg(short = 'n', long = "bytes", visible_alias = "transfer", default_value = "1G", value_parser = transfer)]
-    bytes: (u64, Option<u64>),
+    /// connection picks from: [1M,64M] or 1M..64M (ctsTraffic -Transfer)
+    /// [default: 1G].
+    #[arg(short = 'n', long = "bytes", visible_alias = "transfer", value_parser = transfer)]
+    bytes: Option<(u64, Option<u64>)>,
     /// Bytes per send/receive: a size (64K) or a random range per connection
     /// ([1K,1M]) (ctsTraffic -Buffer).
     #[arg(short = 'l', long = "length", visible_alias = "buffer", default_value = "64K", value_parser = buffer)]
@@ -68,8 +70,10 @@ pub struct TcpArgs {
     /// pushpull: bytes the server sends per turn.
     #[arg(long, default_value = "1M", value_parser = size)]
     pull_bytes: u64,
-    /// Stop after this long; in-flight connections are cancelled, not failed
-    /// (ctsTraffic -TimeLimit).
+    /// Stop after this long: each connection ends its data at the next
+    /// chunk and both ends agree on what it moved (iperf3 -t; pushpull's
+    /// are cancelled, as ctsTraffic -TimeLimit's). Default: 10s with a
+    /// target and none of -n and --iterations.
     #[arg(short = 't', long = "time", visible_alias = "time-limit", alias = "duration", value_parser = positive_duration)]
     time: Option<Duration>,
     #[command(flatten)]
@@ -143,6 +147,25 @@ pub struct TcpArgs {
     key: KeyArg,
 }
 
+/// Bytes per connection without `-n` (ctsTraffic's -Transfer default).
+const DEFAULT_BYTES: u64 = 1 << 30;
+
+/// How long a run lasts without `-t` against a server: iperf3's default
+/// (`-t`, 10 s), so that `netrig tcp HOST` ends by itself. A count of
+/// rounds or bytes per connection keeps ctsTraffic's meaning instead
+/// (rounds, or until Ctrl-C), and the embedded server's run is one round.
+pub const DEFAULT_TIME: Duration = Duration::from_secs(10);
+
+fn default_time(
+    time: &Option<Duration>,
+    targets: &[String],
+    iterations: Option<u64>,
+    bytes_given: bool,
+) -> Option<Duration> {
+    let counted = iterations.is_some() || bytes_given;
+    time.or((!targets.is_empty() && !counted).then_some(DEFAULT_TIME))
+}
+
 fn buffer(s: &str) -> Result<BufferSpec, netrig::tcp::config::ConfigError> {
     s.parse()
 }
@@ -196,13 +219,15 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         } else {
             a.pattern
         },
-        transfer: a.bytes.0,
-        transfer_max: a.bytes.1,
+        transfer: a.bytes.map_or(DEFAULT_BYTES, |b| b.0),
+        transfer_max: a.bytes.and_then(|b| b.1),
         push_bytes: a.push_bytes,
         pull_bytes: a.pull_bytes,
         buffer: a.length,
         verify: a.verify,
-        time_limit: a.time.map(|t| t + a.omit.unwrap_or_default()),
+        time_limit: default_time(&a.time, &targets, a.iterations, a.bytes.is_some())
+            .map(|t| t + a.omit.unwrap_or_default()),
+        time_bound: true,
         omit: a.omit,
         bind: a.bind.addrs(),
         interval: Some(a.interval),

@@ -41,6 +41,9 @@ pub(super) struct Session {
     /// connections are reset, not wound down.
     aborted: AtomicBool,
     pub(super) started: Instant,
+    /// When the session's first data connection came: a time-bounded
+    /// test's data phase began then (the client's, about then too).
+    data_start: std::sync::OnceLock<Instant>,
     /// `--get-server-output`: this end's own status rows.
     log: Option<std::sync::Mutex<crate::stats::IntervalLog>>,
     /// What the kernel granted the first data connection, for the summary.
@@ -68,6 +71,7 @@ impl Session {
             counters: Counters::default(),
             aborted: AtomicBool::new(false),
             started: Instant::now(),
+            data_start: std::sync::OnceLock::new(),
             granted: std::sync::OnceLock::new(),
             log: (spec.server_interval_ms > 0).then(|| {
                 std::sync::Mutex::new(crate::stats::IntervalLog::new(
@@ -313,13 +317,18 @@ pub(super) fn machine(a: &Admitted, hello: &DataHello) -> Conn {
     // The server's buffer only sets its call sizes; capping it bounds a
     // session's memory whatever the client asked for.
     let buffer = (hello.buffer as usize).min(SERVER_BUFFER);
-    Conn::new(
-        &a.sess.spec,
-        hello.connection,
-        Role::Server,
-        buffer,
-        Instant::now(),
-    )
+    let now = Instant::now();
+    let mut conn = Conn::new(&a.sess.spec, hello.connection, Role::Server, buffer, now);
+    let bound = a.sess.spec.time_bound_ms;
+    if bound > 0 {
+        // What this end sends ends the test's time after its data phase began.
+        // (A bound past what the clock can hold is none.)
+        let start = *a.sess.data_start.get_or_init(|| now);
+        if let Some(at) = start.checked_add(std::time::Duration::from_millis(bound)) {
+            conn.set_deadline(at);
+        }
+    }
+    conn
 }
 
 /// The frames that carry this end's account of each burst to the client,

@@ -106,6 +106,15 @@ pub struct Omitted {
 /// servers, limits and signals.
 const COLLECT: Duration = Duration::from_millis(10);
 
+/// How long a time-bounded run waits past its deadline for its
+/// connections to end by themselves: a chunk (with a rate limit, about a
+/// period of it), the peer's chunk when it sends (its deadline counts from
+/// its first data connection, a little later), and the reports' round trip.
+fn deadline_grace(cfg: &TcpClientConfig) -> Duration {
+    let period = cfg.rate.map_or(0, |r| r.period_ms);
+    Duration::from_secs(2) + Duration::from_millis(period.saturating_mul(2))
+}
+
 /// Sums the sessions each server held; a server whose account of any of
 /// them is missing has none.
 fn merge_by_server(
@@ -259,8 +268,18 @@ pub fn run(
             interrupted = true;
             shared.stop_all();
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            shared.stop_all();
+        if let Some(d) = deadline
+            && Instant::now() >= d
+        {
+            match shared.data_deadline() {
+                // Time-bounded: each connection ends its data at its next
+                // chunk and agrees on it; no new one starts. One that has
+                // not ended after the grace is cancelled.
+                Some(_) if Instant::now() < d + deadline_grace(&shared.cfg) => {
+                    shared.halt.store(true, SeqCst)
+                }
+                _ => shared.stop_all(),
+            }
         }
         if !shared.stop.load(SeqCst) {
             note_lost_servers(

@@ -133,6 +133,11 @@ pub struct TcpClientConfig {
     /// Stop after this long.
     #[serde(with = "crate::report::duration_ms")]
     pub time_limit: Option<Duration>,
+    /// At the time limit, connections end their data at a chunk boundary
+    /// and agree on what they moved (iperf's `-t`: a success) rather than
+    /// being cancelled; push, pull and duplex (`netrig tcp`; `load` cuts
+    /// its phases).
+    pub time_bound: bool,
     /// `-O`: this long first is a warm-up, left out of the goodput.
     #[serde(
         with = "crate::report::duration_ms",
@@ -196,6 +201,7 @@ impl TcpClientConfig {
             buffer: BufferSpec::Fixed(65536),
             verify: VerifyLevel::Data,
             time_limit: None,
+            time_bound: false,
             omit: None,
             bind: Vec::new(),
             interval: Some(Duration::from_secs(5)),
@@ -278,6 +284,14 @@ impl TcpClientConfig {
             verify: self.verify,
             connections: self.connections,
             burst: self.burst,
+            time_bound_ms: match self.time_limit {
+                Some(t) if self.time_bound && self.pattern != IoPattern::Pushpull => {
+                    u64::try_from(t.as_nanos().div_ceil(1_000_000))
+                        .unwrap_or(u64::MAX)
+                        .max(1)
+                }
+                _ => 0,
+            },
             sock: self.sock.for_server(),
             rate: self.rate,
             transfer_max: self.transfer_max,

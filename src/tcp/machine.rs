@@ -10,6 +10,20 @@
 //! Reads are never larger than what the plan still expects, so the peer's
 //! final report is never consumed as data; pattern bytes where that report
 //! should be mean the peer sent more than planned.
+//!
+//! A time-bounded connection (`-t`: [`TcpSpec::time_bound_ms`]) may end its
+//! data before the plan does. Its data is a run of chunks of a size both
+//! ends derive from the spec ([`chunk_of`]); once the sender's deadline has
+//! passed it finishes the chunk in progress and sends a
+//! [`Message::DataEnd`] frame where the next chunk would begin. The
+//! receiver looks at the first bytes of every chunk: it knows which
+//! pattern bytes belong there, so bytes that differ and start like a frame
+//! are the end marker, and bytes that differ otherwise are corrupt data
+//! (with count-only verification too). In the rare case that the marker's
+//! first bytes equal the pattern at that offset, the sender sends one more
+//! chunk instead. Both ends then exchange their reports as after a full
+//! plan and agree on the bytes actually moved: a success, not a
+//! cancellation, verified to the last byte.
 
 use std::io;
 
@@ -22,8 +36,46 @@ use crate::outcome::{ConnResult, NoReport, agree};
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::plan::{Plan, Role, Step};
 use crate::proto::{
-    self, FinalReport, IoPattern, Message, TcpBurst, TcpSpec, Verdict, VerifyLevel,
+    self, FRAME_VERSION, FinalReport, HEADER_LEN, IoPattern, MAGIC, Message, TcpBurst, TcpSpec,
+    Verdict, VerifyLevel,
 };
+
+/// A time-bounded connection's chunk when nothing slows its sender: at
+/// 1 Gbit/s about a millisecond past the deadline, at 10 Mbit/s a tenth
+/// of a second; a multiple of the default 64 KiB buffer, so reads that
+/// stop at each chunk's start cost no extra call.
+pub const CHUNK: u64 = 128 << 10;
+
+/// The chunk connection `id` of `spec` sends its data in, which both ends
+/// derive alike; 0 when the connection is not time-bounded. With bursts a
+/// chunk is a burst (the burst in progress is finished), with a rate limit
+/// what one period allows (so the deadline is passed by about a period),
+/// otherwise [`CHUNK`]; and at least a frame header, so the bytes that
+/// tell data from the end marker lie in one chunk. Pushpull is never
+/// time-bounded: its turns are its plan.
+pub fn chunk_of(spec: &TcpSpec, id: Uuid) -> u64 {
+    if spec.time_bound_ms == 0 || spec.pattern == IoPattern::Pushpull {
+        return 0;
+    }
+    let base = match (spec.burst, spec.rate) {
+        (Some(b), _) => b.size,
+        (None, Some(r)) => r.for_connection(id).bytes_per_period().min(CHUNK),
+        (None, None) => CHUNK,
+    }
+    .max(1);
+    base * (HEADER_LEN as u64).div_ceil(base)
+}
+
+/// Whether `head`, the first bytes at a chunk's start that are not the
+/// pattern's, can begin a frame (the end marker) rather than be corrupt data.
+fn starts_a_frame(head: &[u8]) -> bool {
+    let lead = [MAGIC[0], MAGIC[1], FRAME_VERSION];
+    let n = head.len().min(lead.len());
+    head[..n] == lead[..n]
+        && head
+            .first_chunk::<HEADER_LEN>()
+            .is_none_or(|h| proto::parse_header(h).is_ok())
+}
 
 /// What the machine wants written next.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,6 +164,19 @@ pub struct Conn {
     peer_info: Option<proto::TcpInfoSummary>,
     /// This end's final report has been written in full.
     report_out: bool,
+    /// Time-bounded: the chunk size ([`chunk_of`]; 0: not time-bounded).
+    chunk: u64,
+    /// Time-bounded: when this end's data ends (at the next chunk start).
+    deadline: Option<Instant>,
+    /// The end marker going out, and how much of it is written.
+    end_out: Option<(Vec<u8>, usize)>,
+    /// The first bytes of a chunk, fewer than decide what they are.
+    head: Vec<u8>,
+    /// The peer's data ended: its end marker is coming in here, and what
+    /// follows it (its report) waits here for the final exchange.
+    tail: Vec<u8>,
+    /// Whether the bytes at a chunk's start were a frame (`tail` collects it).
+    ending_in: bool,
 }
 
 impl Conn {
@@ -170,9 +235,30 @@ impl Conn {
             info_wanted: false,
             peer_info: None,
             report_out: false,
+            chunk: chunk_of(spec, connection),
+            deadline: None,
+            end_out: None,
+            head: Vec::new(),
+            tail: Vec::new(),
+            ending_in: false,
         };
         c.advance();
         c
+    }
+
+    /// A time-bounded connection's data ends at the first chunk start at
+    /// or after `at` (each sending end has its own: the client's run and
+    /// the server's session began at slightly different times). Nothing
+    /// changes for a connection that is not time-bounded.
+    pub fn set_deadline(&mut self, at: Instant) {
+        self.deadline = Some(at);
+    }
+
+    /// Whether the end marker's first bytes, as many as the receiver will
+    /// look at here, equal the pattern the next chunk would start with.
+    fn end_looks_like_data(&self, marker: &[u8]) -> bool {
+        let k = (HEADER_LEN as u64).min(self.send_left) as usize;
+        marker[..k] == *Pattern::get().slice(self.send_start, self.sent, k)
     }
 
     /// The burst at `k` carries this many bytes (0: past the end).
@@ -215,6 +301,7 @@ impl Conn {
             // A burst cut short by the failure is reported as far as it got.
             b.close(true);
         }
+        self.end_out = None;
         self.phase = if matches!(
             mine.verdict,
             Verdict::NetworkError { .. } | Verdict::Cancelled
@@ -225,11 +312,13 @@ impl Conn {
                 // Encoded when first offered: its TCP_INFO is set before.
                 out: Vec::new(),
                 at: 0,
-                inbuf: Vec::new(),
+                // What came behind the peer's end marker: its report.
+                inbuf: std::mem::take(&mut self.tail),
                 peer: None,
             }
         };
         self.mine = Some(mine);
+        self.parse_final();
     }
 
     /// What to write now.
@@ -247,11 +336,30 @@ impl Conn {
             _ => return Transmit::Nothing,
         }
         let mut want = self.send_left;
+        // Time-bounded: past the deadline, the data ends at the next chunk start.
+        let deadline = self.deadline.filter(|_| self.chunk > 0);
+        if deadline.is_some_and(|d| now.mono >= d) && self.end_out.is_none() {
+            let into = self.sent % self.chunk;
+            let marker = (into == 0).then(|| proto::encode(&Message::DataEnd));
+            match marker {
+                Some(m) if !self.end_looks_like_data(&m) => self.end_out = Some((m, 0)),
+                // One more chunk, and no write past its end.
+                _ => want = want.min(self.chunk - into),
+            }
+        }
+        if let Some((marker, at)) = &self.end_out {
+            return Transmit::Bytes(&marker[*at..]);
+        }
+        // A wait for a burst or the rate ends early at the deadline.
+        let wake = |t: Instant| match deadline {
+            Some(d) if d > now.mono => t.min(d),
+            _ => t,
+        };
         let burst_bytes = self.burst_bytes(self.burst_at);
         if let Some(b) = &mut self.bursts {
             let due = b.due(self.burst_at);
             if now.mono < due {
-                return Transmit::WaitUntil(due);
+                return Transmit::WaitUntil(wake(due));
             }
             let into = self.sent - self.burst_at * b.spec.size.max(1);
             if into == 0 && b.log.done.len() as u64 == self.burst_at {
@@ -262,7 +370,7 @@ impl Conn {
         if let Some(p) = &self.paced {
             let (allowed, next) = p.allowance(now.mono);
             if self.sent >= allowed {
-                return Transmit::WaitUntil(next);
+                return Transmit::WaitUntil(wake(next));
             }
             want = want.min(allowed - self.sent);
         }
@@ -278,6 +386,16 @@ impl Conn {
             return self.maybe_done();
         }
         if !matches!(self.phase, Phase::Data) || n == 0 {
+            return;
+        }
+        if let Some((marker, at)) = &mut self.end_out {
+            *at = (*at + n).min(marker.len());
+            if *at == marker.len() {
+                // This direction's data is over.
+                self.end_out = None;
+                self.send_left = 0;
+                self.advance();
+            }
             return;
         }
         let n64 = (n as u64).min(self.send_left);
@@ -300,11 +418,28 @@ impl Conn {
     pub fn want_read(&self) -> usize {
         match &self.phase {
             Phase::Data => {
-                let mut n = self.recv_left.min(self.buffer as u64);
+                if self.recv_left == 0 {
+                    return 0;
+                }
+                if self.ending_in {
+                    return proto::frame_remaining(&self.tail);
+                }
+                let held = self.head.len() as u64;
+                let mut n = (self.recv_left - held).min(self.buffer as u64);
                 if let Some(b) = &self.bursts {
                     // A read never spans two bursts, so each is timed alone.
                     let size = b.spec.size.max(1);
-                    n = n.min((self.burst_at * size + size).min(self.transfer) - self.received);
+                    let end = (self.burst_at * size + size).min(self.transfer);
+                    n = n.min(end.saturating_sub(self.received + held));
+                }
+                if self.chunk > 0 {
+                    // A read never spans a chunk's start, which is looked at
+                    // first; and gets at least the bytes that decide it.
+                    n = n.min(self.chunk - self.received % self.chunk - held);
+                    if self.received.is_multiple_of(self.chunk) {
+                        let k = (HEADER_LEN as u64).min(self.recv_left);
+                        n = n.max(k.saturating_sub(held));
+                    }
                 }
                 n as usize
             }
@@ -328,11 +463,82 @@ impl Conn {
             }
             _ => return,
         }
-        let k = (data.len() as u64).min(self.recv_left) as usize;
-        if k == 0 {
-            return;
+        if self.chunk == 0 {
+            return self.take_data(data, now);
         }
-        let data = &data[..k];
+        if self.ending_in {
+            self.tail.extend_from_slice(data);
+            return self.parse_end();
+        }
+        if self.received.is_multiple_of(self.chunk) && self.recv_left > 0 {
+            // A chunk's start: data, or the peer's end marker?
+            let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
+            let mut held = std::mem::take(&mut self.head);
+            let need = k - held.len().min(k);
+            if data.len() < need {
+                held.extend_from_slice(data);
+                self.head = held;
+                return;
+            }
+            let expected = Pattern::get().slice(self.recv_start, self.received, k);
+            let (before, now_in) = expected.split_at(held.len());
+            if held != before || data[..need] != *now_in {
+                let mut head = held.clone();
+                head.extend_from_slice(&data[..need]);
+                if starts_a_frame(&head) {
+                    self.ending_in = true;
+                    held.extend_from_slice(data);
+                    self.tail = held;
+                    return self.parse_end();
+                }
+                // Count-only verification sees it here too.
+                let at = head.iter().zip(expected).position(|(a, b)| a != b);
+                self.corrupt
+                    .get_or_insert(self.received + at.unwrap_or(0) as u64);
+            }
+            // Bytes held from an earlier read are taken as that read's.
+            self.take_data(&held, now);
+        }
+        self.take_data(data, now)
+    }
+
+    /// The peer's end marker, once it is all in: the data this way is over.
+    /// Any other frame, or none, where data or the marker belongs is data
+    /// gone wrong at this offset.
+    fn parse_end(&mut self) {
+        let used = match proto::decode_frame(&self.tail) {
+            Ok(None) => return,
+            Ok(Some((Message::DataEnd, used))) => used,
+            Ok(Some(_)) | Err(_) => {
+                self.corrupt.get_or_insert(self.received);
+                self.tail.len()
+            }
+        };
+        self.tail.drain(..used);
+        self.ending_in = false;
+        self.recv_left = 0;
+        self.advance();
+    }
+
+    /// Takes `data` as this direction's next bytes: verified, counted and
+    /// timed burst by burst.
+    fn take_data(&mut self, mut data: &[u8], now: Now) {
+        while !data.is_empty() && matches!(self.phase, Phase::Data) && self.recv_left > 0 {
+            let mut k = (data.len() as u64).min(self.recv_left);
+            if let Some(b) = &self.bursts {
+                let size = b.spec.size.max(1);
+                let end = (self.burst_at * size + size).min(self.transfer);
+                k = k.min(end - self.received).max(1);
+            }
+            let (piece, rest) = data.split_at(k as usize);
+            self.take_piece(piece, now);
+            data = rest;
+        }
+    }
+
+    /// Takes `data`, within one burst and the plan's step.
+    fn take_piece(&mut self, data: &[u8], now: Now) {
+        let k = data.len();
         if let Some(b) = &mut self.bursts {
             let size = b.spec.size.max(1);
             let into = self.received - self.burst_at * size;
@@ -481,9 +687,10 @@ impl Conn {
         self.fail(v);
     }
 
-    /// Whether what [`Conn::transmit`] offers is data (not the final report).
+    /// Whether what [`Conn::transmit`] offers is data (not the final
+    /// report, nor an end marker already offered).
     pub fn sending_data(&self) -> bool {
-        matches!(self.phase, Phase::Data)
+        matches!(self.phase, Phase::Data) && self.end_out.is_none()
     }
 
     /// Ends the connection with `v` as this end's verdict unless it has
@@ -511,6 +718,7 @@ impl Conn {
     fn abandon_data(&mut self) {
         self.send_left = 0;
         self.recv_left = 0;
+        self.tail.clear();
         self.finish_data();
     }
 

@@ -93,8 +93,14 @@ impl Pair {
 
     /// Runs both ends until both are done (or nothing moves for good).
     fn run(&mut self) {
+        self.run_until(|_| false);
+    }
+
+    /// Runs both ends until both are done, nothing moves for good, or
+    /// `stop` says so (looked at before each round).
+    fn run_until(&mut self, stop: impl Fn(&Pair) -> bool) {
         for _ in 0..10_000_000 {
-            if self.ends.iter().all(Conn::is_done) {
+            if self.ends.iter().all(Conn::is_done) || stop(self) {
                 return;
             }
             let mut moved = false;
@@ -637,3 +643,6 @@ fn the_report_counts_as_sent_once_its_last_byte_is_written() {
     assert!(server.report_sent());
     assert!(!server.is_done(), "the client's report is still to come");
 }
+
+#[path = "machine_time_tests.rs"]
+mod time_bounded;

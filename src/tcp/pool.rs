@@ -201,6 +201,11 @@ impl Worker<'_> {
     /// started all it will, or the connects in progress are at `--throttle`).
     fn start_more(&mut self) {
         while self.live < self.quota && !self.no_more && !self.stopping() {
+            if self.sh.data_deadline().is_some_and(|d| Instant::now() >= d) {
+                // A time-bounded run's connections end now; none starts.
+                self.no_more = true;
+                return;
+            }
             if !self.sh.throttle_try_acquire() {
                 return;
             }
@@ -388,13 +393,16 @@ impl Worker<'_> {
                             .data_key
                             .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
                     });
-                    let conn = Conn::new(
+                    let mut conn = Conn::new(
                         &self.sh.spec,
                         slot.rec.connection_id,
                         Role::Client,
                         slot.rec.buffer as usize,
                         Instant::now(),
                     );
+                    if let Some(at) = self.sh.data_deadline() {
+                        conn.set_deadline(at);
+                    }
                     slot.stage = Stage::Hello {
                         out: Out::new(proto::encode(&hello)),
                         conn: Box::new(conn),

@@ -295,6 +295,15 @@ impl Shared {
         self.throttle.fetch_add(1, SeqCst);
     }
 
+    /// When a time-bounded run's connections end their data (`-t`).
+    pub(super) fn data_deadline(&self) -> Option<Instant> {
+        let t = self
+            .cfg
+            .time_limit
+            .filter(|_| self.spec.time_bound_ms > 0)?;
+        self.start.checked_add(t)
+    }
+
     /// Stops the run: tells each server (so it counts cancellations, not
     /// errors), then has every connection end at once.
     pub(super) fn stop_all(&self) {
