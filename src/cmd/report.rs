@@ -39,11 +39,21 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
                 f.display()
             )));
         }
-        let name = f.file_stem().map_or_else(
-            || f.display().to_string(),
-            |s| s.to_string_lossy().into_owned(),
-        );
-        results.push((name, doc));
+        results.push((f.display().to_string(), doc));
+    }
+    // Each result is named by its file name without `.json`, or by its
+    // whole path where two share a file name (run1/tcp.json, run2/tcp.json).
+    let stem = |f: &PathBuf| f.file_stem().map(|s| s.to_string_lossy().into_owned());
+    for (f, (name, _)) in a.files.iter().zip(&mut results) {
+        if let Some(s) = stem(f).filter(|s| {
+            a.files
+                .iter()
+                .filter(|g| stem(g).as_ref() == Some(s))
+                .count()
+                == 1
+        }) {
+            *name = s;
+        }
     }
     let page = netrig::html::render(&results);
     if let Err(e) = netrig::output::replace(&a.output, |w| w.write_all(page.as_bytes())) {

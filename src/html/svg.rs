@@ -1,9 +1,13 @@
 //! Charts as inline SVG, written by netrig (no script, no fetch): line,
-//! point and bar series on linear axes with round ticks, a legend, markers
-//! at given x values, and long series thinned to a min/max envelope per
-//! pixel column so no outlier is dropped. Pure: data in, markup out.
+//! point and bar series on linear, log or categorical axes with round
+//! ticks, a legend, markers at given x values, and long series thinned to
+//! a min/max envelope per pixel column so no outlier is dropped. Text is
+//! placed by [`super::layout`] so no two labels overlap. Pure: data in,
+//! markup out.
 
 use std::fmt::Write;
+
+use super::layout::{self, MARK_PX, TICK_PX, stack, stride, text_width};
 
 /// Most points a series is drawn with; longer ones become an envelope.
 pub const MAX_POINTS: usize = 2000;
@@ -136,6 +140,11 @@ pub struct Chart {
     pub series: Vec<Series>,
     /// Vertical markers.
     pub marks: Vec<Mark>,
+    /// Names of the x positions 0, 1, 2, … of a categorical axis
+    /// (percentiles, phases), each labelled by name; empty: numeric x.
+    pub categories: Vec<String>,
+    /// Y on a log scale, for values decades apart (RPM).
+    pub log_y: bool,
 }
 
 /// Round tick positions covering `lo..=hi`, about `n` of them.
@@ -209,14 +218,17 @@ pub fn esc(s: &str) -> String {
 }
 
 /// Renders `c` as an `<svg>` element. Each series is a `<g class="series">`
-/// with `data-name` and `data-points` (points drawn) for tests and tools.
+/// with `data-name` and `data-points` (points drawn) for tests and tools;
+/// the frame carries `data-y-scale` (`linear` or `log`).
 pub fn render(c: &Chart) -> String {
+    let log = c.log_y;
     let pts: Vec<(f64, f64)> = c
         .series
         .iter()
         .flat_map(|s| s.points.iter().copied())
-        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .filter(|p| p.0.is_finite() && p.1.is_finite() && (!log || p.1 > 0.0))
         .collect();
+    let cats = &c.categories;
     let xs = pts.iter().map(|p| p.0).chain(c.marks.iter().map(|m| m.x));
     let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
         (a.min(x), b.max(x))
@@ -231,18 +243,13 @@ pub fn render(c: &Chart) -> String {
         (x0, x1) = (0.0, 1.0);
     }
     if !y0.is_finite() {
-        (y0, y1) = (0.0, 1.0);
-    }
-    // Rates, delays and counts read from zero.
-    y0 = y0.min(0.0);
-    if y1 <= y0 {
-        y1 = y0 + 1.0;
+        (y0, y1) = if log { (1.0, 10.0) } else { (0.0, 1.0) };
     }
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
     // Bars stand on their x values, a step apart: half a step of room
-    // each side.
+    // each side. Categories are bars (or points) at 0, 1, 2, ….
     let bar_n = c
         .series
         .iter()
@@ -250,32 +257,100 @@ pub fn render(c: &Chart) -> String {
         .map(|s| s.points.len())
         .max()
         .unwrap_or(0);
-    let step = if bar_n > 1 {
+    let step = if !cats.is_empty() {
+        (x0, x1) = (0.0, (cats.len() - 1) as f64);
+        1.0
+    } else if bar_n > 1 {
         (x1 - x0) / (bar_n - 1) as f64
     } else {
         1.0
     };
-    if bars {
+    if bars || !cats.is_empty() {
         (x0, x1) = (x0 - step / 2.0, x1 + step / 2.0);
     }
-    let yt = ticks(y0, y1 * 1.05, 5);
-    let y1 = yt.last().copied().unwrap_or(y1).max(y1);
-    // Whole-number x (bursts, phases, percentile ranks) gets whole ticks.
-    let whole = pts.iter().all(|p| p.0.fract() == 0.0);
-    let xt: Vec<f64> = ticks(x0, x1, 8)
-        .into_iter()
-        .filter(|t| !whole || t.fract() == 0.0)
-        .collect();
-    let pw = W - LEFT - RIGHT;
+    let yt = if log {
+        // Whole decades around the data, so values decades apart (an idle
+        // RPM over loaded ones) all stand clear of the axis.
+        (y0, y1) = (
+            10f64.powf(y0.log10().floor()),
+            10f64.powf(y1.log10().ceil()),
+        );
+        if y1 <= y0 {
+            y1 = y0 * 10.0;
+        }
+        log_ticks(y0, y1)
+    } else {
+        // Rates, delays and counts read from zero.
+        y0 = y0.min(0.0);
+        if y1 <= y0 {
+            y1 = y0 + 1.0;
+        }
+        let mut yt = ticks(y0, y1 * 1.05, 5);
+        // The top tick at or above the highest value, so it is labelled.
+        if let [.., a, b] = yt[..] {
+            while yt.last().is_some_and(|t| *t < y1) && yt.len() < 50 {
+                let next = yt[yt.len() - 1] + (b - a);
+                yt.push(next);
+            }
+        }
+        // Counts (every value whole) get whole ticks, where two are left.
+        if pts.iter().all(|p| p.1.fract() == 0.0) {
+            let whole: Vec<f64> = yt.iter().copied().filter(|t| t.fract() == 0.0).collect();
+            if whole.len() >= 2 {
+                yt = whole;
+            }
+        }
+        y1 = yt.last().copied().unwrap_or(y1).max(y1);
+        yt
+    };
+    let ylabels: Vec<String> = yt.iter().map(|t| c.y.1.label(*t)).collect();
+    // Room left of the plot for the widest tick label and the axis title.
+    let widest = ylabels
+        .iter()
+        .map(|l| text_width(l, TICK_PX))
+        .fold(0.0, f64::max);
+    let left = LEFT.max(widest + 30.0);
+    let pw = W - left - RIGHT;
+    let sx = |x: f64| left + (x - x0) / (x1 - x0) * pw;
+    // X ticks: each category, or round numbers, thinned until their labels
+    // stand apart.
+    let (xt, xlabels): (Vec<f64>, Vec<String>) = if cats.is_empty() {
+        // Whole-number x (bursts, ranks) gets whole ticks.
+        let whole = pts.iter().all(|p| p.0.fract() == 0.0);
+        (2..=8)
+            .rev()
+            .map(|n| {
+                let t: Vec<f64> = ticks(x0, x1, n)
+                    .into_iter()
+                    .filter(|t| !whole || t.fract() == 0.0)
+                    .collect();
+                let l: Vec<String> = t.iter().map(|t| c.x.1.label(*t)).collect();
+                (t, l)
+            })
+            .find(|(t, l)| fits(&t.iter().map(|t| sx(*t)).collect::<Vec<_>>(), l))
+            .unwrap_or_default()
+    } else {
+        let t: Vec<f64> = (0..cats.len()).map(|i| i as f64).collect();
+        let w: Vec<f64> = cats.iter().map(|l| text_width(l, TICK_PX)).collect();
+        let k = stride(&t.iter().map(|t| sx(*t)).collect::<Vec<_>>(), &w);
+        t.into_iter().zip(cats.iter().cloned()).step_by(k).unzip()
+    };
     // The legend wraps into rows above the plot, which moves down for them.
-    let legend = legend_layout(&c.series);
+    let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+    let legend = layout::legend(&names, left, W - RIGHT);
     let extra = legend
         .last()
         .map_or(0.0, |&(_, row)| row as f64 * LEGEND_ROW);
     let (top, h) = (TOP + extra, H + extra);
     let ph = h - top - BOTTOM;
-    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
-    let sy = |y: f64| top + ph - (y - y0) / (y1 - y0) * ph;
+    let sy = |y: f64| {
+        let f = if log {
+            (y.log10() - y0.log10()) / (y1.log10() - y0.log10())
+        } else {
+            (y - y0) / (y1 - y0)
+        };
+        top + ph - f * ph
+    };
     let mut s = String::new();
     let _ = write!(
         s,
@@ -284,52 +359,73 @@ pub fn render(c: &Chart) -> String {
     );
     let _ = write!(
         s,
-        r##"<rect x="{LEFT}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd"/>"##
+        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd" data-y-scale="{}"/>"##,
+        if log { "log" } else { "linear" }
     );
-    for t in &yt {
+    for (t, l) in yt.iter().zip(&ylabels) {
         let y = sy(*t);
         let _ = write!(
             s,
-            r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e9ecef"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
-            LEFT + pw,
-            LEFT - 6.0,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e9ecef"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
+            left + pw,
+            left - 6.0,
             y + 4.0,
-            esc(&c.y.1.label(*t))
+            esc(l)
         );
     }
-    for t in &xt {
-        let x = sx(*t);
+    for (t, l) in xt.iter().zip(&xlabels) {
         let _ = write!(
             s,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle" class="tick">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" class="tick">{}</text>"#,
+            sx(*t),
             top + ph + 16.0,
-            esc(&c.x.1.label(*t))
+            esc(l)
         );
     }
     let _ = write!(
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" class="axis">{}</text><text x="14" y="{:.1}" text-anchor="middle" class="axis" transform="rotate(-90 14 {:.1})">{}</text>"#,
-        LEFT + pw / 2.0,
+        left + pw / 2.0,
         h - 8.0,
         esc(&c.x.0),
         top + ph / 2.0,
         top + ph / 2.0,
         esc(&c.y.0)
     );
-    for m in &c.marks {
-        let x = sx(m.x);
-        // Labels right of the line, or left of it near the right edge.
-        let (tx, anchor) = if x > LEFT + pw * 0.6 {
-            (x - 3.0, "end")
-        } else {
-            (x + 3.0, "start")
-        };
+    // Marker labels right of their line, or left of it near the right
+    // edge; labels that would overlap go a row lower.
+    let placed: Vec<(f64, f64, &str)> = c
+        .marks
+        .iter()
+        .map(|m| {
+            let x = sx(m.x);
+            if x > left + pw * 0.6 {
+                (x, x - 3.0, "end")
+            } else {
+                (x, x + 3.0, "start")
+            }
+        })
+        .collect();
+    let spans: Vec<(f64, f64)> = c
+        .marks
+        .iter()
+        .zip(&placed)
+        .map(|(m, &(_, tx, anchor))| {
+            let w = text_width(&m.label, MARK_PX);
+            if anchor == "end" {
+                (tx - w, tx)
+            } else {
+                (tx, tx + w)
+            }
+        })
+        .collect();
+    for ((m, &(x, tx, anchor)), row) in c.marks.iter().zip(&placed).zip(stack(&spans)) {
         let _ = write!(
             s,
             r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{tx:.1}" y="{}" text-anchor="{anchor}" class="marklabel">{}</text></g>"##,
             m.x,
             top + ph,
-            top + 12.0,
+            top + 12.0 + row as f64 * MARK_ROW,
             esc(&m.label)
         );
     }
@@ -341,8 +437,12 @@ pub fn render(c: &Chart) -> String {
         .max(1);
     let mut bar_i = 0;
     for (i, ser) in c.series.iter().enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
-        let drawn = envelope(&ser.points);
+        let (col, dash) = paint(i);
+        let mut drawn = envelope(&ser.points);
+        if log {
+            // Zero and below have no place on a log axis.
+            drawn.retain(|p| p.1 > 0.0);
+        }
         let _ = write!(
             s,
             r#"<g class="series" data-name="{}" data-points="{}">"#,
@@ -357,7 +457,7 @@ pub fn render(c: &Chart) -> String {
                     .collect();
                 let _ = write!(
                     s,
-                    r#"<polyline fill="none" stroke="{col}" stroke-width="1.6" points="{}"/>"#,
+                    r#"<polyline fill="none" stroke="{col}" stroke-width="1.6"{dash} points="{}"/>"#,
                     path.join(" ")
                 );
             }
@@ -389,11 +489,26 @@ pub fn render(c: &Chart) -> String {
         s.push_str("</g>");
     }
     for (i, (ser, &(lx, row))) in c.series.iter().zip(&legend).enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
+        let (col, dash) = paint(i);
         let y = 8.0 + row as f64 * LEGEND_ROW;
+        // A line's swatch is a stretch of its line, dashes and all.
+        if ser.style == Style::Line {
+            let _ = write!(
+                s,
+                r#"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{col}" stroke-width="2.5"{dash}/>"#,
+                lx + 11.0,
+                y + 5.0,
+                y + 5.0
+            );
+        } else {
+            let _ = write!(
+                s,
+                r#"<rect x="{lx:.1}" y="{y:.1}" width="10" height="10" fill="{col}"/>"#
+            );
+        }
         let _ = write!(
             s,
-            r#"<rect x="{lx:.1}" y="{y:.1}" width="10" height="10" fill="{col}"/><text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
             lx + 14.0,
             y + 9.0,
             esc(&ser.name)
@@ -403,23 +518,51 @@ pub fn render(c: &Chart) -> String {
     s
 }
 
+/// The colour of series `i`, and past the eighth a dash pattern (as an
+/// attribute), so overlaid runs' lines differ even where colours repeat.
+fn paint(i: usize) -> (&'static str, &'static str) {
+    const DASHES: [&str; 4] = [
+        "",
+        r#" stroke-dasharray="6 3""#,
+        r#" stroke-dasharray="2 2""#,
+        r#" stroke-dasharray="9 3 2 3""#,
+    ];
+    (
+        COLOURS[i % COLOURS.len()],
+        DASHES[(i / COLOURS.len()) % DASHES.len()],
+    )
+}
+
 /// Height of a row of the legend.
 const LEGEND_ROW: f64 = 14.0;
 
-/// Where each series' legend entry goes: (x, row), left to right, a new
-/// row when the next entry would pass the plot's right edge.
-fn legend_layout(series: &[Series]) -> Vec<(f64, usize)> {
-    let mut out = Vec::with_capacity(series.len());
-    let (mut x, mut row) = (LEFT, 0);
-    for ser in series {
-        let width = 24.0 + 6.5 * ser.name.chars().count() as f64;
-        if x > LEFT && x + width > W - RIGHT {
-            (x, row) = (LEFT, row + 1);
-        }
-        out.push((x, row));
-        x += width;
+/// Height of a row of marker labels.
+const MARK_ROW: f64 = 12.0;
+
+/// Whether tick labels `l` centred at `xs` stand apart.
+fn fits(xs: &[f64], l: &[String]) -> bool {
+    let w: Vec<f64> = l.iter().map(|l| text_width(l, TICK_PX)).collect();
+    layout::apart(xs, &w)
+}
+
+/// Ticks of a log axis from `lo` to `hi` (whole decades): 1, 2 and 5 of
+/// each decade over at most two decades, else every decade, or every
+/// k-th so there are at most 7.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let d0 = lo.log10().round() as i32;
+    let decades = (hi.log10().round() as i32 - d0).max(1);
+    if decades <= 2 {
+        let mut t: Vec<f64> = (0..decades)
+            .flat_map(|d| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(d0 + d)))
+            .collect();
+        t.push(hi);
+        return t;
     }
-    out
+    let k = (decades + 5) / 6;
+    (0..=decades)
+        .step_by(k as usize)
+        .map(|d| 10f64.powi(d0 + d))
+        .collect()
 }
 
 #[cfg(test)]
@@ -473,8 +616,56 @@ mod tests {
         assert_eq!(envelope(&p[..10]), p[..10].to_vec());
     }
 
+    fn chart_of(series: Vec<Series>) -> Chart {
+        Chart {
+            title: String::new(),
+            caption: String::new(),
+            x: ("x".into(), Unit::Plain),
+            y: ("y".into(), Unit::Plain),
+            series,
+            marks: Vec::new(),
+            categories: Vec::new(),
+            log_y: false,
+        }
+    }
+
+    /// The text of every `<text class="CLASS">` in `svg`, in order.
+    fn texts(svg: &str, class: &str) -> Vec<String> {
+        svg.split("<text ")
+            .skip(1)
+            .filter(|t| t.contains(&format!(r#"class="{class}""#)))
+            .map(|t| {
+                t.split_once('>')
+                    .unwrap()
+                    .1
+                    .split('<')
+                    .next()
+                    .unwrap()
+                    .into()
+            })
+            .collect()
+    }
+
+    /// The y of each `<text class="CLASS">`.
+    fn text_ys(svg: &str, class: &str) -> Vec<f64> {
+        svg.split("<text ")
+            .skip(1)
+            .filter(|t| t.contains(&format!(r#"class="{class}""#)))
+            .map(|t| {
+                t.split(r#" y=""#)
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_long_legend_wraps_and_the_plot_moves_down_for_it() {
+    fn a_long_legend_moves_the_plot_down() {
         let named = |n: usize| -> Vec<Series> {
             (0..n)
                 .map(|i| Series {
@@ -484,45 +675,187 @@ mod tests {
                 })
                 .collect()
         };
-        // Each entry is 24 + 6.5 * 13 = 108.5 wide; the plot is 666 wide.
-        let rows: Vec<usize> = legend_layout(&named(14)).iter().map(|p| p.1).collect();
-        assert_eq!(rows, [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2]);
-        assert_eq!(legend_layout(&named(2)), vec![(LEFT, 0), (LEFT + 108.5, 0)]);
-        let chart = |n| Chart {
-            title: String::new(),
-            caption: String::new(),
-            x: ("x".into(), Unit::Plain),
-            y: ("y".into(), Unit::Plain),
-            series: named(n),
-            marks: Vec::new(),
-        };
-        assert!(render(&chart(1)).contains(r#"viewBox="0 0 760 300""#));
-        let tall = render(&chart(14));
+        assert!(render(&chart_of(named(1))).contains(r#"viewBox="0 0 760 300""#));
+        // Fourteen entries of 114.66 px in 666: three rows.
+        let tall = render(&chart_of(named(14)));
         assert!(tall.contains(r#"viewBox="0 0 760 328""#), "{tall}");
         // The plot's frame starts below the third row.
         assert!(tall.contains(r#"<rect x="78" y="56" "#), "{tall}");
-        // Five entries of 84 characters in all end exactly at the plot's
-        // right edge (78 + 5 × 24 + 6.5 × 84 = 744): one row. A character
-        // more and the fifth wraps.
-        let sized = |lens: &[usize]| -> Vec<Series> {
-            lens.iter()
-                .map(|&n| Series {
-                    name: "n".repeat(n),
-                    points: Vec::new(),
-                    style: Style::Line,
-                })
-                .collect()
-        };
-        let rows = |s: &[Series]| -> Vec<usize> { legend_layout(s).iter().map(|p| p.1).collect() };
-        assert_eq!(rows(&sized(&[17, 17, 17, 17, 16])), [0, 0, 0, 0, 0]);
-        assert_eq!(rows(&sized(&[17, 17, 17, 17, 17])), [0, 0, 0, 0, 1]);
-        // One name that is wider than the plot stays on the first row.
-        let wide = vec![Series {
-            name: "w".repeat(200),
-            points: Vec::new(),
+    }
+
+    #[test]
+    fn a_categorical_axis_names_each_position() {
+        let mut c = chart_of(vec![Series {
+            name: "round trip".into(),
+            points: vec![(0.0, 1.0), (1.0, 2.0), (2.0, 9.0)],
+            style: Style::Bars,
+        }]);
+        c.categories = vec!["p50".into(), "p90".into(), "p99.9".into()];
+        let svg = render(&c);
+        let y = texts(&svg, "tick");
+        assert_eq!(&y[y.len() - 3..], ["p50", "p90", "p99.9"], "{svg}");
+        // Three slots of 222 px: bars centred at 189, 411 and 633.
+        let xs: Vec<&str> = svg
+            .split(r#"text-anchor="middle" class="tick""#)
+            .map(|t| {
+                t.rsplit(r#"x=""#)
+                    .next()
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+            })
+            .take(3)
+            .collect();
+        assert_eq!(xs, ["189.0", "411.0", "633.0"]);
+        // Many long names: every other one, from the first.
+        c.categories = (0..40).map(|i| format!("phase number {i}")).collect();
+        let t = texts(&render(&c), "tick");
+        let names: Vec<&String> = t.iter().filter(|l| l.starts_with("phase")).collect();
+        assert!(names.len() < 40 && names.len() >= 4, "{names:?}");
+        assert_eq!(names[0], "phase number 0");
+        // Numeric axes never show category names.
+        c.categories.clear();
+        assert!(!render(&c).contains(">p50<"));
+    }
+
+    #[test]
+    fn a_log_axis_shows_values_decades_apart() {
+        // Idle RPM far above loaded: on a linear axis 1,020 of 204,794
+        // would be a 1 px bar.
+        let mut c = chart_of(vec![Series {
+            name: "RPM".into(),
+            points: vec![(0.0, 204_794.0), (1.0, 1_020.0), (2.0, 939.0), (3.0, 0.0)],
+            style: Style::Bars,
+        }]);
+        c.log_y = true;
+        let svg = render(&c);
+        assert!(svg.contains(r#"data-y-scale="log""#));
+        assert_eq!(texts(&svg, "tick")[..4], ["100", "1k", "10k", "100k"]);
+        assert_eq!(texts(&svg, "tick")[4], "1M");
+        // Zero cannot be drawn on it.
+        assert!(svg.contains(r#"data-name="RPM" data-points="3""#), "{svg}");
+        let bars = svg.split(r#"data-name="RPM""#).nth(1).unwrap();
+        let heights: Vec<f64> = bars
+            .split("</g>")
+            .next()
+            .unwrap()
+            .split(r#"height=""#)
+            .skip(1)
+            .map(|t| t.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        // Plot 226 px high over 4 decades (100 to 1M).
+        let want = |v: f64| (v.log10() - 2.0) / 4.0 * 226.0;
+        assert_eq!(heights.len(), 3, "{heights:?}");
+        for (h, v) in heights.iter().zip([204_794.0, 1_020.0, 939.0]) {
+            assert!((h - want(v)).abs() < 0.06, "{h} for {v}");
+        }
+        // Within two decades, 1-2-5 ticks.
+        assert_eq!(
+            log_ticks(10.0, 1000.0),
+            [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+        );
+        assert_eq!(log_ticks(1.0, 10.0), [1.0, 2.0, 5.0, 10.0]);
+        // Twelve decades: every second one.
+        let t = log_ticks(1.0, 1e12);
+        assert_eq!(t.len(), 7);
+        assert_eq!(t[1], 100.0);
+        // Linear otherwise.
+        c.log_y = false;
+        assert!(render(&c).contains(r#"data-y-scale="linear""#));
+    }
+
+    #[test]
+    fn counts_get_whole_ticks_up_to_the_highest_and_repeated_colours_get_dashes() {
+        let line = |name: &str, points: Vec<(f64, f64)>| Series {
+            name: name.into(),
+            points,
             style: Style::Line,
-        }];
-        assert_eq!(legend_layout(&wide), vec![(LEFT, 0)]);
+        };
+        // Counts 0 and 1: no "0.5 connections".
+        let svg = render(&chart_of(vec![line(
+            "Completed",
+            vec![(0.0, 0.0), (1.0, 1.0)],
+        )]));
+        assert_eq!(texts(&svg, "tick")[..2], ["0", "1"], "{svg}");
+        assert!(!svg.contains(">0.5<"));
+        // Fractions keep their ticks.
+        let svg = render(&chart_of(vec![line("ms", vec![(0.0, 0.0), (1.0, 1.5)])]));
+        assert!(svg.contains(">0.5<"), "{svg}");
+        // 3.6 over ticks of 1: the top tick is 4, labelled above the point.
+        let svg = render(&chart_of(vec![line("ms", vec![(0.0, 0.1), (1.0, 3.6)])]));
+        let y: Vec<String> = texts(&svg, "tick").into_iter().take(5).collect();
+        assert_eq!(y, ["0", "1", "2", "3", "4"], "{svg}");
+        // Nine lines: the ninth has the first's colour, dashed, in the
+        // legend too.
+        let nine: Vec<Series> = (0..9)
+            .map(|i| line(&format!("#{i}"), vec![(0.0, 1.0)]))
+            .collect();
+        let svg = render(&chart_of(nine));
+        assert_eq!(svg.matches(r#"stroke-dasharray="6 3""#).count(), 2, "{svg}");
+        assert_eq!(paint(0), (COLOURS[0], ""));
+        assert_eq!(paint(8).0, COLOURS[0]);
+        assert_ne!(paint(8).1, paint(16).1);
+        assert_eq!(paint(32), paint(0));
+    }
+
+    #[test]
+    fn marker_labels_that_would_overlap_go_to_rows_below() {
+        let mut c = chart_of(vec![Series {
+            name: "at or under".into(),
+            points: vec![(0.0, 0.0), (10.0, 100.0)],
+            style: Style::Line,
+        }]);
+        let mark = |x: f64, label: &str| Mark {
+            x,
+            label: label.into(),
+        };
+        c.marks = vec![
+            mark(1.0, "p50 1 ms"),
+            mark(7.26, "p99 7.262 ms"),
+            mark(7.26, "p99.9 7.262 ms"),
+        ];
+        let svg = render(&c);
+        assert_eq!(text_ys(&svg, "marklabel"), [40.0, 40.0, 52.0]);
+        // Far apart, one row.
+        c.marks[2].x = 3.0;
+        assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 40.0, 40.0]);
+    }
+
+    #[test]
+    fn tick_labels_are_thinned_until_they_stand_apart_and_make_room_left() {
+        // Y ticks 0, 500M and 1G: "500Mbit/s" is 9 characters.
+        let c = Chart {
+            x: ("offered".into(), Unit::Bps),
+            y: ("rate".into(), Unit::Bps),
+            ..chart_of(vec![Series {
+                name: "r".into(),
+                points: vec![(1.0e9, 1.0e9), (1.5e9, 0.9e9)],
+                style: Style::Line,
+            }])
+        };
+        let svg = render(&c);
+        // 9 × 6.2 px + 30: the plot starts at 85.8, not 78.
+        assert!(svg.contains(r#"<rect x="85.8" "#), "{svg}");
+        let pieces: Vec<&str> = svg.split(r#"text-anchor="middle" class="tick""#).collect();
+        let xs: Vec<f64> = pieces[..pieces.len() - 1]
+            .iter()
+            .map(|t| {
+                t.rsplit(r#"x=""#)
+                    .next()
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(xs.len() >= 3, "{svg}");
+        assert!(
+            xs.windows(2).all(|w| w[1] - w[0] >= 10.0 * 6.2 + 6.0),
+            "{xs:?}"
+        );
     }
 
     #[test]
@@ -548,6 +881,8 @@ mod tests {
                 x: 1.5,
                 label: "knee".into(),
             }],
+            categories: Vec::new(),
+            log_y: false,
         };
         let svg = render(&c);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
