@@ -667,12 +667,23 @@ fn every_chart_reads_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut files: Vec<(PathBuf, serde_json::Value)> = Vec::new();
+    // Everything that reads wrong, each said once, all of it at the end.
+    let mut wrong: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            wrong.push(what);
+        }
+    };
+    let mut faults: Vec<String> = Vec::new();
     let mut run = |sub: &str, args: &[&str]| -> serde_json::Value {
         std::fs::create_dir_all(d.join(sub)).unwrap();
         let name = format!("{sub}/{}", args[0]);
         let (v, h) = run_and_render(d, &name, args);
-        let faults = layout_faults(&h);
-        assert!(faults.is_empty(), "{name}: {faults:#?}");
+        faults.extend(
+            layout_faults(&h)
+                .into_iter()
+                .map(|f| format!("{name}: {f}")),
+        );
         files.push((d.join(format!("{name}.json")), v.clone()));
         v
     };
@@ -716,8 +727,9 @@ fn every_chart_reads_cleanly() {
     args.extend_from_slice(&["-o", out.to_str().unwrap()]);
     run_expect(&args, 0);
     let h = std::fs::read_to_string(&out).unwrap();
-    let faults = layout_faults(&h);
-    assert!(faults.is_empty(), "{faults:#?}");
+    for f in faults.into_iter().chain(layout_faults(&h)) {
+        check(false, f);
+    }
     assert!(charts(&h).len() >= 20, "{}", charts(&h).len());
     // Percentiles by name, as the JSON lists them.
     let runs0 = |v: &serde_json::Value| v["result"]["runs"][0]["latency"]["percentiles_us"].clone();
@@ -737,7 +749,11 @@ fn every_chart_reads_cleanly() {
     ] {
         let names = percentile_names(&p);
         assert!(names.len() >= 5 && names[0] == "p50", "{kind}: {names:?}");
-        assert_eq!(x_labels(&h, chart_in(&h, kind, title)), names, "{kind}");
+        let x = x_labels(&h, chart_in(&h, kind, title));
+        check(
+            x == names,
+            format!("{kind} {title}: x axis {x:?}, not {names:?}"),
+        );
     }
     // Phases by name, RPM on a log axis.
     let phases: Vec<String> = load["result"]["phases"]
@@ -748,10 +764,17 @@ fn every_chart_reads_cleanly() {
         .collect();
     assert_eq!(phases, ["idle", "upload"]);
     for title in ["Goodput per phase", "Responsiveness per phase (RPM)"] {
-        assert_eq!(x_labels(&h, chart_in(&h, "load", title)), phases, "{title}");
+        let x = x_labels(&h, chart_in(&h, "load", title));
+        check(
+            x == phases,
+            format!("load {title}: x axis {x:?}, not {phases:?}"),
+        );
     }
     let rpm = chart_in(&h, "load", "Responsiveness per phase (RPM)");
-    assert!(rpm.contains(r#"data-y-scale="log""#), "{rpm}");
+    check(
+        rpm.contains(r#"data-y-scale="log""#),
+        "RPM on a linear axis".into(),
+    );
     // Push moved nothing in, pull nothing out: one line each, named by
     // the path of each file (both are tcp.json).
     assert!(push["result"]["totals"]["received"] == 0 && pull["result"]["totals"]["sent"] == 0);
@@ -761,7 +784,12 @@ fn every_chart_reads_cleanly() {
         .collect();
     let p1 = d.join("run1/tcp.json").display().to_string();
     let p2 = d.join("run2/tcp.json").display().to_string();
-    assert_eq!(names, [format!("{p1}: sent"), format!("{p2}: received")]);
+    let want = [format!("{p1}: sent"), format!("{p2}: received")];
+    check(
+        names == want,
+        format!("tcp goodput lines {names:?}, not {want:?}"),
+    );
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// Headless Chromium opens a report: no console errors, and the page is
