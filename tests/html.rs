@@ -659,7 +659,7 @@ fn percentile_names(p: &serde_json::Value) -> Vec<String> {
 /// picture, and no legend names two series alike; percentiles and phases
 /// are named on their axes; RPM is on a log axis; a one-way tcp run has no
 /// line for the direction that moved nothing; two results from files of
-/// one name are told apart by their paths.
+/// one name are told apart by their paths' last parts.
 #[test]
 fn every_chart_reads_cleanly() {
     let (_srv, addr) = serve(&["-q"]);
@@ -776,15 +776,13 @@ fn every_chart_reads_cleanly() {
         "RPM on a linear axis".into(),
     );
     // Push moved nothing in, pull nothing out: one line each, named by
-    // the path of each file (both are tcp.json).
+    // as much of each file's path as tells them apart (both are tcp.json).
     assert!(push["result"]["totals"]["received"] == 0 && pull["result"]["totals"]["sent"] == 0);
     let names: Vec<String> = series(chart_in(&h, "tcp", "Goodput over time"))
         .into_iter()
         .map(|s| s.0)
         .collect();
-    let p1 = d.join("run1/tcp.json").display().to_string();
-    let p2 = d.join("run2/tcp.json").display().to_string();
-    let want = [format!("{p1}: sent"), format!("{p2}: received")];
+    let want = ["run1/tcp.json: sent", "run2/tcp.json: received"];
     check(
         names == want,
         format!("tcp goodput lines {names:?}, not {want:?}"),
@@ -792,9 +790,10 @@ fn every_chart_reads_cleanly() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// Headless Chromium opens a report: no console errors, and the page is
-/// not blank (its screenshot is several times a blank page's). The
-/// screenshots are kept under target/ for CI.
+/// Headless Chromium opens a report of tcp (push and pull overlaid), ping
+/// and load: no console errors, no label over another, and the page is not
+/// blank (its screenshot is several times a blank page's). The screenshot
+/// is kept under target/ (report.png) for CI and for a person to look at.
 #[test]
 fn chromium_renders_the_report() {
     let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
@@ -809,25 +808,57 @@ fn chromium_renders_the_report() {
         eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
         return;
     };
+    // A report of several kinds, two tcp runs overlaid: push and pull,
+    // each from a file called tcp.json.
     let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
-    let (_, _) = run_and_render(
-        dir.path(),
-        "tcp",
-        &[
-            "tcp",
-            &addr.to_string(),
-            "-t",
-            "1s",
-            "-i",
-            "100ms",
-            "-P",
-            "2",
-            "-n",
-            "64M",
-        ],
-    );
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-tcp.png");
+    let d = dir.path();
+    let tcp = [
+        "-t",
+        "1s",
+        "-i",
+        "100ms",
+        "-P",
+        "2",
+        "-n",
+        "64M",
+        "--pattern",
+    ];
+    let mut files = Vec::new();
+    for (sub, args) in [
+        ("push", [&["tcp", &a][..], &tcp, &["push"]].concat()),
+        ("pull", [&["tcp", &a][..], &tcp, &["pull"]].concat()),
+        ("ping", vec!["ping", &a, "-n", "50", "-i", "10ms"]),
+        (
+            "load",
+            vec![
+                "load",
+                &a,
+                "--idle",
+                "1s",
+                "--phase-time",
+                "4s",
+                "--phases",
+                "download",
+                "-P",
+                "2",
+            ],
+        ),
+    ] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+        let name = format!("{sub}/{}", args[0]);
+        run_and_render(d, &name, &args);
+        files.push(d.join(format!("{name}.json")).display().to_string());
+    }
+    let html = d.join("report.html");
+    let mut args: Vec<&str> = vec!["report"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend_from_slice(&["-o", html.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let faults = layout_faults(&std::fs::read_to_string(&html).unwrap());
+    assert!(faults.is_empty(), "{faults:#?}");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");
     let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
     let shot = |url: &str, png: &Path| {
         let o = std::process::Command::new(chromium)
@@ -837,7 +868,7 @@ fn chromium_renders_the_report() {
                 "--disable-gpu",
                 "--hide-scrollbars",
             ])
-            .args(["--window-size=900,1600", "--enable-logging=stderr", "--v=0"])
+            .args(["--window-size=900,9000", "--enable-logging=stderr", "--v=0"])
             .arg(format!("--screenshot={}", png.display()))
             .arg(url)
             .output()
@@ -847,7 +878,7 @@ fn chromium_renders_the_report() {
         assert!(!err.contains(":CONSOLE("), "console errors: {err}");
         std::fs::metadata(png).unwrap().len()
     };
-    let page = format!("file://{}", dir.path().join("tcp.html").display());
+    let page = format!("file://{}", html.display());
     let size = shot(&page, &out);
     let empty = shot("about:blank", &blank);
     assert!(size > 4 * empty, "report {size} bytes, blank page {empty}");
