@@ -201,7 +201,9 @@ fn every_result_kind_renders_with_its_data() {
     let rows = count(&v["result"]["intervals"]);
     assert!(rows >= 8, "{rows}");
     let s = series(&h);
-    assert!(s.contains(&("received".into(), rows)), "{s:?}");
+    // A push run: what was sent, and no line for the nothing received.
+    assert!(s.contains(&("sent".into(), rows)), "{s:?}");
+    assert!(!s.iter().any(|(n, _)| n == "received"), "{s:?}");
     assert!(s.contains(&("Completed".into(), rows)), "{s:?}");
     let pcts = count(&v["result"]["connection_times"]["percentiles_us"]);
     assert!(pcts >= 3 && s.contains(&("duration".into(), pcts)), "{s:?}");
