@@ -201,7 +201,9 @@ fn every_result_kind_renders_with_its_data() {
     let rows = count(&v["result"]["intervals"]);
     assert!(rows >= 8, "{rows}");
     let s = series(&h);
-    assert!(s.contains(&("received".into(), rows)), "{s:?}");
+    // A push run: what was sent, and no line for the nothing received.
+    assert!(s.contains(&("sent".into(), rows)), "{s:?}");
+    assert!(!s.iter().any(|(n, _)| n == "received"), "{s:?}");
     assert!(s.contains(&("Completed".into(), rows)), "{s:?}");
     let pcts = count(&v["result"]["connection_times"]["percentiles_us"]);
     assert!(pcts >= 3 && s.contains(&("duration".into(), pcts)), "{s:?}");
@@ -499,9 +501,301 @@ fn html_after_a_run_and_after_ctrl_c_and_bad_inputs() {
     assert!(!out.exists());
 }
 
-/// Headless Chromium opens a report: no console errors, and the page is
-/// not blank (its screenshot is several times a blank page's). The
-/// screenshots are kept under target/ for CI.
+/// Every chart of a report: (title, its `<svg>` markup).
+fn charts(html: &str) -> Vec<(String, &str)> {
+    html.split(r#"<svg class="chart""#)
+        .skip(1)
+        .map(|s| {
+            let svg = s.split("</svg>").next().unwrap();
+            let title = svg.split(r#"aria-label=""#).nth(1).unwrap();
+            (unescape(title.split('"').next().unwrap()), svg)
+        })
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+/// The value of attribute `name` in a tag's attribute text.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    tag.split(&format!(" {name}=\"")).nth(1)?.split('"').next()
+}
+
+/// A text element: its class, anchor, text and estimated box
+/// (left, top, right, bottom).
+struct Text {
+    class: String,
+    anchor: String,
+    text: String,
+    bx: [f64; 4],
+}
+
+/// Every `<text>` of `svg` with its box, estimated without a font: width
+/// 0.62 em a character (DejaVu and Liberation Sans digits are 0.55–0.64
+/// em), from 0.8 em above the baseline to 0.25 em below; a
+/// `rotate(-90 x y)` turns the box about its anchor. Font sizes come from
+/// the report's style (`svg .tick{font-size:10px...`).
+fn texts(html: &str, svg: &str) -> Vec<Text> {
+    let px = |class: &str| -> f64 {
+        let rule = html
+            .split(&format!("svg .{class}{{font-size:"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no font size for .{class}"));
+        rule.split("px").next().unwrap().parse().unwrap()
+    };
+    svg.split("<text")
+        .skip(1)
+        .map(|t| {
+            let (tag, rest) = t.split_once('>').unwrap();
+            let text = unescape(rest.split("</text>").next().unwrap());
+            let class = attr(tag, "class").unwrap().to_string();
+            let anchor = attr(tag, "text-anchor").unwrap_or("start").to_string();
+            let (x, y): (f64, f64) = (
+                attr(tag, "x").unwrap().parse().unwrap(),
+                attr(tag, "y").unwrap().parse().unwrap(),
+            );
+            let size = px(&class);
+            let w = text.chars().count() as f64 * 0.62 * size;
+            let left = match anchor.as_str() {
+                "middle" => x - w / 2.0,
+                "end" => x - w,
+                _ => x,
+            };
+            let mut bx = [left, y - 0.8 * size, left + w, y + 0.25 * size];
+            if let Some(r) = attr(tag, "transform") {
+                let about: Vec<f64> = r
+                    .strip_prefix("rotate(-90 ")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .unwrap_or_else(|| panic!("{tag}"))
+                    .split(' ')
+                    .map(|v| v.parse().unwrap())
+                    .collect();
+                assert_eq!(about, [x, y], "turned about its anchor: {tag}");
+                bx = [
+                    x - 0.8 * size,
+                    y - (bx[2] - x),
+                    x + 0.25 * size,
+                    y - (bx[0] - x),
+                ];
+            }
+            Text {
+                class,
+                anchor,
+                text,
+                bx,
+            }
+        })
+        .collect()
+}
+
+/// What is wrong with how the charts of `html` read: two text boxes that
+/// overlap, a legend naming two series alike, a label outside the picture.
+fn layout_faults(html: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (title, svg) in charts(html) {
+        let view: Vec<f64> = attr(svg, "viewBox")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let t = texts(html, svg);
+        for (i, a) in t.iter().enumerate() {
+            let b = a.bx;
+            if b[0] < -0.5 || b[1] < -0.5 || b[2] > view[2] + 0.5 || b[3] > view[3] + 0.5 {
+                out.push(format!("{title}: {:?} outside the picture {b:?}", a.text));
+            }
+            for c in &t[i + 1..] {
+                let d = c.bx;
+                if b[0] < d[2] && d[0] < b[2] && b[1] < d[3] && d[1] < b[3] {
+                    out.push(format!("{title}: {:?} over {:?}", a.text, c.text));
+                }
+            }
+        }
+        let names: Vec<&Text> = t.iter().filter(|t| t.class == "legend").collect();
+        for (i, a) in names.iter().enumerate() {
+            if names[i + 1..].iter().any(|b| b.text == a.text) {
+                out.push(format!("{title}: two series named {:?}", a.text));
+            }
+        }
+    }
+    out
+}
+
+/// The x axis labels of a chart, left to right.
+fn x_labels(html: &str, svg: &str) -> Vec<String> {
+    texts(html, svg)
+        .into_iter()
+        .filter(|t| t.class == "tick" && t.anchor == "middle")
+        .map(|t| t.text)
+        .collect()
+}
+
+/// The chart titled `title` in the section of result kind `kind`.
+fn chart_in<'a>(html: &'a str, kind: &str, title: &str) -> &'a str {
+    let section = html
+        .split(&format!("<section><h2>{kind}</h2>"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {kind} section"));
+    let section = section.split("</section>").next().unwrap();
+    charts(section)
+        .into_iter()
+        .find(|(t, _)| t == title)
+        .unwrap_or_else(|| panic!("no {title:?} chart for {kind}"))
+        .1
+}
+
+fn percentile_names(p: &serde_json::Value) -> Vec<String> {
+    p.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[0].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every chart of real tcp (push and pull, overlaid), udp, sweep, rr,
+/// ping, crr and load reports reads: no two labels overlap or leave the
+/// picture, and no legend names two series alike; percentiles and phases
+/// are named on their axes; RPM is on a log axis; a one-way tcp run has no
+/// line for the direction that moved nothing; two results from files of
+/// one name are told apart by their paths' last parts.
+#[test]
+fn every_chart_reads_cleanly() {
+    let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut files: Vec<(PathBuf, serde_json::Value)> = Vec::new();
+    // Everything that reads wrong, each said once, all of it at the end.
+    let mut wrong: Vec<String> = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            wrong.push(what);
+        }
+    };
+    let mut faults: Vec<String> = Vec::new();
+    let mut run = |sub: &str, args: &[&str]| -> serde_json::Value {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+        let name = format!("{sub}/{}", args[0]);
+        let (v, h) = run_and_render(d, &name, args);
+        faults.extend(
+            layout_faults(&h)
+                .into_iter()
+                .map(|f| format!("{name}: {f}")),
+        );
+        files.push((d.join(format!("{name}.json")), v.clone()));
+        v
+    };
+    let tcp = [
+        "-t",
+        "1s",
+        "-i",
+        "100ms",
+        "-P",
+        "2",
+        "-n",
+        "64M",
+        "--pattern",
+    ];
+    let push = run("run1", &[&["tcp", &a][..], &tcp, &["push"]].concat());
+    let pull = run("run2", &[&["tcp", &a][..], &tcp, &["pull"]].concat());
+    run("run1", &["udp", &a, "-t", "1s", "-i", "250ms"]);
+    run("run1", &["sweep", &a, "-t", "2s", "--to-rate", "20M"]);
+    let rr = run("run1", &["rr", &a, "-n", "2000"]);
+    let ping = run("run1", &["ping", &a, "-n", "20", "-i", "10ms"]);
+    let crr = run("run1", &["crr", &a, "-n", "200"]);
+    let load = run(
+        "run1",
+        &[
+            "load",
+            &a,
+            "--idle",
+            "1s",
+            "--phase-time",
+            "4s",
+            "--phases",
+            "upload",
+            "-P",
+            "2",
+        ],
+    );
+    // All of them in one report: tcp's two overlaid.
+    let out = d.join("all.html");
+    let mut args = vec!["report"];
+    args.extend(files.iter().map(|(f, _)| f.to_str().unwrap()));
+    args.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let h = std::fs::read_to_string(&out).unwrap();
+    for f in faults.into_iter().chain(layout_faults(&h)) {
+        check(false, f);
+    }
+    assert!(charts(&h).len() >= 20, "{}", charts(&h).len());
+    // Percentiles by name, as the JSON lists them.
+    let runs0 = |v: &serde_json::Value| v["result"]["runs"][0]["latency"]["percentiles_us"].clone();
+    for (kind, title, p) in [
+        ("rr", "Round-trip percentiles", runs0(&rr)),
+        ("ping", "Round-trip percentiles", runs0(&ping)),
+        (
+            "tcp",
+            "Connection durations",
+            push["result"]["connection_times"]["percentiles_us"].clone(),
+        ),
+        (
+            "crr",
+            "Handshake and transaction percentiles",
+            crr["result"]["handshake"]["percentiles_us"].clone(),
+        ),
+    ] {
+        let names = percentile_names(&p);
+        assert!(names.len() >= 5 && names[0] == "p50", "{kind}: {names:?}");
+        let x = x_labels(&h, chart_in(&h, kind, title));
+        check(
+            x == names,
+            format!("{kind} {title}: x axis {x:?}, not {names:?}"),
+        );
+    }
+    // Phases by name, RPM on a log axis.
+    let phases: Vec<String> = load["result"]["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(phases, ["idle", "upload"]);
+    for title in ["Goodput per phase", "Responsiveness per phase (RPM)"] {
+        let x = x_labels(&h, chart_in(&h, "load", title));
+        check(
+            x == phases,
+            format!("load {title}: x axis {x:?}, not {phases:?}"),
+        );
+    }
+    let rpm = chart_in(&h, "load", "Responsiveness per phase (RPM)");
+    check(
+        rpm.contains(r#"data-y-scale="log""#),
+        "RPM on a linear axis".into(),
+    );
+    // Push moved nothing in, pull nothing out: one line each, named by
+    // as much of each file's path as tells them apart (both are tcp.json).
+    assert!(push["result"]["totals"]["received"] == 0 && pull["result"]["totals"]["sent"] == 0);
+    let names: Vec<String> = series(chart_in(&h, "tcp", "Goodput over time"))
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    let want = ["run1/tcp.json: sent", "run2/tcp.json: received"];
+    check(
+        names == want,
+        format!("tcp goodput lines {names:?}, not {want:?}"),
+    );
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Headless Chromium opens a report of tcp (push and pull overlaid), ping
+/// and load: no console errors, no label over another, and the page is not
+/// blank (its screenshot is several times a blank page's). The screenshot
+/// is kept under target/ (report.png) for CI and for a person to look at.
 #[test]
 fn chromium_renders_the_report() {
     let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
@@ -516,25 +810,57 @@ fn chromium_renders_the_report() {
         eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
         return;
     };
+    // A report of several kinds, two tcp runs overlaid: push and pull,
+    // each from a file called tcp.json.
     let (_srv, addr) = serve(&["-q"]);
+    let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
-    let (_, _) = run_and_render(
-        dir.path(),
-        "tcp",
-        &[
-            "tcp",
-            &addr.to_string(),
-            "-t",
-            "1s",
-            "-i",
-            "100ms",
-            "-P",
-            "2",
-            "-n",
-            "64M",
-        ],
-    );
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-tcp.png");
+    let d = dir.path();
+    let tcp = [
+        "-t",
+        "1s",
+        "-i",
+        "100ms",
+        "-P",
+        "2",
+        "-n",
+        "64M",
+        "--pattern",
+    ];
+    let mut files = Vec::new();
+    for (sub, args) in [
+        ("push", [&["tcp", &a][..], &tcp, &["push"]].concat()),
+        ("pull", [&["tcp", &a][..], &tcp, &["pull"]].concat()),
+        ("ping", vec!["ping", &a, "-n", "50", "-i", "10ms"]),
+        (
+            "load",
+            vec![
+                "load",
+                &a,
+                "--idle",
+                "1s",
+                "--phase-time",
+                "4s",
+                "--phases",
+                "download",
+                "-P",
+                "2",
+            ],
+        ),
+    ] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+        let name = format!("{sub}/{}", args[0]);
+        run_and_render(d, &name, &args);
+        files.push(d.join(format!("{name}.json")).display().to_string());
+    }
+    let html = d.join("report.html");
+    let mut args: Vec<&str> = vec!["report"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend_from_slice(&["-o", html.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let faults = layout_faults(&std::fs::read_to_string(&html).unwrap());
+    assert!(faults.is_empty(), "{faults:#?}");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");
     let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
     let shot = |url: &str, png: &Path| {
         let o = std::process::Command::new(chromium)
@@ -544,7 +870,7 @@ fn chromium_renders_the_report() {
                 "--disable-gpu",
                 "--hide-scrollbars",
             ])
-            .args(["--window-size=900,1600", "--enable-logging=stderr", "--v=0"])
+            .args(["--window-size=900,9000", "--enable-logging=stderr", "--v=0"])
             .arg(format!("--screenshot={}", png.display()))
             .arg(url)
             .output()
@@ -554,7 +880,7 @@ fn chromium_renders_the_report() {
         assert!(!err.contains(":CONSOLE("), "console errors: {err}");
         std::fs::metadata(png).unwrap().len()
     };
-    let page = format!("file://{}", dir.path().join("tcp.html").display());
+    let page = format!("file://{}", html.display());
     let size = shot(&page, &out);
     let empty = shot("about:blank", &blank);
     assert!(size > 4 * empty, "report {size} bytes, blank page {empty}");

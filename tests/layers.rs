@@ -43,6 +43,7 @@ const PROTOCOL: &[&str] = &[
     "html::kinds",
     "html::plot",
     "html::tcp",
+    "html::layout",
     "udp::marks",
     "udp::sum",
     "udp::pace",

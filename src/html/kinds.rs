@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::plot::{
-    View, arr, cdf, chart, f, latency_bars, ms_fact, percentile, percentile_marks, pts, series,
+    View, arr, cdf, chart, f, ms_fact, percentile, percentile_bars, percentile_marks, pts, series,
 };
 use super::svg::{Chart, Mark, Series, Style, Unit};
 use super::tcp::{crr, tcp};
@@ -374,12 +374,11 @@ fn rr(r: &Value, every_s: f64) -> View {
         );
         charts.push(rtt_cdf);
     }
-    charts.push(chart(
+    charts.push(percentile_bars(
         "Round-trip percentiles",
-        "Bars p50, p90, p99, p99.9, ... left to right: a tall tail is rare slow round trips.",
-        ("percentile (p50, p90, p99, p99.9, ...)", Unit::Plain),
-        ("round trip", Unit::Ms),
-        vec![latency_bars("round trip", &first["latency"])],
+        "A tall tail is rare slow round trips.",
+        "round trip",
+        &[("round trip", &first["latency"])],
     ));
     let l = &first["latency"];
     View {
@@ -436,6 +435,16 @@ fn load(r: &Value) -> View {
             })
         })
         .collect();
+    // Phases by name along x, in the order they ran.
+    let names: Vec<String> = phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            p["phase"]
+                .as_str()
+                .map_or_else(|| format!("phase {i}"), str::to_string)
+        })
+        .collect();
     let per_phase = |y: &dyn Fn(&Value) -> Option<f64>| -> Vec<(f64, f64)> {
         phases
             .iter()
@@ -443,30 +452,33 @@ fn load(r: &Value) -> View {
             .filter_map(|(i, p)| Some((i as f64, y(p)?)))
             .collect()
     };
-    let charts = vec![
-        latency,
-        chart(
-            "Goodput per phase",
-            "Bars left to right: the phases in order (idle, then each loaded phase).",
-            ("phase (in order)", Unit::Plain),
-            ("goodput", Unit::Bps),
-            vec![
-                series("down", Style::Bars, per_phase(&|p| f(&p["down_bps"]))),
-                series("up", Style::Bars, per_phase(&|p| f(&p["up_bps"]))),
-            ],
-        ),
-        chart(
-            "Responsiveness per phase (RPM)",
-            "Round trips per minute, higher is better; a loaded phase far below idle is bufferbloat.",
-            ("phase (in order)", Unit::Plain),
-            ("RPM", Unit::Plain),
-            vec![series(
-                "RPM",
-                Style::Bars,
-                per_phase(&|p| f(&p["responsiveness"]["rpm"])),
-            )],
-        ),
-    ];
+    let mut goodput = chart(
+        "Goodput per phase",
+        "What each phase moved each way: idle moves nothing, each loaded phase should fill the path.",
+        ("phase", Unit::Plain),
+        ("goodput", Unit::Bps),
+        vec![
+            series("down", Style::Bars, per_phase(&|p| f(&p["down_bps"]))),
+            series("up", Style::Bars, per_phase(&|p| f(&p["up_bps"]))),
+        ],
+    );
+    goodput.categories = names.clone();
+    // Idle RPM is often a hundred times a loaded one: on a linear axis the
+    // loaded bars, the ones that matter, would be slivers.
+    let mut rpm = chart(
+        "Responsiveness per phase (RPM)",
+        "Round trips per minute, higher is better, on a log scale (each gridline ten times the one below): a loaded phase far below idle is bufferbloat.",
+        ("phase", Unit::Plain),
+        ("RPM (log scale)", Unit::Plain),
+        vec![series(
+            "RPM",
+            Style::Bars,
+            per_phase(&|p| f(&p["responsiveness"]["rpm"])),
+        )],
+    );
+    rpm.categories = names;
+    rpm.log_y = true;
+    let charts = vec![latency, goodput, rpm];
     let mut facts = vec![(
         "verdict".into(),
         r["verdict"].as_str().unwrap_or("-").to_string(),
@@ -492,5 +504,56 @@ pub fn view(doc: &Value) -> View {
             facts: Vec::new(),
             charts: Vec::new(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn load_phases_are_named_and_rpm_is_on_a_log_axis() {
+        let phase = |name: &str, rpm: f64| {
+            json!({"phase": name, "start": 0.0, "down_bps": 1e6, "up_bps": 0.0,
+                "responsiveness": {"rpm": rpm}})
+        };
+        let r = json!({"probes": [], "phases": [
+            phase("idle", 204_794.0), phase("download", 1_020.0),
+            phase("upload", 939.0), phase("both", 700.0)
+        ]});
+        let v = load(&r);
+        let c = |t: &str| v.charts.iter().find(|c| c.title == t).unwrap();
+        for t in ["Goodput per phase", "Responsiveness per phase (RPM)"] {
+            assert_eq!(
+                c(t).categories,
+                ["idle", "download", "upload", "both"],
+                "{t}"
+            );
+        }
+        let rpm = c("Responsiveness per phase (RPM)");
+        assert!(rpm.log_y && !c("Goodput per phase").log_y);
+        assert!(rpm.caption.contains("log scale"), "{}", rpm.caption);
+        assert_eq!(
+            rpm.series[0].points,
+            [(0.0, 204_794.0), (1.0, 1_020.0), (2.0, 939.0), (3.0, 700.0)]
+        );
+        // A phase without a name still gets a place.
+        let r = json!({"probes": [], "phases": [{"down_bps": 1.0}]});
+        assert_eq!(load(&r).charts[1].categories, ["phase 0"]);
+    }
+
+    #[test]
+    fn rr_percentiles_are_named() {
+        let r = json!({"runs": [{"latency": {"percentiles_us":
+            [["p50", 10.0], ["p90", 20.0], ["p99", 30.0], ["p99.9", 40.0], ["max", 50.0]]}}]});
+        let v = rr(&r, 1.0);
+        let c = v
+            .charts
+            .iter()
+            .find(|c| c.title == "Round-trip percentiles")
+            .unwrap();
+        assert_eq!(c.categories, ["p50", "p90", "p99", "p99.9", "max"]);
+        assert_eq!(c.series[0].points[4], (4.0, 0.05));
     }
 }

@@ -5,6 +5,7 @@
 //! what to draw for each result kind).
 
 pub mod kinds;
+pub mod layout;
 pub mod plot;
 pub mod svg;
 pub mod tcp;
@@ -22,7 +23,7 @@ td.config{font-family:ui-monospace,monospace;font-size:11px;color:#495057;word-b
 .big{display:flex;flex-wrap:wrap;gap:18px;margin:8px 0}.big div{font-size:12px;color:#495057}\
 .big b{display:block;font-size:22px;color:#212529}.error{color:#c92a2a}\
 svg.chart{width:100%;height:auto}svg .tick{font-size:10px;fill:#495057}svg .axis{font-size:11px;fill:#212529}\
-svg .legend{font-size:11px;fill:#212529}svg .marklabel{font-size:10px;fill:#c92a2a}\
+svg .legend{font-size:11px;fill:#212529}svg .marklabel{font-size:10px;fill:#c92a2a;paint-order:stroke;stroke:#fff;stroke-width:3px}\
 @media print{body{margin:0}section{break-inside:avoid}}";
 
 /// Where a result came from, for the legend: its `--title`, else `name`.
@@ -31,6 +32,31 @@ fn label(name: &str, doc: &Value) -> String {
         .as_str()
         .filter(|t| !t.is_empty())
         .map_or_else(|| name.to_string(), str::to_string)
+}
+
+/// Each result's [`label`], made distinct where two are the same (one
+/// `--title` on two runs): the name is added, then the result's position.
+fn labels(results: &[(String, Value)]) -> Vec<String> {
+    let twice = |all: &[String], l: &String| all.iter().filter(|m| *m == l).count() > 1;
+    let base: Vec<String> = results.iter().map(|(n, d)| label(n, d)).collect();
+    let mut out: Vec<String> = base
+        .iter()
+        .zip(results)
+        .map(|(l, (n, _))| {
+            if twice(&base, l) && l != n {
+                format!("{l} ({n})")
+            } else {
+                l.clone()
+            }
+        })
+        .collect();
+    let first = out.clone();
+    for (i, l) in out.iter_mut().enumerate() {
+        if twice(&first, l) {
+            *l = format!("{l} #{}", i + 1);
+        }
+    }
+    out
 }
 
 fn target(doc: &Value) -> String {
@@ -113,11 +139,13 @@ pub fn render(results: &[(String, Value)]) -> String {
         esc(&title),
         esc(&title)
     );
+    let names = labels(results);
     for kind in kinds {
         let group: Vec<(String, &Value)> = results
             .iter()
-            .filter(|(_, d)| d["test"].as_str().unwrap_or("unknown") == kind)
-            .map(|(n, d)| (label(n, d), d))
+            .zip(&names)
+            .filter(|((_, d), _)| d["test"].as_str().unwrap_or("unknown") == kind)
+            .map(|((_, d), l)| (l.clone(), d))
             .collect();
         let _ = write!(h, "<section><h2>{}</h2>", esc(kind));
         let views: Vec<plot::View> = group.iter().map(|(_, d)| kinds::view(d)).collect();
@@ -156,6 +184,7 @@ pub fn render(results: &[(String, Value)]) -> String {
             let mut merged = c.clone();
             merged.series.clear();
             merged.marks.clear();
+            merged.categories.clear();
             for ((name, _), v) in group.iter().zip(&views) {
                 let Some(theirs) = v
                     .charts
@@ -165,10 +194,29 @@ pub fn render(results: &[(String, Value)]) -> String {
                 else {
                     continue;
                 };
+                // Categories (percentiles, phases) by name: one result's
+                // p99 lines up with another's even where their lists differ.
+                let at: Vec<f64> = theirs
+                    .categories
+                    .iter()
+                    .map(|c| {
+                        let i = merged.categories.iter().position(|m| m == c);
+                        i.unwrap_or_else(|| {
+                            merged.categories.push(c.clone());
+                            merged.categories.len() - 1
+                        }) as f64
+                    })
+                    .collect();
                 for s in &theirs.series {
                     let mut s = s.clone();
                     if group.len() > 1 {
                         s.name = format!("{name}: {}", s.name);
+                    }
+                    if !at.is_empty() {
+                        s.points.retain(|p| (p.0 as usize) < at.len());
+                        for p in &mut s.points {
+                            p.0 = at[p.0 as usize];
+                        }
                     }
                     merged.series.push(s);
                 }
@@ -224,5 +272,76 @@ mod tests {
         let rr = json!({"test": "rr", "config": {}, "result": {"runs": [{"local": "[::1]:9"}]}});
         assert_eq!(local(&rr).as_deref(), Some("[::1]:9"));
         assert_eq!(local(&json!({"result": {}})), None);
+    }
+
+    #[test]
+    fn overlaid_results_have_distinct_names() {
+        let run = |title: Option<&str>| {
+            let mut d = json!({"test": "tcp", "config": {}, "result": {"totals": {"sent": 8},
+                "intervals": [{"TimeSlice": 1.0, "SendBps": 1}]}});
+            if let Some(t) = title {
+                d["title"] = json!(t);
+            }
+            d
+        };
+        let names = |r: &[(&str, Option<&str>)]| {
+            let r: Vec<(String, Value)> = r.iter().map(|(n, t)| (n.to_string(), run(*t))).collect();
+            labels(&r)
+        };
+        assert_eq!(names(&[("a", None), ("b", None)]), ["a", "b"]);
+        assert_eq!(names(&[("a", Some("x")), ("b", Some("y"))]), ["x", "y"]);
+        // One --title on two runs: the file names tell them apart.
+        assert_eq!(
+            names(&[("a", Some("tcp")), ("b", Some("tcp")), ("c", Some("other"))]),
+            ["tcp (a)", "tcp (b)", "other"]
+        );
+        // Nothing tells them apart: their positions do.
+        assert_eq!(
+            names(&[("tcp", None), ("tcp", Some("tcp"))]),
+            ["tcp #1", "tcp #2"]
+        );
+        assert_eq!(
+            names(&[("a", Some("a")), ("a", Some("a")), ("b", None)]),
+            ["a #1", "a #2", "b"]
+        );
+        // And the legend says so.
+        let page = render(&[
+            ("x".into(), run(Some("tcp"))),
+            ("y".into(), run(Some("tcp"))),
+        ]);
+        assert!(page.contains(r#"data-name="tcp (x): sent""#), "{page}");
+        assert!(page.contains(r#"data-name="tcp (y): sent""#), "{page}");
+    }
+
+    #[test]
+    fn overlaid_percentiles_line_up_by_name() {
+        let rr = |p: Value| json!({"test": "rr", "config": {}, "result": {"runs": [{"latency": {"percentiles_us": p}}]}});
+        let a = rr(json!([["p50", 1000.0], ["p99", 3000.0]]));
+        let b = rr(json!([["p50", 2000.0], ["p90", 2500.0], ["p99", 4000.0]]));
+        let page = render(&[("a".into(), a), ("b".into(), b)]);
+        let chart = page
+            .split("<h3>Round-trip percentiles</h3>")
+            .nth(1)
+            .unwrap();
+        let ticks: Vec<&str> = chart
+            .split(r#"text-anchor="middle" class="tick">"#)
+            .skip(1)
+            .map(|t| t.split('<').next().unwrap())
+            .collect();
+        assert_eq!(ticks, ["p50", "p99", "p90"]);
+        // Three slots 222 px wide from x 78, centred at 189, 411 and 633.
+        let b_bars = chart.split(r#"data-name="b: round trip""#).nth(1).unwrap();
+        let xs: Vec<f64> = b_bars
+            .split("</g>")
+            .next()
+            .unwrap()
+            .split(r#"<rect x=""#)
+            .skip(1)
+            .map(|t| t.split('"').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(xs.len(), 3);
+        // b's p50, p90 and p99 stand in slots 0, 2 and 1 (the right half
+        // of each: from its centre).
+        assert_eq!(xs, [189.0, 633.0, 411.0]);
     }
 }

@@ -47,6 +47,8 @@ pub(super) fn chart(
             .filter(|s| !s.points.is_empty())
             .collect(),
         marks: Vec::new(),
+        categories: Vec::new(),
+        log_y: false,
     }
 }
 
@@ -69,13 +71,45 @@ pub(super) fn percentile(p: &Value, name: &str) -> Value {
         .map_or(Value::Null, |e| e[1].clone())
 }
 
-pub(super) fn latency_bars(name: &str, l: &Value) -> Series {
-    let points = arr(&l["percentiles_us"])
+/// A bar chart of percentiles, one series per `(name, latency)` (each
+/// latency has a `percentiles_us` list), the x axis naming them (p50,
+/// p90, …, max) in the order they first appear.
+pub(super) fn percentile_bars(
+    title: &str,
+    caption: &str,
+    y: &str,
+    latencies: &[(&str, &Value)],
+) -> Chart {
+    let mut names: Vec<String> = Vec::new();
+    for (_, l) in latencies {
+        for p in arr(&l["percentiles_us"]) {
+            if let Some(n) = p[0].as_str().filter(|n| !names.iter().any(|m| m == n)) {
+                names.push(n.to_string());
+            }
+        }
+    }
+    let bars = latencies
         .iter()
-        .enumerate()
-        .filter_map(|(i, p)| Some((i as f64, f(&p[1])? / 1e3)))
+        .map(|(name, l)| {
+            let points = arr(&l["percentiles_us"])
+                .iter()
+                .filter_map(|p| {
+                    let at = names.iter().position(|n| p[0] == n.as_str())?;
+                    Some((at as f64, f(&p[1])? / 1e3))
+                })
+                .collect();
+            series(name, Style::Bars, points)
+        })
         .collect();
-    series(name, Style::Bars, points)
+    let mut c = chart(
+        title,
+        caption,
+        ("percentile", Unit::Plain),
+        (y, Unit::Ms),
+        bars,
+    );
+    c.categories = names;
+    c
 }
 
 /// The cumulative share (%) of `bins` ((upper edge, count), in edge order)
@@ -124,6 +158,20 @@ mod tests {
         assert_eq!(cdf(&bins), vec![(1.0, 25.0), (2.0, 25.0), (3.0, 100.0)]);
         assert!(cdf(&[(1.0, 0.0)]).is_empty());
         assert!(cdf(&[]).is_empty());
+    }
+
+    #[test]
+    fn percentile_bars_are_named_by_their_percentiles() {
+        let a = json!({"percentiles_us": [["p50", 1000.0], ["p99", 4000.0], ["max", 9000.0]]});
+        let b = json!({"percentiles_us": [["p50", 2000.0], ["p99.9", 5000.0], ["max", 8000.0]]});
+        let c = percentile_bars("t", "c", "time", &[("a", &a), ("b", &b)]);
+        assert_eq!(c.categories, ["p50", "p99", "max", "p99.9"]);
+        assert_eq!(c.series[0].points, [(0.0, 1.0), (1.0, 4.0), (2.0, 9.0)]);
+        assert_eq!(c.series[1].points, [(0.0, 2.0), (3.0, 5.0), (2.0, 8.0)]);
+        assert_eq!((c.x.0.as_str(), c.y.1), ("percentile", Unit::Ms));
+        // No latency: no bars, no names.
+        let none = percentile_bars("t", "c", "time", &[("a", &Value::Null)]);
+        assert!(none.series.is_empty() && none.categories.is_empty());
     }
 
     #[test]

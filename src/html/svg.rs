@@ -1,9 +1,13 @@
 //! Charts as inline SVG, written by netrig (no script, no fetch): line,
-//! point and bar series on linear axes with round ticks, a legend, markers
-//! at given x values, and long series thinned to a min/max envelope per
-//! pixel column so no outlier is dropped. Pure: data in, markup out.
+//! point and bar series on linear, log or categorical axes with round
+//! ticks, a legend, markers at given x values, and long series thinned to
+//! a min/max envelope per pixel column so no outlier is dropped. Text is
+//! placed by [`super::layout`] so no two labels overlap. Pure: data in,
+//! markup out.
 
 use std::fmt::Write;
+
+use super::layout::{self, MARK_PX, TICK_PX, stack, stride, text_width};
 
 /// Most points a series is drawn with; longer ones become an envelope.
 pub const MAX_POINTS: usize = 2000;
@@ -136,6 +140,11 @@ pub struct Chart {
     pub series: Vec<Series>,
     /// Vertical markers.
     pub marks: Vec<Mark>,
+    /// Names of the x positions 0, 1, 2, … of a categorical axis
+    /// (percentiles, phases), each labelled by name; empty: numeric x.
+    pub categories: Vec<String>,
+    /// Y on a log scale, for values decades apart (RPM).
+    pub log_y: bool,
 }
 
 /// Round tick positions covering `lo..=hi`, about `n` of them.
@@ -209,14 +218,17 @@ pub fn esc(s: &str) -> String {
 }
 
 /// Renders `c` as an `<svg>` element. Each series is a `<g class="series">`
-/// with `data-name` and `data-points` (points drawn) for tests and tools.
+/// with `data-name` and `data-points` (points drawn) for tests and tools;
+/// the frame carries `data-y-scale` (`linear` or `log`).
 pub fn render(c: &Chart) -> String {
+    let log = c.log_y;
     let pts: Vec<(f64, f64)> = c
         .series
         .iter()
         .flat_map(|s| s.points.iter().copied())
-        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .filter(|p| p.0.is_finite() && p.1.is_finite() && (!log || p.1 > 0.0))
         .collect();
+    let cats = &c.categories;
     let xs = pts.iter().map(|p| p.0).chain(c.marks.iter().map(|m| m.x));
     let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
         (a.min(x), b.max(x))
@@ -231,18 +243,13 @@ pub fn render(c: &Chart) -> String {
         (x0, x1) = (0.0, 1.0);
     }
     if !y0.is_finite() {
-        (y0, y1) = (0.0, 1.0);
-    }
-    // Rates, delays and counts read from zero.
-    y0 = y0.min(0.0);
-    if y1 <= y0 {
-        y1 = y0 + 1.0;
+        (y0, y1) = if log { (1.0, 10.0) } else { (0.0, 1.0) };
     }
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
     // Bars stand on their x values, a step apart: half a step of room
-    // each side.
+    // each side. Categories are bars (or points) at 0, 1, 2, ….
     let bar_n = c
         .series
         .iter()
@@ -250,32 +257,103 @@ pub fn render(c: &Chart) -> String {
         .map(|s| s.points.len())
         .max()
         .unwrap_or(0);
-    let step = if bar_n > 1 {
+    let step = if !cats.is_empty() {
+        (x0, x1) = (0.0, (cats.len() - 1) as f64);
+        1.0
+    } else if bar_n > 1 {
         (x1 - x0) / (bar_n - 1) as f64
     } else {
         1.0
     };
-    if bars {
+    if bars || !cats.is_empty() {
         (x0, x1) = (x0 - step / 2.0, x1 + step / 2.0);
     }
-    let yt = ticks(y0, y1 * 1.05, 5);
-    let y1 = yt.last().copied().unwrap_or(y1).max(y1);
-    // Whole-number x (bursts, phases, percentile ranks) gets whole ticks.
-    let whole = pts.iter().all(|p| p.0.fract() == 0.0);
-    let xt: Vec<f64> = ticks(x0, x1, 8)
-        .into_iter()
-        .filter(|t| !whole || t.fract() == 0.0)
-        .collect();
-    let pw = W - LEFT - RIGHT;
+    let yt = if log {
+        // Whole decades around the data, so values decades apart (an idle
+        // RPM over loaded ones) all stand clear of the axis.
+        (y0, y1) = (
+            10f64.powf(y0.log10().floor()),
+            10f64.powf(y1.log10().ceil()),
+        );
+        if y1 <= y0 {
+            y1 = y0 * 10.0;
+        }
+        log_ticks(y0, y1)
+    } else {
+        // Rates, delays and counts read from zero.
+        y0 = y0.min(0.0);
+        if y1 <= y0 {
+            y1 = y0 + 1.0;
+        }
+        let mut yt = ticks(y0, y1 * 1.05, 5);
+        // The top tick at or above the highest value, so it is labelled.
+        if let [.., a, b] = yt[..] {
+            while yt.last().is_some_and(|t| *t < y1) && yt.len() < 50 {
+                let next = yt[yt.len() - 1] + (b - a);
+                yt.push(next);
+            }
+        }
+        // Counts (every value whole) get whole ticks, where two are left.
+        if pts.iter().all(|p| p.1.fract() == 0.0) {
+            let whole: Vec<f64> = yt.iter().copied().filter(|t| t.fract() == 0.0).collect();
+            if whole.len() >= 2 {
+                yt = whole;
+            }
+        }
+        y1 = yt.last().copied().unwrap_or(y1).max(y1);
+        yt
+    };
+    let ylabels: Vec<String> = yt.iter().map(|t| c.y.1.label(*t)).collect();
+    // Room left of the plot for the widest tick label and the axis title.
+    let widest = ylabels
+        .iter()
+        .map(|l| text_width(l, TICK_PX))
+        .fold(0.0, f64::max);
+    let left = LEFT.max(widest + 30.0);
+    let pw = W - left - RIGHT;
+    let sx = |x: f64| left + (x - x0) / (x1 - x0) * pw;
+    // X ticks: each category, or round numbers, thinned until their labels
+    // stand apart.
+    let (xt, xlabels): (Vec<f64>, Vec<String>) = if cats.is_empty() {
+        // Whole-number x (bursts, ranks) gets whole ticks.
+        let whole = pts.iter().all(|p| p.0.fract() == 0.0);
+        (2..=8)
+            .rev()
+            .map(|n| {
+                // A label that would pass the picture's right edge is left
+                // out (its neighbours still place the scale).
+                let t: Vec<f64> = ticks(x0, x1, n)
+                    .into_iter()
+                    .filter(|t| !whole || t.fract() == 0.0)
+                    .filter(|t| sx(*t) + text_width(&c.x.1.label(*t), TICK_PX) / 2.0 <= W)
+                    .collect();
+                let l: Vec<String> = t.iter().map(|t| c.x.1.label(*t)).collect();
+                (t, l)
+            })
+            .find(|(t, l)| fits(&t.iter().map(|t| sx(*t)).collect::<Vec<_>>(), l))
+            .unwrap_or_default()
+    } else {
+        let t: Vec<f64> = (0..cats.len()).map(|i| i as f64).collect();
+        let w: Vec<f64> = cats.iter().map(|l| text_width(l, TICK_PX)).collect();
+        let k = stride(&t.iter().map(|t| sx(*t)).collect::<Vec<_>>(), &w);
+        t.into_iter().zip(cats.iter().cloned()).step_by(k).unzip()
+    };
     // The legend wraps into rows above the plot, which moves down for them.
-    let legend = legend_layout(&c.series);
+    let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+    let legend = layout::legend(&names, left, W - RIGHT);
     let extra = legend
         .last()
         .map_or(0.0, |&(_, row)| row as f64 * LEGEND_ROW);
     let (top, h) = (TOP + extra, H + extra);
     let ph = h - top - BOTTOM;
-    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
-    let sy = |y: f64| top + ph - (y - y0) / (y1 - y0) * ph;
+    let sy = |y: f64| {
+        let f = if log {
+            (y.log10() - y0.log10()) / (y1.log10() - y0.log10())
+        } else {
+            (y - y0) / (y1 - y0)
+        };
+        top + ph - f * ph
+    };
     let mut s = String::new();
     let _ = write!(
         s,
@@ -284,52 +362,73 @@ pub fn render(c: &Chart) -> String {
     );
     let _ = write!(
         s,
-        r##"<rect x="{LEFT}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd"/>"##
+        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#adb5bd" data-y-scale="{}"/>"##,
+        if log { "log" } else { "linear" }
     );
-    for t in &yt {
+    for (t, l) in yt.iter().zip(&ylabels) {
         let y = sy(*t);
         let _ = write!(
             s,
-            r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e9ecef"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
-            LEFT + pw,
-            LEFT - 6.0,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e9ecef"/><text x="{}" y="{:.1}" text-anchor="end" class="tick">{}</text>"##,
+            left + pw,
+            left - 6.0,
             y + 4.0,
-            esc(&c.y.1.label(*t))
+            esc(l)
         );
     }
-    for t in &xt {
-        let x = sx(*t);
+    for (t, l) in xt.iter().zip(&xlabels) {
         let _ = write!(
             s,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle" class="tick">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" class="tick">{}</text>"#,
+            sx(*t),
             top + ph + 16.0,
-            esc(&c.x.1.label(*t))
+            esc(l)
         );
     }
     let _ = write!(
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" class="axis">{}</text><text x="14" y="{:.1}" text-anchor="middle" class="axis" transform="rotate(-90 14 {:.1})">{}</text>"#,
-        LEFT + pw / 2.0,
+        left + pw / 2.0,
         h - 8.0,
         esc(&c.x.0),
         top + ph / 2.0,
         top + ph / 2.0,
         esc(&c.y.0)
     );
-    for m in &c.marks {
-        let x = sx(m.x);
-        // Labels right of the line, or left of it near the right edge.
-        let (tx, anchor) = if x > LEFT + pw * 0.6 {
-            (x - 3.0, "end")
-        } else {
-            (x + 3.0, "start")
-        };
+    // Marker labels right of their line, or left of it near the right
+    // edge; labels that would overlap go a row lower.
+    let placed: Vec<(f64, f64, &str)> = c
+        .marks
+        .iter()
+        .map(|m| {
+            let x = sx(m.x);
+            if x > left + pw * 0.6 {
+                (x, x - 3.0, "end")
+            } else {
+                (x, x + 3.0, "start")
+            }
+        })
+        .collect();
+    let spans: Vec<(f64, f64)> = c
+        .marks
+        .iter()
+        .zip(&placed)
+        .map(|(m, &(_, tx, anchor))| {
+            let w = text_width(&m.label, MARK_PX);
+            if anchor == "end" {
+                (tx - w, tx)
+            } else {
+                (tx, tx + w)
+            }
+        })
+        .collect();
+    for ((m, &(x, tx, anchor)), row) in c.marks.iter().zip(&placed).zip(stack(&spans)) {
         let _ = write!(
             s,
             r##"<g class="mark" data-x="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#e03131" stroke-dasharray="5 3"/><text x="{tx:.1}" y="{}" text-anchor="{anchor}" class="marklabel">{}</text></g>"##,
             m.x,
             top + ph,
-            top + 12.0,
+            top + 12.0 + row as f64 * MARK_ROW,
             esc(&m.label)
         );
     }
@@ -341,8 +440,12 @@ pub fn render(c: &Chart) -> String {
         .max(1);
     let mut bar_i = 0;
     for (i, ser) in c.series.iter().enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
-        let drawn = envelope(&ser.points);
+        let (col, dash) = paint(i);
+        let mut drawn = envelope(&ser.points);
+        if log {
+            // Zero and below have no place on a log axis.
+            drawn.retain(|p| p.1 > 0.0);
+        }
         let _ = write!(
             s,
             r#"<g class="series" data-name="{}" data-points="{}">"#,
@@ -357,7 +460,7 @@ pub fn render(c: &Chart) -> String {
                     .collect();
                 let _ = write!(
                     s,
-                    r#"<polyline fill="none" stroke="{col}" stroke-width="1.6" points="{}"/>"#,
+                    r#"<polyline fill="none" stroke="{col}" stroke-width="1.6"{dash} points="{}"/>"#,
                     path.join(" ")
                 );
             }
@@ -389,11 +492,26 @@ pub fn render(c: &Chart) -> String {
         s.push_str("</g>");
     }
     for (i, (ser, &(lx, row))) in c.series.iter().zip(&legend).enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
+        let (col, dash) = paint(i);
         let y = 8.0 + row as f64 * LEGEND_ROW;
+        // A line's swatch is a stretch of its line, dashes and all.
+        if ser.style == Style::Line {
+            let _ = write!(
+                s,
+                r#"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{col}" stroke-width="2.5"{dash}/>"#,
+                lx + 11.0,
+                y + 5.0,
+                y + 5.0
+            );
+        } else {
+            let _ = write!(
+                s,
+                r#"<rect x="{lx:.1}" y="{y:.1}" width="10" height="10" fill="{col}"/>"#
+            );
+        }
         let _ = write!(
             s,
-            r#"<rect x="{lx:.1}" y="{y:.1}" width="10" height="10" fill="{col}"/><text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" class="legend">{}</text>"#,
             lx + 14.0,
             y + 9.0,
             esc(&ser.name)
@@ -403,165 +521,53 @@ pub fn render(c: &Chart) -> String {
     s
 }
 
+/// The colour of series `i`, and past the eighth a dash pattern (as an
+/// attribute), so overlaid runs' lines differ even where colours repeat.
+fn paint(i: usize) -> (&'static str, &'static str) {
+    const DASHES: [&str; 4] = [
+        "",
+        r#" stroke-dasharray="6 3""#,
+        r#" stroke-dasharray="2 2""#,
+        r#" stroke-dasharray="9 3 2 3""#,
+    ];
+    (
+        COLOURS[i % COLOURS.len()],
+        DASHES[(i / COLOURS.len()) % DASHES.len()],
+    )
+}
+
 /// Height of a row of the legend.
 const LEGEND_ROW: f64 = 14.0;
 
-/// Where each series' legend entry goes: (x, row), left to right, a new
-/// row when the next entry would pass the plot's right edge.
-fn legend_layout(series: &[Series]) -> Vec<(f64, usize)> {
-    let mut out = Vec::with_capacity(series.len());
-    let (mut x, mut row) = (LEFT, 0);
-    for ser in series {
-        let width = 24.0 + 6.5 * ser.name.chars().count() as f64;
-        if x > LEFT && x + width > W - RIGHT {
-            (x, row) = (LEFT, row + 1);
-        }
-        out.push((x, row));
-        x += width;
+/// Height of a row of marker labels.
+const MARK_ROW: f64 = 12.0;
+
+/// Whether tick labels `l` centred at `xs` stand apart.
+fn fits(xs: &[f64], l: &[String]) -> bool {
+    let w: Vec<f64> = l.iter().map(|l| text_width(l, TICK_PX)).collect();
+    layout::apart(xs, &w)
+}
+
+/// Ticks of a log axis from `lo` to `hi` (whole decades): 1, 2 and 5 of
+/// each decade over at most two decades, else every decade, or every
+/// k-th so there are at most 7.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let d0 = lo.log10().round() as i32;
+    let decades = (hi.log10().round() as i32 - d0).max(1);
+    if decades <= 2 {
+        let mut t: Vec<f64> = (0..decades)
+            .flat_map(|d| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(d0 + d)))
+            .collect();
+        t.push(hi);
+        return t;
     }
-    out
+    let k = (decades + 5) / 6;
+    (0..=decades)
+        .step_by(k as usize)
+        .map(|d| 10f64.powi(d0 + d))
+        .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ticks_are_round_and_cover_the_range() {
-        assert_eq!(ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
-        assert_eq!(ticks(0.0, 1e9, 4), vec![0.0, 5e8, 1e9]);
-        let t = ticks(0.13, 0.91, 4);
-        assert_eq!(t.first().copied(), Some(0.2));
-        assert!(t.windows(2).all(|w| ((w[1] - w[0]) - 0.2).abs() < 1e-12));
-        assert_eq!(ticks(3.0, 3.0, 5), vec![3.0]);
-        assert_eq!(ticks(f64::NAN, 1.0, 5).len(), 1);
-    }
-
-    #[test]
-    fn labels_carry_units() {
-        assert_eq!(Unit::Bps.label(2.5e9), "2.5Gbit/s");
-        assert_eq!(Unit::Bps.label(0.0), "0bit/s");
-        assert_eq!(Unit::Ms.label(12.25), "12.25 ms");
-        assert_eq!(Unit::Bytes.label(1500.0), "1.5kB");
-        assert_eq!(Unit::Plain.label(-0.0001), "0");
-        assert_eq!(Unit::Secs.label(3.0), "3 s");
-        assert_eq!(Unit::Log2Us.label(0.0), "1 µs");
-        assert_eq!(Unit::Log2Us.label(9.0), "512 µs");
-        assert_eq!(Unit::Log2Us.label(10.0), "1.02 ms");
-        assert_eq!(Unit::Log2Us.label(17.0), "131 ms");
-        assert_eq!(Unit::Log2Us.label(21.0), "2.1 s");
-        assert_eq!(Unit::Log2Us.label(-1.0), "0.5 µs");
-        // No digits to keep: zero and non-finite values pass through.
-        assert_eq!(round3(0.0), 0.0);
-        assert_eq!(round3(f64::INFINITY), f64::INFINITY);
-        assert!(round3(f64::NAN).is_nan());
-        assert_eq!(round3(-1234.5), -1230.0);
-    }
-
-    #[test]
-    fn a_long_series_keeps_every_slice_extreme() {
-        // 100,000 points of a flat line with one spike and one dip.
-        let mut p: Vec<(f64, f64)> = (0..100_000).map(|i| (i as f64, 5.0)).collect();
-        p[31_337].1 = 900.0;
-        p[77_777].1 = -40.0;
-        let e = envelope(&p);
-        assert!(e.len() <= MAX_POINTS, "{}", e.len());
-        assert!(e.contains(&(31_337.0, 900.0)));
-        assert!(e.contains(&(77_777.0, -40.0)));
-        assert!(e.windows(2).all(|w| w[0].0 <= w[1].0));
-        // Short series are drawn whole.
-        assert_eq!(envelope(&p[..10]), p[..10].to_vec());
-    }
-
-    #[test]
-    fn a_long_legend_wraps_and_the_plot_moves_down_for_it() {
-        let named = |n: usize| -> Vec<Series> {
-            (0..n)
-                .map(|i| Series {
-                    name: format!("connection {i:02}"),
-                    points: vec![(0.0, 1.0)],
-                    style: Style::Line,
-                })
-                .collect()
-        };
-        // Each entry is 24 + 6.5 * 13 = 108.5 wide; the plot is 666 wide.
-        let rows: Vec<usize> = legend_layout(&named(14)).iter().map(|p| p.1).collect();
-        assert_eq!(rows, [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2]);
-        assert_eq!(legend_layout(&named(2)), vec![(LEFT, 0), (LEFT + 108.5, 0)]);
-        let chart = |n| Chart {
-            title: String::new(),
-            caption: String::new(),
-            x: ("x".into(), Unit::Plain),
-            y: ("y".into(), Unit::Plain),
-            series: named(n),
-            marks: Vec::new(),
-        };
-        assert!(render(&chart(1)).contains(r#"viewBox="0 0 760 300""#));
-        let tall = render(&chart(14));
-        assert!(tall.contains(r#"viewBox="0 0 760 328""#), "{tall}");
-        // The plot's frame starts below the third row.
-        assert!(tall.contains(r#"<rect x="78" y="56" "#), "{tall}");
-        // Five entries of 84 characters in all end exactly at the plot's
-        // right edge (78 + 5 × 24 + 6.5 × 84 = 744): one row. A character
-        // more and the fifth wraps.
-        let sized = |lens: &[usize]| -> Vec<Series> {
-            lens.iter()
-                .map(|&n| Series {
-                    name: "n".repeat(n),
-                    points: Vec::new(),
-                    style: Style::Line,
-                })
-                .collect()
-        };
-        let rows = |s: &[Series]| -> Vec<usize> { legend_layout(s).iter().map(|p| p.1).collect() };
-        assert_eq!(rows(&sized(&[17, 17, 17, 17, 16])), [0, 0, 0, 0, 0]);
-        assert_eq!(rows(&sized(&[17, 17, 17, 17, 17])), [0, 0, 0, 0, 1]);
-        // One name that is wider than the plot stays on the first row.
-        let wide = vec![Series {
-            name: "w".repeat(200),
-            points: Vec::new(),
-            style: Style::Line,
-        }];
-        assert_eq!(legend_layout(&wide), vec![(LEFT, 0)]);
-    }
-
-    #[test]
-    fn a_chart_names_its_series_marks_and_escapes_text() {
-        let c = Chart {
-            title: "a <b> & c".into(),
-            caption: String::new(),
-            x: ("time".into(), Unit::Secs),
-            y: ("rate".into(), Unit::Bps),
-            series: vec![
-                Series {
-                    name: "up".into(),
-                    points: vec![(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)],
-                    style: Style::Line,
-                },
-                Series {
-                    name: "\"q\"".into(),
-                    points: vec![(0.0, 1.0)],
-                    style: Style::Bars,
-                },
-            ],
-            marks: vec![Mark {
-                x: 1.5,
-                label: "knee".into(),
-            }],
-        };
-        let svg = render(&c);
-        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
-        assert!(svg.contains(r#"data-name="up" data-points="3""#));
-        assert!(svg.contains(r#"data-name="&quot;q&quot;" data-points="1""#));
-        assert!(svg.contains(r#"class="mark" data-x="1.5""#));
-        assert!(svg.contains("a &lt;b&gt; &amp; c"));
-        assert!(!svg.contains("NaN") && !svg.contains("inf"));
-        // Empty charts still draw axes.
-        let empty = Chart {
-            series: Vec::new(),
-            marks: Vec::new(),
-            ..c
-        };
-        assert!(render(&empty).contains("<rect"));
-    }
-}
+#[path = "svg_tests.rs"]
+mod tests;

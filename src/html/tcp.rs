@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::plot::{View, arr, chart, f, latency_bars, ms_fact, percentile, pts, series};
+use super::plot::{View, arr, chart, f, ms_fact, percentile, percentile_bars, pts, series};
 use super::svg::{Chart, Style, Unit};
 
 pub(super) fn tcp(r: &Value) -> View {
@@ -11,20 +11,24 @@ pub(super) fn tcp(r: &Value) -> View {
     let bits = |k: &'static str| move |row: &Value| f(&row[k]).map(|b| b * 8.0);
     let t = &r["totals"];
     let secs = f(&r["duration_secs"]).unwrap_or(0.0);
+    // A direction that moved nothing (push sends only, pull receives
+    // only) gets no line: a flat zero would read as "nothing arrived".
+    let ways: Vec<(&str, &str)> = [("sent", "SendBps"), ("received", "RecvBps")]
+        .into_iter()
+        .filter(|(k, col)| match f(&t[*k]) {
+            Some(total) => total > 0.0,
+            None => rows.iter().any(|r| f(&r[*col]).is_some_and(|v| v > 0.0)),
+        })
+        .collect();
     let mut charts = vec![
         chart(
             "Goodput over time",
-            "Steady lines are a healthy path; dips are stalls, steps are connections starting or ending.",
+            "Steady lines are a healthy path; dips are stalls, steps are connections starting or ending. A direction that moved nothing has no line (push only sends, pull only receives).",
             ("time", Unit::Secs),
             ("goodput", Unit::Bps),
-            vec![
-                series("sent", Style::Line, pts(rows, "TimeSlice", bits("SendBps"))),
-                series(
-                    "received",
-                    Style::Line,
-                    pts(rows, "TimeSlice", bits("RecvBps")),
-                ),
-            ],
+            ways.iter()
+                .map(|(k, col)| series(k, Style::Line, pts(rows, "TimeSlice", bits(col))))
+                .collect(),
         ),
         chart(
             "Connection outcomes",
@@ -72,12 +76,11 @@ pub(super) fn tcp(r: &Value) -> View {
         ));
     }
     if r["connection_times"].is_object() {
-        charts.push(chart(
+        charts.push(percentile_bars(
             "Connection durations",
-            "Connect to agreed result, percentiles p50, p90, p99, ... left to right: a tall tail is connections that stalled.",
-            ("percentile (p50, p90, p99, ...)", Unit::Plain),
-            ("duration", Unit::Ms),
-            vec![latency_bars("duration", &r["connection_times"])],
+            "Connect to agreed result, by percentile: a tall tail is connections that stalled.",
+            "duration",
+            &[("duration", &r["connection_times"])],
         ));
     }
     let goodput = if secs > 0.0 {
@@ -162,14 +165,13 @@ pub(super) fn crr(r: &Value) -> View {
                 ms_fact(&percentile(&r["handshake"]["percentiles_us"], "p50")),
             ),
         ],
-        charts: vec![chart(
+        charts: vec![percentile_bars(
             "Handshake and transaction percentiles",
-            "Bars p50, p90, p99, ... left to right; a transaction far above its handshake is server time.",
-            ("percentile (p50, p90, p99, ...)", Unit::Plain),
-            ("time", Unit::Ms),
-            vec![
-                latency_bars("handshake", &r["handshake"]),
-                latency_bars("transaction", &r["transaction"]),
+            "A transaction far above its handshake is server time.",
+            "time",
+            &[
+                ("handshake", &r["handshake"]),
+                ("transaction", &r["transaction"]),
             ],
         )],
     }
@@ -179,6 +181,35 @@ pub(super) fn crr(r: &Value) -> View {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_direction_that_moved_nothing_has_no_goodput_line() {
+        let run = |sent: u64, received: u64| {
+            json!({"duration_secs": 1.0, "totals": {"sent": sent, "received": received},
+            "intervals": [
+                {"TimeSlice": 0.5, "SendBps": sent / 2, "RecvBps": received / 2},
+                {"TimeSlice": 1.0, "SendBps": sent / 2, "RecvBps": received / 2}
+            ]})
+        };
+        let lines = |r: &Value| -> Vec<String> {
+            let c = &tcp(r).charts[0];
+            assert_eq!(c.title, "Goodput over time");
+            c.series.iter().map(|s| s.name.clone()).collect()
+        };
+        assert_eq!(lines(&run(1000, 0)), ["sent"]);
+        assert_eq!(lines(&run(0, 1000)), ["received"]);
+        assert_eq!(lines(&run(1000, 1000)), ["sent", "received"]);
+        assert!(lines(&run(0, 0)).is_empty());
+        // The rates in bits: 500 B/s each half second.
+        assert_eq!(
+            tcp(&run(1000, 0)).charts[0].series[0].points,
+            [(0.5, 4000.0), (1.0, 4000.0)]
+        );
+        // Without totals (an interrupted run's partial file), the rows say.
+        let mut partial = run(1000, 0);
+        partial["totals"] = json!({});
+        assert_eq!(lines(&partial), ["sent"]);
+    }
 
     #[test]
     fn each_connection_is_a_line_of_its_rates_each_way_that_moved() {
