@@ -1702,7 +1702,10 @@ fn every_test_kind_past_max_duration_is_refused_up_front_naming_the_limit() {
         (vec!["ping", &t, "-i", "500ms", "-n", "10"], "4.5 s"),
         // A time on a count with no schedule: the time is the length.
         (vec!["rr", &t, "-t", "3"], "3 s"),
-        (vec!["ping", &t, "-i", "500ms", "-n", "10", "-t", "3"], "3 s"),
+        (
+            vec!["ping", &t, "-i", "500ms", "-n", "10", "-t", "3"],
+            "3 s",
+        ),
         (vec!["udp", &t, "-b", "1M", "-t", "5"], "5 s"),
         (
             vec![

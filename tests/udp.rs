@@ -403,6 +403,7 @@ fn the_delay_histogram_holds_every_delay_and_agrees_with_the_percentiles() {
             per_packet: false,
             start_at: None,
             cport: None,
+            connect_timeout: None,
         };
         let rep = run(
             &cfg,
@@ -500,6 +501,7 @@ fn parallel_streams_both_ways_share_one_clock_offset_and_no_delay_is_negative() 
             per_packet: false,
             start_at: None,
             cport: None,
+            connect_timeout: None,
         })
         .collect();
     let rep = run_streams(cfgs, Arc::new(AtomicBool::new(false)), &mut Quiet).expect("streams");
