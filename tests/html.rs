@@ -113,7 +113,7 @@ fn each_connection_is_charted_and_adds_up() {
             "--pattern",
             "duplex",
             "-i",
-            "50ms",
+            "100ms",
             "--connection-file",
             conns.to_str().unwrap(),
         ],

@@ -35,6 +35,7 @@ const PROTOCOL: &[&str] = &[
     "udp::analyze",
     "udp::clock",
     "udp::header",
+    "udp::hist",
     "udp::frames",
     "udp::iso",
     "load::model",

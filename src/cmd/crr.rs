@@ -76,6 +76,9 @@ const DEFAULT_COUNT: u64 = 10_000;
 struct Counted {
     inner: netrig::rr::crr::CrrCollector,
     progress: super::progress::Progress,
+    /// Said with the first transaction's end: a server that cannot be
+    /// reached gets its one error line alone.
+    banner: Option<String>,
 }
 
 impl client::Observer for Counted {
@@ -84,6 +87,9 @@ impl client::Observer for Counted {
     }
 
     fn connection(&mut self, rec: &client::ConnectionRecord) {
+        if let Some(b) = self.banner.take() {
+            netrig::out!("{b}");
+        }
         self.progress.inc();
         self.inner.connection(rec);
     }
@@ -129,6 +135,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     cfg.local_ports = a.sock.cport;
     cfg.key = key;
     let mut col = Counted {
+        banner: (verbosity >= 1).then(|| netrig::report::crr_banner(a.length, a.reply, a.parallel)),
         inner: netrig::rr::crr::CrrCollector::default(),
         progress: super::progress::Progress::new(
             count,
@@ -145,12 +152,6 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
     };
     let interrupt = interrupt_flag();
-    if verbosity >= 1 {
-        netrig::out!(
-            "{}",
-            netrig::report::crr_banner(a.length, a.reply, a.parallel)
-        );
-    }
     let result = client::run(cfg.clone(), interrupt, &mut col);
     col.progress.finish();
     let col = col.inner;

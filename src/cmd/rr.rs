@@ -347,9 +347,10 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
     let mut code = Exit::Ok;
     let mut output_errors = Vec::new();
     let mut setup_failure = None;
-    if spectrum.is_none() && verbosity >= 1 {
-        netrig::out!("{}", netrig::report::rr_banner(&base));
-    }
+    // Said with the first round trip: a server that cannot be reached gets
+    // its one error line alone.
+    let mut banner =
+        (spectrum.is_none() && verbosity >= 1).then(|| netrig::report::rr_banner(&base));
     if spectrum.is_some() && verbosity >= 1 {
         netrig::out!("{}", netrig::report::SPECTRUM_HEADERS.join(" "));
     }
@@ -362,6 +363,9 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
             ..base.clone()
         };
         let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |p| {
+            if let Some(b) = banner.take() {
+                netrig::out!("{b}");
+            }
             progress.inc();
             if let Some(l) = lines.as_mut() {
                 for row in l.probe(p) {

@@ -416,13 +416,22 @@ impl Worker<'_> {
                     let ahead = &mut slot.ahead;
                     let ran = self.run_conn(conn, out, ahead, &slot.stream, last, false);
                     self.wait_for(ran, k);
+                    let stream = &slot.stream;
                     if conn.is_done() {
                         // Nothing is read before the ack: only a write failed.
+                        // A server that refused the connection closes it once
+                        // its refusal is delivered and a little of what
+                        // follows is read, so the refusal may wait unread:
+                        // it is the reason, not the broken pipe.
+                        if let Ok(Some(Message::Error { message, .. })) =
+                            slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b))
+                        {
+                            return Err(Ended::Refused(message));
+                        }
                         let detail = conn.result().map(|r| r.0.detail.clone());
                         let e = detail.unwrap_or_default();
                         return Err(Ended::Failed(format!("data hello: {e}")));
                     }
-                    let stream = &slot.stream;
                     match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
                         Ok(None) => return Ok(()),
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
