@@ -89,6 +89,20 @@ fn count(v: &serde_json::Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
 
+/// A short tcp run's flags, its pattern to follow: the reports that
+/// overlay a push and a pull run use it.
+const TCP_SHORT: [&str; 9] = [
+    "-t",
+    "1s",
+    "-i",
+    "100ms",
+    "-P",
+    "2",
+    "-n",
+    "64M",
+    "--pattern",
+];
+
 /// Per-connection goodput: the first connections' byte counts over time
 /// end at what the connection file says each moved, add up to the run's
 /// totals, and each is a line in the report; the duration histogram holds
@@ -689,17 +703,7 @@ fn every_chart_reads_cleanly() {
         files.push((d.join(format!("{name}.json")), v.clone()));
         v
     };
-    let tcp = [
-        "-t",
-        "1s",
-        "-i",
-        "100ms",
-        "-P",
-        "2",
-        "-n",
-        "64M",
-        "--pattern",
-    ];
+    let tcp = TCP_SHORT;
     let push = run("run1", &[&["tcp", &a][..], &tcp, &["push"]].concat());
     let pull = run("run2", &[&["tcp", &a][..], &tcp, &["pull"]].concat());
     run("run1", &["udp", &a, "-t", "1s", "-i", "250ms"]);
@@ -816,17 +820,7 @@ fn chromium_renders_the_report() {
     let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let tcp = [
-        "-t",
-        "1s",
-        "-i",
-        "100ms",
-        "-P",
-        "2",
-        "-n",
-        "64M",
-        "--pattern",
-    ];
+    let tcp = TCP_SHORT;
     let mut files = Vec::new();
     for (sub, args) in [
         ("push", [&["tcp", &a][..], &tcp, &["push"]].concat()),

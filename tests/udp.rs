@@ -41,8 +41,9 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
     }
 }
 
-fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, Collect) {
-    let cfg = UdpClientConfig {
+/// A plain client of `spec` to `target`: no key, clocks estimated.
+fn client_cfg(target: SocketAddr, spec: UdpSpec) -> UdpClientConfig {
+    UdpClientConfig {
         key: None,
         target: target.to_string(),
         port: 0,
@@ -52,10 +53,17 @@ fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, C
         bind_dev: None,
         rcvbuf: None,
         sndbuf: None,
-        per_packet,
+        per_packet: false,
         start_at: None,
         cport: None,
         connect_timeout: None,
+    }
+}
+
+fn run_udp(target: SocketAddr, spec: UdpSpec, per_packet: bool) -> (UdpReport, Collect) {
+    let cfg = UdpClientConfig {
+        per_packet,
+        ..client_cfg(target, spec)
     };
     let mut c = Collect::default();
     let rep = run(&cfg, Arc::new(AtomicBool::new(false)), &mut c).expect("udp run");
@@ -391,19 +399,8 @@ fn the_delay_histogram_holds_every_delay_and_agrees_with_the_percentiles() {
         let mut sp = spec(false, 4_000_000, 500, 600);
         (sp.hist_bins, sp.hist_bin_ns) = (100, 50_000);
         let cfg = UdpClientConfig {
-            key: None,
-            target: relay.addr.to_string(),
-            port: 0,
-            spec: sp,
             synced: true,
-            bind: None,
-            bind_dev: None,
-            rcvbuf: None,
-            sndbuf: None,
-            per_packet: false,
-            start_at: None,
-            cport: None,
-            connect_timeout: None,
+            ..client_cfg(relay.addr, sp)
         };
         let rep = run(
             &cfg,
@@ -481,27 +478,18 @@ fn parallel_streams_both_ways_share_one_clock_offset_and_no_delay_is_negative() 
     let srv = TestServer::start();
     let id = uuid::Uuid::new_v4();
     let cfgs: Vec<UdpClientConfig> = (0..4u32)
-        .map(|i| UdpClientConfig {
-            key: None,
-            target: srv.addr.to_string(),
-            port: 0,
-            spec: UdpSpec {
-                group: Some(StreamGroup {
-                    id,
-                    streams: 4,
-                    index: i,
-                }),
-                ..spec(i >= 2, 8_000_000, 1000, 800)
-            },
-            synced: false,
-            bind: None,
-            bind_dev: None,
-            rcvbuf: None,
-            sndbuf: None,
-            per_packet: false,
-            start_at: None,
-            cport: None,
-            connect_timeout: None,
+        .map(|i| {
+            client_cfg(
+                srv.addr,
+                UdpSpec {
+                    group: Some(StreamGroup {
+                        id,
+                        streams: 4,
+                        index: i,
+                    }),
+                    ..spec(i >= 2, 8_000_000, 1000, 800)
+                },
+            )
         })
         .collect();
     let rep = run_streams(cfgs, Arc::new(AtomicBool::new(false)), &mut Quiet).expect("streams");
