@@ -182,6 +182,11 @@ mod tests {
 
     #[test]
     fn reply_words_round_trip_and_any_flipped_bit_shows() {
+        // The check word is the complement of the XOR: bits set in both
+        // stamp and place cancel.
+        assert_eq!(reply_words(0b1100, 0b1010), [0b1100, 0b1010, !0b0110]);
+        assert_eq!(read_reply_words([0b1100, 0b1010, !0b0110]), Some((12, 10)));
+        assert_eq!(read_reply_words([0b1100, 0b1010, !0b1110]), None);
         let w = reply_words(1_700_000_000_123_456_789, 42);
         assert_eq!(read_reply_words(w), Some((1_700_000_000_123_456_789, 42)));
         for word in 0..3 {
