@@ -89,6 +89,9 @@ fn count(v: &serde_json::Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
 
+/// A short load run's flags, its phase to follow.
+const LOAD_SHORT: [&str; 7] = ["--idle", "1s", "--phase-time", "4s", "-P", "2", "--phases"];
+
 /// A short tcp run's flags, its pattern to follow: the reports that
 /// overlay a push and a pull run use it.
 const TCP_SHORT: [&str; 9] = [
@@ -332,18 +335,7 @@ fn every_result_kind_renders_with_its_data() {
     let (v, h) = run_and_render(
         d,
         "load",
-        &[
-            "load",
-            &a,
-            "--idle",
-            "1s",
-            "--phase-time",
-            "4s",
-            "--phases",
-            "upload",
-            "-P",
-            "2",
-        ],
+        &[&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
     );
     let udp = v["result"]["probes"]
         .as_array()
@@ -713,18 +705,7 @@ fn every_chart_reads_cleanly() {
     let crr = run("run1", &["crr", &a, "-n", "200"]);
     let load = run(
         "run1",
-        &[
-            "load",
-            &a,
-            "--idle",
-            "1s",
-            "--phase-time",
-            "4s",
-            "--phases",
-            "upload",
-            "-P",
-            "2",
-        ],
+        &[&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
     );
     // All of them in one report: tcp's two overlaid.
     let out = d.join("all.html");
@@ -828,18 +809,7 @@ fn chromium_renders_the_report() {
         ("ping", vec!["ping", &a, "-n", "50", "-i", "10ms"]),
         (
             "load",
-            vec![
-                "load",
-                &a,
-                "--idle",
-                "1s",
-                "--phase-time",
-                "4s",
-                "--phases",
-                "download",
-                "-P",
-                "2",
-            ],
+            [&["load", &a][..], &LOAD_SHORT, &["download"]].concat(),
         ),
     ] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
