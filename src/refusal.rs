@@ -133,6 +133,8 @@ pub enum Limit {
     Tests { max: u32 },
     #[error("max {max} concurrent tests per client address ({ip} has {has})")]
     TestsPerClient { max: u32, ip: IpAddr, has: u32 },
+    #[error("max {max} concurrent UDP streams per client address ({ip} has {has})")]
+    StreamsPerClient { max: u32, ip: IpAddr, has: u32 },
     #[error("max {max} connections per client address ({ip} has {has})")]
     ConnectionsPerClient { max: u32, ip: IpAddr, has: u32 },
 }

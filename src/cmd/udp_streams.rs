@@ -135,7 +135,13 @@ pub fn run(
     if let Some(f) = &failure {
         eprintln!("netrig: {f}");
     }
-    let code = run_code(corrupt, rep.server_lost, rep.interrupted);
+    let refused = rep.streams.iter().any(|s| s.refused);
+    let code = match run_code(corrupt, rep.server_lost, rep.interrupted) {
+        // A stream the server turned away is a refusal, unless data failed
+        // verification (which wins over everything).
+        super::Exit::Ok | super::Exit::Interrupted if refused => super::Exit::Refused,
+        c => c,
+    };
     sink.end(Some(&rep), failure.as_deref());
     let mut errors = reporter.take_errors();
     errors.extend(sink.take_errors());

@@ -188,7 +188,7 @@ pub fn connect_stream(
 }
 
 /// Enables TCP keepalive so a vanished peer on an idle control connection is noticed.
-pub fn keepalive(stream: &TcpStream) -> io::Result<()> {
+pub fn keepalive(stream: &impl std::os::fd::AsFd) -> io::Result<()> {
     let ka = TcpKeepalive::new()
         .with_time(Duration::from_secs(10))
         .with_interval(Duration::from_secs(5))

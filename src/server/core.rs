@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use super::control::{Control, Job, Turn, run_job};
 use super::limits::{ClientSlot, Slot};
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
 use super::{State, take_client_slot};
@@ -101,19 +102,22 @@ impl Core {
 }
 
 /// What happens to a connection after a step.
-enum Next {
+enum Next<'a> {
     /// It waits for its socket or a timer.
     Keep,
     /// It is over.
     Close,
-    /// It is a control connection (its hello, and its setup deadline).
-    Control(crate::proto::Hello, Instant),
+    /// Its test runs on a worker thread, which takes the connection.
+    Run(Job<'a>),
 }
 
-enum Stage {
+enum Stage<'a> {
     /// Reading the first frame, until the setup deadline.
     First { setup: Instant },
-    /// Writing an error frame, then lingering.
+    /// A control conversation.
+    Control(Box<Control<'a>>),
+    /// Writing a last frame or a few (a refusal, a conversation's last
+    /// answers), then lingering.
     Refuse(Out),
     /// The error frame is written and this end shut: what still arrives is
     /// read and discarded, at most [`REFUSAL_READ`] bytes, until the client
@@ -138,7 +142,7 @@ enum Stage {
 struct Slot2<'a> {
     stream: TcpStream,
     peer: SocketAddr,
-    stage: Stage,
+    stage: Stage<'a>,
     /// What was read past what the connection wanted yet (the first data
     /// behind a data hello).
     ahead: ReadAhead,
@@ -365,7 +369,7 @@ impl<'a> Loop<'a> {
 
     /// Keeps `slot` (joining it to the poll first when `new`), closes it,
     /// or hands it to a control thread, as its step said.
-    fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next, new: bool) {
+    fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next<'a>, new: bool) {
         match next {
             Next::Keep => {
                 let both = Interest::READABLE | Interest::WRITABLE;
@@ -379,17 +383,17 @@ impl<'a> Loop<'a> {
                 self.slots[k] = Some(slot)
             }
             Next::Close => self.close(k, *slot),
-            Next::Control(h, setup) => {
+            Next::Run(job) => {
                 self.free.push(k);
                 self.loops.left(self.index);
-                self.spawn_control(*slot, h, setup);
+                self.spawn_worker(*slot, job);
             }
         }
     }
 
     /// Moves `slot` until it blocks, ends, or turns out to be a control
     /// connection.
-    fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next {
+    fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next<'a> {
         let st = self.st;
         loop {
             match &mut slot.stage {
@@ -411,25 +415,14 @@ impl<'a> Loop<'a> {
                     };
                     slot.last_progress = Instant::now();
                     match hello {
-                        // A control client waits for the answer to its
-                        // hello: bytes behind it would be lost to the
-                        // control thread, which reads the socket itself.
-                        Message::Hello(_) if !slot.ahead.is_empty() => {
-                            slot.stage = refuse(
-                                st,
-                                slot.peer,
-                                &Refusal::Unexpected {
-                                    got: "bytes".into(),
-                                    context: "behind a hello, before its answer",
-                                },
-                            );
-                        }
                         Message::Hello(h) => {
                             let setup = match slot.stage {
                                 Stage::First { setup, .. } => setup,
                                 _ => Instant::now(),
                             };
-                            return Next::Control(h, setup);
+                            let _ = crate::net::keepalive(&slot.stream);
+                            let c = Control::new(st, slot.peer, &h, setup);
+                            slot.stage = Stage::Control(Box::new(c));
                         }
                         Message::DataHello(h) => {
                             slot.stage = self.data(slot.peer, &h);
@@ -558,12 +551,27 @@ impl<'a> Loop<'a> {
                     };
                 }
                 Stage::Tail { out, .. } => return keep_if_blocked(out.flush(&slot.stream)),
+                Stage::Control(c) => {
+                    let now = Instant::now();
+                    match c.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
+                        Turn::Wait(at) => {
+                            if let Some(at) = at {
+                                self.timers.push(at, k);
+                            }
+                            return Next::Keep;
+                        }
+                        // Dropping the conversation ends its session.
+                        Turn::Last(out) => slot.stage = Stage::Refuse(out),
+                        Turn::Gone => return Next::Close,
+                        Turn::Run(job) => return Next::Run(job),
+                    }
+                }
             }
         }
     }
 
     /// The stage after a data hello: admitted (the ack is queued) or refused.
-    fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage {
+    fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage<'a> {
         match admit(self.st, peer, h) {
             Err(why) => refuse(self.st, peer, &why),
             Ok(a) => {
@@ -576,32 +584,40 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// A control connection goes to a thread of its own, which counts it
-    /// in the open connections (and its client's) from then on.
-    fn spawn_control(&mut self, slot: Slot2<'a>, h: crate::proto::Hello, setup: Instant) {
+    /// An admitted UDP or request/response test goes to a worker thread of
+    /// its own, with its test slots (which bound the workers) and its
+    /// connection, counted in the open connections (and its client's) from
+    /// then on.
+    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Job<'a>) {
         let Slot2 {
-            mut stream, peer, ..
+            mut stream,
+            peer,
+            _open,
+            _client,
+            ..
         } = slot;
         let _ = self.poll.registry().deregister(&mut stream);
         // SAFETY: the descriptor was just released by the mio stream and is
         // owned by the std stream from here on.
         let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
         let st = Arc::clone(&self.arc);
-        st.open.fetch_add(1, SeqCst);
+        let Job { test, slots } = job;
+        let held = slots.hand_over();
+        std::mem::forget(_open);
+        std::mem::forget(_client);
         let r = std::thread::Builder::new()
+            .name("serve-test".into())
             .stack_size(256 * 1024)
             .spawn(move || {
                 let _open = Slot::adopt(&st.open);
-                let (_client, _) = take_client_slot(&st.per_client, peer.ip().to_canonical());
-                let ready = stream
-                    .set_nonblocking(false)
-                    .and_then(|_| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
-                if ready.is_ok() {
-                    super::control(&st, &stream, peer, h, setup);
-                }
+                let _client = ClientSlot {
+                    map: &st.per_client,
+                    ip: peer.ip().to_canonical(),
+                };
+                let _slots = held.adopt(&st);
+                run_job(&st, &stream, peer, test);
             });
         if let Err(e) = r {
-            self.arc.open.fetch_sub(1, SeqCst);
             eprintln!("cannot start a thread for {peer}: {e}");
         }
     }
@@ -679,14 +695,14 @@ fn all_acked(s: &TcpStream) -> bool {
 }
 
 /// The stage that refuses a connection, logged.
-fn refuse(st: &State, peer: SocketAddr, why: &Refusal) -> Stage {
+fn refuse<'a>(st: &State, peer: SocketAddr, why: &Refusal) -> Stage<'a> {
     super::log_refusal(st, peer, why);
     Stage::Refuse(Out::new(crate::proto::encode(&why.message())))
 }
 
 /// Keep a connection whose output is still going out; close it once all
 /// is out or the write failed.
-fn keep_if_blocked(r: io::Result<bool>) -> Next {
+fn keep_if_blocked<'a>(r: io::Result<bool>) -> Next<'a> {
     match r {
         Ok(false) => Next::Keep,
         _ => Next::Close,

@@ -19,19 +19,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::conversation::{Conversation, Step};
-use crate::proto::{
-    Hello, Message, PROTOCOL_VERSION, ReadError, TestSpec, read_message, write_message,
-};
+use crate::proto::{PROTOCOL_VERSION, TestSpec, write_message};
 use crate::refusal::{Limit, Refusal};
 
+mod control;
 mod core;
 mod groups;
 pub mod limits;
 mod tcp;
 
-use crate::net::Timed;
-use limits::{ClientSlot, Slot, take_slot};
+use limits::{ClientSlot, take_slot};
 pub use limits::{GRACE, Limits};
 use tcp::{Session, validate};
 
@@ -80,6 +77,8 @@ pub(crate) struct State {
     tests: AtomicU64,
     per_client: Mutex<HashMap<IpAddr, u32>>,
     tests_per_client: Mutex<HashMap<IpAddr, u32>>,
+    /// UDP streams per client address.
+    streams_per_client: Mutex<HashMap<IpAddr, u32>>,
     /// Connections being served.
     open: AtomicU64,
     /// UDP stream groups open for more streams.
@@ -138,6 +137,7 @@ impl Server {
             tests: AtomicU64::new(0),
             per_client: Mutex::new(HashMap::new()),
             tests_per_client: Mutex::new(HashMap::new()),
+            streams_per_client: Mutex::new(HashMap::new()),
             open: AtomicU64::new(0),
             groups: groups::Groups::default(),
         });
@@ -355,12 +355,56 @@ fn take_client_slot(map: &Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> (ClientSlo
     (ClientSlot { map, ip }, *n)
 }
 
-/// Takes a test slot, server-wide and for `ip`, or names the limit reached.
-fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>), Limit> {
+/// Most UDP streams one address may run at once: half the server's tests,
+/// so that one address's groups can never hold every test slot.
+fn max_streams_per_client(limits: &Limits) -> u32 {
+    (limits.max_tests / 2).max(1)
+}
+
+/// Takes the slots `test` needs, or names the limit reached: one of the
+/// server's `--max-tests` for every test and every UDP stream (each runs on
+/// a worker thread of its own); one of its address's
+/// `--max-tests-per-client` for a test, or for a UDP group as a whole (as
+/// iperf3 counts one test however many streams it has); and for UDP, one of
+/// its address's [`max_streams_per_client`].
+fn take_test_slots<'a>(
+    st: &'a State,
+    ip: IpAddr,
+    test: &TestSpec,
+    now: Instant,
+) -> Result<control::TestSlots<'a>, Limit> {
     let limits = st.cfg.limits;
-    let all = take_slot(&st.tests, u64::from(limits.max_tests)).ok_or(Limit::Tests {
+    let group = match test {
+        TestSpec::Udp(u) => Some(u.group),
+        _ => None,
+    };
+    let test = take_slot(&st.tests, u64::from(limits.max_tests)).ok_or(Limit::Tests {
         max: limits.max_tests,
     })?;
+    let streams = match group {
+        None => None,
+        Some(_) => {
+            let max = max_streams_per_client(&limits);
+            let (mine, n) = take_client_slot(&st.streams_per_client, ip);
+            if n > max {
+                return Err(Limit::StreamsPerClient {
+                    max,
+                    ip,
+                    has: n - 1,
+                });
+            }
+            Some(mine)
+        }
+    };
+    // A group's later streams ride on its first one's client slot.
+    let group = group.flatten();
+    if group.is_some_and(|g| g.index > 0 && st.groups.join(g.id, ip, now)) {
+        return Ok(control::TestSlots {
+            test,
+            client: None,
+            streams,
+        });
+    }
     let (mine, n) = take_client_slot(&st.tests_per_client, ip);
     if n > limits.max_tests_per_client {
         return Err(Limit::TestsPerClient {
@@ -369,157 +413,20 @@ fn take_test_slots(st: &State, ip: IpAddr) -> Result<(Slot<'_>, ClientSlot<'_>),
             has: n - 1,
         });
     }
-    Ok((all, mine))
-}
-
-fn control(st: &State, stream: &TcpStream, peer: SocketAddr, hello: Hello, setup: Instant) {
-    let exiting = st
-        .cfg
-        .exit_after
-        .is_some_and(|n| st.admitted.load(SeqCst) >= n);
-    let limits = st.cfg.limits;
-    let (mut conv, mut steps) = Conversation::new(
-        &hello,
-        exiting,
-        st.cfg.key.clone(),
-        crate::auth::nonce_bytes(),
-        limits.max_duration,
-    );
-    let _ = crate::net::keepalive(stream);
-    let mut s = stream;
-    let mut session: Option<(Uuid, Arc<Session>)> = None;
-    let mut _test_slots = None;
-    // Before a test: the setup deadline bounds the greeting and the proof.
-    let mut reader = Timed::new(stream, st.cfg.handshake_timeout, setup);
-    'talk: loop {
-        let mut i = 0;
-        while i < steps.len() {
-            let step = std::mem::replace(&mut steps[i], Step::Close);
-            i += 1;
-            match step {
-                Step::Send(m) => {
-                    if write_message(&mut s, &m).is_err() {
-                        break 'talk;
-                    }
-                }
-                Step::Refuse(why) => {
-                    log_refusal(st, peer, &why);
-                    reply_error(stream, &why);
-                    break 'talk;
-                }
-                Step::Close => break 'talk,
-                Step::Cancel => {
-                    if let Some((_, sess)) = &session {
-                        sess.cancel();
-                    }
-                }
-                Step::Abort => {
-                    if let Some((_, sess)) = &session {
-                        sess.abort();
-                    }
-                }
-                Step::Finish => {
-                    if let Some((_, sess)) = &session {
-                        // The client may say goodbye while our side of its
-                        // last connections is still being counted: wait
-                        // briefly for them.
-                        let t0 = Instant::now();
-                        while sess.counters.in_flight.load(SeqCst) > 0
-                            && t0.elapsed() < Duration::from_secs(5)
-                        {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                        for m in sess.rows_frames() {
-                            let _ = write_message(&mut s, &m);
-                        }
-                        let _ = write_message(&mut s, &Message::Summary(sess.summary()));
-                    }
-                }
-                Step::Admit(test) => {
-                    let ip = peer.ip().to_canonical();
-                    let group = match &test {
-                        TestSpec::Udp(u) => u.group,
-                        _ => None,
-                    };
-                    let now = Instant::now();
-                    // A group's later streams ride on its first one's slot.
-                    let joined =
-                        group.is_some_and(|g| g.index > 0 && st.groups.join(g.id, ip, now));
-                    if !joined {
-                        match take_test_slots(st, ip) {
-                            Ok(slots) => _test_slots = Some(slots),
-                            Err(why) => {
-                                steps.extend(conv.refused(why.into()));
-                                continue;
-                            }
-                        }
-                        if let Some(g) = group.filter(|g| g.index == 0) {
-                            st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
-                        }
-                    }
-                    match admit_test(st, stream, peer, test, conv.datagram_key()) {
-                        Admission::HandedOff => {
-                            conv.handed_off();
-                            break 'talk;
-                        }
-                        Admission::Refused(why) => steps.extend(conv.refused(why)),
-                        Admission::Tcp(id, sess) => {
-                            // Control idles during the test; keepalive
-                            // notices a vanished client, the deadline ends an
-                            // endless session.
-                            reader = Timed::new(stream, limits.deadline(), sess.guard.deadline());
-                            session = Some((id, sess));
-                            steps.extend(conv.accepted(id));
-                        }
-                    }
-                }
-            }
-        }
-        if conv.is_done() {
-            break;
-        }
-        steps = match read_message(&mut reader) {
-            Ok(m) => conv.on_message(m),
-            Err(ReadError::Proto(e)) => conv.on_malformed(e),
-            Err(ReadError::Io(e))
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                conv.on_timeout()
-            }
-            Err(_) => conv.on_closed(),
-        };
+    if let Some(g) = group.filter(|g| g.index == 0) {
+        st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
     }
-    if let Some((id, sess)) = session {
-        sess.cancel();
-        st.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        if st.cfg.verbosity >= 1 {
-            let sum = sess.summary();
-            crate::out!(
-                "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
-                sess.peer,
-                sess.started.elapsed().as_secs_f64(),
-                sum.connections,
-                sum.success,
-                sum.network_errors,
-                sum.data_errors,
-                sum.cancelled,
-                sum.bytes_sent,
-                sum.bytes_received
-            );
-        }
-    }
+    Ok(control::TestSlots {
+        test,
+        client: Some(mine),
+        streams,
+    })
 }
 
 /// What became of a test request.
 enum Admission {
-    /// A UDP or request/response test ran on this connection, to its end.
-    HandedOff,
+    /// A UDP or request/response test, checked, to run on a worker thread.
+    Worker(control::Test),
     /// Refused, with the reason.
     Refused(Refusal),
     /// A TCP test runs as this session.
@@ -529,7 +436,6 @@ enum Admission {
 /// Runs or registers the test `test` asks for, within the server's limits.
 fn admit_test(
     st: &State,
-    stream: &TcpStream,
     peer: SocketAddr,
     test: TestSpec,
     datagram_key: Option<crate::auth::DatagramKey>,
@@ -542,8 +448,7 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, datagram_key);
-            Admission::HandedOff
+            Admission::Worker(control::Test::Udp(spec, datagram_key))
         }
         TestSpec::Rr(mut spec) => {
             if let Err(why) = crate::rr::serve::validate(&spec) {
@@ -556,9 +461,7 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
-            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits);
-            Admission::HandedOff
+            Admission::Worker(control::Test::Rr(spec))
         }
         TestSpec::Tcp(tcp) => {
             let spec = match validate(&tcp, &limits).and_then(|t| {

@@ -33,6 +33,10 @@ pub struct StreamResult {
     pub report: Option<UdpReport>,
     /// Why it could not run, if it could not.
     pub error: Option<String>,
+    /// The server refused it (a limit, the key): the run's exit code says
+    /// so rather than calling the server lost.
+    #[serde(skip)]
+    pub refused: bool,
 }
 
 /// What a many-stream test measured.
@@ -194,6 +198,12 @@ pub fn run_streams(
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
+            let refused = matches!(
+                r,
+                Some(Err(
+                    ClientError::Refused { .. } | ClientError::Unproven { .. }
+                ))
+            );
             let (report, error) = match r {
                 Some(Ok(rep)) => (Some(rep), None),
                 Some(Err(e)) => (None, Some(e.to_string())),
@@ -204,6 +214,7 @@ pub fn run_streams(
                 reverse: reverse[i],
                 report,
                 error,
+                refused,
             }
         })
         .collect();
@@ -220,6 +231,7 @@ fn single(rep: UdpReport, reverse: bool) -> StreamsReport {
             reverse,
             report: Some(rep),
             error: None,
+            refused: false,
         }],
         intervals,
         offset,
@@ -245,7 +257,8 @@ fn summarise(
         sum_down: sum(true),
         intervals,
         interrupted: reports().any(|r| r.interrupted),
-        server_lost: reports().any(|r| r.server_lost) || streams.iter().any(|s| s.error.is_some()),
+        server_lost: reports().any(|r| r.server_lost)
+            || streams.iter().any(|s| s.error.is_some() && !s.refused),
         duration_secs: reports().map(|r| r.duration_secs).fold(0.0, f64::max),
         offset,
         streams,

@@ -1,0 +1,376 @@
+//! A control connection on the server's event loops: the [`Conversation`]
+//! machine fed from the connection's read-ahead and driven by its own
+//! deadline timer, without a thread. A connection costs a thread only once
+//! its test is admitted — a UDP or request/response test runs on a worker
+//! thread of its own, and those are bounded by `--max-tests`, as every
+//! worker holds a test slot — so no number of greetings, proofs or idle
+//! control connections can make the server start threads.
+//!
+//! A TCP test's control connection stays here for the whole test: it waits
+//! for the client's stop or goodbye (or the session's deadline) and then
+//! answers with the server's rows and summary.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use uuid::Uuid;
+
+use super::limits::{ClientSlot, Slot};
+use super::tcp::Session;
+use super::{Admission, State, admit_test, log_refusal, take_test_slots};
+use crate::auth::DatagramKey;
+use crate::conversation::{Conversation, Step};
+use crate::net::ahead::ReadAhead;
+use crate::net::out::Out;
+use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
+use crate::refusal::Refusal;
+use crate::tcp::drive::Socket;
+
+/// Answers queued to a client that does not read them, past which the
+/// server stops reading its messages until they are out: a client cannot
+/// make the server queue without bound by sending faster than it reads.
+const OUT_HIGH: usize = 64 * 1024;
+
+/// Longest the summary waits for the session's last connections to be
+/// counted after the client's goodbye.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
+/// How often it looks meanwhile.
+const FINISH_CHECK: Duration = Duration::from_millis(2);
+
+/// What the loop does with a control connection after a turn.
+pub(super) enum Turn<'a> {
+    /// It waits for its socket, or until this time (None: a timer is set
+    /// for it already).
+    Wait(Option<Instant>),
+    /// Its last frames (a refusal, or the answers to a goodbye) go out,
+    /// then it closes.
+    Last(Out),
+    /// The connection failed or the client left.
+    Gone,
+    /// The test runs on a worker thread, which takes the connection.
+    Run(Job<'a>),
+}
+
+/// A UDP or request/response test admitted to run on a worker thread, and
+/// the test slots it holds until it ends.
+pub(super) struct Job<'a> {
+    pub(super) test: Test,
+    pub(super) slots: TestSlots<'a>,
+}
+
+/// The tests that run on a worker thread.
+pub(super) enum Test {
+    Udp(UdpSpec, Option<DatagramKey>),
+    Rr(RrSpec),
+}
+
+/// The counts a test holds: the server's tests, its address's tests (the
+/// first stream of a group, or a lone test) and its address's streams (every
+/// UDP stream).
+pub(super) struct TestSlots<'a> {
+    pub(super) test: Slot<'a>,
+    pub(super) client: Option<ClientSlot<'a>>,
+    pub(super) streams: Option<ClientSlot<'a>>,
+}
+
+impl TestSlots<'_> {
+    /// What to count again on a worker thread ([`Held::adopt`]), as these
+    /// counts are handed over there without being given back.
+    pub(super) fn hand_over(self) -> Held {
+        let held = Held {
+            client: self.client.as_ref().map(|c| c.ip),
+            streams: self.streams.as_ref().map(|c| c.ip),
+        };
+        std::mem::forget(self.test);
+        std::mem::forget(self.client);
+        std::mem::forget(self.streams);
+        held
+    }
+}
+
+/// Test slots handed from a loop to a worker thread.
+pub(super) struct Held {
+    client: Option<IpAddr>,
+    streams: Option<IpAddr>,
+}
+
+impl Held {
+    /// The slots again, borrowing the worker's reference to the state.
+    pub(super) fn adopt(self, st: &State) -> TestSlots<'_> {
+        TestSlots {
+            test: Slot::adopt(&st.tests),
+            client: self.client.map(|ip| ClientSlot {
+                map: &st.tests_per_client,
+                ip,
+            }),
+            streams: self.streams.map(|ip| ClientSlot {
+                map: &st.streams_per_client,
+                ip,
+            }),
+        }
+    }
+}
+
+/// A control conversation, server side, on a loop.
+pub(super) struct Control<'a> {
+    st: &'a State,
+    peer: SocketAddr,
+    conv: Conversation,
+    steps: VecDeque<Step>,
+    session: Option<(Uuid, Arc<Session>)>,
+    /// A TCP session's slots, held as long as the conversation.
+    slots: Option<TestSlots<'a>>,
+    out: Out,
+    /// The setup deadline before a test, the session's during one.
+    deadline: Instant,
+    /// Since when the summary waits for the last connections.
+    finishing: Option<Instant>,
+    /// The loop's timer set for this connection, so that each turn does not
+    /// add one more.
+    armed: Option<Instant>,
+}
+
+impl<'a> Control<'a> {
+    /// Starts from the client's hello, which came before `setup`.
+    pub(super) fn new(
+        st: &'a State,
+        peer: SocketAddr,
+        hello: &crate::proto::Hello,
+        setup: Instant,
+    ) -> Control<'a> {
+        let exiting = st
+            .cfg
+            .exit_after
+            .is_some_and(|n| st.admitted.load(SeqCst) >= n);
+        let (conv, steps) = Conversation::new(
+            hello,
+            exiting,
+            st.cfg.key.clone(),
+            crate::auth::nonce_bytes(),
+            st.cfg.limits.max_duration,
+        );
+        Control {
+            st,
+            peer,
+            conv,
+            steps: steps.into(),
+            session: None,
+            slots: None,
+            out: Out::new(Vec::new()),
+            deadline: setup,
+            finishing: None,
+            armed: None,
+        }
+    }
+
+    /// Takes the steps due, writes what is queued and reads what came,
+    /// until the connection would block, its conversation ends or its test
+    /// leaves for a worker.
+    pub(super) fn turn(
+        &mut self,
+        stream: &TcpStream,
+        ahead: &mut ReadAhead,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Turn<'a> {
+        loop {
+            while let Some(step) = self.steps.pop_front() {
+                match step {
+                    Step::Send(m) => self.out.push(&encode(&m)),
+                    Step::Refuse(why) => return self.refuse(&why),
+                    Step::Close => return Turn::Last(self.take_out()),
+                    Step::Cancel => self.each_session(|s| s.cancel()),
+                    Step::Abort => self.each_session(|s| s.abort()),
+                    Step::Finish => {
+                        if let Some(at) = self.finish(now) {
+                            self.steps.push_front(Step::Finish);
+                            return self.wait(at);
+                        }
+                    }
+                    Step::Admit(test) => {
+                        let unread = !ahead.is_empty();
+                        if let Some(turn) = self.admit(test, unread) {
+                            return turn;
+                        }
+                    }
+                }
+            }
+            if self.conv.is_done() {
+                return Turn::Last(self.take_out());
+            }
+            match self.out.flush(stream) {
+                Ok(true) => {}
+                // Answers wait for a client that does not read; past the
+                // mark, its messages wait too.
+                Ok(false) if self.out.pending() >= OUT_HIGH => return self.wait(self.deadline),
+                Ok(false) => {}
+                Err(_) => return Turn::Gone,
+            }
+            if now >= self.deadline {
+                let steps = self.conv.on_timeout();
+                self.steps.extend(steps);
+                continue;
+            }
+            let steps = match ahead.read_frame(buf, |b| stream.recv(b)) {
+                Ok(None) => return self.wait(self.deadline),
+                Ok(Some(m)) => self.conv.on_message(m),
+                Err(ReadError::Proto(e)) => self.conv.on_malformed(e),
+                Err(_) => self.conv.on_closed(),
+            };
+            self.steps.extend(steps);
+        }
+    }
+
+    fn wait(&mut self, at: Instant) -> Turn<'a> {
+        if self.armed == Some(at) {
+            return Turn::Wait(None);
+        }
+        self.armed = Some(at);
+        Turn::Wait(Some(at))
+    }
+
+    fn take_out(&mut self) -> Out {
+        std::mem::replace(&mut self.out, Out::new(Vec::new()))
+    }
+
+    fn refuse(&mut self, why: &Refusal) -> Turn<'a> {
+        log_refusal(self.st, self.peer, why);
+        self.out.push(&encode(&why.message()));
+        Turn::Last(self.take_out())
+    }
+
+    fn each_session(&self, f: impl FnOnce(&Session)) {
+        if let Some((_, s)) = &self.session {
+            f(s);
+        }
+    }
+
+    /// Queues the session's rows and summary once its connections are
+    /// counted, or says when to look again.
+    fn finish(&mut self, now: Instant) -> Option<Instant> {
+        let Some((_, sess)) = &self.session else {
+            return None;
+        };
+        // The client may say goodbye while this end of its last
+        // connections is still being counted.
+        let since = *self.finishing.get_or_insert(now);
+        if sess.counters.in_flight.load(SeqCst) > 0 && now < since + FINISH_WAIT {
+            return Some(now + FINISH_CHECK);
+        }
+        let mut frames = Vec::new();
+        for m in sess.rows_frames() {
+            frames.extend_from_slice(&encode(&m));
+        }
+        frames.extend_from_slice(&encode(&Message::Summary(sess.summary())));
+        self.out.push(&frames);
+        None
+    }
+
+    /// Decides on a test request: refused (a turn that says so), a TCP
+    /// session registered here (None: the conversation goes on), or a test
+    /// for a worker.
+    fn admit(&mut self, test: TestSpec, unread: bool) -> Option<Turn<'a>> {
+        let st = self.st;
+        let ip = self.peer.ip().to_canonical();
+        let slots = match take_test_slots(st, ip, &test, Instant::now()) {
+            Ok(slots) => slots,
+            Err(why) => {
+                let steps = self.conv.refused(why.into());
+                self.steps.extend(steps);
+                return None;
+            }
+        };
+        let key = self.conv.datagram_key();
+        match admit_test(st, self.peer, test, key) {
+            Admission::Refused(why) => {
+                let steps = self.conv.refused(why);
+                self.steps.extend(steps);
+                None
+            }
+            Admission::Tcp(id, sess) => {
+                self.deadline = sess.guard.deadline();
+                self.session = Some((id, sess));
+                self.slots = Some(slots);
+                let steps = self.conv.accepted(id);
+                self.steps.extend(steps);
+                None
+            }
+            // A worker reads the connection itself: bytes read ahead of
+            // the answer would be lost to it.
+            Admission::Worker(_) if unread => {
+                let why = Refusal::Unexpected {
+                    got: "bytes".into(),
+                    context: "behind a test request, before its answer",
+                };
+                let steps = self.conv.refused(why);
+                self.steps.extend(steps);
+                None
+            }
+            Admission::Worker(test) => {
+                self.conv.handed_off();
+                if !self.out.is_empty() {
+                    // Everything before the request was answered and
+                    // written before it was read; this cannot happen, but
+                    // a worker must not start behind unwritten answers.
+                    return Some(Turn::Gone);
+                }
+                Some(Turn::Run(Job { test, slots }))
+            }
+        }
+    }
+}
+
+impl Drop for Control<'_> {
+    /// A session lives exactly as long as its control connection.
+    fn drop(&mut self) {
+        let Some((id, sess)) = self.session.take() else {
+            return;
+        };
+        sess.cancel();
+        let st = self.st;
+        st.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if st.cfg.verbosity >= 1 {
+            let sum = sess.summary();
+            crate::out!(
+                "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
+                sess.peer,
+                sess.started.elapsed().as_secs_f64(),
+                sum.connections,
+                sum.success,
+                sum.network_errors,
+                sum.data_errors,
+                sum.cancelled,
+                sum.bytes_sent,
+                sum.bytes_received
+            );
+        }
+    }
+}
+
+/// Runs a worker's test on its (blocking) connection, to its end.
+pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr, test: Test) {
+    let ready = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
+    if ready.is_err() {
+        return;
+    }
+    let _ = crate::net::keepalive(stream);
+    let limits = st.cfg.limits;
+    match test {
+        Test::Udp(spec, key) => {
+            crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, key)
+        }
+        Test::Rr(spec) => {
+            let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
+            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits)
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Issue 27's thread findings against a real server process: greetings
+//! from many addresses once started a thread each (the server aborted at
+//! ~16k), and UDP stream groups multiplied the per-test bounds. Threads may
+//! now only start for an admitted test, and every one holds a test slot.
+
+#[path = "common/bin.rs"]
+mod bin;
+
+use bin::*;
+use netrig::proto::{self, Message};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// The server's event loops (two per core) and its main thread.
+fn base_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) * 2 + 1
+}
+
+/// A connection from `src` that has said hello and been answered.
+fn greeted(src: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(src, 0).into())?;
+    s.connect_timeout(&to.into(), Duration::from_secs(10))?;
+    let mut s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    proto::write_message(&mut s, &Message::Hello(Message::hello()))?;
+    match proto::read_message(&mut s) {
+        Ok(Message::HelloAck(_)) => Ok(s),
+        other => Err(std::io::Error::other(format!("{other:?}"))),
+    }
+}
+
+/// Highest thread count of `pid` seen while `run` runs.
+fn peak_threads_during(pid: u32, run: impl FnOnce()) -> usize {
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                peak.fetch_max(threads(pid), SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    run();
+    done.store(true, SeqCst);
+    sampler.join().unwrap();
+    peak.load(SeqCst)
+}
+
+#[test]
+fn twenty_thousand_greetings_from_a_hundred_addresses_start_no_thread() {
+    let (srv, addr) = serve(&["-q"]);
+    let pid = srv.0.id();
+    // 100 source addresses (all of 127/8 is this host), 200 greetings
+    // each, in waves of 5,000 held at once: 4 workers of 25 addresses, each
+    // holding 50 connections from each of its addresses per wave.
+    const WORKERS: usize = 4;
+    const WAVES: usize = 4;
+    let answered = Arc::new(AtomicUsize::new(0));
+    let peak = peak_threads_during(pid, || {
+        let wave = Arc::new(Barrier::new(WORKERS));
+        let handles: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (wave, answered) = (Arc::clone(&wave), Arc::clone(&answered));
+                std::thread::spawn(move || {
+                    for _ in 0..WAVES {
+                        let mut held = Vec::new();
+                        for a in 0..25 {
+                            let src = IpAddr::V4(Ipv4Addr::new(127, 0, 1, (w * 25 + a + 1) as u8));
+                            for _ in 0..50 {
+                                let s = greeted(src, addr)
+                                    .unwrap_or_else(|e| panic!("greeting from {src}: {e}"));
+                                held.push(s);
+                            }
+                        }
+                        answered.fetch_add(held.len(), SeqCst);
+                        // Every worker's connections are open at once.
+                        wave.wait();
+                        drop(held);
+                        wave.wait();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    assert_eq!(answered.load(SeqCst), 20_000, "every greeting answered");
+    assert!(
+        peak <= base_threads() + 2,
+        "the server ran {peak} threads for greetings alone (its loops and main: {})",
+        base_threads()
+    );
+    assert!(srv.0.id() == pid && threads(pid) > 0, "the server is alive");
+    // A legit test from another address is still served.
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "1M",
+        "-P",
+        "2",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a legit tcp test was not served"
+    );
+    run_expect(
+        &["ping", &addr.to_string(), "-c", "3", "-i", "0.1", "-q"],
+        0,
+    );
+}
+
+#[test]
+fn a_udp_groups_streams_each_hold_a_test_slot_and_one_address_holds_half() {
+    // 8 tests: one address may run 4 UDP streams at once.
+    let (srv, addr) = serve(&["-q", "--max-tests", "8", "--max-tests-per-client", "8"]);
+    let pid = srv.0.id();
+    let target = addr.to_string();
+    let out = netrig(&["udp", &target, "-P", "5", "-t", "1", "-b", "1M"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("max 4 concurrent UDP streams per client address"),
+        "{err}"
+    );
+    let peak = peak_threads_during(pid, || {
+        run_expect(&["udp", &target, "-P", "4", "-t", "1", "-b", "1M", "-q"], 0);
+    });
+    // Each stream's session runs on a worker of its own (which may use a
+    // thread or two for its sender and receiver), all of them bounded by
+    // the test slots, not by the connections.
+    assert!(peak > base_threads(), "the streams ran on workers");
+}
