@@ -53,6 +53,12 @@ pub enum ProtoError {
     /// The declared payload is larger than [`MAX_PAYLOAD`].
     #[error("frame payload of {0} bytes exceeds the {MAX_PAYLOAD}-byte limit")]
     Oversized(usize),
+    /// The declared payload is larger than a connection may send yet (its
+    /// first frame, or any before it proved the key).
+    #[error(
+        "frame payload of {len} bytes exceeds the {max}-byte limit before the client is admitted"
+    )]
+    OversizedHere { len: usize, max: usize },
     /// The payload is not a valid message.
     #[error("malformed message: {0}")]
     Malformed(String),

@@ -131,12 +131,22 @@ pub enum Limit {
     OpenConnections { max: u32 },
     #[error("max {max} concurrent tests reached; try again later")]
     Tests { max: u32 },
-    #[error("max {max} concurrent tests per client address ({ip} has {has})")]
-    TestsPerClient { max: u32, ip: IpAddr, has: u32 },
-    #[error("max {max} concurrent UDP streams per client address ({ip} has {has})")]
-    StreamsPerClient { max: u32, ip: IpAddr, has: u32 },
-    #[error("max {max} connections per client address ({ip} has {has})")]
-    ConnectionsPerClient { max: u32, ip: IpAddr, has: u32 },
+    /// One address holds its share (tests, UDP streams, connections).
+    #[error("max {max} {what} per client address ({ip} has {has})")]
+    PerClient {
+        what: &'static str,
+        max: u32,
+        ip: IpAddr,
+        has: u32,
+    },
+    /// One network (IPv4 /24, IPv6 /64) holds four addresses' share.
+    #[error("max {max} {what} per client network ({prefix}/{} has {has})", if .prefix.is_ipv4() { 24 } else { 64 })]
+    PerPrefix {
+        what: &'static str,
+        max: u32,
+        prefix: IpAddr,
+        has: u32,
+    },
 }
 
 /// A test no server would run as asked: the request itself is wrong.

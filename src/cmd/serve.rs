@@ -46,15 +46,19 @@ pub struct ServeArgs {
     /// Refuse new tests while this many are running.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     max_tests: u32,
-    /// Refuse connections beyond this many open from one client address.
+    /// Refuse connections beyond this many open from one client address
+    /// (four times this from one IPv4 /24 or IPv6 /64).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     max_conns_per_client: u32,
-    /// Refuse new tests while this many run from one client address.
+    /// Refuse new tests while this many run from one client address (four
+    /// times this from one IPv4 /24 or IPv6 /64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_tests_per_client: u32,
-    /// Refuse connections beyond this many open in all. Default: the
-    /// open-file limit less 256 (one descriptor per connection; the rest for
-    /// listeners, UDP sockets and files).
+    /// Refuse connections beyond this many open in all, counted once they
+    /// say who they are. Default: the open-file limit less 256 (one
+    /// descriptor per connection; the rest for listeners, UDP sockets and
+    /// files). Connections yet to say who they are are held apart, at most
+    /// an eighth of this (at least 64), the oldest closed first.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_conns: Option<u32>,
     #[command(flatten)]

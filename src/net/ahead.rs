@@ -69,8 +69,24 @@ impl ReadAhead {
 
     /// Takes the first whole frame that waits, if one does.
     pub fn frame(&mut self) -> Result<Option<Message>, crate::proto::ProtoError> {
+        self.frame_within(crate::proto::MAX_PAYLOAD)
+    }
+
+    /// [`ReadAhead::frame`] for a frame whose payload may be at most `max`
+    /// bytes: a larger one is refused on its header, before its payload is
+    /// held.
+    pub fn frame_within(
+        &mut self,
+        max: usize,
+    ) -> Result<Option<Message>, crate::proto::ProtoError> {
         if self.is_empty() {
             return Ok(None);
+        }
+        if let Some(header) = self.bytes().first_chunk::<{ crate::proto::HEADER_LEN }>() {
+            let len = crate::proto::parse_header(header)?;
+            if len > max {
+                return Err(crate::proto::ProtoError::OversizedHere { len, max });
+            }
         }
         let r = decode_frame(self.bytes())?;
         Ok(r.map(|(m, used)| {
@@ -87,10 +103,21 @@ impl ReadAhead {
     pub fn read_frame(
         &mut self,
         scratch: &mut [u8],
+        recv: impl FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> Result<Option<Message>, ReadError> {
+        self.read_frame_within(scratch, crate::proto::MAX_PAYLOAD, recv)
+    }
+
+    /// [`ReadAhead::read_frame`] for a frame of at most `max` payload bytes
+    /// ([`ReadAhead::frame_within`]).
+    pub fn read_frame_within(
+        &mut self,
+        scratch: &mut [u8],
+        max: usize,
         mut recv: impl FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> Result<Option<Message>, ReadError> {
         loop {
-            if let Some(m) = self.frame()? {
+            if let Some(m) = self.frame_within(max)? {
                 return Ok(Some(m));
             }
             let had = self.bytes().len();
@@ -208,5 +235,35 @@ mod tests {
         // A scratch smaller than AHEAD bounds the read.
         let mut small = [0u8; 10];
         assert_eq!(a.fill(&mut small, |b| Ok(b.len())).unwrap(), 10);
+    }
+
+    #[test]
+    fn a_frame_larger_than_allowed_here_is_refused_on_its_header() {
+        let f = ack(4);
+        let len = f.len() - crate::proto::HEADER_LEN;
+        let mut scratch = [0u8; 64];
+        // Exactly the limit passes; one byte under it refuses on the
+        // header alone, before the payload came.
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([f.clone()].into(), 0);
+        let m = a
+            .read_frame_within(&mut scratch, len, |b| s.recv(b))
+            .unwrap();
+        assert!(m.is_some());
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([f[..crate::proto::HEADER_LEN].to_vec()].into(), 0);
+        let r = a.read_frame_within(&mut scratch, len - 1, |b| s.recv(b));
+        assert!(
+            matches!(&r, Err(ReadError::Proto(crate::proto::ProtoError::OversizedHere { len: l, max })) if *l == len && *max == len - 1),
+            "{r:?}"
+        );
+        // A header cut short waits.
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([f[..3].to_vec()].into(), 0);
+        assert!(
+            a.read_frame_within(&mut scratch, 1, |b| s.recv(b))
+                .unwrap()
+                .is_none()
+        );
     }
 }

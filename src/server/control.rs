@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use uuid::Uuid;
 
-use super::limits::{ClientSlot, Slot};
+use super::limits::Slot;
+use super::sources::SourceSlot;
 use super::tcp::Session;
 use super::{Admission, State, admit_test, log_refusal, take_test_slots};
 use crate::auth::DatagramKey;
@@ -52,7 +53,7 @@ pub(super) enum Turn<'a> {
     /// The connection failed or the client left.
     Gone,
     /// The test runs on a worker thread, which takes the connection.
-    Run(Job<'a>),
+    Run(Box<Job<'a>>),
 }
 
 /// A UDP or request/response test admitted to run on a worker thread, and
@@ -64,7 +65,7 @@ pub(super) struct Job<'a> {
 
 /// The tests that run on a worker thread.
 pub(super) enum Test {
-    Udp(UdpSpec, Option<DatagramKey>),
+    Udp(Box<UdpSpec>, Option<DatagramKey>),
     Rr(RrSpec),
 }
 
@@ -73,17 +74,17 @@ pub(super) enum Test {
 /// UDP stream).
 pub(super) struct TestSlots<'a> {
     pub(super) test: Slot<'a>,
-    pub(super) client: Option<ClientSlot<'a>>,
-    pub(super) streams: Option<ClientSlot<'a>>,
+    pub(super) client: Option<SourceSlot<'a>>,
+    pub(super) streams: Option<SourceSlot<'a>>,
 }
 
 impl TestSlots<'_> {
     /// What to count again on a worker thread ([`Held::adopt`]), as these
     /// counts are handed over there without being given back.
-    pub(super) fn hand_over(self) -> Held {
+    pub(super) fn hand_over(self, ip: IpAddr) -> Held {
         let held = Held {
-            client: self.client.as_ref().map(|c| c.ip),
-            streams: self.streams.as_ref().map(|c| c.ip),
+            client: self.client.as_ref().map(|_| ip),
+            streams: self.streams.as_ref().map(|_| ip),
         };
         std::mem::forget(self.test);
         std::mem::forget(self.client);
@@ -103,14 +104,8 @@ impl Held {
     pub(super) fn adopt(self, st: &State) -> TestSlots<'_> {
         TestSlots {
             test: Slot::adopt(&st.tests),
-            client: self.client.map(|ip| ClientSlot {
-                map: &st.tests_per_client,
-                ip,
-            }),
-            streams: self.streams.map(|ip| ClientSlot {
-                map: &st.streams_per_client,
-                ip,
-            }),
+            client: self.client.map(|ip| st.tests_per_client.adopt(ip)),
+            streams: self.streams.map(|ip| st.streams_per_client.adopt(ip)),
         }
     }
 }
@@ -215,7 +210,13 @@ impl<'a> Control<'a> {
                 self.steps.extend(steps);
                 continue;
             }
-            let steps = match ahead.read_frame(buf, |b| stream.recv(b)) {
+            // Until the client proves the key, its frames are held to the
+            // first frame's size.
+            let max = match self.st.cfg.key.is_some() && self.conv.datagram_key().is_none() {
+                true => super::core::FIRST_FRAME,
+                false => crate::proto::MAX_PAYLOAD,
+            };
+            let steps = match ahead.read_frame_within(buf, max, |b| stream.recv(b)) {
                 Ok(None) => return self.wait(self.deadline),
                 Ok(Some(m)) => self.conv.on_message(m),
                 Err(ReadError::Proto(e)) => self.conv.on_malformed(e),
@@ -318,7 +319,7 @@ impl<'a> Control<'a> {
                     // a worker must not start behind unwritten answers.
                     return Some(Turn::Gone);
                 }
-                Some(Turn::Run(Job { test, slots }))
+                Some(Turn::Run(Box::new(Job { test, slots })))
             }
         }
     }
@@ -366,7 +367,7 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     let limits = st.cfg.limits;
     match test {
         Test::Udp(spec, key) => {
-            crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, key)
+            crate::udp::serve::serve(stream, peer, *spec, st.cfg.verbosity, limits, key)
         }
         Test::Rr(spec) => {
             let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);

@@ -1,14 +1,20 @@
-//! The server's connections on a fixed number of event loops (mio, one per
+//! The server's connections on a fixed number of event loops (mio, two per
 //! core): every accepted connection is handed to one of them, which reads
 //! its first frame without a thread of its own, so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) then moves to a thread of its own, as the control
-//! session is a short conversation; a data connection stays on the loop for
-//! its whole life as a [`Conn`] state machine, within its session's send
-//! limits, and ends with the result both ends agree on.
+//! connection (a hello) runs its conversation here too (`control.rs`); only
+//! an admitted UDP or request/response test moves to a worker thread, which
+//! holds a test slot. A data connection stays on the loop for its whole life
+//! as a [`Conn`] state machine, within its session's send limits, and ends
+//! with the result both ends agree on.
+//!
+//! Until it says who it is, a connection counts in the server's `pending`
+//! connections, not in `--max-conns`; past their bound each loop closes its
+//! oldest such connection, so silent ones cannot keep a client out.
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
@@ -17,10 +23,11 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use super::State;
 use super::control::{Control, Job, Turn, run_job};
-use super::limits::{ClientSlot, Slot};
+use super::limits::{Slot, take_slot};
+use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, finished, machine};
-use super::{State, take_client_slot};
 use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
@@ -34,6 +41,11 @@ use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
+
+/// Largest first frame (a hello, a data hello) and, with a key, largest
+/// frame before the proof: a connection that has not said who it is holds at
+/// most this much of the server's memory (a hello is ~200 bytes).
+pub(super) const FIRST_FRAME: usize = 4096;
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
@@ -53,7 +65,7 @@ const LINGER_CHECK: Duration = Duration::from_millis(5);
 
 /// What reaches a loop from outside.
 enum Incoming {
-    /// An accepted connection, already counted in `open`.
+    /// An accepted connection, already counted in `pending`.
     Conn {
         stream: std::net::TcpStream,
         peer: SocketAddr,
@@ -92,7 +104,7 @@ impl Core {
         self.loops.send(0, Incoming::Listen(listeners))
     }
 
-    /// Hands an accepted connection (already counted in `open`) to a loop.
+    /// Hands an accepted connection (already counted in `pending`) to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
         let _ = stream.set_nonblocking(true);
         // SCTP associations: their Nagle is SCTP_NODELAY, not inherited.
@@ -108,7 +120,7 @@ enum Next<'a> {
     /// It is over.
     Close,
     /// Its test runs on a worker thread, which takes the connection.
-    Run(Job<'a>),
+    Run(Box<Job<'a>>),
 }
 
 enum Stage<'a> {
@@ -147,8 +159,14 @@ struct Slot2<'a> {
     /// behind a data hello).
     ahead: ReadAhead,
     last_progress: Instant,
-    _open: Slot<'a>,
-    _client: ClientSlot<'a>,
+    /// When it was accepted: with its slot number, names it in the
+    /// loop's queue of connections yet to say who they are.
+    born: Instant,
+    /// Its place in the server's `pending` connections until it says who it
+    /// is, then in `open` (`--max-conns`).
+    count: Slot<'a>,
+    /// Its place in its address's and network's connections.
+    _source: Option<SourceSlot<'a>>,
 }
 
 struct Loop<'a> {
@@ -169,6 +187,9 @@ struct Loop<'a> {
     listeners: Vec<mio::net::TcpListener>,
     paused: Option<Instant>,
     accept_log: super::RateLimitedLog,
+    /// Connections yet to say who they are, oldest first (slot, born): the
+    /// first to go when the server holds too many.
+    unnamed: VecDeque<(usize, Instant)>,
 }
 
 impl<'a> Loop<'a> {
@@ -193,6 +214,7 @@ impl<'a> Loop<'a> {
             listeners: Vec::new(),
             paused: None,
             accept_log: super::RateLimitedLog::default(),
+            unnamed: VecDeque::new(),
         }
     }
 
@@ -212,15 +234,13 @@ impl<'a> Loop<'a> {
                     // SAFETY: the descriptor was just accepted and is owned
                     // by `s`, which gives it up here.
                     let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-                    if !super::count_in(self.st, &stream, peer) {
-                        continue;
-                    }
+                    super::count_in(self.st);
                     let k = self.loops.least_busy(self.index);
                     if k == self.index {
                         self.loops.arrived(k);
                         self.add(stream, peer);
                     } else if !self.loops.hand_to(k, Incoming::Conn { stream, peer }) {
-                        self.st.open.fetch_sub(1, SeqCst);
+                        self.st.pending.fetch_sub(1, SeqCst);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -314,29 +334,21 @@ impl<'a> Loop<'a> {
 
     fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
         let st = self.st;
-        let open = Slot::adopt(&st.open);
+        // Counted in `pending` by `count_in` until it says who it is.
+        let count = Slot::adopt(&st.pending);
         let ip = peer.ip().to_canonical();
-        let (client, n) = take_client_slot(&st.per_client, ip);
+        let max = st.cfg.limits.max_conns_per_client;
         // Non-blocking and without Nagle already: accept4 and the
         // listener (Server::new) made TCP connections so on loop 0, and
         // Core::hand the SCTP associations accepted elsewhere.
-        let max = st.cfg.limits.max_conns_per_client;
-        let stage = if n > max {
-            refuse(
-                st,
-                peer,
-                &Limit::ConnectionsPerClient {
-                    max,
-                    ip,
-                    has: n - 1,
-                }
-                .into(),
-            )
-        } else {
-            Stage::First {
-                setup: Instant::now() + st.cfg.handshake_timeout,
-            }
+        let (source, stage) = match super::take_source(&st.per_client, ip, max, "connections") {
+            Ok(source) => (Some(source), None),
+            Err(why) => (None, Some(refuse(st, peer, &why.into()))),
         };
+        let now = Instant::now();
+        let stage = stage.unwrap_or(Stage::First {
+            setup: now + st.cfg.handshake_timeout,
+        });
         let k = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
@@ -346,9 +358,10 @@ impl<'a> Loop<'a> {
             peer,
             stage,
             ahead: ReadAhead::default(),
-            last_progress: Instant::now(),
-            _open: open,
-            _client: client,
+            last_progress: now,
+            born: now,
+            count,
+            _source: source,
         });
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,
@@ -356,7 +369,47 @@ impl<'a> Loop<'a> {
         // reply. What arrives meanwhile shows in the registration's first
         // readiness report.
         let next = self.step(&mut slot, k);
+        let unnamed = matches!(slot.stage, Stage::First { .. });
         self.put_back(k, slot, next, true);
+        if unnamed && self.slots.get(k).is_some_and(Option::is_some) {
+            self.unnamed.push_back((k, now));
+            self.evict_unnamed();
+        }
+    }
+
+    /// Past [`Limits::max_pending`](super::Limits::max_pending) connections
+    /// yet to say who they are, closes this loop's oldest: a client that
+    /// connects and says hello at once is never the oldest, so silent
+    /// connections, however many addresses they come from, cannot keep it
+    /// out (they would if the newest were refused instead).
+    fn evict_unnamed(&mut self) {
+        let max = u64::from(self.st.cfg.limits.max_pending());
+        while self.st.pending.load(SeqCst) > max {
+            let Some((k, born)) = self.unnamed.pop_front() else {
+                break;
+            };
+            if self.is_unnamed(k, born)
+                && let Some(s) = self.slots[k].take()
+            {
+                if self.st.cfg.verbosity >= 2 {
+                    eprintln!("{}: closed: silent while {max} others waited", s.peer);
+                }
+                self.close(k, *s);
+            }
+        }
+        // Entries of connections that have since said who they are, or
+        // gone, are dropped before they outnumber the live ones.
+        if self.unnamed.len() > 2 * self.slots.len().max(64) {
+            let mut q = std::mem::take(&mut self.unnamed);
+            q.retain(|&(k, born)| self.is_unnamed(k, born));
+            self.unnamed = q;
+        }
+    }
+
+    /// Whether slot `k` still holds the connection accepted at `born`, not
+    /// yet identified.
+    fn is_unnamed(&self, k: usize, born: Instant) -> bool {
+        matches!(self.slots.get(k), Some(Some(s)) if s.born == born && matches!(s.stage, Stage::First { .. }))
     }
 
     fn advance(&mut self, k: usize) {
@@ -368,7 +421,7 @@ impl<'a> Loop<'a> {
     }
 
     /// Keeps `slot` (joining it to the poll first when `new`), closes it,
-    /// or hands it to a control thread, as its step said.
+    /// or hands it to a worker thread, as its step said.
     fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next<'a>, new: bool) {
         match next {
             Next::Keep => {
@@ -399,7 +452,10 @@ impl<'a> Loop<'a> {
             match &mut slot.stage {
                 Stage::First { .. } => {
                     let stream = &slot.stream;
-                    let hello = match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
+                    let ahead = &mut slot.ahead;
+                    let hello = match ahead
+                        .read_frame_within(&mut self.buf, FIRST_FRAME, |b| stream.recv(b))
+                    {
                         Ok(None) => return Next::Keep,
                         Ok(Some(m)) => m,
                         Err(ReadError::Proto(e)) => {
@@ -414,6 +470,20 @@ impl<'a> Loop<'a> {
                         }
                     };
                     slot.last_progress = Instant::now();
+                    // Said who it is: from here on it counts in
+                    // `--max-conns`, which refused and silent connections
+                    // never take.
+                    if matches!(hello, Message::Hello(_) | Message::DataHello(_)) {
+                        let max = st.cfg.limits.max_conns;
+                        match take_slot(&st.open, u64::from(max)) {
+                            Some(open) => slot.count = open,
+                            None => {
+                                let why = Limit::OpenConnections { max };
+                                slot.stage = refuse(st, slot.peer, &why.into());
+                                continue;
+                            }
+                        }
+                    }
                     match hello {
                         Message::Hello(h) => {
                             let setup = match slot.stage {
@@ -588,12 +658,12 @@ impl<'a> Loop<'a> {
     /// its own, with its test slots (which bound the workers) and its
     /// connection, counted in the open connections (and its client's) from
     /// then on.
-    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Job<'a>) {
+    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a>>) {
         let Slot2 {
             mut stream,
             peer,
-            _open,
-            _client,
+            count,
+            _source,
             ..
         } = slot;
         let _ = self.poll.registry().deregister(&mut stream);
@@ -601,19 +671,19 @@ impl<'a> Loop<'a> {
         // owned by the std stream from here on.
         let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
         let st = Arc::clone(&self.arc);
-        let Job { test, slots } = job;
-        let held = slots.hand_over();
-        std::mem::forget(_open);
-        std::mem::forget(_client);
+        let Job { test, slots } = *job;
+        let ip = peer.ip().to_canonical();
+        let held = slots.hand_over(ip);
+        // A control connection was counted open when it said hello.
+        std::mem::forget(count);
+        let sourced = _source.is_some();
+        std::mem::forget(_source);
         let r = std::thread::Builder::new()
             .name("serve-test".into())
             .stack_size(256 * 1024)
             .spawn(move || {
                 let _open = Slot::adopt(&st.open);
-                let _client = ClientSlot {
-                    map: &st.per_client,
-                    ip: peer.ip().to_canonical(),
-                };
+                let _source = sourced.then(|| st.per_client.adopt(ip));
                 let _slots = held.adopt(&st);
                 run_job(&st, &stream, peer, test);
             });

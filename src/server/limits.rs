@@ -44,6 +44,16 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Most connections held before they say who they are, or while they
+    /// are refused: an eighth of `max_conns`, at least 64. They never count
+    /// in `max_conns`, so neither silent nor refused connections can keep
+    /// the server's identified clients out.
+    pub fn max_pending(&self) -> u32 {
+        (self.max_conns / 8).max(64)
+    }
+}
+
 /// How long past `max_duration` a session may take to wind down (setup,
 /// draining, final reports) before everything it runs is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);

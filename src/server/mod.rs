@@ -3,9 +3,10 @@
 //! Every accepted connection says in its first frame whether it is a control
 //! connection (a client describing a test) or a data connection of a session
 //! set up earlier. Accepted connections go to a few event loops (`core.rs`,
-//! two per core): a connection that says nothing costs no thread, TCP data
-//! connections live on the loops, and a control connection moves to a thread
-//! of its own. A session lives exactly as long as its control connection:
+//! two per core): a connection that says nothing costs no thread, control
+//! conversations (`control.rs`) and TCP data connections live on the loops,
+//! and only an admitted UDP or request/response test runs on a worker
+//! thread, holding one of `--max-tests`. A session lives exactly as long as its control connection:
 //! when that closes — Goodbye, a crash, a vanished client — the session's
 //! data connections end (cancelled) and its state is freed, so the server can
 //! never be left "busy".
@@ -19,17 +20,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::proto::{PROTOCOL_VERSION, TestSpec, write_message};
+use crate::proto::{PROTOCOL_VERSION, TestSpec};
 use crate::refusal::{Limit, Refusal};
 
 mod control;
 mod core;
 mod groups;
 pub mod limits;
+mod sources;
 mod tcp;
 
-use limits::{ClientSlot, take_slot};
+use limits::take_slot;
 pub use limits::{GRACE, Limits};
+use sources::{PerSource, SourceSlot};
 use tcp::{Session, validate};
 
 /// Server settings.
@@ -75,12 +78,15 @@ pub(crate) struct State {
     finished: AtomicU64,
     stop: Arc<AtomicBool>,
     tests: AtomicU64,
-    per_client: Mutex<HashMap<IpAddr, u32>>,
-    tests_per_client: Mutex<HashMap<IpAddr, u32>>,
-    /// UDP streams per client address.
-    streams_per_client: Mutex<HashMap<IpAddr, u32>>,
-    /// Connections being served.
+    /// Connections per client address and prefix, identified or not.
+    per_client: PerSource,
+    tests_per_client: PerSource,
+    /// UDP streams per client address and prefix.
+    streams_per_client: PerSource,
+    /// Connections that said who they are (`--max-conns`).
     open: AtomicU64,
+    /// Connections that have not yet, or are being refused.
+    pending: AtomicU64,
     /// UDP stream groups open for more streams.
     groups: groups::Groups,
 }
@@ -135,10 +141,11 @@ impl Server {
             finished: AtomicU64::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             tests: AtomicU64::new(0),
-            per_client: Mutex::new(HashMap::new()),
-            tests_per_client: Mutex::new(HashMap::new()),
-            streams_per_client: Mutex::new(HashMap::new()),
+            per_client: PerSource::default(),
+            tests_per_client: PerSource::default(),
+            streams_per_client: PerSource::default(),
             open: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
             groups: groups::Groups::default(),
         });
         // The event loops exist before anything can connect.
@@ -297,31 +304,20 @@ impl Server {
         Ok(())
     }
 
-    /// Counts an accepted connection in and hands it to an event loop, or
-    /// refuses it when the server holds `--max-conns` already.
+    /// Counts an accepted connection in and hands it to an event loop.
     fn admit(&self, core: &core::Core, stream: TcpStream, peer: SocketAddr) {
-        if count_in(&self.state, &stream, peer) && !core.hand(stream, peer) {
-            self.state.open.fetch_sub(1, SeqCst);
+        count_in(&self.state);
+        if !core.hand(stream, peer) {
+            self.state.pending.fetch_sub(1, SeqCst);
         }
     }
 }
 
-/// Counts a new connection in `open`, or refuses it when the server holds
-/// `--max-conns` already.
-fn count_in(st: &State, stream: &TcpStream, peer: SocketAddr) -> bool {
-    if st.open.fetch_add(1, SeqCst) >= u64::from(st.cfg.limits.max_conns) {
-        st.open.fetch_sub(1, SeqCst);
-        // Refused here: a short frame into an empty send buffer never blocks.
-        let _ = stream.set_nonblocking(true);
-        let why = Limit::OpenConnections {
-            max: st.cfg.limits.max_conns,
-        }
-        .into();
-        log_refusal(st, peer, &why);
-        reply_error(stream, &why);
-        return false;
-    }
-    true
+/// Counts a new connection in `pending`: past
+/// [`Limits::max_pending`], the loop it goes to closes its oldest connection
+/// that has not said who it is.
+fn count_in(st: &State) {
+    st.pending.fetch_add(1, SeqCst);
 }
 
 /// Every refusal, and every test stopped at a limit, is one line of the
@@ -341,18 +337,23 @@ fn refusal_verb(why: &Refusal) -> &'static str {
     }
 }
 
-fn reply_error(stream: &TcpStream, why: &Refusal) {
-    let mut s = stream;
-    // Best effort: the peer may already be gone.
-    let _ = write_message(&mut s, &why.message());
-}
-
-/// Counts one more connection from `ip`; returns the slot and the count.
-fn take_client_slot(map: &Mutex<HashMap<IpAddr, u32>>, ip: IpAddr) -> (ClientSlot<'_>, u32) {
-    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
-    let n = m.entry(ip).or_insert(0);
-    *n += 1;
-    (ClientSlot { map, ip }, *n)
+/// Counts one more for `ip` in `per`, or names the limit (`max` for the
+/// address, [`sources::PREFIX_SHARE`] × `max` for its network) it would pass.
+fn take_source<'a>(
+    per: &'a PerSource,
+    ip: IpAddr,
+    max: u32,
+    what: &'static str,
+) -> Result<SourceSlot<'a>, Limit> {
+    per.take(ip, max).map_err(|over| match over {
+        sources::Over::Address { has } => Limit::PerClient { what, max, ip, has },
+        sources::Over::Prefix { prefix, has } => Limit::PerPrefix {
+            what,
+            max: max.saturating_mul(sources::PREFIX_SHARE),
+            prefix,
+            has,
+        },
+    })
 }
 
 /// Most UDP streams one address may run at once: half the server's tests,
@@ -385,15 +386,12 @@ fn take_test_slots<'a>(
         None => None,
         Some(_) => {
             let max = max_streams_per_client(&limits);
-            let (mine, n) = take_client_slot(&st.streams_per_client, ip);
-            if n > max {
-                return Err(Limit::StreamsPerClient {
-                    max,
-                    ip,
-                    has: n - 1,
-                });
-            }
-            Some(mine)
+            Some(take_source(
+                &st.streams_per_client,
+                ip,
+                max,
+                "concurrent UDP streams",
+            )?)
         }
     };
     // A group's later streams ride on its first one's client slot.
@@ -405,14 +403,8 @@ fn take_test_slots<'a>(
             streams,
         });
     }
-    let (mine, n) = take_client_slot(&st.tests_per_client, ip);
-    if n > limits.max_tests_per_client {
-        return Err(Limit::TestsPerClient {
-            max: limits.max_tests_per_client,
-            ip,
-            has: n - 1,
-        });
-    }
+    let max = limits.max_tests_per_client;
+    let mine = take_source(&st.tests_per_client, ip, max, "concurrent tests")?;
     if let Some(g) = group.filter(|g| g.index == 0) {
         st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
     }
@@ -448,7 +440,7 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            Admission::Worker(control::Test::Udp(spec, datagram_key))
+            Admission::Worker(control::Test::Udp(Box::new(spec), datagram_key))
         }
         TestSpec::Rr(mut spec) => {
             if let Err(why) = crate::rr::serve::validate(&spec) {

@@ -59,7 +59,8 @@ fn peak_threads_during(pid: u32, run: impl FnOnce()) -> usize {
 fn twenty_thousand_greetings_from_a_hundred_addresses_start_no_thread() {
     let (srv, addr) = serve(&["-q"]);
     let pid = srv.0.id();
-    // 100 source addresses (all of 127/8 is this host), 200 greetings
+    // 100 source addresses in as many networks (all of 127/8 is this
+    // host: 127.1.N.1), 200 greetings
     // each, in waves of 5,000 held at once: 4 workers of 25 addresses, each
     // holding 50 connections from each of its addresses per wave.
     const WORKERS: usize = 4;
@@ -74,7 +75,7 @@ fn twenty_thousand_greetings_from_a_hundred_addresses_start_no_thread() {
                     for _ in 0..WAVES {
                         let mut held = Vec::new();
                         for a in 0..25 {
-                            let src = IpAddr::V4(Ipv4Addr::new(127, 0, 1, (w * 25 + a + 1) as u8));
+                            let src = IpAddr::V4(Ipv4Addr::new(127, 1, (w * 25 + a + 1) as u8, 1));
                             for _ in 0..50 {
                                 let s = greeted(src, addr)
                                     .unwrap_or_else(|e| panic!("greeting from {src}: {e}"));
@@ -148,4 +149,112 @@ fn a_udp_groups_streams_each_hold_a_test_slot_and_one_address_holds_half() {
     // thread or two for its sender and receiver), all of them bounded by
     // the test slots, not by the connections.
     assert!(peak > base_threads(), "the streams ran on workers");
+}
+
+/// A connection from `src` that says nothing.
+fn silent(src: IpAddr, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    s.connect_timeout(&to.into(), Duration::from_secs(10))
+        .unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// What the server says to a silent connection (an error frame's text, or
+/// how it ended).
+fn told(s: &mut TcpStream) -> String {
+    match proto::read_message(s) {
+        Ok(Message::Error { message, .. }) => message,
+        Ok(m) => format!("{m:?}"),
+        Err(proto::ReadError::Eof) => "closed".into(),
+        Err(e) => format!("{e}"),
+    }
+}
+
+#[test]
+fn silent_and_refused_connections_keep_no_identified_client_out() {
+    // 200 identified connections; 64 silent ones held at most (an eighth,
+    // at least 64); 50 per address, so 200 per /24.
+    let (srv, addr) = serve(&[
+        "-q",
+        "--max-conns",
+        "200",
+        "--max-conns-per-client",
+        "50",
+        "--handshake-timeout",
+        "60s",
+    ]);
+    let pid = srv.0.id();
+    // Six addresses of one /24 open 300 connections and say nothing.
+    let mut held = Vec::new();
+    for a in 1..=6u8 {
+        for _ in 0..50 {
+            held.push(silent(IpAddr::V4(Ipv4Addr::new(127, 0, 2, a)), addr));
+        }
+    }
+    // Past 64 waiting, the oldest silent ones were closed as newer came.
+    assert_eq!(told(&mut held[0]), "closed", "the oldest silent one went");
+    // The server holds no more than its share of them (and a few of its
+    // own descriptors) once the refused ones' linger is over.
+    let fds = settles_to(pid, 64 + 32, 5);
+    assert!(
+        fds <= 64 + 32,
+        "{fds} descriptors held for silent connections"
+    );
+    // Identified clients from elsewhere are served, while the silent ones
+    // are still connected.
+    run_expect(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-n",
+            "1M",
+            "-P",
+            "4",
+            "--iterations",
+            "2",
+            "-q",
+        ],
+        0,
+    );
+    run_expect(
+        &["ping", &addr.to_string(), "-c", "3", "-i", "0.1", "-q"],
+        0,
+    );
+    drop(held);
+}
+
+#[test]
+fn one_network_holds_four_addresses_worth_of_connections() {
+    let (_srv, addr) = serve(&["-q", "--max-conns-per-client", "20"]);
+    // Five addresses of 127.0.3.0/24 greet 20 times each: the network's
+    // share is 80, so the last address is refused by name.
+    let mut held = Vec::new();
+    for a in 1..=4u8 {
+        for _ in 0..20 {
+            let src = IpAddr::V4(Ipv4Addr::new(127, 0, 3, a));
+            held.push(greeted(src, addr).unwrap());
+        }
+    }
+    let mut s = silent(IpAddr::V4(Ipv4Addr::new(127, 0, 3, 5)), addr);
+    let said = told(&mut s);
+    assert!(
+        said.contains("max 80 connections per client network (127.0.3.0/24 has 80)"),
+        "{said}"
+    );
+    // Another network, and another address's own share, are untouched.
+    assert!(greeted(IpAddr::V4(Ipv4Addr::new(127, 0, 4, 1)), addr).is_ok());
+    drop(held.pop());
+    // The freed place is taken once the server has seen the close.
+    let src = IpAddr::V4(Ipv4Addr::new(127, 0, 3, 5));
+    let t0 = std::time::Instant::now();
+    while greeted(src, addr).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the place was not given back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
