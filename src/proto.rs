@@ -32,6 +32,11 @@ pub const MAGIC: [u8; 2] = *b"NR";
 pub const HEADER_LEN: usize = 8;
 /// Largest payload accepted; anything bigger is an attack or a bug.
 pub const MAX_PAYLOAD: usize = 64 * 1024;
+/// Largest payload a server reads before a connection says who it is (its
+/// first frame: a hello, a data hello) and, with a key, before the proof:
+/// an unidentified connection holds at most this much of a server's memory
+/// (a hello is ~200 bytes). A larger one is refused on its header.
+pub const MAX_FIRST_PAYLOAD: usize = 4096;
 
 /// Status rows per [`Message::ServerIntervals`] frame (about 200 bytes each).
 pub const SERVER_ROWS_CHUNK: usize = 200;

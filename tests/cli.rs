@@ -40,6 +40,13 @@ enum Answer {
 }
 
 fn expected_answer(bytes: &[u8]) -> Answer {
+    // A first frame longer than a server reads from a stranger is refused
+    // on its header.
+    if let Some(h) = bytes.first_chunk::<{ proto::HEADER_LEN }>()
+        && proto::parse_header(h).is_ok_and(|len| len > proto::MAX_FIRST_PAYLOAD)
+    {
+        return Answer::Error(ErrorCode::Malformed);
+    }
     match proto::decode_frame(bytes) {
         Err(_) => Answer::Error(ErrorCode::Malformed),
         Ok(None) => Answer::Close,
@@ -163,6 +170,21 @@ fn server_survives_garbage_and_answers_with_reasons() {
     let mut seed = 0x1234_5678_u64;
     let valid = proto::encode(&Message::Hello(proto::Message::hello()));
     let mut seen = std::collections::BTreeMap::<String, u32>::new();
+    // A hello that says it is longer than it is waits for the rest (and is
+    // closed at the deadline); one longer than a stranger may send is
+    // refused on its header.
+    let declared = |len: usize| {
+        let mut b = valid.clone();
+        b[4..8].copy_from_slice(&(len as u32).to_be_bytes());
+        b
+    };
+    let payload = valid.len() - proto::HEADER_LEN;
+    for b in [declared(payload + 1), declared(proto::MAX_FIRST_PAYLOAD + 1)] {
+        let want = expected_answer(&b);
+        assert_eq!(answer_to(addr, &b), want, "{b:?}");
+        *seen.entry(format!("{want:?}")).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
     for i in 0..300 {
         seed ^= seed << 13;
         seed ^= seed >> 7;

@@ -213,7 +213,7 @@ impl<'a> Control<'a> {
             // Until the client proves the key, its frames are held to the
             // first frame's size.
             let max = match self.st.cfg.key.is_some() && self.conv.datagram_key().is_none() {
-                true => super::core::FIRST_FRAME,
+                true => crate::proto::MAX_FIRST_PAYLOAD,
                 false => crate::proto::MAX_PAYLOAD,
             };
             let steps = match ahead.read_frame_within(buf, max, |b| stream.recv(b)) {

@@ -34,18 +34,13 @@ use crate::net::out::Out;
 use crate::net::sockopt::apply;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
-use crate::proto::{DataHello, Message, ReadError};
+use crate::proto::{DataHello, MAX_FIRST_PAYLOAD, Message, ReadError};
 use crate::refusal::{Limit, Refusal};
 use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
 use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
-
-/// Largest first frame (a hello, a data hello) and, with a key, largest
-/// frame before the proof: a connection that has not said who it is holds at
-/// most this much of the server's memory (a hello is ~200 bytes).
-pub(super) const FIRST_FRAME: usize = 4096;
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
@@ -453,22 +448,23 @@ impl<'a> Loop<'a> {
                 Stage::First { .. } => {
                     let stream = &slot.stream;
                     let ahead = &mut slot.ahead;
-                    let hello = match ahead
-                        .read_frame_within(&mut self.buf, FIRST_FRAME, |b| stream.recv(b))
-                    {
-                        Ok(None) => return Next::Keep,
-                        Ok(Some(m)) => m,
-                        Err(ReadError::Proto(e)) => {
-                            slot.stage = refuse(st, slot.peer, &e.into());
-                            continue;
-                        }
-                        Err(e) => {
-                            if st.cfg.verbosity >= 2 {
-                                eprintln!("{}: no hello: {e}", slot.peer);
+                    let hello =
+                        match ahead
+                            .read_frame_within(&mut self.buf, MAX_FIRST_PAYLOAD, |b| stream.recv(b))
+                        {
+                            Ok(None) => return Next::Keep,
+                            Ok(Some(m)) => m,
+                            Err(ReadError::Proto(e)) => {
+                                slot.stage = refuse(st, slot.peer, &e.into());
+                                continue;
                             }
-                            return Next::Close;
-                        }
-                    };
+                            Err(e) => {
+                                if st.cfg.verbosity >= 2 {
+                                    eprintln!("{}: no hello: {e}", slot.peer);
+                                }
+                                return Next::Close;
+                            }
+                        };
                     slot.last_progress = Instant::now();
                     // Said who it is: from here on it counts in
                     // `--max-conns`, which refused and silent connections
