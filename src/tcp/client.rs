@@ -217,7 +217,7 @@ pub fn run(
     let deadline = shared.cfg.time_limit.map(|t| shared.start + t);
     let mut interrupted = false;
     let mut lost_servers = Vec::new();
-    let mut refusals: Vec<(String, u64)> = Vec::new();
+    let mut refusals: Vec<RefusalCount> = Vec::new();
     let mut server_errors = Vec::new();
     // The loops' records are collected every few ms rather than one wake-up
     // each: at tens of thousands of connections a second, waking this thread
@@ -246,7 +246,7 @@ pub fn run(
                     if let Some((code, why)) = &rec.refused {
                         match refusals
                             .iter_mut()
-                            .find(|r: &&mut RefusalCount| r.code == *code && r.message == *why)
+                            .find(|r| r.code == *code && r.message == *why)
                         {
                             Some(r) => r.connections += 1,
                             None => refusals.push(RefusalCount {
