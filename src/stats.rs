@@ -275,6 +275,14 @@ pub fn samples_per_row(every: std::time::Duration) -> usize {
     n.clamp(1, u128::from(TCP_INFO_PER_SEC)) as usize
 }
 
+/// The order a row visits `n` connection slots in: from `from`, where the
+/// last row's samples stopped, round to just before it, so that with more
+/// connections than a row samples each gets its turn.
+pub fn sample_order(n: usize, from: usize) -> impl Iterator<Item = usize> {
+    let from = from.min(n);
+    (from..n).chain(0..from)
+}
+
 /// When a status row's connections are sampled: from the middle of each
 /// row (so every row has its samples), at most [`samples_per_row`] times
 /// a row.
@@ -393,6 +401,12 @@ mod tests {
         assert!(b.take(t0 + ms(150)));
         let taken = (0..1000).filter(|_| b.take(t0 + ms(199))).count();
         assert_eq!(taken, 199);
+        let order = |n, from| sample_order(n, from).collect::<Vec<_>>();
+        assert_eq!(order(4, 0), [0, 1, 2, 3]);
+        assert_eq!(order(4, 2), [2, 3, 0, 1]);
+        assert_eq!(order(4, 4), [0, 1, 2, 3]);
+        assert_eq!(order(4, 9), [0, 1, 2, 3]);
+        assert_eq!(order(0, 3), [0usize; 0]);
     }
 
     #[test]

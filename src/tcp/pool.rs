@@ -614,9 +614,7 @@ impl Worker<'_> {
     fn sample(&mut self, every: Duration) {
         let secs = self.sh.elapsed();
         let mut left = crate::stats::samples_per_row(every);
-        let n = self.slots.len();
-        let from = self.sample_from.min(n);
-        for k in (from..n).chain(0..from) {
+        for k in crate::stats::sample_order(self.slots.len(), self.sample_from) {
             let Some(slot) = self.slots[k].as_mut() else {
                 continue;
             };
