@@ -9,7 +9,7 @@ use thiserror::Error;
 use crate::auth::Key;
 use crate::net;
 use crate::proto::{
-    Hello, Message, PROTOCOL_VERSION, ProtoError, ReadError, TestSpec, foreign_server,
+    ErrorCode, Hello, Message, PROTOCOL_VERSION, ProtoError, ReadError, TestSpec, foreign_server,
     read_message, write_message,
 };
 
@@ -73,6 +73,9 @@ pub enum ClientError {
     Refused {
         /// The target.
         target: String,
+        /// The reason's code, as the server sent it (or as this client
+        /// names a refusal it makes itself): what code and tests match.
+        code: ErrorCode,
         /// The server's reason.
         message: String,
     },
@@ -91,6 +94,17 @@ pub enum ClientError {
     /// This host lacks a transport the test needs.
     #[error(transparent)]
     Unsupported(#[from] crate::refusal::Unsupported),
+}
+
+impl ClientError {
+    /// The refusal's code, when the server (or this client) refused.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Refused { code, .. } => Some(*code),
+            ClientError::Unproven { .. } => Some(ErrorCode::Auth),
+            _ => None,
+        }
+    }
 }
 
 /// `target` as it is reached: with `port` when it names none, so an error
@@ -199,9 +213,10 @@ impl Control {
         let reply = c.hello_reply()?;
         let _ = c.stream.set_read_timeout(Some(timeout));
         match reply {
-            Message::HelloAck(h) if h.protocol != PROTOCOL_VERSION => {
-                Err(c.refused(format!("server speaks protocol {}", h.protocol)))
-            }
+            Message::HelloAck(h) if h.protocol != PROTOCOL_VERSION => Err(c.refused(
+                ErrorCode::UnsupportedVersion,
+                format!("server speaks protocol {}", h.protocol),
+            )),
             Message::HelloAck(Hello {
                 nonce: Some(server_nonce),
                 ..
@@ -232,7 +247,7 @@ impl Control {
             why,
         };
         match read_message(&mut self.stream) {
-            Ok(Message::Error { message, .. }) => Err(self.refused(message)),
+            Ok(Message::Error { code, message }) => Err(self.refused(code, message)),
             Ok(m) => Ok(m),
             Err(ReadError::Proto(ProtoError::BadMagic(m))) => {
                 let first = if m[1] == 0 { &m[..1] } else { &m[..] };
@@ -277,6 +292,7 @@ impl Control {
     ) -> Result<(), ClientError> {
         let Some(key) = key else {
             return Err(self.refused(
+                ErrorCode::Auth,
                 "server requires authentication: give --key FILE or set NETRIG_KEY".into(),
             ));
         };
@@ -308,7 +324,7 @@ impl Control {
     /// Reads one message; an error reply becomes [`ClientError::Refused`].
     pub fn recv(&mut self) -> Result<Message, ClientError> {
         match read_message(&mut self.stream) {
-            Ok(Message::Error { message, .. }) => Err(self.refused(message)),
+            Ok(Message::Error { code, message }) => Err(self.refused(code, message)),
             Ok(m) => Ok(m),
             Err(e) => Err(self.failed(e.to_string())),
         }
@@ -336,9 +352,10 @@ impl Control {
     }
 
     /// A refusal naming this target.
-    pub fn refused(&self, message: String) -> ClientError {
+    pub fn refused(&self, code: ErrorCode, message: String) -> ClientError {
         ClientError::Refused {
             target: self.target.clone(),
+            code,
             message,
         }
     }

@@ -43,6 +43,10 @@ pub const SERVER_ROWS_CHUNK: usize = 200;
 
 /// Most status rows a server keeps for one session.
 pub const MAX_SERVER_ROWS: usize = 20_000;
+/// Shortest `server_interval_ms` a server accepts: rows more often than
+/// the clients' own status lines (`-i`, at least 100 ms) are not read,
+/// and each row samples the session's connections.
+pub const MIN_SERVER_INTERVAL_MS: u64 = 100;
 /// Capabilities this build offers in its hello.
 pub const CAPABILITIES: &[&str] = &["tcp", "udp", "rr"];
 
@@ -253,8 +257,45 @@ pub enum ErrorCode {
     UnexpectedMessage,
     /// The data connection names a session the server does not know.
     UnknownSession,
-    /// The request is valid but the server will not run it.
+    /// The request is valid but the server will not run it (a reason
+    /// without a code of its own).
     Refused,
+    /// A server limit on bytes (`serve --max-bytes`).
+    LimitBytes,
+    /// A server limit on time (`serve --max-duration`, a burst train).
+    LimitDuration,
+    /// A server limit on rate (`serve --max-rate`).
+    LimitRate,
+    /// A session's burst records.
+    LimitBurstRecords,
+    /// `serve --max-conns`.
+    LimitConnections,
+    /// `serve --max-conns-per-client`.
+    LimitConnectionsPerClient,
+    /// `serve --max-tests`.
+    LimitTests,
+    /// `serve --max-tests-per-client`.
+    LimitTestsPerClient,
+    /// The request asks for something no server runs.
+    Invalid,
+    /// The pre-shared-key exchange failed or was not attempted.
+    Auth,
+    /// A data connection from another host than its session's.
+    ForeignHost,
+    /// A data connection whose number its session has already used.
+    ConnectionReused,
+    /// The session stopped, or the server is finishing (`--exit-after`).
+    Stopped,
+    /// The server's kernel lacks what the test asks for (a transport, a
+    /// congestion control, a socket option).
+    Unsupported,
+    /// The server could not set up what the test needs.
+    Resource,
+    /// The client's UDP handshake datagram never arrived.
+    NoHandshake,
+    /// A code this build does not know (a newer server's).
+    #[serde(other)]
+    Other,
 }
 
 /// Every message of the protocol.

@@ -460,3 +460,16 @@ proptest! {
         prop_assert_eq!(decode_data_message(&p), Some(m));
     }
 }
+
+#[test]
+fn error_codes_travel_by_name_and_an_unknown_one_is_other() {
+    let m = Message::error(ErrorCode::ConnectionReused, "again");
+    let wire = serde_json::to_value(&m).unwrap();
+    assert_eq!(wire["code"], "connection_reused");
+    assert_eq!(serde_json::from_value::<Message>(wire).unwrap(), m);
+    let later = serde_json::json!({"type": "error", "code": "a_code_from_later", "message": "x"});
+    assert_eq!(
+        serde_json::from_value::<Message>(later).unwrap(),
+        Message::error(ErrorCode::Other, "x")
+    );
+}

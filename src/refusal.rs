@@ -46,6 +46,10 @@ pub enum Refusal {
         session: Uuid,
         owner: IpAddr,
     },
+    /// A data connection's number its session has already used (a
+    /// replayed data hello): each is admitted once.
+    #[error("connection {connection} of session {session} was already used")]
+    ConnectionReused { session: Uuid, connection: Uuid },
     /// `serve --exit-after N` has admitted its N connections.
     #[error("server exit limit of {0} connections reached")]
     ExitAfter(u64),
@@ -87,7 +91,17 @@ impl Refusal {
             Refusal::UnknownSession(_) => ErrorCode::UnknownSession,
             Refusal::Malformed(_) => ErrorCode::Malformed,
             Refusal::Unexpected { .. } => ErrorCode::UnexpectedMessage,
-            _ => ErrorCode::Refused,
+            Refusal::Limit(l) => l.code(),
+            Refusal::Invalid(_) => ErrorCode::Invalid,
+            Refusal::Auth(_) => ErrorCode::Auth,
+            Refusal::ForeignHost { .. } => ErrorCode::ForeignHost,
+            Refusal::ConnectionReused { .. } => ErrorCode::ConnectionReused,
+            Refusal::ExitAfter(_) | Refusal::Stopped | Refusal::Exiting => ErrorCode::Stopped,
+            Refusal::Resource { .. } => ErrorCode::Resource,
+            Refusal::Unsupported(_)
+            | Refusal::Congestion { .. }
+            | Refusal::SockOptRefused { .. } => ErrorCode::Unsupported,
+            Refusal::NoHandshake(_) => ErrorCode::NoHandshake,
         }
     }
 
@@ -149,6 +163,26 @@ pub enum Limit {
     },
 }
 
+impl Limit {
+    /// The machine-readable code of the limit.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Limit::Bytes { .. } | Limit::BytesPerRound { .. } | Limit::BytesReached { .. } => {
+                ErrorCode::LimitBytes
+            }
+            Limit::Duration { .. } | Limit::BurstTrain { .. } | Limit::DurationReached { .. } => {
+                ErrorCode::LimitDuration
+            }
+            Limit::Rate { .. } => ErrorCode::LimitRate,
+            Limit::BurstRecords { .. } => ErrorCode::LimitBurstRecords,
+            Limit::OpenConnections { .. } => ErrorCode::LimitConnections,
+            Limit::Tests { .. } => ErrorCode::LimitTests,
+            Limit::TestsPerClient { .. } => ErrorCode::LimitTestsPerClient,
+            Limit::ConnectionsPerClient { .. } => ErrorCode::LimitConnectionsPerClient,
+        }
+    }
+}
+
 /// A test no server would run as asked: the request itself is wrong.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum Invalid {
@@ -203,6 +237,10 @@ pub enum Invalid {
     SockOpt(#[from] crate::sockopts::SockOptError),
     #[error("iterations must be greater than zero")]
     ZeroIterations,
+    /// TCP_INFO is sampled for every connection once per row: a floor on
+    /// the row interval bounds what that costs the server.
+    #[error("server status interval {ms} ms is below the server's floor of {min_ms} ms")]
+    ServerInterval { ms: u64, min_ms: u64 },
 }
 
 /// Why the pre-shared-key exchange failed.
@@ -252,7 +290,7 @@ mod tests {
         );
         assert_eq!(
             Refusal::from(Limit::Tests { max: 3 }).code(),
-            ErrorCode::Refused
+            ErrorCode::LimitTests
         );
         assert_eq!(
             Refusal::from(ProtoError::Oversized(1)).code(),
@@ -266,7 +304,7 @@ mod tests {
         assert_eq!(unexpected.to_string(), "unexpected stop here");
         match Refusal::from(Invalid::ZeroGap).message() {
             Message::Error { code, message } => {
-                assert_eq!(code, ErrorCode::Refused);
+                assert_eq!(code, ErrorCode::Invalid);
                 assert_eq!(message, "gap between datagrams must be positive");
             }
             m => panic!("{m:?}"),

@@ -262,6 +262,63 @@ impl IntervalRow {
     }
 }
 
+/// Most TCP_INFO readings one sampler (a server session, a client event
+/// loop) takes a second for its status rows, whatever its connection
+/// count: a reading is a system call, and 100,000 connections read every
+/// row cost a core.
+pub const TCP_INFO_PER_SEC: u64 = 2_000;
+
+/// How many connections a row of `every` samples: [`TCP_INFO_PER_SEC`]'s
+/// share of the row, at least one.
+pub fn samples_per_row(every: std::time::Duration) -> usize {
+    let n = u128::from(TCP_INFO_PER_SEC) * every.as_millis() / 1000;
+    n.clamp(1, u128::from(TCP_INFO_PER_SEC)) as usize
+}
+
+/// The order a row visits `n` connection slots in: from `from`, where the
+/// last row's samples stopped, round to just before it, so that with more
+/// connections than a row samples each gets its turn.
+pub fn sample_order(n: usize, from: usize) -> impl Iterator<Item = usize> {
+    let from = from.min(n);
+    (from..n).chain(0..from)
+}
+
+/// When a status row's connections are sampled: from the middle of each
+/// row (so every row has its samples), at most [`samples_per_row`] times
+/// a row.
+#[derive(Debug, Clone)]
+pub struct SampleBudget {
+    every: std::time::Duration,
+    from: std::time::Instant,
+    left: usize,
+}
+
+impl SampleBudget {
+    /// Rows of `every` from `t0`.
+    pub fn new(every: std::time::Duration, t0: std::time::Instant) -> SampleBudget {
+        SampleBudget {
+            every,
+            from: t0 + every / 2,
+            left: samples_per_row(every),
+        }
+    }
+
+    /// Whether a connection scanned at `now` is sampled (counted if so).
+    pub fn take(&mut self, now: std::time::Instant) -> bool {
+        if now < self.from || self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+
+    /// A row was taken at `now`: the next is sampled from its middle.
+    pub fn row_taken(&mut self, now: std::time::Instant) {
+        self.from = now + self.every / 2;
+        self.left = samples_per_row(self.every);
+    }
+}
+
 /// Rows taken every `every` from counters the caller snapshots: a server's
 /// own account of a session (iperf3's --get-server-output), bounded to
 /// `cap` rows.
@@ -324,6 +381,33 @@ impl IntervalLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_info_samples_are_bounded_per_second_and_start_mid_row() {
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        assert_eq!(samples_per_row(ms(100)), 200);
+        assert_eq!(samples_per_row(ms(1000)), 2000);
+        assert_eq!(samples_per_row(ms(1)), 2);
+        assert_eq!(samples_per_row(ms(0)), 1);
+        assert_eq!(samples_per_row(Duration::from_secs(3600)), 2000);
+        let t0 = Instant::now();
+        let mut b = SampleBudget::new(ms(100), t0);
+        assert!(!b.take(t0 + ms(49)));
+        let taken = (0..1000).filter(|_| b.take(t0 + ms(50))).count();
+        assert_eq!(taken, 200);
+        b.row_taken(t0 + ms(100));
+        assert!(!b.take(t0 + ms(149)));
+        assert!(b.take(t0 + ms(150)));
+        let taken = (0..1000).filter(|_| b.take(t0 + ms(199))).count();
+        assert_eq!(taken, 199);
+        let order = |n, from| sample_order(n, from).collect::<Vec<_>>();
+        assert_eq!(order(4, 0), [0, 1, 2, 3]);
+        assert_eq!(order(4, 2), [2, 3, 0, 1]);
+        assert_eq!(order(4, 4), [0, 1, 2, 3]);
+        assert_eq!(order(4, 9), [0, 1, 2, 3]);
+        assert_eq!(order(0, 3), [0usize; 0]);
+    }
 
     #[test]
     fn a_full_progress_series_halves_and_keeps_its_ends() {

@@ -1004,7 +1004,10 @@ fn a_server_with_a_key_admits_only_clients_that_prove_it() {
     // A client that does not even try gets the reason in the protocol.
     assert!(matches!(
         reply_to(addr, &proto::encode(&Message::Hello(Message::hello()))),
-        Some(Message::Error { code: ErrorCode::Refused, message }) if message.contains("authentication required")
+        Some(Message::Error {
+            code: ErrorCode::Auth,
+            ..
+        })
     ));
     // A key too short to mean anything is a usage error.
     let short = dir.path().join("short");

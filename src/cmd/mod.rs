@@ -567,10 +567,20 @@ pub fn client_error_exit(
     eprintln!("netrig: {e}");
     let code = client_error_code(&e);
     let message = e.to_string();
+    let error_code = e.code();
     finish(
         code,
         json,
-        |p| netrig::report::write_envelope(p, test, config, None::<&()>, Some(&message)),
+        |p| {
+            netrig::report::write_envelope_coded(
+                p,
+                test,
+                config,
+                None::<&()>,
+                Some(&message),
+                error_code,
+            )
+        },
         Vec::new(),
     )
 }

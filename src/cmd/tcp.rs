@@ -316,10 +316,15 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
     let mut code = run_code(rep.totals.data_errors > 0, network, rep.interrupted);
     let mut failure = None;
+    let mut error_code = None;
     if !(rep.refusals.is_empty() && rep.server_errors.is_empty()) && code != Exit::DataError {
-        for (why, n) in &rep.refusals {
+        for r in &rep.refusals {
+            let (n, why) = (r.connections, &r.message);
             eprintln!("netrig: server refused {n} connection(s): {why}");
-            failure.get_or_insert_with(|| format!("server refused {n} connection(s): {why}"));
+            if failure.is_none() {
+                failure = Some(format!("server refused {n} connection(s): {why}"));
+                error_code = Some(r.code);
+            }
         }
         for (addr, why) in &rep.server_errors {
             eprintln!("netrig: server {addr} stopped the test: {why}");
@@ -348,7 +353,16 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
     Ok(finish(
         code,
         json.as_deref(),
-        |p| netrig::report::write_envelope(p, "tcp", &cfg, Some(&rep), failure.as_deref()),
+        |p| {
+            netrig::report::write_envelope_coded(
+                p,
+                "tcp",
+                &cfg,
+                Some(&rep),
+                failure.as_deref(),
+                error_code,
+            )
+        },
         reporter.take_errors(),
     ))
 }

@@ -154,6 +154,10 @@ pub struct Envelope<'a, C: Serialize, R: Serialize> {
     /// measured before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
+    /// The code of the server's refusal, when a refusal is the error: what
+    /// a monitor matches (the text may change between versions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<crate::proto::ErrorCode>,
 }
 
 /// Writes a command's JSON envelope to `path` (see [`write_atomically`]).
@@ -163,6 +167,18 @@ pub fn write_envelope<C: Serialize, R: Serialize>(
     config: &C,
     result: Option<&R>,
     error: Option<&str>,
+) -> io::Result<()> {
+    write_envelope_coded(path, test, config, result, error, None)
+}
+
+/// [`write_envelope`] with the code of the refusal that is the error.
+pub fn write_envelope_coded<C: Serialize, R: Serialize>(
+    path: &Path,
+    test: &str,
+    config: &C,
+    result: Option<&R>,
+    error: Option<&str>,
+    error_code: Option<crate::proto::ErrorCode>,
 ) -> io::Result<()> {
     write_atomically(
         path,
@@ -174,6 +190,7 @@ pub fn write_envelope<C: Serialize, R: Serialize>(
             config,
             result,
             error,
+            error_code,
         },
     )
 }

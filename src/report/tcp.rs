@@ -330,7 +330,8 @@ pub fn print_summary(rep: &RunReport) {
         t.data_errors,
         t.cancelled
     );
-    for (why, n) in &rep.refusals {
+    for r in &rep.refusals {
+        let (n, why) = (r.connections, &r.message);
         crate::out!("Server refused {n} connection(s): {why}");
     }
     for (addr, why) in &rep.server_errors {

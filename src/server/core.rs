@@ -721,7 +721,11 @@ impl<'a> Loop<'a> {
                 }
                 Stage::Data { a, conn, out } => {
                     a.sess.tick(now, std::os::fd::AsRawFd::as_raw_fd(&s.stream));
-                    let stalled = now.saturating_duration_since(s.last_progress) >= idle;
+                    // A wait for the next burst is not idleness.
+                    let from = conn
+                        .quiet_until()
+                        .map_or(s.last_progress, |q| q.max(s.last_progress));
+                    let stalled = now.saturating_duration_since(from) >= idle;
                     if stalled {
                         // A peer that reads nothing will not take what is queued.
                         out.clear();

@@ -32,6 +32,10 @@ pub(super) struct Session {
     pub(super) reserved: AtomicU64,
     /// Burst records held by this session's live data connections.
     burst_records: AtomicU64,
+    /// Every connection number a data hello has claimed: each is admitted
+    /// once, so a replayed hello cannot read another connection's stream
+    /// (16 bytes and the set's overhead per connection of the session).
+    used: std::sync::Mutex<std::collections::HashSet<u128>>,
     pub(super) counters: Counters,
     /// What the server may still send, and the session's stop flag.
     pub(super) guard: SendGuard,
@@ -44,8 +48,9 @@ pub(super) struct Session {
     /// When the session's first data connection came: a time-bounded
     /// test's data phase began then (the client's, about then too).
     data_start: std::sync::OnceLock<Instant>,
-    /// `--get-server-output`: this end's own status rows.
-    log: Option<std::sync::Mutex<crate::stats::IntervalLog>>,
+    /// `--get-server-output`: this end's own status rows, and when its
+    /// connections' TCP_INFO is read for them.
+    log: Option<std::sync::Mutex<(crate::stats::IntervalLog, crate::stats::SampleBudget)>>,
     /// What the kernel granted the first data connection, for the summary.
     pub(super) granted: std::sync::OnceLock<crate::sockopts::Granted>,
 }
@@ -68,16 +73,18 @@ impl Session {
             peer,
             reserved: AtomicU64::new(0),
             burst_records: AtomicU64::new(0),
+            used: Default::default(),
             counters: Counters::default(),
             aborted: AtomicBool::new(false),
             started: Instant::now(),
             data_start: std::sync::OnceLock::new(),
             granted: std::sync::OnceLock::new(),
             log: (spec.server_interval_ms > 0).then(|| {
-                std::sync::Mutex::new(crate::stats::IntervalLog::new(
-                    std::time::Duration::from_millis(spec.server_interval_ms),
-                    Instant::now(),
-                    crate::proto::MAX_SERVER_ROWS,
+                let every = std::time::Duration::from_millis(spec.server_interval_ms);
+                let now = Instant::now();
+                std::sync::Mutex::new((
+                    crate::stats::IntervalLog::new(every, now, crate::proto::MAX_SERVER_ROWS),
+                    crate::stats::SampleBudget::new(every, now),
                 ))
             }),
             spec,
@@ -85,18 +92,34 @@ impl Session {
     }
 
     /// Takes a status row if one is due (the event loops call it as they
-    /// scan their connections, every 20 ms), after sampling the scanned
-    /// connection's TCP_INFO so the rows carry this end's RTT and window.
+    /// scan their connections, every 20 ms). The scanned connection's
+    /// TCP_INFO, so the rows carry this end's RTT and window, is read only
+    /// from the middle of a row and for at most a row's share of
+    /// [`crate::stats::TCP_INFO_PER_SEC`] connections: a session without
+    /// rows reads none, and one with many connections no more than a few.
     pub(super) fn tick(&self, now: Instant, fd: std::os::fd::RawFd) {
-        if let Some(l) = &self.log {
-            if let Some(i) = crate::net::tcpinfo::raw(fd) {
-                self.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);
-            }
+        let Some(l) = &self.log else {
+            return;
+        };
+        let sample = {
             let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
-            if l.due(now) {
-                l.take(now, self.counters.snapshot());
+            let (log, budget) = &mut *l;
+            if log.due(now) {
+                log.take(now, self.counters.snapshot());
+                budget.row_taken(now);
             }
+            budget.take(now)
+        };
+        if sample && let Some(i) = crate::net::tcpinfo::raw(fd) {
+            self.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);
         }
+    }
+
+    /// Claims connection number `id` for a data connection: false when a
+    /// data hello has claimed it before.
+    pub(super) fn claim(&self, id: uuid::Uuid) -> bool {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        used.insert(id.as_u128())
     }
 
     /// The last row, then every row, in frames for the client.
@@ -105,8 +128,9 @@ impl Session {
             return Vec::new();
         };
         let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
-        l.take(Instant::now(), self.counters.snapshot());
-        let (rows, truncated) = l.finish();
+        let (log, _) = &mut *l;
+        log.take(Instant::now(), self.counters.snapshot());
+        let (rows, truncated) = log.finish();
         let n = rows.len().div_ceil(crate::proto::SERVER_ROWS_CHUNK).max(1);
         let mut chunks = rows.chunks(crate::proto::SERVER_ROWS_CHUNK);
         (0..n)
@@ -157,6 +181,13 @@ impl Session {
 pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal> {
     if t.transfer == 0 {
         return Err(Invalid::ZeroTransfer.into());
+    }
+    if t.server_interval_ms > 0 && t.server_interval_ms < crate::proto::MIN_SERVER_INTERVAL_MS {
+        return Err(Invalid::ServerInterval {
+            ms: t.server_interval_ms,
+            min_ms: crate::proto::MIN_SERVER_INTERVAL_MS,
+        }
+        .into());
     }
     if t.transfer_max.is_some_and(|hi| hi < t.transfer) {
         return Err(Invalid::TransferRange.into());
@@ -253,6 +284,14 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
         if !proven {
             return Err(AuthFailure::DataProof.into());
         }
+    }
+    // Behind the proof: with a key, a forged hello cannot use up a number
+    // the client will send.
+    if !sess.claim(hello.connection) {
+        return Err(Refusal::ConnectionReused {
+            session: hello.session,
+            connection: hello.connection,
+        });
     }
     if hello.buffer == 0 || u64::from(hello.buffer) > MAX_BUFFER {
         return Err(Invalid::Buffer {
@@ -393,6 +432,45 @@ mod tests {
         assert!(validate(&bursty(6, 5, u64::MAX), &l).is_err());
         assert!(validate(&bursty(10, 0, 1), &l).is_err());
         assert!(validate(&bursty(10, 1, 0), &l).is_err());
+    }
+
+    #[test]
+    fn a_server_interval_below_the_floor_is_refused_by_name() {
+        let l = Limits::default();
+        let every = |ms| TcpSpec {
+            server_interval_ms: ms,
+            ..TcpSpec::plain(IoPattern::Push, 1000, 0, 0)
+        };
+        assert!(validate(&every(0), &l).is_ok());
+        assert!(validate(&every(100), &l).is_ok());
+        let why = validate(&every(99), &l).unwrap_err();
+        assert_eq!(why.code(), crate::proto::ErrorCode::Invalid);
+        assert!(
+            matches!(
+                why,
+                Refusal::Invalid(Invalid::ServerInterval {
+                    ms: 99,
+                    min_ms: 100
+                })
+            ),
+            "{why}"
+        );
+        assert!(validate(&every(1), &l).is_err());
+    }
+
+    #[test]
+    fn a_connection_number_is_claimed_once() {
+        let s = Session::new(
+            "127.0.0.1:1".parse().unwrap(),
+            TcpSpec::plain(IoPattern::Push, 1000, 0, 0),
+            &Limits::default(),
+            None,
+        );
+        let (a, b) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        assert!(s.claim(a));
+        assert!(s.claim(b));
+        assert!(!s.claim(a));
+        assert!(!s.claim(b));
     }
 
     #[test]

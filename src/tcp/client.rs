@@ -52,7 +52,7 @@ pub struct RunReport {
     /// Reasons the server gave for refusing data connections (a server
     /// limit), with how many were refused for each; the run stops starting
     /// connections at the first.
-    pub refusals: Vec<(String, u64)>,
+    pub refusals: Vec<RefusalCount>,
     /// Why servers stopped the test mid-way (a server limit), by server.
     pub server_errors: Vec<(SocketAddr, String)>,
     /// What the kernel granted the client's first data connection: buffer
@@ -90,6 +90,17 @@ pub struct ConnectionProgress {
     pub connection_id: uuid::Uuid,
     pub result: crate::outcome::ResultKind,
     pub points: Vec<crate::stats::Progress>,
+}
+
+/// Data connections the server refused for one reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RefusalCount {
+    /// The reason's code, as the server sent it.
+    pub code: crate::proto::ErrorCode,
+    /// The server's text.
+    pub message: String,
+    /// How many connections it refused so.
+    pub connections: u64,
 }
 
 /// The counters when the `--omit` warm-up ended: subtracted from the
@@ -206,7 +217,7 @@ pub fn run(
     let deadline = shared.cfg.time_limit.map(|t| shared.start + t);
     let mut interrupted = false;
     let mut lost_servers = Vec::new();
-    let mut refusals: Vec<(String, u64)> = Vec::new();
+    let mut refusals: Vec<RefusalCount> = Vec::new();
     let mut server_errors = Vec::new();
     // The loops' records are collected every few ms rather than one wake-up
     // each: at tens of thousands of connections a second, waking this thread
@@ -232,10 +243,17 @@ pub fn run(
         loop {
             match rx.try_recv() {
                 Ok(rec) => {
-                    if let Some(why) = &rec.refused {
-                        match refusals.iter_mut().find(|(w, _)| w == why) {
-                            Some((_, n)) => *n += 1,
-                            None => refusals.push((why.to_string(), 1)),
+                    if let Some((code, why)) = &rec.refused {
+                        match refusals
+                            .iter_mut()
+                            .find(|r| r.code == *code && r.message == *why)
+                        {
+                            Some(r) => r.connections += 1,
+                            None => refusals.push(RefusalCount {
+                                code: *code,
+                                message: why.clone(),
+                                connections: 1,
+                            }),
                         }
                         // More connections would only be refused too.
                         shared.halt.store(true, SeqCst);

@@ -296,7 +296,10 @@ impl TcpClientConfig {
             rate: self.rate,
             transfer_max: self.transfer_max,
             server_interval_ms: match (self.server_output, self.interval) {
-                (true, Some(i)) => i.as_millis().clamp(10, u128::from(u32::MAX)) as u64,
+                (true, Some(i)) => i.as_millis().clamp(
+                    u128::from(crate::proto::MIN_SERVER_INTERVAL_MS),
+                    u128::from(u32::MAX),
+                ) as u64,
                 (true, None) => 1000,
                 (false, _) => 0,
             },

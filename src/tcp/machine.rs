@@ -775,6 +775,21 @@ impl Conn {
     pub fn progress(&self) -> (u64, u64) {
         (self.sent, self.received)
     }
+
+    /// Until when the burst schedule says nothing moves on this
+    /// connection: between two bursts, the next one's start on this end's
+    /// clock (the sender waits for it, the receiver for its first bytes).
+    /// An idle clock counts from there, so a period longer than the idle
+    /// timeout is not taken for a stall. `None` outside a gap.
+    pub fn quiet_until(&self) -> Option<Instant> {
+        let b = self.bursts.as_ref()?;
+        if !matches!(self.phase, Phase::Data) {
+            return None;
+        }
+        let next = self.burst_at.saturating_mul(b.spec.size.max(1));
+        let moved = if b.sending { self.sent } else { self.received };
+        (next < self.transfer && moved == next).then(|| b.due(self.burst_at))
+    }
 }
 
 /// A copy of `e` for the result's detail (io::Error is not Clone).

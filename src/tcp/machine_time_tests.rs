@@ -414,3 +414,41 @@ fn bursts_smaller_than_a_frame_header_still_end_at_a_chunk() {
     let (_, _, recv) = p.result(0);
     assert_eq!(recv.len(), 12);
 }
+
+#[test]
+fn between_bursts_each_end_is_quiet_until_the_next_burst_starts() {
+    // Three bursts of 10,000 bytes a second apart, the server sending.
+    let s = TcpSpec {
+        burst: Some(BurstSpec {
+            size: 10_000,
+            period_ms: 1000,
+        }),
+        ..TcpSpec::plain(IoPattern::Pull, 30_000, 0, 0)
+    };
+    let sec = Duration::from_secs(1);
+    let mut p = pair(&s);
+    p.read_max = 4000;
+    // Nothing moved yet: the first burst is due at once.
+    assert_eq!(p.ends[0].quiet_until(), Some(p.t0));
+    assert_eq!(p.ends[1].quiet_until(), Some(p.t0));
+    // The first burst is in: both ends wait for the second's time.
+    p.run_until(|p| p.ends[0].progress().1 >= 10_000);
+    assert_eq!(p.ends[0].progress().1, 10_000);
+    assert_eq!(p.ends[1].progress().0, 10_000);
+    assert_eq!(p.ends[0].quiet_until(), Some(p.t0 + sec));
+    assert_eq!(p.ends[1].quiet_until(), Some(p.t0 + sec));
+    // Inside the second burst, the receiver is not between bursts.
+    p.run_until(|p| p.ends[0].progress().1 > 10_000);
+    assert_eq!(p.ends[0].progress().1, 14_000);
+    assert_eq!(p.ends[0].quiet_until(), None);
+    // After the last burst nothing is scheduled: no excuse for silence.
+    p.run_until(|p| p.ends[0].progress().1 >= 30_000);
+    assert_eq!(p.ends[0].quiet_until(), None);
+    assert_eq!(p.ends[1].quiet_until(), None);
+    p.run();
+    assert_eq!(agreed(&p), (0, 30_000));
+    assert_eq!(p.ends[0].quiet_until(), None);
+    // Without bursts, never quiet.
+    let plain = pair(&TcpSpec::plain(IoPattern::Pull, 30_000, 0, 0));
+    assert_eq!(plain.ends[0].quiet_until(), None);
+}

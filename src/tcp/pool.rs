@@ -101,6 +101,8 @@ struct Worker<'a> {
     /// When to next sample the live connections' TCP_INFO: the middle of
     /// each status interval, so every interval's row has its samples.
     next_sample: Option<Instant>,
+    /// The slot the next row's TCP_INFO sampling starts at.
+    sample_from: usize,
 }
 
 /// Starts `threads` event loops sharing `sh.cfg.connections` concurrent
@@ -144,6 +146,7 @@ pub(super) fn spawn(
                     no_more: false,
                     ending: Vec::new(),
                     next_sample: sh.cfg.interval.map(|i| sh.start + i / 2),
+                    sample_from: 0,
                 };
                 wk.run();
             })?;
@@ -187,7 +190,7 @@ impl Worker<'_> {
             if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
                 && now >= at
             {
-                self.sample();
+                self.sample(iv);
                 self.next_sample = Some(at + iv);
             }
         }
@@ -423,10 +426,10 @@ impl Worker<'_> {
                         // its refusal is delivered and a little of what
                         // follows is read, so the refusal may wait unread:
                         // it is the reason, not the broken pipe.
-                        if let Ok(Some(Message::Error { message, .. })) =
+                        if let Ok(Some(Message::Error { code, message })) =
                             slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b))
                         {
-                            return Err(Ended::Refused(message));
+                            return Err(Ended::Refused(code, message));
                         }
                         let detail = conn.result().map(|r| r.0.detail.clone());
                         let e = detail.unwrap_or_default();
@@ -437,8 +440,8 @@ impl Worker<'_> {
                         Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
                         Ok(Some(Message::DataAck { connection }))
                             if connection == slot.rec.connection_id => {}
-                        Ok(Some(Message::Error { message, .. })) => {
-                            return Err(Ended::Refused(message));
+                        Ok(Some(Message::Error { code, message })) => {
+                            return Err(Ended::Refused(code, message));
                         }
                         Ok(Some(m)) => {
                             return Err(Ended::Failed(format!(
@@ -569,8 +572,14 @@ impl Worker<'_> {
                     Stage::Bursts { .. } => None,
                     _ => idle,
                 };
+                // A wait for the next burst is not idleness.
+                let from = match &s.stage {
+                    Stage::Data { conn, .. } => conn.quiet_until(),
+                    _ => None,
+                }
+                .map_or(s.last_progress, |q| q.max(s.last_progress));
                 limit
-                    .is_some_and(|l| now.saturating_duration_since(s.last_progress) >= l)
+                    .is_some_and(|l| now.saturating_duration_since(from) >= l)
                     .then_some(k)
             })
             .collect();
@@ -596,12 +605,19 @@ impl Worker<'_> {
         }
     }
 
-    /// Samples every connected socket's TCP_INFO (its RTT and window, and
-    /// the retransmissions since its last sample), and the tracked
+    /// Samples connected sockets' TCP_INFO (RTT and window, and the
+    /// retransmissions since a socket's last sample), at most a row's share
+    /// of [`crate::stats::TCP_INFO_PER_SEC`], taking turns from where the
+    /// last row stopped (a connection's retransmissions not sampled in a
+    /// row count in a later one, or when it ends); and the tracked
     /// connections' bytes so far.
-    fn sample(&mut self) {
+    fn sample(&mut self, every: Duration) {
         let secs = self.sh.elapsed();
-        for slot in self.slots.iter_mut().flatten() {
+        let mut left = crate::stats::samples_per_row(every);
+        for k in crate::stats::sample_order(self.slots.len(), self.sample_from) {
+            let Some(slot) = self.slots[k].as_mut() else {
+                continue;
+            };
             if matches!(slot.stage, Stage::Connecting) {
                 continue;
             }
@@ -616,6 +632,11 @@ impl Worker<'_> {
                 };
                 push_progress(&mut slot.rec.progress, now);
             }
+            if left == 0 {
+                continue;
+            }
+            left -= 1;
+            self.sample_from = k + 1;
             if let Some(i) = crate::net::tcpinfo::raw(std::os::fd::AsRawFd::as_raw_fd(&slot.stream))
             {
                 self.sh.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);

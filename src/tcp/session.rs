@@ -47,9 +47,9 @@ pub struct ConnectionRecord {
     /// The server end's, from its final report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_tcp_info: Option<crate::proto::TcpInfoSummary>,
-    /// The server's reason, when it refused this connection.
+    /// The server's reason and its code, when it refused this connection.
     #[serde(skip)]
-    pub refused: Option<String>,
+    pub refused: Option<(crate::proto::ErrorCode, String)>,
     /// Its place in the run's order of opening (0 first).
     pub index: u64,
     /// The first [`TRACKED`] connections' bytes so far, sampled with

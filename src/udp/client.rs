@@ -276,6 +276,7 @@ pub fn run_with_offset(
     )?;
     if spec.auth_datagrams && c.datagram_key.is_none() {
         return Err(c.refused(
+            crate::proto::ErrorCode::Invalid,
             "--auth-datagrams needs a server with a pre-shared key, and the key here (--key or NETRIG_KEY)"
                 .into(),
         ));

@@ -27,8 +27,8 @@ pub(super) enum Ended {
     Agreed(ConnResult),
     /// At this end (connect, data hello, I/O), for this reason.
     Failed(String),
-    /// The server refused the data connection, with this reason.
-    Refused(String),
+    /// The server refused the data connection, with this code and reason.
+    Refused(crate::proto::ErrorCode, String),
 }
 
 pub(super) fn failed(detail: String) -> ConnResult {
@@ -116,9 +116,9 @@ impl Worker<'_> {
                 detail: "stopped before completion".into(),
             },
             Ended::Failed(detail) => failed(detail),
-            Ended::Refused(why) => {
+            Ended::Refused(code, why) => {
                 let r = failed(format!("server refused: {why}"));
-                rec.refused = Some(why);
+                rec.refused = Some((code, why));
                 r
             }
         };
