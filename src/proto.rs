@@ -276,6 +276,10 @@ pub enum ErrorCode {
     LimitTests,
     /// `serve --max-tests-per-client`.
     LimitTestsPerClient,
+    /// UDP streams from one address (half of `serve --max-tests`).
+    LimitStreamsPerClient,
+    /// One network's share (an IPv4 /24, an IPv6 /64: four addresses').
+    LimitPerNetwork,
     /// The request asks for something no server runs.
     Invalid,
     /// The pre-shared-key exchange failed or was not attempted.

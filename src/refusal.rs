@@ -148,7 +148,7 @@ pub enum Limit {
     /// One address holds its share (tests, UDP streams, connections).
     #[error("max {max} {what} per client address ({ip} has {has})")]
     PerClient {
-        what: &'static str,
+        what: Share,
         max: u32,
         ip: IpAddr,
         has: u32,
@@ -156,7 +156,7 @@ pub enum Limit {
     /// One network (IPv4 /24, IPv6 /64) holds four addresses' share.
     #[error("max {max} {what} per client network ({prefix}/{} has {has})", if .prefix.is_ipv4() { 24 } else { 64 })]
     PerPrefix {
-        what: &'static str,
+        what: Share,
         max: u32,
         prefix: IpAddr,
         has: u32,
@@ -177,9 +177,31 @@ impl Limit {
             Limit::BurstRecords { .. } => ErrorCode::LimitBurstRecords,
             Limit::OpenConnections { .. } => ErrorCode::LimitConnections,
             Limit::Tests { .. } => ErrorCode::LimitTests,
-            Limit::TestsPerClient { .. } => ErrorCode::LimitTestsPerClient,
-            Limit::ConnectionsPerClient { .. } => ErrorCode::LimitConnectionsPerClient,
+            Limit::PerClient { what, .. } => match what {
+                Share::Connections => ErrorCode::LimitConnectionsPerClient,
+                Share::Tests => ErrorCode::LimitTestsPerClient,
+                Share::UdpStreams => ErrorCode::LimitStreamsPerClient,
+            },
+            Limit::PerPrefix { .. } => ErrorCode::LimitPerNetwork,
         }
+    }
+}
+
+/// What one client address (or network) holds a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    Connections,
+    Tests,
+    UdpStreams,
+}
+
+impl std::fmt::Display for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Share::Connections => "connections",
+            Share::Tests => "concurrent tests",
+            Share::UdpStreams => "concurrent UDP streams",
+        })
     }
 }
 

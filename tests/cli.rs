@@ -179,7 +179,10 @@ fn server_survives_garbage_and_answers_with_reasons() {
         b
     };
     let payload = valid.len() - proto::HEADER_LEN;
-    for b in [declared(payload + 1), declared(proto::MAX_FIRST_PAYLOAD + 1)] {
+    for b in [
+        declared(payload + 1),
+        declared(proto::MAX_FIRST_PAYLOAD + 1),
+    ] {
         let want = expected_answer(&b);
         assert_eq!(answer_to(addr, &b), want, "{b:?}");
         *seen.entry(format!("{want:?}")).or_default() += 1;

@@ -336,10 +336,11 @@ impl<'a> Loop<'a> {
         // Non-blocking and without Nagle already: accept4 and the
         // listener (Server::new) made TCP connections so on loop 0, and
         // Core::hand the SCTP associations accepted elsewhere.
-        let (source, stage) = match super::take_source(&st.per_client, ip, max, "connections") {
-            Ok(source) => (Some(source), None),
-            Err(why) => (None, Some(refuse(st, peer, &why.into()))),
-        };
+        let (source, stage) =
+            match super::take_source(&st.per_client, ip, max, crate::refusal::Share::Connections) {
+                Ok(source) => (Some(source), None),
+                Err(why) => (None, Some(refuse(st, peer, &why.into()))),
+            };
         let now = Instant::now();
         let stage = stage.unwrap_or(Stage::First {
             setup: now + st.cfg.handshake_timeout,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::proto::{PROTOCOL_VERSION, TestSpec};
-use crate::refusal::{Limit, Refusal};
+use crate::refusal::{Limit, Refusal, Share};
 
 mod control;
 mod core;
@@ -343,7 +343,7 @@ fn take_source<'a>(
     per: &'a PerSource,
     ip: IpAddr,
     max: u32,
-    what: &'static str,
+    what: Share,
 ) -> Result<SourceSlot<'a>, Limit> {
     per.take(ip, max).map_err(|over| match over {
         sources::Over::Address { has } => Limit::PerClient { what, max, ip, has },
@@ -390,7 +390,7 @@ fn take_test_slots<'a>(
                 &st.streams_per_client,
                 ip,
                 max,
-                "concurrent UDP streams",
+                Share::UdpStreams,
             )?)
         }
     };
@@ -404,7 +404,7 @@ fn take_test_slots<'a>(
         });
     }
     let max = limits.max_tests_per_client;
-    let mine = take_source(&st.tests_per_client, ip, max, "concurrent tests")?;
+    let mine = take_source(&st.tests_per_client, ip, max, Share::Tests)?;
     if let Some(g) = group.filter(|g| g.index == 0) {
         st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
     }
