@@ -110,15 +110,20 @@ pub struct RelayArgs {
     /// Reset TCP connections beyond this many open at once.
     #[arg(long, default_value_t = RelayLimits::default().max_conns, value_parser = clap::value_parser!(u64).range(1..))]
     max_conns: u64,
+    /// Reset TCP connections from one client address beyond this many open at once.
+    #[arg(long, default_value_t = RelayLimits::default().max_conns_per_addr, value_parser = clap::value_parser!(u64).range(1..))]
+    max_conns_per_addr: u64,
     /// Drop datagrams from new client addresses beyond this many UDP flows.
     #[arg(long, default_value_t = RelayLimits::default().max_flows, value_parser = clap::value_parser!(u64).range(1..))]
     max_flows: u64,
-    /// Close a connection or flow that carried nothing for this long.
+    /// Close a connection or flow that carried nothing for this long (a
+    /// control connection counts its UDP test's datagrams).
     #[arg(long, default_value = "60s", value_parser = positive_duration)]
     idle_timeout: Duration,
-    /// Most bytes one UDP flow direction may hold in its delay line; beyond
-    /// it datagrams are dropped and logged as queue drops.
-    #[arg(long, default_value = "64M", value_parser = size)]
+    /// Most memory all the relay's queues hold together (TCP and UDP delay
+    /// lines, as allocated); beyond it TCP is read no further and datagrams
+    /// are dropped and logged as queue drops.
+    #[arg(long, default_value = "256M", value_parser = size)]
     max_queue: u64,
     #[command(flatten)]
     json: Json,
@@ -249,6 +254,7 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         rate_per_flow: a.rate_per_flow,
         limits: RelayLimits {
             max_conns: a.max_conns,
+            max_conns_per_addr: a.max_conns_per_addr,
             max_flows: a.max_flows,
             idle_timeout: a.idle_timeout,
             max_queue_bytes: a.max_queue,
@@ -269,7 +275,8 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
     let config = serde_json::json!({
         "listen": h.addr, "to": to, "seed": seed, "up": up_spec, "down": down_spec,
         "tcp": !a.udp_only, "udp": !a.tcp_only, "rate_per_flow": a.rate_per_flow,
-        "max_conns": a.max_conns, "max_flows": a.max_flows,
+        "max_conns": a.max_conns, "max_conns_per_addr": a.max_conns_per_addr,
+        "max_flows": a.max_flows,
         "idle_timeout_s": a.idle_timeout.as_secs_f64(), "max_queue_bytes": a.max_queue,
     });
     let mut sink = netrig::report::StreamSink::open(a.json.stream_path(), "relay", &config)

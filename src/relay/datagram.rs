@@ -1,187 +1,471 @@
-//! The relay's UDP path: flows keyed by client address, each with its own
-//! upstream socket, datagrams impaired (loss, policing, shaping queue,
-//! duplication, reordering, corruption) and counted in both directions.
+//! The relay's UDP path on one event loop (mio), whatever the number of
+//! flows: flows keyed by client address (or one per netrig UDP test), each
+//! with its own upstream socket, datagrams impaired (loss, policing, shaping
+//! queue, duplication, reordering, corruption) and counted in both
+//! directions. Delayed datagrams wait in a queue per direction, on the
+//! loop's timers, and their memory is taken from the relay's `--max-queue`.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, mpsc};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Token};
+
 use super::impair::{Action, DatagramImpairer, DropCause};
-use super::limits::{self, QueueBytes};
-use super::{Dir, Event, Shared, bind_udp, sleep_until, unspecified_like};
+use super::limits::{self, MemBudget, entry_cost};
+use super::{Dir, Event, Shared, bind_udp, unspecified_like};
+use crate::net::loops::{LoopEnd, Mailboxes, WAKE};
 use crate::net::sockopt::send_marked;
+use crate::net::timers::Timers;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+
+/// The listening socket's token (flows use 2k and 2k + 1).
+const LISTEN: Token = Token(usize::MAX - 1);
+
+/// How often the loop looks for idle and ended flows.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A datagram held back for `--reorder` leaves in order if nothing
+/// follows it for this long.
+const HOLD: Duration = Duration::from_millis(20);
+
+/// Datagrams one socket may deliver per wake-up before the others get a turn.
+const BATCH: usize = 256;
+
+/// What a netrig UDP flow shares with the control connection that set it up:
+/// when to end, and when it last carried anything (so the control connection,
+/// silent during the test, is not idle while its flow is busy).
+#[derive(Debug, Default)]
+pub(super) struct Link {
+    /// The control connection closed: end the flow.
+    pub(super) stop: AtomicBool,
+    /// When the flow last carried a datagram (relay clock, ns).
+    pub(super) last_ns: AtomicU64,
+}
+
+/// A netrig UDP test's two sockets, for the loop.
+pub(super) struct NewTest {
+    client: UdpSocket,
+    server: UdpSocket,
+    link: Arc<Link>,
+    place: limits::Place,
+}
+
+/// The way into the UDP loop.
+pub(super) type UdpBox = Mailboxes<NewTest>;
+
+/// Starts the UDP loop with the listening socket `sock`.
+pub(super) fn start(sh: &Arc<Shared>, sock: UdpSocket) -> io::Result<()> {
+    let (boxes, mut ends) = Mailboxes::open(1)?;
+    let Some(end) = ends.pop() else {
+        return Err(io::Error::other("no UDP loop"));
+    };
+    sock.set_nonblocking(true)?;
+    crate::udp::receive::enable_rx_timestamps(&sock);
+    crate::udp::receive::enable_rx_tos(&sock);
+    end.poll
+        .registry()
+        .register(&mut SourceFd(&sock.as_raw_fd()), LISTEN, Interest::READABLE)?;
+    let _ = sh.udp_box.set(boxes);
+    let mut l = UdpLoop {
+        sh: Arc::clone(sh),
+        end,
+        listener: sock,
+        flows: Vec::new(),
+        free: Vec::new(),
+        by_src: HashMap::new(),
+        timers: Timers::default(),
+        again: Vec::new(),
+        buf: vec![0u8; 65536],
+    };
+    std::thread::Builder::new()
+        .name("relay-udp".into())
+        .spawn(move || l.run())?;
+    Ok(())
+}
 
 /// Starts relaying a netrig UDP test whose server listens on `port`; returns
 /// the relay's port for the client.
-pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, stop: &Arc<AtomicBool>) -> io::Result<u16> {
-    let place = Arc::new(
-        limits::take(&sh.open_flows, sh.cfg.limits.max_flows).ok_or_else(|| {
-            sh.udp_refused.fetch_add(1, SeqCst);
-            io::Error::other(format!(
-                "{} UDP flows open (--max-flows)",
-                sh.cfg.limits.max_flows
-            ))
-        })?,
-    );
-    let client_side = bind_udp(SocketAddr::new(sh.cfg.listen.ip(), 0))?;
-    let server_side = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0))?;
-    server_side.connect(SocketAddr::new(sh.cfg.to.ip(), port))?;
-    let my_port = client_side.local_addr()?.port();
-    let flow = sh.next_flow.fetch_add(1, SeqCst);
-    sh.udp_flows.fetch_add(1, SeqCst);
-    let peer: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-    {
-        let (sh, stop, peer) = (Arc::clone(sh), Arc::clone(stop), Arc::clone(&peer));
-        let (from, to) = (client_side.try_clone()?, server_side.try_clone()?);
-        let place = Arc::clone(&place);
-        std::thread::spawn(move || {
-            let _place = place;
-            let out = move |d: &[u8], tos: u8| {
-                let _ = send_marked(&to, d, None, tos);
-            };
-            datagram_pump(&sh, flow, Dir::Up, &from, Some(&peer), out, &stop);
-        });
-    }
-    {
-        let (sh, stop) = (Arc::clone(sh), Arc::clone(stop));
-        std::thread::spawn(move || {
-            let _place = place;
-            let to = client_side;
-            let out = move |d: &[u8], tos: u8| {
-                if let Some(a) = *peer.lock().unwrap_or_else(|p| p.into_inner()) {
-                    let _ = send_marked(&to, d, Some(a), tos);
-                }
-            };
-            datagram_pump(&sh, flow, Dir::Down, &server_side, None, out, &stop);
-        });
+pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, link: &Arc<Link>) -> io::Result<u16> {
+    let place = limits::take(&sh.open_flows, sh.cfg.limits.max_flows).ok_or_else(|| {
+        sh.udp_refused.fetch_add(1, SeqCst);
+        io::Error::other(format!(
+            "{} UDP flows open (--max-flows)",
+            sh.cfg.limits.max_flows
+        ))
+    })?;
+    let client = bind_udp(SocketAddr::new(sh.cfg.listen.ip(), 0))?;
+    let server = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0))?;
+    server.connect(SocketAddr::new(sh.cfg.to.ip(), port))?;
+    let my_port = client.local_addr()?.port();
+    let t = NewTest {
+        client,
+        server,
+        link: Arc::clone(link),
+        place,
+    };
+    let sent = sh.udp_box.get().is_some_and(|b| b.send(0, t));
+    if !sent {
+        return Err(io::Error::other("the relay's UDP loop is not running"));
     }
     Ok(my_port)
 }
 
-/// Plain UDP on the listening port: one upstream socket per client address.
-pub(super) fn plain_udp(sh: Arc<Shared>, sock: UdpSocket) {
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
-    crate::udp::receive::enable_rx_timestamps(&sock);
-    crate::udp::receive::enable_rx_tos(&sock);
-    let sock = Arc::new(sock);
-    let mut flows: HashMap<SocketAddr, PlainFlow> = HashMap::new();
-    let mut buf = vec![0u8; 65536];
-    while !sh.stop.load(SeqCst) {
-        let (n, src, got) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
-            Ok(x) => x,
-            Err(_) => {
-                for (_, p, _, _) in flows.values_mut() {
-                    p.idle();
+/// Where a flow's datagrams come from and go to.
+enum Kind {
+    /// Plain UDP on the listening port: `src`'s datagrams go up through
+    /// `up`, and what comes back on `up` leaves the listener to `src`.
+    Plain { src: SocketAddr, up: UdpSocket },
+    /// A netrig UDP test: the client talks to `client` (its address learnt
+    /// from what it sends), `server` is connected to the server's port.
+    Test {
+        client: UdpSocket,
+        server: UdpSocket,
+        peer: Option<SocketAddr>,
+        link: Arc<Link>,
+    },
+}
+
+struct Flow {
+    kind: Kind,
+    /// Up, then down.
+    pipes: [Pipe; 2],
+    last: Instant,
+    /// The earliest wake-up asked of the timers, so each is asked once.
+    armed: Option<Instant>,
+    _place: limits::Place,
+}
+
+impl Flow {
+    fn sockets(&self) -> Vec<&UdpSocket> {
+        match &self.kind {
+            Kind::Plain { up, .. } => vec![up],
+            Kind::Test { client, server, .. } => vec![client, server],
+        }
+    }
+}
+
+struct UdpLoop {
+    sh: Arc<Shared>,
+    end: LoopEnd<NewTest>,
+    listener: UdpSocket,
+    flows: Vec<Option<Flow>>,
+    free: Vec<usize>,
+    by_src: HashMap<SocketAddr, usize>,
+    timers: Timers,
+    /// Sockets that delivered a whole batch and may hold more.
+    again: Vec<Token>,
+    buf: Vec<u8>,
+}
+
+impl UdpLoop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut next_scan = Instant::now();
+        loop {
+            let now = Instant::now();
+            let timeout = if self.again.is_empty() {
+                self.timers.timeout(now, TICK)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.end.poll.poll(&mut events, Some(timeout))
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                eprintln!("netrig relay: UDP loop failed: {e}");
+                return;
+            }
+            let mut ready: Vec<Token> = std::mem::take(&mut self.again);
+            ready.extend(events.iter().map(|e| e.token()));
+            for t in ready {
+                match t {
+                    WAKE => self.take_incoming(),
+                    LISTEN => self.read_listener(),
+                    Token(t) => self.read_flow(t / 2, t % 2 == 0),
                 }
-                flows.retain(|_, (_, _, done, _)| !done.load(SeqCst));
+            }
+            let now = Instant::now();
+            for k in self.timers.due(now) {
+                if let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) {
+                    f.armed = None;
+                }
+                self.wake(k);
+            }
+            if now >= next_scan {
+                next_scan = now + TICK;
+                self.close_ended(now);
+                if self.sh.stop.load(SeqCst) {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn take_incoming(&mut self) {
+        while let Ok(t) = self.end.rx.try_recv() {
+            let flow = self.sh.next_flow.fetch_add(1, SeqCst);
+            self.sh.udp_flows.fetch_add(1, SeqCst);
+            let kind = Kind::Test {
+                client: t.client,
+                server: t.server,
+                peer: None,
+                link: t.link,
+            };
+            self.add(flow, kind, t.place);
+        }
+    }
+
+    /// Registers a new flow's sockets; false if they could not be.
+    fn add(&mut self, flow: u64, kind: Kind, place: limits::Place) -> Option<usize> {
+        let k = self.free.pop().unwrap_or_else(|| {
+            self.flows.push(None);
+            self.flows.len() - 1
+        });
+        let f = Flow {
+            kind,
+            pipes: [
+                Pipe::new(&self.sh, flow, Dir::Up),
+                Pipe::new(&self.sh, flow, Dir::Down),
+            ],
+            last: Instant::now(),
+            armed: None,
+            _place: place,
+        };
+        let reg = self.end.poll.registry();
+        let socks = f.sockets();
+        // A plain flow's one socket is the upstream one (odd token).
+        let first = if socks.len() == 1 { 1 } else { 0 };
+        for (i, s) in socks.iter().enumerate() {
+            let ok = s.set_nonblocking(true).is_ok()
+                && reg
+                    .register(
+                        &mut SourceFd(&s.as_raw_fd()),
+                        Token(2 * k + first + i),
+                        Interest::READABLE,
+                    )
+                    .is_ok();
+            if !ok {
+                for s in &socks[..i] {
+                    let _ = reg.deregister(&mut SourceFd(&s.as_raw_fd()));
+                }
+                self.free.push(k);
+                return None;
+            }
+            crate::udp::receive::enable_rx_timestamps(s);
+            crate::udp::receive::enable_rx_tos(s);
+        }
+        self.flows[k] = Some(f);
+        Some(k)
+    }
+
+    /// Datagrams on the listening port: plain UDP, one flow per client address.
+    fn read_listener(&mut self) {
+        for _ in 0..BATCH {
+            let (n, src, got) =
+                match crate::udp::receive::recv_from_stamped(&self.listener, &mut self.buf) {
+                    Ok(x) => x,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    // An ICMP error reported once, a signal: read on.
+                    Err(_) => continue,
+                };
+            let k = match self.by_src.get(&src) {
+                Some(&k) => k,
+                None => {
+                    let Some(k) = self.plain_flow(src) else {
+                        continue;
+                    };
+                    k
+                }
+            };
+            let at = self.sh.arrival_ns(got.stamp);
+            self.arrive(k, Dir::Up, n, at, got.tos);
+        }
+        self.again.push(LISTEN);
+    }
+
+    /// Opens the upstream socket for a new client address.
+    fn plain_flow(&mut self, src: SocketAddr) -> Option<usize> {
+        let sh = &self.sh;
+        let Some(place) = limits::take(&sh.open_flows, sh.cfg.limits.max_flows) else {
+            sh.udp_refused.fetch_add(1, SeqCst);
+            return None;
+        };
+        let up = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0)).ok()?;
+        up.connect(sh.cfg.to).ok()?;
+        let flow = sh.next_flow.fetch_add(1, SeqCst);
+        sh.udp_flows.fetch_add(1, SeqCst);
+        let k = self.add(flow, Kind::Plain { src, up }, place)?;
+        self.by_src.insert(src, k);
+        Some(k)
+    }
+
+    /// Datagrams on flow `k`'s socket facing the client (`client_side`) or
+    /// the server.
+    fn read_flow(&mut self, k: usize, client_side: bool) {
+        for _ in 0..BATCH {
+            let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+                return;
+            };
+            let got = match (&mut f.kind, client_side) {
+                (Kind::Test { client, peer, .. }, true) => {
+                    let r = crate::udp::receive::recv_from_stamped(client, &mut self.buf);
+                    if let Ok((_, src, _)) = &r {
+                        *peer = Some(*src);
+                    }
+                    r
+                }
+                (Kind::Test { server: s, .. }, false) | (Kind::Plain { up: s, .. }, false) => {
+                    crate::udp::receive::recv_from_stamped(s, &mut self.buf)
+                }
+                (Kind::Plain { .. }, true) => return,
+            };
+            match got {
+                Ok((n, _, got)) => {
+                    let at = self.sh.arrival_ns(got.stamp);
+                    let dir = if client_side { Dir::Up } else { Dir::Down };
+                    self.arrive(k, dir, n, at, got.tos);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // An ICMP error (the server's port closed) is reported once.
+                Err(_) => {}
+            }
+        }
+        self.again.push(Token(2 * k + usize::from(!client_side)));
+    }
+
+    /// One datagram of `n` bytes (in `buf`) arrived at `at` on flow `k`.
+    fn arrive(&mut self, k: usize, dir: Dir, n: usize, at: u64, tos: Option<u8>) {
+        let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+            return;
+        };
+        let now = Instant::now();
+        f.last = now;
+        if let Kind::Test { link, .. } = &f.kind {
+            link.last_ns.store(self.sh.now_ns(), SeqCst);
+        }
+        let listener = &self.listener;
+        let d = &mut self.buf[..n];
+        let (pipes, rest) = (&mut f.pipes, &f.kind);
+        let flow_view = FlowOut {
+            kind: rest,
+            listener,
+        };
+        pipes[dir.index()].handle(d, at, tos, now, &mut |d, tos| flow_view.send(dir, d, tos));
+        self.wake(k);
+    }
+
+    /// Sends what is due on flow `k`, releases a held datagram nothing
+    /// followed, and asks the timers for the next time.
+    fn wake(&mut self, k: usize) {
+        let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+            return;
+        };
+        let now = Instant::now();
+        let now_ns = self.sh.now_ns();
+        let view = FlowOut {
+            kind: &f.kind,
+            listener: &self.listener,
+        };
+        let mut next: Option<Instant> = None;
+        for (i, dir) in [Dir::Up, Dir::Down].into_iter().enumerate() {
+            let p = &mut f.pipes[i];
+            let mut out = |d: &[u8], tos: u8| view.send(dir, d, tos);
+            if let Some(since) = p.held_since
+                && now >= since + HOLD
+            {
+                p.idle(now_ns, &mut out);
+            }
+            let due = p.flush(now_ns, &mut out);
+            let at = [
+                due.map(|ns| self.sh.t0 + Duration::from_nanos(ns)),
+                p.held_since.map(|s| s + HOLD),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            next = [next, at].into_iter().flatten().min();
+        }
+        if let Some(at) = next
+            && f.armed.is_none_or(|a| at < a)
+        {
+            f.armed = Some(at);
+            self.timers.push(at, k);
+        }
+    }
+
+    /// Closes flows idle for `--idle-timeout`, and the flows of tests whose
+    /// control connection closed; all of them once the relay stops.
+    fn close_ended(&mut self, now: Instant) {
+        let idle = self.sh.cfg.limits.idle_timeout;
+        let stopping = self.sh.stop.load(SeqCst);
+        for k in 0..self.flows.len() {
+            let Some(f) = &self.flows[k] else {
+                continue;
+            };
+            let idled = now.duration_since(f.last) >= idle;
+            let ended = match &f.kind {
+                Kind::Test { link, .. } => link.stop.load(SeqCst),
+                Kind::Plain { .. } => false,
+            };
+            if !(idled || ended || stopping) {
                 continue;
             }
-        };
-        let flow = match flows.entry(src) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => {
-                let Some(place) = limits::take(&sh.open_flows, sh.cfg.limits.max_flows) else {
-                    sh.udp_refused.fetch_add(1, SeqCst);
-                    continue;
-                };
-                match plain_flow(&sh, &sock, src, place) {
-                    Some(f) => v.insert(f),
-                    None => continue,
-                }
+            if idled {
+                self.sh.idle_closed.fetch_add(1, SeqCst);
             }
-        };
-        flow.1
-            .handle(&mut buf[..n], sh.arrival_ns(got.stamp), got.tos);
-    }
-}
-
-/// The upstream socket, the up pipe, "the flow is over", and its place.
-type PlainFlow = (Arc<UdpSocket>, Pipe, Arc<AtomicBool>, limits::Place);
-
-/// Opens the upstream socket for a new client address and starts relaying
-/// what comes back.
-fn plain_flow(
-    sh: &Arc<Shared>,
-    sock: &Arc<UdpSocket>,
-    src: SocketAddr,
-    place: limits::Place,
-) -> Option<PlainFlow> {
-    let up = bind_udp(SocketAddr::new(unspecified_like(sh.cfg.to.ip()), 0)).ok()?;
-    up.connect(sh.cfg.to).ok()?;
-    let up = Arc::new(up);
-    let flow = sh.next_flow.fetch_add(1, SeqCst);
-    sh.udp_flows.fetch_add(1, SeqCst);
-    let done = Arc::new(AtomicBool::new(false));
-    {
-        let (sh, up, back, done) = (
-            Arc::clone(sh),
-            Arc::clone(&up),
-            Arc::clone(sock),
-            Arc::clone(&done),
-        );
-        std::thread::spawn(move || {
-            let out = move |d: &[u8], tos: u8| {
-                let _ = send_marked(&back, d, Some(src), tos);
-            };
-            datagram_pump(&sh, flow, Dir::Down, &up, None, out, &done);
-            done.store(true, SeqCst);
-        });
-    }
-    let to = Arc::clone(&up);
-    let pipe = Pipe::new(sh, flow, Dir::Up, move |d: &[u8], tos: u8| {
-        let _ = send_marked(&to, d, None, tos);
-    });
-    Some((up, pipe, done, place))
-}
-
-/// Reads datagrams from `from` and passes them through a [`Pipe`] until
-/// `stop` is set or the flow has been silent for the idle timeout.
-fn datagram_pump(
-    sh: &Arc<Shared>,
-    flow: u64,
-    dir: Dir,
-    from: &UdpSocket,
-    learn: Option<&Mutex<Option<SocketAddr>>>,
-    out: impl Fn(&[u8], u8) + Send + Sync + 'static,
-    stop: &AtomicBool,
-) {
-    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
-    crate::udp::receive::enable_rx_timestamps(from);
-    crate::udp::receive::enable_rx_tos(from);
-    let mut pipe = Pipe::new(sh, flow, dir, out);
-    let mut buf = vec![0u8; 65536];
-    let mut last = Instant::now();
-    let idle = sh.cfg.limits.idle_timeout;
-    while !stop.load(SeqCst) && !sh.stop.load(SeqCst) {
-        if last.elapsed() >= idle {
-            sh.idle_closed.fetch_add(1, SeqCst);
-            break;
-        }
-        match crate::udp::receive::recv_from_stamped(from, &mut buf) {
-            Ok((n, src, got)) => {
-                last = Instant::now();
-                if let Some(l) = learn {
-                    *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(src);
+            if let Some(f) = self.flows[k].take() {
+                let reg = self.end.poll.registry();
+                for s in f.sockets() {
+                    let _ = reg.deregister(&mut SourceFd(&s.as_raw_fd()));
                 }
-                pipe.handle(&mut buf[..n], sh.arrival_ns(got.stamp), got.tos);
+                if let Kind::Plain { src, .. } = &f.kind {
+                    self.by_src.remove(src);
+                }
+                self.free.push(k);
             }
-            // Nothing followed a held datagram: release it in order (not a reorder).
-            Err(_) => pipe.idle(),
         }
     }
-    pipe.idle();
 }
 
-/// Sends a datagram with a TOS byte.
-type Out = Box<dyn Fn(&[u8], u8) + Send + Sync>;
+/// How a flow's pipes send on, without borrowing the flow mutably.
+struct FlowOut<'a> {
+    kind: &'a Kind,
+    listener: &'a UdpSocket,
+}
+
+impl FlowOut<'_> {
+    fn send(&self, dir: Dir, d: &[u8], tos: u8) {
+        let _ = match (self.kind, dir) {
+            (Kind::Plain { up, .. }, Dir::Up) => send_marked(up, d, None, tos),
+            (Kind::Plain { src, .. }, Dir::Down) => send_marked(self.listener, d, Some(*src), tos),
+            (Kind::Test { server, .. }, Dir::Up) => send_marked(server, d, None, tos),
+            (Kind::Test { client, peer, .. }, Dir::Down) => match peer {
+                Some(a) => send_marked(client, d, Some(*a), tos),
+                None => Ok(0),
+            },
+        };
+    }
+}
+
+/// A datagram waiting in a delay line: when it leaves, and its TOS byte.
+struct Queued {
+    at_ns: u64,
+    bytes: Vec<u8>,
+    tos: u8,
+}
+
+/// What a datagram of `len` bytes costs in a delay line.
+fn queued_cost(len: usize) -> u64 {
+    entry_cost::<Queued>(len)
+}
 
 /// One direction of one UDP flow: decides, counts, logs, and sends now or
-/// after a delay. Each datagram leaves with the TOS byte it arrived with
+/// queues for later. Each datagram leaves with the TOS byte it arrived with
 /// (a path that carries marking unchanged), or `--remark`'s.
 struct Pipe {
     sh: Arc<Shared>,
@@ -189,69 +473,84 @@ struct Pipe {
     dir: Dir,
     imp: DatagramImpairer,
     held: Option<(Vec<u8>, u64, u8)>,
-    out: Arc<Out>,
-    queue: Option<mpsc::Sender<(u64, Vec<u8>, u8)>>,
+    /// When the last datagram arrived while one is held.
+    held_since: Option<Instant>,
+    /// Whether datagrams wait for their departure time.
+    delays: bool,
+    queue: VecDeque<Queued>,
+    /// What `queue` holds, as allocated, taken from the relay's budget.
+    queued: u64,
+    budget: Arc<MemBudget>,
     remark: Option<u8>,
-    /// Bytes waiting in `queue`, bounded by `max_queue_bytes`.
-    queued: Arc<QueueBytes>,
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.budget.give(self.queued);
+    }
 }
 
 impl Pipe {
-    fn new(
-        sh: &Arc<Shared>,
-        flow: u64,
-        dir: Dir,
-        out: impl Fn(&[u8], u8) + Send + Sync + 'static,
-    ) -> Pipe {
+    fn new(sh: &Arc<Shared>, flow: u64, dir: Dir) -> Pipe {
         let spec = sh.spec(dir).clone();
-        let remark = spec.remark_tos;
-        let out: Arc<Out> = Arc::new(Box::new(out));
-        let queued = Arc::new(QueueBytes::default());
-        let queue = spec.delays().then(|| {
-            let (tx, rx) = mpsc::channel::<(u64, Vec<u8>, u8)>();
-            let (sh, out, queued) = (Arc::clone(sh), Arc::clone(&out), Arc::clone(&queued));
-            std::thread::spawn(move || {
-                for (at, d, tos) in rx {
-                    sleep_until(&sh, at);
-                    out(&d, tos);
-                    queued.remove(d.len() as u64);
-                }
-            });
-            tx
-        });
         Pipe {
+            remark: spec.remark_tos,
+            delays: spec.delays(),
             imp: DatagramImpairer::new(spec, sh.seed(flow, dir), sh.now_ns())
                 .with_bucket(sh.bucket(dir)),
             sh: Arc::clone(sh),
             flow,
             dir,
             held: None,
-            out,
-            queue,
-            queued,
-            remark,
+            held_since: None,
+            queue: VecDeque::new(),
+            queued: 0,
+            budget: Arc::clone(&sh.budget),
         }
     }
 
-    /// Sends now or queues for `at`; false when the delay line is full and
-    /// the datagram was dropped (counted and logged as a queue drop).
-    fn emit(&self, at: u64, d: &[u8], index: u64, tos: u8) -> bool {
+    /// Sends now or queues for `at`; false when the relay's queues are full
+    /// and the datagram was dropped (counted and logged as a queue drop).
+    fn emit(&mut self, at: u64, d: &[u8], index: u64, tos: u8, out: Out<'_>) -> bool {
         let tos = self.remark.unwrap_or(tos);
-        let Some(q) = &self.queue else {
-            (self.out)(d, tos);
+        if !self.delays {
+            out(d, tos);
             return true;
-        };
-        if !self
-            .queued
-            .try_add(d.len() as u64, self.sh.cfg.limits.max_queue_bytes)
-        {
+        }
+        let cost = queued_cost(d.len());
+        if !self.budget.try_take(cost) {
             let seq = Header::read(d).ok().map(|h| h.seq);
             self.sh.counts(self.dir).queue_dropped.fetch_add(1, SeqCst);
             self.log("queue_dropped", index, seq, None);
             return false;
         }
-        let _ = q.send((at, d.to_vec(), tos));
+        self.queued += cost;
+        self.queue.push_back(Queued {
+            at_ns: at,
+            bytes: d.to_vec(),
+            tos,
+        });
         true
+    }
+
+    /// Sends every queued datagram whose time has come; the time of the
+    /// next one, if any.
+    fn flush(&mut self, now_ns: u64, out: Out<'_>) -> Option<u64> {
+        while let Some(q) = self.queue.front() {
+            if q.at_ns > now_ns {
+                return Some(q.at_ns);
+            }
+            out(&q.bytes, q.tos);
+            let cost = queued_cost(q.bytes.len());
+            self.queue.pop_front();
+            self.queued -= cost;
+            self.budget.give(cost);
+        }
+        // A VecDeque never shrinks by itself: give an emptied ring back.
+        if self.queue.capacity() > 16 {
+            self.queue = VecDeque::new();
+        }
+        None
     }
 
     fn log(&self, event: &'static str, index: u64, seq: Option<u64>, offset: Option<u64>) {
@@ -268,18 +567,21 @@ impl Pipe {
     }
 
     /// Impairs and forwards one datagram that arrived at `now` (relay
-    /// clock) with TOS byte `tos` (0 where the kernel did not say).
-    fn handle(&mut self, d: &mut [u8], now: u64, tos: Option<u8>) {
+    /// clock) with TOS byte `tos` (0 where the kernel did not say);
+    /// `arrived` is the loop's clock, for releasing a held datagram.
+    fn handle(&mut self, d: &mut [u8], now: u64, tos: Option<u8>, arrived: Instant, out: Out<'_>) {
         let tos = tos.unwrap_or(0);
         let header = Header::read(d).ok();
         // netrig's setup handshake is not test traffic.
         if header.is_some_and(|h| h.flags & FLAG_HANDSHAKE != 0) {
-            self.emit(now, d, self.imp.seen(), tos);
+            let index = self.imp.seen();
+            self.emit(now, d, index, tos, out);
             return;
         }
         let seq = header.map(|h| h.seq);
         let protect = if header.is_some() { HEADER_LEN } else { 0 };
-        let c = self.sh.counts(self.dir);
+        let sh = Arc::clone(&self.sh);
+        let c = sh.counts(self.dir);
         c.datagrams.fetch_add(1, SeqCst);
         let index = self.imp.seen();
         match self.imp.decide(d.len(), protect, now) {
@@ -305,33 +607,56 @@ impl Pipe {
                 }
                 if hold && self.held.is_none() {
                     self.held = Some((d.to_vec(), index, tos));
+                    self.held_since = Some(arrived);
                     return;
                 }
-                if self.emit(at_ns, d, index, tos) {
+                if self.emit(at_ns, d, index, tos, out) {
                     c.forwarded.fetch_add(1, SeqCst);
                 }
-                if let Some((h, hi, ht)) = self.held.take()
-                    && self.emit(at_ns, &h, hi, ht)
-                {
-                    c.forwarded.fetch_add(1, SeqCst);
-                    c.reordered.fetch_add(1, SeqCst);
-                    let hs = Header::read(&h).ok().map(|h| h.seq);
-                    self.log("reordered", hi, hs, None);
+                if let Some((h, hi, ht)) = self.held.take() {
+                    self.held_since = None;
+                    if self.emit(at_ns, &h, hi, ht, out) {
+                        c.forwarded.fetch_add(1, SeqCst);
+                        c.reordered.fetch_add(1, SeqCst);
+                        let hs = Header::read(&h).ok().map(|h| h.seq);
+                        self.log("reordered", hi, hs, None);
+                    }
                 }
-                if duplicate && self.emit(at_ns, d, index, tos) {
+                if duplicate && self.emit(at_ns, d, index, tos, out) {
                     c.duplicated.fetch_add(1, SeqCst);
                     self.log("duplicated", index, seq, None);
                 }
             }
         }
+        if self.held.is_some() {
+            self.held_since = Some(arrived);
+        }
     }
 
-    /// Releases a held datagram in order.
-    fn idle(&mut self) {
+    /// Releases a held datagram in order (nothing followed it).
+    fn idle(&mut self, now_ns: u64, out: Out<'_>) {
+        self.held_since = None;
         if let Some((h, hi, ht)) = self.held.take()
-            && self.emit(self.sh.now_ns(), &h, hi, ht)
+            && self.emit(now_ns, &h, hi, ht, out)
         {
             self.sh.counts(self.dir).forwarded.fetch_add(1, SeqCst);
         }
+    }
+}
+
+/// Sends a datagram with a TOS byte.
+type Out<'a> = &'a mut dyn FnMut(&[u8], u8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_datagram_costs_its_allocation_and_entry() {
+        let entry = 2 * std::mem::size_of::<Queued>() as u64;
+        assert_eq!(queued_cost(1), 32 + entry);
+        assert_eq!(queued_cost(8000), 8016 + entry);
+        // A one-byte datagram: 112 bytes, as README says.
+        assert_eq!(queued_cost(1), 112);
     }
 }

@@ -59,6 +59,21 @@ impl Framer {
         self.mode == Mode::AllData
     }
 
+    /// How many more bytes are data for sure: `Some` while in data (to the
+    /// end of the stream for a foreign one), `None` while reading frames.
+    pub fn data_left(&self) -> Option<u64> {
+        match self.mode {
+            Mode::Data(n) => Some(n),
+            Mode::AllData => Some(u64::MAX),
+            Mode::Detect | Mode::Frames => None,
+        }
+    }
+
+    /// The capacity of the partial frame it holds, bytes.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Feeds bytes; `on_frame` sees every decoded frame (and may rewrite it).
     pub fn push(
         &mut self,

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 pub mod limits;
-use datagram::{plain_udp, udp_flow};
+use datagram::udp_flow;
 pub use limits::RelayLimits;
 use log::{DirCounters, EventLog};
 pub use log::{DirCounts, Event, LOG_HEADER, RelayCounts};
@@ -112,6 +112,12 @@ struct Shared {
     idle_closed: AtomicU64,
     /// TCP connections and UDP flows open now.
     open_conns: Arc<AtomicU64>,
+    /// TCP connections open now, per client address.
+    per_addr: Arc<limits::PerAddr>,
+    /// The memory all queues hold together (`--max-queue`).
+    budget: Arc<limits::MemBudget>,
+    /// The way into the UDP loop, once it runs.
+    udp_box: std::sync::OnceLock<datagram::UdpBox>,
     open_flows: Arc<AtomicU64>,
     next_flow: AtomicU64,
     log: EventLog,
@@ -278,6 +284,7 @@ impl Relay {
             impair::bucket_for(&cfg.up, 0),
             impair::bucket_for(&cfg.down, 0),
         ];
+        let budget = Arc::new(limits::MemBudget::new(cfg.limits.max_queue_bytes));
         Ok(Relay {
             shared: Arc::new(Shared {
                 buckets,
@@ -289,6 +296,9 @@ impl Relay {
                 udp_refused: AtomicU64::new(0),
                 idle_closed: AtomicU64::new(0),
                 open_conns: Arc::new(AtomicU64::new(0)),
+                per_addr: Arc::default(),
+                budget,
+                udp_box: std::sync::OnceLock::new(),
                 open_flows: Arc::new(AtomicU64::new(0)),
                 next_flow: AtomicU64::new(0),
                 log,
@@ -325,9 +335,10 @@ impl Relay {
     /// Relays until stopped.
     pub fn run(self) {
         let sh = self.shared;
-        if let Some(u) = self.udp {
-            let sh = Arc::clone(&sh);
-            std::thread::spawn(move || plain_udp(sh, u));
+        if let Some(u) = self.udp
+            && let Err(e) = datagram::start(&sh, u)
+        {
+            eprintln!("netrig relay: cannot start its UDP loop: {e}");
         }
         let Some(l) = self.tcp else {
             while !sh.stop.load(SeqCst) {
@@ -351,7 +362,15 @@ impl Relay {
             if !ready[0] {
                 continue;
             }
-            while let Ok((c, _)) = ls[0].accept() {
+            while let Ok((c, peer)) = ls[0].accept() {
+                // Refused at once, before any memory or upstream socket.
+                let ip = peer.ip().to_canonical();
+                let per = sh.cfg.limits.max_conns_per_addr;
+                let Some(from) = limits::take_for(&sh.per_addr, ip, per) else {
+                    sh.tcp_refused.fetch_add(1, SeqCst);
+                    crate::net::reset(&c);
+                    continue;
+                };
                 let Some(place) = limits::take(&sh.open_conns, sh.cfg.limits.max_conns) else {
                     sh.tcp_refused.fetch_add(1, SeqCst);
                     crate::net::reset(&c);
@@ -359,20 +378,12 @@ impl Relay {
                 };
                 if !pumps
                     .as_ref()
-                    .is_some_and(|p| p.hand(pumps::Accepted(c, place)))
+                    .is_some_and(|p| p.hand(pumps::Accepted(c, place, from)))
                 {
                     sh.tcp_refused.fetch_add(1, SeqCst);
                 }
             }
         }
-    }
-}
-
-/// Sleeps until relay time `at_ns`.
-fn sleep_until(sh: &Shared, at_ns: u64) {
-    let now = sh.now_ns();
-    if at_ns > now {
-        std::thread::sleep(Duration::from_nanos(at_ns - now));
     }
 }
 

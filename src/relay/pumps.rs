@@ -9,11 +9,11 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use super::limits::Place;
+use super::datagram::Link;
+use super::limits::{AddrPlace, Place};
 use super::stream::{Half, Meta, Turn};
 use super::{Dir, Shared};
 use crate::net::loops::{LoopEnd, Mailboxes, WAKE};
@@ -25,8 +25,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a loop looks for idle connections and a stopped relay.
 const TICK: Duration = Duration::from_millis(100);
 
-/// An accepted client connection and its place under `--max-conns`.
-pub(super) struct Accepted(pub std::net::TcpStream, pub Place);
+/// An accepted client connection and its places under `--max-conns` and
+/// `--max-conns-per-addr`.
+pub(super) struct Accepted(pub std::net::TcpStream, pub Place, pub AddrPlace);
 
 /// The way into the loops.
 pub(super) struct Pumps {
@@ -65,9 +66,10 @@ struct Pair {
     up: Half,
     down: Half,
     meta: Meta,
-    /// Ends the UDP flows this connection's test set up.
-    udp_stop: Arc<AtomicBool>,
-    _place: Place,
+    /// Ends the UDP flows this connection's test set up, and says when
+    /// they last carried anything.
+    link: Arc<Link>,
+    _place: (Place, AddrPlace),
 }
 
 /// What happens to a pair after a turn.
@@ -142,12 +144,13 @@ impl Loop {
     }
 
     fn take_incoming(&mut self) {
-        while let Ok(Accepted(client, place)) = self.end.rx.try_recv() {
+        while let Ok(Accepted(client, place, from)) = self.end.rx.try_recv() {
+            let place = (place, from);
             self.add(client, place);
         }
     }
 
-    fn add(&mut self, client: std::net::TcpStream, place: Place) {
+    fn add(&mut self, client: std::net::TcpStream, place: (Place, AddrPlace)) {
         let sh = &self.sh;
         let flow = sh.next_flow.fetch_add(1, SeqCst);
         let _ = client.set_nonblocking(true);
@@ -183,7 +186,7 @@ impl Loop {
             up: Half::new(sh, flow, Dir::Up),
             down: Half::new(sh, flow, Dir::Down),
             meta: Meta::new(sh.now_ns()),
-            udp_stop: Arc::new(AtomicBool::new(false)),
+            link: Arc::default(),
             _place: place,
         });
         self.advance(k);
@@ -238,10 +241,10 @@ impl Loop {
         }
         let buf = &mut self.buf;
         let up =
-            p.up.turn(sh, &mut p.meta, &p.udp_stop, (&p.client, &p.server), buf);
+            p.up.turn(sh, &mut p.meta, &p.link, (&p.client, &p.server), buf);
         let down = p
             .down
-            .turn(sh, &mut p.meta, &p.udp_stop, (&p.server, &p.client), buf);
+            .turn(sh, &mut p.meta, &p.link, (&p.server, &p.client), buf);
         match (up, down) {
             (Turn::Reset, _) | (_, Turn::Reset) => Next::Reset,
             (Turn::Done, Turn::Done) => Next::Close,
@@ -258,14 +261,16 @@ impl Loop {
         }
     }
 
-    /// Resets connections with no traffic either way for `--idle-timeout`,
-    /// and upstream connections that never came up.
+    /// Resets connections with no traffic either way for `--idle-timeout`
+    /// (a control connection is not idle while its UDP test's datagrams
+    /// pass), and upstream connections that never came up.
     fn close_idle(&mut self) {
         let now = self.sh.now_ns();
         let idle = self.sh.cfg.limits.idle_timeout.as_nanos() as u64;
         for k in 0..self.pairs.len() {
             let quiet = self.pairs[k].as_ref().is_some_and(|p| {
-                p.connecting.is_none() && now.saturating_sub(p.meta.last_ns) >= idle
+                let last = p.meta.last_ns.max(p.link.last_ns.load(SeqCst));
+                p.connecting.is_none() && now.saturating_sub(last) >= idle
             });
             if quiet && let Some(p) = self.pairs[k].take() {
                 self.sh.idle_closed.fetch_add(1, SeqCst);
@@ -280,7 +285,7 @@ impl Loop {
         let reg = self.end.poll.registry();
         let _ = reg.deregister(&mut p.client);
         let _ = reg.deregister(&mut p.server);
-        p.udp_stop.store(true, SeqCst);
+        p.link.stop.store(true, SeqCst);
         if let Some(id) = p.meta.session {
             self.sh
                 .sessions

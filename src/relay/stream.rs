@@ -7,20 +7,35 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use uuid::Uuid;
 
+use super::datagram::Link;
 use super::framer::{After, Framer, Piece};
 use super::impair::{SharedBucket, StreamImpairer};
+use super::limits::{MemBudget, alloc_size, entry_cost};
 use super::udp_flow;
 use super::{Dir, Event, Shared};
 use crate::proto::{Message, RrProto, TestSpec};
 
-/// Bytes one direction may hold waiting to leave; beyond it the relay stops
-/// reading that direction, and TCP's flow control holds the sender back (as
-/// a router's full queue would not: TCP never loses bytes in the relay).
-const QUEUE_CAP: usize = 16 << 20;
+/// Memory one direction may hold waiting to leave (counted as allocated,
+/// with its partial frame); beyond it, or beyond what the relay's
+/// `--max-queue` has left, the relay stops reading that direction, and TCP's
+/// flow control holds the sender back (as a router's full queue would not:
+/// TCP never loses bytes in the relay).
+const QUEUE_CAP: u64 = 16 << 20;
+
+/// Most bytes one read takes while frames are expected: a read of `n` bytes
+/// may complete `n / MIN_FRAME` frames, each a queue entry of its own, so
+/// reads there stay small to keep the worst case of one read small.
+const FRAME_READ: usize = 1024;
+
+/// The smallest frame: a header and a two-byte JSON value.
+const MIN_FRAME: u64 = crate::proto::HEADER_LEN as u64 + 2;
+
+/// How soon a direction held back by the relay's whole budget (not its own
+/// queue, whose writes wake it) tries again.
+const BUDGET_RETRY_NS: u64 = 5_000_000;
 
 /// Reads of one direction per turn, so one busy connection cannot starve
 /// the others on its loop.
@@ -49,13 +64,7 @@ impl Meta {
 }
 
 /// Looks at one frame going `dir` and says how much data follows it.
-fn on_frame(
-    sh: &Arc<Shared>,
-    c: &mut Meta,
-    udp_stop: &Arc<AtomicBool>,
-    dir: Dir,
-    m: &mut Message,
-) -> After {
+fn on_frame(sh: &Arc<Shared>, c: &mut Meta, link: &Arc<Link>, dir: Dir, m: &mut Message) -> After {
     let mut after = After::default();
     match (dir, m) {
         (Dir::Up, Message::TestRequest { test }) => {
@@ -96,7 +105,7 @@ fn on_frame(
         },
         (Dir::Down, Message::DataAck { .. }) => after.data = c.down_data,
         (Dir::Down, Message::UdpAccept { port, .. }) if sh.cfg.udp => {
-            match udp_flow(sh, *port, udp_stop) {
+            match udp_flow(sh, *port, link) {
                 Ok(p) => {
                     *port = p;
                     after.rewritten = true;
@@ -114,6 +123,21 @@ struct Chunk {
     at_ns: u64,
     bytes: Vec<u8>,
     sent: usize,
+}
+
+/// The most one read of `n` bytes can add to a direction's memory, with a
+/// partial frame of `framer_cap` bytes held before it; `data` when the
+/// framer says all `n` are data (one queue entry).
+fn worst_case(n: usize, framer_cap: usize, data: bool) -> u64 {
+    if data {
+        return entry_cost::<Chunk>(n);
+    }
+    // Every byte held before and read now may leave in frames of the
+    // smallest size, then the rest as one data entry; what stays partial
+    // may grow the frame buffer to twice its size plus the read.
+    let bytes = (framer_cap + n) as u64;
+    let entries = bytes / MIN_FRAME + 2;
+    bytes + entries * entry_cost::<Chunk>(0) + entries * 32 + alloc_size(2 * framer_cap + n + 8)
 }
 
 /// Where one direction stands after a turn.
@@ -139,7 +163,12 @@ pub(super) struct Half {
     /// shaper); without, they leave as soon as the socket takes them.
     delays: bool,
     queue: VecDeque<Chunk>,
-    queued: usize,
+    /// What `queue` holds, as allocated.
+    held: u64,
+    /// What the framer's partial frame holds, as allocated.
+    framer_held: u64,
+    /// The relay's memory, which `held` and `framer_held` are taken from.
+    budget: Arc<MemBudget>,
     /// Reading is over (end of stream, or an error).
     ended: bool,
     /// The far end's writing side is shut.
@@ -161,7 +190,9 @@ impl Half {
             imp: StreamImpairer::new(spec, sh.seed(flow, dir)),
             bucket: sh.bucket(dir),
             queue: VecDeque::new(),
-            queued: 0,
+            held: 0,
+            framer_held: 0,
+            budget: Arc::clone(&sh.budget),
             ended: false,
             shut: false,
             cut: false,
@@ -175,7 +206,7 @@ impl Half {
         &mut self,
         sh: &Arc<Shared>,
         meta: &mut Meta,
-        udp_stop: &Arc<AtomicBool>,
+        link: &Arc<Link>,
         (from, to): (&S, &S),
         buf: &mut [u8],
     ) -> Turn
@@ -184,31 +215,54 @@ impl Half {
         S: Shutdown,
     {
         let mut reads = 0;
+        let mut starved = false;
         loop {
             self.flush(sh, meta, to);
-            if self.ended || self.cut || self.broken || self.queued >= QUEUE_CAP {
+            if self.ended || self.cut || self.broken {
                 break;
             }
             if reads == READS_PER_TURN {
                 // Come back at once: the socket may still hold more.
                 return Turn::Going(Some(sh.now_ns()));
             }
+            let Some((n, reserved)) = self.room(buf.len()) else {
+                // Its own queue full: its writes wake it. The relay's budget
+                // spent elsewhere: nothing here will, so look again soon.
+                starved =
+                    self.budget.free() < QUEUE_CAP.saturating_sub(self.held + self.framer_held);
+                break;
+            };
             let mut r = from;
-            match r.read(buf) {
-                Ok(0) => self.ended = true,
+            match r.read(&mut buf[..n]) {
+                Ok(0) => {
+                    self.budget.give(reserved);
+                    self.ended = true;
+                }
                 Ok(n) => {
                     reads += 1;
                     meta.last_ns = sh.now_ns();
-                    self.take(sh, meta, udp_stop, &buf[..n]);
+                    let before = self.held + self.framer_held;
+                    self.take(sh, meta, link, &buf[..n]);
+                    self.settle(before, reserved);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => self.ended = true,
+                Err(e) => {
+                    self.budget.give(reserved);
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => {}
+                        _ => self.ended = true,
+                    }
+                }
             }
         }
+        let retry = starved.then(|| sh.now_ns() + BUDGET_RETRY_NS);
         if !self.queue.is_empty() {
             let next = self.queue.front().map(|c| c.at_ns);
-            return Turn::Going(next.filter(|_| self.delays));
+            let next = next.filter(|_| self.delays);
+            return Turn::Going(match (next, retry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            });
         }
         if self.cut {
             return Turn::Reset;
@@ -220,16 +274,58 @@ impl Half {
         if self.shut {
             Turn::Done
         } else {
-            Turn::Going(None)
+            Turn::Going(retry)
+        }
+    }
+
+    /// How many bytes the next read may take, and the memory taken from the
+    /// relay's budget for its worst case; `None` when not even one byte fits.
+    fn room(&self, buf_len: usize) -> Option<(usize, u64)> {
+        let own = QUEUE_CAP.saturating_sub(self.held + self.framer_held);
+        let free = self.budget.free().min(own);
+        let framer_cap = self.framer.capacity();
+        let (data, most) = match self.framer.data_left() {
+            Some(left) => (
+                true,
+                buf_len.min(usize::try_from(left).unwrap_or(usize::MAX)),
+            ),
+            None => (false, buf_len.min(FRAME_READ)),
+        };
+        // The largest read whose worst case fits (the cost grows with n).
+        let mut n = most;
+        while n > 0 && worst_case(n, framer_cap, data) > free {
+            n = if n > 64 { n / 2 } else { n - 1 };
+        }
+        if n == 0 {
+            return None;
+        }
+        let reserved = worst_case(n, framer_cap, data);
+        self.budget.try_take(reserved).then_some((n, reserved))
+    }
+
+    /// After a read that reserved `reserved` while the direction held
+    /// `before`: keeps what it now holds, gives the rest back.
+    fn settle(&mut self, before: u64, reserved: u64) {
+        self.framer_held = alloc_size(self.framer.capacity());
+        let after = self.held + self.framer_held;
+        let added = after.saturating_sub(before);
+        debug_assert!(added <= reserved, "{added} > {reserved}");
+        if added <= reserved {
+            self.budget
+                .give(reserved - added + before.saturating_sub(after));
+        } else {
+            // Cannot happen (worst_case bounds it); stay counted if it does.
+            self.budget.give(before.saturating_sub(after));
+            let _ = self.budget.try_take(added - reserved);
         }
     }
 
     /// Splits, impairs and queues bytes just read.
-    fn take(&mut self, sh: &Arc<Shared>, meta: &mut Meta, udp_stop: &Arc<AtomicBool>, b: &[u8]) {
+    fn take(&mut self, sh: &Arc<Shared>, meta: &mut Meta, link: &Arc<Link>, b: &[u8]) {
         let dir = self.dir;
         let pieces = self
             .framer
-            .push(b, &mut |m| on_frame(sh, meta, udp_stop, dir, m));
+            .push(b, &mut |m| on_frame(sh, meta, link, dir, m));
         for piece in pieces {
             let bytes = match piece {
                 Piece::Frame(f) => f,
@@ -279,8 +375,10 @@ impl Half {
         });
     }
 
-    /// Queues bytes to leave after the shaper and the delay line.
-    fn push(&mut self, sh: &Shared, bytes: Vec<u8>) {
+    /// Queues bytes to leave after the shaper and the delay line (their
+    /// memory was taken from the budget before the read).
+    fn push(&mut self, sh: &Shared, mut bytes: Vec<u8>) {
+        bytes.shrink_to_fit();
         let now = sh.now_ns();
         let ready = match &self.bucket {
             // TCP's own flow control bounds the queue: no limit here.
@@ -292,7 +390,7 @@ impl Half {
             None => now,
         };
         let at_ns = self.imp.departure(ready);
-        self.queued += bytes.len();
+        self.held += entry_cost::<Chunk>(bytes.capacity());
         self.queue.push_back(Chunk {
             at_ns,
             bytes,
@@ -316,8 +414,9 @@ impl Half {
                     c.sent += n;
                     meta.last_ns = now;
                     if c.sent == c.bytes.len() {
-                        self.queued -= c.bytes.len();
+                        let cost = entry_cost::<Chunk>(c.bytes.capacity());
                         self.queue.pop_front();
+                        self.release(cost);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -325,11 +424,29 @@ impl Half {
                 _ => {
                     self.broken = true;
                     self.queue.clear();
-                    self.queued = 0;
+                    self.release(self.held);
                     return;
                 }
             }
         }
+    }
+}
+
+impl Half {
+    /// Gives back `cost` of the queue's memory; an emptied queue gives back
+    /// its ring too (a `VecDeque` never shrinks by itself).
+    fn release(&mut self, cost: u64) {
+        self.held -= cost;
+        self.budget.give(cost);
+        if self.queue.is_empty() && self.queue.capacity() > 16 {
+            self.queue = VecDeque::new();
+        }
+    }
+}
+
+impl Drop for Half {
+    fn drop(&mut self) {
+        self.budget.give(self.held + self.framer_held);
     }
 }
 
@@ -341,5 +458,68 @@ pub(super) trait Shutdown {
 impl Shutdown for mio::net::TcpStream {
     fn shut_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Message, encode};
+
+    /// What the pieces of one push and the framer's partial frame cost.
+    fn held(pieces: &[Piece], f: &Framer) -> u64 {
+        let queued: u64 = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Frame(b) | Piece::Data(b) => entry_cost::<Chunk>(b.len()),
+            })
+            .sum();
+        queued + alloc_size(f.capacity())
+    }
+
+    #[test]
+    fn one_read_never_costs_more_than_its_worst_case() {
+        // Reads of every size of the smallest frames, after a partial one.
+        let mut stream = Vec::new();
+        for _ in 0..400 {
+            stream.extend(encode(&Message::Stop));
+        }
+        for first in [0usize, 3, 11] {
+            for n in [1usize, 7, 64, 333, FRAME_READ] {
+                let mut f = Framer::default();
+                let mut at = 0;
+                let mut before = 0;
+                if first > 0 {
+                    f.push(&stream[..first], &mut |_| After::default());
+                    at = first;
+                    before = alloc_size(f.capacity());
+                }
+                while at + n <= stream.len() {
+                    let cap = f.capacity();
+                    let pieces = f.push(&stream[at..at + n], &mut |_| After::default());
+                    let after = held(&pieces, &f);
+                    let added = after.saturating_sub(before);
+                    assert!(
+                        added <= worst_case(n, cap, false),
+                        "read {n} at {at}: {added} > {}",
+                        worst_case(n, cap, false)
+                    );
+                    before = alloc_size(f.capacity());
+                    at += n;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_data_read_costs_one_entry() {
+        let mut f = Framer::default();
+        let p = f.push(b"GET / HTTP/1.1\r\n", &mut |_| After::default());
+        assert_eq!(f.data_left(), Some(u64::MAX));
+        assert_eq!(held(&p, &f), worst_case(16, 0, true));
+        assert_eq!(
+            worst_case(16, 0, true),
+            32 + 2 * std::mem::size_of::<Chunk>() as u64
+        );
     }
 }
