@@ -280,6 +280,8 @@ pub enum ErrorCode {
     LimitStreamsPerClient,
     /// One network's share (an IPv4 /24, an IPv6 /64: four addresses').
     LimitPerNetwork,
+    /// `serve --max-memory`.
+    LimitMemory,
     /// The request asks for something no server runs.
     Invalid,
     /// The pre-shared-key exchange failed or was not attempted.

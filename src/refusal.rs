@@ -143,6 +143,8 @@ pub enum Limit {
     },
     #[error("max {max} open connections; try again later")]
     OpenConnections { max: u32 },
+    #[error("max memory {} in use ({} now); try again later", crate::units::format_bytes(*.max), crate::units::format_bytes(*.used))]
+    Memory { max: u64, used: u64 },
     #[error("max {max} concurrent tests reached; try again later")]
     Tests { max: u32 },
     /// One address holds its share (tests, UDP streams, connections).
@@ -176,6 +178,7 @@ impl Limit {
             Limit::Rate { .. } => ErrorCode::LimitRate,
             Limit::BurstRecords { .. } => ErrorCode::LimitBurstRecords,
             Limit::OpenConnections { .. } => ErrorCode::LimitConnections,
+            Limit::Memory { .. } => ErrorCode::LimitMemory,
             Limit::Tests { .. } => ErrorCode::LimitTests,
             Limit::PerClient { what, .. } => match what {
                 Share::Connections => ErrorCode::LimitConnectionsPerClient,

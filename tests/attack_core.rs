@@ -258,3 +258,33 @@ fn one_network_holds_four_addresses_worth_of_connections() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn past_max_memory_new_tests_are_refused_by_name_and_code() {
+    // Every process is past 1 MiB resident: the request is refused.
+    let (_srv, addr) = serve(&["-q", "--max-memory", "1M"]);
+    let target = addr.to_string();
+    let (v, err) = run_json(&["tcp", &target, "-n", "1M", "--iterations", "1"], 5);
+    assert_eq!(v["error_code"], serde_json::json!("limit_memory"), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("server limit: max memory 1.00 MiB in use (")),
+        "{v}\n{err}"
+    );
+    run_expect(&["ping", &target, "-c", "2", "-i", "0.1", "-q"], 5);
+    // Under its limit the same server kind serves them.
+    let (_srv, addr) = serve(&["-q", "--max-memory", "1G"]);
+    run_expect(
+        &[
+            "tcp",
+            &addr.to_string(),
+            "-n",
+            "1M",
+            "--iterations",
+            "1",
+            "-q",
+        ],
+        0,
+    );
+}

@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// an eighth of this (at least 64), the oldest closed first.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_conns: Option<u32>,
+    /// Refuse new tests and data connections while the server's resident
+    /// memory is past this. Default: a quarter of the machine's memory, at
+    /// least 1G.
+    #[arg(long, value_parser = size)]
+    max_memory: Option<u64>,
     #[command(flatten)]
     key: KeyArg,
 }
@@ -105,6 +110,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             max_conns_per_client: a.max_conns_per_client,
             max_tests_per_client: a.max_tests_per_client,
             max_conns,
+            max_memory: a.max_memory.unwrap_or_else(default_max_memory),
         },
     })
     .with_context(|| format!("cannot listen on {at}"))?;
@@ -128,6 +134,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(super::Exit::Interrupted));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A quarter of the machine's memory, at least 1 GiB.
+fn default_max_memory() -> u64 {
+    (netrig::net::total_memory().unwrap_or(0) / 4).max(1 << 30)
 }
 
 /// Connections that fit `fds` open files: one descriptor each, less 256 for

@@ -362,6 +362,27 @@ pub fn event_loops() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
 }
 
+/// This process's resident memory, bytes (0 if it cannot be read).
+pub fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.saturating_mul(u64::try_from(page).unwrap_or(4096))
+}
+
+/// The machine's memory, bytes (None if it cannot be read).
+pub fn total_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
 /// Raises this process's soft limit on open files to its hard limit and
 /// returns the limit now in force.
 pub fn raise_fd_limit() -> io::Result<u64> {

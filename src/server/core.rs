@@ -708,6 +708,11 @@ impl<'a> Loop<'a> {
     /// Ends connections past their setup deadline or idle timeout, and
     /// those of stopped sessions.
     fn scan(&mut self, now: Instant) {
+        if self.index == 0 {
+            // What `--max-memory` compares with: the process's whole
+            // resident memory, read once a tick (a few microseconds).
+            self.st.resident.store(crate::net::resident_bytes(), SeqCst);
+        }
         let idle = self.st.cfg.idle_timeout;
         let mut due = Vec::new();
         for (k, s) in self.slots.iter_mut().enumerate() {

@@ -28,6 +28,9 @@ pub struct Limits {
     pub max_tests_per_client: u32,
     /// Most open connections in all (kept below the descriptor limit).
     pub max_conns: u32,
+    /// Resident memory past which new tests and data connections are
+    /// refused, bytes.
+    pub max_memory: u64,
 }
 
 impl Default for Limits {
@@ -40,11 +43,24 @@ impl Default for Limits {
             max_conns_per_client: 256,
             max_tests_per_client: 4,
             max_conns: 8192,
+            max_memory: 1 << 30,
         }
     }
 }
 
 impl Limits {
+    /// Refuses new work while the server's resident memory, `used` bytes,
+    /// is past `max_memory`.
+    pub fn check_memory(&self, used: u64) -> Result<(), Limit> {
+        if used > self.max_memory {
+            return Err(Limit::Memory {
+                max: self.max_memory,
+                used,
+            });
+        }
+        Ok(())
+    }
+
     /// Most connections held before they say who they are, or while they
     /// are refused: an eighth of `max_conns`, at least 64. They never count
     /// in `max_conns`, so neither silent nor refused connections can keep

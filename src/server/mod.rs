@@ -87,6 +87,8 @@ pub(crate) struct State {
     open: AtomicU64,
     /// Connections that have not yet, or are being refused.
     pending: AtomicU64,
+    /// Resident memory, bytes, as loop 0 last read it (`--max-memory`).
+    resident: AtomicU64,
     /// UDP stream groups open for more streams.
     groups: groups::Groups,
 }
@@ -146,6 +148,7 @@ impl Server {
             streams_per_client: PerSource::default(),
             open: AtomicU64::new(0),
             pending: AtomicU64::new(0),
+            resident: AtomicU64::new(crate::net::resident_bytes()),
             groups: groups::Groups::default(),
         });
         // The event loops exist before anything can connect.
@@ -375,6 +378,7 @@ fn take_test_slots<'a>(
     now: Instant,
 ) -> Result<control::TestSlots<'a>, Limit> {
     let limits = st.cfg.limits;
+    limits.check_memory(st.resident.load(SeqCst))?;
     let group = match test {
         TestSpec::Udp(u) => Some(u.group),
         _ => None,

@@ -267,6 +267,7 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
     let Some(sess) = sess else {
         return Err(Refusal::UnknownSession(hello.session));
     };
+    st.cfg.limits.check_memory(st.resident.load(SeqCst))?;
     // The session ID travels only over the control connection, but a data
     // connection must also come from the same host and, with a key, prove
     // it knows the session's key.
