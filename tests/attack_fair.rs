@@ -148,7 +148,17 @@ fn one_byte_buffers_do_not_take_over_the_loops() {
     // Long enough (a few tenths of a second alone) that starting the
     // client is not most of it.
     let crr = ["crr", &a, "-n", "3000", "-q"];
-    let tcp = ["tcp", &a, "-n", "512M", "-P", "2", "--iterations", "1", "-q"];
+    let tcp = [
+        "tcp",
+        &a,
+        "-n",
+        "512M",
+        "-P",
+        "2",
+        "--iterations",
+        "1",
+        "-q",
+    ];
     let crr_alone = best_of(3, &crr);
     let tcp_alone = best_of(3, &tcp);
     // Four connections, each read at 64 MiB/s: more than a loop serves a

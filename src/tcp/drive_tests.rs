@@ -581,7 +581,13 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
 /// A client pushing `transfer` bytes in calls of `buffer`.
 fn pusher(transfer: u64, buffer: usize) -> Conn {
     let spec = TcpSpec::plain(IoPattern::Push, transfer, 0, 0);
-    Conn::new(&spec, Uuid::from_u128(5), Role::Client, buffer, Instant::now())
+    Conn::new(
+        &spec,
+        Uuid::from_u128(5),
+        Role::Client,
+        buffer,
+        Instant::now(),
+    )
 }
 
 #[test]
@@ -619,7 +625,10 @@ fn a_connection_whose_socket_never_blocks_yields_after_its_turn() {
     // Bytes read count as well: a receiver whose peer always has more.
     let mut conn = receiver(1 << 30, call);
     let s = mock(usize::MAX);
-    let (start, mut data) = (stream_start(Uuid::from_u128(5), Direction::ClientToServer), vec![]);
+    let (start, mut data) = (
+        stream_start(Uuid::from_u128(5), Direction::ClientToServer),
+        vec![],
+    );
     while data.len() < 5 * TURN_BYTES as usize / 2 {
         let more = 5 * TURN_BYTES as usize / 2 - data.len();
         data.extend_from_slice(Pattern::get().slice(start, data.len() as u64, more));
