@@ -173,6 +173,13 @@ struct Loop<'a> {
     slots: Vec<Option<Box<Slot2<'a>>>>,
     free: Vec<usize>,
     timers: Timers,
+    /// Connections that used up their turn ([`Ran::Yielded`]) and could go
+    /// on: run again after the next poll's events and timers, so that
+    /// every other connection, and accepting, comes first. Edge-triggered
+    /// readiness reports nothing new for them, so this list is what
+    /// resumes them. `queued` marks the slots in it, each at most once.
+    ready: Vec<usize>,
+    queued: Vec<bool>,
     buf: Vec<u8>,
     /// This loop's number, and every loop's.
     index: usize,
@@ -203,6 +210,8 @@ impl<'a> Loop<'a> {
             slots: Vec::new(),
             free: Vec::new(),
             timers: Timers::default(),
+            ready: Vec::new(),
+            queued: Vec::new(),
             buf: vec![0u8; super::tcp::SERVER_BUFFER],
             index,
             loops,
@@ -267,7 +276,10 @@ impl<'a> Loop<'a> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
-            let timeout = self.timers.timeout(Instant::now(), TICK);
+            let timeout = match self.ready.is_empty() {
+                true => self.timers.timeout(Instant::now(), TICK),
+                false => Duration::ZERO,
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -288,6 +300,11 @@ impl<'a> Loop<'a> {
                 } else {
                     self.advance(k);
                 }
+            }
+            // Last, the connections that had their turn: one more turn each.
+            for k in std::mem::take(&mut self.ready) {
+                self.queued[k] = false;
+                self.advance(k);
             }
             if now >= next_scan {
                 if self.st.stop.load(SeqCst) && !self.listeners.is_empty() {
@@ -576,7 +593,7 @@ impl<'a> Loop<'a> {
                         },
                     };
                     let last = &mut slot.last_progress;
-                    if let Ran::Blocked { timer } = run_until_blocked(
+                    let ran = run_until_blocked(
                         conn,
                         out,
                         &mut slot.ahead,
@@ -584,11 +601,19 @@ impl<'a> Loop<'a> {
                         &mut self.buf,
                         &env,
                         last,
-                    ) {
-                        if let Some(at) = timer {
-                            self.timers.push(at.min(a.sess.guard.deadline()), k);
+                    );
+                    match ran {
+                        Ran::Settled => {}
+                        Ran::Blocked { timer } => {
+                            if let Some(at) = timer {
+                                self.timers.push(at.min(a.sess.guard.deadline()), k);
+                            }
+                            return Next::Keep;
                         }
-                        return Next::Keep;
+                        Ran::Yielded => {
+                            self.again(k);
+                            return Next::Keep;
+                        }
                     }
                     let Stage::Data { a, conn, .. } =
                         std::mem::replace(&mut slot.stage, Stage::Refuse(Out::new(Vec::new())))
@@ -634,6 +659,17 @@ impl<'a> Loop<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// Slot `k` had its turn and could go on: it runs again on the next
+    /// turn of the loop, after everything else.
+    fn again(&mut self, k: usize) {
+        if self.queued.len() <= k {
+            self.queued.resize(k + 1, false);
+        }
+        if !std::mem::replace(&mut self.queued[k], true) {
+            self.ready.push(k);
         }
     }
 

@@ -266,11 +266,30 @@ pub enum Ran {
     /// It waits for its socket, or until `timer` (a burst's start or the
     /// rate limit).
     Blocked { timer: Option<Instant> },
+    /// It used up its [`TURN_BYTES`] or [`TURN_STEPS`] and could go on:
+    /// the loop runs it again on a later turn, after the others (the
+    /// socket gives no new readiness event for what it already reported).
+    Yielded,
 }
 
-/// Steps `conn` until it is settled or blocks, for both ends' event
-/// loops. `last_progress` moves whenever something did, and when a timer
-/// is what the connection waits for: waiting for a burst is not idleness.
+/// Most data bytes (both directions) one connection moves in one turn of
+/// its loop. With [`TURN_STEPS`] this bounds how long one connection holds
+/// its loop, whatever its buffer size and however fast its peer reads or
+/// writes: a bulk connection moves 1 MiB (four of the server's largest
+/// calls), a fraction of a millisecond, before the next connection's turn.
+pub const TURN_BYTES: u64 = 1 << 20;
+
+/// Most [`pump`] steps one connection takes in one turn of its loop: what
+/// bounds a turn when steps move few bytes each (a small buffer, short
+/// requests and replies). A step does at most [`SHORT_READS`] reads, one
+/// write and [`GATHER`] bytes' worth of the machine's small writes.
+pub const TURN_STEPS: usize = 16;
+
+/// Steps `conn` until it is settled or blocks, or has had its turn
+/// ([`TURN_STEPS`] steps or [`TURN_BYTES`] bytes, then [`Ran::Yielded`]),
+/// for both ends' event loops. `last_progress` moves whenever something
+/// did, and when a timer is what the connection waits for: waiting for a
+/// burst is not idleness.
 pub fn run_until_blocked<S: Socket>(
     conn: &mut Conn,
     out: &mut Out,
@@ -280,7 +299,8 @@ pub fn run_until_blocked<S: Socket>(
     env: &Env,
     last_progress: &mut Instant,
 ) -> Ran {
-    loop {
+    let start = conn.progress();
+    for _ in 0..TURN_STEPS {
         let p = pump(conn, out, ahead, stream, buf, env);
         if settled(conn, out) {
             return Ran::Settled;
@@ -291,7 +311,12 @@ pub fn run_until_blocked<S: Socket>(
         if !p.moved {
             return Ran::Blocked { timer: p.timer };
         }
+        let now = conn.progress();
+        if (now.0 - start.0) + (now.1 - start.1) >= TURN_BYTES {
+            return Ran::Yielded;
+        }
     }
+    Ran::Yielded
 }
 
 /// Whether the connection is over: its machine is done and nothing it

@@ -577,3 +577,71 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     assert!(ahead.is_empty());
 }
+
+/// A client pushing `transfer` bytes in calls of `buffer`.
+fn pusher(transfer: u64, buffer: usize) -> Conn {
+    let spec = TcpSpec::plain(IoPattern::Push, transfer, 0, 0);
+    Conn::new(
+        &spec,
+        Uuid::from_u128(5),
+        Role::Client,
+        buffer,
+        Instant::now(),
+    )
+}
+
+#[test]
+fn a_connection_whose_socket_never_blocks_yields_after_its_turn() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let mut last = Instant::now();
+    let mut turn = |conn: &mut Conn, s: &Mock, buf: &mut [u8]| {
+        let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+        run_until_blocked(conn, &mut out, &mut ahead, s, buf, &e, &mut last)
+    };
+    // One-byte calls, gathered: a turn is TURN_STEPS writes of GATHER bytes
+    // (a buffer of 1 once held a loop for its whole transfer).
+    let mut conn = pusher(1 << 30, 1);
+    let s = mock(usize::MAX);
+    for k in 1..=2 {
+        assert_eq!(turn(&mut conn, &s, &mut [0; 1024]), Ran::Yielded);
+        assert_eq!(s.writes.borrow().len(), k * TURN_STEPS);
+        assert_eq!(conn.progress().0, (k * TURN_STEPS * GATHER) as u64);
+    }
+    // Large calls (cut short where the pattern wraps): a turn ends with
+    // the write that reaches TURN_BYTES.
+    let call = 256 << 10;
+    let mut conn = pusher(1 << 30, call);
+    let s = mock(usize::MAX);
+    for _ in 0..2 {
+        let (before, n) = (conn.progress().0, s.writes.borrow().len());
+        assert_eq!(turn(&mut conn, &s, &mut [0; 1024]), Ran::Yielded);
+        let w = s.writes.borrow();
+        let lens: Vec<u64> = w[n..].iter().map(|w| w.len() as u64).collect();
+        let all: u64 = lens.iter().sum();
+        assert_eq!(conn.progress().0 - before, all);
+        assert!(all >= TURN_BYTES && all - lens[lens.len() - 1] < TURN_BYTES);
+    }
+    // Bytes read count as well: a receiver whose peer always has more.
+    let mut conn = receiver(1 << 30, call);
+    let s = mock(usize::MAX);
+    let (start, mut data) = (
+        stream_start(Uuid::from_u128(5), Direction::ClientToServer),
+        vec![],
+    );
+    while data.len() < 5 * TURN_BYTES as usize / 2 {
+        let more = 5 * TURN_BYTES as usize / 2 - data.len();
+        data.extend_from_slice(Pattern::get().slice(start, data.len() as u64, more));
+    }
+    s.reads.borrow_mut().push_back(data);
+    let mut buf = vec![0; call];
+    for k in 1..=2 {
+        assert_eq!(turn(&mut conn, &s, &mut buf), Ran::Yielded);
+        assert_eq!(s.recvs.get() * call, k * TURN_BYTES as usize);
+        assert_eq!(conn.progress().1, k as u64 * TURN_BYTES);
+    }
+    // What is left is less than a turn: it is read, then the socket blocks.
+    let ran = turn(&mut conn, &s, &mut buf);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(conn.progress().1, 5 * TURN_BYTES / 2);
+}

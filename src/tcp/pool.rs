@@ -89,6 +89,13 @@ struct Worker<'a> {
     /// Concurrent connections this loop keeps.
     quota: usize,
     timers: Timers,
+    /// Connections that used up their turn ([`Ran::Yielded`]) and could go
+    /// on: run again after the next poll's events and timers, so that the
+    /// other connections come first. Edge-triggered readiness reports
+    /// nothing new for them; `queued` marks the slots in the list, each
+    /// at most once.
+    ready: Vec<usize>,
+    queued: Vec<bool>,
     buf: Vec<u8>,
     tx: Sender<ConnectionRecord>,
     rng: SmallRng,
@@ -137,6 +144,8 @@ pub(super) fn spawn(
                     live: 0,
                     quota,
                     timers: Timers::default(),
+                    ready: Vec::new(),
+                    queued: Vec::new(),
                     // At least a frame's worth, so a peer's report is read
                     // whole (the machine reads data in its own buffer's steps).
                     buf: vec![0u8; buf_len.max(crate::net::ahead::AHEAD)],
@@ -165,7 +174,10 @@ impl Worker<'_> {
             if self.live == 0 && (self.no_more || self.stopping()) {
                 return;
             }
-            let timeout = self.timers.timeout(Instant::now(), TICK);
+            let timeout = match self.ready.is_empty() {
+                true => self.timers.timeout(Instant::now(), TICK),
+                false => Duration::ZERO,
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
             {
@@ -178,6 +190,11 @@ impl Worker<'_> {
             }
             let now = Instant::now();
             for k in self.timers.due(now) {
+                self.advance(k);
+            }
+            // Last, the connections that had their turn: one more turn each.
+            for k in std::mem::take(&mut self.ready) {
+                self.queued[k] = false;
                 self.advance(k);
             }
             if self.sh.abort.load(SeqCst) {
@@ -538,13 +555,22 @@ impl Worker<'_> {
     }
 
     /// Whether connection `k`'s run ended settled; a blocked one's timer
-    /// is set.
+    /// is set, and one that had its turn runs again on the next.
     fn wait_for(&mut self, ran: Ran, k: usize) -> bool {
         match ran {
             Ran::Settled => true,
             Ran::Blocked { timer } => {
                 if let Some(at) = timer {
                     self.timers.push(at, k);
+                }
+                false
+            }
+            Ran::Yielded => {
+                if self.queued.len() <= k {
+                    self.queued.resize(k + 1, false);
+                }
+                if !std::mem::replace(&mut self.queued[k], true) {
+                    self.ready.push(k);
                 }
                 false
             }
