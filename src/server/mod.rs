@@ -28,6 +28,7 @@ use crate::refusal::{Limit, Refusal};
 mod core;
 mod groups;
 pub mod limits;
+mod log;
 mod tcp;
 
 use crate::net::Timed;
@@ -324,12 +325,13 @@ fn count_in(st: &State, stream: &TcpStream, peer: SocketAddr) -> bool {
     true
 }
 
-/// Every refusal, and every test stopped at a limit, is one line of the
-/// log (verbosity 1 and up): the client's address and the reason, which
-/// names the limit.
+/// Every refusal, and every test stopped at a limit or ended by an error
+/// sent to the client, is one line of the log (verbosity 1 and up): the
+/// client's address and the reason, which names the limit. Under a flood
+/// the lines are rate-limited, and those not written are counted ([`log`]).
 fn log_refusal(st: &State, peer: SocketAddr, why: &Refusal) {
     if st.cfg.verbosity >= 1 {
-        crate::out!("{peer}: {}: {why}", refusal_verb(why));
+        log::refusal(format_args!("{peer}: {}: {why}", refusal_verb(why)));
     }
 }
 
@@ -542,7 +544,17 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            crate::udp::serve::serve(stream, peer, spec, st.cfg.verbosity, limits, datagram_key);
+            let ran = crate::udp::serve::serve(
+                stream,
+                peer,
+                spec,
+                st.cfg.verbosity,
+                limits,
+                datagram_key,
+            );
+            if let Err(why) = ran {
+                log_refusal(st, peer, &why);
+            }
             Admission::HandedOff
         }
         TestSpec::Rr(mut spec) => {
@@ -557,7 +569,9 @@ fn admit_test(
                 Err(why) => return Admission::Refused(why.into()),
             }
             let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
-            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits);
+            if let Err(why) = crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits) {
+                log_refusal(st, peer, &why);
+            }
             Admission::HandedOff
         }
         TestSpec::Tcp(tcp) => {
