@@ -28,6 +28,7 @@ use crate::refusal::{Limit, Refusal};
 mod core;
 mod groups;
 pub mod limits;
+mod lines;
 mod log;
 mod tcp;
 
