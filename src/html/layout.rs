@@ -140,6 +140,9 @@ mod tests {
         let n = fit.floor() as usize;
         assert_eq!(legend(&["", &one(n)], 78.0, 744.0 + 26.0)[1].1, 0);
         assert_eq!(legend(&["", &one(n + 3)], 78.0, 744.0 + 26.0)[1].1, 1);
+        // Ending exactly at the edge, to the bit: an empty name is 26 wide.
+        let edge = 78.0 + 26.0 + legend_width(&one(10)) - 12.0;
+        assert_eq!(legend(&["", &one(10)], 78.0, edge)[1], (104.0, 0));
         // A name wider than the plot stays on the first row.
         assert_eq!(legend(&[&one(200)], 78.0, 744.0), vec![(78.0, 0)]);
     }

@@ -173,6 +173,21 @@ mod tests {
     }
 
     #[test]
+    fn intervals_of_no_length_make_one_row_of_the_whole_run() {
+        // Not reachable from the command line (-i is at least 100 ms), but
+        // the type must not loop on it.
+        let mut iv = Intervals::new(0.0);
+        assert!(iv.record(0.5, Some(1000)).is_empty());
+        assert!(iv.record(3.0, None).is_empty());
+        let r = iv.finish(4.0).unwrap();
+        assert_eq!(
+            (r.start_secs, r.end_secs, r.count, r.lost),
+            (0.0, 4.0, 1, 1)
+        );
+        assert_eq!(r.per_sec, Some(0.25));
+    }
+
+    #[test]
     fn cells_show_the_row() {
         let r = RrInterval {
             start_secs: 1.0,

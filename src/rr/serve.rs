@@ -63,7 +63,8 @@ pub fn write_pattern(
     Ok(())
 }
 
-/// Serves one request/response test on an accepted control connection.
+/// Serves one request/response test on an accepted control connection. An
+/// error the client was sent, which ended the test, is returned for the log.
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -71,15 +72,16 @@ pub fn serve(
     verbosity: u8,
     idle: Duration,
     limits: Limits,
-) {
+) -> Result<(), Refusal> {
     let stop = Arc::new(AtomicBool::new(false));
-    let mut s = stream;
     if let Err(why) = validate(&spec) {
-        let _ = write_message(&mut s, &Refusal::from(why).message());
-        return;
+        return refuse(stream, why.into());
     }
     match spec.proto {
-        RrProto::Tcp => tcp(stream, peer, &spec, verbosity, idle, &limits.guard(&stop)),
+        RrProto::Tcp => {
+            tcp(stream, peer, &spec, verbosity, idle, &limits.guard(&stop));
+            Ok(())
+        }
         RrProto::Udp => {
             let label = format!(
                 "rr udp {} B request / {} B reply, {} iterations",
@@ -100,13 +102,20 @@ pub fn serve(
                 &mut work,
                 verbosity,
                 limits.deadline(),
-            );
+            )
         }
         RrProto::SctpSeqpacket => {
             let guard = limits.guard(&stop);
             seqpacket(stream, peer, &spec, verbosity, idle, &guard)
         }
     }
+}
+
+/// Sends `why` to the client (best effort: it may be gone) and returns it.
+fn refuse(stream: &TcpStream, why: Refusal) -> Result<(), Refusal> {
+    let mut s = stream;
+    let _ = write_message(&mut s, &why.message());
+    Err(why)
 }
 
 fn tcp(
@@ -184,27 +193,22 @@ fn seqpacket(
     verbosity: u8,
     idle: Duration,
     guard: &SendGuard,
-) {
+) -> Result<(), Refusal> {
     let mut s = stream;
     if let Err(why) = crate::sctp::support(true) {
-        let _ = write_message(&mut s, &Refusal::from(why).message());
-        return;
+        return refuse(stream, why.into());
     }
     let family = stream.local_addr().unwrap_or(peer);
     let (sock, port) = match crate::sctp::seqpacket_listener(family) {
         Ok(x) => x,
         Err(source) => {
-            let why = Refusal::Resource {
-                what: "an SCTP one-to-many socket",
-                source,
-            };
-            let _ = write_message(&mut s, &why.message());
-            return;
+            let what = "an SCTP one-to-many socket";
+            return refuse(stream, Refusal::Resource { what, source });
         }
     };
     let id = Uuid::new_v4();
     if write_message(&mut s, &Message::SeqpacketAccept { session: id, port }).is_err() {
-        return;
+        return Ok(());
     }
     if verbosity >= 1 {
         crate::out!(
@@ -269,6 +273,7 @@ fn seqpacket(
     }
     let _ = stream.set_read_timeout(Some(idle));
     goodbye(stream, id, peer, (answered, corrupt), verbosity);
+    Ok(())
 }
 
 /// Ends a stream or one-to-many session: answers the client's goodbye with

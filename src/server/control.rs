@@ -365,7 +365,7 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     }
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
-    match test {
+    let ran = match test {
         Test::Udp(spec, key) => {
             crate::udp::serve::serve(stream, peer, *spec, st.cfg.verbosity, limits, key)
         }
@@ -373,5 +373,9 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
             let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
             crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits)
         }
+    };
+    // The error the client was sent, logged once with the other refusals.
+    if let Err(why) = ran {
+        log_refusal(st, peer, &why);
     }
 }

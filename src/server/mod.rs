@@ -27,6 +27,8 @@ mod control;
 mod core;
 mod groups;
 pub mod limits;
+mod lines;
+mod log;
 mod sources;
 mod tcp;
 
@@ -323,12 +325,13 @@ fn count_in(st: &State) {
     st.pending.fetch_add(1, SeqCst);
 }
 
-/// Every refusal, and every test stopped at a limit, is one line of the
-/// log (verbosity 1 and up): the client's address and the reason, which
-/// names the limit.
+/// Every refusal, and every test stopped at a limit or ended by an error
+/// sent to the client, is one line of the log (verbosity 1 and up): the
+/// client's address and the reason, which names the limit. Under a flood
+/// the lines are rate-limited, and those not written are counted ([`log`]).
 fn log_refusal(st: &State, peer: SocketAddr, why: &Refusal) {
     if st.cfg.verbosity >= 1 {
-        crate::out!("{peer}: {}: {why}", refusal_verb(why));
+        log::refusal(format_args!("{peer}: {}: {why}", refusal_verb(why)));
     }
 }
 

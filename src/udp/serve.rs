@@ -278,6 +278,9 @@ pub fn send_control(w: &Mutex<TcpStream>, m: &Message) -> bool {
 /// Runs the UDP session protocol on an accepted control connection: open a
 /// socket, prove the client's address, answer clock requests, start `work`,
 /// and stop it on `stop`, goodbye or a closed connection.
+///
+/// An error the client was sent, which ended the session, is returned for
+/// the server's log (the caller logs it, once, with its other refusals).
 pub fn session(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -285,20 +288,30 @@ pub fn session(
     work: &mut dyn UdpWork,
     verbosity: u8,
     deadline: Duration,
-) {
+) -> Result<(), Refusal> {
     // Everything this session does ends by its deadline, whatever the
     // client sends (clock requests, stops) in the meantime.
     let ends = Instant::now() + deadline;
+    let no_descriptor = |source| Refusal::Resource {
+        what: "a descriptor for the control connection",
+        source,
+    };
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
-        Err(_) => return,
+        Err(source) => {
+            let why = no_descriptor(source);
+            let mut s = stream;
+            let _ = write_message(&mut s, &why.message());
+            return Err(why);
+        }
     };
     let refuse = |why: Refusal| {
         send(&writer, &why.message());
+        Err(why)
     };
     let local = match stream.local_addr() {
         Ok(a) => a,
-        Err(_) => return,
+        Err(source) => return refuse(no_descriptor(source)),
     };
     let sock = match UdpSocket::bind(SocketAddr::new(local.ip(), 0)) {
         Ok(s) => s,
@@ -333,7 +346,7 @@ pub fn session(
             token,
         },
     ) {
-        return;
+        return Ok(());
     }
     if verbosity >= 1 {
         crate::out!("session {session} from {peer}: {label}");
@@ -348,23 +361,19 @@ pub fn session(
     let mut proven: Option<SocketAddr> = None;
     let mut worker: Option<std::thread::JoinHandle<()>> = None;
     let mut r = crate::net::Timed::new(stream, deadline, ends);
-    loop {
+    let ended = loop {
         let msg = match read_message(&mut r) {
             Ok(m) => m,
-            Err(ReadError::Proto(e)) => {
-                send(&writer, &Refusal::from(e).message());
-                break;
-            }
+            Err(ReadError::Proto(e)) => break refuse(e.into()),
             Err(ReadError::Io(e)) if Instant::now() >= ends && crate::net::nothing_yet(&e) => {
-                refuse(
+                break refuse(
                     Limit::DurationReached {
                         max: deadline.saturating_sub(crate::server::limits::GRACE),
                     }
                     .into(),
                 );
-                break;
             }
-            Err(_) => break,
+            Err(_) => break Ok(()),
         };
         match msg {
             Message::TimeRequest { t1 } => {
@@ -377,7 +386,7 @@ pub fn session(
                         t3: realtime_ns(),
                     },
                 ) {
-                    break;
+                    break Ok(());
                 }
             }
             Message::UdpHandshake { token: t } if t == token && proven.is_none() => {
@@ -385,13 +394,10 @@ pub fn session(
                     Ok(from) => {
                         proven = Some(from);
                         if !send(&writer, &Message::UdpProbed) {
-                            break;
+                            break Ok(());
                         }
                     }
-                    Err(why) => {
-                        refuse(why);
-                        break;
-                    }
+                    Err(why) => break refuse(why),
                 }
             }
             Message::UdpReady {
@@ -399,14 +405,13 @@ pub fn session(
                 offset_ns,
             } if worker.is_none() => {
                 if proven.is_none() || n != nonce {
-                    refuse(AuthFailure::ProbeNonce.into());
-                    break;
+                    break refuse(AuthFailure::ProbeNonce.into());
                 }
                 // Intervals and deadlines count from the start of the stream, not
                 // from the setup before it; taken before the client may start sending.
                 ctx.epoch = Instant::now();
                 if !send(&writer, &Message::UdpGo) {
-                    break;
+                    break Ok(());
                 }
                 worker = Some(work.start(ctx.clone(), offset_ns));
             }
@@ -414,7 +419,7 @@ pub fn session(
             Message::Stop => {
                 ctx.stop.store(true, SeqCst);
                 if !send(&writer, &Message::StopAck) {
-                    break;
+                    break Ok(());
                 }
             }
             Message::Goodbye => {
@@ -423,21 +428,16 @@ pub fn session(
                     let _ = h.join();
                 }
                 send(&writer, &Message::Summary(work.summary()));
-                break;
+                break Ok(());
             }
             other => {
-                send(
-                    &writer,
-                    &Refusal::Unexpected {
-                        got: format!("{other:?}"),
-                        context: "in a UDP session",
-                    }
-                    .message(),
-                );
-                break;
+                break refuse(Refusal::Unexpected {
+                    got: format!("{other:?}"),
+                    context: "in a UDP session",
+                });
             }
         }
-    }
+    };
     ctx.stop.store(true, SeqCst);
     if let Some(h) = worker.take() {
         // A worker blocked writing to a client that stopped reading is freed by this.
@@ -447,6 +447,7 @@ pub fn session(
     if verbosity >= 1 {
         crate::out!("session {session} from {peer} ended");
     }
+    ended
 }
 
 /// A paced stream: the server sends (reverse) or receives.
@@ -546,7 +547,8 @@ pub fn check(spec: &UdpSpec, limits: Limits, tag_key: Option<DatagramKey>) -> Re
     Ok(())
 }
 
-/// Serves one UDP stream test on an accepted control connection.
+/// Serves one UDP stream test on an accepted control connection. An error
+/// the client was sent, which ended the test, is returned for the log.
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -554,11 +556,11 @@ pub fn serve(
     verbosity: u8,
     limits: Limits,
     tag_key: Option<DatagramKey>,
-) {
+) -> Result<(), Refusal> {
     if let Err(why) = check(&spec, limits, tag_key) {
         let mut s = stream;
         let _ = write_message(&mut s, &why.message());
-        return;
+        return Err(why);
     }
     let label = format!(
         "udp {} {} B every {:.3} us for {} ms{}",
@@ -585,7 +587,7 @@ pub fn serve(
         &mut work,
         verbosity,
         limits.deadline(),
-    );
+    )
 }
 
 #[cfg(test)]
