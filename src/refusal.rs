@@ -81,6 +81,10 @@ pub enum Refusal {
     /// The client's UDP handshake datagram never arrived.
     #[error("no handshake datagram arrived within {} s (is UDP blocked on the path?)", .0.as_secs())]
     NoHandshake(Duration),
+    /// An accepted UDP or rr session whose client did not start its stream
+    /// in time (a silent session holding a test slot).
+    #[error("the stream was not started within {} s of the test's acceptance", .0.as_secs())]
+    NotStarted(Duration),
 }
 
 impl Refusal {
@@ -102,6 +106,7 @@ impl Refusal {
             | Refusal::Congestion { .. }
             | Refusal::SockOptRefused { .. } => ErrorCode::Unsupported,
             Refusal::NoHandshake(_) => ErrorCode::NoHandshake,
+            Refusal::NotStarted(_) => ErrorCode::Stopped,
         }
     }
 

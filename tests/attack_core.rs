@@ -5,6 +5,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/hand.rs"]
+mod hand;
 
 use bin::*;
 use netrig::proto::{self, Message};
@@ -285,6 +287,38 @@ fn past_max_memory_new_tests_are_refused_by_name_and_code() {
             "1",
             "-q",
         ],
+        0,
+    );
+}
+
+#[test]
+fn an_accepted_udp_session_that_goes_silent_gives_its_slot_back_at_the_setup_deadline() {
+    // One test slot; setup (acceptance to the stream's start) within 1 s.
+    let (_srv, addr) = serve(&["-q", "--max-tests", "1", "--handshake-timeout", "1s"]);
+    let mut quiet = hand::Raw::hello(addr);
+    quiet.send(&Message::TestRequest {
+        test: proto::TestSpec::Udp(udp_spec()),
+    });
+    let accepted = quiet.recv();
+    assert!(
+        matches!(accepted, Ok(Message::UdpAccept { .. })),
+        "{accepted:?}"
+    );
+    // It says nothing more: it holds the only slot, for a while.
+    let t0 = std::time::Instant::now();
+    let said = match quiet.recv() {
+        Ok(Message::Error { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    let waited = t0.elapsed();
+    assert!(
+        said.contains("not started within 1 s of the test's acceptance"),
+        "{said}"
+    );
+    assert!(waited < Duration::from_secs(5), "held {waited:?}");
+    // The slot is free again.
+    run_expect(
+        &["ping", &addr.to_string(), "-c", "2", "-i", "0.1", "-q"],
         0,
     );
 }

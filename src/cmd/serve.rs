@@ -111,6 +111,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             max_tests_per_client: a.max_tests_per_client,
             max_conns,
             max_memory: a.max_memory.unwrap_or_else(default_max_memory),
+            setup: a.handshake_timeout,
         },
     })
     .with_context(|| format!("cannot listen on {at}"))?;

@@ -102,6 +102,7 @@ pub fn serve(
                 &mut work,
                 verbosity,
                 limits.deadline(),
+                limits.setup,
             )
         }
         RrProto::SctpSeqpacket => {

@@ -31,6 +31,9 @@ pub struct Limits {
     /// Resident memory past which new tests and data connections are
     /// refused, bytes.
     pub max_memory: u64,
+    /// Longest a test's setup may take, from its acceptance to the start of
+    /// its stream (`serve --handshake-timeout`).
+    pub setup: Duration,
 }
 
 impl Default for Limits {
@@ -44,6 +47,7 @@ impl Default for Limits {
             max_tests_per_client: 4,
             max_conns: 8192,
             max_memory: 1 << 30,
+            setup: Duration::from_secs(10),
         }
     }
 }

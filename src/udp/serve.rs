@@ -288,6 +288,7 @@ pub fn session(
     work: &mut dyn UdpWork,
     verbosity: u8,
     deadline: Duration,
+    setup: Duration,
 ) -> Result<(), Refusal> {
     // Everything this session does ends by its deadline, whatever the
     // client sends (clock requests, stops) in the meantime.
@@ -360,11 +361,24 @@ pub fn session(
     };
     let mut proven: Option<SocketAddr> = None;
     let mut worker: Option<std::thread::JoinHandle<()>> = None;
-    let mut r = crate::net::Timed::new(stream, deadline, ends);
+    // Until its stream starts (the handshake datagram, the clock exchange,
+    // the client's ready), a session must move on within `setup`:
+    // a client that goes silent after its acceptance holds a test slot
+    // (and a worker), which it would otherwise keep until the deadline.
+    let setup_ends = (Instant::now() + setup).min(ends);
+    let mut r = crate::net::Timed::new(stream, deadline, setup_ends);
     let ended = loop {
         let msg = match read_message(&mut r) {
             Ok(m) => m,
             Err(ReadError::Proto(e)) => break refuse(e.into()),
+            Err(ReadError::Io(e))
+                if worker.is_none()
+                    && Instant::now() >= setup_ends
+                    && setup_ends < ends
+                    && crate::net::nothing_yet(&e) =>
+            {
+                break refuse(Refusal::NotStarted(setup));
+            }
             Err(ReadError::Io(e)) if Instant::now() >= ends && crate::net::nothing_yet(&e) => {
                 break refuse(
                     Limit::DurationReached {
@@ -414,6 +428,8 @@ pub fn session(
                     break Ok(());
                 }
                 worker = Some(work.start(ctx.clone(), offset_ns));
+                // Started: the session's own deadline holds from here.
+                r = crate::net::Timed::new(stream, deadline, ends);
             }
             Message::UdpDone(rep) => work.sender_done(rep, &ctx),
             Message::Stop => {
@@ -587,6 +603,7 @@ pub fn serve(
         &mut work,
         verbosity,
         limits.deadline(),
+        limits.setup,
     )
 }
 
