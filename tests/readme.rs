@@ -261,7 +261,9 @@ fn readme_samples_have_the_shape_of_real_output() {
     // (the sample's first words, the command scaled down, the sample shows
     // the output to its end)
     let cases: &[(&str, &[&str], bool)] = &[
-        ("TCP Push to", &["tcp", "-n", "16M"], true),
+        // Long enough (~0.3 s on loopback) that its last slice is past the
+        // 50 ms a rate needs.
+        ("TCP Push to", &["tcp", "-n", "128M"], true),
         (
             "UDP client -> server",
             &["udp", "-b", "200M", "-l", "1400", "-t", "1200ms"],

@@ -174,11 +174,12 @@ fn cpu_ticks(pid: u32) -> u64 {
         + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
 }
 
-/// Idle connections from 32 addresses up to the server's descriptors: it
-/// holds them on a few threads without spinning, refuses the next one
-/// naming the limit, and serves again once they are gone.
+/// Idle connections from 32 addresses, more than the server's descriptors:
+/// it holds at most its share of silent connections (closing the oldest) on
+/// a few threads without spinning, and a client that says hello at once is
+/// served meanwhile and after.
 #[test]
-fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
+fn idle_connections_from_32_addresses_past_the_descriptor_limit_keep_no_one_out() {
     let _one = one_at_a_time();
     use std::io::BufRead;
     use std::process::{Command, Stdio};
@@ -214,7 +215,16 @@ fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
             c
         })
         .collect();
-    let cap = base_fds + 19_800;
+    // Silent connections are held apart from --max-conns: at most an
+    // eighth of it (the open-file limit, 20,000 here, less 256), the oldest
+    // closed as newer ones come.
+    let fd_limit = std::fs::read_to_string(format!("/proc/{spid}/limits"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
+        .unwrap_or(20_000);
+    let cap = base_fds + (fd_limit - 256) / 8 + 64;
     let (th, fds) = (
         std::fs::read_dir(format!("/proc/{spid}/task"))
             .unwrap()
@@ -233,14 +243,9 @@ fn idle_connections_from_32_addresses_up_to_the_descriptor_limit() {
         used < 30,
         "server used {used} ticks in 1 s holding idle connections"
     );
-    // Another address is refused with the reason.
-    let out = netrig(&normal).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    assert!(
-        err.contains("server limit: max") && err.contains("open connections"),
-        "{err}"
-    );
+    // Another address is served while they are all connected.
+    let (v, _) = run_json(&normal, 0);
+    assert_eq!(v["result"]["totals"]["completed"], 4);
     for mut h in holders {
         drop(h.stdin.take());
         let _ = h.wait();

@@ -385,38 +385,40 @@ impl<'a> Loop<'a> {
         let unnamed = matches!(slot.stage, Stage::First { .. });
         self.put_back(k, slot, next, true);
         if unnamed && self.slots.get(k).is_some_and(Option::is_some) {
-            self.unnamed.push_back((k, now));
             self.evict_unnamed();
+            self.unnamed.push_back((k, now));
         }
     }
 
-    /// Past [`Limits::max_pending`](super::Limits::max_pending) connections
-    /// yet to say who they are, closes this loop's oldest: a client that
+    /// Past its share of [`Limits::max_pending`](super::Limits::max_pending)
+    /// connections yet to say who they are, closes this loop's oldest: a client that
     /// connects and says hello at once is never the oldest, so silent
     /// connections, however many addresses they come from, cannot keep it
-    /// out (they would if the newest were refused instead).
+    /// out (they would if the newest were refused instead). Called before
+    /// the newest joins the queue, so it is never the one closed.
     fn evict_unnamed(&mut self) {
-        let max = u64::from(self.st.cfg.limits.max_pending());
-        while self.st.pending.load(SeqCst) > max {
-            let Some((k, born)) = self.unnamed.pop_front() else {
-                break;
-            };
-            if self.is_unnamed(k, born)
-                && let Some(s) = self.slots[k].take()
-            {
+        // Each loop holds its share; connections being refused (which
+        // linger at most a second) do not count here.
+        let loops = self.loops.len().max(1);
+        let share = (self.st.cfg.limits.max_pending() as usize / loops).max(16);
+        if self.unnamed.len() < share {
+            return;
+        }
+        // Entries of connections that have since said who they are, or
+        // gone, are dropped first; what is left is the live ones, oldest
+        // first.
+        let mut q = std::mem::take(&mut self.unnamed);
+        q.retain(|&(k, born)| self.is_unnamed(k, born));
+        while q.len() >= share {
+            let Some((k, _)) = q.pop_front() else { break };
+            if let Some(s) = self.slots[k].take() {
                 if self.st.cfg.verbosity >= 2 {
-                    eprintln!("{}: closed: silent while {max} others waited", s.peer);
+                    eprintln!("{}: closed: silent while {share} others waited", s.peer);
                 }
                 self.close(k, *s);
             }
         }
-        // Entries of connections that have since said who they are, or
-        // gone, are dropped before they outnumber the live ones.
-        if self.unnamed.len() > 2 * self.slots.len().max(64) {
-            let mut q = std::mem::take(&mut self.unnamed);
-            q.retain(|&(k, born)| self.is_unnamed(k, born));
-            self.unnamed = q;
-        }
+        self.unnamed = q;
     }
 
     /// Whether slot `k` still holds the connection accepted at `born`, not
