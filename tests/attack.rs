@@ -30,23 +30,6 @@ fn step(at_ns: u64, rate_bps: u64, size: u64) -> Value {
     json!({"at_ns": at_ns, "rate_bps": rate_bps, "size": size, "hold": false})
 }
 
-fn alive(addr: SocketAddr) {
-    let out = netrig(&[
-        "tcp",
-        &addr.to_string(),
-        "-n",
-        "1M",
-        "-P",
-        "2",
-        "--iterations",
-        "1",
-        "-q",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(0), "a legit client was not served");
-}
-
 #[test]
 fn requests_that_would_allocate_without_bound_are_refused_before_allocating() {
     let (mut srv, addr) = serve(&["-q"]);
@@ -560,7 +543,6 @@ fn serve_exits_130_on_sigterm_as_documented() {
     assert_eq!(wait_exit(&mut srv, 10).code(), Some(130));
 }
 
-/// Threads of a process.
 /// How many of `conns` the far end has reset (looked at without blocking).
 fn resets_seen(conns: &[TcpStream]) -> usize {
     conns
@@ -572,10 +554,6 @@ fn resets_seen(conns: &[TcpStream]) -> usize {
             matches!(r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
         })
         .count()
-}
-
-fn threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
 #[test]

@@ -12,10 +12,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-fn threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
-}
-
 /// Whether any of `socks` becomes writable within `wait`.
 fn any_writable(socks: &[TcpStream], wait: Duration) -> bool {
     let mut fds: Vec<libc::pollfd> = socks

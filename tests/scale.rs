@@ -13,12 +13,6 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// A tcp run of `n` connections against `target`, each sending two 32 KiB
 /// bursts `period` apart, so all are open at once.
 fn hold<'a>(target: &'a str, n: &'a str, period: &'a str) -> Vec<&'a str> {

@@ -326,3 +326,26 @@ pub fn udp_drained(pid: u32, port: u16, what: &str) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Threads of a process.
+pub fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// A legit client is served: `tcp` with two connections of 1 MiB exits 0.
+pub fn alive(addr: SocketAddr) {
+    let out = netrig(&[
+        "tcp",
+        &addr.to_string(),
+        "-n",
+        "1M",
+        "-P",
+        "2",
+        "--iterations",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "a legit client was not served");
+}
