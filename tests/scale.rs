@@ -219,12 +219,9 @@ fn idle_connections_from_32_addresses_past_the_descriptor_limit_keep_no_one_out(
         .and_then(|l| l.split_whitespace().nth(3)?.parse::<usize>().ok())
         .unwrap_or(20_000);
     let cap = base_fds + (fd_limit - 256) / 8 + 64;
-    let (th, fds) = (
-        std::fs::read_dir(format!("/proc/{spid}/task"))
-            .unwrap()
-            .count(),
-        fd_count(spid),
-    );
+    // Silent for 2 s, the oldest are closed down to the loops' share.
+    let fds = settles_to(spid, cap, 15);
+    let th = threads(spid);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!("server: {th} threads, {fds} descriptors");
     assert!(th <= 2 * cores + 4, "{th} threads");
