@@ -87,8 +87,6 @@ pub(crate) struct State {
     streams_per_client: PerSource,
     /// Connections that said who they are (`--max-conns`).
     open: AtomicU64,
-    /// Connections that have not yet, or are being refused.
-    pending: AtomicU64,
     /// Resident memory, bytes, as loop 0 last read it (`--max-memory`).
     resident: AtomicU64,
     /// UDP stream groups open for more streams.
@@ -149,7 +147,6 @@ impl Server {
             tests_per_client: PerSource::default(),
             streams_per_client: PerSource::default(),
             open: AtomicU64::new(0),
-            pending: AtomicU64::new(0),
             resident: AtomicU64::new(crate::net::resident_bytes()),
             groups: groups::Groups::default(),
         });
@@ -309,20 +306,10 @@ impl Server {
         Ok(())
     }
 
-    /// Counts an accepted connection in and hands it to an event loop.
+    /// Hands an accepted connection to an event loop.
     fn admit(&self, core: &core::Core, stream: TcpStream, peer: SocketAddr) {
-        count_in(&self.state);
-        if !core.hand(stream, peer) {
-            self.state.pending.fetch_sub(1, SeqCst);
-        }
+        core.hand(stream, peer);
     }
-}
-
-/// Counts a new connection in `pending`: past
-/// [`Limits::max_pending`], the loop it goes to closes its oldest connection
-/// that has not said who it is.
-fn count_in(st: &State) {
-    st.pending.fetch_add(1, SeqCst);
 }
 
 /// Every refusal, and every test stopped at a limit or ended by an error

@@ -8,8 +8,8 @@
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
-//! Until it says who it is, a connection counts in the server's `pending`
-//! connections, not in `--max-conns`; past their bound each loop closes its
+//! Until it says who it is, a connection counts in its loop's queue of
+//! unnamed connections, not in `--max-conns`; past their bound each loop closes its
 //! oldest such connection, so silent ones cannot keep a client out.
 
 use mio::net::TcpStream;
@@ -62,7 +62,7 @@ const LINGER_CHECK: Duration = Duration::from_millis(5);
 
 /// What reaches a loop from outside.
 enum Incoming {
-    /// An accepted connection, already counted in `pending`.
+    /// An accepted connection.
     Conn {
         stream: std::net::TcpStream,
         peer: SocketAddr,
@@ -101,7 +101,7 @@ impl Core {
         self.loops.send(0, Incoming::Listen(listeners))
     }
 
-    /// Hands an accepted connection (already counted in `pending`) to a loop.
+    /// Hands an accepted connection to a loop.
     pub(super) fn hand(&self, stream: std::net::TcpStream, peer: SocketAddr) -> bool {
         let _ = stream.set_nonblocking(true);
         // SCTP associations: their Nagle is SCTP_NODELAY, not inherited.
@@ -159,9 +159,9 @@ struct Slot2<'a> {
     /// When it was accepted: with its slot number, names it in the
     /// loop's queue of connections yet to say who they are.
     born: Instant,
-    /// Its place in the server's `pending` connections until it says who it
-    /// is, then in `open` (`--max-conns`).
-    count: Slot<'a>,
+    /// Its place in `open` (`--max-conns`), once it said who it is; until
+    /// then it counts only in its loop's queue of unnamed connections.
+    open: Option<Slot<'a>>,
     /// Its place in its address's and network's connections.
     _source: Option<SourceSlot<'a>>,
 }
@@ -240,13 +240,12 @@ impl<'a> Loop<'a> {
                     // SAFETY: the descriptor was just accepted and is owned
                     // by `s`, which gives it up here.
                     let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-                    super::count_in(self.st);
                     let k = self.loops.least_busy(self.index);
                     if k == self.index {
                         self.loops.arrived(k);
                         self.add(stream, peer);
-                    } else if !self.loops.hand_to(k, Incoming::Conn { stream, peer }) {
-                        self.st.pending.fetch_sub(1, SeqCst);
+                    } else {
+                        self.loops.hand_to(k, Incoming::Conn { stream, peer });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -348,8 +347,6 @@ impl<'a> Loop<'a> {
 
     fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
         let st = self.st;
-        // Counted in `pending` by `count_in` until it says who it is.
-        let count = Slot::adopt(&st.pending);
         let ip = peer.ip().to_canonical();
         let max = st.cfg.limits.max_conns_per_client;
         // Non-blocking and without Nagle already: accept4 and the
@@ -375,7 +372,7 @@ impl<'a> Loop<'a> {
             ahead: ReadAhead::default(),
             last_progress: now,
             born: now,
-            count,
+            open: None,
             _source: source,
         });
         // A client sends its hello (and its first data) right behind the
@@ -457,7 +454,7 @@ impl<'a> Loop<'a> {
                     if matches!(hello, Message::Hello(_) | Message::DataHello(_)) {
                         let max = st.cfg.limits.max_conns;
                         match take_slot(&st.open, u64::from(max)) {
-                            Some(open) => slot.count = open,
+                            Some(open) => slot.open = Some(open),
                             None => {
                                 let why = Limit::OpenConnections { max };
                                 slot.stage = refuse(st, slot.peer, &why.into());
@@ -662,7 +659,7 @@ impl<'a> Loop<'a> {
         let Slot2 {
             mut stream,
             peer,
-            count,
+            open,
             _source,
             ..
         } = slot;
@@ -675,7 +672,7 @@ impl<'a> Loop<'a> {
         let ip = peer.ip().to_canonical();
         let held = slots.hand_over(ip);
         // A control connection was counted open when it said hello.
-        std::mem::forget(count);
+        std::mem::forget(open);
         let sourced = _source.is_some();
         std::mem::forget(_source);
         let r = std::thread::Builder::new()
