@@ -192,4 +192,12 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_fact_in_microseconds_reads_in_milliseconds_to_the_microsecond() {
+        assert_eq!(ms_fact(&json!(1234.0)), "1.234 ms");
+        assert_eq!(ms_fact(&json!(0.4)), "0.000 ms");
+        // No figure (a direction that moved nothing): a dash, not zero.
+        assert_eq!(ms_fact(&Value::Null), "-");
+    }
 }
