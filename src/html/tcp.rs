@@ -259,4 +259,49 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn rtt_durations_and_goodput_fact_come_from_the_run_or_are_left_out() {
+        let titles =
+            |v: &View| -> Vec<String> { v.charts.iter().map(|c| c.title.clone()).collect() };
+        let full = json!({"duration_secs": 2.0,
+            "totals": {"sent": 1000, "received": 250_000, "completed": 3, "net_errors": 1, "data_errors": 0},
+            "intervals": [
+                {"TimeSlice": 1.0, "RecvBps": 1, "RttUs": 1500.0, "Retransmits": 2},
+                {"TimeSlice": 2.0, "RecvBps": 1, "RttUs": 250.0, "Retransmits": 0}
+            ],
+            "connection_histogram": [{"hi_us": 1024.0, "count": 3}, {"hi_us": 4096.0, "count": 1}]});
+        let v = tcp(&full);
+        let rtt = v
+            .charts
+            .iter()
+            .find(|c| c.title.starts_with("TCP_INFO"))
+            .expect("rtt chart");
+        // Microseconds drawn as milliseconds.
+        assert_eq!(rtt.series[0].points, [(1.0, 1.5), (2.0, 0.25)]);
+        assert_eq!(rtt.series[1].points, [(1.0, 2.0), (2.0, 0.0)]);
+        let hist = v
+            .charts
+            .iter()
+            .find(|c| c.title == "Connection duration histogram")
+            .expect("histogram");
+        assert_eq!(hist.series[0].points, [(10.0, 3.0), (12.0, 1.0)]);
+        // The larger direction over the run's duration: 250,000 B in 2 s.
+        assert_eq!(
+            v.facts[0],
+            ("goodput".into(), crate::units::format_bits_per_sec(1e6))
+        );
+        assert_eq!(v.facts[2], ("network errors".into(), "1".into()));
+        assert_eq!(v.facts[4], ("duration".into(), "2.00 s".into()));
+        // No RTT samples, no histogram, no duration: no such charts and no rate.
+        let bare = json!({"duration_secs": 0.0, "totals": {"sent": 10, "received": 0},
+            "intervals": [{"TimeSlice": 1.0, "SendBps": 10}]});
+        let v = tcp(&bare);
+        assert_eq!(titles(&v), ["Goodput over time", "Connection outcomes"]);
+        assert_eq!(v.facts[0].1, "-");
+        let no_time = json!({"totals": {"sent": 10}, "intervals": []});
+        assert_eq!(tcp(&no_time).facts[0].1, "-");
+        let negative = json!({"duration_secs": -1.0, "totals": {"sent": 10}, "intervals": []});
+        assert_eq!(tcp(&negative).facts[0].1, "-");
+    }
 }
