@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::{KeyArg, Verbosity, interrupt_flag, positive_duration, rate, size};
-use netrig::server::{Limits, Server, ServerConfig};
+use netrig::server::{Limits, LogFormat, Server, ServerConfig};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -68,6 +68,19 @@ pub struct ServeArgs {
     max_memory: Option<u64>,
     #[command(flatten)]
     key: KeyArg,
+    /// Serve Prometheus/OpenMetrics metrics over HTTP at this address
+    /// (path /metrics).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
+    /// The log's format: text lines, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
@@ -94,14 +107,32 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let server = Server::bind(ServerConfig {
+    let log_format = match a.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    // -v and -vv add text lines; a JSON log keeps to its events.
+    let verbosity = match log_format {
+        LogFormat::Text => a.verbosity.level(),
+        LogFormat::Json => a.verbosity.level().min(1),
+    };
+    // Bound first: a metrics address in use fails before the server starts.
+    let metrics = match a.metrics {
+        None => None,
+        Some(m) => Some(
+            std::net::TcpListener::bind(m)
+                .with_context(|| format!("cannot listen for --metrics on {m}"))?,
+        ),
+    };
+    let mut server = Server::bind(ServerConfig {
+        log_format,
         key,
         listen: a.listen,
         port: a.port,
         exit_after: a.exit_after,
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
-        verbosity: a.verbosity.level(),
+        verbosity,
         limits: Limits {
             max_rate_bps: a.max_rate,
             max_duration: a.max_duration,
@@ -115,9 +146,14 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         },
     })
     .with_context(|| format!("cannot listen on {at}"))?;
+    if let Some(l) = metrics {
+        server
+            .serve_metrics(l)
+            .context("cannot start the metrics endpoint")?;
+    }
     // A port the kernel picked is said even when quiet: nothing else tells
     // a script which port to point its clients at.
-    if a.verbosity.level() == 0 && server.picked_port() {
+    if verbosity == 0 && server.picked_port() {
         server.announce();
     }
     let stop = server.stop_handle();

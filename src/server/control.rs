@@ -20,6 +20,8 @@ use mio::net::TcpStream;
 use uuid::Uuid;
 
 use super::limits::Slot;
+use super::log::{self, LogFormat};
+use super::metrics::{Kind, Moved};
 use super::sources::SourceSlot;
 use super::tcp::Session;
 use super::{Admission, State, admit_test, log_refusal, take_test_slots};
@@ -30,6 +32,7 @@ use crate::net::out::Out;
 use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
 use crate::refusal::Refusal;
 use crate::tcp::drive::Socket;
+use serde_json::json;
 
 /// Answers queued to a client that does not read them, past which the
 /// server stops reading its messages until they are out: a client cannot
@@ -337,19 +340,52 @@ impl Drop for Control<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
+        let sum = sess.summary();
+        let took = sess.started.elapsed();
+        let moved = Moved {
+            sent: sum.bytes_sent,
+            received: sum.bytes_received,
+            network_errors: sum.network_errors,
+            data_errors: sum.data_errors,
+        };
+        st.metrics.ended(Kind::Tcp, took, moved);
         if st.cfg.verbosity >= 1 {
-            let sum = sess.summary();
-            crate::out!(
-                "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
-                sess.peer,
-                sess.started.elapsed().as_secs_f64(),
-                sum.connections,
-                sum.success,
-                sum.network_errors,
-                sum.data_errors,
-                sum.cancelled,
-                sum.bytes_sent,
-                sum.bytes_received
+            let result = match (sum.data_errors, sum.network_errors) {
+                (0, 0) => "ok",
+                (0, _) => "network_errors",
+                _ => "data_errors",
+            };
+            log::event(
+                st.cfg.log_format,
+                "session_end",
+                format_args!(
+                    "session {id} from {} ended after {:.3}s: {} connections, {} succeeded, {} network errors, {} data errors, {} cancelled; {} bytes sent, {} bytes received",
+                    sess.peer,
+                    took.as_secs_f64(),
+                    sum.connections,
+                    sum.success,
+                    sum.network_errors,
+                    sum.data_errors,
+                    sum.cancelled,
+                    sum.bytes_sent,
+                    sum.bytes_received
+                ),
+                || {
+                    json!({
+                        "session": id.to_string(),
+                        "client": sess.peer.to_string(),
+                        "kind": Kind::Tcp.name(),
+                        "result": result,
+                        "duration_s": took.as_secs_f64(),
+                        "connections": sum.connections,
+                        "succeeded": sum.success,
+                        "network_errors": sum.network_errors,
+                        "data_errors": sum.data_errors,
+                        "cancelled": sum.cancelled,
+                        "bytes_sent": sum.bytes_sent,
+                        "bytes_received": sum.bytes_received,
+                    })
+                },
             );
         }
     }
@@ -365,17 +401,44 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     }
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
+    let kind = match &test {
+        Test::Udp(..) => Kind::Udp,
+        Test::Rr(spec) => Kind::rr(spec.proto),
+    };
+    st.metrics.started(kind);
+    let started = Instant::now();
+    let json = st.cfg.log_format == LogFormat::Json && st.cfg.verbosity >= 1;
+    // The tests' own text lines; in JSON, this writes their events.
+    let verbosity = if json { 0 } else { st.cfg.verbosity };
+    let client = || json!({ "client": peer.to_string(), "kind": kind.name() });
+    if json {
+        log::event(LogFormat::Json, "session_start", format_args!(""), client);
+    }
     let ran = match test {
         Test::Udp(spec, key) => {
-            crate::udp::serve::serve(stream, peer, *spec, st.cfg.verbosity, limits, key)
+            crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
         }
         Test::Rr(spec) => {
-            let (verbosity, idle) = (st.cfg.verbosity, st.cfg.idle_timeout);
+            let idle = st.cfg.idle_timeout;
             crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits)
         }
     };
+    let took = started.elapsed();
+    st.metrics.ended(kind, took, Moved::default());
     // The error the client was sent, logged once with the other refusals.
-    if let Err(why) = ran {
-        log_refusal(st, peer, &why);
+    if let Err(why) = &ran {
+        log_refusal(st, peer, why);
+    }
+    if json {
+        let result = match &ran {
+            Ok(()) => "ok".to_string(),
+            Err(why) => super::metrics::code_name(why.code()),
+        };
+        log::event(LogFormat::Json, "session_end", format_args!(""), || {
+            let mut v = client();
+            v["result"] = result.into();
+            v["duration_s"] = took.as_secs_f64().into();
+            v
+        });
     }
 }

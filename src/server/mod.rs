@@ -29,11 +29,15 @@ mod groups;
 pub mod limits;
 mod lines;
 mod log;
+mod metrics;
+mod scrape;
 mod sources;
 mod tcp;
 
 use limits::take_slot;
 pub use limits::{GRACE, Limits};
+pub use log::LogFormat;
+use metrics::Kind;
 use sources::{PerSource, SourceSlot};
 use tcp::{Session, validate};
 
@@ -56,6 +60,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Require clients to prove they know this pre-shared key.
     pub key: Option<crate::auth::Key>,
+    /// Text lines or JSON objects (`--log-format`).
+    pub log_format: LogFormat,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +75,7 @@ impl Default for ServerConfig {
             verbosity: 1,
             limits: Limits::default(),
             key: None,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -91,6 +98,8 @@ pub(crate) struct State {
     resident: AtomicU64,
     /// UDP stream groups open for more streams.
     groups: groups::Groups,
+    /// What `--metrics` reports.
+    metrics: metrics::Metrics,
 }
 
 /// How long the accept loop rests when the process is out of descriptors.
@@ -130,6 +139,8 @@ pub struct Server {
     tcp_listeners: usize,
     state: Arc<State>,
     core: core::Core,
+    /// Where `--metrics` is served.
+    metrics: Option<SocketAddr>,
 }
 
 impl Server {
@@ -149,6 +160,7 @@ impl Server {
             open: AtomicU64::new(0),
             resident: AtomicU64::new(crate::net::resident_bytes()),
             groups: groups::Groups::default(),
+            metrics: metrics::Metrics::default(),
         });
         // The event loops exist before anything can connect.
         let threads = crate::net::event_loops();
@@ -203,7 +215,17 @@ impl Server {
             tcp_listeners,
             state,
             core,
+            metrics: None,
         })
+    }
+
+    /// Serves the metrics (`--metrics`) on `listener`, from a thread of
+    /// their own that ends with the server.
+    pub fn serve_metrics(&mut self, listener: TcpListener) -> io::Result<SocketAddr> {
+        let at = listener.local_addr()?;
+        scrape::start(Arc::clone(&self.state), listener)?;
+        self.metrics = Some(at);
+        Ok(at)
     }
 
     /// The TCP addresses actually bound (useful with port 0).
@@ -216,8 +238,22 @@ impl Server {
 
     /// Prints the addresses it listens on, a line each.
     pub fn announce(&self) {
+        let format = self.state.cfg.log_format;
         for a in self.local_addrs() {
-            crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
+            log::event(
+                format,
+                "listening",
+                format_args!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})"),
+                || serde_json::json!({"address": a.to_string(), "protocol": PROTOCOL_VERSION}),
+            );
+        }
+        if let Some(a) = self.metrics {
+            log::event(
+                format,
+                "metrics_listening",
+                format_args!("metrics at http://{a}/metrics"),
+                || serde_json::json!({"address": a.to_string()}),
+            );
         }
     }
 
@@ -241,11 +277,22 @@ impl Server {
         let st = &self.state;
         if st.cfg.verbosity >= 1 {
             self.announce();
+            let format = st.cfg.log_format;
             if st.cfg.key.is_some() {
-                crate::out!("clients must authenticate with the pre-shared key");
+                log::event(
+                    format,
+                    "key_required",
+                    format_args!("clients must authenticate with the pre-shared key"),
+                    || serde_json::json!({}),
+                );
             }
             if self.listeners.len() > self.tcp_listeners {
-                crate::out!("also accepting SCTP on the same addresses");
+                log::event(
+                    format,
+                    "sctp_listening",
+                    format_args!("also accepting SCTP on the same addresses"),
+                    || serde_json::json!({}),
+                );
             }
         }
         let core = &self.core;
@@ -288,7 +335,12 @@ impl Server {
                 && st.finished.load(SeqCst) >= n
             {
                 if st.cfg.verbosity >= 1 {
-                    crate::out!("exit limit of {n} connections reached; exiting");
+                    log::event(
+                        st.cfg.log_format,
+                        "exit",
+                        format_args!("exit limit of {n} connections reached; exiting"),
+                        || serde_json::json!({ "exit_after": n }),
+                    );
                 }
                 break;
             }
@@ -316,9 +368,11 @@ impl Server {
 /// sent to the client, is one line of the log (verbosity 1 and up): the
 /// client's address and the reason, which names the limit. Under a flood
 /// the lines are rate-limited, and those not written are counted ([`log`]).
+/// Every one counts in the metrics, by its code.
 fn log_refusal(st: &State, peer: SocketAddr, why: &Refusal) {
+    st.metrics.refused(why.code());
     if st.cfg.verbosity >= 1 {
-        log::refusal(format_args!("{peer}: {}: {why}", refusal_verb(why)));
+        log::refusal(st.cfg.log_format, peer, why);
     }
 }
 
@@ -459,14 +513,24 @@ fn admit_test(
             };
             let id = Uuid::new_v4();
             let sess = Arc::new(Session::new(peer, spec, &limits, datagram_key));
+            st.metrics.started(Kind::Tcp);
             if st.cfg.verbosity >= 1 {
                 let t = &sess.spec;
-                crate::out!(
-                    "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
-                    t.pattern,
-                    t.transfer,
-                    t.connections,
-                    t.verify
+                log::event(
+                    st.cfg.log_format,
+                    "session_start",
+                    format_args!(
+                        "session {id} from {peer}: tcp {:?}, {} bytes per connection, {} connections, verify {:?}",
+                        t.pattern, t.transfer, t.connections, t.verify
+                    ),
+                    || {
+                        serde_json::json!({
+                            "session": id.to_string(),
+                            "client": peer.to_string(),
+                            "kind": Kind::Tcp.name(),
+                            "connections": t.connections,
+                        })
+                    },
                 );
             }
             st.sessions
