@@ -26,6 +26,7 @@ use crate::refusal::{Limit, Refusal, Share};
 mod control;
 mod core;
 mod groups;
+mod iperf3;
 pub mod limits;
 mod lines;
 mod log;
@@ -56,6 +57,10 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Require clients to prove they know this pre-shared key.
     pub key: Option<crate::auth::Key>,
+    /// Serve iperf3 clients on this port too (`--iperf3-port`).
+    pub iperf3_port: Option<u16>,
+    /// Let iperf3 clients in although a key is set: they cannot prove it.
+    pub iperf3_allow_unauthenticated: bool,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +74,8 @@ impl Default for ServerConfig {
             verbosity: 1,
             limits: Limits::default(),
             key: None,
+            iperf3_port: None,
+            iperf3_allow_unauthenticated: false,
         }
     }
 }
@@ -130,6 +137,8 @@ pub struct Server {
     tcp_listeners: usize,
     state: Arc<State>,
     core: core::Core,
+    /// Where iperf3 clients are served (`--iperf3-port`).
+    iperf3: Option<SocketAddr>,
 }
 
 impl Server {
@@ -198,11 +207,22 @@ impl Server {
             state.stop.store(true, SeqCst);
             return Err(io::Error::other("the event loops did not start"));
         }
+        let iperf3 = match state.cfg.iperf3_port {
+            None => None,
+            Some(p) => match iperf3::start(&state, p) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    state.stop.store(true, SeqCst);
+                    return Err(io::Error::new(e.kind(), format!("iperf3 port {p}: {e}")));
+                }
+            },
+        };
         Ok(Server {
             listeners,
             tcp_listeners,
             state,
             core,
+            iperf3,
         })
     }
 
@@ -219,11 +239,22 @@ impl Server {
         for a in self.local_addrs() {
             crate::out!("netrig server listening on {a} (protocol v{PROTOCOL_VERSION})");
         }
+        if let Some(a) = self.iperf3 {
+            crate::out!("iperf3 clients served on {a} (TCP and UDP)");
+        }
+    }
+
+    /// The address iperf3 clients are served on, if any.
+    pub fn iperf3_addr(&self) -> Option<SocketAddr> {
+        self.iperf3
     }
 
     /// Whether the kernel picked a listening port (`:0`).
     pub fn picked_port(&self) -> bool {
         let cfg = &self.state.cfg;
+        if cfg.iperf3_port == Some(0) {
+            return true;
+        }
         if cfg.listen.is_empty() {
             cfg.port == 0
         } else {
