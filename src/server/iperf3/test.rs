@@ -288,6 +288,15 @@ fn gather(
             (Proto::Tcp, Arrival::Tcp(s)) => {
                 let _ = s.set_nonblocking(true);
                 window(&s, p.window);
+                let r = socket2::SockRef::from(&s);
+                if p.nodelay {
+                    let _ = r.set_tcp_nodelay(true);
+                }
+                // As iperf3's server, an algorithm this kernel lacks is
+                // not an error (`iperf_run_server`: ENOENT is a warning).
+                if let Some(c) = &p.congestion {
+                    let _ = r.set_tcp_congestion(c.as_bytes());
+                }
                 Io::Tcp(mio::net::TcpStream::from_std(s))
             }
             (Proto::Udp, Arrival::Udp(from, local)) => {
