@@ -124,10 +124,10 @@ fn accept_loop(st: &Arc<State>, mut listener: TcpListener, datagrams: std::net::
     let mut next = FIRST;
     let max_pending = st.cfg.limits.max_pending() as usize;
     while !st.stop.load(SeqCst) {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100))) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                return;
-            }
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100)))
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            return;
         }
         for ev in &events {
             match ev.token() {

@@ -402,10 +402,10 @@ fn run_streams(
         } else {
             Duration::from_millis(50)
         };
-        if let Err(e) = poll.poll(&mut events, Some(wait)) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                return "failed";
-            }
+        if let Err(e) = poll.poll(&mut events, Some(wait))
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            return "failed";
         }
         // Receivers and senders are tried every turn: a read or write that
         // would block is cheap, and epoll is edge-triggered.
