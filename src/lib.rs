@@ -23,6 +23,7 @@ pub mod control;
 pub mod conversation;
 pub mod guard;
 pub mod html;
+pub mod iperf3;
 pub mod keyfile;
 pub mod load;
 pub mod net;

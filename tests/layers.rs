@@ -14,6 +14,8 @@ use std::path::Path;
 /// The protocol layer: pure code, time and bytes as arguments.
 const PROTOCOL: &[&str] = &[
     "auth",
+    "iperf3",
+    "iperf3::udp",
     "budget",
     "conversation",
     "outcome",

@@ -68,6 +68,14 @@ pub struct ServeArgs {
     max_memory: Option<u64>,
     #[command(flatten)]
     key: KeyArg,
+    /// Also serve unmodified iperf3 clients (TCP and UDP) on this port,
+    /// under the same limits. Default: off.
+    #[arg(long, value_name = "PORT")]
+    iperf3_port: Option<u16>,
+    /// With a key set, let iperf3 clients in anyway (they cannot prove
+    /// it); without this they are refused.
+    #[arg(long, requires = "iperf3_port")]
+    iperf3_allow_unauthenticated: bool,
     /// Serve Prometheus/OpenMetrics metrics over HTTP at this address
     /// (path /metrics).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -127,6 +135,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let mut server = Server::bind(ServerConfig {
         log_format,
         key,
+        iperf3_port: a.iperf3_port,
+        iperf3_allow_unauthenticated: a.iperf3_allow_unauthenticated,
         listen: a.listen,
         port: a.port,
         exit_after: a.exit_after,

@@ -53,6 +53,45 @@ pub(super) fn event(
 /// Writes a refusal (or a stop, or an auth failure), or counts it when
 /// the window's budget is spent.
 pub(super) fn refusal(format: LogFormat, peer: SocketAddr, why: &crate::refusal::Refusal) {
+    let name = match why {
+        crate::refusal::Refusal::Auth(_) => "auth_failure",
+        _ => "refusal",
+    };
+    let line = Line {
+        name,
+        verb: super::refusal_verb(why),
+        code: why.code(),
+        reason: why,
+    };
+    limited(format, peer, &line);
+}
+
+/// A refusal of a client that does not speak netrig's protocol (an iperf3
+/// client), named by the code netrig would have sent and its reason.
+pub(super) fn foreign_refusal(
+    format: LogFormat,
+    peer: SocketAddr,
+    code: crate::proto::ErrorCode,
+    why: &str,
+) {
+    let line = Line {
+        name: "refusal",
+        verb: "refused",
+        code,
+        reason: &why,
+    };
+    limited(format, peer, &line);
+}
+
+struct Line<'a> {
+    name: &'a str,
+    verb: &'a str,
+    code: crate::proto::ErrorCode,
+    reason: &'a dyn std::fmt::Display,
+}
+
+/// Writes `line`, or counts it when the window's budget is spent.
+fn limited(format: LogFormat, peer: SocketAddr, line: &Line<'_>) {
     let verdict = REFUSALS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -60,19 +99,20 @@ pub(super) fn refusal(format: LogFormat, peer: SocketAddr, why: &crate::refusal:
     match verdict {
         Verdict::Write { suppressed } => {
             suppressed_line(format, suppressed);
-            let verb = super::refusal_verb(why);
-            let name = match why {
-                crate::refusal::Refusal::Auth(_) => "auth_failure",
-                _ => "refusal",
-            };
-            event(format, name, format_args!("{peer}: {verb}: {why}"), || {
-                json!({
-                    "client": peer.to_string(),
-                    "action": verb,
-                    "code": super::metrics::code_name(why.code()),
-                    "reason": why.to_string(),
-                })
-            });
+            let (verb, why) = (line.verb, line.reason);
+            event(
+                format,
+                line.name,
+                format_args!("{peer}: {verb}: {why}"),
+                || {
+                    json!({
+                        "client": peer.to_string(),
+                        "action": verb,
+                        "code": super::metrics::code_name(line.code),
+                        "reason": why.to_string(),
+                    })
+                },
+            );
         }
         Verdict::Suppress { flush_at: None } => {}
         Verdict::Suppress { flush_at: Some(at) } => {

@@ -23,11 +23,19 @@ pub(crate) enum Kind {
     RrTcp,
     RrUdp,
     RrSctp,
+    /// An unmodified iperf3 client (`serve --iperf3-port`).
+    Iperf3,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 5] =
-        [Kind::Tcp, Kind::Udp, Kind::RrTcp, Kind::RrUdp, Kind::RrSctp];
+    pub(crate) const ALL: [Kind; 6] = [
+        Kind::Tcp,
+        Kind::Udp,
+        Kind::RrTcp,
+        Kind::RrUdp,
+        Kind::RrSctp,
+        Kind::Iperf3,
+    ];
 
     pub(crate) fn rr(proto: RrProto) -> Kind {
         match proto {
@@ -44,6 +52,7 @@ impl Kind {
             Kind::RrTcp => "rr_tcp",
             Kind::RrUdp => "rr_udp",
             Kind::RrSctp => "rr_sctp",
+            Kind::Iperf3 => "iperf3",
         }
     }
 

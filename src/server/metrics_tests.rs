@@ -43,7 +43,10 @@ fn kinds_have_their_own_places_and_names() {
         assert_eq!(k.index(), i);
     }
     let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-    assert_eq!(names, ["tcp", "udp", "rr_tcp", "rr_udp", "rr_sctp"]);
+    assert_eq!(
+        names,
+        ["tcp", "udp", "rr_tcp", "rr_udp", "rr_sctp", "iperf3"]
+    );
     assert_eq!(Kind::rr(RrProto::Udp), Kind::RrUdp);
     assert_eq!(Kind::rr(RrProto::Tcp), Kind::RrTcp);
     assert_eq!(Kind::rr(RrProto::SctpSeqpacket), Kind::RrSctp);

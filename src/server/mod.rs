@@ -26,6 +26,7 @@ use crate::refusal::{Limit, Refusal, Share};
 mod control;
 mod core;
 mod groups;
+mod iperf3;
 pub mod limits;
 mod lines;
 mod log;
@@ -62,6 +63,10 @@ pub struct ServerConfig {
     pub key: Option<crate::auth::Key>,
     /// Text lines or JSON objects (`--log-format`).
     pub log_format: LogFormat,
+    /// Serve iperf3 clients on this port too (`--iperf3-port`).
+    pub iperf3_port: Option<u16>,
+    /// Let iperf3 clients in although a key is set: they cannot prove it.
+    pub iperf3_allow_unauthenticated: bool,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +81,8 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             key: None,
             log_format: LogFormat::Text,
+            iperf3_port: None,
+            iperf3_allow_unauthenticated: false,
         }
     }
 }
@@ -141,6 +148,8 @@ pub struct Server {
     core: core::Core,
     /// Where `--metrics` is served.
     metrics: Option<SocketAddr>,
+    /// Where iperf3 clients are served (`--iperf3-port`).
+    iperf3: Option<SocketAddr>,
 }
 
 impl Server {
@@ -210,12 +219,23 @@ impl Server {
             state.stop.store(true, SeqCst);
             return Err(io::Error::other("the event loops did not start"));
         }
+        let iperf3 = match state.cfg.iperf3_port {
+            None => None,
+            Some(p) => match iperf3::start(&state, p) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    state.stop.store(true, SeqCst);
+                    return Err(io::Error::new(e.kind(), format!("iperf3 port {p}: {e}")));
+                }
+            },
+        };
         Ok(Server {
             listeners,
             tcp_listeners,
             state,
             core,
             metrics: None,
+            iperf3,
         })
     }
 
@@ -255,11 +275,27 @@ impl Server {
                 || serde_json::json!({"address": a.to_string()}),
             );
         }
+        if let Some(a) = self.iperf3 {
+            log::event(
+                format,
+                "iperf3_listening",
+                format_args!("iperf3 clients served on {a} (TCP and UDP)"),
+                || serde_json::json!({"address": a.to_string()}),
+            );
+        }
+    }
+
+    /// The address iperf3 clients are served on, if any.
+    pub fn iperf3_addr(&self) -> Option<SocketAddr> {
+        self.iperf3
     }
 
     /// Whether the kernel picked a listening port (`:0`).
     pub fn picked_port(&self) -> bool {
         let cfg = &self.state.cfg;
+        if cfg.iperf3_port == Some(0) {
+            return true;
+        }
         if cfg.listen.is_empty() {
             cfg.port == 0
         } else {

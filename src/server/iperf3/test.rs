@@ -1,0 +1,727 @@
+//! One admitted iperf3 test on its worker thread: parameters, limits, its
+//! streams on one mio loop, and the results exchange.
+//!
+//! The order is iperf3's (`iperf_server_api.c`: `iperf_accept`,
+//! `iperf_run_server`, `iperf_handle_message_server`): PARAM_EXCHANGE, the
+//! client's parameters, CREATE_STREAMS, the streams (receiving ones first
+//! for `--bidir`), TEST_START and TEST_RUNNING; the client's TEST_END, then
+//! EXCHANGE_RESULTS, the client's results, the server's, DISPLAY_RESULTS,
+//! and the client's IPERF_DONE. A refused test gets SERVER_ERROR and an
+//! iperf3 error number (`iperf_api.h`: IETOTALRATE 27,
+//! IEMAXSERVERTESTDURATIONEXCEEDED 37), which the client prints.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token};
+
+use super::{Arrival, Registry};
+use crate::iperf3::udp::{self, Header};
+use crate::iperf3::{
+    Control, Cookie, Event, Mode, Params, Proto, Results, State as Wire, StreamResult, frame_json,
+    stream_id,
+};
+use crate::proto::ErrorCode;
+use crate::refusal::Share;
+use crate::server::State;
+use crate::server::log;
+use crate::server::metrics::{Kind, Moved};
+use serde_json::json;
+
+const CTRL: Token = Token(0);
+/// iperf3's error numbers the client can print for a refusal.
+const IE_TOTAL_RATE: u32 = 27;
+const IE_MAX_DURATION: u32 = 37;
+const IE_RECV_PARAMS: u32 = 114;
+/// How long the receivers are drained after TEST_END: the control
+/// connection is not ordered with the data ones, so the last bytes may
+/// still be on their way. Ended by this much quiet.
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+const DRAIN_MAX: Duration = Duration::from_secs(2);
+
+/// Removes a test's entries from the registry when it ends.
+struct Listed<'a> {
+    reg: &'a Registry,
+    cookie: Cookie,
+    udp: Option<IpAddr>,
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        Registry::lock(&self.reg.tcp).remove(&self.cookie);
+        if let Some(ip) = self.udp {
+            Registry::lock(&self.reg.udp).remove(&ip);
+        }
+    }
+}
+
+enum Io {
+    Tcp(mio::net::TcpStream),
+    Udp(mio::net::UdpSocket),
+}
+
+struct Stream {
+    io: Io,
+    id: u32,
+    sends: bool,
+    /// Bytes moved, and at the end of the omitted lead-in.
+    bytes: u64,
+    omit_bytes: u64,
+    /// UDP datagrams sent.
+    sent_packets: u64,
+    omit_sent_packets: u64,
+    rx: udp::Receiver,
+    omit_rx: (u64, u64),
+    dead: bool,
+}
+
+pub(super) fn run(
+    st: &Arc<State>,
+    reg: &Registry,
+    mut ctrl: std::net::TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    tx: Sender<Arrival>,
+    rx: Receiver<Arrival>,
+) {
+    let ip = peer.ip().to_canonical();
+    let limits = st.cfg.limits;
+    let refuse = |ctrl: &mut std::net::TcpStream, l: crate::refusal::Limit| {
+        let _ = ctrl.write_all(&[Wire::AccessDenied.byte()]);
+        super::refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
+    };
+    let _mine = match super::super::take_source(
+        &st.tests_per_client,
+        ip,
+        limits.max_tests_per_client,
+        Share::Tests,
+    ) {
+        Ok(s) => s,
+        Err(l) => return refuse(&mut ctrl, l),
+    };
+    if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
+        return refuse(&mut ctrl, l);
+    }
+    let mut ctl = Control::new();
+    if ctl.feed(&cookie.0).is_err() {
+        return;
+    }
+    let _ = ctrl.set_nodelay(true);
+    let setup_end = Instant::now() + st.cfg.handshake_timeout;
+    if ctrl.write_all(&[Wire::ParamExchange.byte()]).is_err() {
+        return;
+    }
+    let params = match read_params(&mut ctrl, &mut ctl, setup_end) {
+        Ok(p) => p,
+        Err(why) => {
+            let _ = server_error(&mut ctrl, IE_RECV_PARAMS);
+            return super::refuse_line(st, peer, ErrorCode::Malformed, &why);
+        }
+    };
+    if let Err((code, ours, why)) = check(st, &params) {
+        let _ = server_error(&mut ctrl, code);
+        return super::refuse_line(st, peer, ours, &why);
+    }
+    let _listed = Listed {
+        reg,
+        cookie,
+        udp: (params.proto == Proto::Udp).then_some(ip),
+    };
+    Registry::lock(&reg.tcp).insert(cookie, (ip, tx.clone()));
+    if params.proto == Proto::Udp {
+        Registry::lock(&reg.udp).insert(ip, tx);
+    }
+    if ctrl.write_all(&[Wire::CreateStreams.byte()]).is_err() {
+        return;
+    }
+    let (format, id) = (st.cfg.log_format, cookie.text());
+    if st.cfg.verbosity >= 1 {
+        log::event(
+            format,
+            "session_start",
+            format_args!("iperf3 test {id} from {peer}: {}", describe(&params)),
+            || json!({"client": peer.to_string(), "kind": Kind::Iperf3.name(), "session": id}),
+        );
+    }
+    let Ok(poll) = Poll::new() else { return };
+    let mut streams = match gather(&poll, &params, &rx, setup_end, &st.stop) {
+        Some(s) => s,
+        None => {
+            return super::refuse_line(
+                st,
+                peer,
+                ErrorCode::Stopped,
+                "its streams did not all come in time",
+            );
+        }
+    };
+    let began = Instant::now();
+    if ctrl
+        .write_all(&[Wire::TestStart.byte(), Wire::TestRunning.byte()])
+        .is_err()
+    {
+        return;
+    }
+    st.metrics.started(Kind::Iperf3);
+    let outcome = run_streams(st, poll, ctrl, &mut ctl, &params, &mut streams, began);
+    st.finished.fetch_add(streams.len() as u64, SeqCst);
+    let (got, sent) = totals(&streams);
+    let took = began.elapsed();
+    let moved = Moved {
+        sent,
+        received: got,
+        ..Moved::default()
+    };
+    st.metrics.ended(Kind::Iperf3, took, moved);
+    if st.cfg.verbosity >= 1 {
+        log::event(
+            format,
+            "session_end",
+            format_args!(
+                "iperf3 test {id} from {peer}: {outcome}: received {got} bytes, sent {sent} bytes in {:.2} s",
+                took.as_secs_f64()
+            ),
+            || {
+                json!({"client": peer.to_string(), "kind": Kind::Iperf3.name(), "session": id,
+                    "result": outcome.to_string(), "duration_s": took.as_secs_f64(),
+                    "bytes_sent": sent, "bytes_received": got})
+            },
+        );
+    }
+}
+
+fn totals(streams: &[Stream]) -> (u64, u64) {
+    let sum = |sends: bool| {
+        streams
+            .iter()
+            .filter(|s| s.sends == sends)
+            .map(|s| s.bytes - s.omit_bytes)
+            .sum::<u64>()
+    };
+    (sum(false), sum(true))
+}
+
+fn describe(p: &Params) -> String {
+    let proto = match p.proto {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    };
+    let mode = match p.mode {
+        Mode::ClientSends => "client sends",
+        Mode::Reverse => "reverse",
+        Mode::Bidir => "bidir",
+    };
+    let bound = match (p.seconds(), p.send_limit()) {
+        (Some(s), _) => format!("{s} s"),
+        (None, Some(b)) => format!("{b} bytes"),
+        (None, None) => "unbounded".into(),
+    };
+    format!(
+        "{proto}, {} streams, {mode}, {bound}, {} bytes a write, client {}",
+        p.parallel,
+        p.len,
+        p.client_version.as_deref().unwrap_or("?")
+    )
+}
+
+/// SERVER_ERROR, then iperf3's error number and an errno of 0.
+fn server_error(ctrl: &mut std::net::TcpStream, code: u32) -> io::Result<()> {
+    let mut b = vec![Wire::ServerError.byte()];
+    b.extend_from_slice(&code.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    ctrl.write_all(&b)
+}
+
+fn read_params(
+    ctrl: &mut std::net::TcpStream,
+    ctl: &mut Control,
+    until: Instant,
+) -> Result<Params, String> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("iperf3: no parameters in time".into());
+        }
+        let _ = ctrl.set_read_timeout(Some(left));
+        let want = ctl.wants().min(buf.len());
+        let n = match ctrl.read(&mut buf[..want]) {
+            Ok(0) => return Err("iperf3: closed before its parameters".into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("iperf3: reading parameters: {e}")),
+        };
+        match ctl.feed(&buf[..n]) {
+            Err(e) => return Err(e.to_string()),
+            Ok(ev) => {
+                if let Some(Event::Params(p)) = ev.into_iter().next() {
+                    return Ok(*p);
+                }
+            }
+        }
+    }
+}
+
+/// The server's limits, as iperf3 error numbers and the log's words.
+/// The limit a test's parameters pass, if any: iperf3's error number for
+/// the client, the code netrig's own clients would get, and the reason.
+fn check(st: &State, p: &Params) -> Result<(), (u32, ErrorCode, String)> {
+    let l = st.cfg.limits;
+    if let Some(s) = p.seconds() {
+        l.check_duration(s.saturating_mul(1000))
+            .map_err(|e| (IE_MAX_DURATION, e.code(), format!("server limit: {e}")))?;
+    }
+    if let Some(b) = p.send_limit() {
+        l.check_bytes(b)
+            .map_err(|e| (IE_TOTAL_RATE, e.code(), format!("server limit: {e}")))?;
+    }
+    if p.proto == Proto::Udp && p.bandwidth > l.max_rate_bps {
+        return Err((
+            IE_TOTAL_RATE,
+            ErrorCode::LimitRate,
+            format!(
+                "server limit: max rate {} bit/s, asked {} bit/s",
+                l.max_rate_bps, p.bandwidth
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Waits for the test's streams, as they announce themselves, until the
+/// setup deadline.
+fn gather(
+    poll: &Poll,
+    p: &Params,
+    rx: &Receiver<Arrival>,
+    until: Instant,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<Vec<Stream>> {
+    let mut out = Vec::new();
+    while out.len() < p.streams() as usize {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(SeqCst) {
+            return None;
+        }
+        let a = match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+            Ok(a) => a,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(_) => return None,
+        };
+        let index = out.len() as u32;
+        let io = match (p.proto, a) {
+            (Proto::Tcp, Arrival::Tcp(s)) => {
+                let _ = s.set_nonblocking(true);
+                window(&s, p.window);
+                let r = socket2::SockRef::from(&s);
+                if p.nodelay {
+                    let _ = r.set_tcp_nodelay(true);
+                }
+                // As iperf3's server, an algorithm this kernel lacks is
+                // not an error (`iperf_run_server`: ENOENT is a warning).
+                if let Some(c) = &p.congestion {
+                    let _ = r.set_tcp_congestion(c.as_bytes());
+                }
+                Io::Tcp(mio::net::TcpStream::from_std(s))
+            }
+            (Proto::Udp, Arrival::Udp(from, local)) => {
+                let Ok(s) = super::bind_udp(local) else {
+                    continue;
+                };
+                window(&s, p.window);
+                if s.connect(from).is_err() || s.send(&udp::CONNECT_REPLY).is_err() {
+                    continue;
+                }
+                Io::Udp(mio::net::UdpSocket::from_std(s))
+            }
+            _ => continue,
+        };
+        let mut s = Stream {
+            io,
+            id: stream_id(index),
+            sends: p.server_sends(index),
+            bytes: 0,
+            omit_bytes: 0,
+            sent_packets: 0,
+            omit_sent_packets: 0,
+            rx: udp::Receiver::default(),
+            omit_rx: (0, 0),
+            dead: false,
+        };
+        let t = Token(out.len() + 1);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        let r = match &mut s.io {
+            Io::Tcp(x) => poll.registry().register(x, t, interest),
+            Io::Udp(x) => poll.registry().register(x, t, interest),
+        };
+        r.ok()?;
+        out.push(s);
+    }
+    Some(out)
+}
+
+/// `-w`: both buffers, as iperf3 sets them (`iperf_common_sockopts`).
+fn window(s: &impl std::os::fd::AsFd, bytes: u32) {
+    if bytes == 0 {
+        return;
+    }
+    let s = socket2::SockRef::from(s);
+    let _ = s.set_send_buffer_size(bytes as usize);
+    let _ = s.set_recv_buffer_size(bytes as usize);
+}
+
+/// Moves the data until the client ends the test, and exchanges results.
+/// Returns how the test ended, for the log.
+fn run_streams(
+    st: &State,
+    mut poll: Poll,
+    ctrl: std::net::TcpStream,
+    ctl: &mut Control,
+    p: &Params,
+    streams: &mut [Stream],
+    began: Instant,
+) -> &'static str {
+    let _ = ctrl.set_nonblocking(true);
+    let mut ctrl = mio::net::TcpStream::from_std(ctrl);
+    if poll
+        .registry()
+        .register(&mut ctrl, CTRL, Interest::READABLE)
+        .is_err()
+    {
+        return "failed";
+    }
+    let limits = st.cfg.limits;
+    let hard_stop = began + limits.deadline();
+    let omit_end = began + Duration::from_secs(p.omit);
+    let mut omitted = p.omit == 0;
+    // UDP without a rate goes at the server's cap; TCP without one, freely.
+    let rate = match (p.proto, p.bandwidth) {
+        (Proto::Udp, 0) => limits.max_rate_bps,
+        (_, b) => b.min(limits.max_rate_bps),
+    };
+    let send_limit = p.send_limit();
+    let mut buf = vec![0u8; (p.len as usize).max(64 * 1024)];
+    let mut events = Events::with_capacity(64);
+    let mut sending = true;
+    let mut ended: Option<Instant> = None;
+    let mut got = [0u8; 512];
+    loop {
+        let now = Instant::now();
+        if st.stop.load(SeqCst) {
+            return "stopped: server exiting";
+        }
+        if now > hard_stop {
+            return "stopped: server limit: max duration";
+        }
+        if !omitted && now >= omit_end {
+            omitted = true;
+            for s in streams.iter_mut() {
+                s.omit_bytes = s.bytes;
+                s.omit_sent_packets = s.sent_packets;
+                s.omit_rx = (s.rx.packets, s.rx.lost);
+            }
+        }
+        let paced = sending && rate > 0 && streams.iter().any(|s| s.sends);
+        let wait = if paced {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(50)
+        };
+        if let Err(e) = poll.poll(&mut events, Some(wait))
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            return "failed";
+        }
+        // Receivers and senders are tried every turn: a read or write that
+        // would block is cheap, and epoll is edge-triggered.
+        for s in streams.iter_mut().filter(|s| !s.sends && !s.dead) {
+            receive(s, &mut buf, p.udp_counters_64bit);
+        }
+        if sending {
+            let elapsed = began.elapsed().as_secs_f64();
+            let mut total: u64 = streams.iter().filter(|s| s.sends).map(|s| s.bytes).sum();
+            for s in streams.iter_mut().filter(|s| s.sends && !s.dead) {
+                let allowed = (rate > 0).then(|| (rate as f64 / 8.0 * elapsed) as u64);
+                send(s, &mut buf, p, allowed, send_limit, &mut total);
+            }
+        }
+        let moved: u64 = streams.iter().map(|s| s.bytes).sum();
+        if moved > limits.max_bytes {
+            return "stopped: server limit: max bytes";
+        }
+        // The control connection.
+        loop {
+            let want = ctl.wants().min(got.len());
+            if want == 0 {
+                return "done";
+            }
+            let n = match ctrl.read(&mut got[..want]) {
+                Ok(0) => {
+                    return if ended.is_some() {
+                        "done"
+                    } else {
+                        "client closed early"
+                    };
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return "client connection failed",
+            };
+            let evs = match ctl.feed(&got[..n]) {
+                Ok(e) => e,
+                Err(_) => return "refused: malformed iperf3 control bytes",
+            };
+            for ev in evs {
+                match ev {
+                    Event::TestEnd => {
+                        sending = false;
+                        drain(&mut poll, streams, &mut buf, p.udp_counters_64bit);
+                        // iperf3's server closes every stream here
+                        // (`iperf_handle_message_server`, TEST_END); its
+                        // client waits for that before reading on.
+                        for s in streams.iter_mut() {
+                            if let Io::Tcp(t) = &s.io {
+                                let _ = t.shutdown(std::net::Shutdown::Both);
+                            }
+                            s.dead = true;
+                        }
+                        ended = Some(Instant::now());
+                        if write_ctrl(&mut ctrl, &[Wire::ExchangeResults.byte()]).is_err() {
+                            return "client connection failed";
+                        }
+                    }
+                    Event::Results(_client) => {
+                        let end = ended.unwrap_or_else(Instant::now);
+                        let from = if p.omit > 0 { omit_end.min(end) } else { began };
+                        let secs = end.saturating_duration_since(from).as_secs_f64();
+                        let mine = results(p, streams, secs);
+                        let mut out = frame_json(&mine.to_json());
+                        out.push(Wire::DisplayResults.byte());
+                        if write_ctrl(&mut ctrl, &out).is_err() {
+                            return "client connection failed";
+                        }
+                    }
+                    Event::Done => return "done",
+                    Event::Terminated => return "client terminated",
+                    Event::Cookie(_) | Event::Params(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Writes all of `b` on the non-blocking control connection (a few bytes
+/// and one results message: waits for room rather than queueing).
+fn write_ctrl(ctrl: &mut mio::net::TcpStream, mut b: &[u8]) -> io::Result<()> {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !b.is_empty() {
+        match ctrl.write(b) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < until => {
+                wait_writable(ctrl, Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits up to `timeout` for room to write on `fd`.
+fn wait_writable(fd: &impl AsRawFd, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) };
+}
+
+/// Reads what a receiving stream has, up to a bound a turn.
+fn receive(s: &mut Stream, buf: &mut [u8], wide: bool) -> bool {
+    let mut moved = false;
+    for _ in 0..64 {
+        let r = match &mut s.io {
+            Io::Tcp(t) => t.read(buf),
+            Io::Udp(u) => u.recv(buf),
+        };
+        match r {
+            Ok(0) if matches!(s.io, Io::Tcp(_)) => {
+                s.dead = true;
+                break;
+            }
+            Ok(n) => {
+                moved = true;
+                match &s.io {
+                    Io::Tcp(_) => s.bytes += n as u64,
+                    Io::Udp(_) => {
+                        if let Some(h) = Header::read(wide, &buf[..n]) {
+                            let now = crate::net::realtime_ns() as f64 / 1e9;
+                            s.rx.on_datagram(n, h, now);
+                            s.bytes = s.rx.bytes;
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                s.dead = true;
+                break;
+            }
+        }
+    }
+    moved
+}
+
+/// Sends on a stream what pacing (`allowed` bytes so far) and the test's
+/// byte count (`limit`, over all streams, `total` so far) let it.
+fn send(
+    s: &mut Stream,
+    buf: &mut [u8],
+    p: &Params,
+    allowed: Option<u64>,
+    limit: Option<u64>,
+    total: &mut u64,
+) {
+    let len = p.len as usize;
+    for _ in 0..64 {
+        if allowed.is_some_and(|a| s.bytes + len as u64 > a.max(len as u64) && s.bytes > 0)
+            || limit.is_some_and(|l| *total >= l)
+        {
+            return;
+        }
+        let r = match &mut s.io {
+            Io::Tcp(t) => t.write(&buf[..len]),
+            Io::Udp(u) => {
+                let ns = crate::net::realtime_ns();
+                Header {
+                    sec: (ns / 1_000_000_000) as u32,
+                    usec: ((ns % 1_000_000_000) / 1000) as u32,
+                    count: s.sent_packets + 1,
+                }
+                .write(p.udp_counters_64bit, &mut buf[..len]);
+                u.send(&buf[..len])
+            }
+        };
+        match r {
+            Ok(n) => {
+                s.bytes += n as u64;
+                *total += n as u64;
+                if matches!(s.io, Io::Udp(_)) {
+                    s.sent_packets += 1;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            // A full UDP queue is not the end of the stream.
+            Err(_) if matches!(s.io, Io::Udp(_)) => return,
+            Err(_) => {
+                s.dead = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Reads the receivers until they have been quiet for [`DRAIN_QUIET`].
+fn drain(poll: &mut Poll, streams: &mut [Stream], buf: &mut [u8], wide: bool) {
+    let until = Instant::now() + DRAIN_MAX;
+    let mut quiet_since = Instant::now();
+    let mut events = Events::with_capacity(64);
+    while Instant::now() < until && quiet_since.elapsed() < DRAIN_QUIET {
+        let mut moved = false;
+        for s in streams.iter_mut().filter(|s| !s.sends && !s.dead) {
+            moved |= receive(s, buf, wide);
+        }
+        if moved {
+            quiet_since = Instant::now();
+        }
+        let _ = poll.poll(&mut events, Some(Duration::from_millis(10)));
+    }
+}
+
+/// The server's results message (`send_results`' fields).
+fn results(p: &Params, streams: &[Stream], secs: f64) -> Results {
+    let server_sends = p.mode != Mode::ClientSends;
+    let mut r = Results {
+        sender_has_retransmits: match (server_sends, p.proto) {
+            (false, _) => -1,
+            (true, Proto::Tcp) => 1,
+            (true, Proto::Udp) => 0,
+        },
+        ..Results::default()
+    };
+    for s in streams {
+        let retransmits = match (&s.io, s.sends) {
+            (Io::Tcp(t), true) => crate::net::tcpinfo::raw(t.as_raw_fd())
+                .map_or(0, |i| i64::from(i.tcpi_total_retrans)),
+            _ => -1,
+        };
+        let (packets, omitted_packets, errors, omitted_errors, jitter) = if s.sends {
+            (s.sent_packets, s.omit_sent_packets, 0, 0, 0.0)
+        } else {
+            (
+                s.rx.packets,
+                s.omit_rx.0,
+                s.rx.lost,
+                s.omit_rx.1,
+                s.rx.jitter,
+            )
+        };
+        r.streams.push(StreamResult {
+            id: s.id,
+            bytes: s.bytes - s.omit_bytes,
+            retransmits,
+            jitter,
+            errors,
+            omitted_errors,
+            packets,
+            omitted_packets,
+            start_time: 0.0,
+            end_time: secs,
+        });
+    }
+    if p.get_server_output {
+        r.server_output_text = Some(server_text(p, streams, &r, secs));
+    }
+    r
+}
+
+/// What `--get-server-output` shows: netrig's own count, a line a stream.
+fn server_text(p: &Params, streams: &[Stream], r: &Results, secs: f64) -> String {
+    let mut t = format!("netrig serve (iperf3 protocol): {}\n", describe(p));
+    for (mine, s) in streams.iter().zip(&r.streams) {
+        let dir = if mine.sends { "sent" } else { "received" };
+        let bps = if secs > 0.0 {
+            s.bytes as f64 * 8.0 / secs
+        } else {
+            0.0
+        };
+        t.push_str(&format!(
+            "[{:3}] {dir} {} bytes in {secs:.2} s, {}",
+            s.id,
+            s.bytes,
+            crate::units::format_bits_per_sec(bps)
+        ));
+        if p.proto == Proto::Udp && dir == "received" {
+            t.push_str(&format!(
+                ", lost {}/{} datagrams, jitter {:.3} ms",
+                s.errors - s.omitted_errors,
+                s.packets - s.omitted_packets,
+                s.jitter * 1000.0
+            ));
+        }
+        t.push('\n');
+    }
+    t
+}
