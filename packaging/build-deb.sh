@@ -3,7 +3,7 @@
 # first): the binary, manual pages, bash/zsh/fish completions and the
 # hardened netrig.service (installed, not enabled). Prints the .deb's path.
 #     packaging/build-static.sh && packaging/build-deb.sh
-# Needs cargo-deb: cargo install --locked cargo-deb
+# Needs cargo-deb: cargo install --locked cargo-deb --version 3.8.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
