@@ -168,6 +168,26 @@ fn the_deb_installs_runs_and_removes() {
             "{f} missing"
         );
     }
+    // The installed unit as systemd reads it: every key known, the binary
+    // and its Documentation= man page in place.
+    if Path::new("/usr/bin/systemd-analyze").exists() {
+        let unit = [
+            "/lib/systemd/system/netrig.service",
+            "/usr/lib/systemd/system/netrig.service",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+        let out = Command::new("systemd-analyze")
+            .args(["verify", unit])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.trim().is_empty(),
+            "systemd-analyze verify: {err}"
+        );
+    }
     let v = run(Command::new("/usr/bin/netrig").arg("--version"));
     assert!(
         v.starts_with(concat!("netrig ", env!("CARGO_PKG_VERSION"))),
