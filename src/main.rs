@@ -3,7 +3,7 @@
 //! in the library.
 
 use clap::error::{ContextKind, ContextValue};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
@@ -57,11 +57,18 @@ enum Cmd {
     /// duplication, reordering, delay and jitter, rate limits, corruption,
     /// resets; seeded, and logs exactly what it did.
     Relay(cmd::relay::RelayArgs),
+    /// Print shell completions (bash, zsh, fish, …) for netrig.
+    Completions(cmd::docs::CompletionsArgs),
+    /// Print the manual page, or write one per subcommand with --dir.
+    Man(cmd::docs::ManArgs),
 }
 
 fn main() -> ExitCode {
     let args = cmd::legacy_args(std::env::args_os());
-    let cli = match Cli::try_parse_from(&args) {
+    let parsed = cmd::version::command(Cli::command(), &args)
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
             // An iperf3 flag from habit: netrig's spelling, not clap's guess.
@@ -96,6 +103,8 @@ fn main() -> ExitCode {
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Relay(a) => cmd::relay::run(a),
+        Cmd::Completions(a) => cmd::docs::completions(a, Cli::command()),
+        Cmd::Man(a) => cmd::docs::man(a, Cli::command()),
     };
     r.unwrap_or_else(|e| {
         eprintln!("netrig: {e:#}");

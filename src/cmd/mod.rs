@@ -24,6 +24,7 @@ use netrig::units;
 
 pub mod analyze;
 pub mod crr;
+pub mod docs;
 pub mod habits;
 pub mod load;
 pub mod ping;
@@ -37,6 +38,7 @@ pub mod sweep;
 pub mod tcp;
 pub mod udp;
 pub mod udp_streams;
+pub mod version;
 
 /// Exit codes, documented in the README. Declared in increasing value, so
 /// `max` keeps the more serious of two outcomes (a data error over a network

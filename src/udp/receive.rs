@@ -327,7 +327,8 @@ fn recv_batch(
             sock.as_raw_fd(),
             m.msgs.as_mut_ptr(),
             m.msgs.len() as u32,
-            libc::MSG_WAITFORONE,
+            // c_int in glibc's prototype, unsigned in musl's (static builds).
+            libc::MSG_WAITFORONE as _,
             std::ptr::null_mut(),
         )
     };

@@ -1,0 +1,238 @@
+//! The Kubernetes load Job's contract, emulated on one machine: "nodes" are
+//! network namespaces on one bridge; the server runs as the Deployment
+//! says; each client runs the Job's own arguments (read from
+//! deploy/kubernetes/jobs/load/job.yaml) with `$(VAR)` expanded as the
+//! kubelet does, from the environment Kubernetes gives a pod of an Indexed
+//! Job (JOB_COMPLETION_INDEX, the start time, the key), and the Service's
+//! name resolving to the server's address (`ip netns exec` mounts
+//! /etc/netns/NS/hosts over /etc/hosts). All clients wait for the one
+//! start time and each writes its JSON, named by its index, to stdout.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "common/bin.rs"]
+mod bin;
+use bin::*;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const CLIENTS: usize = 8;
+
+fn sh(args: &[&str]) {
+    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "{args:?} failed");
+}
+
+/// Namespaces on a bridge (in a namespace of its own): node i has
+/// 169.254.77.(i+1). Removed on drop, with their /etc/netns files.
+struct Fabric {
+    hub: String,
+    nodes: Vec<String>,
+}
+
+impl Fabric {
+    fn new(n: usize) -> Fabric {
+        let id = std::process::id() % 100_000;
+        let hub = format!("nrJh{id}");
+        let mut f = Fabric {
+            hub: hub.clone(),
+            nodes: Vec::new(),
+        };
+        sh(&["ip", "netns", "add", &hub]);
+        sh(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"]);
+        sh(&["ip", "-n", &hub, "link", "set", "br0", "up"]);
+        for i in 0..n {
+            let ns = format!("nrJ{i}n{id}");
+            let (a, b) = (format!("nrJ{i}{id}a"), format!("nrJ{i}{id}b"));
+            sh(&["ip", "netns", "add", &ns]);
+            f.nodes.push(ns.clone());
+            sh(&["ip", "link", "add", &a, "type", "veth", "peer", "name", &b]);
+            sh(&["ip", "link", "set", &a, "netns", &ns]);
+            sh(&["ip", "link", "set", &b, "netns", &hub]);
+            sh(&["ip", "-n", &hub, "link", "set", &b, "master", "br0", "up"]);
+            let addr = format!("169.254.77.{}/24", i + 1);
+            sh(&["ip", "-n", &ns, "addr", "add", &addr, "dev", &a]);
+            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+            sh(&["ip", "-n", &ns, "link", "set", &a, "up"]);
+        }
+        f
+    }
+
+    /// Makes `name` resolve to `ip` inside namespace `ns`, as cluster DNS
+    /// resolves a Service's name inside a pod.
+    fn host(&self, ns: &str, name: &str, ip: &str) {
+        let dir = Path::new("/etc/netns").join(ns);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("hosts"),
+            format!("127.0.0.1 localhost\n{ip} {name}\n"),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        for ns in self.nodes.iter().chain([&self.hub]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
+        }
+    }
+}
+
+/// The items of the YAML list under `key:` (one item a line, as the
+/// manifests write them), unquoted.
+fn yaml_list(text: &str, key: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != key).skip(1);
+    let mut out = Vec::new();
+    for l in lines.by_ref() {
+        let Some(item) = l.trim().strip_prefix("- ") else {
+            break;
+        };
+        out.push(item.trim_matches('"').to_string());
+    }
+    out
+}
+
+/// The kubelet's `$(VAR)` expansion of a container's args.
+fn expand(arg: &str, env: &BTreeMap<&str, String>) -> String {
+    let mut s = arg.to_string();
+    for (k, v) in env {
+        s = s.replace(&format!("$({k})"), v);
+    }
+    assert!(
+        !s.contains("$("),
+        "{arg}: a variable the pod would not have"
+    );
+    s
+}
+
+#[test]
+#[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns)")]
+fn the_indexed_job_contract_on_namespaces() {
+    let job = std::fs::read_to_string(Path::new(ROOT).join("deploy/kubernetes/jobs/load/job.yaml"))
+        .unwrap();
+    let deployment = std::fs::read_to_string(
+        Path::new(ROOT).join("deploy/kubernetes/base/server-deployment.yaml"),
+    )
+    .unwrap();
+    let server_args: Vec<String> = deployment
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("args: "))
+        .map(|a| serde_json::from_str(a).expect("args as a JSON list"))
+        .expect("the Deployment's args");
+    let client_args = yaml_list(&job, "args:");
+    assert!(
+        client_args.contains(&"--txstart-time".to_string()),
+        "{client_args:?}"
+    );
+    let completions: usize = job
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("completions: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(
+        completions, CLIENTS,
+        "the emulation runs as many clients as the Job"
+    );
+
+    let fabric = Fabric::new(CLIENTS + 1);
+    let server_ns = fabric.nodes[0].clone();
+    let key = format!("{:032x}", rand_u128());
+    let mut server = Proc(
+        Command::new("ip")
+            .args(["netns", "exec", &server_ns, BIN])
+            .args(&server_args)
+            .env("NETRIG_KEY", &key)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while !String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "exec", &server_ns, "ss", "-Hltn", "sport = :4794"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .contains("4794")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server did not listen"
+        );
+        assert!(server.0.try_wait().unwrap().is_none(), "server exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // One start time for all, far enough ahead for eight processes to set
+    // up on a busy 2-core machine.
+    let now = netrig::net::realtime_ns() as f64 / 1e9;
+    let start = format!("{:.3}", now + 4.0);
+    let start_at: f64 = start.parse().unwrap();
+    let run_secs = 1.0;
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let ns = &fabric.nodes[i + 1];
+        fabric.host(ns, "netrig-server", "169.254.77.1");
+        let env = BTreeMap::from([
+            ("JOB_COMPLETION_INDEX", i.to_string()),
+            ("NETRIG_TARGET", "netrig-server".to_string()),
+            ("START_AT", start.clone()),
+        ]);
+        let mut args: Vec<String> = client_args.iter().map(|a| expand(a, &env)).collect();
+        // Scaled down: a later flag overrides the Job's -t.
+        args.extend(["-t".into(), format!("{run_secs}s")]);
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, BIN])
+            .args(&args)
+            .env("NETRIG_KEY", &key)
+            .env("JOB_COMPLETION_INDEX", i.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        clients.push(child);
+    }
+    let mut finished = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let end = netrig::net::realtime_ns() as f64 / 1e9;
+        assert!(
+            out.status.success(),
+            "client {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("client {i}: stdout is not its JSON alone: {e}"));
+        assert_eq!(v["title"], format!("client-{i}"));
+        assert_eq!(
+            v["config"]["txstart_time"].as_f64(),
+            Some(start_at),
+            "client {i}"
+        );
+        let t = &v["result"]["totals"];
+        assert!(t["sent"].as_u64() > Some(0), "client {i} sent nothing: {t}");
+        assert_eq!(t["data_errors"], 0, "client {i}: {t}");
+        finished.push(end);
+    }
+    drop(server);
+    // None started before the shared time: each ran its full time after it.
+    for (i, end) in finished.iter().enumerate() {
+        assert!(
+            *end >= start_at + run_secs,
+            "client {i} ended at {end}, before {start_at} + {run_secs}"
+        );
+    }
+    drop(fabric);
+}
+
+fn rand_u128() -> u128 {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    u128::from_le_bytes(b)
+}
