@@ -15,6 +15,7 @@ use std::path::Path;
 const PROTOCOL: &[&str] = &[
     "auth",
     "budget",
+    "cpu",
     "conversation",
     "outcome",
     "pattern",
