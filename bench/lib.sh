@@ -12,8 +12,11 @@ ensure_peers() {
     fi
 }
 
-cargo build --release -q
-NETRIG=target/release/netrig
+# NETRIG=<binary> measures that build instead of this tree's (a profile A/B).
+if [ -z "${NETRIG:-}" ]; then
+    cargo build --release -q
+    NETRIG=target/release/netrig
+fi
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; [ "$BENCH_FAILED" = 1 ] || rm -rf "$WORK"; }

@@ -21,6 +21,7 @@ pub mod budget;
 pub mod console;
 pub mod control;
 pub mod conversation;
+pub mod cpu;
 pub mod guard;
 pub mod html;
 pub mod iperf3;

@@ -224,6 +224,12 @@ pub struct SessionSummary {
     /// the test asked for socket options (`-w`, `-M`, `-C`, `--dscp`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub granted: Option<crate::sockopts::Granted>,
+    /// The server process's CPU over the session, from its start to this
+    /// summary (iperf3's remote CPU utilization). Optional: older servers
+    /// do not send it and older clients ignore it, so the protocol version
+    /// stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuUsage>,
 }
 
 impl SessionSummary {
@@ -241,6 +247,11 @@ impl SessionSummary {
             duplicates: self.duplicates + o.duplicates,
             reordered: self.reordered + o.reordered,
             granted: self.granted.clone().or_else(|| o.granted.clone()),
+            // One process served both: the longer window holds the other.
+            cpu: match (self.cpu, o.cpu) {
+                (Some(a), Some(b)) => Some(if b.wall_us > a.wall_us { b } else { a }),
+                (a, b) => a.or(b),
+            },
         }
     }
 }

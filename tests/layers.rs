@@ -17,6 +17,7 @@ const PROTOCOL: &[&str] = &[
     "iperf3",
     "iperf3::udp",
     "budget",
+    "cpu",
     "conversation",
     "outcome",
     "pattern",

@@ -12,7 +12,7 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
     files=(src/udp/analyze.rs src/udp/track.rs src/outcome.rs src/proto.rs src/units.rs
            src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs
-           src/conversation.rs src/refusal.rs src/sockopts.rs src/net/tcpinfo.rs
+           src/conversation.rs src/refusal.rs src/sockopts.rs src/net/tcpinfo.rs src/cpu.rs
            src/udp/marks.rs src/spec.rs src/udp/frames.rs src/udp/sum.rs src/udp/iso.rs src/load/model.rs src/html/svg.rs
            src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
            src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs

@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 pub mod ahead;
+pub mod cpu;
 pub mod loops;
 pub mod out;
 pub mod sockopt;

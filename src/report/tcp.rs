@@ -394,6 +394,10 @@ pub fn print_summary(rep: &RunReport) {
     if let Some(i) = &rep.server_tcp_info {
         crate::out!("{}", tcp_info_line("server", i));
     }
+    crate::out!("{}", rep.cpu.line("client", "server"));
+    if let Some(v) = rep.cpu.verdict() {
+        crate::out!("{v}");
+    }
     if let Some(g) = &rep.granted {
         crate::out!("{}", granted_line("Socket", g));
     }

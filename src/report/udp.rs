@@ -337,6 +337,16 @@ pub fn print_udp_summary(
             s.send_errors
         );
     }
+    if let Some(c) = &rep.cpu {
+        let (me, peer) = match cfg.spec.reverse {
+            true => ("receiver", "sender"),
+            false => ("sender", "receiver"),
+        };
+        crate::out!("{}", c.line(me, peer));
+        if let Some(v) = c.verdict() {
+            crate::out!("{v}");
+        }
+    }
     let Some(t) = &rep.totals else {
         crate::out!("Receiver: no totals (the stream did not finish)");
         return;

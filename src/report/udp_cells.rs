@@ -423,6 +423,7 @@ mod tests {
             local: Some("127.0.0.1:5000".parse().unwrap()),
             remote: "127.0.0.1:4794".parse().unwrap(),
             session: uuid::Uuid::nil(),
+            cpu: None,
         };
         let nil = uuid::Uuid::nil().to_string();
         assert_eq!(

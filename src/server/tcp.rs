@@ -58,6 +58,9 @@ pub(super) struct Session {
     log: Option<std::sync::Mutex<(crate::stats::IntervalLog, crate::stats::SampleBudget)>>,
     /// What the kernel granted the first data connection, for the summary.
     pub(super) granted: std::sync::OnceLock<crate::sockopts::Granted>,
+    /// The process's CPU clocks when the session began: the summary
+    /// reports the CPU used since.
+    cpu_start: crate::cpu::CpuSample,
 }
 
 impl Session {
@@ -84,6 +87,7 @@ impl Session {
             started: Instant::now(),
             data_start: std::sync::OnceLock::new(),
             granted: std::sync::OnceLock::new(),
+            cpu_start: crate::net::cpu::sample(),
             log: (spec.server_interval_ms > 0).then(|| {
                 let every = std::time::Duration::from_millis(spec.server_interval_ms);
                 let now = Instant::now();
@@ -178,6 +182,10 @@ impl Session {
             bytes_sent: s.sent,
             bytes_received: s.received,
             granted: self.granted.get().cloned(),
+            cpu: Some(crate::cpu::CpuUsage::between(
+                &self.cpu_start,
+                &crate::net::cpu::sample(),
+            )),
             ..Default::default()
         }
     }

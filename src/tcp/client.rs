@@ -80,6 +80,9 @@ pub struct RunReport {
     /// The `--omit` warm-up: the counters at its end and when it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub omitted: Option<Omitted>,
+    /// CPU use of this process over the data phase and of the busiest
+    /// server's over its session (iperf3's "CPU Utilization").
+    pub cpu: crate::cpu::CpuBoth,
 }
 
 /// One of the first [`super::session::TRACKED`] connections' bytes so far,
@@ -196,6 +199,7 @@ pub fn run(
     let mut server_tcp_info = TcpInfoTotals::default();
     let mut progress: Vec<ConnectionProgress> = Vec::new();
     let threads = crate::net::event_loops();
+    let cpu_start = crate::net::cpu::sample();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,
         Err(e) => {
@@ -327,6 +331,7 @@ pub fn run(
     for h in handles {
         let _ = h.join();
     }
+    let cpu_local = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
     if !shared.stop.load(SeqCst) {
         // A server that stopped the test as the last connections ended has
         // its reason read too; after a refusal, its reason may be on the way.
@@ -378,6 +383,10 @@ pub fn run(
     }
     // One entry per server, whatever number of source addresses used it.
     let servers = merge_by_server(servers);
+    let cpu = crate::cpu::CpuBoth::new(
+        cpu_local,
+        servers.iter().filter_map(|(_, s)| s.as_ref()?.cpu),
+    );
     Ok(RunReport {
         duration_secs,
         totals,
@@ -398,5 +407,6 @@ pub fn run(
         server_tcp_info: (server_tcp_info.connections > 0).then_some(server_tcp_info),
         server_output,
         omitted,
+        cpu,
     })
 }

@@ -132,6 +132,8 @@ pub(super) fn spawn(
         let h = std::thread::Builder::new()
             .name(format!("conns-{w}"))
             .spawn(move || {
+                // The report's busiest thread counts this one whole.
+                let _cpu = crate::net::cpu::EndNote;
                 let buf_len = match sh.cfg.buffer {
                     BufferSpec::Fixed(b) => b,
                     BufferSpec::Range(_, hi) => hi,

@@ -107,6 +107,11 @@ pub struct UdpReport {
     pub local: Option<SocketAddr>,
     pub remote: SocketAddr,
     pub session: uuid::Uuid,
+    /// CPU use of this process over the stream and of the server's over
+    /// its session (iperf3's "CPU Utilization"); absent when the stream
+    /// never started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuBoth>,
 }
 
 enum Arrived {
@@ -351,6 +356,8 @@ pub fn run_with_offset(
     });
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Arc::new(AtomicU64::new(0));
+    let cpu_start = crate::net::cpu::sample();
+    let mut server_cpu = None;
     {
         let (sock, stop, tx) = (Arc::clone(&sock), Arc::clone(&stop), tx.clone());
         let spec = spec.clone();
@@ -358,6 +365,7 @@ pub fn run_with_offset(
             let deadline = Arc::clone(&deadline);
             let per_packet = cfg.per_packet;
             std::thread::spawn(move || {
+                let _cpu = crate::net::cpu::EndNote;
                 let rc = receiver_config(&spec, -theta, c.datagram_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
@@ -396,6 +404,7 @@ pub fn run_with_offset(
             });
         } else {
             std::thread::spawn(move || {
+                let _cpu = crate::net::cpu::EndNote;
                 let _ = tx.send(Arrived::SenderDone(run_sender(
                     &sock,
                     &sender_config(&spec, c.datagram_key),
@@ -421,6 +430,7 @@ pub fn run_with_offset(
         local: sock.local_addr().ok(),
         remote: server_udp,
         session,
+        cpu: None,
     };
     let mut stats: Option<Box<ReceiverStats>> = None;
     let mut histogram: Vec<super::hist::Bucket> = Vec::new();
@@ -527,7 +537,10 @@ pub fn run_with_offset(
                 let at = epoch.elapsed() + drain_for(spec);
                 deadline.store(at.as_nanos() as u64, SeqCst);
             }
-            Arrived::Control(Ok(Message::Summary(_))) => break,
+            Arrived::Control(Ok(Message::Summary(s))) => {
+                server_cpu = s.cpu;
+                break;
+            }
             Arrived::Control(Ok(Message::StopAck)) => {}
             Arrived::Control(Ok(_)) | Arrived::Control(Err(_)) => {
                 if !goodbye_sent {
@@ -544,5 +557,7 @@ pub fn run_with_offset(
     {
         rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
     }
+    let local = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
+    rep.cpu = Some(crate::cpu::CpuBoth::new(local, server_cpu));
     Ok(rep)
 }

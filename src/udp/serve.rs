@@ -361,6 +361,9 @@ pub fn session(
     };
     let mut proven: Option<SocketAddr> = None;
     let mut worker: Option<std::thread::JoinHandle<()>> = None;
+    // The process's CPU clocks when the stream starts: the summary reports
+    // the CPU used from then to the goodbye.
+    let mut cpu_start: Option<crate::cpu::CpuSample> = None;
     // Until its stream starts (the handshake datagram, the clock exchange,
     // the client's ready), a session must move on within `setup`:
     // a client that goes silent after its acceptance holds a test slot
@@ -427,6 +430,7 @@ pub fn session(
                 if !send(&writer, &Message::UdpGo) {
                     break Ok(());
                 }
+                cpu_start = Some(crate::net::cpu::sample());
                 worker = Some(work.start(ctx.clone(), offset_ns));
                 // Started: the session's own deadline holds from here.
                 r = crate::net::Timed::new(stream, deadline, ends);
@@ -439,11 +443,18 @@ pub fn session(
                 }
             }
             Message::Goodbye => {
+                // Read before the worker is joined: its thread, gone after,
+                // may be the busiest.
+                let cpu_end = crate::net::cpu::sample();
                 if let Some(h) = worker.take() {
                     ctx.stop.store(true, SeqCst);
                     let _ = h.join();
                 }
-                send(&writer, &Message::Summary(work.summary()));
+                let mut sum = work.summary();
+                sum.cpu = cpu_start
+                    .as_ref()
+                    .map(|a| crate::cpu::CpuUsage::between(a, &cpu_end));
+                send(&writer, &Message::Summary(sum));
                 break Ok(());
             }
             other => {
@@ -487,12 +498,15 @@ impl UdpWork for StreamWork {
             cfg.pacing = cfg.pacing.on_server();
             cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
             std::thread::spawn(move || {
+                // The session's summary sees this thread whole.
+                let _cpu = crate::net::cpu::EndNote;
                 let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
                 send(&ctx.writer, &Message::UdpDone(rep));
             })
         } else {
             let sent = Arc::clone(&self.sent);
             std::thread::spawn(move || {
+                let _cpu = crate::net::cpu::EndNote;
                 let cfg = receiver_config(&spec, offset_ns, tag_key);
                 let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
                 stats.expect_tos(spec.sock.tos.unwrap_or(0));
