@@ -14,6 +14,9 @@ use std::path::Path;
 /// The protocol layer: pure code, time and bytes as arguments.
 const PROTOCOL: &[&str] = &[
     "auth",
+    "hdr",
+    "merge",
+    "iperf3",
     "budget",
     "conversation",
     "outcome",
