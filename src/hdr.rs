@@ -57,7 +57,9 @@ pub fn decode(s: &str) -> Result<Histogram<u64>, HdrError> {
 }
 
 /// Adds every histogram into one (an empty one when there are none).
-pub fn sum<'a>(hs: impl IntoIterator<Item = &'a Histogram<u64>>) -> Result<Histogram<u64>, HdrError> {
+pub fn sum<'a>(
+    hs: impl IntoIterator<Item = &'a Histogram<u64>>,
+) -> Result<Histogram<u64>, HdrError> {
     let mut out = empty();
     for h in hs {
         out.add(h).map_err(HdrError::Add)?;

@@ -48,6 +48,7 @@ const PROTOCOL: &[&str] = &[
     "html::plot",
     "html::tcp",
     "html::layout",
+    "html::merge",
     "udp::marks",
     "udp::sum",
     "udp::pace",

@@ -225,7 +225,10 @@ mod tests {
             crate::hdr::percentiles_us(&whole, &PERCENTILES)
         );
         assert_eq!(s.percentiles_us[0].1, 3.001, "HDR reports a bucket's top");
-        assert_eq!(crate::hdr::decode(s.hdr.as_deref().unwrap()).unwrap().len(), 5);
+        assert_eq!(
+            crate::hdr::decode(s.hdr.as_deref().unwrap()).unwrap().len(),
+            5
+        );
         // One stream without its histogram: no exact sum is claimed.
         let old = UdpTotals {
             unique: 2,
