@@ -76,7 +76,8 @@ fn pairs(v: &Value) -> Vec<(String, f64)> {
 
 #[test]
 fn eight_udp_clients_merge_into_exact_totals_and_percentiles() {
-    let (_server, addr) = serve(&[]);
+    // Eight tests at once from one address: above the default per-client limit.
+    let (_server, addr) = serve(&["--max-tests-per-client", "8"]);
     let dir = tempfile::tempdir().unwrap();
     let target = addr.to_string();
     let files = clients(
