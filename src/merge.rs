@@ -343,12 +343,16 @@ pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, Stri
     }))
 }
 
+/// An input's time zero on the wall clock (if it has one) and its
+/// intervals as (start s, end s, bytes) from it.
+pub type Timed = (Option<f64>, Vec<(f64, f64, f64)>);
+
 /// Lays each input's slices (absolute start, slices) on a grid of
 /// `step` s from the earliest start (an input without a start adds
 /// nothing but keeps its place in `per_input`); a slice's bytes go to the grid slices
 /// it overlaps in proportion to the overlap (the rate within a slice is
 /// taken as even).
-pub fn align(inputs: &[(Option<f64>, Vec<(f64, f64, f64)>)], step: f64) -> Vec<Slice> {
+pub fn align(inputs: &[Timed], step: f64) -> Vec<Slice> {
     let Some(t0) = inputs.iter().filter_map(|i| i.0).reduce(f64::min) else {
         return Vec::new();
     };

@@ -177,7 +177,7 @@ proptest! {
             1..6),
         step in 0.1f64..3.0,
     ) {
-        let timed: Vec<(Option<f64>, Vec<(f64, f64, f64)>)> = inputs
+        let timed: Vec<Timed> = inputs
             .iter()
             .map(|(start, rows)| {
                 let mut t = 0.0;
