@@ -47,6 +47,9 @@ enum Cmd {
     /// A self-contained HTML report with charts from netrig JSON results;
     /// several results of one kind are overlaid for comparison.
     Report(cmd::report::ReportArgs),
+    /// Results of one test kind from many clients or runs as one: counts
+    /// added, intervals on one wall-clock grid, exact percentiles.
+    Merge(cmd::merge::MergeArgs),
     /// UDP rate sweep (bwdelaytester -s): ramp the rate linearly, then print a
     /// table per offered-rate bin and the congestion analysis.
     Sweep(cmd::sweep::SweepArgs),
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Cmd::Crr(a) => cmd::crr::run(a),
         Cmd::Load(a) => cmd::load::run(a),
         Cmd::Report(a) => cmd::report::run(a),
+        Cmd::Merge(a) => cmd::merge::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Relay(a) => cmd::relay::run(a),

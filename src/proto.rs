@@ -646,6 +646,11 @@ pub fn udp_result_frames(mut totals: crate::udp::track::UdpTotals) -> Vec<Messag
             bins,
         });
     }
+    // A histogram too wide for a frame stays behind: the bucket list above
+    // still travels, only an exact merge of this result is lost.
+    if encoded_payload_len(&Message::UdpResult(totals.clone())) > MAX_PAYLOAD {
+        totals.hdr = None;
+    }
     out.push(Message::UdpResult(totals));
     out
 }

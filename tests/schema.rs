@@ -77,7 +77,7 @@ fn every_commands_json_matches_the_schema() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let refused = format!("127.0.0.1:{}", free_port());
-    let files = vec![
+    let mut files = vec![
         write(d, "tcp", &["tcp", "-P", "2", "-n", "1M"], 0),
         write(
             d,
@@ -133,6 +133,15 @@ fn every_commands_json_matches_the_schema() {
         write(d, "refused", &["tcp", &refused], 3),
         write(d, "refused-rr", &["rr", &refused], 3),
     ];
+    // netrig merge's result, of each kind that merges.
+    for kind in ["tcp", "udp", "ping", "crr", "rr"] {
+        let input = d.join(format!("{kind}.json"));
+        let out = d.join(format!("merge-{kind}.json"));
+        let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+        let status = netrig(&["merge", i, i, "-o", o, "-q"]).status().unwrap();
+        assert!(status.success(), "merge of {kind}");
+        files.push(out);
+    }
     if let Some(why) = invalid(&files) {
         panic!("reports that do not match the schema:\n{why}");
     }

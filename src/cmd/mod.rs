@@ -27,6 +27,7 @@ pub mod crr;
 pub mod docs;
 pub mod habits;
 pub mod load;
+pub mod merge;
 pub mod ping;
 pub mod progress;
 pub mod relay;
@@ -198,6 +199,29 @@ impl Json {
         })
     }
 }
+
+/// `--json-iperf3 FILE` on tcp and udp.
+#[derive(Args, Clone, Default)]
+pub struct Iperf3Out {
+    /// Also write the result as iperf3-compatible JSON, the subset of
+    /// iperf3 -J that tools read (start, intervals, end.sum_sent,
+    /// end.sum_received, end.sum for UDP; "-": standard output).
+    #[arg(long = "json-iperf3", value_name = "FILE")]
+    pub path: Option<PathBuf>,
+}
+
+impl Iperf3Out {
+    /// Asks for the iperf3 document when the run's envelope is written
+    /// (after the paths are checked).
+    pub fn set(&self) {
+        if let Some(p) = &self.path {
+            let _ = IPERF3_OUT.set(p.clone());
+        }
+    }
+}
+
+/// `--json-iperf3`: where the iperf3-compatible document goes.
+static IPERF3_OUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// What every client command sets up before its test, every output path
 /// checked first: where the JSON goes, how much to print, and the key.
@@ -491,17 +515,19 @@ pub fn run_code(data_error: bool, network_error: bool, interrupted: bool) -> Exi
 static HTML_OUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Writes the result envelope where it is wanted, as HTML too with
-/// `--html` (rendered from the envelope itself).
+/// `--html` and as iperf3's JSON with `--json-iperf3` (both made from the
+/// envelope itself).
 fn write_outputs(
     json: Option<&Path>,
     write: impl FnOnce(&Path) -> std::io::Result<()>,
 ) -> Result<(), (PathBuf, std::io::Error)> {
-    let Some(html) = HTML_OUT.get() else {
+    let (html, iperf3) = (HTML_OUT.get(), IPERF3_OUT.get());
+    if html.is_none() && iperf3.is_none() {
         return match json {
             Some(p) => write(p).map_err(|e| (p.to_path_buf(), e)),
             None => Ok(()),
         };
-    };
+    }
     // The envelope is written once, to the JSON file or a temporary one,
     // and read back for the report.
     let to_stdout = json.is_some_and(netrig::output::is_stdout);
@@ -518,9 +544,21 @@ fn write_outputs(
         }
         let doc: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| (file.clone(), std::io::Error::other(e)))?;
-        let page = netrig::html::render(&[(String::from("this run"), doc)]);
-        netrig::output::replace(html, |w| w.write_all(page.as_bytes()))
-            .map_err(|e| (html.clone(), e))
+        if let Some(ip) = iperf3 {
+            let out = netrig::iperf3::json::from_envelope(&doc)
+                .map_err(|e| (ip.clone(), std::io::Error::other(e)))?;
+            netrig::output::replace(ip, |w| {
+                serde_json::to_writer_pretty(&mut *w, &out)?;
+                w.write_all(b"\n")
+            })
+            .map_err(|e| (ip.clone(), e))?;
+        }
+        if let Some(html) = html {
+            let page = netrig::html::render(&[(String::from("this run"), doc)]);
+            netrig::output::replace(html, |w| w.write_all(page.as_bytes()))
+                .map_err(|e| (html.clone(), e))?;
+        }
+        Ok(())
     })();
     if file == tmp {
         let _ = std::fs::remove_file(&tmp);

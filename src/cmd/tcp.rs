@@ -107,6 +107,8 @@ pub struct TcpArgs {
     #[command(flatten)]
     json: Json,
     #[command(flatten)]
+    iperf3: super::Iperf3Out,
+    #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
     console: super::ConsoleArgs,
@@ -188,6 +190,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         ("--status-file", a.status_file.as_deref()),
         ("--connection-file", a.connection_file.as_deref()),
         ("--tcp-info-file", a.tcp_info_file.as_deref()),
+        ("--json-iperf3", a.iperf3.path.as_deref()),
     ];
     let Setup {
         json,
@@ -198,6 +201,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
+    a.iperf3.set();
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {

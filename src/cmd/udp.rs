@@ -188,6 +188,8 @@ pub struct UdpArgs {
     #[command(flatten)]
     json: Json,
     #[command(flatten)]
+    iperf3: super::Iperf3Out,
+    #[command(flatten)]
     verbosity: Verbosity,
     #[command(flatten)]
     console: super::ConsoleArgs,
@@ -276,6 +278,7 @@ pub fn run_with(
         ("--status-file", a.status_file.as_deref()),
         ("--jitter-file", a.jitter_file.as_deref()),
         ("--connection-file", a.connection_file.as_deref()),
+        ("--json-iperf3", a.iperf3.path.as_deref()),
     ];
     let Setup {
         json,
@@ -286,6 +289,14 @@ pub fn run_with(
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
+    if a.iperf3.path.is_some()
+        && (a.parallel > 1 || a.bidir || a.profile.is_some() || sweep_profile.is_some())
+    {
+        return Ok(usage(
+            "--json-iperf3 covers one UDP stream (no -P, --bidir, --profile or sweep)",
+        ));
+    }
+    a.iperf3.set();
     if a.profile.is_none() && sweep_profile.is_none() {
         for (set, flag) in [
             (a.precompute, "--precompute"),

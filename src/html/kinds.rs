@@ -500,6 +500,7 @@ pub fn view(doc: &Value) -> View {
         Some("rr") | Some("ping") => rr(r, f(&doc["config"]["interval"]).unwrap_or(1000.0) / 1e3),
         Some("crr") => crr(r),
         Some("load") => load(r),
+        Some("merge") => super::merge::view(r),
         _ => View {
             facts: Vec::new(),
             charts: Vec::new(),

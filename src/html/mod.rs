@@ -6,6 +6,7 @@
 
 pub mod kinds;
 pub mod layout;
+pub mod merge;
 pub mod plot;
 pub mod svg;
 pub mod tcp;

@@ -1,4 +1,4 @@
-//! iperf3's wire protocol, server side, as pure code: the cookie, the
+//! iperf3 as pure code. Here, its wire protocol, server side: the cookie, the
 //! control connection's state bytes, its length-prefixed JSON messages (test
 //! parameters, results) and a machine that says what the client may send
 //! next. `server::iperf3` feeds it bytes from sockets and acts on its events.
@@ -15,11 +15,15 @@
 //! `iperf_server_api.c` (`iperf_accept`, `iperf_handle_message_server`,
 //! `iperf_run_server`).
 //!
+//! `json` writes a netrig result as iperf3's `-J` document; `udp` holds
+//! its datagram header and receiver counts.
+//!
 //! Protocol layer: no sockets, no clock.
 
 use serde_json::{Value, json};
 use thiserror::Error;
 
+pub mod json;
 pub mod udp;
 
 #[cfg(test)]

@@ -409,6 +409,7 @@ mod tests {
             ..Default::default()
         };
         let mut rep = UdpReport {
+            start_unix: 0.0,
             offset: None,
             sender: None,
             totals: Some(totals),

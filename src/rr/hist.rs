@@ -41,6 +41,9 @@ pub struct Summary {
     pub stddev_us: f64,
     /// Percentiles (name, µs).
     pub percentiles_us: Vec<(String, f64)>,
+    /// Every sample, lossless: the HDR histogram (ns) the percentiles come
+    /// from, as [`crate::hdr::encode`] writes it, so results merge exactly.
+    pub hdr: String,
 }
 
 /// One bin of [`LatencyStats::log_bins`]: samples in `[lo_us, hi_us)`.
@@ -132,17 +135,8 @@ impl LatencyStats {
             mean_us: self.mean,
             variance_us2: variance,
             stddev_us: variance.sqrt(),
-            percentiles_us: PERCENTILES
-                .iter()
-                .map(|&(name, q)| {
-                    let v = if q >= 100.0 {
-                        self.hdr.max()
-                    } else {
-                        self.hdr.value_at_percentile(q)
-                    };
-                    (name.to_string(), v as f64 / 1e3)
-                })
-                .collect(),
+            percentiles_us: crate::hdr::percentiles_us(&self.hdr, &PERCENTILES),
+            hdr: crate::hdr::encode(&self.hdr),
         })
     }
 

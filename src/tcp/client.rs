@@ -37,6 +37,10 @@ pub trait Observer {
 /// What a finished run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
+    /// The wall clock at the run's time zero (the intervals' `TimeSlice`
+    /// counts from it), Unix seconds: results of several clients line up
+    /// on it (`netrig merge`).
+    pub start_unix: f64,
     /// Wall time of the data phase, seconds.
     pub duration_secs: f64,
     /// Final counter values.
@@ -174,6 +178,7 @@ pub fn run(
         crate::net::wait_for_epoch(at, &interrupt);
     }
     obs.started(&cfg);
+    let start_unix = crate::net::realtime_ns() as f64 / 1e9;
     let seed = cfg.seed.unwrap_or_else(rand::random);
     let cfg_ports = cfg
         .local_ports
@@ -388,6 +393,7 @@ pub fn run(
         servers.iter().filter_map(|(_, s)| s.as_ref()?.cpu),
     );
     Ok(RunReport {
+        start_unix,
         duration_secs,
         totals,
         intervals,

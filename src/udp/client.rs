@@ -80,6 +80,10 @@ pub trait UdpObserver {
 /// What a UDP run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct UdpReport {
+    /// The wall clock at the stream's time zero (the intervals'
+    /// `time_slice` counts from it), Unix seconds: results of several
+    /// clients line up on it (`netrig merge`).
+    pub start_unix: f64,
     /// Clock offset estimate (absent with `--synced`).
     pub offset: Option<Offset>,
     /// The sender's account.
@@ -331,6 +335,7 @@ pub fn run_with_offset(
     // Time zero of the stream: taken before the server may start sending, so no
     // datagram can arrive "before" it.
     let epoch = Instant::now();
+    let start_unix = realtime_ns() as f64 / 1e9;
     match c.call(&Message::UdpReady {
         nonce,
         offset_ns: theta,
@@ -416,6 +421,7 @@ pub fn run_with_offset(
     drop(tx);
 
     let mut rep = UdpReport {
+        start_unix,
         offset,
         sender: None,
         totals: None,

@@ -119,6 +119,12 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
     if let Some(m) = max_delay.filter(|_| !s.percentiles_us.is_empty()) {
         s.percentiles_us.push(("max".into(), m));
     }
+    // With every stream's histogram at hand the percentiles of all are
+    // exact, and so is the histogram kept for later merges.
+    if let Some(all) = exact_sum(ts) {
+        s.percentiles_us = crate::hdr::percentiles_us(&all, &PERCENTILES);
+        s.hdr = Some(crate::hdr::encode(&all));
+    }
     (
         s.delay_min_us,
         s.delay_avg_us,
@@ -130,6 +136,28 @@ pub fn totals(ts: &[&UdpTotals]) -> UdpTotals {
         s.sent = None;
     }
     s
+}
+
+/// The delay percentiles a UDP report lists.
+const PERCENTILES: [(&str, f64); 5] = [
+    ("p50", 50.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p99.9", 99.9),
+    ("max", 100.0),
+];
+
+/// The sum of the streams' HDR histograms, when every stream that received
+/// something carries one that reads.
+fn exact_sum(ts: &[&UdpTotals]) -> Option<hdrhistogram::Histogram<u64>> {
+    let mut hs = Vec::new();
+    for t in ts.iter().filter(|t| t.unique > 0 || t.hdr.is_some()) {
+        hs.push(crate::hdr::decode(t.hdr.as_deref()?).ok()?);
+    }
+    if hs.is_empty() {
+        return None;
+    }
+    crate::hdr::sum(&hs).ok().filter(|h| !h.is_empty())
 }
 
 /// The streams' intervals of one slice as one row, stamped with the
@@ -174,6 +202,40 @@ pub fn interval(ivs: &[&UdpInterval]) -> UdpInterval {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_with_histograms_give_exact_percentiles_of_all() {
+        let stream = |ns: &[u64]| {
+            let mut h = crate::hdr::empty();
+            for &v in ns {
+                h.record(v).unwrap();
+            }
+            UdpTotals {
+                unique: ns.len() as u64,
+                hdr: Some(crate::hdr::encode(&h)),
+                ..UdpTotals::default()
+            }
+        };
+        let (a, b) = (stream(&[1_000, 2_000, 3_000]), stream(&[50_000, 60_000]));
+        let s = totals(&[&a, &b]);
+        let all = stream(&[1_000, 2_000, 3_000, 50_000, 60_000]);
+        let whole = crate::hdr::decode(all.hdr.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            s.percentiles_us,
+            crate::hdr::percentiles_us(&whole, &PERCENTILES)
+        );
+        assert_eq!(s.percentiles_us[0].1, 3.001, "HDR reports a bucket's top");
+        assert_eq!(
+            crate::hdr::decode(s.hdr.as_deref().unwrap()).unwrap().len(),
+            5
+        );
+        // One stream without its histogram: no exact sum is claimed.
+        let old = UdpTotals {
+            unique: 2,
+            ..UdpTotals::default()
+        };
+        assert_eq!(totals(&[&a, &old]).hdr, None);
+    }
 
     #[test]
     fn counts_add_and_extremes_and_means_combine() {

@@ -250,6 +250,11 @@ pub struct UdpTotals {
     /// against what the sender set; absent where the kernel does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marking: Option<super::marks::Marking>,
+    /// Every delay, lossless: the HDR histogram (ns) the percentiles come
+    /// from, as [`crate::hdr::encode`] writes it; absent from peers that
+    /// predate it, and when no datagram arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hdr: Option<String>,
 }
 
 /// The receiver's account of one burst.
@@ -569,6 +574,7 @@ impl ReceiverStats {
                 .push(("max".into(), self.hdr.max() as f64 / 1e3));
         }
         t.histogram = super::hist::buckets(&self.hdr, self.layout);
+        t.hdr = (!self.hdr.is_empty()).then(|| crate::hdr::encode(&self.hdr));
         t.marking = self.tos.marking(self.sent_tos);
         // Every frame the sender began, judged (a clone: totals may be
         // asked for more than once).

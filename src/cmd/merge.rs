@@ -1,0 +1,74 @@
+//! `netrig merge`: results of one test kind from many clients or runs as
+//! one result (see [`netrig::merge`]), written as a netrig envelope whose
+//! `test` is `merge`; `netrig report` draws it.
+
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{Exit, check_outputs, usage};
+
+#[derive(Args)]
+pub struct MergeArgs {
+    /// netrig results (the --json files of tcp, udp, crr, rr or ping runs),
+    /// all of one kind and configuration.
+    #[arg(required = true, value_name = "RESULT.json")]
+    files: Vec<PathBuf>,
+    /// Where to write the merged result ("-": standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+    /// The step of the common wall-clock grid the inputs' intervals are laid on.
+    #[arg(short = 'i', long = "interval", value_name = "D", default_value = "1s", value_parser = super::interval)]
+    interval: std::time::Duration,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// What the merged envelope's `config` says: how it was made.
+#[derive(serde::Serialize)]
+struct MergeConfig<'a> {
+    kind: &'a str,
+    interval_secs: f64,
+    inputs: Vec<String>,
+}
+
+pub fn run(a: MergeArgs) -> Result<ExitCode> {
+    if let Err(c) = check_outputs([("-o", Some(a.output.as_path()))]) {
+        return Ok(c);
+    }
+    let mut inputs = Vec::new();
+    for f in &a.files {
+        let text = match std::fs::read(f) {
+            Ok(t) => t,
+            Err(e) => return Ok(usage(format!("cannot read {}: {e}", f.display()))),
+        };
+        let doc: serde_json::Value = match serde_json::from_slice(&text) {
+            Ok(d) => d,
+            Err(e) => return Ok(usage(format!("{} is not JSON: {e}", f.display()))),
+        };
+        inputs.push((f.display().to_string(), doc));
+    }
+    let merged = match netrig::merge::merge(&inputs, a.interval.as_secs_f64()) {
+        Ok(m) => m,
+        Err(e) => return Ok(usage(e)),
+    };
+    let config = MergeConfig {
+        kind: &merged.kind,
+        interval_secs: merged.interval_secs,
+        inputs: inputs.iter().map(|i| i.0.clone()).collect(),
+    };
+    if let Err(e) = netrig::report::write_envelope(&a.output, "merge", &config, Some(&merged), None)
+    {
+        eprintln!("netrig: cannot write {}: {e}", a.output.display());
+        return Ok(ExitCode::from(Exit::Fatal));
+    }
+    for w in &merged.warnings {
+        eprintln!("netrig: warning: {w}");
+    }
+    if !a.quiet {
+        netrig::out!("{}", netrig::report::merge_summary(&merged));
+    }
+    Ok(ExitCode::SUCCESS)
+}

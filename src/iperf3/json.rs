@@ -1,0 +1,252 @@
+//! `--json-iperf3 FILE`: a tcp or udp result as the subset of iperf3's
+//! `-J` document that dashboards and scripts read (k8s-netperf reads
+//! `end.sum_sent.retransmits`, `end.sum_received.bits_per_second` and, for
+//! UDP, `end.sum.lost_percent`; pScheduler and `jq` scripts the same).
+//! Field meanings follow iperf3's own output (its `src/iperf_api.c`,
+//! `iperf_print_results` and `iperf_json_start`, and real `iperf3 -J` runs):
+//! `bytes` and `seconds` over a span, `bits_per_second` = bytes·8/seconds,
+//! `sum_sent` the sending side's bytes and retransmits, `sum_received` the
+//! receiving side's bytes, for UDP `end.sum` with the receiver's loss and
+//! jitter (`jitter_ms`, `lost_packets`, `packets` expected, `lost_percent`).
+//! Pure: the netrig envelope in, the iperf3 document out.
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+/// Why a result has no iperf3 form.
+#[derive(Debug, Error, PartialEq)]
+pub enum Iperf3Error {
+    /// Not tcp or udp.
+    #[error("iperf3 JSON is written for tcp and udp results, not {0}")]
+    Kind(String),
+    /// A shape this subset does not cover (UDP with several streams).
+    #[error("iperf3 JSON does not cover {0}")]
+    Shape(&'static str),
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+fn bps(bytes: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes * 8.0 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// A span as iperf3 writes one (`start`, `end`, `seconds`, `bytes`,
+/// `bits_per_second`, `sender`), plus `extra` fields.
+fn span(start: f64, end: f64, bytes: f64, sender: bool, extra: Value) -> Value {
+    let mut s = json!({
+        "start": start,
+        "end": end,
+        "seconds": end - start,
+        "bytes": bytes.round() as u64,
+        "bits_per_second": bps(bytes, end - start),
+        "sender": sender,
+    });
+    if let (Some(m), Value::Object(e)) = (s.as_object_mut(), extra) {
+        m.extend(e);
+    }
+    s
+}
+
+/// The `start` object: when, to where, and the test as iperf3 describes it.
+fn start(doc: &Value, protocol: &str, streams: u64, blksize: u64, reverse: bool) -> Value {
+    let c = &doc["config"];
+    let r = &doc["result"];
+    let host = c["targets"][0]
+        .as_str()
+        .or_else(|| c["target"].as_str())
+        .unwrap_or("");
+    let duration = c["time_limit"]
+        .as_u64()
+        .or_else(|| c["spec"]["duration_ms"].as_u64())
+        .map_or(0, |ms| ms / 1000);
+    json!({
+        "version": format!("netrig {}", doc["version"].as_str().unwrap_or("")),
+        "timestamp": {"timesecs": f(&r["start_unix"]).floor() as u64},
+        "connecting_to": {"host": host, "port": u(&c["port"])},
+        "test_start": {
+            "protocol": protocol,
+            "num_streams": streams,
+            "blksize": blksize,
+            "omit": 0,
+            "duration": duration,
+            "reverse": u64::from(reverse),
+        },
+    })
+}
+
+/// iperf3's `cpu_utilization_percent`, only where netrig measured CPU
+/// (`result.cpu`): the local end is iperf3's host, the server its remote,
+/// each in percent of one core over the test's wall time as iperf3
+/// computes it (`iperf_util.c`, `cpu_util`). Without the server's figure
+/// iperf3's remote fields are left out rather than written as 0.
+fn cpu(r: &Value) -> Option<Value> {
+    let local = r["cpu"]["local"].as_object()?;
+    let mut out = serde_json::Map::new();
+    for (side, end) in [
+        ("host", Some(local)),
+        ("remote", r["cpu"]["remote"].as_object()),
+    ] {
+        let Some(end) = end else { continue };
+        for part in ["total", "user", "system"] {
+            if let Some(v) = end.get(&format!("{part}_percent")).and_then(Value::as_f64) {
+                out.insert(format!("{side}_{part}"), json!(v));
+            }
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// The iperf3 document for a tcp or udp envelope.
+pub fn from_envelope(doc: &Value) -> Result<Value, Iperf3Error> {
+    let kind = doc["test"].as_str().unwrap_or("");
+    if !matches!(kind, "tcp" | "udp") {
+        return Err(Iperf3Error::Kind(kind.to_string()));
+    }
+    // A run that measured nothing: what iperf3 -J writes when a test fails,
+    // empty sections and the error.
+    if doc["result"].is_null() {
+        let why = doc["error"].as_str().unwrap_or("nothing was measured");
+        return Ok(json!({"start": {}, "intervals": [], "end": {}, "error": why}));
+    }
+    let mut out = match kind {
+        "tcp" => tcp(doc),
+        "udp" => udp(doc)?,
+        k => return Err(Iperf3Error::Kind(k.to_string())),
+    };
+    if let Some(c) = cpu(&doc["result"]) {
+        out["end"]["cpu_utilization_percent"] = c;
+    }
+    if let Some(t) = doc["title"].as_str() {
+        out["title"] = json!(t);
+    }
+    Ok(out)
+}
+
+fn tcp(doc: &Value) -> Value {
+    let (c, r) = (&doc["config"], &doc["result"]);
+    let pattern = c["pattern"].as_str().unwrap_or("push");
+    let reverse = pattern == "pull";
+    let secs = f(&r["duration_secs"]);
+    // Bytes each end sent and received, by the servers' own counts where
+    // they reported them (a server that never answered counts as its peer).
+    let servers: Vec<&Value> = r["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| &s[1])
+        .collect();
+    let server = |k: &str| servers.iter().map(|s| u(&s[k])).sum::<u64>();
+    let answered = servers.iter().any(|s| s.is_object());
+    let (csent, crecv) = (u(&r["totals"]["sent"]), u(&r["totals"]["received"]));
+    let (ssent, srecv) = if answered {
+        (server("bytes_sent"), server("bytes_received"))
+    } else {
+        (crecv, csent)
+    };
+    let retransmits = u(&r["tcp_info"]["retransmits"]) + u(&r["server_tcp_info"]["retransmits"]);
+    let mut intervals = Vec::new();
+    let mut prev = 0.0;
+    for row in r["intervals"].as_array().into_iter().flatten() {
+        let end = f(&row["TimeSlice"]);
+        let bytes = (f(&row["SendBps"]) + f(&row["RecvBps"])) * (end - prev);
+        let extra = json!({"retransmits": u(&row["Retransmits"]), "omitted": row["Omitted"].as_bool().unwrap_or(false)});
+        let mut stream = span(prev, end, bytes, !reverse, extra.clone());
+        stream["socket"] = json!(0);
+        intervals
+            .push(json!({"streams": [stream], "sum": span(prev, end, bytes, !reverse, extra)}));
+        prev = end;
+    }
+    // Per connection: netrig agrees every connection's bytes between both
+    // ends, so a stream's sender and receiver hold the same count.
+    let streams: Vec<Value> = r["connection_progress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let last = p["points"].as_array().and_then(|a| a.last());
+            let (s0, s1) = (
+                f(&p["points"][0]["secs"]),
+                last.map_or(0.0, |l| f(&l["secs"])),
+            );
+            let b = last.map_or(0.0, |l| f(&l["sent"]) + f(&l["received"]));
+            let mut side = span(s0, s1, b, !reverse, json!({}));
+            side["socket"] = p["index"].clone();
+            json!({"sender": side.clone(), "receiver": side})
+        })
+        .collect();
+    let connections = u(&c["connections"]).max(1);
+    let blksize = c["buffer"]["fixed"].as_u64().unwrap_or(0);
+    json!({
+        "start": start(doc, "TCP", connections, blksize, reverse),
+        "intervals": intervals,
+        "end": {
+            "streams": streams,
+            "sum_sent": span(0.0, secs, (csent + ssent) as f64, !reverse, json!({"retransmits": retransmits})),
+            "sum_received": span(0.0, secs, (srecv + crecv) as f64, !reverse, json!({})),
+        },
+    })
+}
+
+fn udp(doc: &Value) -> Result<Value, Iperf3Error> {
+    let (c, r) = (&doc["config"], &doc["result"]);
+    let t = &r["totals"];
+    if !t.is_object() {
+        return Err(Iperf3Error::Shape(
+            "a udp result without one stream's totals (-P, --bidir)",
+        ));
+    }
+    let reverse = c["spec"]["reverse"].as_bool().unwrap_or(false);
+    let secs = f(&r["duration_secs"]);
+    let sender_secs = r["sender"]["duration_secs"].as_f64().unwrap_or(secs);
+    let sent_bytes = r["sender"]["bytes"].as_f64().unwrap_or(f(&t["bytes"]));
+    let expected = t["sent"]
+        .as_u64()
+        .unwrap_or(u(&t["unique"]) + u(&t["lost"]));
+    let lost = u(&t["lost"]);
+    let loss = json!({
+        "jitter_ms": f(&t["jitter_us"]) / 1e3,
+        "lost_packets": lost,
+        "packets": expected,
+        "lost_percent": if expected > 0 { 100.0 * lost as f64 / expected as f64 } else { 0.0 },
+    });
+    let mut intervals = Vec::new();
+    let mut prev = 0.0;
+    for row in r["intervals"].as_array().into_iter().flatten() {
+        let end = f(&row["time_slice"]);
+        let extra = json!({"packets": u(&row["packets"]), "omitted": row["omitted"].as_bool().unwrap_or(false)});
+        let mut stream = span(prev, end, f(&row["bytes"]), !reverse, extra.clone());
+        stream["socket"] = json!(0);
+        intervals.push(
+            json!({"streams": [stream], "sum": span(prev, end, f(&row["bytes"]), !reverse, extra)}),
+        );
+        prev = end;
+    }
+    let mut stream = span(0.0, secs, f(&t["bytes"]), !reverse, loss.clone());
+    stream["socket"] = json!(0);
+    stream["out_of_order"] = json!(u(&t["reordered"]));
+    let sent_extra = json!({"jitter_ms": 0.0, "lost_packets": 0, "packets": u(&r["sender"]["packets"]), "lost_percent": 0.0});
+    Ok(json!({
+        "start": start(doc, "UDP", 1, u(&c["spec"]["size"]), reverse),
+        "intervals": intervals,
+        "end": {
+            "streams": [{"udp": stream}],
+            "sum": span(0.0, sender_secs, sent_bytes, !reverse, loss.clone()),
+            "sum_sent": span(0.0, sender_secs, sent_bytes, !reverse, sent_extra),
+            "sum_received": span(0.0, secs, f(&t["bytes"]), !reverse, loss),
+        },
+    }))
+}
+
+#[cfg(test)]
+#[path = "json_tests.rs"]
+mod tests;

@@ -1,0 +1,567 @@
+//! `netrig merge`: results of one test kind from many clients (or runs) as
+//! one. Counts and bytes add; intervals are laid on one wall-clock grid
+//! (each result's `start_unix` plus its own interval times) and each grid
+//! slice's goodput is what all clients moved in it; latency percentiles
+//! come from the sum of the results' HDR histograms ([`crate::hdr`]), so
+//! they are those of every sample together, never an average of
+//! percentiles. Pure: parsed documents in, a merged result out.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+use crate::rr::hist::Summary;
+
+/// The kinds that merge, and what must be equal for two results to merge:
+/// the direction and shape of the traffic (config keys, as JSON pointers).
+const KINDS: &[(&str, &[&str])] = &[
+    ("tcp", &["/pattern"]),
+    ("udp", &["/spec/reverse"]),
+    ("crr", &["/pattern", "/push_bytes", "/pull_bytes"]),
+    ("rr", &["/transport", "/size", "/reply"]),
+    ("ping", &["/transport", "/size", "/reply"]),
+];
+
+/// Counters that add, by kind: (name in the merged result, pointer in a result).
+fn counters(kind: &str) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        "tcp" => &[
+            ("sent_bytes", "/totals/sent"),
+            ("received_bytes", "/totals/received"),
+            ("completed", "/totals/completed"),
+            ("net_errors", "/totals/net_errors"),
+            ("data_errors", "/totals/data_errors"),
+            ("cancelled", "/totals/cancelled"),
+            ("retransmits", "/totals/retransmits"),
+        ],
+        "udp" => &[
+            ("sent", "/totals/sent"),
+            ("unique", "/totals/unique"),
+            ("packets", "/totals/packets"),
+            ("bytes", "/totals/bytes"),
+            ("lost", "/totals/lost"),
+            ("duplicates", "/totals/duplicates"),
+            ("reordered", "/totals/reordered"),
+            ("corrupt", "/totals/corrupt"),
+            ("late", "/totals/late"),
+        ],
+        "crr" => &[
+            ("transactions", "/transactions"),
+            ("failed", "/failed"),
+            ("cancelled", "/cancelled"),
+        ],
+        // rr and ping: summed over their runs.
+        _ => &[
+            ("sent", "/sent"),
+            ("received", "/received"),
+            ("late", "/late"),
+            ("corrupt", "/corrupt"),
+            ("lost_up", "/lost_up"),
+            ("lost_down", "/lost_down"),
+        ],
+    }
+}
+
+/// Why results cannot be merged.
+#[derive(Debug, Error, PartialEq)]
+pub enum MergeError {
+    /// Nothing given.
+    #[error("nothing to merge")]
+    Empty,
+    /// Not a netrig result envelope.
+    #[error("{0}: not a netrig result (no \"netrig\" and \"test\" fields)")]
+    NotAResult(String),
+    /// A kind that does not merge.
+    #[error("{name}: a {kind} result; netrig merge combines tcp, udp, crr, rr and ping results")]
+    Unsupported { name: String, kind: String },
+    /// Two kinds.
+    #[error("{name} is a {kind} result, {first} a {first_kind} result: merge results of one kind")]
+    MixedKinds {
+        name: String,
+        kind: String,
+        first: String,
+        first_kind: String,
+    },
+    /// Two configurations that measure different things.
+    #[error(
+        "{name}: config {key} is {value}, {first} has {first_value}: only runs of one configuration merge"
+    )]
+    Incompatible {
+        name: String,
+        key: String,
+        value: String,
+        first: String,
+        first_value: String,
+    },
+    /// A result whose shape is not what its kind writes.
+    #[error("{name}: {what}")]
+    Malformed { name: String, what: String },
+}
+
+/// One input as the merged result lists it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct InputInfo {
+    /// The name it was given (its file).
+    pub name: String,
+    /// Its `--title`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its time zero on the wall clock, Unix seconds (tcp, udp).
+    pub start_unix: Option<f64>,
+    /// How long it ran, s.
+    pub duration_secs: Option<f64>,
+    /// Its own counters.
+    pub totals: BTreeMap<String, u64>,
+}
+
+/// An input's error, kept with its origin.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct InputError {
+    /// Which input.
+    pub input: String,
+    /// What it said.
+    pub error: String,
+    /// The server's refusal code, when the error is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+}
+
+/// One slice of the common wall-clock grid.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Slice {
+    /// Seconds since the merged start (the earliest input's time zero).
+    pub start_secs: f64,
+    pub end_secs: f64,
+    /// Bytes every input moved in the slice, and each input's (in input order).
+    pub bytes: u64,
+    pub per_input: Vec<u64>,
+    /// `bytes` as bits per second over the slice.
+    pub goodput_bps: f64,
+}
+
+/// The merged result (the envelope's `result` when `test` is `merge`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Merged {
+    /// The inputs' test kind.
+    pub kind: String,
+    /// Every input, in the order given.
+    pub inputs: Vec<InputInfo>,
+    /// The inputs' counters, added.
+    pub totals: BTreeMap<String, u64>,
+    /// The earliest input's time zero, Unix seconds (tcp, udp).
+    pub start_unix: Option<f64>,
+    /// The grid's step, s.
+    pub interval_secs: f64,
+    /// The inputs' intervals on one wall-clock grid (tcp, udp).
+    pub intervals: Vec<Slice>,
+    /// Bits per second over the whole merged span (tcp, udp).
+    pub goodput_bps: Option<f64>,
+    /// Latencies of every sample of every input, by name, exact.
+    pub latency: BTreeMap<String, Summary>,
+    /// Every input's errors, each with its origin.
+    pub errors: Vec<InputError>,
+    /// What could not be merged exactly, and why.
+    pub warnings: Vec<String>,
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// The kind of an envelope, checked.
+fn kind_of<'a>(name: &str, doc: &'a Value) -> Result<&'a str, MergeError> {
+    match (doc.get("netrig"), doc.get("test").and_then(Value::as_str)) {
+        (Some(_), Some(k)) => Ok(k),
+        _ => Err(MergeError::NotAResult(name.to_string())),
+    }
+}
+
+fn malformed(name: &str, what: impl Into<String>) -> MergeError {
+    MergeError::Malformed {
+        name: name.to_string(),
+        what: what.into(),
+    }
+}
+
+/// The latency summaries of a result, by name.
+fn latencies<'a>(kind: &str, r: &'a Value) -> Vec<(String, &'a Value)> {
+    let named = |n: &str, p: &str| r.pointer(p).map(|v| (n.to_string(), v));
+    match kind {
+        "tcp" => named("connection_times", "/connection_times")
+            .into_iter()
+            .collect(),
+        "udp" => named("one_way_delay", "/totals").into_iter().collect(),
+        "crr" => [
+            named("handshake", "/handshake"),
+            named("transaction", "/transaction"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        _ => {
+            let runs = runs(r);
+            runs.iter()
+                .enumerate()
+                .filter_map(|(i, run)| {
+                    let n = if runs.len() == 1 {
+                        "rtt".to_string()
+                    } else {
+                        format!("rtt_{}_{}B", i + 1, run["size"])
+                    };
+                    run.get("latency").map(|l| (n, l))
+                })
+                .collect()
+        }
+    }
+}
+
+fn runs(r: &Value) -> &[Value] {
+    r["runs"].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// A result's counters: its totals, or its runs' summed (rr, ping).
+fn input_totals(kind: &str, r: &Value) -> BTreeMap<String, u64> {
+    let from = |v: &Value| {
+        counters(kind)
+            .iter()
+            .map(|&(n, p)| (n.to_string(), v.pointer(p).and_then(Value::as_u64)))
+            .collect::<Vec<_>>()
+    };
+    let mut out = BTreeMap::new();
+    let parts: Vec<&Value> = match kind {
+        "rr" | "ping" => runs(r).iter().collect(),
+        _ => vec![r],
+    };
+    for part in parts {
+        for (n, v) in from(part) {
+            if let Some(v) = v {
+                *out.entry(n).or_insert(0) += v;
+            }
+        }
+    }
+    out
+}
+
+/// An input's intervals as (start s, end s, bytes), from its time zero.
+fn slices(kind: &str, r: &Value) -> Vec<(f64, f64, f64)> {
+    let Some(rows) = r["intervals"].as_array() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut prev = 0.0;
+    for row in rows {
+        let (end, bytes) = match kind {
+            "tcp" => {
+                let end = row["TimeSlice"].as_f64().unwrap_or(prev);
+                // Rates are bytes per second over the slice.
+                let bps =
+                    row["SendBps"].as_f64().unwrap_or(0.0) + row["RecvBps"].as_f64().unwrap_or(0.0);
+                (end, bps * (end - prev))
+            }
+            _ => (
+                row["time_slice"].as_f64().unwrap_or(prev),
+                row["bytes"].as_f64().unwrap_or(0.0),
+            ),
+        };
+        if end >= prev {
+            out.push((prev, end, bytes));
+            prev = end;
+        }
+    }
+    out
+}
+
+/// Several latency summaries as one: counts, extremes, mean and variance
+/// combined exactly, percentiles from the sum of their histograms named as
+/// the first input names them. `None` (with the reason) when a summary has
+/// no readable histogram.
+pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, String> {
+    let mut hs = Vec::new();
+    let (mut n, mut min, mut max, mut mean, mut m2) =
+        (0u64, f64::INFINITY, f64::NEG_INFINITY, 0.0, 0.0);
+    let mut names: Vec<String> = Vec::new();
+    for (who, s) in parts {
+        // Nothing measured: a summary of no samples, UDP totals of no datagram.
+        if s.is_null() || s["count"].as_u64() == Some(0) || s["unique"].as_u64() == Some(0) {
+            continue;
+        }
+        let h = s["hdr"]
+            .as_str()
+            .ok_or_else(|| format!("{who} has no HDR histogram (a result of an older netrig)"))
+            .and_then(|t| crate::hdr::decode(t).map_err(|e| format!("{who}: {e}")))?;
+        // UDP totals name their figures delay_*_us and keep no count or
+        // variance: the histogram's count, and its variance (to its 0.1 %).
+        let c = s["count"].as_u64().unwrap_or_else(|| h.len());
+        if c == 0 {
+            continue;
+        }
+        let g = |a: &str, b: &str| s[a].as_f64().or_else(|| s[b].as_f64());
+        let f = |a: &str, b: &str| g(a, b).unwrap_or(0.0);
+        let m = g("mean_us", "delay_avg_us").unwrap_or(h.mean() / 1e3);
+        let var = s["variance_us2"]
+            .as_f64()
+            .unwrap_or_else(|| (h.stdev() / 1e3).powi(2));
+        hs.push(h);
+        // Chan et al.'s pairwise update of the sum of squared deviations.
+        let total = n + c;
+        let d = m - mean;
+        m2 += var * (c.saturating_sub(1)) as f64 + d * d * (n as f64 * c as f64) / total as f64;
+        mean += d * c as f64 / total as f64;
+        n = total;
+        min = min.min(f("min_us", "delay_min_us"));
+        max = max.max(f("max_us", "delay_max_us"));
+        if names.is_empty() {
+            names = s["percentiles_us"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p[0].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    let all = crate::hdr::sum(&hs).map_err(|e| e.to_string())?;
+    let which: Vec<(&str, f64)> = names
+        .iter()
+        .filter_map(|n| crate::hdr::quantile_of(n).map(|q| (n.as_str(), q)))
+        .collect();
+    let variance = if n > 1 { m2 / (n - 1) as f64 } else { 0.0 };
+    Ok(Some(Summary {
+        count: n,
+        min_us: min,
+        max_us: max,
+        mean_us: mean,
+        variance_us2: variance,
+        stddev_us: variance.sqrt(),
+        percentiles_us: crate::hdr::percentiles_us(&all, &which),
+        hdr: crate::hdr::encode(&all),
+    }))
+}
+
+/// An input's time zero on the wall clock (if it has one) and its
+/// intervals as (start s, end s, bytes) from it.
+pub type Timed = (Option<f64>, Vec<(f64, f64, f64)>);
+
+/// Lays each input's slices (absolute start, slices) on a grid of
+/// `step` s from the earliest start (an input without a start adds
+/// nothing but keeps its place in `per_input`); a slice's bytes go to the grid slices
+/// it overlaps in proportion to the overlap (the rate within a slice is
+/// taken as even).
+pub fn align(inputs: &[Timed], step: f64) -> Vec<Slice> {
+    let Some(t0) = inputs.iter().filter_map(|i| i.0).reduce(f64::min) else {
+        return Vec::new();
+    };
+    let end = inputs
+        .iter()
+        .filter_map(|(s, sl)| Some(s.as_ref()? + sl.last()?.1))
+        .fold(t0, f64::max);
+    if step <= 0.0 || end <= t0 {
+        return Vec::new();
+    }
+    let bins = ((end - t0) / step).ceil().max(1.0) as usize;
+    let mut per: Vec<Vec<f64>> = vec![vec![0.0; inputs.len()]; bins];
+    for (i, (start, sl)) in inputs.iter().enumerate() {
+        let Some(start) = start else {
+            continue;
+        };
+        for &(a, b, bytes) in sl {
+            let (a, b) = (start + a - t0, start + b - t0);
+            if b <= a {
+                let k = ((a / step) as usize).min(bins - 1);
+                per[k][i] += bytes;
+                continue;
+            }
+            let first = ((a / step) as usize).min(bins - 1);
+            let last = ((b / step).ceil() as usize).clamp(first + 1, bins);
+            for (k, cell) in per.iter_mut().enumerate().take(last).skip(first) {
+                let lo = a.max(k as f64 * step);
+                let hi = b.min((k + 1) as f64 * step);
+                if hi > lo {
+                    cell[i] += bytes * (hi - lo) / (b - a);
+                }
+            }
+        }
+    }
+    per.into_iter()
+        .enumerate()
+        .map(|(k, cells)| {
+            let start = k as f64 * step;
+            let stop = ((k + 1) as f64 * step).min(end - t0);
+            let total: f64 = cells.iter().sum();
+            Slice {
+                start_secs: start,
+                end_secs: stop,
+                bytes: total.round() as u64,
+                per_input: cells.iter().map(|c| c.round() as u64).collect(),
+                goodput_bps: if stop > start {
+                    total * 8.0 / (stop - start)
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect()
+}
+
+/// An input's errors: the run's own, and what its servers reported.
+fn errors_of(name: &str, doc: &Value) -> Vec<InputError> {
+    let mut out = Vec::new();
+    let e = |error: String, code: Option<String>| InputError {
+        input: name.to_string(),
+        error,
+        error_code: code,
+    };
+    if let Some(err) = doc["error"].as_str() {
+        out.push(e(
+            err.to_string(),
+            doc["error_code"].as_str().map(str::to_string),
+        ));
+    }
+    let r = &doc["result"];
+    for s in r["server_errors"].as_array().into_iter().flatten() {
+        out.push(e(format!("server {}: {}", text(&s[0]), text(&s[1])), None));
+    }
+    for s in r["refusals"].as_array().into_iter().flatten() {
+        out.push(e(
+            format!(
+                "{} connections refused: {}",
+                s["connections"],
+                text(&s["message"])
+            ),
+            s["code"].as_str().map(str::to_string),
+        ));
+    }
+    for s in r["lost_servers"].as_array().into_iter().flatten() {
+        out.push(e(format!("server {} lost mid-test", text(s)), None));
+    }
+    if r["server_lost"].as_bool() == Some(true) {
+        out.push(e("server lost mid-test".into(), None));
+    }
+    for run in runs(r) {
+        if let Some(err) = run["error"].as_str() {
+            out.push(e(format!("run of {} B: {err}", run["size"]), None));
+        }
+    }
+    out
+}
+
+/// Merges `inputs` ((name, envelope) pairs, all of one kind and
+/// configuration) on a grid of `step` seconds.
+pub fn merge(inputs: &[(String, Value)], step: f64) -> Result<Merged, MergeError> {
+    let Some((first, first_doc)) = inputs.first() else {
+        return Err(MergeError::Empty);
+    };
+    let kind = kind_of(first, first_doc)?;
+    let Some(&(_, keys)) = KINDS.iter().find(|k| k.0 == kind) else {
+        return Err(MergeError::Unsupported {
+            name: first.clone(),
+            kind: kind.to_string(),
+        });
+    };
+    for (name, doc) in inputs {
+        let k = kind_of(name, doc)?;
+        if k != kind {
+            return Err(MergeError::MixedKinds {
+                name: name.clone(),
+                kind: k.to_string(),
+                first: first.clone(),
+                first_kind: kind.to_string(),
+            });
+        }
+        for key in keys {
+            let (a, b) = (first_doc["config"].pointer(key), doc["config"].pointer(key));
+            if a != b {
+                let show = |v: Option<&Value>| v.map_or_else(|| "absent".into(), text);
+                return Err(MergeError::Incompatible {
+                    name: name.clone(),
+                    key: key.trim_start_matches('/').replace('/', "."),
+                    value: show(b),
+                    first: first.clone(),
+                    first_value: show(a),
+                });
+            }
+        }
+        if !doc["result"].is_object() && !doc["result"].is_null() {
+            return Err(malformed(name, "\"result\" is neither an object nor null"));
+        }
+        if matches!(kind, "rr" | "ping")
+            && runs(&doc["result"]).len() != runs(&first_doc["result"]).len()
+        {
+            return Err(malformed(
+                name,
+                "a different number of runs (request sizes) than the first result",
+            ));
+        }
+    }
+    let mut m = Merged {
+        kind: kind.to_string(),
+        inputs: Vec::new(),
+        totals: BTreeMap::new(),
+        start_unix: None,
+        interval_secs: step,
+        intervals: Vec::new(),
+        goodput_bps: None,
+        latency: BTreeMap::new(),
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut timed = Vec::new();
+    let mut lat: BTreeMap<String, Vec<(&str, &Value)>> = BTreeMap::new();
+    for (name, doc) in inputs {
+        let r = &doc["result"];
+        let totals = input_totals(kind, r);
+        for (k, v) in &totals {
+            *m.totals.entry(k.clone()).or_insert(0) += v;
+        }
+        let start = r["start_unix"].as_f64();
+        if matches!(kind, "tcp" | "udp") {
+            if start.is_none() && !r.is_null() {
+                m.warnings.push(format!(
+                    "{name} has no start_unix (a result of an older netrig): its intervals are left out of the aligned series"
+                ));
+            }
+            timed.push((start, slices(kind, r)));
+        }
+        for (n, v) in latencies(kind, r) {
+            lat.entry(n).or_default().push((name.as_str(), v));
+        }
+        m.errors.extend(errors_of(name, doc));
+        m.inputs.push(InputInfo {
+            name: name.clone(),
+            title: doc["title"].as_str().map(str::to_string),
+            start_unix: start,
+            duration_secs: r["duration_secs"].as_f64(),
+            totals,
+        });
+    }
+    for (n, parts) in lat {
+        match merge_summaries(&parts) {
+            Ok(Some(s)) => {
+                m.latency.insert(n, s);
+            }
+            Ok(None) => {}
+            Err(why) => m.warnings.push(format!("{n}: percentiles left out, {why}")),
+        }
+    }
+    m.start_unix = timed.iter().filter_map(|t| t.0).reduce(f64::min);
+    if m.start_unix.is_some() {
+        m.intervals = align(&timed, step);
+        let span = m.intervals.last().map_or(0.0, |s| s.end_secs);
+        let bytes: f64 = timed
+            .iter()
+            .filter(|t| t.0.is_some())
+            .flat_map(|t| t.1.iter().map(|s| s.2))
+            .sum();
+        m.goodput_bps = (span > 0.0).then(|| bytes * 8.0 / span);
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod tests;

@@ -1,0 +1,210 @@
+//! `--json-iperf3`: real `iperf3 -J` output and netrig's, side by side,
+//! through one small reader of the fields tools built on iperf3 read
+//! (k8s-netperf: `end.sum_sent.retransmits`,
+//! `end.sum_received.bits_per_second`, `end.sum.lost_percent`; scripts:
+//! `start.test_start`, `intervals[].sum`). Both must parse, with sane values.
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+#[path = "common/bin.rs"]
+mod bin;
+use bin::*;
+
+/// What a dashboard takes from an iperf3 document.
+#[derive(Debug)]
+struct Read {
+    protocol: String,
+    sent_bytes: u64,
+    sent_bps: f64,
+    retransmits: Option<u64>,
+    received_bps: f64,
+    lost_percent: Option<f64>,
+    jitter_ms: Option<f64>,
+    interval_bps: Vec<f64>,
+}
+
+fn read(doc: &Value) -> Result<Read, String> {
+    let num = |p: &str| {
+        doc.pointer(p)
+            .and_then(Value::as_f64)
+            .ok_or(format!("no {p}"))
+    };
+    let end = |p: &str| num(&format!("/end/{p}"));
+    let udp = doc
+        .pointer("/start/test_start/protocol")
+        .and_then(Value::as_str)
+        == Some("UDP");
+    Ok(Read {
+        protocol: doc
+            .pointer("/start/test_start/protocol")
+            .and_then(Value::as_str)
+            .ok_or("no protocol")?
+            .to_string(),
+        sent_bytes: doc
+            .pointer("/end/sum_sent/bytes")
+            .and_then(Value::as_u64)
+            .ok_or("no sum_sent.bytes")?,
+        sent_bps: end("sum_sent/bits_per_second")?,
+        retransmits: if udp {
+            None
+        } else {
+            Some(
+                doc.pointer("/end/sum_sent/retransmits")
+                    .and_then(Value::as_u64)
+                    .ok_or("no retransmits")?,
+            )
+        },
+        received_bps: end("sum_received/bits_per_second")?,
+        lost_percent: if udp {
+            Some(end("sum/lost_percent")?)
+        } else {
+            None
+        },
+        jitter_ms: if udp {
+            Some(end("sum/jitter_ms")?)
+        } else {
+            None
+        },
+        interval_bps: doc["intervals"]
+            .as_array()
+            .ok_or("no intervals")?
+            .iter()
+            .map(|i| {
+                i.pointer("/sum/bits_per_second")
+                    .and_then(Value::as_f64)
+                    .ok_or("no interval rate".to_string())
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn sane(r: &Read, protocol: &str, who: &str) {
+    assert_eq!(r.protocol, protocol, "{who}");
+    assert_eq!(r.retransmits.is_some(), protocol == "TCP", "{who}: {r:?}");
+    assert!(
+        r.sent_bytes > 0 && r.sent_bps > 0.0 && r.received_bps > 0.0,
+        "{who}: {r:?}"
+    );
+    // Rate-limited runs: nowhere near a wrong unit (×8, ×1000).
+    assert!(r.sent_bps < 1e9 && r.received_bps < 1e9, "{who}: {r:?}");
+    assert!(r.received_bps <= r.sent_bps * 1.1, "{who}: {r:?}");
+    if let Some(l) = r.lost_percent {
+        assert!((0.0..=100.0).contains(&l), "{who}: {r:?}");
+    }
+    if let Some(j) = r.jitter_ms {
+        assert!((0.0..1000.0).contains(&j), "{who}: {r:?}");
+    }
+    assert!(
+        !r.interval_bps.is_empty() && r.interval_bps.iter().all(|b| *b >= 0.0),
+        "{who}: {r:?}"
+    );
+}
+
+fn iperf3_installed() -> bool {
+    let ok = Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install iperf3 (.ci/run does)"
+        );
+        eprintln!("skipped: iperf3 is not installed");
+    }
+    ok
+}
+
+/// A real iperf3 server on loopback (it serves one test at a time, so the
+/// tests' clients take turns).
+fn iperf3_server() -> (Proc, String) {
+    let port = free_port().to_string();
+    let server = Proc(
+        Command::new("iperf3")
+            .args(["-s", "-B", "127.0.0.1", "-p", &port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(format!("127.0.0.1:{port}").parse().unwrap(), "iperf3 -s");
+    (server, port)
+}
+
+/// A real `iperf3 -J` client run of one second.
+fn iperf3(port: &str, args: &[&str]) -> Value {
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", port, "-J", "-t", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn netrig_iperf3(args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("i.json");
+    let mut a = args.to_vec();
+    a.extend(["-q", "--json-iperf3", p.to_str().unwrap()]);
+    run_expect(&a, 0);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+#[test]
+fn iperf3_and_netrig_documents_read_alike() {
+    if !iperf3_installed() {
+        return;
+    }
+    let (_server, addr) = serve(&[]);
+    let (_iperf3, port) = iperf3_server();
+    let t = addr.to_string();
+    for (theirs, ours, protocol) in [
+        (
+            vec!["-b", "50M", "-P", "2"],
+            vec!["tcp", t.as_str(), "-t", "1", "-b", "25M", "-P", "2"],
+            "TCP",
+        ),
+        (
+            vec!["-b", "50M", "-R"],
+            vec!["tcp", t.as_str(), "-t", "1", "-b", "50M", "-R"],
+            "TCP",
+        ),
+        (
+            vec!["-u", "-b", "10M"],
+            vec!["udp", t.as_str(), "-t", "1", "-b", "10M"],
+            "UDP",
+        ),
+    ] {
+        let i = iperf3(&port, &theirs);
+        let n = netrig_iperf3(&ours);
+        sane(
+            &read(&i).unwrap_or_else(|e| panic!("iperf3 {theirs:?}: {e}")),
+            protocol,
+            "iperf3",
+        );
+        sane(
+            &read(&n).unwrap_or_else(|e| panic!("netrig {ours:?}: {e}\n{n}")),
+            protocol,
+            "netrig",
+        );
+    }
+}
+
+#[test]
+fn iperf3_json_is_for_one_stream_tcp_and_udp_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("i.json");
+    let o = netrig(&["udp", "-P", "2", "--json-iperf3", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--json-iperf3 covers one UDP stream"));
+    let o = netrig(&["ping", "--json-iperf3", "x"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "ping has no such flag");
+}
