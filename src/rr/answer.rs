@@ -136,6 +136,11 @@ impl Answerer {
         self.actions.pop_front()
     }
 
+    /// Whether actions are queued.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
     /// Whether the session has ended (its last actions may still be queued).
     pub fn is_over(&self) -> bool {
         self.phase == Phase::Over
@@ -145,6 +150,14 @@ impl Answerer {
     /// read the session socket otherwise, except to find the handshake.
     pub fn is_answering(&self) -> bool {
         matches!(self.phase, Phase::Running(_)) && self.answering
+    }
+
+    /// Whether the session socket is to be read now: for the handshake, and
+    /// while requests are answered. Between the probes and the start, and
+    /// once nothing more is answered, datagrams wait in (or overflow) the
+    /// socket's buffer, as they did for the blocking session.
+    pub fn wants_datagrams(&self) -> bool {
+        self.phase == Phase::Setup || self.is_answering()
     }
 
     /// What the server answers a goodbye with.

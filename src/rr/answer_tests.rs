@@ -112,6 +112,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     let probe = Header::read(&s.probes[0]).unwrap();
     assert_eq!((probe.flags, probe.seq), (FLAG_HANDSHAKE, NONCE));
     assert!(matches!(s.sent.last(), Some(Message::UdpProbed)));
+    assert!(!a.wants_datagrams(), "requests wait for the start");
     a.on_message(
         Message::UdpReady {
             nonce: probe.seq,
@@ -122,7 +123,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     );
     drain(&mut a, &mut s);
     assert!(matches!(s.sent.last(), Some(Message::UdpGo)));
-    assert!(a.is_answering());
+    assert!(a.is_answering() && a.wants_datagrams());
     (a, s)
 }
 
@@ -178,7 +179,7 @@ fn a_longer_reply_carries_the_pattern_after_its_words() {
     fill_payload(0, 4, &mut want);
     assert_eq!(r[HEADER_LEN + 24..], want[24..]);
     // The one announced request is answered: no more.
-    assert!(!a.is_answering());
+    assert!(!a.is_answering() && !a.wants_datagrams());
     assert_eq!(a.on_datagram(&request(5), client(), 0), None);
 }
 
@@ -200,6 +201,7 @@ fn duplicates_are_counted_never_answered_and_reordering_is_told() {
 fn garbage_truncated_foreign_and_early_datagrams_get_nothing() {
     let t0 = Instant::now();
     let mut a = Answerer::new(terms(10), t0);
+    assert!(a.wants_datagrams(), "for the handshake");
     // Before the client is proven, a request is not answered.
     assert_eq!(a.on_datagram(&request(0), client(), 0), None);
     let (mut a, _) = started(10, t0);

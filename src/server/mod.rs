@@ -29,6 +29,7 @@ mod groups;
 pub mod limits;
 mod lines;
 mod log;
+mod rr_udp;
 mod sources;
 mod tcp;
 
