@@ -2,9 +2,10 @@
 //! core): every accepted connection is handed to one of them, which reads
 //! its first frame without a thread of its own, so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) runs its conversation here too (`control.rs`); only
-//! an admitted UDP or request/response test moves to a worker thread, which
-//! holds a test slot. A data connection stays on the loop for its whole life
+//! connection (a hello) runs its conversation here too (`control.rs`), and
+//! an rr/ping session over UDP its whole session (`rr_udp.rs`); only an
+//! admitted UDP stream or TCP/SCTP request/response test moves to a worker
+//! thread, which holds a test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
