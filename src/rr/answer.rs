@@ -54,8 +54,9 @@ pub struct Terms {
 /// Something for the driver to do, in order.
 #[derive(Debug)]
 pub enum Action {
-    /// Write this on the control connection.
-    Send(Message),
+    /// Write this on the control connection (boxed: a message is large
+    /// beside the other actions).
+    Send(Box<Message>),
     /// Connect the session socket to the proven client address: nothing
     /// from elsewhere is read from here on, and replies go there.
     Connect(SocketAddr),
@@ -110,11 +111,11 @@ impl Answerer {
         let setup_ends = (now + t.setup).min(ends);
         let rl = t.reply.max(UDP_REPLY_MIN) as usize;
         let mut actions = VecDeque::new();
-        actions.push_back(Action::Send(Message::UdpAccept {
+        actions.push_back(Action::Send(Box::new(Message::UdpAccept {
             session: t.session,
             port: t.port,
             token: t.token,
-        }));
+        })));
         Answerer {
             phase: Phase::Setup,
             setup_ends,
@@ -225,7 +226,7 @@ impl Answerer {
     /// A message from the client at `now` (`real_ns`: the server's
     /// CLOCK_REALTIME, for clock exchanges).
     pub fn on_message(&mut self, m: Message, now: Instant, real_ns: u64) {
-        let send = |s: &mut Self, m| s.actions.push_back(Action::Send(m));
+        let send = |s: &mut Self, m| s.actions.push_back(Action::Send(Box::new(m)));
         match (self.phase, m) {
             (Phase::Over, _) => {}
             (_, Message::TimeRequest { t1 }) => send(
@@ -288,7 +289,8 @@ impl Answerer {
         for _ in 0..PROBES {
             self.actions.push_back(Action::Datagram(probe));
         }
-        self.actions.push_back(Action::Send(Message::UdpProbed));
+        self.actions
+            .push_back(Action::Send(Box::new(Message::UdpProbed)));
     }
 
     /// A datagram `d` from `from`, received at `real_ns` (the server's

@@ -71,7 +71,7 @@ fn drain(a: &mut Answerer, s: &mut Said) {
     while let Some(x) = a.poll_action() {
         assert!(s.refused.is_none() && !s.closed, "{x:?} after the end");
         match x {
-            Action::Send(m) => s.sent.push(m),
+            Action::Send(m) => s.sent.push(*m),
             Action::Connect(to) => s.connect = Some(to),
             Action::Datagram(d) => s.probes.push(d),
             Action::Refuse(why) => s.refused = Some(why),
@@ -378,13 +378,15 @@ fn clock_requests_stop_and_the_servers_limit_end_the_answering() {
     assert_eq!(summary(&mut a).requests, 0);
 }
 
+type Step<'a> = Box<dyn Fn(&mut Answerer) + 'a>;
+
 /// The client's part of a whole session, a step at a time; `gone_at`: the
 /// step at which its control connection closes.
 fn session_leaving_at(gone_at: usize) -> (Said, Answerer) {
     let t0 = Instant::now();
     let mut a = Answerer::new(terms(3), t0);
     let mut s = Said::default();
-    let steps: Vec<Box<dyn Fn(&mut Answerer)>> = vec![
+    let steps: Vec<Step<'_>> = vec![
         Box::new(|a| a.on_message(Message::TimeRequest { t1: 1 }, t0, 2)),
         Box::new(|a| {
             a.on_datagram(&handshake(TOKEN), client(), 0);
