@@ -34,6 +34,7 @@ const PROTOCOL: &[&str] = &[
     "relay::framer",
     "relay::impair",
     "rr::hist",
+    "rr::answer",
     "rr::echo",
     "rr::interval",
     "tcp::machine",

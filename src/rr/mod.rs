@@ -1,6 +1,7 @@
 //! Round-trip latency: request/response (`rr`), ping-like probing (`ping`),
 //! connect/request/response/close churn (`crr`), and their statistics.
 
+pub mod answer;
 pub mod client;
 pub mod crr;
 pub mod echo;

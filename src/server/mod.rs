@@ -31,6 +31,7 @@ pub mod limits;
 mod lines;
 mod log;
 mod metrics;
+mod rr_udp;
 mod scrape;
 mod sources;
 mod tcp;

@@ -2,9 +2,10 @@
 //! core): every accepted connection is handed to one of them, which reads
 //! its first frame without a thread of its own, so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) runs its conversation here too (`control.rs`); only
-//! an admitted UDP or request/response test moves to a worker thread, which
-//! holds a test slot. A data connection stays on the loop for its whole life
+//! connection (a hello) runs its conversation here too (`control.rs`), and
+//! an rr/ping session over UDP its whole session (`rr_udp.rs`); only an
+//! admitted UDP stream or TCP/SCTP request/response test moves to a worker
+//! thread, which holds a test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
@@ -26,8 +27,9 @@ use std::time::{Duration, Instant};
 mod ends;
 
 use super::State;
-use super::control::{Control, Job, Turn, run_job};
+use super::control::{Control, Job, Test, Turn, run_job};
 use super::limits::{Slot, take_slot};
+use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
 use crate::net::ahead::ReadAhead;
@@ -46,6 +48,9 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
+/// Set in the token of a slot's UDP socket (an rr/ping session's): the
+/// slot is the token without it.
+const UDP_TOKEN: usize = 1 << (usize::BITS - 2);
 
 /// Longest a refused connection stays open after its error frame: long
 /// enough for the frame to reach a client that reads it, short enough that
@@ -125,6 +130,8 @@ enum Stage<'a> {
     First { setup: Instant },
     /// A control conversation.
     Control(Box<Control<'a>>),
+    /// An rr/ping session over UDP: its control connection and its socket.
+    RrUdp(Box<RrUdp<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -291,7 +298,7 @@ impl<'a> Loop<'a> {
                 match ev.token() {
                     WAKE => self.take_incoming(),
                     Token(k) if k > LISTEN - self.listeners.len() => self.accept(LISTEN - k),
-                    Token(k) => self.advance(k),
+                    Token(k) => self.advance(k & !UDP_TOKEN),
                 }
             }
             let now = Instant::now();
@@ -619,7 +626,50 @@ impl<'a> Loop<'a> {
                         // Dropping the conversation ends its session.
                         Turn::Last(out) => slot.stage = Stage::Refuse(out),
                         Turn::Gone => return Next::Close,
-                        Turn::Run(job) => return Next::Run(job),
+                        Turn::Run(job) => match *job {
+                            // Answered here, on the loop, not by a worker.
+                            Job {
+                                test: Test::Rr(spec),
+                                slots,
+                            } if spec.proto == crate::proto::RrProto::Udp => {
+                                let token = Token(k | UDP_TOKEN);
+                                let reg = self.poll.registry();
+                                let peer = slot.peer;
+                                let s = RrUdp::start(
+                                    st,
+                                    peer,
+                                    &slot.stream,
+                                    &spec,
+                                    slots,
+                                    reg,
+                                    token,
+                                    now,
+                                );
+                                slot.stage = match s {
+                                    Ok(s) => Stage::RrUdp(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            job => return Next::Run(Box::new(job)),
+                        },
+                    }
+                }
+                Stage::RrUdp(s) => {
+                    let now = Instant::now();
+                    match s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
+                        rr_udp::Turn::Wait(at) => {
+                            if let Some(at) = at {
+                                self.timers.push(at, k);
+                            }
+                            return Next::Keep;
+                        }
+                        rr_udp::Turn::Again => {
+                            self.again(k);
+                            return Next::Keep;
+                        }
+                        // Dropping the session gives its slots back.
+                        rr_udp::Turn::Last(out) => slot.stage = Stage::Refuse(out),
+                        rr_udp::Turn::Gone => return Next::Close,
                     }
                 }
             }
