@@ -7,7 +7,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::{Exit, check_outputs, usage};
+use super::{Exit, check_outputs, read_json_files, usage};
 
 #[derive(Args)]
 pub struct MergeArgs {
@@ -38,18 +38,15 @@ pub fn run(a: MergeArgs) -> Result<ExitCode> {
     if let Err(c) = check_outputs([("-o", Some(a.output.as_path()))]) {
         return Ok(c);
     }
-    let mut inputs = Vec::new();
-    for f in &a.files {
-        let text = match std::fs::read(f) {
-            Ok(t) => t,
-            Err(e) => return Ok(usage(format!("cannot read {}: {e}", f.display()))),
-        };
-        let doc: serde_json::Value = match serde_json::from_slice(&text) {
-            Ok(d) => d,
-            Err(e) => return Ok(usage(format!("{} is not JSON: {e}", f.display()))),
-        };
-        inputs.push((f.display().to_string(), doc));
-    }
+    let inputs: Vec<(String, serde_json::Value)> = match read_json_files(&a.files) {
+        Ok(docs) => a
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .zip(docs)
+            .collect(),
+        Err(c) => return Ok(c),
+    };
     let merged = match netrig::merge::merge(&inputs, a.interval.as_secs_f64()) {
         Ok(m) => m,
         Err(e) => return Ok(usage(e)),

@@ -739,6 +739,20 @@ pub fn legacy_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<st
     out
 }
 
+/// The JSON documents in `files`, in order, or the usage error (exit 2)
+/// naming the first that cannot be read or is not JSON (`report`, `merge`).
+pub(crate) fn read_json_files(files: &[PathBuf]) -> Result<Vec<serde_json::Value>, ExitCode> {
+    let mut docs = Vec::with_capacity(files.len());
+    for f in files {
+        let text =
+            std::fs::read(f).map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
+        let doc = serde_json::from_slice(&text)
+            .map_err(|e| usage(format!("{} is not JSON: {e}", f.display())))?;
+        docs.push(doc);
+    }
+    Ok(docs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

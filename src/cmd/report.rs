@@ -6,7 +6,7 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{Exit, check_outputs, usage};
+use super::{Exit, check_outputs, read_json_files, usage};
 
 #[derive(Args)]
 pub struct ReportArgs {
@@ -23,16 +23,12 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
     if let Err(c) = check_outputs([("-o", Some(a.output.as_path()))]) {
         return Ok(c);
     }
+    let docs = match read_json_files(&a.files) {
+        Ok(d) => d,
+        Err(c) => return Ok(c),
+    };
     let mut results = Vec::new();
-    for f in &a.files {
-        let text = match std::fs::read(f) {
-            Ok(t) => t,
-            Err(e) => return Ok(usage(format!("cannot read {}: {e}", f.display()))),
-        };
-        let doc: serde_json::Value = match serde_json::from_slice(&text) {
-            Ok(d) => d,
-            Err(e) => return Ok(usage(format!("{} is not JSON: {e}", f.display()))),
-        };
+    for (f, doc) in a.files.iter().zip(docs) {
         if doc["netrig"].is_null() || !doc["test"].is_string() {
             return Ok(usage(format!(
                 "{} is not a netrig result (no \"netrig\" and \"test\" fields)",
