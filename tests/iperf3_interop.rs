@@ -286,3 +286,30 @@ fn hostile_bytes_on_the_iperf3_port_are_refused_and_the_server_serves_on() {
     let _silent = TcpStream::connect(srv.iperf3).unwrap();
     srv.iperf3(&["-t", "1"]);
 }
+
+#[test]
+fn byte_and_block_bounds_and_socket_options_of_the_matrix_work_with_the_real_client() {
+    if !have_iperf3(
+        "byte_and_block_bounds_and_socket_options_of_the_matrix_work_with_the_real_client",
+    ) {
+        return;
+    }
+    let srv = Srv::start(&[]);
+    // -n and -k bound the run by bytes and by blocks (of -l, 128 KiB by
+    // default): exactly that many bytes leave and arrive.
+    for (args, want) in [
+        (vec!["-n", "20M"], Some(20 << 20)),
+        (vec!["-k", "50", "-l", "64K"], Some(50 * 64 * 1024)),
+        (vec!["-t", "1", "-l", "128K", "-w", "256K"], None),
+        (vec!["-t", "1", "-Z", "-C", "cubic", "-N"], None),
+    ] {
+        let j = srv.iperf3(&args);
+        let sent = u(&j, &["end", "sum_sent", "bytes"]);
+        let received = u(&j, &["end", "sum_received", "bytes"]);
+        assert!(sent > 0, "{args:?}");
+        assert_eq!(received, sent, "{args:?}");
+        if let Some(want) = want {
+            assert_eq!(sent, want, "{args:?}");
+        }
+    }
+}
