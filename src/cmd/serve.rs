@@ -161,11 +161,6 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
             .serve_metrics(l)
             .context("cannot start the metrics endpoint")?;
     }
-    // A port the kernel picked is said even when quiet: nothing else tells
-    // a script which port to point its clients at.
-    if verbosity == 0 && server.picked_port() {
-        server.announce();
-    }
     let stop = server.stop_handle();
     let flag = interrupt_flag();
     let flag_fired = std::sync::Arc::clone(&flag);
@@ -175,6 +170,13 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
         stop.store(true, SeqCst);
     });
+    // A port the kernel picked is said even when quiet: nothing else tells
+    // a script which port to point its clients at. Said once every thread
+    // the server keeps is running, so a caller counting them from here on
+    // sees the server's own, not its start-up.
+    if verbosity == 0 && server.picked_port() {
+        server.announce();
+    }
     server.run().context("server failed")?;
     // Stopped by SIGINT or SIGTERM: the documented code for an interrupted run.
     if flag_fired.load(SeqCst) {
