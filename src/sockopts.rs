@@ -50,6 +50,12 @@ pub struct SockOpts {
     /// IP_TOS / IPV6_TCLASS byte: DSCP in the upper six bits, ECN in the
     /// lower two.
     pub tos: Option<u8>,
+    /// UDP: no segmentation offload (`UDP_SEGMENT` on the sender,
+    /// `UDP_GRO` on the receiver); every datagram crosses into and out of
+    /// the kernel on its own. Sent only when set, so older peers read the
+    /// options as before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_offload: bool,
 }
 
 /// Why an option value is not usable.
@@ -278,6 +284,21 @@ mod tests {
             ..SockOpts::default()
         };
         assert_eq!(o.validate(), Ok(()));
+    }
+
+    #[test]
+    fn no_offload_reaches_the_server_and_is_sent_only_when_set() {
+        let off = SockOpts {
+            no_offload: true,
+            ..SockOpts::default()
+        };
+        assert!(off.for_server().no_offload);
+        let wire = serde_json::to_string(&off).unwrap();
+        assert!(wire.contains("\"no_offload\":true"), "{wire}");
+        let back: SockOpts = serde_json::from_str(&wire).unwrap();
+        assert_eq!(back, off);
+        let plain = serde_json::to_string(&SockOpts::default()).unwrap();
+        assert!(!plain.contains("no_offload"), "{plain}");
     }
 
     #[test]

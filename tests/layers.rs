@@ -44,6 +44,7 @@ const PROTOCOL: &[&str] = &[
     "udp::header",
     "udp::hist",
     "udp::frames",
+    "udp::gro",
     "udp::iso",
     "load::model",
     "html",

@@ -253,6 +253,7 @@ fn every_pacing_mode_holds_its_rate() {
             frames: None,
             interval_ns: 100_000_000,
             guard: None,
+            offload: false,
         };
         let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
         // The per-interval account covers every byte sent, in 100 ms steps.

@@ -185,6 +185,11 @@ pub struct UdpArgs {
     /// with --dscp/--tos or alone; the receiver counts what arrived.
     #[arg(long, value_enum, value_name = "CODEPOINT")]
     ecn: Option<netrig::udp::marks::Ecn>,
+    /// No UDP segmentation offload on either end: every datagram crosses
+    /// into the kernel (sendmmsg) and out of it (recvmmsg) on its own,
+    /// instead of as UDP_SEGMENT/UDP_GRO super-buffers.
+    #[arg(long)]
+    no_offload: bool,
     #[command(flatten)]
     json: Json,
     #[command(flatten)]
@@ -447,6 +452,7 @@ pub fn run_with(
         gap_ps
     };
     let mut sock = a.sock.opts();
+    sock.no_offload = a.no_offload;
     if let Some(e) = a.ecn {
         sock.tos = Some(netrig::udp::marks::with_ecn(sock.tos.unwrap_or(0), e));
     }

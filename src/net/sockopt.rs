@@ -232,6 +232,7 @@ mod tests {
             dont_fragment: true,
             fq_rate_bps: Some(80_000_000),
             tos: Some(0xb8),
+            no_offload: false,
         };
         apply(&s, &o, false, true).unwrap();
         s.connect(&l.local_addr().unwrap().into()).unwrap();

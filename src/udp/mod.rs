@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod client;
 pub mod clock;
 pub mod frames;
+pub mod gro;
 pub mod header;
 pub mod hist;
 pub mod iso;

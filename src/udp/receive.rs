@@ -63,6 +63,9 @@ pub struct ReceiverConfig {
     pub burst: Option<(u64, u64)>,
     /// Accept only datagrams tagged with this session key.
     pub tag_key: Option<crate::auth::DatagramKey>,
+    /// Take coalesced buffers (`UDP_GRO`) where the kernel offers them,
+    /// split back into their datagrams before anything counts them.
+    pub offload: bool,
 }
 
 /// A media stream's timing and shape, for playout deadlines and frames.
@@ -95,8 +98,12 @@ pub fn run_receiver(
     sink: &mut dyn ReceiverSink,
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let size = cfg.max_size.max(HEADER_LEN) + 1;
-    let mut buf = vec![0u8; size * BATCH];
+    let mut slots = Slots::for_datagrams(cfg.max_size.max(HEADER_LEN) + 1);
+    if cfg.offload && enable_gro(sock) {
+        slots = Slots::COALESCED;
+    }
+    let mut buf = vec![0u8; slots.size * slots.count];
+    let mut got = Vec::with_capacity(BATCH);
     let Until {
         stop,
         deadline_ns,
@@ -104,7 +111,7 @@ pub fn run_receiver(
     } = until;
     let mut next_tick = cfg.interval;
     let mut media_first: Option<(u64, i64)> = None;
-    let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
+    let mut control = vec![[0u8; CMSG_SPACE]; slots.count];
     enable_rx_timestamps(sock);
     enable_rx_tos(sock);
     let mut bursts = cfg
@@ -129,8 +136,8 @@ pub fn run_receiver(
             sink.interval(iv);
             return Ok(());
         }
-        let lens = match recv_batch(sock, &mut buf, size, &mut control) {
-            Ok(l) => l,
+        match recv_batch(sock, &mut buf, slots, &mut control, &mut got) {
+            Ok(()) => {}
             Err(e) if nothing_yet(&e) => continue,
             // ICMP errors from an earlier send on this socket are not fatal for a receiver.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
@@ -138,14 +145,20 @@ pub fn run_receiver(
         };
         let batch_ns = realtime_ns();
         let batch_mono = start.elapsed().as_nanos() as u64;
-        for (k, &(len, Ancillary { stamp, tos })) in lens.iter().enumerate() {
+        for &Received {
+            at,
+            len,
+            anc: Ancillary { stamp, tos, .. },
+        } in &got
+        {
             // The kernel's receive time where available (exact per datagram, even
-            // when a batch arrives at once), otherwise the batch's user-space time.
+            // when a batch arrives at once; one time for all the datagrams of a
+            // coalesced buffer), otherwise the batch's user-space time.
             let recv_ns = stamp.unwrap_or(batch_ns);
             // Receiver-relative time of this datagram, ns; signed, as a datagram
             // may carry a kernel stamp from just before the receiver started.
             let mono = batch_mono as i64 - (batch_ns as i64 - recv_ns as i64);
-            let d = &buf[k * size..k * size + len];
+            let d = &buf[at..at + len];
             let Ok(h) = Header::read(d) else {
                 stats.on_invalid(len);
                 continue;
@@ -248,9 +261,9 @@ pub fn recv_from_stamped(
     Ok((n, from, stamp))
 }
 
-/// Space for one message's ancillary data: a `timespec` and a TOS byte or
-/// traffic class, each in a `cmsghdr`.
-const CMSG_SPACE: usize = 96;
+/// Space for one message's ancillary data: a `timespec`, a TOS byte or
+/// traffic class and a GRO segment size, each in a `cmsghdr`.
+pub const CMSG_SPACE: usize = 96;
 
 /// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
 pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
@@ -275,6 +288,8 @@ pub struct Ancillary {
     pub stamp: Option<u64>,
     /// TOS byte or traffic class.
     pub tos: Option<u8>,
+    /// The segment size of a buffer the kernel coalesced (`UDP_GRO`).
+    pub segment: Option<u16>,
 }
 
 /// The receive time and TOS byte carried in a message's ancillary data.
@@ -293,6 +308,10 @@ fn ancillary(hdr: &libc::msghdr) -> Ancillary {
                     a.stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
                 }
                 (libc::IPPROTO_IP, libc::IP_TOS) => a.tos = Some(*data),
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    let v: libc::c_int = std::ptr::read_unaligned(data.cast());
+                    a.segment = u16::try_from(v).ok().filter(|&s| s > 0);
+                }
                 (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                     let v: libc::c_int = std::ptr::read_unaligned(data.cast());
                     a.tos = Some(v as u8);
@@ -305,15 +324,64 @@ fn ancillary(hdr: &libc::msghdr) -> Ancillary {
     a
 }
 
-/// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns
-/// their lengths and what the kernel said of each (receive time, TOS).
-fn recv_batch(
+/// Asks the kernel to hand over coalesced buffers (`UDP_GRO`): segments
+/// that arrive together as one (from a GSO sender on this host, or from a
+/// NIC that aggregates) come up in one receive, with their segment size.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    crate::net::sockopt::set_int(sock.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+}
+
+/// The receive buffer's layout: `count` slots of `size` bytes, one message each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// Bytes per slot.
+    pub size: usize,
+    /// Slots, so messages per `recvmmsg`.
+    pub count: usize,
+}
+
+impl Slots {
+    /// Room for a coalesced buffer in every slot: up to 64 KiB each. Fewer
+    /// slots than [`BATCH`] keep a receiver's buffer at 1 MiB, and each
+    /// still holds dozens of datagrams.
+    pub const COALESCED: Slots = Slots {
+        size: 65_536,
+        count: 16,
+    };
+
+    /// [`BATCH`] slots of `size` bytes, one datagram each.
+    pub fn for_datagrams(size: usize) -> Slots {
+        Slots { size, count: BATCH }
+    }
+}
+
+/// One datagram received: where it lies in the buffer, and what the
+/// kernel said of the message that brought it.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Offset in the buffer.
+    pub at: usize,
+    /// Length.
+    pub len: usize,
+    /// Receive time and TOS of its message (shared by every datagram of a
+    /// coalesced buffer).
+    pub anc: Ancillary,
+}
+
+/// Receives up to `slots.count` messages into the slots of `buf` and puts
+/// in `out` every datagram they hold, in order: a coalesced buffer
+/// (`UDP_GRO`) is split back into its datagrams at its segment size, so
+/// every datagram is counted on its own.
+pub fn recv_batch(
     sock: &UdpSocket,
     buf: &mut [u8],
-    size: usize,
+    slots: Slots,
     control: &mut [[u8; CMSG_SPACE]],
-) -> io::Result<Vec<(usize, Ancillary)>> {
-    let mut m = Mmsg::new(buf, size, BATCH);
+    out: &mut Vec<Received>,
+) -> io::Result<()> {
+    out.clear();
+    let size = slots.size;
+    let mut m = Mmsg::new(buf, size, slots.count);
     for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
         msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
         msg.msg_hdr.msg_controllen = CMSG_SPACE as _;
@@ -335,8 +403,15 @@ fn recv_batch(
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(m.msgs[..r as usize]
-        .iter()
-        .map(|m| ((m.msg_len as usize).min(size), ancillary(&m.msg_hdr)))
-        .collect())
+    for (k, m) in m.msgs[..r as usize].iter().enumerate() {
+        let anc = ancillary(&m.msg_hdr);
+        let len = (m.msg_len as usize).min(size);
+        let seg = anc.segment.map_or(0, usize::from);
+        out.extend(super::gro::split(len, seg).map(|(at, len)| Received {
+            at: k * size + at,
+            len,
+            anc,
+        }));
+    }
+    Ok(())
 }

@@ -158,6 +158,7 @@ pub fn receiver_config(
         }),
         verify: s.verify,
         burst: burst_plan(s),
+        offload: !s.sock.no_offload,
     }
 }
 
@@ -177,6 +178,7 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
         frames: s.media.and_then(|m| Some((m.frame_sizes()?, m.fps))),
         interval_ns: s.interval_ms.saturating_mul(1_000_000),
         guard: None,
+        offload: !s.sock.no_offload,
     }
 }
 
