@@ -4,6 +4,8 @@
 //! per-datagram stamps.
 
 mod common;
+#[path = "common/netns.rs"]
+mod netns;
 #[path = "common/udp_relay.rs"]
 mod udp_relay;
 
@@ -328,4 +330,64 @@ fn a_relay_between_gso_and_gro_is_counted_exactly() {
         assert_eq!(t.reordered, swapped, "reordered, reverse={reverse}");
         assert_eq!(t.unique, s.packets - dropped);
     }
+}
+
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A path whose MTU (1200) is below the datagram size (1400): the kernel
+/// refuses every super-buffer (EINVAL, a segment must fit the MTU), so the
+/// sender falls back to one message per datagram, which IP fragments, and
+/// every datagram arrives; without the fallback none would be sent.
+#[test]
+#[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns)")]
+fn a_path_mtu_below_the_segment_size_falls_back_to_plain_sends() {
+    use std::process::{Command, Stdio};
+    let _one = netns::one_at_a_time();
+    let ns = netns::Netns::new('g', 223);
+    let dev = format!("nrg{}a", std::process::id() % 100_000);
+    let st = Command::new("ip")
+        .args(["-n", &ns.a, "link", "set", "dev", &dev, "mtu", "1200"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mtu on {dev}");
+    let bin = env!("CARGO_BIN_EXE_netrig");
+    let listen = format!("{}:4796", ns.b_addr());
+    let _srv = Proc(
+        ns.exec(&ns.b, bin)
+            .args(["serve", "--listen", &listen, "-q"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    ns.wait_listening(&ns.b, 4796);
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("udp.json");
+    let out = ns
+        .exec(&ns.a, bin)
+        .args(["udp", &ns.b_addr(), "-p", "4796", "-l", "1400"])
+        .args(["--burst-size", "28000"])
+        .args(["--burst-period", "20ms", "-t", "1s", "-q", "--json"])
+        .arg(&js)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    let r = &v["result"];
+    let sent = r["sender"]["packets"].as_u64().unwrap();
+    assert_eq!(sent, 50 * 20, "{r}");
+    assert_eq!(r["sender"]["send_errors"].as_u64(), Some(0), "{r}");
+    assert_eq!(r["totals"]["unique"].as_u64(), Some(sent), "{r}");
+    assert_eq!(r["totals"]["lost"].as_u64(), Some(0), "{r}");
 }

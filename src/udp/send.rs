@@ -243,12 +243,14 @@ fn per_wake(stride: usize, gso: bool) -> usize {
 }
 
 /// Whether an error from a segmented send means this path or kernel will
-/// not segment (no checksum offload, a path MTU below the segment size, a
-/// kernel without GSO), so the datagrams should go one by one instead.
+/// not segment (EIO: no checksum offload; EMSGSIZE or EINVAL, by kernel
+/// version: a segment larger than the path MTU; the others: a kernel
+/// without GSO), so the datagrams should go one by one instead, where IP
+/// may still fragment them.
 fn gso_refused(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+        Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
     )
 }
 
