@@ -391,3 +391,60 @@ fn a_path_mtu_below_the_segment_size_falls_back_to_plain_sends() {
     assert_eq!(r["totals"]["unique"].as_u64(), Some(sent), "{r}");
     assert_eq!(r["totals"]["lost"].as_u64(), Some(0), "{r}");
 }
+
+/// Datagrams of the `netrig udp -R` run with `extra` flags that shared
+/// their receive stamp with the datagram before them, of how many rows.
+fn shared_stamps_cli(srv: &TestServer, extra: &[&str]) -> (usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let jf = dir.path().join("rows.csv");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_netrig"))
+        .args(["udp", "127.0.0.1", "-p", &srv.addr.port().to_string(), "-R"])
+        .args([
+            "-l",
+            "1000",
+            "--burst-size",
+            "32000",
+            "--burst-period",
+            "20ms",
+        ])
+        .args(["-t", "1s", "-q", "--jitter-file"])
+        .arg(&jf)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = csv::Reader::from_path(&jf).unwrap();
+    let col = r
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "ReceiverNs")
+        .expect("a ReceiverNs column");
+    let stamps: Vec<u64> = r
+        .records()
+        .map(|row| row.unwrap()[col].parse().unwrap())
+        .collect();
+    let shared = stamps.windows(2).filter(|w| w[0] == w[1]).count();
+    (shared, stamps.len())
+}
+
+/// `--no-offload` reaches the sending server through the test's socket
+/// options: its bursts then arrive one datagram per receive, where by
+/// default they arrive coalesced.
+#[test]
+fn no_offload_on_the_command_line_turns_offload_off_at_the_far_end() {
+    if !kernel_coalesces() {
+        eprintln!("skipped: this kernel does not coalesce GSO datagrams on loopback");
+        return;
+    }
+    let srv = TestServer::start();
+    let (shared, rows) = shared_stamps_cli(&srv, &[]);
+    assert!(rows >= 1000 && shared >= rows / 2, "{shared} of {rows}");
+    let (shared, rows) = shared_stamps_cli(&srv, &["--no-offload"]);
+    assert!(rows >= 1000 && shared < rows / 2, "{shared} of {rows}");
+}
