@@ -372,6 +372,17 @@ pub struct Results {
 }
 
 impl Results {
+    /// Takes the CPU figures from netrig's count over the test: user,
+    /// system and their sum over the wall time, in percent of one core, as
+    /// iperf3's `cpu_util` (`iperf_util.c`) figures them from
+    /// `getrusage(RUSAGE_SELF)`.
+    pub fn set_cpu(&mut self, u: &crate::cpu::CpuUsage) {
+        let r = u.report();
+        self.cpu_util_total = r.total_percent;
+        self.cpu_util_user = r.user_percent;
+        self.cpu_util_system = r.system_percent;
+    }
+
     /// The JSON text the server sends.
     pub fn to_json(&self) -> Vec<u8> {
         let streams: Vec<Value> = self
