@@ -106,8 +106,10 @@ fn iperf3_raw(port: u16, args: &[&str]) -> std::process::Output {
 fn iperf3(port: u16, args: &[&str]) -> Value {
     let out = iperf3_raw(port, args);
     assert!(out.status.success(), "iperf3 {args:?}: {out:?}");
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3 -J output is not JSON ({e}): {out:?}"))
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3 -J output is not JSON ({e}): {out:?}"));
+    assert!(v.get("error").is_none(), "iperf3 {args:?}: {v}");
+    v
 }
 
 fn u(v: &Value, path: &[&str]) -> u64 {
@@ -219,4 +221,79 @@ fn the_servers_cpu_figures_reach_the_iperf3_client() {
     assert!(total < 100.0 * 64.0, "{c}");
     assert!(user >= 0.0 && system > 0.0, "{c}");
     assert!((user + system - total).abs() < 0.01 * total.max(1.0), "{c}");
+}
+
+/// `--iperf3-detect`: iperf3 clients on the server's main port, told from
+/// netrig's by their first bytes, TCP with 2 streams and UDP, while a
+/// netrig client runs its test on the same port at the same time; iperf3's
+/// data connections (which start with the cookie too) find their test.
+#[test]
+fn iperf3_clients_are_detected_on_the_main_port_beside_a_netrig_client() {
+    if !have_iperf3("iperf3_clients_are_detected_on_the_main_port_beside_a_netrig_client") {
+        return;
+    }
+    let srv = Srv::start(&["--iperf3-detect"]);
+    let port = srv.main.port();
+    let target = srv.main.to_string();
+    let ours =
+        std::thread::spawn(move || netrig(&["tcp", &target, "-t", "2", "-J"]).output().unwrap());
+    let j = iperf3(port, &["-t", "1", "-P", "2"]);
+    let sent = u(&j, &["end", "sum_sent", "bytes"]);
+    assert!(sent > 0);
+    assert_eq!(u(&j, &["end", "sum_received", "bytes"]), sent);
+    let cookie = j["start"]["cookie"].as_str().unwrap().to_owned();
+    let line = srv.wait_for(&[&cookie, "tcp, 2 streams"]);
+    assert!(line.contains("iperf3 test"), "{line}");
+    srv.wait_for(&[&cookie, &format!("done: received {sent} bytes")]);
+    let k = iperf3(port, &["-u", "-b", "4M", "-l", "1000", "-t", "1"]);
+    let s = &k["end"]["sum"];
+    assert!(u(s, &["packets"]) > 100, "{s}");
+    assert_eq!(u(s, &["lost_packets"]), 0, "{s}");
+    let out = ours.join().unwrap();
+    assert!(out.status.success(), "netrig tcp beside iperf3: {out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.to_string().contains("\"success\""), "{v}");
+}
+
+/// Detection keeps the main port's rules: with a key set iperf3 clients are
+/// refused (and logged) unless let in; bytes that start as a cookie and are
+/// not one are refused; netrig's own clients are served throughout.
+#[test]
+fn the_main_ports_iperf3_detection_keeps_the_key_rule_and_refuses_impostors() {
+    if !have_iperf3("the_main_ports_iperf3_detection_keeps_the_key_rule_and_refuses_impostors") {
+        return;
+    }
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "a shared secret of some length\n").unwrap();
+    let key = key.to_str().unwrap();
+    let keyed = Srv::start(&["--iperf3-detect", "--key", key]);
+    // With -J iperf3 exits 0 on a refusal and names it in the JSON.
+    let out = iperf3_raw(keyed.main.port(), &["-t", "1"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["error"].is_string(), "{out:?}");
+    keyed.wait_for(&["refused: iperf3: iperf3 clients cannot prove the pre-shared key"]);
+    let open = Srv::start(&[
+        "--iperf3-detect",
+        "--key",
+        key,
+        "--iperf3-allow-unauthenticated",
+    ]);
+    iperf3(open.main.port(), &["-t", "1"]);
+
+    let srv = Srv::start(&["--iperf3-detect"]);
+    let mut s = std::net::TcpStream::connect(srv.main).unwrap();
+    s.write_all(b"abcdefghijklmnopqrstuvwxyz234567abcdX")
+        .unwrap();
+    // Not a cookie's last byte: not iperf3, so netrig's refusal.
+    srv.wait_for(&["refused: not a netrig frame"]);
+    let mut s = std::net::TcpStream::connect(srv.main).unwrap();
+    s.write_all(b"abcdefghijklmnopqrstuvwxyz234567abcd\0more")
+        .unwrap();
+    srv.wait_for(&["refused: iperf3: bytes from an iperf3 client past its cookie"]);
+    let ours = netrig(&["tcp", &srv.main.to_string(), "-t", "1"])
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{ours:?}");
 }

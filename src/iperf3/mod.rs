@@ -122,6 +122,16 @@ impl Cookie {
         ok.then_some(Cookie(arr)).ok_or(Iperf3Error::BadCookie)
     }
 
+    /// Whether `prefix` (at least a byte) may be the start of a cookie: a
+    /// connection's first bytes tell iperf3 from netrig, whose frames
+    /// start with `NR` (`proto::MAGIC`), never a cookie's character.
+    pub fn may_start(prefix: &[u8]) -> bool {
+        let chars = &prefix[..prefix.len().min(COOKIE_LEN - 1)];
+        !prefix.is_empty()
+            && chars.iter().all(|c| matches!(c, b'a'..=b'z' | b'2'..=b'7'))
+            && prefix.get(COOKIE_LEN - 1).is_none_or(|&b| b == 0)
+    }
+
     /// The 36 characters, for logs.
     pub fn text(&self) -> &str {
         std::str::from_utf8(&self.0[..COOKIE_LEN - 1]).unwrap_or("?")

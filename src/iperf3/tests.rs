@@ -336,3 +336,19 @@ fn results_carry_the_cpu_count_in_percent_of_one_core() {
     assert_eq!(back.cpu_util_total, 40.0);
     assert_eq!(back.cpu_util_system, 25.0);
 }
+
+#[test]
+fn a_cookies_first_bytes_are_told_from_netrigs_magic() {
+    let c = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
+    for n in 1..=COOKIE_LEN {
+        assert!(Cookie::may_start(&c[..n]), "{n}");
+    }
+    assert!(Cookie::may_start(
+        b"abcdefghijklmnopqrstuvwxyz234567abcd\0more"
+    ));
+    assert!(!Cookie::may_start(b""));
+    assert!(!Cookie::may_start(&crate::proto::MAGIC));
+    assert!(!Cookie::may_start(b"abcdefghijklmnopqrstuvwxyz234567abcdX"));
+    assert!(!Cookie::may_start(b"ab1"));
+    assert!(!Cookie::may_start(b"GET / HTTP/1.1"));
+}
