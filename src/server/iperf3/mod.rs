@@ -157,44 +157,47 @@ fn accept_loop(
         }
         for ev in &events {
             match ev.token() {
-                LISTENER => loop {
-                    let Some(listener) = &listener else { break };
-                    match listener.accept() {
-                        Ok((mut stream, peer)) => {
-                            if pending.len() >= max_pending {
-                                let oldest =
-                                    pending.iter().min_by_key(|(_, p)| p.since).map(|(k, _)| *k);
-                                if let Some(k) = oldest {
-                                    pending.remove(&k);
+                LISTENER => {
+                    while let Some(listener) = &listener {
+                        match listener.accept() {
+                            Ok((mut stream, peer)) => {
+                                if pending.len() >= max_pending {
+                                    let oldest = pending
+                                        .iter()
+                                        .min_by_key(|(_, p)| p.since)
+                                        .map(|(k, _)| *k);
+                                    if let Some(k) = oldest {
+                                        pending.remove(&k);
+                                    }
+                                }
+                                let t = next;
+                                next += 1;
+                                if poll
+                                    .registry()
+                                    .register(&mut stream, Token(t), Interest::READABLE)
+                                    .is_ok()
+                                {
+                                    pending.insert(
+                                        t,
+                                        Pending {
+                                            stream,
+                                            peer,
+                                            got: Vec::with_capacity(COOKIE_LEN),
+                                            since: Instant::now(),
+                                        },
+                                    );
+                                    // Bytes may already be there: edge-triggered.
+                                    read_cookie(st, &mut poll, &mut pending, t);
                                 }
                             }
-                            let t = next;
-                            next += 1;
-                            if poll
-                                .registry()
-                                .register(&mut stream, Token(t), Interest::READABLE)
-                                .is_ok()
-                            {
-                                pending.insert(
-                                    t,
-                                    Pending {
-                                        stream,
-                                        peer,
-                                        got: Vec::with_capacity(COOKIE_LEN),
-                                        since: Instant::now(),
-                                    },
-                                );
-                                // Bytes may already be there: edge-triggered.
-                                read_cookie(st, &mut poll, &mut pending, t);
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(_) => {
+                                std::thread::sleep(super::ACCEPT_BACKOFF);
+                                break;
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            std::thread::sleep(super::ACCEPT_BACKOFF);
-                            break;
-                        }
                     }
-                },
+                }
                 Token(t) if t < first => {
                     if let Some(d) = datagrams.get(t - DATAGRAMS.0) {
                         connect_datagrams(d, &reg);
