@@ -12,6 +12,7 @@ use super::{KeyArg, Verbosity, interrupt_flag, positive_duration, rate, size};
 use netrig::server::{Limits, LogFormat, Server, ServerConfig};
 
 #[derive(Args)]
+#[group(id = "iperf3", multiple = true, args = ["iperf3_port", "iperf3_detect"])]
 pub struct ServeArgs {
     /// Address to listen on (repeatable). Default: [::] dual-stack (IPv4 and IPv6).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -72,9 +73,14 @@ pub struct ServeArgs {
     /// under the same limits. Default: off.
     #[arg(long, value_name = "PORT")]
     iperf3_port: Option<u16>,
+    /// Also serve unmodified iperf3 clients on the main port, told apart
+    /// from netrig's by their first bytes (iperf3's cookie), under the
+    /// same limits as on --iperf3-port. Default: off.
+    #[arg(long)]
+    iperf3_detect: bool,
     /// With a key set, let iperf3 clients in anyway (they cannot prove
     /// it); without this they are refused.
-    #[arg(long, requires = "iperf3_port")]
+    #[arg(long, requires = "iperf3")]
     iperf3_allow_unauthenticated: bool,
     /// Serve Prometheus/OpenMetrics metrics over HTTP at this address
     /// (path /metrics).
@@ -137,6 +143,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         key,
         iperf3_port: a.iperf3_port,
         iperf3_allow_unauthenticated: a.iperf3_allow_unauthenticated,
+        iperf3_detect: a.iperf3_detect,
         listen: a.listen,
         port: a.port,
         exit_after: a.exit_after,

@@ -122,6 +122,16 @@ impl Cookie {
         ok.then_some(Cookie(arr)).ok_or(Iperf3Error::BadCookie)
     }
 
+    /// Whether `prefix` (at least a byte) may be the start of a cookie: a
+    /// connection's first bytes tell iperf3 from netrig, whose frames
+    /// start with `NR` (`proto::MAGIC`), never a cookie's character.
+    pub fn may_start(prefix: &[u8]) -> bool {
+        let chars = &prefix[..prefix.len().min(COOKIE_LEN - 1)];
+        !prefix.is_empty()
+            && chars.iter().all(|c| matches!(c, b'a'..=b'z' | b'2'..=b'7'))
+            && prefix.get(COOKIE_LEN - 1).is_none_or(|&b| b == 0)
+    }
+
     /// The 36 characters, for logs.
     pub fn text(&self) -> &str {
         std::str::from_utf8(&self.0[..COOKIE_LEN - 1]).unwrap_or("?")
@@ -372,6 +382,17 @@ pub struct Results {
 }
 
 impl Results {
+    /// Takes the CPU figures from netrig's count over the test: user,
+    /// system and their sum over the wall time, in percent of one core, as
+    /// iperf3's `cpu_util` (`iperf_util.c`) figures them from
+    /// `getrusage(RUSAGE_SELF)`.
+    pub fn set_cpu(&mut self, u: &crate::cpu::CpuUsage) {
+        let r = u.report();
+        self.cpu_util_total = r.total_percent;
+        self.cpu_util_user = r.user_percent;
+        self.cpu_util_system = r.system_percent;
+    }
+
     /// The JSON text the server sends.
     pub fn to_json(&self) -> Vec<u8> {
         let streams: Vec<Value> = self

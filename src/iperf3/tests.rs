@@ -317,3 +317,38 @@ fn udp_loss_order_and_jitter_as_iperf3_counts_them() {
     d.on_datagram(10, at(1, 1.0), 1.0);
     assert_eq!((d.lost, d.out_of_order), (0, 1));
 }
+
+#[test]
+fn results_carry_the_cpu_count_in_percent_of_one_core() {
+    let mut r = Results::default();
+    r.set_cpu(&crate::cpu::CpuUsage {
+        wall_us: 2_000_000,
+        user_us: 300_000,
+        system_us: 500_000,
+        busiest_thread_us: 0,
+        cores: 2,
+    });
+    assert_eq!(
+        (r.cpu_util_total, r.cpu_util_user, r.cpu_util_system),
+        (40.0, 15.0, 25.0)
+    );
+    let back = Results::parse(&r.to_json()).unwrap();
+    assert_eq!(back.cpu_util_total, 40.0);
+    assert_eq!(back.cpu_util_system, 25.0);
+}
+
+#[test]
+fn a_cookies_first_bytes_are_told_from_netrigs_magic() {
+    let c = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
+    for n in 1..=COOKIE_LEN {
+        assert!(Cookie::may_start(&c[..n]), "{n}");
+    }
+    assert!(Cookie::may_start(
+        b"abcdefghijklmnopqrstuvwxyz234567abcd\0more"
+    ));
+    assert!(!Cookie::may_start(b""));
+    assert!(!Cookie::may_start(&crate::proto::MAGIC));
+    assert!(!Cookie::may_start(b"abcdefghijklmnopqrstuvwxyz234567abcdX"));
+    assert!(!Cookie::may_start(b"ab1"));
+    assert!(!Cookie::may_start(b"GET / HTTP/1.1"));
+}

@@ -68,6 +68,9 @@ pub struct ServerConfig {
     pub iperf3_port: Option<u16>,
     /// Let iperf3 clients in although a key is set: they cannot prove it.
     pub iperf3_allow_unauthenticated: bool,
+    /// Serve iperf3 clients on the main port too, told apart by their
+    /// first bytes (`--iperf3-detect`).
+    pub iperf3_detect: bool,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +87,7 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             iperf3_port: None,
             iperf3_allow_unauthenticated: false,
+            iperf3_detect: false,
         }
     }
 }
@@ -108,6 +112,8 @@ pub(crate) struct State {
     groups: groups::Groups,
     /// What `--metrics` reports.
     metrics: metrics::Metrics,
+    /// Running iperf3 tests, for their streams to find them.
+    iperf3: Arc<iperf3::Registry>,
 }
 
 /// How long the accept loop rests when the process is out of descriptors.
@@ -171,6 +177,7 @@ impl Server {
             resident: AtomicU64::new(crate::net::resident_bytes()),
             groups: groups::Groups::default(),
             metrics: metrics::Metrics::default(),
+            iperf3: Arc::default(),
         });
         // The event loops exist before anything can connect.
         let threads = crate::net::event_loops();
@@ -230,6 +237,19 @@ impl Server {
                 }
             },
         };
+        if state.cfg.iperf3_detect {
+            let addrs: Vec<SocketAddr> = listeners[..tcp_listeners]
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .collect();
+            if let Err(e) = iperf3::start_detect(&state, &addrs) {
+                state.stop.store(true, SeqCst);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("iperf3 on the main port's UDP: {e}"),
+                ));
+            }
+        }
         Ok(Server {
             listeners,
             tcp_listeners,

@@ -123,6 +123,9 @@ enum Next<'a> {
     Close,
     /// Its test runs on a worker thread, which takes the connection.
     Run(Box<Job<'a>>),
+    /// An iperf3 client's connection (`--iperf3-detect`), which sent this
+    /// cookie: the iperf3 side takes it.
+    Iperf3(crate::iperf3::Cookie),
 }
 
 enum Stage<'a> {
@@ -425,7 +428,51 @@ impl<'a> Loop<'a> {
                 self.loops.left(self.index);
                 self.spawn_worker(*slot, job);
             }
+            Next::Iperf3(cookie) => {
+                self.free.push(k);
+                self.loops.left(self.index);
+                let Slot2 {
+                    mut stream, peer, ..
+                } = *slot;
+                if !new {
+                    let _ = self.poll.registry().deregister(&mut stream);
+                }
+                // SAFETY: the descriptor was just released by the mio
+                // stream and is owned by the std stream from here on.
+                let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+                if stream.set_nonblocking(false).is_ok() {
+                    super::iperf3::route(&self.arc, stream, peer, cookie);
+                }
+            }
         }
+    }
+
+    /// A connection whose first bytes may be an iperf3 cookie
+    /// (`--iperf3-detect`): reads the rest of the cookie, as netrig's first
+    /// frame is read, within the setup deadline and in the queue of
+    /// unnamed connections. A client says nothing past its cookie until
+    /// asked (`iperf_connect`, `iperf_tcp_connect`), so more is refused.
+    fn iperf3_first(&mut self, slot: &mut Slot2<'a>) -> Next<'a> {
+        use crate::iperf3::{COOKIE_LEN, Cookie};
+        let stream = &slot.stream;
+        while slot.ahead.bytes().len() < COOKIE_LEN {
+            match slot.ahead.fill(&mut self.buf, |b| (&*stream).read(b)) {
+                Ok(0) => return Next::Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        let b = slot.ahead.bytes();
+        let why = match Cookie::parse(&b[..COOKIE_LEN]) {
+            Ok(c) if b.len() == COOKIE_LEN => return Next::Iperf3(c),
+            Ok(_) => "bytes from an iperf3 client past its cookie, before the server asked".into(),
+            Err(e) => e.to_string(),
+        };
+        let code = crate::proto::ErrorCode::Malformed;
+        super::iperf3::refuse_line(self.st, slot.peer, code, &why);
+        Next::Close
     }
 
     /// Moves `slot` until it blocks, ends, or turns out to be a control
@@ -435,6 +482,10 @@ impl<'a> Loop<'a> {
         loop {
             match &mut slot.stage {
                 Stage::First { .. } => {
+                    if st.cfg.iperf3_detect && crate::iperf3::Cookie::may_start(slot.ahead.bytes())
+                    {
+                        return self.iperf3_first(slot);
+                    }
                     let stream = &slot.stream;
                     let ahead = &mut slot.ahead;
                     let hello =
@@ -443,6 +494,13 @@ impl<'a> Loop<'a> {
                         {
                             Ok(None) => return Next::Keep,
                             Ok(Some(m)) => m,
+                            // Not netrig's magic: iperf3's cookie, maybe.
+                            Err(ReadError::Proto(_))
+                                if st.cfg.iperf3_detect
+                                    && crate::iperf3::Cookie::may_start(slot.ahead.bytes()) =>
+                            {
+                                continue;
+                            }
                             Err(ReadError::Proto(e)) => {
                                 slot.stage = refuse(st, slot.peer, &e.into());
                                 continue;

@@ -56,6 +56,7 @@ impl Registry {
 
 const LISTENER: Token = Token(0);
 const DATAGRAMS: Token = Token(1);
+/// Tokens from here are connections; below, from [`DATAGRAMS`], UDP sockets.
 const FIRST: usize = 2;
 
 /// A connection yet to send its whole cookie.
@@ -78,8 +79,24 @@ pub(super) fn start(st: &Arc<State>, port: u16) -> io::Result<SocketAddr> {
     let st = Arc::clone(st);
     std::thread::Builder::new()
         .name("iperf3-accept".into())
-        .spawn(move || accept_loop(&st, listener, datagrams))?;
+        .spawn(move || accept_loop(&st, Some(listener), vec![datagrams]))?;
     Ok(local)
+}
+
+/// `--iperf3-detect`: the main port's event loops find iperf3's TCP
+/// connections by their cookie ([`route`]); UDP tests' connect datagrams
+/// come to the main port's UDP, bound here (beside nothing: netrig's own
+/// UDP tests use ports of their own) and read on a thread of their own.
+pub(super) fn start_detect(st: &Arc<State>, addrs: &[SocketAddr]) -> io::Result<()> {
+    let socks = addrs
+        .iter()
+        .map(|a| bind_udp(*a))
+        .collect::<io::Result<Vec<_>>>()?;
+    let st = Arc::clone(st);
+    std::thread::Builder::new()
+        .name("iperf3-udp".into())
+        .spawn(move || accept_loop(&st, None, socks))?;
+    Ok(())
 }
 
 fn bind_tcp(a: SocketAddr) -> io::Result<(TcpListener, SocketAddr)> {
@@ -105,24 +122,32 @@ pub(super) fn bind_udp(a: SocketAddr) -> io::Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
-fn accept_loop(st: &Arc<State>, mut listener: TcpListener, datagrams: std::net::UdpSocket) {
-    let reg = Arc::new(Registry::default());
-    let (Ok(mut poll), mut datagrams) = (Poll::new(), UdpSocket::from_std(datagrams)) else {
+fn accept_loop(
+    st: &Arc<State>,
+    mut listener: Option<TcpListener>,
+    datagrams: Vec<std::net::UdpSocket>,
+) {
+    let reg = Arc::clone(&st.iperf3);
+    let Ok(mut poll) = Poll::new() else {
         return;
     };
-    let registered = poll
-        .registry()
-        .register(&mut listener, LISTENER, Interest::READABLE)
-        .and_then(|()| {
+    let mut datagrams: Vec<UdpSocket> = datagrams.into_iter().map(UdpSocket::from_std).collect();
+    let mut registered = listener.as_mut().map_or(Ok(()), |l| {
+        poll.registry().register(l, LISTENER, Interest::READABLE)
+    });
+    for (i, d) in datagrams.iter_mut().enumerate() {
+        registered = registered.and_then(|()| {
             poll.registry()
-                .register(&mut datagrams, DATAGRAMS, Interest::READABLE)
+                .register(d, Token(DATAGRAMS.0 + i), Interest::READABLE)
         });
+    }
     if registered.is_err() {
         return;
     }
+    let first = FIRST + datagrams.len();
     let mut events = Events::with_capacity(256);
     let mut pending: HashMap<usize, Pending> = HashMap::new();
-    let mut next = FIRST;
+    let mut next = first;
     let max_pending = st.cfg.limits.max_pending() as usize;
     while !st.stop.load(SeqCst) {
         if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100)))
@@ -132,45 +157,53 @@ fn accept_loop(st: &Arc<State>, mut listener: TcpListener, datagrams: std::net::
         }
         for ev in &events {
             match ev.token() {
-                LISTENER => loop {
-                    match listener.accept() {
-                        Ok((mut stream, peer)) => {
-                            if pending.len() >= max_pending {
-                                let oldest =
-                                    pending.iter().min_by_key(|(_, p)| p.since).map(|(k, _)| *k);
-                                if let Some(k) = oldest {
-                                    pending.remove(&k);
+                LISTENER => {
+                    while let Some(listener) = &listener {
+                        match listener.accept() {
+                            Ok((mut stream, peer)) => {
+                                if pending.len() >= max_pending {
+                                    let oldest = pending
+                                        .iter()
+                                        .min_by_key(|(_, p)| p.since)
+                                        .map(|(k, _)| *k);
+                                    if let Some(k) = oldest {
+                                        pending.remove(&k);
+                                    }
+                                }
+                                let t = next;
+                                next += 1;
+                                if poll
+                                    .registry()
+                                    .register(&mut stream, Token(t), Interest::READABLE)
+                                    .is_ok()
+                                {
+                                    pending.insert(
+                                        t,
+                                        Pending {
+                                            stream,
+                                            peer,
+                                            got: Vec::with_capacity(COOKIE_LEN),
+                                            since: Instant::now(),
+                                        },
+                                    );
+                                    // Bytes may already be there: edge-triggered.
+                                    read_cookie(st, &mut poll, &mut pending, t);
                                 }
                             }
-                            let t = next;
-                            next += 1;
-                            if poll
-                                .registry()
-                                .register(&mut stream, Token(t), Interest::READABLE)
-                                .is_ok()
-                            {
-                                pending.insert(
-                                    t,
-                                    Pending {
-                                        stream,
-                                        peer,
-                                        got: Vec::with_capacity(COOKIE_LEN),
-                                        since: Instant::now(),
-                                    },
-                                );
-                                // Bytes may already be there: edge-triggered.
-                                read_cookie(st, &reg, &mut poll, &mut pending, t);
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(_) => {
+                                std::thread::sleep(super::ACCEPT_BACKOFF);
+                                break;
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            std::thread::sleep(super::ACCEPT_BACKOFF);
-                            break;
-                        }
                     }
-                },
-                DATAGRAMS => connect_datagrams(&datagrams, &reg),
-                Token(t) => read_cookie(st, &reg, &mut poll, &mut pending, t),
+                }
+                Token(t) if t < first => {
+                    if let Some(d) = datagrams.get(t - DATAGRAMS.0) {
+                        connect_datagrams(d, &reg);
+                    }
+                }
+                Token(t) => read_cookie(st, &mut poll, &mut pending, t),
             }
         }
         let timeout = st.cfg.handshake_timeout;
@@ -198,13 +231,7 @@ fn connect_datagrams(sock: &UdpSocket, reg: &Registry) {
 
 /// Reads what is there of a pending connection's cookie; a whole one is
 /// routed to its test or starts one.
-fn read_cookie(
-    st: &Arc<State>,
-    reg: &Arc<Registry>,
-    poll: &mut Poll,
-    pending: &mut HashMap<usize, Pending>,
-    t: usize,
-) {
+fn read_cookie(st: &Arc<State>, poll: &mut Poll, pending: &mut HashMap<usize, Pending>, t: usize) {
     let Some(p) = pending.get_mut(&t) else {
         return;
     };
@@ -245,19 +272,32 @@ fn read_cookie(
             return;
         }
     };
+    route(st, stream, p.peer, cookie);
+}
+
+/// A connection that sent a whole cookie (on the iperf3 port, or on the
+/// main port with `--iperf3-detect`): the data stream of the running test
+/// it names, or a new test.
+pub(super) fn route(
+    st: &Arc<State>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+) {
+    let reg = &st.iperf3;
     let known = Registry::lock(&reg.tcp).get(&cookie).cloned();
     match known {
-        Some((ip, tx)) if ip == p.peer.ip().to_canonical() => {
+        Some((ip, tx)) if ip == peer.ip().to_canonical() => {
             let _ = tx.send(Arrival::Tcp(stream));
         }
         Some(_) => refuse(
             st,
             stream,
-            p.peer,
+            peer,
             ErrorCode::ForeignHost,
             "a stream for another host's test",
         ),
-        None => admit(st, reg, stream, p.peer, cookie),
+        None => admit(st, reg, stream, peer, cookie),
     }
 }
 
@@ -331,7 +371,7 @@ fn refuse(
 
 /// Counts the refusal under the code netrig's own clients would get for
 /// it, and logs it like theirs.
-fn refuse_line(st: &State, peer: SocketAddr, code: ErrorCode, why: &str) {
+pub(super) fn refuse_line(st: &State, peer: SocketAddr, code: ErrorCode, why: &str) {
     st.metrics.refused(code);
     if st.cfg.verbosity >= 1 {
         super::log::foreign_refusal(st.cfg.log_format, peer, code, &format!("iperf3: {why}"));

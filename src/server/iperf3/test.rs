@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 
 use super::{Arrival, Registry};
+use crate::cpu::{CpuSample, CpuUsage};
 use crate::iperf3::udp::{self, Header};
 use crate::iperf3::{
     Control, Cookie, Event, Mode, Params, Proto, Results, State as Wire, StreamResult, frame_json,
@@ -161,6 +162,7 @@ pub(super) fn run(
         }
     };
     let began = Instant::now();
+    let cpu0 = crate::net::cpu::sample();
     if ctrl
         .write_all(&[Wire::TestStart.byte(), Wire::TestRunning.byte()])
         .is_err()
@@ -168,7 +170,15 @@ pub(super) fn run(
         return;
     }
     st.metrics.started(Kind::Iperf3);
-    let outcome = run_streams(st, poll, ctrl, &mut ctl, &params, &mut streams, began);
+    let outcome = run_streams(
+        st,
+        poll,
+        ctrl,
+        &mut ctl,
+        &params,
+        &mut streams,
+        (began, &cpu0),
+    );
     st.finished.fetch_add(streams.len() as u64, SeqCst);
     let (got, sent) = totals(&streams);
     let took = began.elapsed();
@@ -384,7 +394,7 @@ fn run_streams(
     ctl: &mut Control,
     p: &Params,
     streams: &mut [Stream],
-    began: Instant,
+    (began, cpu0): (Instant, &CpuSample),
 ) -> &'static str {
     let _ = ctrl.set_nonblocking(true);
     let mut ctrl = mio::net::TcpStream::from_std(ctrl);
@@ -500,7 +510,11 @@ fn run_streams(
                         let end = ended.unwrap_or_else(Instant::now);
                         let from = if p.omit > 0 { omit_end.min(end) } else { began };
                         let secs = end.saturating_duration_since(from).as_secs_f64();
-                        let mine = results(p, streams, secs);
+                        let mut mine = results(p, streams, secs);
+                        // The whole process, as iperf3's server counts
+                        // itself: other tests' work is in it too.
+                        let now = crate::net::cpu::sample();
+                        mine.set_cpu(&CpuUsage::between(cpu0, &now));
                         let mut out = frame_json(&mine.to_json());
                         out.push(Wire::DisplayResults.byte());
                         if write_ctrl(&mut ctrl, &out).is_err() {
