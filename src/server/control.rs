@@ -31,6 +31,7 @@ use crate::conversation::{Conversation, Step};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
+use crate::rr::serve::StreamRr;
 use crate::refusal::Refusal;
 use crate::tcp::drive::Socket;
 use serde_json::json;
@@ -61,17 +62,25 @@ pub(super) enum Turn<'a> {
     Run(Box<Job<'a>>),
 }
 
-/// A UDP or request/response test admitted to run on a worker thread, and
+/// A UDP or request/response test admitted to leave the conversation, and
 /// the test slots it holds until it ends.
-pub(super) struct Job<'a> {
-    pub(super) test: Test,
+pub(super) struct Job<'a, T = Test> {
+    pub(super) test: T,
     pub(super) slots: TestSlots<'a>,
 }
 
-/// The tests that run on a worker thread.
+/// The tests that leave the conversation.
 pub(super) enum Test {
+    /// rr/ping over UDP: the session stays on the loop (`rr_udp.rs`).
+    RrUdp(RrSpec),
+    /// A test on a worker thread of its own.
+    Worker(WorkerTest),
+}
+
+/// The tests that run on a worker thread.
+pub(super) enum WorkerTest {
     Udp(Box<UdpSpec>, Option<DatagramKey>),
-    Rr(RrSpec),
+    Rr(StreamRr),
 }
 
 /// The counts a test holds: the server's tests, its address's tests (the
@@ -394,7 +403,12 @@ impl Drop for Control<'_> {
 }
 
 /// Runs a worker's test on its (blocking) connection, to its end.
-pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr, test: Test) {
+pub(super) fn run_job(
+    st: &State,
+    stream: &std::net::TcpStream,
+    peer: SocketAddr,
+    test: WorkerTest,
+) {
     let ready = stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
@@ -404,8 +418,8 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
     let kind = match &test {
-        Test::Udp(..) => Kind::Udp,
-        Test::Rr(spec) => Kind::rr(spec.proto),
+        WorkerTest::Udp(..) => Kind::Udp,
+        WorkerTest::Rr(rr) => Kind::rr(rr.spec().proto),
     };
     st.metrics.started(kind);
     let started = Instant::now();
@@ -417,12 +431,12 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
     let ran = match test {
-        Test::Udp(spec, key) => {
+        WorkerTest::Udp(spec, key) => {
             crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
         }
-        Test::Rr(spec) => {
+        WorkerTest::Rr(rr) => {
             let idle = st.cfg.idle_timeout;
-            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits)
+            crate::rr::serve::serve(stream, peer, rr, verbosity, idle, limits)
         }
     };
     let took = started.elapsed();

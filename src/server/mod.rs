@@ -502,7 +502,8 @@ fn take_test_slots<'a>(
 
 /// What became of a test request.
 enum Admission {
-    /// A UDP or request/response test, checked, to run on a worker thread.
+    /// A UDP or request/response test, checked, to leave the conversation
+    /// (for the loop or a worker thread).
     Worker(control::Test),
     /// Refused, with the reason.
     Refused(Refusal),
@@ -525,7 +526,8 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            Admission::Worker(control::Test::Udp(Box::new(spec), datagram_key))
+            let test = control::WorkerTest::Udp(Box::new(spec), datagram_key);
+            Admission::Worker(control::Test::Worker(test))
         }
         TestSpec::Rr(mut spec) => {
             if let Err(why) = crate::rr::serve::validate(&spec) {
@@ -538,7 +540,11 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            Admission::Worker(control::Test::Rr(spec))
+            // Over UDP on the loop; over TCP and SCTP on a worker.
+            Admission::Worker(match crate::rr::serve::StreamRr::new(spec) {
+                Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
+                Err(spec) => control::Test::RrUdp(spec),
+            })
         }
         TestSpec::Tcp(tcp) => {
             let spec = match validate(&tcp, &limits).and_then(|t| {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 mod ends;
 
 use super::State;
-use super::control::{Control, Job, Test, Turn, run_job};
+use super::control::{Control, Job, Test, Turn, WorkerTest, run_job};
 use super::limits::{Slot, take_slot};
 use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
@@ -122,7 +122,7 @@ enum Next<'a> {
     /// It is over.
     Close,
     /// Its test runs on a worker thread, which takes the connection.
-    Run(Box<Job<'a>>),
+    Run(Box<Job<'a, WorkerTest>>),
 }
 
 enum Stage<'a> {
@@ -629,9 +629,9 @@ impl<'a> Loop<'a> {
                         Turn::Run(job) => match *job {
                             // Answered here, on the loop, not by a worker.
                             Job {
-                                test: Test::Rr(spec),
+                                test: Test::RrUdp(spec),
                                 slots,
-                            } if spec.proto == crate::proto::RrProto::Udp => {
+                            } => {
                                 let token = Token(k | UDP_TOKEN);
                                 let reg = self.poll.registry();
                                 let peer = slot.peer;
@@ -650,7 +650,10 @@ impl<'a> Loop<'a> {
                                     Err(why) => refuse(st, peer, &why),
                                 };
                             }
-                            job => return Next::Run(Box::new(job)),
+                            Job {
+                                test: Test::Worker(test),
+                                slots,
+                            } => return Next::Run(Box::new(Job { test, slots })),
                         },
                     }
                 }
@@ -705,7 +708,7 @@ impl<'a> Loop<'a> {
     /// its own, with its test slots (which bound the workers) and its
     /// connection, counted in the open connections (and its client's) from
     /// then on.
-    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a>>) {
+    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
         let Slot2 {
             mut stream,
             peer,
