@@ -32,6 +32,7 @@ use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
 use crate::rr::serve::StreamRr;
+use crate::udp::serve::Outbound;
 use crate::refusal::Refusal;
 use crate::tcp::drive::Socket;
 use serde_json::json;
@@ -73,13 +74,17 @@ pub(super) struct Job<'a, T = Test> {
 pub(super) enum Test {
     /// rr/ping over UDP: the session stays on the loop (`rr_udp.rs`).
     RrUdp(RrSpec),
+    /// A UDP stream the client sends: received on the loop (`udp_recv.rs`).
+    UdpRecv(Box<UdpSpec>, Option<DatagramKey>),
     /// A test on a worker thread of its own.
     Worker(WorkerTest),
 }
 
 /// The tests that run on a worker thread.
 pub(super) enum WorkerTest {
-    Udp(Box<UdpSpec>, Option<DatagramKey>),
+    /// A UDP stream the server sends (`-R`).
+    UdpSend(Box<Outbound>, Option<DatagramKey>),
+    /// rr/crr over TCP, rr over SCTP.
     Rr(StreamRr),
 }
 
@@ -418,7 +423,7 @@ pub(super) fn run_job(
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
     let kind = match &test {
-        WorkerTest::Udp(..) => Kind::Udp,
+        WorkerTest::UdpSend(..) => Kind::Udp,
         WorkerTest::Rr(rr) => Kind::rr(rr.spec().proto),
     };
     st.metrics.started(kind);
@@ -431,7 +436,7 @@ pub(super) fn run_job(
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
     let ran = match test {
-        WorkerTest::Udp(spec, key) => {
+        WorkerTest::UdpSend(spec, key) => {
             crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
         }
         WorkerTest::Rr(rr) => {

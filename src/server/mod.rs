@@ -35,6 +35,7 @@ mod rr_udp;
 mod scrape;
 mod sources;
 mod tcp;
+mod udp_recv;
 
 use limits::take_slot;
 pub use limits::{GRACE, Limits};
@@ -526,8 +527,14 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            let test = control::WorkerTest::Udp(Box::new(spec), datagram_key);
-            Admission::Worker(control::Test::Worker(test))
+            // Received on the loop; sent (-R) by a worker.
+            Admission::Worker(match crate::udp::serve::Outbound::new(spec) {
+                Ok(out) => {
+                    let test = control::WorkerTest::UdpSend(Box::new(out), datagram_key);
+                    control::Test::Worker(test)
+                }
+                Err(spec) => control::Test::UdpRecv(Box::new(spec), datagram_key),
+            })
         }
         TestSpec::Rr(mut spec) => {
             if let Err(why) = crate::rr::serve::validate(&spec) {

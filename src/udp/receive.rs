@@ -2,77 +2,20 @@
 //! waiting, each with the kernel's receive timestamp, handed to the tracker
 //! and to a sink for intervals and per-datagram rows.
 
-use serde::Serialize;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, verify_payload};
-use super::mmsg::{BATCH, Mmsg};
-use super::track::{Arrival, ReceiverStats, UdpInterval};
+pub(crate) use super::mmsg::BATCH;
+use super::mmsg::Mmsg;
+use super::reception::Reception;
+use super::track::ReceiverStats;
 use crate::net::nothing_yet;
 use crate::net::realtime_ns;
 
-/// One received datagram, for the jitter (per-datagram) file.
-#[derive(Debug, Clone, Serialize)]
-pub struct PacketRow {
-    /// Sequence number.
-    pub seq: u64,
-    /// Sender's timestamp, ns (sender's clock).
-    pub send_ns: u64,
-    /// Receiver's timestamp, ns (receiver's clock).
-    pub recv_ns: u64,
-    /// Estimated time in flight, µs (after clock correction).
-    pub flight_us: f64,
-    /// What the arrival was: new, reordered, duplicate.
-    pub arrival: &'static str,
-    /// Payload failed verification.
-    pub corrupt: bool,
-}
-
-/// Where a receiver's output goes.
-pub trait ReceiverSink {
-    /// An interval ended.
-    fn interval(&mut self, iv: UdpInterval);
-    /// A datagram arrived (for the per-datagram file).
-    fn packet(&mut self, _row: &PacketRow) {}
-    /// A burst ended.
-    fn burst(&mut self, _b: super::track::BurstReport) {}
-}
-
-/// What the receiver needs.
-#[derive(Debug, Clone)]
-pub struct ReceiverConfig {
-    /// Only datagrams of this stream count.
-    pub stream: u32,
-    /// Largest datagram expected.
-    pub max_size: usize,
-    /// Subtracted from receive−send to get one-way delay (receiver clock − sender clock), ns.
-    pub offset_ns: i64,
-    /// Added to every delay (known compensation), ns.
-    pub comp_ns: i64,
-    /// Status interval.
-    pub interval: Duration,
-    /// Media mode: frames later than their playout deadline count as late.
-    pub media: Option<MediaPlan>,
-    /// Verify payloads.
-    pub verify: bool,
-    /// Bursts: (datagrams per burst, period ns).
-    pub burst: Option<(u64, u64)>,
-    /// Accept only datagrams tagged with this session key.
-    pub tag_key: Option<crate::auth::DatagramKey>,
-}
-
-/// A media stream's timing and shape, for playout deadlines and frames.
-#[derive(Debug, Clone, Copy)]
-pub struct MediaPlan {
-    /// Time between frames, ns.
-    pub frame_ns: u64,
-    /// Playout buffer, ns.
-    pub depth_ns: u64,
-}
+pub use super::reception::{MediaPlan, PacketRow, ReceiverConfig, ReceiverSink};
 
 /// When a receiver stops, and the time base its intervals use.
 #[derive(Clone, Copy)]
@@ -85,121 +28,51 @@ pub struct Until<'a> {
     pub start: Instant,
 }
 
-/// Receives until `until` says stop. Calls `on_interval` every interval and
-/// `on_packet` for every datagram.
+/// Receives until `until` says stop, handing every datagram and every
+/// interval to the one receiving core ([`Reception`]), and returns the
+/// accounts with how receiving ended.
 pub fn run_receiver(
     sock: &UdpSocket,
     cfg: &ReceiverConfig,
-    stats: &mut ReceiverStats,
+    stats: ReceiverStats,
     until: Until<'_>,
     sink: &mut dyn ReceiverSink,
-) -> io::Result<()> {
-    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let size = cfg.max_size.max(HEADER_LEN) + 1;
+) -> (ReceiverStats, io::Result<()>) {
+    if let Err(e) = sock.set_read_timeout(Some(Duration::from_millis(20))) {
+        return (stats, Err(e));
+    }
+    let size = cfg.slot();
     let mut buf = vec![0u8; size * BATCH];
     let Until {
         stop,
         deadline_ns,
         start,
     } = until;
-    let mut next_tick = cfg.interval;
-    let mut media_first: Option<(u64, i64)> = None;
     let mut control = vec![[0u8; CMSG_SPACE]; BATCH];
     enable_rx_timestamps(sock);
     enable_rx_tos(sock);
-    let mut bursts = cfg
-        .burst
-        .map(|(n, period)| super::track::BurstTracker::new(n, period as f64 / 1e9));
-    let mut late_count = 0u64;
+    let mut r = Reception::new(cfg.clone(), stats);
+    let mut lens = Vec::with_capacity(BATCH);
     loop {
         let el = start.elapsed();
-        if el >= next_tick {
-            let mut iv = stats.take_interval(next_tick.as_secs_f64());
-            iv.late = std::mem::take(&mut late_count);
-            sink.interval(iv);
-            next_tick += cfg.interval;
-        }
+        r.on_time(el, sink);
         let dl = deadline_ns.load(SeqCst);
         if stop.load(SeqCst) || (dl > 0 && el.as_nanos() as u64 >= dl) {
-            if let Some(b) = bursts.as_mut().and_then(|b| b.finish()) {
-                sink.burst(b);
-            }
-            let mut iv = stats.take_interval(el.as_secs_f64());
-            iv.late = late_count;
-            sink.interval(iv);
-            return Ok(());
+            r.finish(el, sink);
+            return (r.into_stats(), Ok(()));
         }
-        let lens = match recv_batch(sock, &mut buf, size, &mut control) {
-            Ok(l) => l,
+        match recv_batch(sock, &mut buf, size, &mut control, &mut lens) {
+            Ok(()) => {}
             Err(e) if nothing_yet(&e) => continue,
             // ICMP errors from an earlier send on this socket are not fatal for a receiver.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return Err(e),
+            Err(e) => return (r.into_stats(), Err(e)),
         };
         let batch_ns = realtime_ns();
         let batch_mono = start.elapsed().as_nanos() as u64;
-        for (k, &(len, Ancillary { stamp, tos })) in lens.iter().enumerate() {
-            // The kernel's receive time where available (exact per datagram, even
-            // when a batch arrives at once), otherwise the batch's user-space time.
-            let recv_ns = stamp.unwrap_or(batch_ns);
-            // Receiver-relative time of this datagram, ns; signed, as a datagram
-            // may carry a kernel stamp from just before the receiver started.
-            let mono = batch_mono as i64 - (batch_ns as i64 - recv_ns as i64);
-            let d = &buf[k * size..k * size + len];
-            let Ok(h) = Header::read(d) else {
-                stats.on_invalid(len);
-                continue;
-            };
-            if h.stream != cfg.stream || h.flags & FLAG_HANDSHAKE != 0 {
-                continue;
-            }
-            let mut payload = &d[HEADER_LEN..];
-            if let Some(k) = &cfg.tag_key {
-                // Nothing of an unauthenticated datagram is trusted, not even its sequence.
-                if !crate::auth::datagram_is_authentic(k, d) {
-                    stats.on_invalid(len);
-                    continue;
-                }
-                payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
-            }
-            if let Some(tos) = tos {
-                stats.on_tos(h.seq, tos);
-            }
-            let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
-            let transit = recv_ns as i64 - h.send_ns as i64;
-            let delay = transit - cfg.offset_ns + cfg.comp_ns;
-            let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);
-            if let Some(m) = cfg.media {
-                // A frame's deadline: its slot after the first frame seen,
-                // plus the playout buffer.
-                let frame = stats.frame_of(h.seq).unwrap_or(h.seq);
-                let (f0, t0) = *media_first.get_or_insert((frame, mono));
-                let slot = frame.saturating_sub(f0).saturating_mul(m.frame_ns);
-                let deadline = t0.saturating_add(slot.saturating_add(m.depth_ns) as i64);
-                let late = arrival != Arrival::Duplicate && mono > deadline;
-                if late {
-                    late_count += 1;
-                    stats.on_late(h.seq);
-                }
-                stats.on_frame(h.seq, arrival, corrupt, late);
-            }
-            if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)
-                && let Some(done) = b.on_datagram(h.seq, len, mono as f64 / 1e9, h.send_ns, recv_ns)
-            {
-                sink.burst(done);
-            }
-            sink.packet(&PacketRow {
-                seq: h.seq,
-                send_ns: h.send_ns,
-                recv_ns,
-                flight_us: delay as f64 / 1e3,
-                arrival: match arrival {
-                    Arrival::New { .. } => "new",
-                    Arrival::Reordered => "reordered",
-                    Arrival::Duplicate => "duplicate",
-                },
-                corrupt,
-            });
+        for (k, &(len, a)) in lens.iter().enumerate() {
+            let (recv_ns, mono) = a.times(batch_ns, batch_mono);
+            r.on_datagram(&buf[k * size..k * size + len], recv_ns, mono, a.tos, sink);
         }
     }
 }
@@ -250,7 +123,7 @@ pub fn recv_from_stamped(
 
 /// Space for one message's ancillary data: a `timespec` and a TOS byte or
 /// traffic class, each in a `cmsghdr`.
-const CMSG_SPACE: usize = 96;
+pub(crate) const CMSG_SPACE: usize = 96;
 
 /// Asks the kernel to stamp every received datagram (SO_TIMESTAMPNS).
 pub fn enable_rx_timestamps(sock: &UdpSocket) -> bool {
@@ -275,6 +148,18 @@ pub struct Ancillary {
     pub stamp: Option<u64>,
     /// TOS byte or traffic class.
     pub tos: Option<u8>,
+}
+
+impl Ancillary {
+    /// The datagram's receive time (the kernel's where it stamped it,
+    /// exact per datagram even when a batch arrives at once; otherwise the
+    /// batch's user-space time `batch_ns`) and, from the batch's time
+    /// `batch_mono` ns after time zero, its own time after time zero
+    /// (signed: a kernel stamp may be from just before time zero).
+    pub fn times(&self, batch_ns: u64, batch_mono: u64) -> (u64, i64) {
+        let recv_ns = self.stamp.unwrap_or(batch_ns);
+        (recv_ns, batch_mono as i64 - (batch_ns as i64 - recv_ns as i64))
+    }
 }
 
 /// The receive time and TOS byte carried in a message's ancillary data.
@@ -305,15 +190,22 @@ fn ancillary(hdr: &libc::msghdr) -> Ancillary {
     a
 }
 
-/// Receives up to [`BATCH`] datagrams into `size`-byte slots of `buf`; returns
-/// their lengths and what the kernel said of each (receive time, TOS).
-fn recv_batch(
-    sock: &UdpSocket,
+/// Receives up to [`BATCH`] datagrams (as many as `buf` has `size`-byte
+/// slots for) without waiting for more than the first; `out` gets their
+/// lengths and what the kernel said of each (receive time, TOS).
+pub(crate) fn recv_batch(
+    sock: &impl AsRawFd,
     buf: &mut [u8],
     size: usize,
     control: &mut [[u8; CMSG_SPACE]],
-) -> io::Result<Vec<(usize, Ancillary)>> {
-    let mut m = Mmsg::new(buf, size, BATCH);
+    out: &mut Vec<(usize, Ancillary)>,
+) -> io::Result<()> {
+    out.clear();
+    let n = (buf.len() / size.max(1)).min(BATCH).min(control.len());
+    if n == 0 {
+        return Ok(());
+    }
+    let mut m = Mmsg::new(buf, size, n);
     for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
         msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
         msg.msg_hdr.msg_controllen = CMSG_SPACE as _;
@@ -321,7 +213,8 @@ fn recv_batch(
     // SAFETY: each header's single iovec points at a distinct `size`-byte slot of
     // `buf`, and its control buffer at a distinct CMSG_SPACE-byte slot of `control`,
     // both outliving the call; the kernel writes within those bounds and fills
-    // `msg_len`/`msg_controllen`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO) for the first only.
+    // `msg_len`/`msg_controllen`. MSG_WAITFORONE blocks (up to SO_RCVTIMEO, and not
+    // at all on a non-blocking socket) for the first only.
     let r = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
@@ -335,8 +228,10 @@ fn recv_batch(
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(m.msgs[..r as usize]
-        .iter()
-        .map(|m| ((m.msg_len as usize).min(size), ancillary(&m.msg_hdr)))
-        .collect())
+    out.extend(
+        m.msgs[..r as usize]
+            .iter()
+            .map(|m| ((m.msg_len as usize).min(size), ancillary(&m.msg_hdr))),
+    );
+    Ok(())
 }

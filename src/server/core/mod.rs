@@ -30,6 +30,7 @@ use super::State;
 use super::control::{Control, Job, Test, Turn, WorkerTest, run_job};
 use super::limits::{Slot, take_slot};
 use super::rr_udp::{self, RrUdp};
+use super::udp_recv::UdpRecv;
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
 use crate::net::ahead::ReadAhead;
@@ -132,6 +133,8 @@ enum Stage<'a> {
     Control(Box<Control<'a>>),
     /// An rr/ping session over UDP: its control connection and its socket.
     RrUdp(Box<RrUdp<'a>>),
+    /// A UDP stream the client sends: its control connection and its socket.
+    UdpRecv(Box<UdpRecv<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -651,10 +654,50 @@ impl<'a> Loop<'a> {
                                 };
                             }
                             Job {
+                                test: Test::UdpRecv(spec, key),
+                                slots,
+                            } => {
+                                let token = Token(k | UDP_TOKEN);
+                                let reg = self.poll.registry();
+                                let peer = slot.peer;
+                                let s = UdpRecv::start(
+                                    st,
+                                    peer,
+                                    &slot.stream,
+                                    (&spec, key),
+                                    slots,
+                                    reg,
+                                    token,
+                                    now,
+                                );
+                                slot.stage = match s {
+                                    Ok(s) => Stage::UdpRecv(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            Job {
                                 test: Test::Worker(test),
                                 slots,
                             } => return Next::Run(Box::new(Job { test, slots })),
                         },
+                    }
+                }
+                Stage::UdpRecv(s) => {
+                    let now = Instant::now();
+                    match s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
+                        rr_udp::Turn::Wait(at) => {
+                            if let Some(at) = at {
+                                self.timers.push(at, k);
+                            }
+                            return Next::Keep;
+                        }
+                        rr_udp::Turn::Again => {
+                            self.again(k);
+                            return Next::Keep;
+                        }
+                        // Dropping the session gives its slots back.
+                        rr_udp::Turn::Last(out) => slot.stage = Stage::Refuse(out),
+                        rr_udp::Turn::Gone => return Next::Close,
                     }
                 }
                 Stage::RrUdp(s) => {
