@@ -38,10 +38,11 @@ pub(super) const BUDGET: usize = 64;
 /// Control frames queued to a client that does not read them, past which
 /// its messages are not read either.
 const OUT_HIGH: usize = 64 * 1024;
-/// Control frames queued to a client that does not read them at all (its
-/// intervals pile up), past which it is taken as gone: above the largest
-/// totals (a full histogram travels in a few frames of at most 1 MiB).
-const OUT_MAX: usize = 8 << 20;
+/// Control frames queued, while the stream runs, to a client that does
+/// not read them at all (its intervals and bursts pile up), past which it
+/// is taken as gone: a thousand intervals or more. The totals, which may
+/// be larger (a wide histogram), are queued once and not held to it.
+const OUT_MAX: usize = 1 << 20;
 
 /// One receiving UDP stream on a loop.
 pub(super) struct UdpRecv<'a> {
@@ -199,7 +200,9 @@ impl<'a> UdpRecv<'a> {
                     Action::Close => return Turn::Last(self.take_out()),
                 }
             }
-            if self.out.flush(stream).is_err() || self.out.pending() > OUT_MAX {
+            if self.out.flush(stream).is_err()
+                || (self.m.is_running() && self.out.pending() > OUT_MAX)
+            {
                 return Turn::Gone;
             }
             if self.m.deadline().is_some_and(|d| now >= d) {
