@@ -1,10 +1,11 @@
 //! A control connection on the server's event loops: the [`Conversation`]
 //! machine fed from the connection's read-ahead and driven by its own
 //! deadline timer, without a thread. A connection costs a thread only once
-//! its test is admitted — a UDP stream or a TCP/SCTP request/response test
-//! runs on a worker thread of its own, and those are bounded by
-//! `--max-tests`, as every worker holds a test slot; rr/ping over UDP stays
-//! on the loop (`rr_udp.rs`) — so no number of greetings, proofs or idle
+//! its test is admitted — a UDP stream the server sends or a TCP/SCTP
+//! request/response test runs on a worker thread of its own, and those are
+//! bounded by `--max-tests`, as every worker holds a test slot; rr/ping
+//! over UDP and a UDP stream the server receives stay on the loop
+//! (`rr_udp.rs`, `udp_recv.rs`) — so no number of greetings, proofs or idle
 //! control connections can make the server start threads.
 //!
 //! A TCP test's control connection stays here for the whole test: it waits
@@ -59,7 +60,7 @@ pub(super) enum Turn<'a> {
     /// The connection failed or the client left.
     Gone,
     /// The test runs on a worker thread, which takes the connection (rr
-    /// over UDP: on the loop, which keeps it).
+    /// over UDP and a received UDP stream: on the loop, which keeps it).
     Run(Box<Job<'a>>),
 }
 

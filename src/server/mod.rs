@@ -448,8 +448,8 @@ fn max_streams_per_client(limits: &Limits) -> u32 {
 }
 
 /// Takes the slots `test` needs, or names the limit reached: one of the
-/// server's `--max-tests` for every test and every UDP stream (each runs on
-/// a worker thread of its own); one of its address's
+/// server's `--max-tests` for every test and every UDP stream (a sent one
+/// runs on a worker thread of its own); one of its address's
 /// `--max-tests-per-client` for a test, or for a UDP group as a whole (as
 /// iperf3 counts one test however many streams it has); and for UDP, one of
 /// its address's [`max_streams_per_client`].

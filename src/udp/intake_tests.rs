@@ -47,7 +47,11 @@ fn config() -> ReceiverConfig {
 }
 
 fn intake(t0: Instant) -> Intake {
-    Intake::new(terms(), config(), ReceiverStats::new(1000, 100), t0)
+    intake_with(config(), t0)
+}
+
+fn intake_with(cfg: ReceiverConfig, t0: Instant) -> Intake {
+    Intake::new(terms(), cfg, ReceiverStats::new(1000, 100), t0)
 }
 
 /// The client's datagram `seq`, sent at `send_ns`: header and pattern.
@@ -142,7 +146,11 @@ fn done(packets: u64) -> Message {
 
 /// A session through its setup to the start of the stream at `t0`.
 fn started(t0: Instant) -> (Intake, Said) {
-    let mut a = intake(t0);
+    started_with(config(), t0)
+}
+
+fn started_with(cfg: ReceiverConfig, t0: Instant) -> (Intake, Said) {
+    let mut a = intake_with(cfg, t0);
     let mut s = Said::default();
     drain(&mut a, &mut s);
     assert!(
@@ -469,6 +477,108 @@ fn unexpected_and_malformed_messages_are_refused() {
     a.on_closed();
     a.on_message(Message::Goodbye, t0, 1);
     assert!(!a.has_actions());
+}
+
+#[test]
+fn bursts_are_reported_as_the_next_begins_and_the_last_at_the_end() {
+    let t0 = Instant::now();
+    let mut cfg = config();
+    cfg.burst = Some((4, 100_000_000));
+    let (mut a, mut s) = started_with(cfg, t0);
+    let bursts = |s: &Said| {
+        let f = |m: &Message| match m {
+            Message::UdpBurst(b) => Some(b.clone()),
+            _ => None,
+        };
+        s.sent.iter().filter_map(f).collect::<Vec<_>>()
+    };
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    for (seq, t) in [(0, 0), (1, 1), (2, 2), (3, 3)] {
+        a.on_datagram(&datagram(seq, 0), client(), at(ms(t), 1_000_000));
+    }
+    // A duplicate is no burst's datagram.
+    a.on_datagram(&datagram(3, 0), client(), at(ms(3), 1_000_000));
+    drain(&mut a, &mut s);
+    assert!(bursts(&s).is_empty(), "a burst ends when the next begins");
+    for (seq, t) in [(4, 100), (6, 102), (7, 103)] {
+        a.on_datagram(&datagram(seq, 0), client(), at(ms(t), 1_000_000));
+    }
+    drain(&mut a, &mut s);
+    let b = bursts(&s);
+    assert_eq!(b.len(), 1);
+    assert_eq!((b[0].index, b[0].datagrams, b[0].lost), (0, 4, 0));
+    assert_eq!(b[0].bytes, 4 * (HEADER_LEN + PAYLOAD) as u64);
+    assert!((b[0].transfer_ms - 3.0).abs() < 1e-6, "{}", b[0].transfer_ms);
+    a.on_message(Message::Goodbye, ms(200), 1);
+    drain(&mut a, &mut s);
+    let b = bursts(&s);
+    assert_eq!(b.len(), 2, "the last one at the end");
+    assert_eq!((b[1].index, b[1].datagrams, b[1].lost), (1, 3, 1));
+    let last_burst = s.sent.iter().rposition(|m| matches!(m, Message::UdpBurst(_)));
+    let result = s.sent.iter().position(|m| matches!(m, Message::UdpResult(_)));
+    assert!(last_burst < result, "before the totals");
+}
+
+#[test]
+fn media_frames_after_their_playout_deadline_are_late() {
+    let t0 = Instant::now();
+    let mut cfg = config();
+    cfg.media = Some(crate::udp::reception::MediaPlan {
+        frame_ns: 10_000_000,
+        depth_ns: 20_000_000,
+    });
+    let (mut a, mut s) = started_with(cfg, t0);
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    // Frame 0 at 5 ms sets the clock: frame k is due by 5 + 10k + 20 ms.
+    for (seq, t) in [(0, 5), (1, 35), (2, 46), (3, 55)] {
+        a.on_datagram(&datagram(seq, 0), client(), at(ms(t), 1));
+    }
+    // A duplicate of a late frame is not late again.
+    a.on_datagram(&datagram(2, 0), client(), at(ms(90), 1));
+    a.on_message(Message::Goodbye, ms(100), 1);
+    drain(&mut a, &mut s);
+    assert_eq!(s.totals()[0].late, 1, "frame 2 only (46 > 45 ms)");
+    assert_eq!(s.intervals().last().map(|iv| iv.late), Some(1));
+}
+
+#[test]
+fn with_a_key_only_tagged_datagrams_count() {
+    let t0 = Instant::now();
+    let key: crate::auth::DatagramKey = [7; 32];
+    let mut cfg = config();
+    cfg.tag_key = Some(key);
+    let (mut a, mut s) = started_with(cfg, t0);
+    let mut signed = datagram(0, 0);
+    crate::auth::sign_datagram(&key, &mut signed);
+    a.on_datagram(&signed, client(), at(t0, 1));
+    let mut forged = datagram(1, 0);
+    crate::auth::sign_datagram(&[8; 32], &mut forged);
+    a.on_datagram(&forged, client(), at(t0, 1));
+    a.on_message(Message::Goodbye, t0, 1);
+    drain(&mut a, &mut s);
+    let t = s.totals()[0];
+    assert_eq!((t.packets, t.unique, t.corrupt), (2, 1, 1));
+}
+
+#[test]
+fn the_kernels_receive_time_and_marking_are_what_count() {
+    let t0 = Instant::now();
+    let (mut a, mut s) = started(t0);
+    // Read in one batch 3 ms after the kernel stamped it.
+    let arrived = Arrived {
+        now: t0 + Duration::from_millis(10),
+        batch_ns: 5_000_000,
+        recv_ns: 2_000_000,
+        tos: Some(0x01),
+    };
+    a.on_datagram(&datagram(0, 1_000_000), client(), arrived);
+    a.on_message(Message::Goodbye, t0 + Duration::from_millis(20), 1);
+    drain(&mut a, &mut s);
+    let t = s.totals()[0];
+    assert_eq!(t.delay_min_us, Some(1000.0));
+    let marking = t.marking.as_ref().expect("a marking seen");
+    // Sent Not-ECT, arrived ECT(1): set on the way.
+    assert_eq!((marking.sent_tos, marking.ecn_other), (0, 1));
 }
 
 /// One step of a client's session, for leaving after any of them.

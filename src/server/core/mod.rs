@@ -2,10 +2,11 @@
 //! core): every accepted connection is handed to one of them, which reads
 //! its first frame without a thread of its own, so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) runs its conversation here too (`control.rs`), and
-//! an rr/ping session over UDP its whole session (`rr_udp.rs`); only an
-//! admitted UDP stream or TCP/SCTP request/response test moves to a worker
-//! thread, which holds a test slot. A data connection stays on the loop for its whole life
+//! connection (a hello) runs its conversation here too (`control.rs`), an
+//! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
+//! UDP stream the server receives (`udp_recv.rs`); only an admitted UDP
+//! stream the server sends or a TCP/SCTP request/response test moves to a
+//! worker thread, which holds a test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
@@ -49,8 +50,8 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
-/// Set in the token of a slot's UDP socket (an rr/ping session's): the
-/// slot is the token without it.
+/// Set in the token of a slot's UDP socket (an rr/ping session's or a
+/// received stream's): the slot is the token without it.
 const UDP_TOKEN: usize = 1 << (usize::BITS - 2);
 
 /// Longest a refused connection stays open after its error frame: long
