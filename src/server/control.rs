@@ -32,10 +32,10 @@ use crate::conversation::{Conversation, Step};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
-use crate::rr::serve::StreamRr;
-use crate::udp::serve::Outbound;
 use crate::refusal::Refusal;
+use crate::rr::serve::StreamRr;
 use crate::tcp::drive::Socket;
+use crate::udp::serve::Outbound;
 use serde_json::json;
 
 /// Answers queued to a client that does not read them, past which the

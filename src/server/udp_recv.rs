@@ -185,10 +185,7 @@ impl<'a> UdpRecv<'a> {
                     Action::Started => self.cpu_start = Some(crate::net::cpu::sample()),
                     Action::Summary(mut sum) => {
                         let end = crate::net::cpu::sample();
-                        sum.cpu = self
-                            .cpu_start
-                            .as_ref()
-                            .map(|a| CpuUsage::between(a, &end));
+                        sum.cpu = self.cpu_start.as_ref().map(|a| CpuUsage::between(a, &end));
                         self.out.push(&encode(&Message::Summary(*sum)));
                     }
                     Action::Refuse(why) => {

@@ -125,7 +125,8 @@ impl ReceiverSink for Queue<'_> {
             .push_back(Action::Send(Box::new(Message::UdpInterval(iv))));
     }
     fn burst(&mut self, b: BurstReport) {
-        self.0.push_back(Action::Send(Box::new(Message::UdpBurst(b))));
+        self.0
+            .push_back(Action::Send(Box::new(Message::UdpBurst(b))));
     }
 }
 
@@ -222,7 +223,10 @@ impl Intake {
             Phase::Running(..) if now >= self.ends => self.duration_reached(),
             Phase::Running(_, epoch) => {
                 if let Some(rx) = self.rx.as_mut() {
-                    rx.on_time(now.saturating_duration_since(epoch), &mut Queue(&mut self.actions));
+                    rx.on_time(
+                        now.saturating_duration_since(epoch),
+                        &mut Queue(&mut self.actions),
+                    );
                 }
                 if self.drain_until.is_some_and(|d| now >= d) {
                     self.report(now);
@@ -263,7 +267,10 @@ impl Intake {
         let Some(mut rx) = self.rx.take() else {
             return;
         };
-        rx.finish(now.saturating_duration_since(epoch), &mut Queue(&mut self.actions));
+        rx.finish(
+            now.saturating_duration_since(epoch),
+            &mut Queue(&mut self.actions),
+        );
         let totals = rx.into_stats().totals(self.sent);
         for m in udp_result_frames(totals) {
             self.actions.push_back(Action::Send(Box::new(m)));
@@ -327,7 +334,10 @@ impl Intake {
             }
             (_, Message::UdpDone(rep)) => {
                 self.sent = Some(rep.packets);
-                if matches!(self.phase, Phase::Running(..) | Phase::Setup | Phase::Proven(_)) {
+                if matches!(
+                    self.phase,
+                    Phase::Running(..) | Phase::Setup | Phase::Proven(_)
+                ) {
                     self.drain_until = Some(now + self.t.drain);
                 }
             }

@@ -206,14 +206,22 @@ fn a_clean_stream_is_counted_then_reported_and_summarised() {
     for seq in 0..10u64 {
         let now = t0 + Duration::from_millis(10 * seq);
         // 2 ms in flight on the server's clock.
-        a.on_datagram(&datagram(seq, 1_000 + seq), client(), at(now, 2_001_000 + seq));
+        a.on_datagram(
+            &datagram(seq, 1_000 + seq),
+            client(),
+            at(now, 2_001_000 + seq),
+        );
     }
     drain(&mut a, &mut s);
     assert!(s.totals().is_empty(), "nothing reported before the account");
     let t = t0 + Duration::from_millis(200);
     a.on_message(done(10), t, 7);
     drain(&mut a, &mut s);
-    assert_eq!(a.deadline(), Some(t + Duration::from_millis(500)), "the drain");
+    assert_eq!(
+        a.deadline(),
+        Some(t + Duration::from_millis(500)),
+        "the drain"
+    );
     // Still counted while draining.
     a.on_timeout(t + Duration::from_millis(499));
     drain(&mut a, &mut s);
@@ -234,7 +242,11 @@ fn a_clean_stream_is_counted_then_reported_and_summarised() {
     // The last (partial) interval goes out just before the totals, at 0.7 s.
     let ivs = s.intervals();
     assert_eq!(ivs.len(), 1);
-    assert!((ivs[0].time_slice - 0.7).abs() < 1e-9, "{}", ivs[0].time_slice);
+    assert!(
+        (ivs[0].time_slice - 0.7).abs() < 1e-9,
+        "{}",
+        ivs[0].time_slice
+    );
     assert_eq!(ivs[0].packets, 10);
     assert!(matches!(s.sent.last(), Some(Message::UdpResult(_))));
     assert!(s.summary.is_none() && !s.closed);
@@ -508,14 +520,24 @@ fn bursts_are_reported_as_the_next_begins_and_the_last_at_the_end() {
     assert_eq!(b.len(), 1);
     assert_eq!((b[0].index, b[0].datagrams, b[0].lost), (0, 4, 0));
     assert_eq!(b[0].bytes, 4 * (HEADER_LEN + PAYLOAD) as u64);
-    assert!((b[0].transfer_ms - 3.0).abs() < 1e-6, "{}", b[0].transfer_ms);
+    assert!(
+        (b[0].transfer_ms - 3.0).abs() < 1e-6,
+        "{}",
+        b[0].transfer_ms
+    );
     a.on_message(Message::Goodbye, ms(200), 1);
     drain(&mut a, &mut s);
     let b = bursts(&s);
     assert_eq!(b.len(), 2, "the last one at the end");
     assert_eq!((b[1].index, b[1].datagrams, b[1].lost), (1, 3, 1));
-    let last_burst = s.sent.iter().rposition(|m| matches!(m, Message::UdpBurst(_)));
-    let result = s.sent.iter().position(|m| matches!(m, Message::UdpResult(_)));
+    let last_burst = s
+        .sent
+        .iter()
+        .rposition(|m| matches!(m, Message::UdpBurst(_)));
+    let result = s
+        .sent
+        .iter()
+        .position(|m| matches!(m, Message::UdpResult(_)));
     assert!(last_burst < result, "before the totals");
 }
 

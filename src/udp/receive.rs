@@ -158,7 +158,10 @@ impl Ancillary {
     /// (signed: a kernel stamp may be from just before time zero).
     pub fn times(&self, batch_ns: u64, batch_mono: u64) -> (u64, i64) {
         let recv_ns = self.stamp.unwrap_or(batch_ns);
-        (recv_ns, batch_mono as i64 - (batch_ns as i64 - recv_ns as i64))
+        (
+            recv_ns,
+            batch_mono as i64 - (batch_ns as i64 - recv_ns as i64),
+        )
     }
 }
 
