@@ -84,7 +84,7 @@ pub(super) enum Test {
 /// The tests that run on a worker thread.
 pub(super) enum WorkerTest {
     /// A UDP stream the server sends (`-R`).
-    UdpSend(Box<Outbound>, Option<DatagramKey>),
+    UdpSend(Outbound, Option<DatagramKey>),
     /// rr/crr over TCP, rr over SCTP.
     Rr(StreamRr),
 }
@@ -438,7 +438,7 @@ pub(super) fn run_job(
     }
     let ran = match test {
         WorkerTest::UdpSend(spec, key) => {
-            crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
+            crate::udp::serve::serve(stream, peer, spec, verbosity, limits, key)
         }
         WorkerTest::Rr(rr) => {
             let idle = st.cfg.idle_timeout;

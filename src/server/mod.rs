@@ -528,12 +528,9 @@ fn admit_test(
                 return Admission::Refused(why);
             }
             // Received on the loop; sent (-R) by a worker.
-            Admission::Worker(match crate::udp::serve::Outbound::new(spec) {
-                Ok(out) => {
-                    let test = control::WorkerTest::UdpSend(Box::new(out), datagram_key);
-                    control::Test::Worker(test)
-                }
-                Err(spec) => control::Test::UdpRecv(Box::new(spec), datagram_key),
+            Admission::Worker(match crate::udp::serve::Outbound::new(Box::new(spec)) {
+                Ok(out) => control::Test::Worker(control::WorkerTest::UdpSend(out, datagram_key)),
+                Err(spec) => control::Test::UdpRecv(spec, datagram_key),
             })
         }
         TestSpec::Rr(mut spec) => {

@@ -351,8 +351,7 @@ impl Intake {
             (_, Message::Goodbye) => {
                 self.report(now);
                 self.phase = Phase::Over;
-                self.actions
-                    .push_back(Action::Summary(Box::new(SessionSummary::default())));
+                self.actions.push_back(Action::Summary(Box::default()));
                 self.actions.push_back(Action::Close);
             }
             (_, other) => self.refuse(Refusal::Unexpected {

@@ -456,10 +456,12 @@ pub fn session(
                     ctx.stop.store(true, SeqCst);
                     let _ = h.join();
                 }
-                let mut sum = crate::proto::SessionSummary::default();
-                sum.cpu = cpu_start
-                    .as_ref()
-                    .map(|a| crate::cpu::CpuUsage::between(a, &cpu_end));
+                let sum = crate::proto::SessionSummary {
+                    cpu: cpu_start
+                        .as_ref()
+                        .map(|a| crate::cpu::CpuUsage::between(a, &cpu_end)),
+                    ..Default::default()
+                };
                 send(&writer, &Message::Summary(sum));
                 break Ok(());
             }
@@ -487,11 +489,11 @@ pub fn session(
 /// only by [`Outbound::new`], so a stream the server receives (on its
 /// loops, `udp::intake`) cannot reach a worker's [`serve`].
 #[derive(Debug, Clone)]
-pub struct Outbound(UdpSpec);
+pub struct Outbound(Box<UdpSpec>);
 
 impl Outbound {
     /// The spec, if the server sends its stream; any other comes back.
-    pub fn new(spec: UdpSpec) -> Result<Outbound, UdpSpec> {
+    pub fn new(spec: Box<UdpSpec>) -> Result<Outbound, Box<UdpSpec>> {
         match spec.reverse {
             true => Ok(Outbound(spec)),
             false => Err(spec),
@@ -574,7 +576,7 @@ pub fn serve(
     }
     let label = label(&spec);
     let mut work = StreamWork {
-        spec,
+        spec: *spec,
         tag_key,
         limits,
     };
