@@ -61,6 +61,8 @@ const PROTOCOL: &[&str] = &[
     "udp::scenario",
     "udp::sent",
     "udp::track",
+    "udp::reception",
+    "udp::intake",
 ];
 
 /// What the protocol layer may not touch.

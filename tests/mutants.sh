@@ -16,7 +16,8 @@ if [ ${#files[@]} -eq 0 ]; then
            src/udp/marks.rs src/spec.rs src/udp/frames.rs src/udp/sum.rs src/udp/iso.rs src/load/model.rs src/html/svg.rs
            src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
            src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs
-           src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3.rs src/html/merge.rs)
+           src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3.rs src/html/merge.rs
+           src/udp/reception.rs src/udp/intake.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

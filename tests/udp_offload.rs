@@ -162,7 +162,7 @@ fn impairments_inside_coalesced_buffers_are_counted_per_datagram() {
         tag_key: None,
         offload: true,
     };
-    let mut stats = ReceiverStats::new(50_000, 100);
+    let stats = ReceiverStats::new(50_000, 100);
     let stop = AtomicBool::new(false);
     // A safety net only: the sink stops the receiver once every row came.
     let deadline = AtomicU64::new(20_000_000_000);
@@ -176,7 +176,8 @@ fn impairments_inside_coalesced_buffers_are_counted_per_datagram() {
         deadline_ns: &deadline,
         start: Instant::now(),
     };
-    run_receiver(&rx, &cfg, &mut stats, until, &mut sink).unwrap();
+    let (stats, r) = run_receiver(&rx, &cfg, stats, until, &mut sink);
+    r.unwrap();
     let t = stats.totals(Some(N));
     assert_eq!(
         sink.rows.len(),

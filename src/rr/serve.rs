@@ -4,19 +4,16 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use uuid::Uuid;
 
-use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::guard::SendGuard;
-use crate::net::realtime_ns;
 use crate::pattern::{Direction, Pattern, stream_start};
 use crate::proto::{Message, RrProto, RrSpec, SessionSummary, read_message, write_message};
 use crate::refusal::{Invalid, Refusal};
 use crate::server::limits::Limits;
-use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM, verify_payload};
-use crate::udp::serve::{UdpWork, WorkContext, session};
+use crate::udp::header::{HEADER_LEN, MAX_DATAGRAM};
 
 /// Largest TCP request or reply.
 pub const MAX_TCP_MESSAGE: u32 = 16 << 20;
@@ -63,52 +60,69 @@ pub fn write_pattern(
     Ok(())
 }
 
+/// The transports a worker thread serves request/response over: a byte
+/// stream (TCP) or an SCTP one-to-many socket. rr over UDP runs on the
+/// server's loops (`rr::answer`), and has no value here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamProto {
+    /// One TCP connection, the control connection itself.
+    Tcp,
+    /// An SCTP one-to-many socket of the session's own.
+    SctpSeqpacket,
+}
+
+/// A request/response spec whose transport is one a worker serves: made
+/// only by [`StreamRr::new`], so a UDP spec cannot reach [`serve`].
+#[derive(Debug, Clone)]
+pub struct StreamRr {
+    spec: RrSpec,
+    proto: StreamProto,
+}
+
+impl StreamRr {
+    /// The spec, if a worker serves its transport; a UDP spec comes back.
+    pub fn new(spec: RrSpec) -> Result<StreamRr, RrSpec> {
+        let proto = match spec.proto {
+            RrProto::Tcp => StreamProto::Tcp,
+            RrProto::SctpSeqpacket => StreamProto::SctpSeqpacket,
+            RrProto::Udp => return Err(spec),
+        };
+        Ok(StreamRr { spec, proto })
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &RrSpec {
+        &self.spec
+    }
+
+    /// Its transport.
+    pub fn proto(&self) -> StreamProto {
+        self.proto
+    }
+}
+
 /// Serves one request/response test on an accepted control connection. An
 /// error the client was sent, which ended the test, is returned for the log.
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
-    spec: RrSpec,
+    rr: StreamRr,
     verbosity: u8,
     idle: Duration,
     limits: Limits,
 ) -> Result<(), Refusal> {
     let stop = Arc::new(AtomicBool::new(false));
+    let StreamRr { spec, proto } = rr;
     if let Err(why) = validate(&spec) {
         return refuse(stream, why.into());
     }
-    match spec.proto {
-        RrProto::Tcp => {
-            tcp(stream, peer, &spec, verbosity, idle, &limits.guard(&stop));
+    let guard = limits.guard(&stop);
+    match proto {
+        StreamProto::Tcp => {
+            tcp(stream, peer, &spec, verbosity, idle, &guard);
             Ok(())
         }
-        RrProto::Udp => {
-            let label = format!(
-                "rr udp {} B request / {} B reply, {} iterations",
-                spec.size, spec.reply, spec.iterations
-            );
-            let mut work = Responder {
-                spec,
-                limits,
-                answered: Arc::new(AtomicU64::new(0)),
-                corrupt: Arc::new(AtomicU64::new(0)),
-                duplicates: Arc::new(AtomicU64::new(0)),
-                reordered: Arc::new(AtomicU64::new(0)),
-            };
-            session(
-                stream,
-                peer,
-                &label,
-                &mut work,
-                verbosity,
-                limits.deadline(),
-                limits.setup,
-            )
-        }
-        RrProto::SctpSeqpacket => {
-            let guard = limits.guard(&stop);
-            seqpacket(stream, peer, &spec, verbosity, idle, &guard)
-        }
+        StreamProto::SctpSeqpacket => seqpacket(stream, peer, &spec, verbosity, idle, &guard),
     }
 }
 
@@ -299,98 +313,5 @@ fn goodbye(
         crate::out!(
             "session {id} from {peer} ended: {answered} requests answered, {corrupt} corrupt"
         );
-    }
-}
-
-/// Answers UDP requests: each reply echoes the request's sequence number,
-/// starts with [`reply_words`] and carries its send time in the header, so
-/// the client can split the round trip; the rest of the payload is pattern. Each sequence number is answered once: a duplicated
-/// request is counted, and never takes the reply another request is owed.
-struct Responder {
-    spec: RrSpec,
-    limits: Limits,
-    answered: Arc<AtomicU64>,
-    corrupt: Arc<AtomicU64>,
-    duplicates: Arc<AtomicU64>,
-    reordered: Arc<AtomicU64>,
-}
-
-impl UdpWork for Responder {
-    fn sock_opts(&self) -> crate::sockopts::SockOpts {
-        self.spec.sock.for_server()
-    }
-
-    fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
-        let spec = self.spec.clone();
-        let (answered, corrupt) = (Arc::clone(&self.answered), Arc::clone(&self.corrupt));
-        let (duplicates, reordered) = (Arc::clone(&self.duplicates), Arc::clone(&self.reordered));
-        let guard = self.limits.guard(&ctx.stop);
-        std::thread::spawn(move || {
-            let _ = ctx.sock.set_read_timeout(Some(Duration::from_millis(20)));
-            let mut buf = vec![0u8; 65536];
-            let rl = spec.reply.max(UDP_REPLY_MIN) as usize;
-            let mut out = vec![0u8; HEADER_LEN + rl];
-            let mut seen = SeqWindow::default();
-            let mut place = 0u64;
-            while !ctx.stop.load(SeqCst) && answered.load(SeqCst) < spec.iterations {
-                let Ok(n) = ctx.sock.recv(&mut buf) else {
-                    continue;
-                };
-                let t2 = realtime_ns();
-                let Ok(h) = Header::read(&buf[..n]) else {
-                    continue;
-                };
-                if h.flags & FLAG_HANDSHAKE != 0 {
-                    continue;
-                }
-                match seen.arrive(h.seq) {
-                    Arrival::Fresh { reordered: r } => {
-                        reordered.fetch_add(u64::from(r), SeqCst);
-                    }
-                    Arrival::Duplicate => {
-                        duplicates.fetch_add(1, SeqCst);
-                        continue;
-                    }
-                    // Too far behind to tell from a duplicate: unanswered,
-                    // so the client counts it lost on the way up.
-                    Arrival::Stale => continue,
-                }
-                if verify_payload(h.stream, h.seq, &buf[HEADER_LEN..n]).is_err() {
-                    corrupt.fetch_add(1, SeqCst);
-                }
-                crate::udp::header::fill_payload(h.stream ^ 1, h.seq, &mut out[HEADER_LEN..]);
-                for (i, w) in reply_words(t2, place).into_iter().enumerate() {
-                    let at = HEADER_LEN + 8 * i;
-                    out[at..at + 8].copy_from_slice(&w.to_be_bytes());
-                }
-                Header {
-                    flags: 0,
-                    stream: h.stream,
-                    seq: h.seq,
-                    send_ns: realtime_ns(),
-                    payload_len: rl as u32,
-                }
-                .write(&mut out);
-                // Replies may be larger than requests: the server's rate and
-                // byte limits hold for what it sends, whatever arrives.
-                if guard.admit(out.len() as u64).is_err() {
-                    break;
-                }
-                if ctx.sock.send(&out).is_ok() {
-                    answered.fetch_add(1, SeqCst);
-                    place += 1;
-                }
-            }
-        })
-    }
-
-    fn summary(&self) -> SessionSummary {
-        SessionSummary {
-            requests: self.answered.load(SeqCst),
-            data_errors: self.corrupt.load(SeqCst),
-            duplicates: self.duplicates.load(SeqCst),
-            reordered: self.reordered.load(SeqCst),
-            ..Default::default()
-        }
     }
 }

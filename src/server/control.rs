@@ -1,10 +1,11 @@
 //! A control connection on the server's event loops: the [`Conversation`]
 //! machine fed from the connection's read-ahead and driven by its own
 //! deadline timer, without a thread. A connection costs a thread only once
-//! its test is admitted — a UDP stream or a TCP/SCTP request/response test
-//! runs on a worker thread of its own, and those are bounded by
-//! `--max-tests`, as every worker holds a test slot; rr/ping over UDP stays
-//! on the loop (`rr_udp.rs`) — so no number of greetings, proofs or idle
+//! its test is admitted — a UDP stream the server sends or a TCP/SCTP
+//! request/response test runs on a worker thread of its own, and those are
+//! bounded by `--max-tests`, as every worker holds a test slot; rr/ping
+//! over UDP and a UDP stream the server receives stay on the loop
+//! (`rr_udp.rs`, `udp_recv.rs`) — so no number of greetings, proofs or idle
 //! control connections can make the server start threads.
 //!
 //! A TCP test's control connection stays here for the whole test: it waits
@@ -32,7 +33,9 @@ use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
 use crate::refusal::Refusal;
+use crate::rr::serve::StreamRr;
 use crate::tcp::drive::Socket;
+use crate::udp::serve::Outbound;
 use serde_json::json;
 
 /// Answers queued to a client that does not read them, past which the
@@ -57,21 +60,33 @@ pub(super) enum Turn<'a> {
     /// The connection failed or the client left.
     Gone,
     /// The test runs on a worker thread, which takes the connection (rr
-    /// over UDP: on the loop, which keeps it).
+    /// over UDP and a received UDP stream: on the loop, which keeps it).
     Run(Box<Job<'a>>),
 }
 
-/// A UDP or request/response test admitted to run on a worker thread, and
+/// A UDP or request/response test admitted to leave the conversation, and
 /// the test slots it holds until it ends.
-pub(super) struct Job<'a> {
-    pub(super) test: Test,
+pub(super) struct Job<'a, T = Test> {
+    pub(super) test: T,
     pub(super) slots: TestSlots<'a>,
 }
 
-/// The tests that run on a worker thread.
+/// The tests that leave the conversation.
 pub(super) enum Test {
-    Udp(Box<UdpSpec>, Option<DatagramKey>),
-    Rr(RrSpec),
+    /// rr/ping over UDP: the session stays on the loop (`rr_udp.rs`).
+    RrUdp(RrSpec),
+    /// A UDP stream the client sends: received on the loop (`udp_recv.rs`).
+    UdpRecv(Box<UdpSpec>, Option<DatagramKey>),
+    /// A test on a worker thread of its own.
+    Worker(WorkerTest),
+}
+
+/// The tests that run on a worker thread.
+pub(super) enum WorkerTest {
+    /// A UDP stream the server sends (`-R`).
+    UdpSend(Outbound, Option<DatagramKey>),
+    /// rr/crr over TCP, rr over SCTP.
+    Rr(StreamRr),
 }
 
 /// The counts a test holds: the server's tests, its address's tests (the
@@ -394,7 +409,12 @@ impl Drop for Control<'_> {
 }
 
 /// Runs a worker's test on its (blocking) connection, to its end.
-pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr, test: Test) {
+pub(super) fn run_job(
+    st: &State,
+    stream: &std::net::TcpStream,
+    peer: SocketAddr,
+    test: WorkerTest,
+) {
     let ready = stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
@@ -404,8 +424,8 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
     let kind = match &test {
-        Test::Udp(..) => Kind::Udp,
-        Test::Rr(spec) => Kind::rr(spec.proto),
+        WorkerTest::UdpSend(..) => Kind::Udp,
+        WorkerTest::Rr(rr) => Kind::rr(rr.spec().proto),
     };
     st.metrics.started(kind);
     let started = Instant::now();
@@ -417,12 +437,12 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
     let ran = match test {
-        Test::Udp(spec, key) => {
-            crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
+        WorkerTest::UdpSend(spec, key) => {
+            crate::udp::serve::serve(stream, peer, spec, verbosity, limits, key)
         }
-        Test::Rr(spec) => {
+        WorkerTest::Rr(rr) => {
             let idle = st.cfg.idle_timeout;
-            crate::rr::serve::serve(stream, peer, spec, verbosity, idle, limits)
+            crate::rr::serve::serve(stream, peer, rr, verbosity, idle, limits)
         }
     };
     let took = started.elapsed();

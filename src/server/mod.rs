@@ -35,6 +35,7 @@ mod rr_udp;
 mod scrape;
 mod sources;
 mod tcp;
+mod udp_recv;
 
 use limits::take_slot;
 pub use limits::{GRACE, Limits};
@@ -467,8 +468,8 @@ fn max_streams_per_client(limits: &Limits) -> u32 {
 }
 
 /// Takes the slots `test` needs, or names the limit reached: one of the
-/// server's `--max-tests` for every test and every UDP stream (each runs on
-/// a worker thread of its own); one of its address's
+/// server's `--max-tests` for every test and every UDP stream (a sent one
+/// runs on a worker thread of its own); one of its address's
 /// `--max-tests-per-client` for a test, or for a UDP group as a whole (as
 /// iperf3 counts one test however many streams it has); and for UDP, one of
 /// its address's [`max_streams_per_client`].
@@ -522,7 +523,8 @@ fn take_test_slots<'a>(
 
 /// What became of a test request.
 enum Admission {
-    /// A UDP or request/response test, checked, to run on a worker thread.
+    /// A UDP or request/response test, checked, to leave the conversation
+    /// (for the loop or a worker thread).
     Worker(control::Test),
     /// Refused, with the reason.
     Refused(Refusal),
@@ -545,7 +547,11 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            Admission::Worker(control::Test::Udp(Box::new(spec), datagram_key))
+            // Received on the loop; sent (-R) by a worker.
+            Admission::Worker(match crate::udp::serve::Outbound::new(Box::new(spec)) {
+                Ok(out) => control::Test::Worker(control::WorkerTest::UdpSend(out, datagram_key)),
+                Err(spec) => control::Test::UdpRecv(spec, datagram_key),
+            })
         }
         TestSpec::Rr(mut spec) => {
             if let Err(why) = crate::rr::serve::validate(&spec) {
@@ -558,7 +564,11 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            Admission::Worker(control::Test::Rr(spec))
+            // Over UDP on the loop; over TCP and SCTP on a worker.
+            Admission::Worker(match crate::rr::serve::StreamRr::new(spec) {
+                Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
+                Err(spec) => control::Test::RrUdp(spec),
+            })
         }
         TestSpec::Tcp(tcp) => {
             let spec = match validate(&tcp, &limits).and_then(|t| {

@@ -14,7 +14,7 @@ use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
 use super::send::run_sender;
 use super::sent::SenderReport;
-use super::serve::{drain_for, receiver_config, sender_config};
+use super::serve::{drain_for, receiver_config, receiver_stats, sender_config};
 use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
@@ -372,12 +372,7 @@ pub fn run_with_offset(
             std::thread::spawn(move || {
                 let _cpu = crate::net::cpu::EndNote;
                 let rc = receiver_config(&spec, -theta, c.datagram_key);
-                let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
-                stats.expect_tos(spec.sock.tos.unwrap_or(0));
-                stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
-                if let Some(m) = spec.media {
-                    stats.media_frames(m.frame_index(spec.size));
-                }
+                let stats = receiver_stats(&spec);
                 /// Forwards the receiver's output to the event loop.
                 struct ToLoop(mpsc::Sender<Arrived>, bool);
                 impl ReceiverSink for ToLoop {
@@ -398,10 +393,10 @@ pub fn run_with_offset(
                     deadline_ns: &deadline,
                     start: epoch,
                 };
-                let _ = run_receiver(
+                let (stats, _) = run_receiver(
                     &sock,
                     &rc,
-                    &mut stats,
+                    stats,
                     until,
                     &mut ToLoop(tx.clone(), per_packet),
                 );

@@ -2,80 +2,20 @@
 //! waiting, each with the kernel's receive timestamp, handed to the tracker
 //! and to a sink for intervals and per-datagram rows.
 
-use serde::Serialize;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, verify_payload};
-use super::mmsg::{BATCH, Mmsg};
-use super::track::{Arrival, ReceiverStats, UdpInterval};
+pub(crate) use super::mmsg::BATCH;
+use super::mmsg::Mmsg;
+use super::reception::Reception;
+use super::track::ReceiverStats;
 use crate::net::nothing_yet;
 use crate::net::realtime_ns;
 
-/// One received datagram, for the jitter (per-datagram) file.
-#[derive(Debug, Clone, Serialize)]
-pub struct PacketRow {
-    /// Sequence number.
-    pub seq: u64,
-    /// Sender's timestamp, ns (sender's clock).
-    pub send_ns: u64,
-    /// Receiver's timestamp, ns (receiver's clock).
-    pub recv_ns: u64,
-    /// Estimated time in flight, µs (after clock correction).
-    pub flight_us: f64,
-    /// What the arrival was: new, reordered, duplicate.
-    pub arrival: &'static str,
-    /// Payload failed verification.
-    pub corrupt: bool,
-}
-
-/// Where a receiver's output goes.
-pub trait ReceiverSink {
-    /// An interval ended.
-    fn interval(&mut self, iv: UdpInterval);
-    /// A datagram arrived (for the per-datagram file).
-    fn packet(&mut self, _row: &PacketRow) {}
-    /// A burst ended.
-    fn burst(&mut self, _b: super::track::BurstReport) {}
-}
-
-/// What the receiver needs.
-#[derive(Debug, Clone)]
-pub struct ReceiverConfig {
-    /// Only datagrams of this stream count.
-    pub stream: u32,
-    /// Largest datagram expected.
-    pub max_size: usize,
-    /// Subtracted from receive−send to get one-way delay (receiver clock − sender clock), ns.
-    pub offset_ns: i64,
-    /// Added to every delay (known compensation), ns.
-    pub comp_ns: i64,
-    /// Status interval.
-    pub interval: Duration,
-    /// Media mode: frames later than their playout deadline count as late.
-    pub media: Option<MediaPlan>,
-    /// Verify payloads.
-    pub verify: bool,
-    /// Bursts: (datagrams per burst, period ns).
-    pub burst: Option<(u64, u64)>,
-    /// Accept only datagrams tagged with this session key.
-    pub tag_key: Option<crate::auth::DatagramKey>,
-    /// Take coalesced buffers (`UDP_GRO`) where the kernel offers them,
-    /// split back into their datagrams before anything counts them.
-    pub offload: bool,
-}
-
-/// A media stream's timing and shape, for playout deadlines and frames.
-#[derive(Debug, Clone, Copy)]
-pub struct MediaPlan {
-    /// Time between frames, ns.
-    pub frame_ns: u64,
-    /// Playout buffer, ns.
-    pub depth_ns: u64,
-}
+pub use super::reception::{MediaPlan, PacketRow, ReceiverConfig, ReceiverSink};
 
 /// When a receiver stops, and the time base its intervals use.
 #[derive(Clone, Copy)]
@@ -88,131 +28,55 @@ pub struct Until<'a> {
     pub start: Instant,
 }
 
-/// Receives until `until` says stop. Calls `on_interval` every interval and
-/// `on_packet` for every datagram.
+/// Receives until `until` says stop, handing every datagram and every
+/// interval to the one receiving core ([`Reception`]), and returns the
+/// accounts with how receiving ended.
 pub fn run_receiver(
     sock: &UdpSocket,
     cfg: &ReceiverConfig,
-    stats: &mut ReceiverStats,
+    stats: ReceiverStats,
     until: Until<'_>,
     sink: &mut dyn ReceiverSink,
-) -> io::Result<()> {
-    sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let mut slots = Slots::for_datagrams(cfg.max_size.max(HEADER_LEN) + 1);
+) -> (ReceiverStats, io::Result<()>) {
+    if let Err(e) = sock.set_read_timeout(Some(Duration::from_millis(20))) {
+        return (stats, Err(e));
+    }
+    let mut slots = Slots::for_datagrams(cfg.slot());
     if cfg.offload && enable_gro(sock) {
         slots = Slots::COALESCED;
     }
     let mut buf = vec![0u8; slots.size * slots.count];
-    let mut got = Vec::with_capacity(BATCH);
     let Until {
         stop,
         deadline_ns,
         start,
     } = until;
-    let mut next_tick = cfg.interval;
-    let mut media_first: Option<(u64, i64)> = None;
     let mut control = vec![[0u8; CMSG_SPACE]; slots.count];
     enable_rx_timestamps(sock);
     enable_rx_tos(sock);
-    let mut bursts = cfg
-        .burst
-        .map(|(n, period)| super::track::BurstTracker::new(n, period as f64 / 1e9));
-    let mut late_count = 0u64;
+    let mut r = Reception::new(cfg.clone(), stats);
+    let mut got = Vec::with_capacity(BATCH);
     loop {
         let el = start.elapsed();
-        if el >= next_tick {
-            let mut iv = stats.take_interval(next_tick.as_secs_f64());
-            iv.late = std::mem::take(&mut late_count);
-            sink.interval(iv);
-            next_tick += cfg.interval;
-        }
+        r.on_time(el, sink);
         let dl = deadline_ns.load(SeqCst);
         if stop.load(SeqCst) || (dl > 0 && el.as_nanos() as u64 >= dl) {
-            if let Some(b) = bursts.as_mut().and_then(|b| b.finish()) {
-                sink.burst(b);
-            }
-            let mut iv = stats.take_interval(el.as_secs_f64());
-            iv.late = late_count;
-            sink.interval(iv);
-            return Ok(());
+            r.finish(el, sink);
+            return (r.into_stats(), Ok(()));
         }
         match recv_batch(sock, &mut buf, slots, &mut control, &mut got) {
             Ok(()) => {}
             Err(e) if nothing_yet(&e) => continue,
             // ICMP errors from an earlier send on this socket are not fatal for a receiver.
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return Err(e),
+            Err(e) => return (r.into_stats(), Err(e)),
         };
         let batch_ns = realtime_ns();
         let batch_mono = start.elapsed().as_nanos() as u64;
-        for &Received {
-            at,
-            len,
-            anc: Ancillary { stamp, tos, .. },
-        } in &got
-        {
-            // The kernel's receive time where available (exact per datagram, even
-            // when a batch arrives at once; one time for all the datagrams of a
-            // coalesced buffer), otherwise the batch's user-space time.
-            let recv_ns = stamp.unwrap_or(batch_ns);
-            // Receiver-relative time of this datagram, ns; signed, as a datagram
-            // may carry a kernel stamp from just before the receiver started.
-            let mono = batch_mono as i64 - (batch_ns as i64 - recv_ns as i64);
-            let d = &buf[at..at + len];
-            let Ok(h) = Header::read(d) else {
-                stats.on_invalid(len);
-                continue;
-            };
-            if h.stream != cfg.stream || h.flags & FLAG_HANDSHAKE != 0 {
-                continue;
-            }
-            let mut payload = &d[HEADER_LEN..];
-            if let Some(k) = &cfg.tag_key {
-                // Nothing of an unauthenticated datagram is trusted, not even its sequence.
-                if !crate::auth::datagram_is_authentic(k, d) {
-                    stats.on_invalid(len);
-                    continue;
-                }
-                payload = &payload[..payload.len().saturating_sub(crate::auth::TAG_LEN)];
-            }
-            if let Some(tos) = tos {
-                stats.on_tos(h.seq, tos);
-            }
-            let corrupt = cfg.verify && verify_payload(h.stream, h.seq, payload).is_err();
-            let transit = recv_ns as i64 - h.send_ns as i64;
-            let delay = transit - cfg.offset_ns + cfg.comp_ns;
-            let arrival = stats.on_datagram(h.seq, len, delay, transit, corrupt);
-            if let Some(m) = cfg.media {
-                // A frame's deadline: its slot after the first frame seen,
-                // plus the playout buffer.
-                let frame = stats.frame_of(h.seq).unwrap_or(h.seq);
-                let (f0, t0) = *media_first.get_or_insert((frame, mono));
-                let slot = frame.saturating_sub(f0).saturating_mul(m.frame_ns);
-                let deadline = t0.saturating_add(slot.saturating_add(m.depth_ns) as i64);
-                let late = arrival != Arrival::Duplicate && mono > deadline;
-                if late {
-                    late_count += 1;
-                    stats.on_late(h.seq);
-                }
-                stats.on_frame(h.seq, arrival, corrupt, late);
-            }
-            if let (Some(b), false) = (bursts.as_mut(), arrival == Arrival::Duplicate)
-                && let Some(done) = b.on_datagram(h.seq, len, mono as f64 / 1e9, h.send_ns, recv_ns)
-            {
-                sink.burst(done);
-            }
-            sink.packet(&PacketRow {
-                seq: h.seq,
-                send_ns: h.send_ns,
-                recv_ns,
-                flight_us: delay as f64 / 1e3,
-                arrival: match arrival {
-                    Arrival::New { .. } => "new",
-                    Arrival::Reordered => "reordered",
-                    Arrival::Duplicate => "duplicate",
-                },
-                corrupt,
-            });
+        // A coalesced buffer's datagrams share its message's receive time.
+        for &Received { at, len, anc } in &got {
+            let (recv_ns, mono) = anc.times(batch_ns, batch_mono);
+            r.on_datagram(&buf[at..at + len], recv_ns, mono, anc.tos, sink);
         }
     }
 }
@@ -292,6 +156,21 @@ pub struct Ancillary {
     pub segment: Option<u16>,
 }
 
+impl Ancillary {
+    /// The datagram's receive time (the kernel's where it stamped it,
+    /// exact per datagram even when a batch arrives at once; otherwise the
+    /// batch's user-space time `batch_ns`) and, from the batch's time
+    /// `batch_mono` ns after time zero, its own time after time zero
+    /// (signed: a kernel stamp may be from just before time zero).
+    pub fn times(&self, batch_ns: u64, batch_mono: u64) -> (u64, i64) {
+        let recv_ns = self.stamp.unwrap_or(batch_ns);
+        (
+            recv_ns,
+            batch_mono as i64 - (batch_ns as i64 - recv_ns as i64),
+        )
+    }
+}
+
 /// The receive time and TOS byte carried in a message's ancillary data.
 fn ancillary(hdr: &libc::msghdr) -> Ancillary {
     let mut a = Ancillary::default();
@@ -368,20 +247,25 @@ pub struct Received {
     pub anc: Ancillary,
 }
 
-/// Receives up to `slots.count` messages into the slots of `buf` and puts
-/// in `out` every datagram they hold, in order: a coalesced buffer
-/// (`UDP_GRO`) is split back into its datagrams at its segment size, so
-/// every datagram is counted on its own.
+/// Receives up to `slots.count` messages (as many as `buf` has `slots.size`
+/// slots for, and `control` has room for) into the slots of `buf` and puts
+/// in `out` every datagram they hold, in order, without waiting for more
+/// than the first: a coalesced buffer (`UDP_GRO`) is split back into its
+/// datagrams at its segment size, so every datagram is counted on its own.
 pub fn recv_batch(
-    sock: &UdpSocket,
+    sock: &impl AsRawFd,
     buf: &mut [u8],
     slots: Slots,
     control: &mut [[u8; CMSG_SPACE]],
     out: &mut Vec<Received>,
 ) -> io::Result<()> {
     out.clear();
-    let size = slots.size;
-    let mut m = Mmsg::new(buf, size, slots.count);
+    let size = slots.size.max(1);
+    let count = slots.count.min(buf.len() / size).min(control.len());
+    if count == 0 {
+        return Ok(());
+    }
+    let mut m = Mmsg::new(buf, size, count);
     for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
         msg.msg_hdr.msg_control = c.as_mut_ptr().cast();
         msg.msg_hdr.msg_controllen = CMSG_SPACE as _;

@@ -1,4 +1,7 @@
-//! The server's side of a UDP test, driven over the control connection.
+//! The server's side of a UDP test it sends (`-R`), driven over the control
+//! connection by a worker thread, and what both ends derive from a UDP spec
+//! (checks, sender and receiver settings). A stream the server receives
+//! runs on its loops instead (`udp::intake`, `server::udp_recv`).
 //!
 //! The server never sends a datagram to an address until the client has
 //! shown it receives there: the client's handshake datagram (carrying the
@@ -7,16 +10,15 @@
 //! nonce over the authenticated control connection does the stream start.
 
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
-use super::receive::{ReceiverConfig, ReceiverSink, Until, run_receiver};
+use super::receive::ReceiverConfig;
 use super::send::{SenderConfig, run_sender};
-use super::sent::SenderReport;
-use super::track::{BurstReport, ReceiverStats, UdpInterval};
+use super::track::ReceiverStats;
 use crate::auth::DatagramKey;
 use crate::net::realtime_ns;
 use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
@@ -162,6 +164,17 @@ pub fn receiver_config(
     }
 }
 
+/// The receiver's accounts for the spec, empty, as both ends start them.
+pub fn receiver_stats(s: &UdpSpec) -> ReceiverStats {
+    let mut stats = ReceiverStats::new(s.hist_bin_ns, s.hist_bins as usize);
+    stats.expect_tos(s.sock.tos.unwrap_or(0));
+    stats.omit(s.omit_seq(), s.omit_ms.saturating_mul(1_000_000));
+    if let Some(m) = s.media {
+        stats.media_frames(m.frame_index(s.size));
+    }
+    stats
+}
+
 /// Sender configuration both ends derive from the spec.
 pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig {
     SenderConfig {
@@ -245,12 +258,6 @@ pub trait UdpWork {
     /// Starts the worker on the connected socket. `offset_ns` is the server
     /// clock minus the client clock (0 if the client trusts its clocks).
     fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()>;
-    /// The client's sender finished (streams towards the server).
-    fn sender_done(&mut self, _rep: SenderReport, _ctx: &WorkContext) {}
-    /// What to answer a goodbye with.
-    fn summary(&self) -> crate::proto::SessionSummary {
-        Default::default()
-    }
     /// Options for the session's data socket.
     fn sock_opts(&self) -> crate::sockopts::SockOpts {
         crate::sockopts::SockOpts::default()
@@ -264,8 +271,6 @@ pub struct WorkContext {
     pub sock: Arc<UdpSocket>,
     /// Set to stop the worker.
     pub stop: Arc<AtomicBool>,
-    /// Receiver deadline, ns after `epoch` (0 = none).
-    pub deadline: Arc<AtomicU64>,
     /// Time zero of the stream (set when the work starts).
     pub epoch: Instant,
     /// Writes to the control connection.
@@ -357,7 +362,6 @@ pub fn session(
     let mut ctx = WorkContext {
         sock: Arc::new(sock),
         stop: Arc::new(AtomicBool::new(false)),
-        deadline: Arc::new(AtomicU64::new(0)),
         epoch: Instant::now(),
         writer: Arc::clone(&writer),
     };
@@ -437,7 +441,9 @@ pub fn session(
                 // Started: the session's own deadline holds from here.
                 r = crate::net::Timed::new(stream, deadline, ends);
             }
-            Message::UdpDone(rep) => work.sender_done(rep, &ctx),
+            // The client's account of a stream it sent: none flows that
+            // way in a session a worker serves.
+            Message::UdpDone(_) => {}
             Message::Stop => {
                 ctx.stop.store(true, SeqCst);
                 if !send(&writer, &Message::StopAck) {
@@ -452,10 +458,12 @@ pub fn session(
                     ctx.stop.store(true, SeqCst);
                     let _ = h.join();
                 }
-                let mut sum = work.summary();
-                sum.cpu = cpu_start
-                    .as_ref()
-                    .map(|a| crate::cpu::CpuUsage::between(a, &cpu_end));
+                let sum = crate::proto::SessionSummary {
+                    cpu: cpu_start
+                        .as_ref()
+                        .map(|a| crate::cpu::CpuUsage::between(a, &cpu_end)),
+                    ..Default::default()
+                };
                 send(&writer, &Message::Summary(sum));
                 break Ok(());
             }
@@ -479,12 +487,27 @@ pub fn session(
     ended
 }
 
-/// A paced stream: the server sends (reverse) or receives.
+/// A stream the server sends (`-R`, the server's half of `--bidir`): made
+/// only by [`Outbound::new`], so a stream the server receives (on its
+/// loops, `udp::intake`) cannot reach a worker's [`serve`].
+#[derive(Debug, Clone)]
+pub struct Outbound(Box<UdpSpec>);
+
+impl Outbound {
+    /// The spec, if the server sends its stream; any other comes back.
+    pub fn new(spec: Box<UdpSpec>) -> Result<Outbound, Box<UdpSpec>> {
+        match spec.reverse {
+            true => Ok(Outbound(spec)),
+            false => Err(spec),
+        }
+    }
+}
+
+/// A paced stream the server sends.
 struct StreamWork {
     spec: UdpSpec,
     tag_key: Option<DatagramKey>,
     limits: Limits,
-    sent: Arc<Mutex<Option<SenderReport>>>,
 }
 
 impl UdpWork for StreamWork {
@@ -492,73 +515,16 @@ impl UdpWork for StreamWork {
         self.spec.sock.for_server()
     }
 
-    fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()> {
-        let spec = self.spec.clone();
-        let tag_key = self.tag_key;
-        if spec.reverse {
-            let mut cfg = sender_config(&spec, tag_key);
-            cfg.pacing = cfg.pacing.on_server();
-            cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
-            std::thread::spawn(move || {
-                // The session's summary sees this thread whole.
-                let _cpu = crate::net::cpu::EndNote;
-                let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
-                send(&ctx.writer, &Message::UdpDone(rep));
-            })
-        } else {
-            let sent = Arc::clone(&self.sent);
-            std::thread::spawn(move || {
-                let _cpu = crate::net::cpu::EndNote;
-                let cfg = receiver_config(&spec, offset_ns, tag_key);
-                let mut stats = ReceiverStats::new(spec.hist_bin_ns, spec.hist_bins as usize);
-                stats.expect_tos(spec.sock.tos.unwrap_or(0));
-                stats.omit(spec.omit_seq(), spec.omit_ms.saturating_mul(1_000_000));
-                if let Some(m) = spec.media {
-                    stats.media_frames(m.frame_index(spec.size));
-                }
-                /// Forwards the receiver's output to the client.
-                struct ToClient(Arc<Mutex<TcpStream>>);
-                impl ReceiverSink for ToClient {
-                    fn interval(&mut self, iv: UdpInterval) {
-                        send(&self.0, &Message::UdpInterval(iv));
-                    }
-                    fn burst(&mut self, b: BurstReport) {
-                        send(&self.0, &Message::UdpBurst(b));
-                    }
-                }
-                let until = Until {
-                    stop: &ctx.stop,
-                    deadline_ns: &ctx.deadline,
-                    start: ctx.epoch,
-                };
-                let _ = run_receiver(
-                    &ctx.sock,
-                    &cfg,
-                    &mut stats,
-                    until,
-                    &mut ToClient(Arc::clone(&ctx.writer)),
-                );
-                let sent = sent
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .map(|r| r.packets);
-                for m in crate::proto::udp_result_frames(stats.totals(sent)) {
-                    if !send(&ctx.writer, &m) {
-                        break;
-                    }
-                }
-            })
-        }
-    }
-
-    fn sender_done(&mut self, rep: SenderReport, ctx: &WorkContext) {
-        if self.spec.reverse {
-            return;
-        }
-        *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
-        let at = ctx.epoch.elapsed() + drain_for(&self.spec);
-        ctx.deadline.store(at.as_nanos() as u64, SeqCst);
+    fn start(&mut self, ctx: WorkContext, _offset_ns: i64) -> std::thread::JoinHandle<()> {
+        let mut cfg = sender_config(&self.spec, self.tag_key);
+        cfg.pacing = cfg.pacing.on_server();
+        cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
+        std::thread::spawn(move || {
+            // The session's summary sees this thread whole.
+            let _cpu = crate::net::cpu::EndNote;
+            let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
+            send(&ctx.writer, &Message::UdpDone(rep));
+        })
     }
 }
 
@@ -579,22 +545,9 @@ pub fn check(spec: &UdpSpec, limits: Limits, tag_key: Option<DatagramKey>) -> Re
     Ok(())
 }
 
-/// Serves one UDP stream test on an accepted control connection. An error
-/// the client was sent, which ended the test, is returned for the log.
-pub fn serve(
-    stream: &TcpStream,
-    peer: SocketAddr,
-    spec: UdpSpec,
-    verbosity: u8,
-    limits: Limits,
-    tag_key: Option<DatagramKey>,
-) -> Result<(), Refusal> {
-    if let Err(why) = check(&spec, limits, tag_key) {
-        let mut s = stream;
-        let _ = write_message(&mut s, &why.message());
-        return Err(why);
-    }
-    let label = format!(
+/// How the server's log names a stream.
+pub fn label(spec: &UdpSpec) -> String {
+    format!(
         "udp {} {} B every {:.3} us for {} ms{}",
         if spec.reverse {
             "server->client"
@@ -605,12 +558,29 @@ pub fn serve(
         spec.gap_ps as f64 / 1e6,
         spec.duration_ms,
         if spec.media.is_some() { " (media)" } else { "" }
-    );
+    )
+}
+
+/// Serves one UDP stream test on an accepted control connection. An error
+/// the client was sent, which ended the test, is returned for the log.
+pub fn serve(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    Outbound(spec): Outbound,
+    verbosity: u8,
+    limits: Limits,
+    tag_key: Option<DatagramKey>,
+) -> Result<(), Refusal> {
+    if let Err(why) = check(&spec, limits, tag_key) {
+        let mut s = stream;
+        let _ = write_message(&mut s, &why.message());
+        return Err(why);
+    }
+    let label = label(&spec);
     let mut work = StreamWork {
-        spec,
+        spec: *spec,
         tag_key,
         limits,
-        sent: Arc::new(Mutex::new(None)),
     };
     session(
         stream,

@@ -2,10 +2,11 @@
 //! core): every accepted connection is handed to one of them, which reads
 //! its first frame without a thread of its own, so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) runs its conversation here too (`control.rs`), and
-//! an rr/ping session over UDP its whole session (`rr_udp.rs`); only an
-//! admitted UDP stream or TCP/SCTP request/response test moves to a worker
-//! thread, which holds a test slot. A data connection stays on the loop for its whole life
+//! connection (a hello) runs its conversation here too (`control.rs`), an
+//! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
+//! UDP stream the server receives (`udp_recv.rs`); only an admitted UDP
+//! stream the server sends or a TCP/SCTP request/response test moves to a
+//! worker thread, which holds a test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
@@ -27,11 +28,12 @@ use std::time::{Duration, Instant};
 mod ends;
 
 use super::State;
-use super::control::{Control, Job, Test, Turn, run_job};
+use super::control::{Control, Job, Test, Turn, WorkerTest, run_job};
 use super::limits::{Slot, take_slot};
 use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
+use super::udp_recv::UdpRecv;
 use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
@@ -48,8 +50,8 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// First token of the listeners loop 0 accepts on (counting down).
 const LISTEN: usize = usize::MAX - 1;
-/// Set in the token of a slot's UDP socket (an rr/ping session's): the
-/// slot is the token without it.
+/// Set in the token of a slot's UDP socket (an rr/ping session's or a
+/// received stream's): the slot is the token without it.
 const UDP_TOKEN: usize = 1 << (usize::BITS - 2);
 
 /// Longest a refused connection stays open after its error frame: long
@@ -122,7 +124,7 @@ enum Next<'a> {
     /// It is over.
     Close,
     /// Its test runs on a worker thread, which takes the connection.
-    Run(Box<Job<'a>>),
+    Run(Box<Job<'a, WorkerTest>>),
     /// An iperf3 client's connection (`--iperf3-detect`), which sent this
     /// cookie: the iperf3 side takes it.
     Iperf3(crate::iperf3::Cookie),
@@ -135,6 +137,8 @@ enum Stage<'a> {
     Control(Box<Control<'a>>),
     /// An rr/ping session over UDP: its control connection and its socket.
     RrUdp(Box<RrUdp<'a>>),
+    /// A UDP stream the client sends: its control connection and its socket.
+    UdpRecv(Box<UdpRecv<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -687,9 +691,9 @@ impl<'a> Loop<'a> {
                         Turn::Run(job) => match *job {
                             // Answered here, on the loop, not by a worker.
                             Job {
-                                test: Test::Rr(spec),
+                                test: Test::RrUdp(spec),
                                 slots,
-                            } if spec.proto == crate::proto::RrProto::Udp => {
+                            } => {
                                 let token = Token(k | UDP_TOKEN);
                                 let reg = self.poll.registry();
                                 let peer = slot.peer;
@@ -708,8 +712,51 @@ impl<'a> Loop<'a> {
                                     Err(why) => refuse(st, peer, &why),
                                 };
                             }
-                            job => return Next::Run(Box::new(job)),
+                            Job {
+                                test: Test::UdpRecv(spec, key),
+                                slots,
+                            } => {
+                                let token = Token(k | UDP_TOKEN);
+                                let reg = self.poll.registry();
+                                let peer = slot.peer;
+                                let s = UdpRecv::start(
+                                    st,
+                                    peer,
+                                    &slot.stream,
+                                    (&spec, key),
+                                    slots,
+                                    reg,
+                                    token,
+                                    now,
+                                );
+                                slot.stage = match s {
+                                    Ok(s) => Stage::UdpRecv(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            Job {
+                                test: Test::Worker(test),
+                                slots,
+                            } => return Next::Run(Box::new(Job { test, slots })),
                         },
+                    }
+                }
+                Stage::UdpRecv(s) => {
+                    let now = Instant::now();
+                    match s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
+                        rr_udp::Turn::Wait(at) => {
+                            if let Some(at) = at {
+                                self.timers.push(at, k);
+                            }
+                            return Next::Keep;
+                        }
+                        rr_udp::Turn::Again => {
+                            self.again(k);
+                            return Next::Keep;
+                        }
+                        // Dropping the session gives its slots back.
+                        rr_udp::Turn::Last(out) => slot.stage = Stage::Refuse(out),
+                        rr_udp::Turn::Gone => return Next::Close,
                     }
                 }
                 Stage::RrUdp(s) => {
@@ -763,7 +810,7 @@ impl<'a> Loop<'a> {
     /// its own, with its test slots (which bound the workers) and its
     /// connection, counted in the open connections (and its client's) from
     /// then on.
-    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a>>) {
+    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
         let Slot2 {
             mut stream,
             peer,

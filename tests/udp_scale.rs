@@ -1,0 +1,300 @@
+//! Issue 27 items 1–2 for UDP streams: one server receives 1,200
+//! concurrent UDP streams (low rate each, from four client addresses) on
+//! its loops alone — no thread per stream — and counts every datagram
+//! exactly: each stream's totals from the server equal what its client
+//! sent, with nothing lost, duplicated or reordered, and its intervals add
+//! up to them; a legit `netrig udp -P 4` from another address passes
+//! meanwhile. The streams are spoken by hand from this process, many per
+//! thread, so its own threads do not grow with them either.
+
+#[path = "common/bin.rs"]
+mod bin;
+
+use bin::*;
+use netrig::proto::{self, Message, TestSpec, UdpSpec};
+use netrig::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use netrig::udp::sent::SenderReport;
+use netrig::udp::track::UdpTotals;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+const SESSIONS: usize = 1_200;
+/// Client threads, each holding a share of the streams.
+const THREADS: usize = 4;
+/// Source addresses (all of 127/8 is this host), a share of the streams
+/// each, in networks of their own.
+const SOURCES: usize = 4;
+/// Datagrams each stream sends, one every GAP.
+const ROUNDS: u64 = 20;
+const GAP: Duration = Duration::from_millis(100);
+const SIZE: u32 = 200;
+
+fn source(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 4, 1 + (i % SOURCES) as u8, 1))
+}
+
+/// One stream: its control connection and its data socket.
+struct Stream {
+    ctl: TcpStream,
+    udp: UdpSocket,
+}
+
+fn call(ctl: &mut TcpStream, m: &Message) -> Message {
+    proto::write_message(ctl, m).unwrap();
+    proto::read_message(ctl).unwrap_or_else(|e| panic!("answer to {m:?}: {e}"))
+}
+
+fn datagram(flags: u8, seq: u64, payload: usize) -> Vec<u8> {
+    let mut d = vec![0u8; HEADER_LEN + payload];
+    fill_payload(1, seq, &mut d[HEADER_LEN..]);
+    Header {
+        flags,
+        stream: u32::from(flags == 0),
+        seq,
+        send_ns: netrig::net::realtime_ns(),
+        payload_len: payload as u32,
+    }
+    .write(&mut d);
+    d
+}
+
+fn spec() -> UdpSpec {
+    let gap_ps = GAP.as_nanos() as u64 * 1000;
+    let mut s = UdpSpec::steady(SIZE, gap_ps, GAP.as_millis() as u64 * ROUNDS);
+    s.interval_ms = 500;
+    s
+}
+
+/// Opens stream `i` and takes it to its start.
+fn open(i: usize, server: SocketAddr) -> Stream {
+    let src = source(i);
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    s.connect_timeout(&server.into(), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("stream {i}: connect: {e}"));
+    let mut ctl: TcpStream = s.into();
+    ctl.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    ctl.set_nodelay(true).unwrap();
+    let ack = call(&mut ctl, &Message::Hello(Message::hello()));
+    assert!(matches!(ack, Message::HelloAck(_)), "stream {i}: {ack:?}");
+    let test = TestSpec::Udp(spec());
+    let (port, token) = match call(&mut ctl, &Message::TestRequest { test }) {
+        Message::UdpAccept { port, token, .. } => (port, token),
+        m => panic!("stream {i}: {m:?}"),
+    };
+    let udp = UdpSocket::bind(SocketAddr::new(src, 0)).unwrap();
+    udp.connect(SocketAddr::new(server.ip(), port)).unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    udp.send(&datagram(FLAG_HANDSHAKE, token, 0)).unwrap();
+    let probed = call(&mut ctl, &Message::UdpHandshake { token });
+    assert!(
+        matches!(probed, Message::UdpProbed),
+        "stream {i}: {probed:?}"
+    );
+    let mut b = [0u8; 256];
+    let mut nonce = None;
+    for _ in 0..50 {
+        if let Ok(n) = udp.recv(&mut b)
+            && let Ok(h) = Header::read(&b[..n])
+            && h.flags & FLAG_HANDSHAKE != 0
+        {
+            nonce = Some(h.seq);
+            break;
+        }
+    }
+    let nonce = nonce.unwrap_or_else(|| panic!("stream {i}: no probe"));
+    let ready = Message::UdpReady {
+        nonce,
+        offset_ns: 0,
+    };
+    let go = call(&mut ctl, &ready);
+    assert!(matches!(go, Message::UdpGo), "stream {i}: {go:?}");
+    Stream { ctl, udp }
+}
+
+/// What the server said of one stream: its intervals' datagrams summed,
+/// and its totals.
+type Told = (u64, UdpTotals);
+
+/// Sends every stream of `ss` one datagram every GAP for ROUNDS rounds,
+/// tells the server how many, and reads what it counted.
+fn stream(ss: &mut [Stream]) -> Vec<Told> {
+    let reqs: Vec<Vec<u8>> = (0..ROUNDS)
+        .map(|seq| datagram(0, seq, SIZE as usize - HEADER_LEN))
+        .collect();
+    let t0 = Instant::now();
+    for (k, d) in reqs.iter().enumerate() {
+        // Pacing the rounds, not waiting for anything.
+        let due = t0 + GAP * k as u32;
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        for s in ss.iter() {
+            s.udp.send(d).expect("a datagram leaves");
+        }
+    }
+    let done = Message::UdpDone(SenderReport {
+        packets: ROUNDS,
+        ..Default::default()
+    });
+    for s in ss.iter_mut() {
+        proto::write_message(&mut s.ctl, &done).unwrap();
+    }
+    let mut told = Vec::new();
+    for s in ss.iter_mut() {
+        let mut counted = 0;
+        let totals = loop {
+            match proto::read_message(&mut s.ctl).unwrap() {
+                Message::UdpInterval(iv) => counted += iv.packets,
+                Message::UdpResult(t) => break t,
+                m => panic!("{m:?}"),
+            }
+        };
+        match call(&mut s.ctl, &Message::Goodbye) {
+            Message::Summary(_) => {}
+            m => panic!("{m:?}"),
+        }
+        told.push((counted, totals));
+    }
+    told
+}
+
+#[test]
+fn twelve_hundred_udp_streams_are_received_on_the_servers_loops_and_counted_exactly() {
+    // Two descriptors a stream on each side, and a few more.
+    let need = 2 * SESSIONS as u64 + 512;
+    match netrig::net::raise_fd_limit() {
+        Ok(n) if n >= need => {}
+        r => {
+            eprintln!("skipped: {need} descriptors needed, the limit is {r:?}");
+            return;
+        }
+    }
+    let per_source = (SESSIONS / SOURCES + 100).to_string();
+    let (srv, addr) = serve(&[
+        "-q",
+        "--max-tests",
+        &(SESSIONS + 16).to_string(),
+        "--max-tests-per-client",
+        &per_source,
+        "--max-conns-per-client",
+        &per_source,
+        "--max-conns",
+        &(SESSIONS + 256).to_string(),
+    ]);
+    let pid = srv.0.id();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Two loops per core, the main thread, the signal handler's thread and
+    // the thread that watches its flag (README: "Running a public server").
+    let bound = 2 * cores + 3;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                peak.fetch_max(threads(pid), SeqCst);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let t0 = Instant::now();
+    // Every worker says when its streams are open, and sends when told (a
+    // worker that fails drops its word, and the others are let go).
+    let (opened_tx, opened) = mpsc::channel::<()>();
+    let mut go = Vec::new();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|w| {
+            let opened = opened_tx.clone();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            go.push(go_tx);
+            std::thread::spawn(move || {
+                let mut ss: Vec<Stream> = (w..SESSIONS)
+                    .step_by(THREADS)
+                    .map(|i| open(i, addr))
+                    .collect();
+                let _ = opened.send(());
+                if go_rx.recv().is_err() {
+                    return Vec::new();
+                }
+                stream(&mut ss)
+            })
+        })
+        .collect();
+    drop(opened_tx);
+    for _ in 0..THREADS {
+        if opened.recv_timeout(Duration::from_secs(60)).is_err() {
+            drop(go);
+            for h in workers {
+                if let Err(e) = h.join() {
+                    std::panic::resume_unwind(e);
+                }
+            }
+            panic!("the streams did not open within a minute");
+        }
+    }
+    let setup = t0.elapsed();
+    let held_fds = fd_count(pid);
+    let held_threads = threads(pid);
+    for g in go {
+        let _ = g.send(());
+    }
+    let t1 = Instant::now();
+    // A legit client from another address (127.0.0.1) meanwhile: four
+    // streams of a group.
+    let legit = netrig(&[
+        "udp",
+        &addr.to_string(),
+        "-P",
+        "4",
+        "-b",
+        "1M",
+        "-t",
+        "1",
+        "-q",
+    ])
+    .output()
+    .unwrap();
+    let mut told = Vec::new();
+    for h in workers {
+        told.extend(h.join().unwrap());
+    }
+    let took = t1.elapsed();
+    done.store(true, SeqCst);
+    sampler.join().unwrap();
+    let peak = peak.load(SeqCst);
+    eprintln!(
+        "{SESSIONS} streams: set up in {setup:?}, {ROUNDS} rounds and totals in {took:?}; \
+         server: {held_fds} descriptors, {held_threads} threads held, peak {peak} (bound {bound})"
+    );
+    assert_eq!(told.len(), SESSIONS);
+    let inexact: Vec<_> = told
+        .iter()
+        .filter(|(counted, t)| {
+            (t.sent, t.unique, t.packets, *counted) != (Some(ROUNDS), ROUNDS, ROUNDS, ROUNDS)
+                || (t.lost, t.duplicates, t.reordered, t.corrupt) != (0, 0, 0, 0)
+        })
+        .collect();
+    assert!(
+        inexact.is_empty(),
+        "{} streams not counted exactly, e.g. {:?}",
+        inexact.len(),
+        inexact.first()
+    );
+    assert!(
+        held_fds >= 2 * SESSIONS,
+        "every stream held its two descriptors ({held_fds})"
+    );
+    assert!(
+        peak <= bound,
+        "the server ran {peak} threads for {SESSIONS} UDP streams (its loops, main and signal threads: {bound})"
+    );
+    assert!(
+        legit.status.success(),
+        "a legit udp -P 4 failed: {}",
+        String::from_utf8_lossy(&legit.stderr)
+    );
+    assert!(threads(pid) > 0, "the server is alive");
+}
