@@ -152,7 +152,7 @@ pub fn run(
     let mut streams: Vec<Stream> = Vec::new();
     // The setup: parameters, streams, TEST_START, TEST_RUNNING.
     'setup: loop {
-        for ev in read_events(&mut ctrl, &mut machine, addr, "the test's setup")? {
+        for ev in read_events(&mut ctrl, &mut machine, addr, "during the test's setup")? {
             match ev {
                 ClientEvent::Send(b) => ctrl.write_all(&b).map_err(io("sending parameters"))?,
                 ClientEvent::CreateStreams => {
@@ -206,7 +206,7 @@ pub fn run(
     }
     let mut server = None;
     loop {
-        for ev in read_events(&mut ctrl, &mut machine, addr, "the results exchange")? {
+        for ev in read_events(&mut ctrl, &mut machine, addr, "during the results exchange")? {
             match ev {
                 ClientEvent::ExchangeResults => {
                     let mine = own_results(p, &streams, duration_secs);
