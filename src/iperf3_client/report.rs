@@ -301,3 +301,197 @@ pub fn complete(r: &Results, o: &Outcome) -> bool {
         .iter()
         .all(|s| r.streams.iter().any(|x| x.id == s.id))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iperf3::{Mode, Proto, StreamResult};
+    use crate::iperf3_client::StreamCount;
+
+    fn stream(id: u32, sends: bool, bytes: u64) -> StreamCount {
+        StreamCount {
+            id,
+            sends,
+            bytes,
+            packets: bytes / 100,
+            retransmits: u64::from(id),
+            ..StreamCount::default()
+        }
+    }
+
+    fn theirs(id: u32, bytes: u64, packets: u64, errors: u64, jitter: f64) -> StreamResult {
+        StreamResult {
+            id,
+            bytes,
+            packets,
+            errors,
+            jitter,
+            ..StreamResult::default()
+        }
+    }
+
+    fn tick(secs: f64, sent: u64, received: u64, ps: u64, pr: u64) -> Tick {
+        Tick {
+            secs,
+            sent,
+            received,
+            packets_sent: ps,
+            packets_received: pr,
+        }
+    }
+
+    fn outcome(streams: Vec<StreamCount>, server: Vec<StreamResult>) -> Outcome {
+        Outcome {
+            start_unix: 1000.5,
+            duration_secs: 2.0,
+            streams,
+            server: Results {
+                cpu_util_total: 12.5,
+                streams: server,
+                ..Results::default()
+            },
+            ticks: vec![
+                tick(1.0, 1000, 300, 10, 3),
+                tick(1.0, 1000, 300, 10, 3),
+                tick(2.0, 3000, 700, 30, 7),
+            ],
+            interrupted: false,
+            cpu: crate::cpu::CpuUsage::default(),
+        }
+    }
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:5201".parse().unwrap()
+    }
+
+    #[test]
+    fn tcp_totals_are_each_ends_by_direction() {
+        // Bidir: streams 1 and 3 sent by this end, 4 by the server.
+        let o = outcome(
+            vec![
+                stream(1, true, 1000),
+                stream(3, true, 2000),
+                stream(4, false, 700),
+            ],
+            vec![
+                theirs(1, 1000, 0, 0, 0.0),
+                theirs(3, 1900, 0, 0, 0.0),
+                theirs(4, 700, 0, 0, 0.0),
+            ],
+        );
+        assert_eq!(server_totals(&o), (2900, 700));
+        let r = tcp(&o, addr());
+        assert_eq!((r.totals.sent, r.totals.received), (3000, 700));
+        assert_eq!(r.totals.completed, 3);
+        assert_eq!(r.totals.retransmits, 1 + 3 + 4);
+        let s = r.servers[0].1.as_ref().unwrap();
+        assert_eq!((s.bytes_received, s.bytes_sent), (2900, 700));
+        assert_eq!((s.connections, s.success), (3, 3));
+        assert_eq!(r.start_unix, 1000.5);
+        assert_eq!(r.duration_secs, 2.0);
+        // One row a tick, a repeated instant left out, rates per second.
+        assert_eq!(r.intervals.len(), 2);
+        assert_eq!(
+            (r.intervals[0].send_bps, r.intervals[0].recv_bps),
+            (1000, 300)
+        );
+        assert_eq!(
+            (r.intervals[1].send_bps, r.intervals[1].recv_bps),
+            (2000, 400)
+        );
+        assert_eq!(r.intervals[1].span_secs, 1.0);
+        assert_eq!(r.intervals[1].in_flight, 3);
+        let side = side(&o, false);
+        assert_eq!(side.peer, "iperf3");
+        assert_eq!(side.server_cpu_total_percent, 12.5);
+        assert_eq!(side.streams[1].server_bytes, Some(1900));
+        assert_eq!(side.streams[1].client_bytes, 2000);
+        assert_eq!(side.streams[1].packets, None);
+        assert!(complete(&o.server, &o));
+        let mut short = o.clone();
+        short.server.streams.pop();
+        assert!(!complete(&short.server, &short));
+        assert_eq!(server_totals(&short), (2900, 0));
+    }
+
+    #[test]
+    fn udp_loss_is_the_servers_when_this_end_sends() {
+        let o = outcome(
+            vec![stream(1, true, 12_000), stream(3, true, 8_000)],
+            vec![
+                theirs(1, 11_800, 120, 2, 0.001),
+                theirs(3, 8_000, 80, 0, 0.003),
+            ],
+        );
+        let p = Params {
+            bandwidth: 4_000,
+            parallel: 2,
+            ..params()
+        };
+        let r = udp(&o, &p, addr());
+        let t = r.totals.as_ref().unwrap();
+        assert_eq!(t.sent, Some(200));
+        assert_eq!((t.lost, t.unique, t.packets), (2, 198, 198));
+        assert_eq!(t.bytes, 19_800);
+        assert!((t.jitter_us - 2000.0).abs() < 1e-6, "{}", t.jitter_us);
+        let s = r.sender.as_ref().unwrap();
+        assert_eq!((s.packets, s.bytes), (120 + 80, 20_000));
+        assert_eq!(s.achieved_bps, 80_000.0);
+        assert_eq!(s.asked_bps, 8_000.0);
+        assert_eq!(s.asked_bytes, 2_000);
+        assert!(!s.sender_limited);
+        // The client's sent counts, per tick.
+        assert_eq!(r.intervals.len(), 2);
+        assert_eq!((r.intervals[1].bytes, r.intervals[1].packets), (2000, 20));
+        let side = side(&o, true);
+        assert_eq!(side.streams[0].packets, Some(120));
+        assert_eq!(side.streams[0].lost, Some(2));
+        assert_eq!(side.streams[0].jitter_s, Some(0.001));
+    }
+
+    #[test]
+    fn udp_reverse_counts_this_ends_receiver() {
+        let mut mine = stream(1, false, 0);
+        let h = |count| crate::iperf3::udp::Header {
+            sec: 10,
+            usec: 0,
+            count,
+        };
+        for (i, c) in [1u64, 2, 5, 4].into_iter().enumerate() {
+            mine.rx.on_datagram(100, h(c), 10.0 + 0.001 * i as f64);
+        }
+        mine.bytes = mine.rx.bytes;
+        let o = outcome(vec![mine], vec![theirs(1, 600, 6, 0, 0.0)]);
+        let r = udp(&o, &params(), addr());
+        let t = r.totals.as_ref().unwrap();
+        // Highest counter 5, 2 lost less one late arrival: 1 lost.
+        assert_eq!(t.sent, Some(5));
+        assert_eq!((t.lost, t.unique, t.bytes), (1, 4, 400));
+        let s = r.sender.as_ref().unwrap();
+        assert_eq!((s.packets, s.bytes), (6, 600));
+        assert_eq!((r.intervals[0].bytes, r.intervals[0].packets), (300, 3));
+        assert_eq!(side(&o, true).streams[0].packets, Some(5));
+    }
+
+    fn params() -> Params {
+        Params {
+            proto: Proto::Udp,
+            mode: Mode::ClientSends,
+            parallel: 1,
+            time: 2,
+            omit: 0,
+            num: 0,
+            blockcount: 0,
+            len: 100,
+            window: 0,
+            bandwidth: 0,
+            get_server_output: false,
+            udp_counters_64bit: true,
+            nodelay: false,
+            congestion: None,
+            mss: 0,
+            authtoken: false,
+            client_version: None,
+        }
+    }
+}
