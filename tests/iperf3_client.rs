@@ -78,6 +78,37 @@ fn server_json(mut p: Proc) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3 -J: {e}: {out}"))
 }
 
+/// Checks `doc` against netrig's JSON schema (Python's jsonschema, as
+/// tests/schema.rs); says it skipped without it.
+fn matches_schema(doc: &Value) {
+    let ok = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped the schema check: Python's jsonschema is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("doc.json");
+    std::fs::write(&f, doc.to_string()).unwrap();
+    let script = "import json, sys, jsonschema\n\
+        v = jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))\n\
+        print('\\n'.join(e.message[:200] for e in v.iter_errors(json.load(open(sys.argv[2])))))";
+    let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/schema/netrig.schema.json");
+    let out = Command::new("python3")
+        .args(["-c", script, schema, f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = String::from_utf8_lossy(&out.stdout);
+    assert!(bad.trim().is_empty(), "not netrig's schema: {bad}");
+}
+
 fn n(v: &Value) -> u64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}")) as u64
 }
@@ -180,6 +211,7 @@ fn tcp_byte_count_and_reports() {
     assert_eq!(sent, n(&theirs["end"]["sum_received"]["bytes"]));
     assert_eq!(mine["config"]["iperf3_parameters"]["num"], 3 << 20);
     assert_eq!(mine["config"]["iperf3_parameters"]["len"], 16 << 10);
+    matches_schema(&mine);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
         page.contains("<html") && page.contains("svg"),
