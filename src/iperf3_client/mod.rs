@@ -452,7 +452,7 @@ fn move_data(
             wait(streams, Duration::from_millis(1));
         }
     }
-    settle(streams);
+    settle(streams, p.udp_counters_64bit);
     tick(tick_of(streams, began));
     Ok(interrupted)
 }
@@ -621,7 +621,7 @@ fn unacked(t: &TcpStream) -> Option<i32> {
 /// kernel acknowledges bytes as they are queued, not as they are read), so
 /// the server's count at TEST_END is the client's. Receiving streams are read
 /// meanwhile.
-fn settle(streams: &mut [Stream]) {
+fn settle(streams: &mut [Stream], wide: bool) {
     let until = Instant::now() + SETTLE_MAX;
     let mut quiet_since = Instant::now();
 
@@ -640,7 +640,7 @@ fn settle(streams: &mut [Stream]) {
             return;
         }
         for s in streams.iter_mut().filter(|s| !s.count.sends && !s.done) {
-            receive(s, &mut buf, false);
+            receive(s, &mut buf, wide);
         }
         wait(&[], Duration::from_millis(2));
     }
