@@ -377,3 +377,62 @@ fn options_iperf3_cannot_be_given_are_refused() {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
+
+/// Both ends netrig: the client's iperf3 side against the server's
+/// (`serve --iperf3-port`), counts equal in the client's report and the
+/// server's log.
+#[test]
+fn netrig_client_against_netrig_serve_iperf3_port() {
+    let mut proc = Proc(
+        netrig(&["serve", "--listen", "127.0.0.1:0", "--iperf3-port", "0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(proc.0.stdout.take().unwrap());
+    let mut port = None;
+    for _ in 0..4 {
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        if let Some(r) = l.split("iperf3 clients served on ").nth(1) {
+            let a: std::net::SocketAddr = r.split_whitespace().next().unwrap().parse().unwrap();
+            port = Some(a.port());
+            break;
+        }
+    }
+    let target = format!(
+        "127.0.0.1:{}",
+        port.expect("the server names its iperf3 port")
+    );
+    let (tcp, _) = run_json(&["tcp", "--iperf3", &target, "-t", "1", "-P", "2", "-R"], 0);
+    let got = n(&tcp["result"]["totals"]["received"]);
+    assert!(got > 0);
+    assert_eq!(got, n(&tcp["result"]["servers"][0][1]["bytes_sent"]));
+    let (udp, _) = run_json(&["udp", "--iperf3", &target, "-t", "1", "-b", "8M"], 0);
+    let r = &udp["result"];
+    assert_eq!(n(&r["totals"]["sent"]), n(&r["sender"]["packets"]));
+    assert_eq!(n(&r["totals"]["bytes"]), n(&r["sender"]["bytes"]));
+    // The server's log says what it sent and received, as the client does.
+    let want = [
+        format!("sent {got} bytes"),
+        format!("received {} bytes", n(&r["sender"]["bytes"])),
+    ];
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !want
+        .iter()
+        .all(|w| seen.iter().any(|l: &String| l.contains(w.as_str())))
+    {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("the server's log lacks {want:?}: {seen:?}"),
+        }
+    }
+}

@@ -295,3 +295,40 @@ fn parameters_leave_out_what_is_unset() {
     assert_eq!(v["pacing_timer"], json!(1000));
     assert_eq!(Params::parse(&params_json(&p)).unwrap(), p);
 }
+
+proptest::proptest! {
+    /// Whatever a server sends, in whatever pieces, the machine answers
+    /// with events or an error (then it is closed), never a panic, and
+    /// never asks a reader for more than a results message's bound.
+    #[test]
+    fn any_bytes_from_a_server_are_handled(
+        lead in proptest::collection::vec(proptest::sample::select(vec![9u8, 10, 1, 2]), 0..5),
+        end in proptest::bool::ANY,
+        junk in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..8),
+    ) {
+        let (mut c, _) = Client::new(&cookie(), &params(Proto::Udp, Mode::Bidir));
+        let mut ok = to_client(&mut c, &lead).is_ok();
+        if ok && end && c.phase() == ClientPhase::Running {
+            c.test_end().unwrap();
+        }
+        for piece in &junk {
+            if !ok {
+                break;
+            }
+            match c.feed(piece) {
+                Ok(evs) => {
+                    for e in evs {
+                        if e == ClientEvent::ExchangeResults {
+                            c.results(&Results::default()).unwrap();
+                        }
+                    }
+                }
+                Err(_) => {
+                    ok = false;
+                    proptest::prop_assert_eq!(c.phase(), ClientPhase::Closed);
+                }
+            }
+            proptest::prop_assert!(c.wants() <= 4 + MAX_RESULTS_JSON as usize);
+        }
+    }
+}
