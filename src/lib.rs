@@ -26,6 +26,7 @@ pub mod guard;
 pub mod hdr;
 pub mod html;
 pub mod iperf3;
+pub mod iperf3_client;
 pub mod keyfile;
 pub mod load;
 pub mod merge;

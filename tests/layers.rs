@@ -16,6 +16,7 @@ const PROTOCOL: &[&str] = &[
     "auth",
     "iperf3",
     "iperf3::udp",
+    "iperf3::client",
     "iperf3::json",
     "hdr",
     "merge",

@@ -26,6 +26,7 @@ pub mod analyze;
 pub mod crr;
 pub mod docs;
 pub mod habits;
+pub mod iperf3c;
 pub mod load;
 pub mod merge;
 pub mod ping;

@@ -27,15 +27,21 @@ pub struct TcpArgs {
     /// Port for targets that do not name one.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
     port: u16,
-    /// Connections to keep established at once (ctsTraffic -Connections).
+    /// Test against an iperf3 server (iperf3 -s) at HOST[:PORT] (port 5201
+    /// by default) instead of a netrig server: -P streams, -R, --bidir, -t,
+    /// -n, -l, -b, -w, -N, -C, -M and --get-server-output are carried to
+    /// it; options it cannot carry are refused (exit 6).
+    #[arg(long = "iperf3", value_name = "HOST[:PORT]", value_parser = target_arg, conflicts_with_all = ["targets", "more_targets"])]
+    iperf3_server: Option<String>,
+    /// Connections to keep established at once (ctsTraffic -Connections)
+    /// [default: 8; with --iperf3, 1 stream].
     #[arg(
         short = 'P',
         long = "parallel",
         visible_alias = "connections",
-        default_value_t = 8,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    parallel: u32,
+    parallel: Option<u32>,
     /// Rounds of --parallel connections: total = parallel x iterations
     /// (ctsTraffic -Iterations). Default: until --time, or Ctrl-C with -n
     /// alone; 10 s with none of them (iperf3); one round when no target is
@@ -78,9 +84,10 @@ pub struct TcpArgs {
     time: Option<Duration>,
     #[command(flatten)]
     bind: super::Sources,
-    /// data: check every byte against the pattern; connection: byte counts only.
-    #[arg(long, value_enum, default_value_t = VerifyLevel::Data)]
-    verify: VerifyLevel,
+    /// data: check every byte against the pattern; connection: byte counts
+    /// only [default: data; with --iperf3, connection].
+    #[arg(long, value_enum)]
+    verify: Option<VerifyLevel>,
     /// Status interval (ms resolution; at least 100ms, as iperf3).
     #[arg(short = 'i', long, default_value = "1s", value_parser = super::interval)]
     interval: Duration,
@@ -149,6 +156,9 @@ pub struct TcpArgs {
     key: KeyArg,
 }
 
+/// Connections at once without `-P`.
+const DEFAULT_PARALLEL: u32 = 8;
+
 /// Bytes per connection without `-n` (ctsTraffic's -Transfer default).
 const DEFAULT_BYTES: u64 = 1 << 30;
 
@@ -202,6 +212,9 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         Err(c) => return Ok(c),
     };
     a.iperf3.set();
+    if let Some(server) = &a.iperf3_server {
+        return Ok(against_iperf3(&a, server, json, verbosity, key.is_some()));
+    }
     let mut targets = a.targets;
     targets.extend(a.more_targets);
     let mut cfg = TcpClientConfig {
@@ -212,7 +225,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         key: key.clone(),
         targets: Vec::new(),
         port: a.port,
-        connections: a.parallel,
+        connections: a.parallel.unwrap_or(DEFAULT_PARALLEL),
         iterations: a.iterations,
         throttle: a.throttle,
         open_cap: None,
@@ -228,7 +241,7 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         push_bytes: a.push_bytes,
         pull_bytes: a.pull_bytes,
         buffer: a.length,
-        verify: a.verify,
+        verify: a.verify.unwrap_or(VerifyLevel::Data),
         time_limit: default_time(&a.time, &targets, a.iterations, a.bytes.is_some())
             .map(|t| t + a.omit.unwrap_or_default()),
         time_bound: true,
@@ -369,4 +382,133 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         },
         reporter.take_errors(),
     ))
+}
+
+/// `--iperf3 HOST[:PORT]`: the options an iperf3 server can be given, the
+/// others refused by name.
+fn against_iperf3(
+    a: &TcpArgs,
+    server: &str,
+    json: Option<PathBuf>,
+    verbosity: u8,
+    key: bool,
+) -> ExitCode {
+    use super::iperf3c::{Common, refuse};
+    use netrig::iperf3::{Mode, Params, Proto};
+    let mode = match (a.reverse, a.bidir, a.pattern) {
+        (true, _, _) | (_, _, IoPattern::Pull) => Mode::Reverse,
+        (_, true, _) | (_, _, IoPattern::Duplex) => Mode::Bidir,
+        (_, _, IoPattern::Push) => Mode::ClientSends,
+        (_, _, IoPattern::Pushpull) => {
+            return refuse(
+                "--pattern pushpull",
+                "iperf3 streams carry one direction each",
+            );
+        }
+    };
+    let refused = [
+        (
+            key,
+            "--key",
+            "iperf3 clients do not prove a key to the server",
+        ),
+        (
+            a.verify == Some(VerifyLevel::Data),
+            "--verify data",
+            "iperf3 does not check payloads (--verify connection, the default with --iperf3, counts bytes)",
+        ),
+        (
+            a.iterations.is_some(),
+            "--iterations",
+            "an iperf3 test is one set of streams",
+        ),
+        (
+            a.bytes.is_some_and(|b| b.1.is_some()),
+            "-n with a range",
+            "iperf3 takes one byte count",
+        ),
+        (
+            matches!(a.length, BufferSpec::Range(..)),
+            "-l with a range",
+            "iperf3 takes one block size",
+        ),
+        (
+            a.bitrate.is_some_and(|b| b.1.is_some()),
+            "-b with a range",
+            "iperf3 takes one rate",
+        ),
+        (
+            a.burst_size.is_some(),
+            "--burst-size",
+            "iperf3 servers know no bursts",
+        ),
+        (a.omit.is_some(), "-O", "not carried yet"),
+        (!a.bind.addrs().is_empty(), "-B", "not carried yet"),
+        (
+            a.start.at.is_some(),
+            "--start-at",
+            "iperf3 servers start at once",
+        ),
+        (
+            a.status_file.is_some() || a.connection_file.is_some() || a.tcp_info_file.is_some(),
+            "--status-file, --connection-file, --tcp-info-file",
+            "not written for iperf3 runs",
+        ),
+        (
+            a.json.stream_path().is_some(),
+            "--json-stream",
+            "not written for iperf3 runs",
+        ),
+    ];
+    if let Some((_, flag, why)) = refused.iter().find(|r| r.0) {
+        return refuse(flag, why);
+    }
+    let time = match a.time {
+        Some(t) if t.subsec_nanos() != 0 => {
+            return refuse(
+                "-t with a fraction of a second",
+                "iperf3 counts whole seconds",
+            );
+        }
+        Some(t) => t.as_secs(),
+        None if a.bytes.is_some() => 0,
+        None => DEFAULT_TIME.as_secs(),
+    };
+    let len = match a.length {
+        BufferSpec::Fixed(l) if l <= netrig::iperf3::MAX_BLOCKSIZE => l,
+        _ => return refuse("-l over 1M", "iperf3's largest TCP block is 1 MiB"),
+    };
+    let parallel = a.parallel.unwrap_or(1);
+    if parallel > netrig::iperf3::MAX_STREAMS {
+        return refuse("-P over 128", "iperf3 runs at most 128 streams");
+    }
+    let params = Params {
+        proto: Proto::Tcp,
+        mode,
+        parallel,
+        time,
+        omit: 0,
+        num: a.bytes.map_or(0, |b| b.0),
+        blockcount: 0,
+        len,
+        window: a.sock.ip.window.unwrap_or(0),
+        bandwidth: a.bitrate.map_or(0, |b| b.0),
+        get_server_output: a.get_server_output,
+        udp_counters_64bit: false,
+        nodelay: a.sock.no_delay,
+        congestion: a.sock.congestion.clone(),
+        mss: a.sock.mss.unwrap_or(0),
+        authtoken: false,
+        client_version: Some(format!("netrig {}", env!("CARGO_PKG_VERSION"))),
+    };
+    super::iperf3c::tcp(
+        Common {
+            server,
+            connect_timeout: a.connect.connect_timeout,
+            interval: a.interval,
+            json,
+            verbosity,
+        },
+        params,
+    )
 }

@@ -40,6 +40,12 @@ pub struct UdpArgs {
     /// Port if the target names none.
     #[arg(short, long, default_value_t = netrig::net::DEFAULT_PORT)]
     port: u16,
+    /// Test against an iperf3 server (iperf3 -s) at HOST[:PORT] (port 5201
+    /// by default) instead of a netrig server: -b (per stream), -l, -P, -R,
+    /// -t, -w and --get-server-output are carried to it, with iperf3's
+    /// 64-bit counters; options it cannot carry are refused (exit 6).
+    #[arg(long = "iperf3", value_name = "HOST[:PORT]", value_parser = target_arg, conflicts_with_all = ["target", "client"])]
+    pub iperf3_server: Option<String>,
     /// Sending rate in bit/s (e.g. 100M, 1700Mbit, 1G), default 10M; with
     /// --media, the stream's bit rate.
     #[arg(short = 'b', long = "bitrate", alias = "rate", short_alias = 'r', value_parser = rate, conflicts_with = "gap")]
@@ -302,6 +308,15 @@ pub fn run_with(
         ));
     }
     a.iperf3.set();
+    if let Some(server) = &a.iperf3_server {
+        if sweep_profile.is_some() {
+            return Ok(super::iperf3c::refuse(
+                "sweep",
+                "iperf3 servers run one rate",
+            ));
+        }
+        return Ok(against_iperf3(&a, server, json, verbosity, key.is_some()));
+    }
     if a.profile.is_none() && sweep_profile.is_none() {
         for (set, flag) in [
             (a.precompute, "--precompute"),
@@ -652,4 +667,129 @@ pub fn analyse(
         netrig::udp::analyze::note_sender(&mut analysis, s);
     }
     (netrig::udp::analyze::bins(&samples, width), analysis)
+}
+
+/// `--iperf3 HOST[:PORT]`: the options an iperf3 server can be given, the
+/// others refused by name.
+fn against_iperf3(
+    a: &UdpArgs,
+    server: &str,
+    json: Option<PathBuf>,
+    verbosity: u8,
+    key: bool,
+) -> ExitCode {
+    use super::iperf3c::{Common, refuse};
+    use netrig::iperf3::{MAX_UDP_BLOCKSIZE, MIN_UDP_BLOCKSIZE, Mode, Params, Proto};
+    let refused = [
+        (
+            key,
+            "--key",
+            "iperf3 clients do not prove a key to the server",
+        ),
+        (
+            a.bidir,
+            "--bidir",
+            "not carried yet for UDP (use -R or two runs)",
+        ),
+        (a.gap.is_some(), "--gap", "iperf3 paces by rate (-b)"),
+        (
+            a.auth_datagrams,
+            "--auth-datagrams",
+            "iperf3 datagrams carry no tag",
+        ),
+        (
+            a.synced || a.offset_comp != 0,
+            "--synced, --offset-comp",
+            "one-way delay needs netrig's server",
+        ),
+        (
+            a.trip_times || a.burst_size.is_some(),
+            "--burst-size, --trip-times",
+            "iperf3 servers know no bursts",
+        ),
+        (
+            a.profile.is_some(),
+            "--profile",
+            "iperf3 servers run one rate",
+        ),
+        (
+            a.media || a.isochronous.is_some(),
+            "--media, --isochronous",
+            "iperf3 servers send no frames",
+        ),
+        (a.omit.is_some(), "-O", "not carried yet"),
+        (
+            a.bind.is_some() || a.cport.is_some(),
+            "-B, --cport",
+            "not carried yet",
+        ),
+        (
+            a.start.at.is_some(),
+            "--start-at",
+            "iperf3 servers start at once",
+        ),
+        (
+            a.status_file.is_some()
+                || a.jitter_file.is_some()
+                || a.connection_file.is_some()
+                || a.csv.is_some(),
+            "--status-file, --jitter-file, --connection-file, --csv",
+            "not written for iperf3 runs",
+        ),
+        (
+            a.json.stream_path().is_some(),
+            "--json-stream",
+            "not written for iperf3 runs",
+        ),
+    ];
+    if let Some((_, flag, why)) = refused.iter().find(|r| r.0) {
+        return refuse(flag, why);
+    }
+    let time = match a.time {
+        Some(t) if t.subsec_nanos() != 0 => {
+            return refuse(
+                "-t with a fraction of a second",
+                "iperf3 counts whole seconds",
+            );
+        }
+        Some(t) => t.as_secs(),
+        None => DEFAULT_UDP_DURATION.as_secs(),
+    };
+    let len = match u32::try_from(a.length) {
+        Ok(l) if (MIN_UDP_BLOCKSIZE..=MAX_UDP_BLOCKSIZE).contains(&l) => l,
+        _ => return refuse("-l", "an iperf3 datagram is 16 to 65507 bytes"),
+    };
+    let params = Params {
+        proto: Proto::Udp,
+        mode: if a.reverse {
+            Mode::Reverse
+        } else {
+            Mode::ClientSends
+        },
+        parallel: a.parallel,
+        time,
+        omit: 0,
+        num: 0,
+        blockcount: 0,
+        len,
+        window: a.sock.window.unwrap_or(0),
+        bandwidth: a.bitrate.unwrap_or(DEFAULT_RATE),
+        get_server_output: a.get_server_output,
+        udp_counters_64bit: true,
+        nodelay: false,
+        congestion: None,
+        mss: 0,
+        authtoken: false,
+        client_version: Some(format!("netrig {}", env!("CARGO_PKG_VERSION"))),
+    };
+    super::iperf3c::udp(
+        Common {
+            server,
+            connect_timeout: a.connect.connect_timeout,
+            interval: a.interval,
+            json,
+            verbosity,
+        },
+        params,
+    )
 }

@@ -23,6 +23,7 @@
 use serde_json::{Value, json};
 use thiserror::Error;
 
+pub mod client;
 pub mod json;
 pub mod udp;
 
