@@ -29,6 +29,7 @@ pub mod iperf3;
 pub mod keyfile;
 pub mod load;
 pub mod merge;
+pub mod mesh;
 pub mod net;
 pub mod outcome;
 pub mod output;

@@ -28,6 +28,7 @@ pub mod docs;
 pub mod habits;
 pub mod load;
 pub mod merge;
+pub mod mesh;
 pub mod ping;
 pub mod progress;
 pub mod relay;

@@ -30,9 +30,9 @@ mod iperf3;
 pub mod limits;
 mod lines;
 mod log;
-mod metrics;
+pub(crate) mod metrics;
 mod rr_udp;
-mod scrape;
+pub(crate) mod scrape;
 mod sources;
 mod tcp;
 
