@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -375,4 +376,232 @@ fn a_mesh_of_sixteen_namespaces() {
         test_start.elapsed()
     );
     drop(m);
+}
+
+/// The items of the YAML list under `key:` (one item a line), unquoted.
+fn yaml_list(text: &str, key: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != key).skip(1);
+    let mut out = Vec::new();
+    for l in lines.by_ref() {
+        let Some(item) = l.trim().strip_prefix("- ") else {
+            break;
+        };
+        out.push(item.trim_matches('"').to_string());
+    }
+    out
+}
+
+/// The DaemonSet's own arguments (deploy/kubernetes/overlays/mesh), with
+/// the pod's address as the kubelet expands it, on 4 namespaces where the
+/// Service's name resolves to all 4 (`ip netns exec` mounts
+/// /etc/netns/NS/hosts, as cluster DNS answers for a headless Service):
+/// each node finds itself and probes the other 3; when a node leaves the
+/// name's answer, its probers drop its series at the next refresh.
+#[test]
+#[cfg_attr(not(netns_root), ignore = "needs root and iproute2 (ip netns)")]
+fn the_daemonsets_arguments_find_peers_by_dns_and_follow_it() {
+    let ds = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/overlays/mesh/mesh-daemonset.yaml"
+    ))
+    .unwrap();
+    let args = yaml_list(&ds, "args:");
+    assert_eq!(args[0], "mesh");
+    let name = args
+        .iter()
+        .position(|a| a == "--peers-dns")
+        .map(|i| args[i + 1].clone())
+        .unwrap();
+    let host = name.rsplit_once(':').unwrap().0.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Mesh {
+        fabric: Fabric::new('D', 79, 4),
+        procs: Vec::new(),
+        peers_file: dir.path().join("unused"),
+        _dir: dir,
+    };
+    let ips: Vec<String> = (0..4).map(|i| m.fabric.ip(i)).collect();
+    let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+    for i in 0..4 {
+        m.fabric.host(&m.fabric.nodes[i].clone(), &host, &ip_refs);
+    }
+    for i in 0..4 {
+        let expanded: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("$(POD_IP)", &ips[i]))
+            .collect();
+        assert!(!expanded.iter().any(|a| a.contains("$(")), "{expanded:?}");
+        let p = Proc(
+            Command::new("ip")
+                .args(["netns", "exec", &m.fabric.nodes[i], BIN])
+                .args(&expanded)
+                // Scaled down; a later flag overrides the DaemonSet's.
+                .args([
+                    "--interval",
+                    "200ms",
+                    "--refresh",
+                    "300ms",
+                    "--window",
+                    "2s",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        m.procs.push(Some(p));
+    }
+    let all: Vec<usize> = (0..4).collect();
+    m.wait_all(&all, "3 peers probed and answering, 3 probers", |i, s| {
+        let p = peers_of(s);
+        p.len() == 3
+            && !p.contains(&m.addr(i))
+            && s.get("netrig_mesh_probers") == Some(&3.0)
+            && p.iter().all(|a| {
+                s.get(&format!("netrig_mesh_rtt_seconds_count{{peer=\"{a}\"}}"))
+                    .is_some_and(|&c| c > 0.0)
+            })
+    });
+    // Node 3 leaves the name's answer: its series go at the next refresh.
+    for i in 0..3 {
+        m.fabric
+            .host(&m.fabric.nodes[i].clone(), &host, &ip_refs[..3]);
+    }
+    let gone = m.addr(3);
+    m.wait_all(&[0, 1, 2], "node 3's series dropped", |_, s| {
+        s.get("netrig_mesh_peers") == Some(&2.0) && !peers_of(s).contains(&gone)
+    });
+    for i in 0..3 {
+        let s = m.scrape(i);
+        assert_eq!(peers_of(&s).len(), 2, "node {i}");
+        assert!(s["netrig_mesh_peer_refreshes_total{}"] >= 2.0);
+        assert!(
+            !s.keys().any(|k| k.contains(&gone.to_string())),
+            "node {i}: {s:?}"
+        );
+    }
+}
+
+/// Every netrig_mesh_ series the alerts and the dashboard under deploy/
+/// query is one a mesh node exports (two nodes on loopback).
+#[test]
+fn the_deployed_alerts_and_dashboard_query_series_the_mesh_exports() {
+    if !parser_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let list = format!("127.0.0.1:{pa}\n127.0.0.1:{pb}\n");
+    let file = dir.path().join("peers");
+    std::fs::write(&file, list).unwrap();
+    let mut metrics = Vec::new();
+    let mut procs = Vec::new();
+    for p in [pa, pb] {
+        let mp = free_port();
+        metrics.push(mp);
+        procs.push(Proc(
+            netrig(&["mesh", "--peers-file"])
+                .arg(&file)
+                .args(["--listen", &format!("127.0.0.1:{p}")])
+                .args(["--metrics", &format!("127.0.0.1:{mp}")])
+                .args(["--interval", "100ms"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    let get = |port: u16| -> Option<String> {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n")
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    };
+    let t0 = Instant::now();
+    let text = loop {
+        if let Some(t) =
+            get(metrics[0]).filter(|t| t.contains("netrig_mesh_rtt_seconds_count{peer"))
+        {
+            break t;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no answered probe");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let samples = parse_om(&text);
+    let names: BTreeSet<&str> = samples
+        .keys()
+        .map(|k| k.split('{').next().unwrap())
+        .collect();
+    let mut queried = BTreeSet::new();
+    for f in [
+        "deploy/kubernetes/overlays/monitoring/prometheusrule.yaml",
+        "deploy/kubernetes/overlays/monitoring/netrig-dashboard.json",
+    ] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("netrig_mesh_") {
+            let name: String = rest[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[i + name.len()..];
+            queried.insert(name);
+        }
+    }
+    assert!(queried.len() >= 3, "{queried:?}");
+    for q in &queried {
+        assert!(
+            names.contains(q.as_str()),
+            "{q} is queried but not exported: {names:?}"
+        );
+    }
+    // Every series of a probed peer carries its address.
+    for k in samples.keys().filter(|k| k.contains("peer=")) {
+        assert!(k.contains(&format!("peer=\"127.0.0.1:{pb}\"")), "{k}");
+    }
+}
+
+#[test]
+fn bad_mesh_flags_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("peers");
+    std::fs::write(&file, "127.0.0.1\nnot-an-address\n").unwrap();
+    let f = file.to_str().unwrap();
+    let missing = dir.path().join("missing");
+    let cases: [(&[&str], &str); 6] = [
+        (&["mesh"], "--peers-file"),
+        (&["mesh", "--peers-file", f], "line 2: \"not-an-address\""),
+        (
+            &["mesh", "--peers-file", missing.to_str().unwrap()],
+            "cannot read",
+        ),
+        (&["mesh", "--peers-dns", "svc"], "expected NAME:PORT"),
+        (
+            &["mesh", "--peers-dns", "svc:1", "-k", "0"],
+            "-k 0 is out of range",
+        ),
+        (
+            &[
+                "mesh",
+                "--peers-dns",
+                "svc:1",
+                "--interval",
+                "1s",
+                "--timeout",
+                "40s",
+            ],
+            "more than 32 intervals",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = netrig(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        // One line, but for clap's own usage text.
+        if args.len() > 1 {
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
 }
