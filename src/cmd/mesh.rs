@@ -120,7 +120,7 @@ pub fn run(a: MeshArgs) -> Result<ExitCode> {
     )?;
     mesh.serve_metrics(metrics)?;
     netrig::out!(
-        "netrig mesh: probing {} peers every {:?} from UDP {}, metrics at http://{metrics_at}/metrics",
+        "netrig mesh: probing up to {} peers every {:?} from UDP {}, metrics at http://{metrics_at}/metrics",
         a.peers,
         a.interval,
         mesh.local_addr()
