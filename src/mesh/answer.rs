@@ -43,13 +43,13 @@ impl Answerer {
         t2: u64,
         t3: u64,
     ) -> Reply {
-        if !self.probers.contains_key(&from) && self.probers.len() >= MAX_PROBERS {
-            if let Some(oldest) = (self.probers.iter())
+        if !self.probers.contains_key(&from)
+            && self.probers.len() >= MAX_PROBERS
+            && let Some(oldest) = (self.probers.iter())
                 .min_by_key(|(_, s)| s.last)
                 .map(|(a, _)| *a)
-            {
-                self.probers.remove(&oldest);
-            }
+        {
+            self.probers.remove(&oldest);
         }
         let fresh = Prober {
             epoch: p.epoch,
