@@ -426,10 +426,7 @@ fn the_daemonsets_arguments_find_peers_by_dns_and_follow_it() {
         m.fabric.host(&m.fabric.nodes[i].clone(), &host, &ip_refs);
     }
     for (i, ip) in ips.iter().enumerate() {
-        let expanded: Vec<String> = args
-            .iter()
-            .map(|a| a.replace("$(POD_IP)", ip))
-            .collect();
+        let expanded: Vec<String> = args.iter().map(|a| a.replace("$(POD_IP)", ip)).collect();
         assert!(!expanded.iter().any(|a| a.contains("$(")), "{expanded:?}");
         let p = Proc(
             Command::new("ip")

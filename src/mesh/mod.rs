@@ -119,6 +119,8 @@ pub struct Mesh {
     peers: Receiver<Result<Vec<SocketAddr>, ReadError>>,
     /// Whether `me` came from the configuration or the list.
     me_known: bool,
+    /// Whether the node said it is not in the list.
+    warned: bool,
 }
 
 impl Mesh {
@@ -151,6 +153,7 @@ impl Mesh {
         source::refresh(cfg.source.clone(), local.port(), cfg.refresh, tx, stop)?;
         Ok(Mesh {
             me_known: cfg.me.is_some(),
+            warned: false,
             cfg,
             shared,
             socket: mio::net::UdpSocket::from_std(socket),
@@ -236,11 +239,24 @@ impl Mesh {
         };
         let now = self.shared.start.elapsed();
         let mut n = self.shared.node();
-        if !self.me_known
-            && let Some(me) = find_self(&list, self.local)
-        {
-            n.set_me(me);
-            self.me_known = true;
+        if !self.me_known {
+            match find_self(&list, self.local) {
+                Some(me) => {
+                    n.set_me(me);
+                    self.me_known = true;
+                }
+                // Said once: nodes that do not know their own address all
+                // hash alike and pick the same peers.
+                None if !self.warned => {
+                    eprintln!(
+                        "netrig mesh: none of the peer list's {} addresses is this node's (port {}); give --self ADDR:PORT",
+                        list.len(),
+                        self.local.port()
+                    );
+                    self.warned = true;
+                }
+                None => {}
+            }
         }
         n.set_peers(&list, now);
     }
