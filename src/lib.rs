@@ -30,6 +30,7 @@ pub mod iperf3_client;
 pub mod keyfile;
 pub mod load;
 pub mod merge;
+pub mod mesh;
 pub mod net;
 pub mod outcome;
 pub mod output;

@@ -60,6 +60,10 @@ enum Cmd {
     /// duplication, reordering, delay and jitter, rate limits, corruption,
     /// resets; seeded, and logs exactly what it did.
     Relay(cmd::relay::RelayArgs),
+    /// Mesh monitor node: answers its peers' probes, probes k of them
+    /// (rendezvous hashing over a DNS name's or a file's peer list) and
+    /// serves loss, round trip and one-way delays per peer on /metrics.
+    Mesh(cmd::mesh::MeshArgs),
     /// Print shell completions (bash, zsh, fish, …) for netrig.
     Completions(cmd::docs::CompletionsArgs),
     /// Print the manual page, or write one per subcommand with --dir.
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Analyze(a) => cmd::analyze::run(a),
         Cmd::Relay(a) => cmd::relay::run(a),
+        Cmd::Mesh(a) => cmd::mesh::run(a),
         Cmd::Completions(a) => cmd::docs::completions(a, Cli::command()),
         Cmd::Man(a) => cmd::docs::man(a, Cli::command()),
     };

@@ -328,6 +328,7 @@ const KUSTOMIZATIONS: &[&str] = &[
     "overlays/default",
     "overlays/hostnetwork",
     "overlays/monitoring",
+    "overlays/mesh",
     "jobs/load",
 ];
 
@@ -385,6 +386,10 @@ fn every_kustomization_renders_and_validates() {
             "limits:",
             "secretKeyRef:",
         ] {
+            // The mesh's probes carry no key (overlays/mesh says why).
+            if *k == "overlays/mesh" && want == "secretKeyRef:" {
+                continue;
+            }
             assert!(rendered.contains(want), "{k}: no {want}");
         }
         println!("{k}: {} resources rendered and validated", kinds.len());
@@ -462,6 +467,53 @@ fn the_monitoring_overlay_is_consistent() {
         }
     }
     assert!(rendered.contains("grafana_dashboard: \"1\""));
+}
+
+/// The mesh overlay: a DaemonSet of `netrig mesh` finding its peers
+/// through the headless Service it ships, on the ports that Service and
+/// the PodMonitor name, and nothing of the server's.
+#[test]
+fn the_mesh_overlay_finds_its_peers_through_its_headless_service() {
+    if !kustomize("mesh overlay") {
+        return;
+    }
+    let rendered = output(
+        Command::new("kubectl")
+            .arg("kustomize")
+            .arg(Path::new(ROOT).join("deploy/kubernetes/overlays/mesh")),
+    );
+    let kinds: Vec<&str> = (rendered.lines())
+        .filter_map(|l| l.strip_prefix("kind: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Namespace", "ServiceAccount", "Service", "DaemonSet"]
+    );
+    assert!(!rendered.contains("netrig-server"), "{rendered}");
+    for want in [
+        "clusterIP: None",
+        "publishNotReadyAddresses: true",
+        "- --peers-dns\n        - netrig-mesh.netrig.svc:4795\n",
+        "- --self\n        - $(POD_IP):4795\n",
+        "- --metrics\n        - 0.0.0.0:9465\n",
+        "fieldPath: status.podIP",
+        "containerPort: 4795\n          name: mesh-udp\n          protocol: UDP",
+        "containerPort: 9465\n          name: metrics",
+        "  name: netrig-mesh\n  namespace: netrig\n",
+    ] {
+        assert!(rendered.contains(want), "no {want:?} in:\n{rendered}");
+    }
+    let monitoring = output(
+        Command::new("kubectl")
+            .arg("kustomize")
+            .arg(Path::new(ROOT).join("deploy/kubernetes/overlays/monitoring")),
+    );
+    assert!(
+        monitoring.contains(
+            "  name: netrig-mesh\n  namespace: netrig\nspec:\n  podMetricsEndpoints:\n  - interval: 30s\n    path: /metrics\n    port: metrics\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: netrig-mesh\n"
+        ),
+        "{monitoring}"
+    );
 }
 
 /// The load Job: Indexed, every client at once, each told the one start

@@ -16,71 +16,12 @@ use std::time::{Duration, Instant};
 #[path = "common/bin.rs"]
 mod bin;
 use bin::*;
+#[path = "common/fabric.rs"]
+mod fabric;
+use fabric::Fabric;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const CLIENTS: usize = 8;
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-/// Namespaces on a bridge (in a namespace of its own): node i has
-/// 169.254.77.(i+1). Removed on drop, with their /etc/netns files.
-struct Fabric {
-    hub: String,
-    nodes: Vec<String>,
-}
-
-impl Fabric {
-    fn new(n: usize) -> Fabric {
-        let id = std::process::id() % 100_000;
-        let hub = format!("nrJh{id}");
-        let mut f = Fabric {
-            hub: hub.clone(),
-            nodes: Vec::new(),
-        };
-        sh(&["ip", "netns", "add", &hub]);
-        sh(&["ip", "-n", &hub, "link", "add", "br0", "type", "bridge"]);
-        sh(&["ip", "-n", &hub, "link", "set", "br0", "up"]);
-        for i in 0..n {
-            let ns = format!("nrJ{i}n{id}");
-            let (a, b) = (format!("nrJ{i}{id}a"), format!("nrJ{i}{id}b"));
-            sh(&["ip", "netns", "add", &ns]);
-            f.nodes.push(ns.clone());
-            sh(&["ip", "link", "add", &a, "type", "veth", "peer", "name", &b]);
-            sh(&["ip", "link", "set", &a, "netns", &ns]);
-            sh(&["ip", "link", "set", &b, "netns", &hub]);
-            sh(&["ip", "-n", &hub, "link", "set", &b, "master", "br0", "up"]);
-            let addr = format!("169.254.77.{}/24", i + 1);
-            sh(&["ip", "-n", &ns, "addr", "add", &addr, "dev", &a]);
-            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-            sh(&["ip", "-n", &ns, "link", "set", &a, "up"]);
-        }
-        f
-    }
-
-    /// Makes `name` resolve to `ip` inside namespace `ns`, as cluster DNS
-    /// resolves a Service's name inside a pod.
-    fn host(&self, ns: &str, name: &str, ip: &str) {
-        let dir = Path::new("/etc/netns").join(ns);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("hosts"),
-            format!("127.0.0.1 localhost\n{ip} {name}\n"),
-        )
-        .unwrap();
-    }
-}
-
-impl Drop for Fabric {
-    fn drop(&mut self) {
-        for ns in self.nodes.iter().chain([&self.hub]) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
-        }
-    }
-}
 
 /// The items of the YAML list under `key:` (one item a line, as the
 /// manifests write them), unquoted.
@@ -138,7 +79,7 @@ fn the_indexed_job_contract_on_namespaces() {
         "the emulation runs as many clients as the Job"
     );
 
-    let fabric = Fabric::new(CLIENTS + 1);
+    let fabric = Fabric::new('J', 77, CLIENTS + 1);
     let server_ns = fabric.nodes[0].clone();
     let key = format!("{:032x}", rand_u128());
     let mut server = Proc(
@@ -176,7 +117,7 @@ fn the_indexed_job_contract_on_namespaces() {
     let mut clients = Vec::new();
     for i in 0..CLIENTS {
         let ns = &fabric.nodes[i + 1];
-        fabric.host(ns, "netrig-server", "169.254.77.1");
+        fabric.host(ns, "netrig-server", &["169.254.77.1"]);
         let env = BTreeMap::from([
             ("JOB_COMPLETION_INDEX", i.to_string()),
             ("NETRIG_TARGET", "netrig-server".to_string()),

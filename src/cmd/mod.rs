@@ -29,6 +29,7 @@ pub mod habits;
 pub mod iperf3c;
 pub mod load;
 pub mod merge;
+pub mod mesh;
 pub mod ping;
 pub mod progress;
 pub mod relay;

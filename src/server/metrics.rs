@@ -444,7 +444,7 @@ fn kind(k: Kind) -> String {
 }
 
 #[derive(Clone, Copy)]
-enum Type {
+pub(crate) enum Type {
     Counter,
     Gauge,
     Histogram,
@@ -453,15 +453,15 @@ enum Type {
 }
 
 /// Writes families in either format.
-struct Writer {
-    out: String,
-    om: bool,
+pub(crate) struct Writer {
+    pub(crate) out: String,
+    pub(crate) om: bool,
 }
 
 impl Writer {
     /// A family's HELP, TYPE and (OpenMetrics) UNIT lines. `name` is the
     /// family's name without `_total` or `_info`.
-    fn family(&mut self, name: &str, ty: Type, help: &str) {
+    pub(crate) fn family(&mut self, name: &str, ty: Type, help: &str) {
         // Prometheus 0.0.4 names a counter's family with its `_total`.
         let name = match (ty, self.om) {
             (Type::Counter, false) => format!("{name}_total"),
@@ -485,7 +485,7 @@ impl Writer {
         }
     }
 
-    fn sample(&mut self, name: &str, labels: &str, v: u64) {
+    pub(crate) fn sample(&mut self, name: &str, labels: &str, v: u64) {
         match labels.is_empty() {
             true => writeln!(self.out, "{name} {v}"),
             false => writeln!(self.out, "{name}{{{labels}}} {v}"),
@@ -493,7 +493,7 @@ impl Writer {
         .unwrap_or(());
     }
 
-    fn sample_f64(&mut self, name: &str, labels: &str, v: f64) {
+    pub(crate) fn sample_f64(&mut self, name: &str, labels: &str, v: f64) {
         match labels.is_empty() {
             true => writeln!(self.out, "{name} {v:?}"),
             false => writeln!(self.out, "{name}{{{labels}}} {v:?}"),

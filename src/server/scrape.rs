@@ -40,8 +40,34 @@ struct Scrape {
     answer: Option<(Vec<u8>, usize)>,
 }
 
+/// What an endpoint serves: the metrics text, and when to stop.
+pub(crate) trait Source: Send + Sync + 'static {
+    /// The endpoint's thread ends once this is true.
+    fn stopping(&self) -> bool;
+    /// The metrics as OpenMetrics 1.0 when `openmetrics`, else Prometheus
+    /// text format 0.0.4.
+    fn render(&self, openmetrics: bool) -> String;
+}
+
+impl Source for State {
+    fn stopping(&self) -> bool {
+        self.stop.load(SeqCst)
+    }
+
+    fn render(&self, openmetrics: bool) -> String {
+        let g = Gauges {
+            tests: self.tests.load(SeqCst),
+            connections: self.open.load(SeqCst),
+            resident_bytes: crate::net::resident_bytes(),
+            threads: threads(),
+            limits: self.cfg.limits,
+        };
+        self.metrics.render(&g, openmetrics)
+    }
+}
+
 /// Starts the metrics thread on `listener`.
-pub(super) fn start(st: Arc<State>, listener: TcpListener) -> io::Result<()> {
+pub(crate) fn start<S: Source>(st: Arc<S>, listener: TcpListener) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut listener = mio::net::TcpListener::from_std(listener);
     let poll = Poll::new()?;
@@ -50,17 +76,17 @@ pub(super) fn start(st: Arc<State>, listener: TcpListener) -> io::Result<()> {
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            if let Err(e) = serve(&st, poll, &listener) {
+            if let Err(e) = serve(st.as_ref(), poll, &listener) {
                 eprintln!("netrig serve: metrics endpoint failed: {e}");
             }
         })?;
     Ok(())
 }
 
-fn serve(st: &State, mut poll: Poll, listener: &mio::net::TcpListener) -> io::Result<()> {
+fn serve(st: &impl Source, mut poll: Poll, listener: &mio::net::TcpListener) -> io::Result<()> {
     let mut events = Events::with_capacity(64);
     let mut slots: Vec<Option<Scrape>> = (0..MAX_SCRAPES).map(|_| None).collect();
-    while !st.stop.load(SeqCst) {
+    while !st.stopping() {
         let now = Instant::now();
         let wait = (slots.iter().flatten())
             .map(|s| s.until.saturating_duration_since(now))
@@ -125,7 +151,7 @@ fn accept_all(poll: &Poll, listener: &mio::net::TcpListener, slots: &mut [Option
 
 /// Reads the request, answers it, and closes the connection once the
 /// answer is out (or on any failure).
-fn advance(st: &State, poll: &Poll, slot: &mut Option<Scrape>) {
+fn advance(st: &impl Source, poll: &Poll, slot: &mut Option<Scrape>) {
     let Some(s) = slot.as_mut() else {
         return;
     };
@@ -185,17 +211,10 @@ fn close(poll: &Poll, slot: &mut Option<Scrape>) {
 }
 
 /// The whole HTTP answer to a request head.
-fn answer(st: &State, head: &[u8]) -> Vec<u8> {
+fn answer(st: &impl Source, head: &[u8]) -> Vec<u8> {
     let (status, ctype, body, bodiless) = match parse_request(head) {
         Request::Metrics { openmetrics, head } => {
-            let g = Gauges {
-                tests: st.tests.load(SeqCst),
-                connections: st.open.load(SeqCst),
-                resident_bytes: crate::net::resident_bytes(),
-                threads: threads(),
-                limits: st.cfg.limits,
-            };
-            let body = st.metrics.render(&g, openmetrics);
+            let body = st.render(openmetrics);
             let ctype = match openmetrics {
                 true => "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 false => "text/plain; version=0.0.4; charset=utf-8",
@@ -235,7 +254,7 @@ fn answer(st: &State, head: &[u8]) -> Vec<u8> {
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The process's threads, from `/proc/self/status` (0 if unreadable).
-fn threads() -> u64 {
+pub(crate) fn threads() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
