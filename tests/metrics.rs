@@ -243,8 +243,10 @@ fn a_hostile_scrape_load_does_not_hurt_a_test_or_grow_the_server() {
         most_threads <= threads0,
         "server threads grew under scrape load: {threads0} -> {most_threads}"
     );
+    // Besides those, up to two files open for a moment: a scrape reads
+    // /proc/self (memory, threads) and a test's summary its CPU times.
     assert!(
-        most_fds <= fds0 + 8 + 9,
+        most_fds <= fds0 + 8 + 9 + 2,
         "server descriptors {fds0} -> {most_fds}"
     );
     for f in floods {
