@@ -416,7 +416,7 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
     if json {
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
-    let ran = match test {
+    let (moved, ran) = match test {
         Test::Udp(spec, key) => {
             crate::udp::serve::serve(stream, peer, *spec, verbosity, limits, key)
         }
@@ -426,7 +426,7 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
         }
     };
     let took = started.elapsed();
-    st.metrics.ended(kind, took, Moved::default());
+    st.metrics.ended(kind, took, Moved::from(&moved));
     // The error the client was sent, logged once with the other refusals.
     if let Err(why) = &ran {
         log_refusal(st, peer, why);
@@ -440,6 +440,8 @@ pub(super) fn run_job(st: &State, stream: &std::net::TcpStream, peer: SocketAddr
             let mut v = client();
             v["result"] = result.into();
             v["duration_s"] = took.as_secs_f64().into();
+            v["bytes_sent"] = moved.bytes_sent.into();
+            v["bytes_received"] = moved.bytes_received.into();
             v
         });
     }

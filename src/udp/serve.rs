@@ -16,10 +16,10 @@ use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::receive::{ReceiverConfig, ReceiverSink, Until, run_receiver};
 use super::send::{SenderConfig, run_sender};
 use super::sent::SenderReport;
-use super::track::{BurstReport, ReceiverStats, UdpInterval};
+use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::auth::DatagramKey;
 use crate::net::realtime_ns;
-use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
+use crate::proto::{Message, ReadError, SessionSummary, UdpSpec, read_message, write_message};
 use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
 use crate::server::limits::Limits;
 
@@ -249,6 +249,11 @@ pub trait UdpWork {
     fn summary(&self) -> crate::proto::SessionSummary {
         Default::default()
     }
+    /// What the session moved, for the server's metrics once the worker
+    /// is joined: bytes sent and received, failed sends, corrupt datagrams.
+    fn moved(&self) -> crate::proto::SessionSummary {
+        self.summary()
+    }
     /// Options for the session's data socket.
     fn sock_opts(&self) -> crate::sockopts::SockOpts {
         crate::sockopts::SockOpts::default()
@@ -280,8 +285,22 @@ pub fn send_control(w: &Mutex<TcpStream>, m: &Message) -> bool {
 /// and stop it on `stop`, goodbye or a closed connection.
 ///
 /// An error the client was sent, which ended the session, is returned for
-/// the server's log (the caller logs it, once, with its other refusals).
+/// the server's log (the caller logs it, once, with its other refusals),
+/// beside what the session moved ([`UdpWork::moved`]).
 pub fn session(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    label: &str,
+    work: &mut dyn UdpWork,
+    verbosity: u8,
+    deadline: Duration,
+    setup: Duration,
+) -> (SessionSummary, Result<(), Refusal>) {
+    let ended = run_session(stream, peer, label, work, verbosity, deadline, setup);
+    (work.moved(), ended)
+}
+
+fn run_session(
     stream: &TcpStream,
     peer: SocketAddr,
     label: &str,
@@ -483,6 +502,8 @@ struct StreamWork {
     tag_key: Option<DatagramKey>,
     limits: Limits,
     sent: Arc<Mutex<Option<SenderReport>>>,
+    /// What the worker moved, set as it ends.
+    moved: Arc<Mutex<SessionSummary>>,
 }
 
 impl UdpWork for StreamWork {
@@ -497,14 +518,17 @@ impl UdpWork for StreamWork {
             let mut cfg = sender_config(&spec, tag_key);
             cfg.pacing = cfg.pacing.on_server();
             cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
+            let moved = Arc::clone(&self.moved);
             std::thread::spawn(move || {
                 // The session's summary sees this thread whole.
                 let _cpu = crate::net::cpu::EndNote;
                 let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
+                *moved.lock().unwrap_or_else(|e| e.into_inner()) = sent_moved(&rep);
                 send(&ctx.writer, &Message::UdpDone(rep));
             })
         } else {
             let sent = Arc::clone(&self.sent);
+            let moved = Arc::clone(&self.moved);
             std::thread::spawn(move || {
                 let _cpu = crate::net::cpu::EndNote;
                 let cfg = receiver_config(&spec, offset_ns, tag_key);
@@ -541,13 +565,19 @@ impl UdpWork for StreamWork {
                     .unwrap_or_else(|e| e.into_inner())
                     .as_ref()
                     .map(|r| r.packets);
-                for m in crate::proto::udp_result_frames(stats.totals(sent)) {
+                let totals = stats.totals(sent);
+                *moved.lock().unwrap_or_else(|e| e.into_inner()) = received_moved(&totals);
+                for m in crate::proto::udp_result_frames(totals) {
                     if !send(&ctx.writer, &m) {
                         break;
                     }
                 }
             })
         }
+    }
+
+    fn moved(&self) -> SessionSummary {
+        self.moved.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn sender_done(&mut self, rep: SenderReport, ctx: &WorkContext) {
@@ -557,6 +587,26 @@ impl UdpWork for StreamWork {
         *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
         let at = ctx.epoch.elapsed() + drain_for(&self.spec);
         ctx.deadline.store(at.as_nanos() as u64, SeqCst);
+    }
+}
+
+/// What a server sending a stream moved: its bytes, and its failed sends
+/// as network errors.
+fn sent_moved(rep: &SenderReport) -> SessionSummary {
+    SessionSummary {
+        bytes_sent: rep.bytes,
+        network_errors: rep.send_errors,
+        ..SessionSummary::default()
+    }
+}
+
+/// What a server receiving a stream moved: the bytes its result counts,
+/// and the corrupt datagrams as data errors.
+fn received_moved(t: &UdpTotals) -> SessionSummary {
+    SessionSummary {
+        bytes_received: t.bytes,
+        data_errors: t.corrupt,
+        ..SessionSummary::default()
     }
 }
 
@@ -578,7 +628,8 @@ pub fn check(spec: &UdpSpec, limits: Limits, tag_key: Option<DatagramKey>) -> Re
 }
 
 /// Serves one UDP stream test on an accepted control connection. An error
-/// the client was sent, which ended the test, is returned for the log.
+/// the client was sent, which ended the test, is returned for the log,
+/// beside what the test moved.
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -586,11 +637,11 @@ pub fn serve(
     verbosity: u8,
     limits: Limits,
     tag_key: Option<DatagramKey>,
-) -> Result<(), Refusal> {
+) -> (SessionSummary, Result<(), Refusal>) {
     if let Err(why) = check(&spec, limits, tag_key) {
         let mut s = stream;
         let _ = write_message(&mut s, &why.message());
-        return Err(why);
+        return (SessionSummary::default(), Err(why));
     }
     let label = format!(
         "udp {} {} B every {:.3} us for {} ms{}",
@@ -609,6 +660,7 @@ pub fn serve(
         tag_key,
         limits,
         sent: Arc::new(Mutex::new(None)),
+        moved: Arc::default(),
     };
     session(
         stream,
