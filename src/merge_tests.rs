@@ -334,3 +334,81 @@ fn ping_runs_merge_by_position_and_udp_by_its_totals() {
     assert_eq!(m.errors.len(), 1);
     assert_eq!(m.errors[0].input, "c1.json");
 }
+
+#[test]
+fn rr_ping_and_crr_transactions_share_the_wall_clock_grid() {
+    let rr = |start: f64, rows: &[(f64, f64, u64)]| {
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|&(a, b, n)| json!({"start_secs": a, "end_secs": b, "count": n, "lost": 0}))
+            .collect();
+        json!({"netrig": 1, "test": "rr", "config": {"transport": "tcp", "size": 64, "reply": 2},
+               "result": {"start_unix": start, "duration_secs": 2.0, "intervals": rows,
+                          "runs": [{"size": 64, "sent": 30, "received": 30, "late": 0, "corrupt": 0,
+                                    "latency": null, "error": null}]}})
+    };
+    let docs = vec![
+        rr(100.0, &[(0.0, 1.0, 10), (1.0, 2.0, 20)]),
+        rr(100.5, &[(0.0, 1.0, 4)]),
+    ];
+    let m = merge(&named(docs), 1.0).unwrap();
+    assert_eq!(m.start_unix, Some(100.0));
+    assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    let got: Vec<_> = m
+        .intervals
+        .iter()
+        .map(|s| {
+            (
+                s.start_secs,
+                s.end_secs,
+                s.transactions,
+                s.per_input_transactions.clone(),
+                s.transactions_per_sec,
+                s.bytes,
+                s.goodput_bps,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0.0, 1.0, Some(12), Some(vec![10, 2]), Some(12.0), 0, 0.0),
+            (1.0, 2.0, Some(22), Some(vec![20, 2]), Some(22.0), 0, 0.0),
+        ]
+    );
+    assert_eq!(m.intervals[1].per_input, vec![0, 0]);
+    assert_eq!(m.goodput_bps, None);
+    assert_eq!(m.inputs[1].duration_secs, Some(2.0));
+
+    // A crr run is one even slice over its duration; half a slice long,
+    // its rate over the slice is its count over that half.
+    let crr_at = |start: f64, secs: f64, n: u64| {
+        let mut d = crr(&[1_000], n);
+        d["result"]["start_unix"] = json!(start);
+        d["result"]["duration_secs"] = json!(secs);
+        d
+    };
+    let m = merge(
+        &named(vec![crr_at(10.0, 2.0, 8), crr_at(11.0, 0.5, 3)]),
+        1.0,
+    )
+    .unwrap();
+    let got: Vec<_> = m
+        .intervals
+        .iter()
+        .map(|s| (s.transactions, s.per_input_transactions.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [(Some(4), Some(vec![4, 0])), (Some(7), Some(vec![4, 3]))]
+    );
+    assert_eq!(m.intervals[1].transactions_per_sec, Some(7.0));
+    // An old crr result without a time zero: warned, kept out of the grid.
+    let mut old = crr_at(0.0, 1.0, 5);
+    old["result"].as_object_mut().unwrap().remove("start_unix");
+    let m = merge(&named(vec![crr_at(10.0, 2.0, 8), old]), 1.0).unwrap();
+    assert!(m.warnings[0].starts_with("c1.json has no start_unix"));
+    assert_eq!(m.intervals.len(), 2);
+    assert_eq!(m.intervals[0].per_input_transactions, Some(vec![4, 0]));
+    assert_eq!(m.totals["transactions"], 13);
+}
