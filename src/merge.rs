@@ -441,6 +441,31 @@ pub fn align(inputs: &[Timed], step: f64) -> Vec<Slice> {
         .collect()
 }
 
+/// A udp result's parts, each shaped as a one-stream result: itself, or
+/// its streams' reports (`-P`, `--bidir`), each marked whether it runs the
+/// other way than `main_reverse` (the configuration's direction).
+fn udp_parts<'a>(r: &'a Value, main_reverse: &Value) -> Vec<(bool, &'a Value)> {
+    let Some(streams) = r["streams"].as_array() else {
+        return vec![(false, r)];
+    };
+    let main = main_reverse.as_bool().unwrap_or(false);
+    streams
+        .iter()
+        .filter(|s| s["report"].is_object())
+        .map(|s| (s["reverse"].as_bool().unwrap_or(main) != main, &s["report"]))
+        .collect()
+}
+
+/// A slice laid out with a column per entry of `owner`, with a column per
+/// input (of `n`) instead: an input's entries added.
+fn by_owner(s: Slice, owner: &[usize], n: usize) -> Slice {
+    let mut per_input = vec![0; n];
+    for (&i, v) in owner.iter().zip(&s.per_input) {
+        per_input[i] += v;
+    }
+    Slice { per_input, ..s }
+}
+
 /// A slice [`align`] counted transactions in, as such: its byte fields 0.
 fn as_transactions(s: Slice) -> Slice {
     Slice {
@@ -491,6 +516,11 @@ fn errors_of(name: &str, doc: &Value) -> Vec<InputError> {
     for run in runs(r) {
         if let Some(err) = run["error"].as_str() {
             out.push(e(format!("run of {} B: {err}", run["size"]), None));
+        }
+    }
+    for s in r["streams"].as_array().into_iter().flatten() {
+        if let Some(err) = s["error"].as_str() {
+            out.push(e(format!("stream {}: {err}", s["index"]), None));
         }
     }
     out
@@ -557,25 +587,68 @@ pub fn merge(inputs: &[(String, Value)], step: f64) -> Result<Merged, MergeError
         warnings: Vec::new(),
     };
     let mut timed = Vec::new();
+    // Which input each entry of `timed` is of (a udp input's streams are
+    // an entry each).
+    let mut owner = Vec::new();
     let mut lat: BTreeMap<String, Vec<(&str, &Value)>> = BTreeMap::new();
-    for (name, doc) in inputs {
+    let main_reverse = &first_doc["config"]["spec"]["reverse"];
+    let both_ways = |r: &Value| udp_parts(r, main_reverse).iter().any(|p| p.0);
+    // The first input that measured: whether it ran both ways.
+    let first_bidir = inputs
+        .iter()
+        .find(|(_, d)| !d["result"].is_null())
+        .map(|(n, d)| (n, both_ways(&d["result"])));
+    for (i, (name, doc)) in inputs.iter().enumerate() {
         let r = &doc["result"];
-        let totals = input_totals(kind, r);
+        // A udp result's streams (-P, --bidir), each a result of its own;
+        // --bidir's other direction counts apart, as iperf3's *_bidir_reverse.
+        let parts: Vec<(bool, &Value)> = match kind {
+            "udp" => udp_parts(r, main_reverse),
+            _ => vec![(false, r)],
+        };
+        let bidir = parts.iter().any(|p| p.0);
+        if let Some((other, b)) = first_bidir.filter(|f| !r.is_null() && f.1 != bidir) {
+            let way = |b: bool| if b { "both ways" } else { "one way" };
+            return Err(MergeError::Incompatible {
+                name: name.clone(),
+                key: "--bidir".into(),
+                value: way(bidir).into(),
+                first: other.clone(),
+                first_value: way(b).into(),
+            });
+        }
+        let mut totals = BTreeMap::new();
+        let mut start: Option<f64> = None;
+        let mut old = false;
+        for &(back, part) in &parts {
+            let suffix = if back { "_bidir_reverse" } else { "" };
+            for (k, v) in input_totals(kind, part) {
+                *totals.entry(format!("{k}{suffix}")).or_insert(0) += v;
+            }
+            let at = part["start_unix"].as_f64();
+            let mine = slices(kind, part);
+            // A result without a time zero is an old one; an rr or ping run
+            // in which no round trip ended has none either, and no rows.
+            old |= at.is_none() && !part.is_null() && (!transactional(kind) || !mine.is_empty());
+            start = match (start, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            timed.push((at, mine));
+            owner.push(i);
+            for (n, v) in latencies(kind, part) {
+                lat.entry(format!("{n}{suffix}"))
+                    .or_default()
+                    .push((name.as_str(), v));
+            }
+        }
         for (k, v) in &totals {
             *m.totals.entry(k.clone()).or_insert(0) += v;
         }
-        let start = r["start_unix"].as_f64();
-        let mine = slices(kind, r);
-        // A result without a time zero is an old one; an rr or ping run
-        // in which no round trip ended has none either, and no rows.
-        if start.is_none() && !r.is_null() && (!transactional(kind) || !mine.is_empty()) {
+        if old {
             m.warnings.push(format!(
                 "{name} has no start_unix (a result of an older netrig): its intervals are left out of the aligned series"
             ));
-        }
-        timed.push((start, mine));
-        for (n, v) in latencies(kind, r) {
-            lat.entry(n).or_default().push((name.as_str(), v));
         }
         m.errors.extend(errors_of(name, doc));
         m.inputs.push(InputInfo {
@@ -602,7 +675,10 @@ pub fn merge(inputs: &[(String, Value)], step: f64) -> Result<Merged, MergeError
             .map(as_transactions)
             .collect();
     } else if m.start_unix.is_some() {
-        m.intervals = align(&timed, step);
+        m.intervals = align(&timed, step)
+            .into_iter()
+            .map(|s| by_owner(s, &owner, inputs.len()))
+            .collect();
         let span = m.intervals.last().map_or(0.0, |s| s.end_secs);
         let bytes: f64 = timed
             .iter()

@@ -255,6 +255,62 @@ fn rr_ping_and_crr_clients_merge_on_the_wall_clock_grid() {
 }
 
 #[test]
+fn udp_clients_with_streams_both_ways_merge_per_direction() {
+    let (_server, addr) = serve(&["--max-tests-per-client", "12"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = addr.to_string();
+    let files = clients(
+        dir.path(),
+        3,
+        &["udp", &target, "-t", "1", "-b", "1M", "-P", "2", "--bidir"],
+    );
+    let parts: Vec<Value> = files.iter().map(|f| read(f)).collect();
+    let m = merge(&files, &dir.path().join("all.json"));
+    let r = &m["result"];
+    for (sum, suffix) in [("sum_up", ""), ("sum_down", "_bidir_reverse")] {
+        for k in ["bytes", "unique", "lost", "sent"] {
+            let want: u64 = parts.iter().map(|p| u(&p["result"][sum][k])).sum();
+            assert_eq!(u(&r["totals"][format!("{k}{suffix}")]), want, "{k}{suffix}");
+        }
+        // The streams' histograms of this direction, summed.
+        let reverse = !suffix.is_empty();
+        let hs: Vec<_> = (parts.iter())
+            .flat_map(|p| p["result"]["streams"].as_array().unwrap().iter())
+            .filter(|s| s["reverse"] == reverse)
+            .map(|s| netrig::hdr::decode(s["report"]["totals"]["hdr"].as_str().unwrap()).unwrap())
+            .collect();
+        assert_eq!(hs.len(), 6, "3 clients × 2 streams");
+        let owd = &r["latency"][format!("one_way_delay{suffix}")];
+        let all = netrig::hdr::sum(&hs).unwrap();
+        assert_eq!(u(&owd["count"]), all.len());
+        let which: Vec<(String, f64)> = pairs(&owd["percentiles_us"]);
+        let which: Vec<(&str, f64)> = which
+            .iter()
+            .map(|(n, _)| (n.as_str(), netrig::hdr::quantile_of(n).unwrap()))
+            .collect();
+        assert_eq!(
+            pairs(&owd["percentiles_us"]),
+            netrig::hdr::percentiles_us(&all, &which)
+        );
+    }
+    // Every input's column holds its four streams' bytes.
+    let slices = r["intervals"].as_array().unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        let mine: u64 = slices.iter().map(|s| u(&s["per_input"][i])).sum();
+        let want = u(&p["result"]["sum_up"]["bytes"]) + u(&p["result"]["sum_down"]["bytes"]);
+        assert!(
+            mine.abs_diff(want) <= 4 * slices.len() as u64,
+            "{mine} vs {want}"
+        );
+    }
+    assert!(
+        r["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r["warnings"]
+    );
+}
+
+#[test]
 fn bad_inputs_are_one_line_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
