@@ -4,7 +4,9 @@
 //! slice's goodput is what all clients moved in it; latency percentiles
 //! come from the sum of the results' HDR histograms ([`crate::hdr`]), so
 //! they are those of every sample together, never an average of
-//! percentiles. Pure: parsed documents in, a merged result out.
+//! percentiles. rr, ping and crr results lay their transactions on the
+//! grid the same way (each rr or ping interval row, a crr run as one even
+//! slice). Pure: parsed documents in, a merged result out.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -107,7 +109,7 @@ pub struct InputInfo {
     /// Its `--title`, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Its time zero on the wall clock, Unix seconds (tcp, udp).
+    /// Its time zero on the wall clock, Unix seconds.
     pub start_unix: Option<f64>,
     /// How long it ran, s.
     pub duration_secs: Option<f64>,
@@ -133,11 +135,22 @@ pub struct Slice {
     /// Seconds since the merged start (the earliest input's time zero).
     pub start_secs: f64,
     pub end_secs: f64,
-    /// Bytes every input moved in the slice, and each input's (in input order).
+    /// Bytes every input moved in the slice, and each input's (in input
+    /// order); 0 for rr, ping and crr, whose series is `transactions`.
     pub bytes: u64,
     pub per_input: Vec<u64>,
     /// `bytes` as bits per second over the slice.
     pub goodput_bps: f64,
+    /// rr, ping, crr: transactions (answered round trips) every input
+    /// completed in the slice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<u64>,
+    /// Each input's, in input order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_input_transactions: Option<Vec<u64>>,
+    /// `transactions` per second of the slice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions_per_sec: Option<f64>,
 }
 
 /// The merged result (the envelope's `result` when `test` is `merge`).
@@ -149,11 +162,11 @@ pub struct Merged {
     pub inputs: Vec<InputInfo>,
     /// The inputs' counters, added.
     pub totals: BTreeMap<String, u64>,
-    /// The earliest input's time zero, Unix seconds (tcp, udp).
+    /// The earliest input's time zero, Unix seconds.
     pub start_unix: Option<f64>,
     /// The grid's step, s.
     pub interval_secs: f64,
-    /// The inputs' intervals on one wall-clock grid (tcp, udp).
+    /// The inputs' intervals on one wall-clock grid.
     pub intervals: Vec<Slice>,
     /// Bits per second over the whole merged span (tcp, udp).
     pub goodput_bps: Option<f64>,
@@ -243,8 +256,21 @@ fn input_totals(kind: &str, r: &Value) -> BTreeMap<String, u64> {
     out
 }
 
-/// An input's intervals as (start s, end s, bytes), from its time zero.
+/// Whether a kind's series counts transactions, not bytes.
+fn transactional(kind: &str) -> bool {
+    matches!(kind, "rr" | "ping" | "crr")
+}
+
+/// An input's intervals as (start s, end s, bytes, or transactions for
+/// [`transactional`] kinds), from its time zero. A crr run keeps no
+/// intervals: it is one slice over its duration.
 fn slices(kind: &str, r: &Value) -> Vec<(f64, f64, f64)> {
+    if kind == "crr" {
+        return match (r["duration_secs"].as_f64(), r["transactions"].as_f64()) {
+            (Some(d), Some(n)) if d >= 0.0 => vec![(0.0, d, n)],
+            _ => Vec::new(),
+        };
+    }
     let Some(rows) = r["intervals"].as_array() else {
         return Vec::new();
     };
@@ -259,6 +285,10 @@ fn slices(kind: &str, r: &Value) -> Vec<(f64, f64, f64)> {
                     row["SendBps"].as_f64().unwrap_or(0.0) + row["RecvBps"].as_f64().unwrap_or(0.0);
                 (end, bps * (end - prev))
             }
+            "rr" | "ping" => (
+                row["end_secs"].as_f64().unwrap_or(prev),
+                row["count"].as_f64().unwrap_or(0.0),
+            ),
             _ => (
                 row["time_slice"].as_f64().unwrap_or(prev),
                 row["bytes"].as_f64().unwrap_or(0.0),
@@ -403,9 +433,50 @@ pub fn align(inputs: &[Timed], step: f64) -> Vec<Slice> {
                 } else {
                     0.0
                 },
+                transactions: None,
+                per_input_transactions: None,
+                transactions_per_sec: None,
             }
         })
         .collect()
+}
+
+/// A udp result's parts, each shaped as a one-stream result: itself, or
+/// its streams' reports (`-P`, `--bidir`), each marked whether it runs the
+/// other way than `main_reverse` (the configuration's direction).
+fn udp_parts<'a>(r: &'a Value, main_reverse: &Value) -> Vec<(bool, &'a Value)> {
+    let Some(streams) = r["streams"].as_array() else {
+        return vec![(false, r)];
+    };
+    let main = main_reverse.as_bool().unwrap_or(false);
+    streams
+        .iter()
+        .filter(|s| s["report"].is_object())
+        .map(|s| (s["reverse"].as_bool().unwrap_or(main) != main, &s["report"]))
+        .collect()
+}
+
+/// A slice laid out with a column per entry of `owner`, with a column per
+/// input (of `n`) instead: an input's entries added.
+fn by_owner(s: Slice, owner: &[usize], n: usize) -> Slice {
+    let mut per_input = vec![0; n];
+    for (&i, v) in owner.iter().zip(&s.per_input) {
+        per_input[i] += v;
+    }
+    Slice { per_input, ..s }
+}
+
+/// A slice [`align`] counted transactions in, as such: its byte fields 0.
+fn as_transactions(s: Slice) -> Slice {
+    Slice {
+        transactions: Some(s.bytes),
+        transactions_per_sec: Some(s.goodput_bps / 8.0),
+        per_input_transactions: Some(s.per_input.clone()),
+        bytes: 0,
+        per_input: vec![0; s.per_input.len()],
+        goodput_bps: 0.0,
+        ..s
+    }
 }
 
 /// An input's errors: the run's own, and what its servers reported.
@@ -445,6 +516,11 @@ fn errors_of(name: &str, doc: &Value) -> Vec<InputError> {
     for run in runs(r) {
         if let Some(err) = run["error"].as_str() {
             out.push(e(format!("run of {} B: {err}", run["size"]), None));
+        }
+    }
+    for s in r["streams"].as_array().into_iter().flatten() {
+        if let Some(err) = s["error"].as_str() {
+            out.push(e(format!("stream {}: {err}", s["index"]), None));
         }
     }
     out
@@ -511,24 +587,68 @@ pub fn merge(inputs: &[(String, Value)], step: f64) -> Result<Merged, MergeError
         warnings: Vec::new(),
     };
     let mut timed = Vec::new();
+    // Which input each entry of `timed` is of (a udp input's streams are
+    // an entry each).
+    let mut owner = Vec::new();
     let mut lat: BTreeMap<String, Vec<(&str, &Value)>> = BTreeMap::new();
-    for (name, doc) in inputs {
+    let main_reverse = &first_doc["config"]["spec"]["reverse"];
+    let both_ways = |r: &Value| udp_parts(r, main_reverse).iter().any(|p| p.0);
+    // The first input that measured: whether it ran both ways.
+    let first_bidir = inputs
+        .iter()
+        .find(|(_, d)| !d["result"].is_null())
+        .map(|(n, d)| (n, both_ways(&d["result"])));
+    for (i, (name, doc)) in inputs.iter().enumerate() {
         let r = &doc["result"];
-        let totals = input_totals(kind, r);
+        // A udp result's streams (-P, --bidir), each a result of its own;
+        // --bidir's other direction counts apart, as iperf3's *_bidir_reverse.
+        let parts: Vec<(bool, &Value)> = match kind {
+            "udp" => udp_parts(r, main_reverse),
+            _ => vec![(false, r)],
+        };
+        let bidir = parts.iter().any(|p| p.0);
+        if let Some((other, b)) = first_bidir.filter(|f| !r.is_null() && f.1 != bidir) {
+            let way = |b: bool| if b { "both ways" } else { "one way" };
+            return Err(MergeError::Incompatible {
+                name: name.clone(),
+                key: "--bidir".into(),
+                value: way(bidir).into(),
+                first: other.clone(),
+                first_value: way(b).into(),
+            });
+        }
+        let mut totals = BTreeMap::new();
+        let mut start: Option<f64> = None;
+        let mut old = false;
+        for &(back, part) in &parts {
+            let suffix = if back { "_bidir_reverse" } else { "" };
+            for (k, v) in input_totals(kind, part) {
+                *totals.entry(format!("{k}{suffix}")).or_insert(0) += v;
+            }
+            let at = part["start_unix"].as_f64();
+            let mine = slices(kind, part);
+            // A result without a time zero is an old one; an rr or ping run
+            // in which no round trip ended has none either, and no rows.
+            old |= at.is_none() && !part.is_null() && (!transactional(kind) || !mine.is_empty());
+            start = match (start, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            timed.push((at, mine));
+            owner.push(i);
+            for (n, v) in latencies(kind, part) {
+                lat.entry(format!("{n}{suffix}"))
+                    .or_default()
+                    .push((name.as_str(), v));
+            }
+        }
         for (k, v) in &totals {
             *m.totals.entry(k.clone()).or_insert(0) += v;
         }
-        let start = r["start_unix"].as_f64();
-        if matches!(kind, "tcp" | "udp") {
-            if start.is_none() && !r.is_null() {
-                m.warnings.push(format!(
-                    "{name} has no start_unix (a result of an older netrig): its intervals are left out of the aligned series"
-                ));
-            }
-            timed.push((start, slices(kind, r)));
-        }
-        for (n, v) in latencies(kind, r) {
-            lat.entry(n).or_default().push((name.as_str(), v));
+        if old {
+            m.warnings.push(format!(
+                "{name} has no start_unix (a result of an older netrig): its intervals are left out of the aligned series"
+            ));
         }
         m.errors.extend(errors_of(name, doc));
         m.inputs.push(InputInfo {
@@ -549,8 +669,16 @@ pub fn merge(inputs: &[(String, Value)], step: f64) -> Result<Merged, MergeError
         }
     }
     m.start_unix = timed.iter().filter_map(|t| t.0).reduce(f64::min);
-    if m.start_unix.is_some() {
-        m.intervals = align(&timed, step);
+    if m.start_unix.is_some() && transactional(kind) {
+        m.intervals = align(&timed, step)
+            .into_iter()
+            .map(as_transactions)
+            .collect();
+    } else if m.start_unix.is_some() {
+        m.intervals = align(&timed, step)
+            .into_iter()
+            .map(|s| by_owner(s, &owner, inputs.len()))
+            .collect();
         let span = m.intervals.last().map_or(0.0, |s| s.end_secs);
         let bytes: f64 = timed
             .iter()

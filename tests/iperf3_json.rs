@@ -22,6 +22,12 @@ struct Read {
     lost_percent: Option<f64>,
     jitter_ms: Option<f64>,
     interval_bps: Vec<f64>,
+    /// `--bidir`: the reverse direction's received rate and loss.
+    reverse_received_bps: Option<f64>,
+    reverse_lost_percent: Option<f64>,
+    /// `end.streams`, and which of them the client sent.
+    streams: usize,
+    senders: usize,
 }
 
 fn read(doc: &Value) -> Result<Read, String> {
@@ -76,6 +82,14 @@ fn read(doc: &Value) -> Result<Read, String> {
                     .ok_or("no interval rate".to_string())
             })
             .collect::<Result<_, _>>()?,
+        reverse_received_bps: end("sum_received_bidir_reverse/bits_per_second").ok(),
+        reverse_lost_percent: end("sum_bidir_reverse/lost_percent").ok(),
+        streams: doc["end"]["streams"].as_array().map_or(0, Vec::len),
+        senders: (doc["end"]["streams"].as_array().into_iter().flatten())
+            .filter(|s| {
+                s.pointer("/udp/sender").or(s.pointer("/sender/sender")) == Some(&true.into())
+            })
+            .count(),
     })
 }
 
@@ -197,14 +211,68 @@ fn iperf3_and_netrig_documents_read_alike() {
 }
 
 #[test]
-fn iperf3_json_is_for_one_stream_tcp_and_udp_only() {
+fn udp_streams_and_bidir_read_as_real_iperf3_writes_them() {
+    if !iperf3_installed() {
+        return;
+    }
+    let (_server, addr) = serve(&[]);
+    let (_iperf3, port) = iperf3_server();
+    let t = addr.to_string();
+    for (theirs, ours, streams, senders) in [
+        (
+            vec!["-u", "-b", "2M", "-P", "2"],
+            vec!["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2"],
+            2,
+            2,
+        ),
+        (
+            vec!["-u", "-b", "2M", "-P", "2", "-R"],
+            vec!["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2", "-R"],
+            2,
+            0,
+        ),
+        (
+            vec!["-u", "-b", "2M", "--bidir"],
+            vec!["udp", t.as_str(), "-t", "1", "-b", "2M", "--bidir"],
+            2,
+            1,
+        ),
+    ] {
+        let i = read(&iperf3(&port, &theirs)).unwrap_or_else(|e| panic!("iperf3 {theirs:?}: {e}"));
+        let n = netrig_iperf3(&ours);
+        let n = read(&n).unwrap_or_else(|e| panic!("netrig {ours:?}: {e}\n{n}"));
+        for (r, who) in [(&i, "iperf3"), (&n, "netrig")] {
+            sane(r, "UDP", who);
+            assert_eq!(
+                (r.streams, r.senders),
+                (streams, senders),
+                "{who}: {theirs:?}"
+            );
+            let bidir = theirs.contains(&"--bidir");
+            assert_eq!(r.reverse_received_bps.is_some(), bidir, "{who}: {r:?}");
+            assert_eq!(r.reverse_lost_percent.is_some(), bidir, "{who}: {r:?}");
+            if let Some(bps) = r.reverse_received_bps {
+                assert!(bps > 0.0 && bps < 1e9, "{who}: {r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn iperf3_json_is_for_steady_tcp_and_udp_only() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("i.json");
-    let o = netrig(&["udp", "-P", "2", "--json-iperf3", p.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let o = netrig(&[
+        "udp",
+        "--profile",
+        "p.csv",
+        "--json-iperf3",
+        p.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--json-iperf3 covers one UDP stream"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--json-iperf3 covers steady UDP streams"));
     let o = netrig(&["ping", "--json-iperf3", "x"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "ping has no such flag");
 }

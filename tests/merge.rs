@@ -188,6 +188,128 @@ fn tcp_and_ping_clients_merge_too() {
     assert_eq!(u(&m["result"]["totals"]["sent"]), 80);
 }
 
+/// The merged transaction series of `m` against its parts: on one grid
+/// from the earliest input's time zero, every input's transactions laid on
+/// it (each slice rounded, so within one per slice of `counted`).
+fn check_transaction_grid(m: &Value, parts: &[Value], counted: &dyn Fn(&Value) -> u64) {
+    let r = &m["result"];
+    let starts: Vec<f64> = parts
+        .iter()
+        .map(|p| p["result"]["start_unix"].as_f64().expect("a start_unix"))
+        .collect();
+    let earliest = starts.iter().copied().fold(f64::INFINITY, f64::min);
+    assert_eq!(r["start_unix"].as_f64(), Some(earliest));
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(r["inputs"][i]["start_unix"].as_f64(), Some(starts[i]));
+        // The time zero is this run's, taken a moment before it ended.
+        let end = starts[i] + p["result"]["duration_secs"].as_f64().unwrap();
+        assert!(end - earliest < 60.0, "{end} vs {earliest}");
+    }
+    assert!(
+        r["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r["warnings"]
+    );
+    let slices = r["intervals"].as_array().unwrap();
+    assert!(!slices.is_empty());
+    let n = slices.len() as u64;
+    let all: u64 = slices.iter().map(|s| u(&s["transactions"])).sum();
+    let want: u64 = parts.iter().map(counted).sum();
+    assert!(all.abs_diff(want) <= n, "{all} on the grid, {want} counted");
+    for (i, p) in parts.iter().enumerate() {
+        let mine: u64 = slices
+            .iter()
+            .map(|s| u(&s["per_input_transactions"][i]))
+            .sum();
+        assert!(mine.abs_diff(counted(p)) <= n, "input {i}: {mine}");
+    }
+}
+
+#[test]
+fn rr_ping_and_crr_clients_merge_on_the_wall_clock_grid() {
+    let (_server, addr) = serve(&["--max-tests-per-client", "8"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = addr.to_string();
+    let run = |kind: &str, args: &[&str]| {
+        let sub = dir.path().join(kind);
+        std::fs::create_dir(&sub).unwrap();
+        let files = clients(&sub, 3, args);
+        let parts: Vec<Value> = files.iter().map(|f| read(f)).collect();
+        (
+            merge(&files, &dir.path().join(format!("{kind}.json"))),
+            parts,
+        )
+    };
+    // Round trips answered, the warm-up's left out as the rows leave it.
+    let answered = |p: &Value| u(&p["result"]["runs"][0]["received"]) - u(&p["config"]["warmup"]);
+    let (m, parts) = run("ping", &["ping", &target, "-c", "30", "-i", "0.02"]);
+    check_transaction_grid(&m, &parts, &answered);
+    let (m, parts) = run("rr", &["rr", &target, "-t", "1", "-i", "250ms"]);
+    check_transaction_grid(&m, &parts, &answered);
+    // rr -i rows are in the result as shown.
+    let rows = parts[0]["result"]["intervals"].as_array().unwrap();
+    assert!(rows.len() >= 4, "{rows:?}");
+    assert_eq!(rows[0]["end_secs"].as_f64(), Some(0.25));
+    let (m, parts) = run("crr", &["crr", &target, "-n", "40"]);
+    check_transaction_grid(&m, &parts, &|p: &Value| u(&p["result"]["transactions"]));
+}
+
+#[test]
+fn udp_clients_with_streams_both_ways_merge_per_direction() {
+    let (_server, addr) = serve(&["--max-tests-per-client", "12"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = addr.to_string();
+    let files = clients(
+        dir.path(),
+        3,
+        &["udp", &target, "-t", "1", "-b", "1M", "-P", "2", "--bidir"],
+    );
+    let parts: Vec<Value> = files.iter().map(|f| read(f)).collect();
+    let m = merge(&files, &dir.path().join("all.json"));
+    let r = &m["result"];
+    for (sum, suffix) in [("sum_up", ""), ("sum_down", "_bidir_reverse")] {
+        for k in ["bytes", "unique", "lost", "sent"] {
+            let want: u64 = parts.iter().map(|p| u(&p["result"][sum][k])).sum();
+            assert_eq!(u(&r["totals"][format!("{k}{suffix}")]), want, "{k}{suffix}");
+        }
+        // The streams' histograms of this direction, summed.
+        let reverse = !suffix.is_empty();
+        let hs: Vec<_> = (parts.iter())
+            .flat_map(|p| p["result"]["streams"].as_array().unwrap().iter())
+            .filter(|s| s["reverse"] == reverse)
+            .map(|s| netrig::hdr::decode(s["report"]["totals"]["hdr"].as_str().unwrap()).unwrap())
+            .collect();
+        assert_eq!(hs.len(), 6, "3 clients × 2 streams");
+        let owd = &r["latency"][format!("one_way_delay{suffix}")];
+        let all = netrig::hdr::sum(&hs).unwrap();
+        assert_eq!(u(&owd["count"]), all.len());
+        let which: Vec<(String, f64)> = pairs(&owd["percentiles_us"]);
+        let which: Vec<(&str, f64)> = which
+            .iter()
+            .map(|(n, _)| (n.as_str(), netrig::hdr::quantile_of(n).unwrap()))
+            .collect();
+        assert_eq!(
+            pairs(&owd["percentiles_us"]),
+            netrig::hdr::percentiles_us(&all, &which)
+        );
+    }
+    // Every input's column holds its four streams' bytes.
+    let slices = r["intervals"].as_array().unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        let mine: u64 = slices.iter().map(|s| u(&s["per_input"][i])).sum();
+        let want = u(&p["result"]["sum_up"]["bytes"]) + u(&p["result"]["sum_down"]["bytes"]);
+        assert!(
+            mine.abs_diff(want) <= 4 * slices.len() as u64,
+            "{mine} vs {want}"
+        );
+    }
+    assert!(
+        r["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r["warnings"]
+    );
+}
+
 #[test]
 fn bad_inputs_are_one_line_usage_errors() {
     let dir = tempfile::tempdir().unwrap();

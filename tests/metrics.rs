@@ -181,6 +181,80 @@ fn counters_move_as_real_tests_run_and_both_formats_parse() {
     );
 }
 
+/// Scrapes until every kind in `kinds` has ended `n` more tests than in
+/// `before` (a session ends on the server when its control connection
+/// closes, a moment after the client exits), or 10 s passed.
+fn scrape_when_ended(at: SocketAddr, before: &Value, kinds: &[(&str, f64)]) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let now = scrape(at);
+        let ended = kinds.iter().all(|(k, n)| {
+            let key = format!("netrig_test_duration_seconds_count{{kind=\"{k}\"}}");
+            sample(&now, &key) - sample(before, &key) >= *n
+        });
+        if ended || t0.elapsed() > Duration::from_secs(10) {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn udp_and_rr_sessions_count_the_bytes_they_moved_and_their_errors() {
+    if !parser_available() {
+        return;
+    }
+    let (_srv, addr, at) = serve_metrics(&[]);
+    let a = addr.to_string();
+    let before = scrape(at);
+    let (up, _) = run_json(&["udp", &a, "-t", "1", "-b", "1M", "-q"], 0);
+    let (down, _) = run_json(&["udp", &a, "-t", "1", "-b", "1M", "-R", "-q"], 0);
+    let (ping, _) = run_json(&["ping", &a, "-n", "3", "-i", "10ms", "-q"], 0);
+    let (rr, _) = run_json(&["rr", &a, "-n", "5", "-q"], 0);
+    let (crr, _) = run_json(&["crr", &a, "-n", "4", "-q"], 0);
+    let after = scrape_when_ended(
+        at,
+        &before,
+        &[("udp", 2.0), ("rr_udp", 1.0), ("rr_tcp", 1.0), ("tcp", 1.0)],
+    );
+    let grew = |name: &str, k: &str| {
+        let key = format!("netrig_{name}_total{{kind=\"{k}\"}}");
+        sample(&after, &key) - sample(&before, &key)
+    };
+    let n = |v: &Value| v.as_u64().unwrap() as f64;
+    // A UDP stream: what the server received is what the client's result
+    // (the server's own count) says; reversed, what its sender sent.
+    let received = n(&up["result"]["totals"]["bytes"]);
+    let sent = n(&down["result"]["sender"]["bytes"]);
+    assert!(received > 0.0 && sent > 0.0);
+    assert_eq!(grew("received_bytes", "udp"), received);
+    assert_eq!(grew("sent_bytes", "udp"), sent);
+    // Ping: every request and reply is one datagram, netrig's header and
+    // the payload (the reply at least the words it carries).
+    let header = netrig::udp::header::HEADER_LEN as f64;
+    let run = &ping["result"]["runs"][0];
+    let answered = n(&run["server_requests"]);
+    assert_eq!(answered, 3.0);
+    let size = n(&ping["config"]["size"]);
+    let reply = n(&ping["config"]["reply"]).max(f64::from(netrig::rr::echo::UDP_REPLY_MIN));
+    assert_eq!(grew("received_bytes", "rr_udp"), answered * (header + size));
+    assert_eq!(grew("sent_bytes", "rr_udp"), answered * (header + reply));
+    // rr over TCP: the requests read and the replies written, warm-up too.
+    let run = &rr["result"]["runs"][0];
+    let answered = n(&run["server_requests"]);
+    assert!(answered >= 5.0);
+    let (size, reply) = (n(&rr["config"]["size"]), n(&rr["config"]["reply"]));
+    assert_eq!(grew("received_bytes", "rr_tcp"), answered * size);
+    assert_eq!(grew("sent_bytes", "rr_tcp"), answered * reply);
+    // crr runs as TCP tests, counted there.
+    assert_eq!(n(&crr["result"]["transactions"]), 4.0);
+    assert!(grew("received_bytes", "tcp") >= 4.0 * n(&crr["config"]["push_bytes"]));
+    for k in ["udp", "rr_udp", "rr_tcp", "tcp"] {
+        assert_eq!(grew("network_errors", k), 0.0, "{k}");
+        assert_eq!(grew("data_errors", k), 0.0, "{k}");
+    }
+}
+
 fn threads(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -362,6 +436,8 @@ fn the_json_log_is_one_object_per_event_with_the_documented_keys() {
     assert!(client.ip().is_loopback());
     let udp = wait_json(&lines, &[("event", "session_end"), ("kind", "udp")]);
     assert_eq!(udp["result"], "ok");
+    assert!(udp["bytes_received"].as_u64().unwrap() > 0, "{udp}");
+    assert_eq!(udp["bytes_sent"], 0, "{udp}");
     wait_json(&lines, &[("event", "session_start"), ("kind", "udp")]);
     let refusal = wait_json(&lines, &[("event", "refusal"), ("code", "limit_duration")]);
     assert_eq!(refusal["action"], "refused");

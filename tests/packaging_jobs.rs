@@ -7,6 +7,9 @@
 //! name resolving to the server's address (`ip netns exec` mounts
 //! /etc/netns/NS/hosts over /etc/hosts). All clients wait for the one
 //! start time and each writes its JSON, named by its index, to stdout.
+//! The results are then merged as the README says (`netrig merge`),
+//! and the merge checked against its parts: totals are the sums, and the
+//! percentiles are those of one histogram built from all the inputs'.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -138,6 +141,9 @@ fn the_indexed_job_contract_on_namespaces() {
         clients.push(child);
     }
     let mut finished = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut parts = Vec::new();
     for (i, c) in clients.into_iter().enumerate() {
         let out = c.wait_with_output().unwrap();
         let end = netrig::net::realtime_ns() as f64 / 1e9;
@@ -158,7 +164,12 @@ fn the_indexed_job_contract_on_namespaces() {
         assert!(t["sent"].as_u64() > Some(0), "client {i} sent nothing: {t}");
         assert_eq!(t["data_errors"], 0, "client {i}: {t}");
         finished.push(end);
+        let f = dir.path().join(format!("client-{i}.json"));
+        std::fs::write(&f, &out.stdout).unwrap();
+        files.push(f.display().to_string());
+        parts.push(v);
     }
+    check_merge(&files, &parts, dir.path());
     drop(server);
     // None started before the shared time: each ran its full time after it.
     for (i, end) in finished.iter().enumerate() {
@@ -168,6 +179,58 @@ fn the_indexed_job_contract_on_namespaces() {
         );
     }
     drop(fabric);
+}
+
+/// `netrig merge` of the clients' results against the results themselves.
+fn check_merge(files: &[String], parts: &[serde_json::Value], dir: &Path) {
+    let out = dir.join("all.json");
+    let mut args = vec!["merge"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend(["-o", out.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &m["result"];
+    assert_eq!(r["inputs"].as_array().unwrap().len(), CLIENTS);
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    for (merged, part) in [
+        ("sent_bytes", "sent"),
+        ("received_bytes", "received"),
+        ("completed", "completed"),
+        ("data_errors", "data_errors"),
+        ("net_errors", "net_errors"),
+    ] {
+        let sum: u64 = parts.iter().map(|p| u(&p["result"]["totals"][part])).sum();
+        assert_eq!(u(&r["totals"][merged]), sum, "{merged}");
+    }
+    assert!(u(&r["totals"]["sent_bytes"]) > 0);
+    // One histogram of every client's connection times, built here.
+    let hs: Vec<_> = parts
+        .iter()
+        .map(|p| {
+            let h = p["result"]["connection_times"]["hdr"]
+                .as_str()
+                .expect("an hdr");
+            netrig::hdr::decode(h).unwrap()
+        })
+        .collect();
+    let all = netrig::hdr::sum(&hs).unwrap();
+    let ct = &r["latency"]["connection_times"];
+    assert_eq!(u(&ct["count"]), all.len());
+    assert_eq!(all.len(), 4 * CLIENTS as u64, "-P 4 each");
+    let got: Vec<(String, f64)> = serde_json::from_value(ct["percentiles_us"].clone()).unwrap();
+    let which: Vec<(&str, f64)> = got
+        .iter()
+        .map(|(n, _)| (n.as_str(), netrig::hdr::quantile_of(n).unwrap()))
+        .collect();
+    assert!(!which.is_empty());
+    assert_eq!(got, netrig::hdr::percentiles_us(&all, &which));
+    assert_eq!(ct["hdr"].as_str(), Some(netrig::hdr::encode(&all).as_str()));
+    assert!(
+        r["warnings"].as_array().unwrap().is_empty(),
+        "{}",
+        r["warnings"]
+    );
 }
 
 fn rand_u128() -> u128 {

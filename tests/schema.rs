@@ -134,7 +134,7 @@ fn every_commands_json_matches_the_schema() {
         write(d, "refused-rr", &["rr", &refused], 3),
     ];
     // netrig merge's result, of each kind that merges.
-    for kind in ["tcp", "udp", "ping", "crr", "rr"] {
+    for kind in ["tcp", "udp", "udp-streams", "ping", "crr", "rr"] {
         let input = d.join(format!("{kind}.json"));
         let out = d.join(format!("merge-{kind}.json"));
         let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());

@@ -168,6 +168,7 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
     let mut rep = col.report(run.duration_secs);
     rep.server_output = run.server_output;
     rep.interrupted = run.interrupted;
+    rep.start_unix = Some(run.start_unix);
     if verbosity >= 1 {
         netrig::report::print_crr(&rep, col.first_failure.as_deref());
     } else if let Some(f) = &col.first_failure {

@@ -147,14 +147,18 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
     };
     let mut log = super::rr::ProbeLog::default();
+    // Rows of a second each, for the result's time series (not shown).
+    let mut lines = super::rr::IntervalLines::new(std::time::Duration::from_secs(1), 0);
     let mut on_probe = |p: &netrig::rr::client::Probe| {
         log.push(p);
+        lines.probe(p);
         sink.event("probe", p);
         if verbosity >= 1 {
             netrig::out!("{}", netrig::report::ping_line(size, &target, p));
         }
     };
     let result = netrig::rr::client::run(&cfg, interrupt_flag(), &mut on_probe);
+    lines.finish();
     if let Some(e) = embedded {
         e.finish();
     }
@@ -187,6 +191,9 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         Some(&RrResult {
             runs: &runs,
             probes: Some(&log),
+            start_unix: lines.start_unix(),
+            duration_secs: lines.duration_secs(),
+            intervals: lines.rows(),
         }),
         failure.as_deref(),
     );
@@ -201,6 +208,9 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
                 Some(&RrResult {
                     runs: &runs,
                     probes: Some(&log),
+                    start_unix: lines.start_unix(),
+                    duration_secs: lines.duration_secs(),
+                    intervals: lines.rows(),
                 }),
                 failure.as_deref(),
             )

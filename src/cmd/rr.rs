@@ -136,6 +136,17 @@ pub struct RrResult<'a> {
     /// ping: every probe, in order (at most [`MAX_PROBES`]), for plotting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probes: Option<&'a ProbeLog>,
+    /// The wall clock when the first measured request left, Unix seconds:
+    /// the intervals' time zero (as tcp's and udp's); none if no round
+    /// trip ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_unix: Option<f64>,
+    /// From then to the end of the last round trip, s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_secs: Option<f64>,
+    /// The round trips by interval (rr's `-i`, else 1 s; ping's 1 s), on
+    /// the clock of `start_unix`, for `netrig merge`'s time series.
+    pub intervals: &'a [RrInterval],
 }
 
 /// Measured round trips without -n or -t.
@@ -167,12 +178,16 @@ impl ProbeLog {
     }
 }
 
-/// `rr -i`: a row per interval, on the console (tcp's and udp's way) and
-/// in the JSON stream, as round trips end.
-struct IntervalLines {
+/// A row per interval, kept for the JSON result; with `rr -i`, also on the
+/// console (tcp's and udp's way) and in the JSON stream, as round trips end.
+pub(super) struct IntervalLines {
     rows: Intervals,
     /// When the first measured request left: the intervals count from it.
     t0: Option<Instant>,
+    /// That moment on the wall clock, Unix seconds.
+    t0_unix: Option<f64>,
+    /// Every row so far.
+    kept: Vec<RrInterval>,
     /// When the last round trip ended: the last interval ends there.
     last: Option<Instant>,
     console: Option<netrig::report::RowWriter>,
@@ -181,10 +196,12 @@ struct IntervalLines {
 }
 
 impl IntervalLines {
-    fn new(every: Duration, verbosity: u8) -> IntervalLines {
+    pub(super) fn new(every: Duration, verbosity: u8) -> IntervalLines {
         IntervalLines {
             rows: Intervals::new(every.as_secs_f64()),
             t0: None,
+            t0_unix: None,
+            kept: Vec::new(),
             last: None,
             headed: false,
             console: (verbosity >= 1).then(|| {
@@ -194,7 +211,7 @@ impl IntervalLines {
     }
 
     /// A round trip ended: the intervals that closed before it.
-    fn probe(&mut self, p: &netrig::rr::client::Probe) -> Vec<RrInterval> {
+    pub(super) fn probe(&mut self, p: &netrig::rr::client::Probe) -> Vec<RrInterval> {
         if p.warmup || p.late {
             return Vec::new();
         }
@@ -202,22 +219,42 @@ impl IntervalLines {
         let rtt_ns = p.rtt_us.map(|us| (us * 1e3) as u64);
         let t0 = *self.t0.get_or_insert_with(|| {
             let rtt = Duration::from_nanos(rtt_ns.unwrap_or(0));
-            now.checked_sub(rtt).unwrap_or(now)
+            let at = now.checked_sub(rtt).unwrap_or(now);
+            let ago = now.saturating_duration_since(at).as_secs_f64();
+            self.t0_unix = Some(netrig::net::realtime_ns() as f64 / 1e9 - ago);
+            at
         });
         self.last = Some(now);
         let rows = self
             .rows
             .record(now.saturating_duration_since(t0).as_secs_f64(), rtt_ns);
         self.print(&rows);
+        self.kept.extend_from_slice(&rows);
         rows
     }
 
     /// The last, partial interval, when the run has ended.
-    fn finish(&mut self) -> Option<RrInterval> {
+    pub(super) fn finish(&mut self) -> Option<RrInterval> {
         let at = self.last?.saturating_duration_since(self.t0?).as_secs_f64();
         let row = self.rows.finish(at)?;
         self.print(std::slice::from_ref(&row));
+        self.kept.push(row);
         Some(row)
+    }
+
+    /// The intervals' time zero on the wall clock, Unix seconds.
+    pub(super) fn start_unix(&self) -> Option<f64> {
+        self.t0_unix
+    }
+
+    /// From the time zero to the last round trip's end, s.
+    pub(super) fn duration_secs(&self) -> Option<f64> {
+        Some(self.last?.saturating_duration_since(self.t0?).as_secs_f64())
+    }
+
+    /// Every row so far.
+    pub(super) fn rows(&self) -> &[RrInterval] {
+        &self.kept
     }
 
     fn print(&mut self, rows: &[RrInterval]) {
@@ -338,7 +375,10 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         "round trips",
         if bar { verbosity } else { 0 },
     );
-    let mut lines = a.interval.map(|every| IntervalLines::new(every, verbosity));
+    // Rows are kept for the result at -i, or each second; shown only at -i.
+    let every = a.interval.unwrap_or(Duration::from_secs(1));
+    let mut lines = IntervalLines::new(every, if a.interval.is_some() { verbosity } else { 0 });
+    let stream_rows = a.interval.is_some();
     let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "rr", &base) {
         Ok(s) => s,
         Err(e) => return Ok(usage(format!("cannot open --json-stream: {e}"))),
@@ -367,13 +407,15 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                 netrig::out!("{b}");
             }
             progress.inc();
-            if let Some(l) = lines.as_mut() {
-                for row in l.probe(p) {
+            for row in lines.probe(p) {
+                if stream_rows {
                     sink.event("interval", &row);
                 }
             }
         });
-        if let Some(row) = lines.as_mut().and_then(IntervalLines::finish) {
+        if let Some(row) = lines.finish()
+            && stream_rows
+        {
             sink.event("interval", &row);
         }
         if spectrum.is_none() {
@@ -451,6 +493,9 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         Some(&RrResult {
             probes: None,
             runs: &reports,
+            start_unix: lines.start_unix(),
+            duration_secs: lines.duration_secs(),
+            intervals: lines.rows(),
         }),
         failure.as_deref(),
     );
@@ -466,6 +511,9 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
                 Some(&RrResult {
                     probes: None,
                     runs: &reports,
+                    start_unix: lines.start_unix(),
+                    duration_secs: lines.duration_secs(),
+                    intervals: lines.rows(),
                 }),
                 failure.as_deref(),
             )

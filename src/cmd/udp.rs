@@ -300,11 +300,9 @@ pub fn run_with(
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    if a.iperf3.path.is_some()
-        && (a.parallel > 1 || a.bidir || a.profile.is_some() || sweep_profile.is_some())
-    {
+    if a.iperf3.path.is_some() && (a.profile.is_some() || sweep_profile.is_some()) {
         return Ok(usage(
-            "--json-iperf3 covers one UDP stream (no -P, --bidir, --profile or sweep)",
+            "--json-iperf3 covers steady UDP streams (no --profile or sweep)",
         ));
     }
     a.iperf3.set();

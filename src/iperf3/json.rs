@@ -8,7 +8,11 @@
 //! `sum_sent` the sending side's bytes and retransmits, `sum_received` the
 //! receiving side's bytes, for UDP `end.sum` with the receiver's loss and
 //! jitter (`jitter_ms`, `lost_packets`, `packets` expected, `lost_percent`).
-//! Pure: the netrig envelope in, the iperf3 document out.
+//! UDP with several streams (`-P`, `--bidir`) is written as iperf3 3.12's
+//! `-u -P N -J` and `--bidir -J` runs write theirs: a stream each, `end.sum`
+//! over a direction's streams with their jitters averaged and their losses
+//! added, and the reverse direction of `--bidir` in the `*_bidir_reverse`
+//! sums. Pure: the netrig envelope in, the iperf3 document out.
 
 use serde_json::{Value, json};
 use thiserror::Error;
@@ -19,7 +23,7 @@ pub enum Iperf3Error {
     /// Not tcp or udp.
     #[error("iperf3 JSON is written for tcp and udp results, not {0}")]
     Kind(String),
-    /// A shape this subset does not cover (UDP with several streams).
+    /// A shape this subset does not cover.
     #[error("iperf3 JSON does not cover {0}")]
     Shape(&'static str),
 }
@@ -199,11 +203,12 @@ fn tcp(doc: &Value) -> Value {
 
 fn udp(doc: &Value) -> Result<Value, Iperf3Error> {
     let (c, r) = (&doc["config"], &doc["result"]);
+    if r["streams"].is_array() {
+        return Ok(udp_streams(doc));
+    }
     let t = &r["totals"];
     if !t.is_object() {
-        return Err(Iperf3Error::Shape(
-            "a udp result without one stream's totals (-P, --bidir)",
-        ));
+        return Err(Iperf3Error::Shape("a udp result without its totals"));
     }
     let reverse = c["spec"]["reverse"].as_bool().unwrap_or(false);
     let secs = f(&r["duration_secs"]);
@@ -245,6 +250,187 @@ fn udp(doc: &Value) -> Result<Value, Iperf3Error> {
             "sum_received": span(0.0, secs, f(&t["bytes"]), !reverse, loss),
         },
     }))
+}
+
+/// One stream of a udp result with several, as iperf3 counts it.
+struct UdpStream<'a> {
+    /// The stream's number, iperf3's `socket`.
+    socket: u64,
+    /// Whether the client sends it (iperf3's `sender`: the client's side).
+    sender: bool,
+    r: &'a Value,
+    /// The receiver's time, and the sender's.
+    secs: f64,
+    sender_secs: f64,
+    sent_bytes: f64,
+    received_bytes: f64,
+    /// Datagrams the receiver expected (the sender's count), and lost.
+    expected: u64,
+    lost: u64,
+    jitter_ms: f64,
+}
+
+impl<'a> UdpStream<'a> {
+    fn of(s: &'a Value) -> Option<UdpStream<'a>> {
+        let r = &s["report"];
+        let t = r["totals"].as_object()?;
+        let secs = f(&r["duration_secs"]);
+        let received_bytes = t.get("bytes").map_or(0.0, f);
+        let lost = t.get("lost").map_or(0, u);
+        Some(UdpStream {
+            socket: u(&s["index"]),
+            sender: !s["reverse"].as_bool().unwrap_or(false),
+            r,
+            secs,
+            sender_secs: r["sender"]["duration_secs"].as_f64().unwrap_or(secs),
+            sent_bytes: r["sender"]["bytes"].as_f64().unwrap_or(received_bytes),
+            received_bytes,
+            expected: t
+                .get("sent")
+                .and_then(Value::as_u64)
+                .unwrap_or(t.get("unique").map_or(0, u) + lost),
+            lost,
+            jitter_ms: t.get("jitter_us").map_or(0.0, f) / 1e3,
+        })
+    }
+}
+
+/// iperf3's loss fields over `streams`: losses and expected datagrams
+/// added, jitter their mean (as iperf3 sums a direction's streams).
+fn loss_of(streams: &[&UdpStream]) -> Value {
+    let lost: u64 = streams.iter().map(|s| s.lost).sum();
+    let expected: u64 = streams.iter().map(|s| s.expected).sum();
+    let jitter = match streams.len() {
+        0 => 0.0,
+        n => streams.iter().map(|s| s.jitter_ms).sum::<f64>() / n as f64,
+    };
+    json!({
+        "jitter_ms": jitter,
+        "lost_packets": lost,
+        "packets": expected,
+        "lost_percent": if expected > 0 { 100.0 * lost as f64 / expected as f64 } else { 0.0 },
+    })
+}
+
+/// A direction's `sum`, `sum_sent` and `sum_received` (one stream's
+/// fields as [`udp`] writes them, added).
+fn udp_sums(streams: &[&UdpStream], sender: bool) -> [Value; 3] {
+    let max = |g: fn(&UdpStream) -> f64| streams.iter().map(|s| g(s)).fold(0.0, f64::max);
+    let add = |g: fn(&UdpStream) -> f64| streams.iter().map(|s| g(s)).sum::<f64>();
+    let (sender_secs, secs) = (max(|s| s.sender_secs), max(|s| s.secs));
+    let sent = add(|s| s.sent_bytes);
+    let packets: u64 = streams.iter().map(|s| u(&s.r["sender"]["packets"])).sum();
+    let loss = loss_of(streams);
+    let sent_extra =
+        json!({"jitter_ms": 0.0, "lost_packets": 0, "packets": packets, "lost_percent": 0.0});
+    [
+        span(0.0, sender_secs, sent, sender, loss.clone()),
+        span(0.0, sender_secs, sent, sender, sent_extra),
+        span(0.0, secs, add(|s| s.received_bytes), sender, loss),
+    ]
+}
+
+/// A udp result of several streams (`-P`, `--bidir`), as iperf3 writes one.
+fn udp_streams(doc: &Value) -> Value {
+    let (c, r) = (&doc["config"], &doc["result"]);
+    let all: Vec<UdpStream> = (r["streams"].as_array().into_iter().flatten())
+        .filter_map(UdpStream::of)
+        .collect();
+    let forward: Vec<&UdpStream> = all.iter().filter(|s| s.sender).collect();
+    let reverse: Vec<&UdpStream> = all.iter().filter(|s| !s.sender).collect();
+    let bidir = !forward.is_empty() && !reverse.is_empty();
+    // The plain sums hold the only direction, or --bidir's forward one.
+    let (main, back) = match bidir || reverse.is_empty() {
+        true => (&forward, &reverse),
+        false => (&reverse, &forward),
+    };
+    // Interval k of every stream, side by side, summed per direction.
+    let rows = |s: &UdpStream| {
+        let mut prev = 0.0;
+        (s.r["intervals"].as_array().into_iter().flatten())
+            .map(|row| {
+                let end = f(&row["time_slice"]);
+                let extra = json!({"packets": u(&row["packets"]), "omitted": row["omitted"].as_bool().unwrap_or(false)});
+                let mut one = span(prev, end, f(&row["bytes"]), s.sender, extra);
+                one["socket"] = json!(s.socket);
+                prev = end;
+                one
+            })
+            .collect::<Vec<_>>()
+    };
+    let per_stream: Vec<Vec<Value>> = all.iter().map(rows).collect();
+    let longest = per_stream.iter().map(Vec::len).max().unwrap_or(0);
+    let sum_of = |k: usize, sender: bool| -> Option<Value> {
+        let spans: Vec<&Value> = (all.iter().zip(&per_stream))
+            .filter(|(s, _)| s.sender == sender)
+            .filter_map(|(_, rows)| rows.get(k))
+            .collect();
+        let first = spans.first()?;
+        let bytes: f64 = spans.iter().map(|s| f(&s["bytes"])).sum();
+        let packets: u64 = spans.iter().map(|s| u(&s["packets"])).sum();
+        let omitted = spans.iter().any(|s| s["omitted"] == json!(true));
+        let extra = json!({"packets": packets, "omitted": omitted});
+        Some(span(
+            f(&first["start"]),
+            f(&first["end"]),
+            bytes,
+            sender,
+            extra,
+        ))
+    };
+    let main_sender = main.first().is_none_or(|s| s.sender);
+    let intervals: Vec<Value> = (0..longest)
+        .map(|k| {
+            let streams: Vec<&Value> = per_stream.iter().filter_map(|rows| rows.get(k)).collect();
+            let mut row = json!({"streams": streams});
+            if let Some(s) = sum_of(k, main_sender) {
+                row["sum"] = s;
+            }
+            if bidir && let Some(s) = sum_of(k, false) {
+                row["sum_bidir_reverse"] = s;
+            }
+            row
+        })
+        .collect();
+    let streams: Vec<Value> = all
+        .iter()
+        .map(|s| {
+            let t = &s.r["totals"];
+            let mut one = span(0.0, s.secs, s.received_bytes, s.sender, loss_of(&[s]));
+            one["socket"] = json!(s.socket);
+            one["out_of_order"] = json!(u(&t["reordered"]));
+            json!({"udp": one})
+        })
+        .collect();
+    let [sum, sum_sent, sum_received] = udp_sums(main, main_sender);
+    let mut end = json!({
+        "streams": streams,
+        "sum": sum,
+        "sum_sent": sum_sent,
+        "sum_received": sum_received,
+    });
+    if bidir {
+        let [sum, sent, received] = udp_sums(back, false);
+        end["sum_bidir_reverse"] = sum;
+        end["sum_sent_bidir_reverse"] = sent;
+        // iperf3 3.12 marks this one sent, unlike the reverse's others.
+        end["sum_sent_bidir_reverse"]["sender"] = json!(true);
+        end["sum_received_bidir_reverse"] = received;
+    }
+    // The envelope's time zero is its first stream's.
+    let mut timed = doc.clone();
+    timed["result"]["start_unix"] = all
+        .iter()
+        .filter_map(|s| s.r["start_unix"].as_f64())
+        .reduce(f64::min)
+        .map_or(Value::Null, |t| json!(t));
+    let per_direction = forward.len().max(reverse.len()) as u64;
+    let reversed = c["spec"]["reverse"].as_bool().unwrap_or(false);
+    json!({
+        "start": start(&timed, "UDP", per_direction, u(&c["spec"]["size"]), reversed),
+        "intervals": intervals,
+        "end": end,
+    })
 }
 
 #[cfg(test)]

@@ -136,6 +136,170 @@ fn other_kinds_and_failed_runs_are_errors() {
     let d = from_envelope(&failed).unwrap();
     assert_eq!(d["error"], "refused");
     assert!(d["end"].as_object().unwrap().is_empty());
-    let multi = json!({"test": "udp", "config": {}, "result": {"streams": []}});
-    assert!(matches!(from_envelope(&multi), Err(Iperf3Error::Shape(_))));
+    let shapeless = json!({"test": "udp", "config": {}, "result": {"bins": []}});
+    assert!(matches!(
+        from_envelope(&shapeless),
+        Err(Iperf3Error::Shape(_))
+    ));
+}
+
+/// A stream of a multi-stream udp result: `index`, direction, its own
+/// start, receiver and sender seconds, datagrams sent, received (1000 B
+/// each), lost, jitter µs, and two interval rows of (end s, datagrams).
+#[allow(clippy::too_many_arguments)]
+fn udp_stream(
+    index: u64,
+    reverse: bool,
+    start: f64,
+    (secs, sender_secs): (f64, f64),
+    (sent, got, lost): (u64, u64, u64),
+    jitter_us: f64,
+    rows: [(f64, u64); 2],
+) -> Value {
+    json!({"index": index, "reverse": reverse, "error": null, "report": {
+        "start_unix": start, "duration_secs": secs,
+        "sender": {"packets": sent, "bytes": sent * 1000, "duration_secs": sender_secs},
+        "totals": {"sent": sent, "unique": got, "bytes": got * 1000, "lost": lost, "reordered": index, "jitter_us": jitter_us},
+        "intervals": rows.iter().map(|&(end, n)| json!({"time_slice": end, "bytes": n * 1000, "packets": n})).collect::<Vec<_>>(),
+    }})
+}
+
+fn udp_multi(streams: Vec<Value>, reverse: bool) -> Value {
+    json!({
+        "netrig": 1, "version": "0.1.0", "test": "udp",
+        "config": {"target": "h", "port": 1, "spec": {"reverse": reverse, "size": 1000, "duration_ms": 2000}},
+        "result": {"streams": streams, "duration_secs": 2.5}
+    })
+}
+
+#[test]
+fn udp_bidir_with_two_streams_a_way_sums_each_direction_as_iperf3() {
+    let doc = udp_multi(
+        vec![
+            udp_stream(
+                0,
+                false,
+                10.5,
+                (2.0, 1.5),
+                (100, 90, 10),
+                1000.0,
+                [(1.0, 40), (2.0, 50)],
+            ),
+            udp_stream(
+                1,
+                false,
+                10.25,
+                (2.5, 2.0),
+                (300, 297, 3),
+                3000.0,
+                [(1.0, 100), (2.5, 197)],
+            ),
+            udp_stream(
+                2,
+                true,
+                11.0,
+                (2.0, 1.0),
+                (50, 50, 0),
+                500.0,
+                [(1.0, 20), (2.0, 30)],
+            ),
+            udp_stream(
+                3,
+                true,
+                12.0,
+                (1.0, 1.0),
+                (50, 25, 25),
+                1500.0,
+                [(1.0, 25), (2.0, 0)],
+            ),
+        ],
+        false,
+    );
+    let d = from_envelope(&doc).unwrap();
+    let e = &d["end"];
+    // The forward direction: what the client sent, what the server received.
+    assert_eq!(e["sum_sent"]["bytes"], 400_000);
+    assert_eq!(e["sum_sent"]["seconds"], 2.0);
+    assert_eq!(e["sum_sent"]["bits_per_second"], 1_600_000.0);
+    assert_eq!(e["sum_sent"]["packets"], 400);
+    assert_eq!(e["sum_sent"]["sender"], true);
+    assert_eq!(e["sum_received"]["bytes"], 387_000);
+    assert_eq!(e["sum_received"]["seconds"], 2.5);
+    assert_eq!(e["sum"]["lost_packets"], 13);
+    assert_eq!(e["sum"]["packets"], 400);
+    assert_eq!(e["sum"]["lost_percent"], 3.25);
+    assert_eq!(e["sum"]["jitter_ms"], 2.0, "the streams' mean");
+    assert_eq!(e["sum"]["bytes"], 400_000);
+    // The reverse direction, in iperf3's *_bidir_reverse sums.
+    assert_eq!(e["sum_received_bidir_reverse"]["bytes"], 75_000);
+    assert_eq!(e["sum_received_bidir_reverse"]["sender"], false);
+    assert_eq!(e["sum_bidir_reverse"]["lost_percent"], 25.0);
+    assert_eq!(e["sum_bidir_reverse"]["jitter_ms"], 1.0);
+    assert_eq!(e["sum_sent_bidir_reverse"]["bytes"], 100_000);
+    assert_eq!(e["sum_sent_bidir_reverse"]["seconds"], 1.0);
+    assert_eq!(e["sum_sent_bidir_reverse"]["sender"], true);
+    // Every stream as its receiver saw it.
+    let s = &e["streams"];
+    assert_eq!(s.as_array().unwrap().len(), 4);
+    assert_eq!(s[3]["udp"]["socket"], 3);
+    assert_eq!(s[3]["udp"]["sender"], false);
+    assert_eq!(s[3]["udp"]["lost_percent"], 50.0);
+    assert_eq!(s[1]["udp"]["out_of_order"], 1);
+    assert_eq!(s[1]["udp"]["jitter_ms"], 3.0);
+    assert_eq!(s[1]["udp"]["bytes"], 297_000);
+    // Interval k of each stream side by side, summed per direction.
+    let i1 = &d["intervals"][1];
+    assert_eq!(i1["streams"].as_array().unwrap().len(), 4);
+    assert_eq!(i1["streams"][1]["start"], 1.0);
+    assert_eq!(i1["streams"][1]["end"], 2.5);
+    assert_eq!(i1["sum"]["bytes"], 247_000);
+    assert_eq!(i1["sum"]["packets"], 247);
+    assert_eq!(i1["sum"]["seconds"], 1.0, "the first stream's interval");
+    assert_eq!(i1["sum_bidir_reverse"]["bytes"], 30_000);
+    assert_eq!(i1["sum_bidir_reverse"]["sender"], false);
+    let t = &d["start"]["test_start"];
+    assert_eq!(
+        (t["num_streams"].clone(), t["reverse"].clone()),
+        (json!(2), json!(0))
+    );
+    assert_eq!(d["start"]["timestamp"]["timesecs"], 10);
+}
+
+#[test]
+fn udp_streams_one_way_fill_the_plain_sums_whichever_way() {
+    let streams = |reverse| {
+        vec![
+            udp_stream(
+                0,
+                reverse,
+                7.0,
+                (1.0, 1.0),
+                (10, 8, 2),
+                250.0,
+                [(0.5, 4), (1.0, 4)],
+            ),
+            udp_stream(
+                1,
+                reverse,
+                7.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                750.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+        ]
+    };
+    for reverse in [false, true] {
+        let d = from_envelope(&udp_multi(streams(reverse), reverse)).unwrap();
+        let e = &d["end"];
+        assert!(e.get("sum_bidir_reverse").is_none(), "one way only");
+        assert_eq!(e["sum_received"]["bytes"], 18_000);
+        assert_eq!(e["sum_received"]["sender"], !reverse);
+        assert_eq!(e["sum"]["lost_percent"], 10.0);
+        assert_eq!(e["sum"]["jitter_ms"], 0.5);
+        assert_eq!(d["intervals"][0]["sum"]["bytes"], 9000);
+        assert!(d["intervals"][0].get("sum_bidir_reverse").is_none());
+        assert_eq!(d["start"]["test_start"]["reverse"], u64::from(reverse));
+        assert_eq!(d["start"]["test_start"]["num_streams"], 2);
+    }
 }

@@ -231,7 +231,7 @@ impl Stability {
 }
 
 /// Percentiles of one probe kind in one phase.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KindStats {
     /// Probes with a result.
     pub count: u64,
@@ -243,6 +243,11 @@ pub struct KindStats {
     pub p90_ms: Option<f64>,
     /// 99th percentile, ms.
     pub p99_ms: Option<f64>,
+    /// Every result, lossless: the HDR histogram of the probes' times (ns,
+    /// rounded to the nearest), as [`crate::hdr::encode`] writes it, so
+    /// phases and runs add up exactly; absent when no probe had a result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hdr: Option<String>,
 }
 
 impl KindStats {
@@ -255,12 +260,18 @@ impl KindStats {
             }
         }
         v.sort_by(f64::total_cmp);
+        let mut h = crate::hdr::empty();
+        for ms in &v {
+            // A negative time (clock trouble) counts as 0, as nothing faster exists.
+            let _ = h.record((ms * 1e6).round().max(0.0) as u64);
+        }
         KindStats {
             count: v.len() as u64,
             lost,
             p50_ms: percentile(&v, 50.0),
             p90_ms: percentile(&v, 90.0),
             p99_ms: percentile(&v, 99.0),
+            hdr: (!v.is_empty()).then(|| crate::hdr::encode(&h)),
         }
     }
 }
@@ -349,6 +360,7 @@ pub fn summarize(
         let l = load.get(i).copied().unwrap_or_default();
         let secs = (end - start).max(1e-9);
         let udp = of(ProbeKind::Udp);
+        let udp_p50 = udp.p50_ms;
         let idle_p50 = out.first().and_then(|r| r.udp.p50_ms);
         out.push(PhaseReport {
             phase,
@@ -364,7 +376,7 @@ pub fn summarize(
             tcp_connect: of(ProbeKind::TcpConnect),
             tcp_request: of(ProbeKind::TcpRequest),
             self_rtt: of(ProbeKind::SelfRtt),
-            increase_ms: match (phase, udp.p50_ms, idle_p50) {
+            increase_ms: match (phase, udp_p50, idle_p50) {
                 (Phase::Idle, _, _) => None,
                 (_, Some(l), Some(i)) => Some(l - i),
                 _ => None,

@@ -297,3 +297,32 @@ fn a_stop_cuts_the_schedule_and_the_cut_phase_has_no_responsiveness() {
     assert_eq!(s.cut(5.0), None, "a stop right at a phase's start");
     assert_eq!(s.phases, vec![(Phase::Idle, 0.0, 5.0)]);
 }
+
+#[test]
+fn a_kinds_histogram_holds_every_result_in_ns_and_phases_add_up_exactly() {
+    let k = ProbeKind::Udp;
+    let first = [
+        sample(0.1, k, Some(1.5)),
+        sample(0.2, k, None),
+        sample(0.3, k, Some(2.0)),
+        sample(0.4, k, Some(-0.25)),
+    ];
+    let second = [sample(1.1, k, Some(1.5)), sample(1.2, k, Some(40.0004))];
+    let a = KindStats::of(first.iter());
+    let h = crate::hdr::decode(a.hdr.as_deref().unwrap()).unwrap();
+    assert_eq!((h.len(), a.count, a.lost), (3, 3, 1));
+    assert_eq!(h.count_at(1_500_000), 1);
+    assert_eq!(h.count_at(2_000_000), 1);
+    assert_eq!(h.count_at(0), 1, "a negative time counts as 0");
+    let b = KindStats::of(second.iter());
+    let hb = crate::hdr::decode(b.hdr.as_deref().unwrap()).unwrap();
+    assert!(hb.equivalent(hb.min(), 1_500_000), "{}", hb.min());
+    assert!(hb.equivalent(hb.max(), 40_000_400), "{}", hb.max());
+    // Two phases' histograms added are the histogram of both phases' probes.
+    let all: Vec<Sample> = first.iter().chain(&second).cloned().collect();
+    let whole = KindStats::of(all.iter());
+    let summed = crate::hdr::sum([&h, &hb]).unwrap();
+    assert_eq!(whole.hdr, Some(crate::hdr::encode(&summed)));
+    assert_eq!(KindStats::of([].iter()).hdr, None);
+    assert_eq!(KindStats::of([sample(0.0, k, None)].iter()).hdr, None);
+}

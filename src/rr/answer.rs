@@ -315,7 +315,10 @@ impl Answerer {
             _ => return None,
         }
         match self.seen.arrive(h.seq) {
-            Arrival::Fresh { reordered } => self.sum.reordered += u64::from(reordered),
+            Arrival::Fresh { reordered } => {
+                self.sum.reordered += u64::from(reordered);
+                self.sum.bytes_received += d.len() as u64;
+            }
             Arrival::Duplicate => {
                 self.sum.duplicates += 1;
                 return None;
@@ -348,10 +351,17 @@ impl Answerer {
     /// ends the answering.
     pub fn sent(&mut self) {
         self.sum.requests += 1;
+        self.sum.bytes_sent += self.reply.len() as u64;
         self.place += 1;
         if self.sum.requests >= self.t.iterations {
             self.answering = false;
         }
+    }
+
+    /// The last reply did not leave (the socket refused it): a network
+    /// error; the request stays unanswered.
+    pub fn send_failed(&mut self) {
+        self.sum.network_errors += 1;
     }
 
     /// The server's limits allow no more replies.

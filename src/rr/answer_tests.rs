@@ -541,3 +541,25 @@ proptest! {
         prop_assert_eq!(sum.data_errors, 0);
     }
 }
+
+#[test]
+fn bytes_count_fresh_requests_and_replies_that_left_and_failed_sends_are_network_errors() {
+    let (mut a, _) = started(10, Instant::now());
+    // Requests 0 and 1 answered, 1 again a duplicate (not counted), 2
+    // offered but its reply failed to leave.
+    for seq in [0, 1, 1] {
+        answer(&mut a, &request(seq), client());
+    }
+    assert!(a.on_datagram(&request(2), client(), 1_000).is_some());
+    a.send_failed();
+    let sum = summary(&mut a);
+    let (req, rep) = (HEADER_LEN as u64 + 8, HEADER_LEN as u64 + 24);
+    assert_eq!(
+        (sum.requests, sum.bytes_received, sum.bytes_sent),
+        (2, 3 * req, 2 * rep)
+    );
+    assert_eq!(
+        (sum.network_errors, sum.data_errors, sum.duplicates),
+        (1, 0, 1)
+    );
+}

@@ -102,6 +102,10 @@ pub struct CrrReport {
     pub cancelled: u64,
     /// Stopped by Ctrl-C (or SIGTERM) before its count or time was reached.
     pub interrupted: bool,
+    /// The wall clock when the run began, Unix seconds (as tcp's
+    /// `start_unix`): where `netrig merge` lays it on its grid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_unix: Option<f64>,
     /// Wall time, s.
     pub duration_secs: f64,
     /// Successful transactions per second.
@@ -128,6 +132,7 @@ impl CrrCollector {
             failed: self.failed,
             cancelled: self.cancelled,
             interrupted: false,
+            start_unix: None,
             duration_secs: secs,
             per_sec: if secs > 0.0 { ok as f64 / secs } else { 0.0 },
             handshake: self.handshake.summary(),

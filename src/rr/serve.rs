@@ -102,7 +102,9 @@ impl StreamRr {
 }
 
 /// Serves one request/response test on an accepted control connection. An
-/// error the client was sent, which ended the test, is returned for the log.
+/// error the client was sent, which ended the test, is returned for the log,
+/// beside what the test moved (bytes of requests read and replies sent,
+/// replies that failed to leave, corrupt requests).
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -110,19 +112,20 @@ pub fn serve(
     verbosity: u8,
     idle: Duration,
     limits: Limits,
-) -> Result<(), Refusal> {
+) -> (SessionSummary, Result<(), Refusal>) {
     let stop = Arc::new(AtomicBool::new(false));
     let StreamRr { spec, proto } = rr;
     if let Err(why) = validate(&spec) {
-        return refuse(stream, why.into());
+        return (SessionSummary::default(), refuse(stream, why.into()));
     }
     let guard = limits.guard(&stop);
     match proto {
-        StreamProto::Tcp => {
-            tcp(stream, peer, &spec, verbosity, idle, &guard);
-            Ok(())
+        StreamProto::Tcp => (tcp(stream, peer, &spec, verbosity, idle, &guard), Ok(())),
+        StreamProto::SctpSeqpacket => {
+            let mut moved = SessionSummary::default();
+            let ended = seqpacket(stream, peer, &spec, verbosity, idle, &guard, &mut moved);
+            (moved, ended)
         }
-        StreamProto::SctpSeqpacket => seqpacket(stream, peer, &spec, verbosity, idle, &guard),
     }
 }
 
@@ -140,11 +143,12 @@ fn tcp(
     verbosity: u8,
     idle: Duration,
     guard: &SendGuard,
-) {
+) -> SessionSummary {
+    let mut moved = SessionSummary::default();
     let id = Uuid::new_v4();
     let mut s = stream;
     if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
-        return;
+        return moved;
     }
     if verbosity >= 1 {
         crate::out!(
@@ -171,6 +175,7 @@ fn tcp(
         if s.read_exact(&mut buf).is_err() {
             break;
         }
+        moved.bytes_received += u64::from(spec.size);
         if Pattern::get()
             .verify(req_start, answered * spec.size as u64, &buf)
             .is_err()
@@ -179,20 +184,20 @@ fn tcp(
             // it and go on, so the client learns the total in the summary.
             corrupt += 1;
         }
-        if guard.admit(u64::from(spec.reply)).is_err()
-            || write_pattern(
-                &mut s,
-                rep_start,
-                answered * spec.reply as u64,
-                spec.reply as usize,
-            )
-            .is_err()
-        {
+        if guard.admit(u64::from(spec.reply)).is_err() {
             break;
         }
+        let offset = answered * spec.reply as u64;
+        if write_pattern(&mut s, rep_start, offset, spec.reply as usize).is_err() {
+            moved.network_errors += 1;
+            break;
+        }
+        moved.bytes_sent += u64::from(spec.reply);
         answered += 1;
     }
+    moved.data_errors = corrupt;
     goodbye(stream, id, peer, (answered, corrupt), verbosity);
+    moved
 }
 
 /// Serves request/response over an SCTP one-to-many socket of its own: each
@@ -200,7 +205,7 @@ fn tcp(
 /// with one message of the pattern at `n × reply` to the association it came
 /// from. SCTP's cookie handshake means a peer proves it receives at its
 /// address before it can send a request, and the server answers at most the
-/// announced number of requests.
+/// announced number of requests. What it moved is added to `moved`.
 fn seqpacket(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -208,6 +213,7 @@ fn seqpacket(
     verbosity: u8,
     idle: Duration,
     guard: &SendGuard,
+    moved: &mut SessionSummary,
 ) -> Result<(), Refusal> {
     let mut s = stream;
     if let Err(why) = crate::sctp::support(true) {
@@ -249,6 +255,7 @@ fn seqpacket(
         match crate::sctp::recv_message(&sock, &mut buf) {
             Ok((n, from)) => {
                 last = std::time::Instant::now();
+                moved.bytes_received += n as u64;
                 if n != spec.size as usize
                     || Pattern::get()
                         .verify(req_start, answered * spec.size as u64, &buf[..n])
@@ -263,9 +270,14 @@ fn seqpacket(
                     answered * spec.reply as u64,
                     spec.reply as usize,
                 );
-                if guard.admit(out.len() as u64).is_err() || sock.send_to(&out, &from).is_err() {
+                if guard.admit(out.len() as u64).is_err() {
                     break;
                 }
+                if sock.send_to(&out, &from).is_err() {
+                    moved.network_errors += 1;
+                    break;
+                }
+                moved.bytes_sent += out.len() as u64;
                 answered += 1;
             }
             Err(e)
@@ -287,6 +299,7 @@ fn seqpacket(
         }
     }
     let _ = stream.set_read_timeout(Some(idle));
+    moved.data_errors = corrupt;
     goodbye(stream, id, peer, (answered, corrupt), verbosity);
     Ok(())
 }

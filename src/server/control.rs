@@ -436,7 +436,7 @@ pub(super) fn run_job(
     if json {
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
-    let ran = match test {
+    let (moved, ran) = match test {
         WorkerTest::UdpSend(spec, key) => {
             crate::udp::serve::serve(stream, peer, spec, verbosity, limits, key)
         }
@@ -446,7 +446,7 @@ pub(super) fn run_job(
         }
     };
     let took = started.elapsed();
-    st.metrics.ended(kind, took, Moved::default());
+    st.metrics.ended(kind, took, Moved::from(&moved));
     // The error the client was sent, logged once with the other refusals.
     if let Err(why) = &ran {
         log_refusal(st, peer, why);
@@ -460,6 +460,8 @@ pub(super) fn run_job(
             let mut v = client();
             v["result"] = result.into();
             v["duration_s"] = took.as_secs_f64().into();
+            v["bytes_sent"] = moved.bytes_sent.into();
+            v["bytes_received"] = moved.bytes_received.into();
             v
         });
     }

@@ -166,6 +166,17 @@ pub(crate) struct Moved {
     pub(crate) data_errors: u64,
 }
 
+impl From<&crate::proto::SessionSummary> for Moved {
+    fn from(s: &crate::proto::SessionSummary) -> Moved {
+        Moved {
+            sent: s.bytes_sent,
+            received: s.bytes_received,
+            network_errors: s.network_errors,
+            data_errors: s.data_errors,
+        }
+    }
+}
+
 /// Readings taken at scrape time, beside the counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Gauges {
@@ -250,22 +261,22 @@ impl Metrics {
         let per_kind = [
             (
                 "netrig_sent_bytes",
-                "Bytes the server sent in ended tests, by kind (TCP tests so far).",
+                "Bytes the server sent in ended tests, by kind (UDP: datagrams as sent, netrig's header included).",
                 &self.sent,
             ),
             (
                 "netrig_received_bytes",
-                "Bytes the server received and verified in ended tests, by kind (TCP tests so far).",
+                "Bytes the server received and verified in ended tests, by kind (UDP: datagrams as received, netrig's header included; a stream's --omit warm-up left out).",
                 &self.received,
             ),
             (
                 "netrig_network_errors",
-                "Data connections of ended tests that failed on the network, by kind (TCP tests so far).",
+                "Network errors of ended tests, by kind: TCP data connections that failed on the network, UDP datagrams and rr replies that failed to leave.",
                 &self.network_errors,
             ),
             (
                 "netrig_data_errors",
-                "Data connections of ended tests whose bytes failed verification, by kind (TCP tests so far).",
+                "Data errors of ended tests, by kind: TCP data connections whose bytes failed verification, corrupt UDP datagrams and rr requests.",
                 &self.data_errors,
             ),
         ];

@@ -209,3 +209,20 @@ fn a_scrape_gets_openmetrics_only_when_it_accepts_it() {
     assert_eq!(parse_request(b"\xff\xfe\r\n\r\n"), Request::Bad);
     assert_eq!(parse_request(b"GET /metrics FTP/1\r\n\r\n"), Request::Bad);
 }
+
+#[test]
+fn a_session_summary_moves_its_bytes_and_errors_each_to_its_own_counter() {
+    let s = crate::proto::SessionSummary {
+        bytes_sent: 11,
+        bytes_received: 22,
+        network_errors: 3,
+        data_errors: 4,
+        requests: 99,
+        ..Default::default()
+    };
+    let m = Moved::from(&s);
+    assert_eq!(
+        (m.sent, m.received, m.network_errors, m.data_errors),
+        (11, 22, 3, 4)
+    );
+}

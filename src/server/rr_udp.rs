@@ -237,11 +237,10 @@ impl<'a> RrUdp<'a> {
                 return false;
             }
             match self.guard.try_admit(reply.len() as u64) {
-                Ok(None) => {
-                    if self.sock.send(&reply).is_ok() {
-                        self.m.sent();
-                    }
-                }
+                Ok(None) => match self.sock.send(&reply) {
+                    Ok(_) => self.m.sent(),
+                    Err(_) => self.m.send_failed(),
+                },
                 Ok(Some(at)) => {
                     self.held = Some((at, reply));
                     return false;
@@ -269,8 +268,9 @@ impl<'a> RrUdp<'a> {
                 Ok(None) => {
                     // A reply the socket cannot take now is lost, as a
                     // blocking send that failed was.
-                    if self.sock.send(reply).is_ok() {
-                        self.m.sent();
+                    match self.sock.send(reply) {
+                        Ok(_) => self.m.sent(),
+                        Err(_) => self.m.send_failed(),
                     }
                 }
                 Ok(Some(at)) => {
@@ -306,7 +306,8 @@ impl Drop for RrUdp<'_> {
     fn drop(&mut self) {
         let took = self.began.elapsed();
         let st = self.st;
-        st.metrics.ended(Kind::RrUdp, took, Moved::default());
+        let sum = self.m.summary();
+        st.metrics.ended(Kind::RrUdp, took, Moved::from(&sum));
         if st.cfg.verbosity >= 1 {
             let (id, peer) = (self.id, self.peer);
             let result = self
@@ -318,7 +319,8 @@ impl Drop for RrUdp<'_> {
                 format_args!("session {id} from {peer} ended"),
                 || {
                     serde_json::json!({"client": peer.to_string(), "kind": Kind::RrUdp.name(),
-                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64()})
+                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
+                        "bytes_sent": sum.bytes_sent, "bytes_received": sum.bytes_received})
                 },
             );
         }

@@ -334,7 +334,13 @@ impl Drop for UdpRecv<'_> {
     fn drop(&mut self) {
         let took = self.began.elapsed();
         let st = self.st;
-        st.metrics.ended(Kind::Udp, took, Moved::default());
+        let (received, corrupt) = self.m.received();
+        let moved = Moved {
+            received,
+            data_errors: corrupt,
+            ..Moved::default()
+        };
+        st.metrics.ended(Kind::Udp, took, moved);
         if st.cfg.verbosity >= 1 {
             let (id, peer) = (self.id, self.peer);
             let result = self
@@ -346,7 +352,8 @@ impl Drop for UdpRecv<'_> {
                 format_args!("session {id} from {peer} ended"),
                 || {
                     serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
-                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64()})
+                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
+                        "bytes_sent": 0, "bytes_received": received})
                 },
             );
         }

@@ -106,6 +106,8 @@ pub struct Intake {
     /// comes with the start) and its empty accounts.
     ready: Option<(ReceiverConfig, ReceiverStats)>,
     rx: Option<Reception>,
+    /// Bytes and corrupt datagrams of the report, once made.
+    reported: Option<(u64, u64)>,
     /// Datagrams the client says it sent, and until when the rest may
     /// still arrive.
     sent: Option<u64>,
@@ -151,6 +153,7 @@ impl Intake {
             awaiting: None,
             ready: Some((cfg, stats)),
             rx: None,
+            reported: None,
             sent: None,
             drain_until: None,
             stopped: false,
@@ -272,9 +275,22 @@ impl Intake {
             &mut Queue(&mut self.actions),
         );
         let totals = rx.into_stats().totals(self.sent);
+        self.reported = Some((totals.bytes, totals.corrupt));
         for m in udp_result_frames(totals) {
             self.actions.push_back(Action::Send(Box::new(m)));
         }
+    }
+
+    /// What the session received, for the server's metrics: the bytes its
+    /// result counts and its corrupt datagrams (those of the report once
+    /// made, else so far).
+    pub fn received(&self) -> (u64, u64) {
+        self.reported.unwrap_or_else(|| {
+            self.rx.as_ref().map_or((0, 0), |rx| {
+                let t = rx.stats().totals(None);
+                (t.bytes, t.corrupt)
+            })
+        })
     }
 
     /// The control connection carried something that is not a message.

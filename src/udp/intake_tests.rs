@@ -223,6 +223,11 @@ fn a_clean_stream_is_counted_then_reported_and_summarised() {
         Some(t + Duration::from_millis(500)),
         "the drain"
     );
+    assert_eq!(
+        a.received(),
+        (10 * (HEADER_LEN + PAYLOAD) as u64, 0),
+        "so far"
+    );
     // Still counted while draining.
     a.on_timeout(t + Duration::from_millis(499));
     drain(&mut a, &mut s);
@@ -239,6 +244,8 @@ fn a_clean_stream_is_counted_then_reported_and_summarised() {
     );
     assert_eq!((tot.duplicates, tot.reordered, tot.corrupt), (0, 0, 0));
     assert_eq!(tot.bytes, 10 * (HEADER_LEN + PAYLOAD) as u64);
+    // The server's metrics count what the report says.
+    assert_eq!(a.received(), (tot.bytes, 0));
     assert_eq!(tot.delay_min_us, Some(2000.0));
     // The last (partial) interval goes out just before the totals, at 0.7 s.
     let ivs = s.intervals();

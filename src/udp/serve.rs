@@ -18,10 +18,11 @@ use uuid::Uuid;
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, MAX_DATAGRAM};
 use super::receive::ReceiverConfig;
 use super::send::{SenderConfig, run_sender};
+use super::sent::SenderReport;
 use super::track::ReceiverStats;
 use crate::auth::DatagramKey;
 use crate::net::realtime_ns;
-use crate::proto::{Message, ReadError, UdpSpec, read_message, write_message};
+use crate::proto::{Message, ReadError, SessionSummary, UdpSpec, read_message, write_message};
 use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
 use crate::server::limits::Limits;
 
@@ -258,6 +259,11 @@ pub trait UdpWork {
     /// Starts the worker on the connected socket. `offset_ns` is the server
     /// clock minus the client clock (0 if the client trusts its clocks).
     fn start(&mut self, ctx: WorkContext, offset_ns: i64) -> std::thread::JoinHandle<()>;
+    /// What the session moved, for the server's metrics once the worker
+    /// is joined: bytes sent and received, failed sends, corrupt datagrams.
+    fn moved(&self) -> SessionSummary {
+        SessionSummary::default()
+    }
     /// Options for the session's data socket.
     fn sock_opts(&self) -> crate::sockopts::SockOpts {
         crate::sockopts::SockOpts::default()
@@ -287,8 +293,22 @@ pub fn send_control(w: &Mutex<TcpStream>, m: &Message) -> bool {
 /// and stop it on `stop`, goodbye or a closed connection.
 ///
 /// An error the client was sent, which ended the session, is returned for
-/// the server's log (the caller logs it, once, with its other refusals).
+/// the server's log (the caller logs it, once, with its other refusals),
+/// beside what the session moved ([`UdpWork::moved`]).
 pub fn session(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    label: &str,
+    work: &mut dyn UdpWork,
+    verbosity: u8,
+    deadline: Duration,
+    setup: Duration,
+) -> (SessionSummary, Result<(), Refusal>) {
+    let ended = run_session(stream, peer, label, work, verbosity, deadline, setup);
+    (work.moved(), ended)
+}
+
+fn run_session(
     stream: &TcpStream,
     peer: SocketAddr,
     label: &str,
@@ -508,6 +528,8 @@ struct StreamWork {
     spec: UdpSpec,
     tag_key: Option<DatagramKey>,
     limits: Limits,
+    /// What the sender moved, set as it ends.
+    moved: Arc<Mutex<SessionSummary>>,
 }
 
 impl UdpWork for StreamWork {
@@ -519,12 +541,18 @@ impl UdpWork for StreamWork {
         let mut cfg = sender_config(&self.spec, self.tag_key);
         cfg.pacing = cfg.pacing.on_server();
         cfg.guard = Some(Arc::new(self.limits.guard(&ctx.stop)));
+        let moved = Arc::clone(&self.moved);
         std::thread::spawn(move || {
             // The session's summary sees this thread whole.
             let _cpu = crate::net::cpu::EndNote;
             let rep = run_sender(&ctx.sock, &cfg, &ctx.stop);
+            *moved.lock().unwrap_or_else(|e| e.into_inner()) = sent_moved(&rep);
             send(&ctx.writer, &Message::UdpDone(rep));
         })
+    }
+
+    fn moved(&self) -> SessionSummary {
+        self.moved.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -562,7 +590,8 @@ pub fn label(spec: &UdpSpec) -> String {
 }
 
 /// Serves one UDP stream test on an accepted control connection. An error
-/// the client was sent, which ended the test, is returned for the log.
+/// the client was sent, which ended the test, is returned for the log,
+/// beside what the test moved.
 pub fn serve(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -570,17 +599,18 @@ pub fn serve(
     verbosity: u8,
     limits: Limits,
     tag_key: Option<DatagramKey>,
-) -> Result<(), Refusal> {
+) -> (SessionSummary, Result<(), Refusal>) {
     if let Err(why) = check(&spec, limits, tag_key) {
         let mut s = stream;
         let _ = write_message(&mut s, &why.message());
-        return Err(why);
+        return (SessionSummary::default(), Err(why));
     }
     let label = label(&spec);
     let mut work = StreamWork {
         spec: *spec,
         tag_key,
         limits,
+        moved: Arc::default(),
     };
     session(
         stream,
@@ -596,3 +626,13 @@ pub fn serve(
 #[cfg(test)]
 #[path = "serve_tests.rs"]
 mod tests;
+
+/// What a server sending a stream moved: its bytes, and its failed sends
+/// as network errors.
+fn sent_moved(rep: &SenderReport) -> SessionSummary {
+    SessionSummary {
+        bytes_sent: rep.bytes,
+        network_errors: rep.send_errors,
+        ..SessionSummary::default()
+    }
+}
