@@ -98,6 +98,24 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    // A measuring command stops gracefully on Ctrl-C from its first line
+    // of output on: the handler is in place before anything is printed (a
+    // signal between the start event and the run's own call to it killed
+    // the process with nothing written).
+    if matches!(
+        cli.cmd,
+        Cmd::Serve(_)
+            | Cmd::Tcp(_)
+            | Cmd::Udp(_)
+            | Cmd::Rr(_)
+            | Cmd::Ping(_)
+            | Cmd::Crr(_)
+            | Cmd::Load(_)
+            | Cmd::Relay(_)
+            | Cmd::Mesh(_)
+    ) {
+        cmd::interrupt_flag();
+    }
     let r = match cli.cmd {
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::Tcp(a) => cmd::tcp::run(a),

@@ -148,17 +148,29 @@ fn iperf3_server() -> (Proc, String) {
 
 /// A real `iperf3 -J` client run of one second.
 fn iperf3(port: &str, args: &[&str]) -> Value {
-    let out = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-p", port, "-J", "-t", "1"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    // A loaded host once gave a document without `start.test_start` (the
+    // iperf3 server still busy with the previous client's test): that is
+    // iperf3's, not what is tested here, so such a run is tried again, and
+    // the document shown if it stays so.
+    let mut last = Value::Null;
+    for _ in 0..3 {
+        let out = Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", port, "-J", "-t", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        last = serde_json::from_slice(&out.stdout).unwrap();
+        if last.pointer("/start/test_start").is_some() && last.get("error").is_none() {
+            return last;
+        }
+        eprintln!("iperf3 {args:?} ran no test, tried again: {last}");
+    }
+    panic!("iperf3 {args:?} ran no test in 3 tries: {last}")
 }
 
 fn netrig_iperf3(args: &[&str]) -> Value {

@@ -9,7 +9,7 @@ mod common;
 #[path = "common/bin.rs"]
 mod bin;
 
-use bin::{interrupt, run_json, serve, spawn_ready};
+use bin::{run_json, serve, sigint, spawn_ready};
 use common::{TestServer, run_client};
 use netrig::proto::{IoPattern, RateLimit};
 use std::time::{Duration, Instant};
@@ -95,8 +95,15 @@ fn started_config(args: &[&str]) -> serde_json::Value {
     let (p, lines) = spawn_ready(&all, |l| l.contains("\"start\""), 20);
     let start: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
     assert_eq!(start["event"], "start");
-    let (code, _) = interrupt(p);
-    assert!(matches!(code, Some(0 | 130)), "{args:?}: {code:?}");
+    // The whole status, so a run ended by a signal says which (seen once
+    // under load, not understood yet).
+    let mut p = p;
+    sigint(p.0.id());
+    let status = p.0.wait().unwrap();
+    assert!(
+        matches!(status.code(), Some(0 | 130)),
+        "{args:?}: {status:?}"
+    );
     start["config"].clone()
 }
 
