@@ -69,7 +69,7 @@ pub enum HeaderError {
     NotIperf2(u32),
     #[error("iperf2 header length {0} out of range (24..=256)")]
     Length(u32),
-    #[error("iperf2 {0} is not served: {1}")]
+    #[error("{0} is not served: {1}")]
     Unsupported(&'static str, &'static str),
 }
 
