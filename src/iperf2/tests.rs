@@ -39,15 +39,27 @@ fn wanted_follows_the_declared_length() {
 #[test]
 fn refuses_what_needs_a_sending_server() {
     let dual = ClientHeader::parse(&tcp_header(0xc001_0079, 0, -100));
-    assert!(matches!(dual, Err(HeaderError::Unsupported("-d/-r (dual test)", _))));
+    assert!(matches!(
+        dual,
+        Err(HeaderError::Unsupported("-d/-r (dual test)", _))
+    ));
     let rev = ClientHeader::parse(&tcp_header(0x4401_0078, EXT_REVERSE, -100));
-    assert!(matches!(rev, Err(HeaderError::Unsupported("-R/--full-duplex", _))));
+    assert!(matches!(
+        rev,
+        Err(HeaderError::Unsupported("-R/--full-duplex", _))
+    ));
     let fd = ClientHeader::parse(&tcp_header(0x4001_0078, EXT_FULLDUPLEX, -100));
     assert!(matches!(fd, Err(HeaderError::Unsupported(..))));
     let bb = ClientHeader::parse(&tcp_header(HEADER_BOUNCEBACK, 0, -100));
-    assert!(matches!(bb, Err(HeaderError::Unsupported("--bounceback", _))));
+    assert!(matches!(
+        bb,
+        Err(HeaderError::Unsupported("--bounceback", _))
+    ));
     let key = ClientHeader::parse(&tcp_header(HEADER_KEYCHECK, 0, -100));
-    assert!(matches!(key, Err(HeaderError::Unsupported("--permit-key", _))));
+    assert!(matches!(
+        key,
+        Err(HeaderError::Unsupported("--permit-key", _))
+    ));
     // Extended flags are only read when the header has them.
     let short = ClientHeader::parse(&tcp_header(HEADER_LEN_BIT | 24, EXT_REVERSE, -1));
     assert_eq!(short.unwrap().ext_flags, 0);

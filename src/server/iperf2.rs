@@ -150,8 +150,7 @@ fn key_allows(st: &State) -> bool {
     st.cfg.key.is_none() || st.cfg.iperf2_allow_unauthenticated
 }
 
-const KEY_WHY: &str =
-    "iperf2 clients cannot prove the pre-shared key (serve --iperf2-allow-unauthenticated lets them in)";
+const KEY_WHY: &str = "iperf2 clients cannot prove the pre-shared key (serve --iperf2-allow-unauthenticated lets them in)";
 
 fn admit_tcp(st: &Arc<State>, s: mio::net::TcpStream, peer: SocketAddr) {
     use std::os::fd::{FromRawFd, IntoRawFd};
@@ -230,7 +229,12 @@ fn tcp_test(st: &Arc<State>, mut s: std::net::TcpStream, peer: SocketAddr) {
     let setup_end = Instant::now() + st.cfg.handshake_timeout;
     let mut head = [0u8; crate::iperf2::EXT_LEN];
     if let Err(e) = read_before(&mut s, &mut head[..4], setup_end) {
-        return refuse_line(st, peer, ErrorCode::Malformed, &format!("no client header: {e}"));
+        return refuse_line(
+            st,
+            peer,
+            ErrorCode::Malformed,
+            &format!("no client header: {e}"),
+        );
     }
     let flags = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
     let parsed = match ClientHeader::parse(&head[..4]) {
@@ -287,7 +291,12 @@ fn tcp_test(st: &Arc<State>, mut s: std::net::TcpStream, peer: SocketAddr) {
             Ok(0) => break "completed",
             Ok(n) => got += n as u64,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if Instant::now() < end {
                     break "idle";
                 }
@@ -340,7 +349,12 @@ fn datagram<'a>(
 ) {
     let Some(g) = Datagram::read(d) else {
         if !flows.contains_key(&from) && flows.len() < st.cfg.limits.max_pending() as usize {
-            refuse_line(st, from, ErrorCode::Malformed, "a datagram too short for iperf2's header");
+            refuse_line(
+                st,
+                from,
+                ErrorCode::Malformed,
+                "a datagram too short for iperf2's header",
+            );
             flows.insert(from, Flow::refused());
         }
         return;
@@ -369,7 +383,10 @@ fn datagram<'a>(
         }
         let max = u64::from(st.cfg.limits.max_tests);
         let Some(slot) = take_slot(&st.tests, max) else {
-            return refuse(ErrorCode::LimitTests, &format!("server limit: max tests {max}"));
+            return refuse(
+                ErrorCode::LimitTests,
+                &format!("server limit: max tests {max}"),
+            );
         };
         let describe = hdr.describe();
         if st.cfg.verbosity >= 1 {
@@ -395,7 +412,9 @@ fn datagram<'a>(
             },
         );
     }
-    let Some(f) = flows.get_mut(&from) else { return };
+    let Some(f) = flows.get_mut(&from) else {
+        return;
+    };
     f.last = Instant::now();
     if f.refused {
         return;
