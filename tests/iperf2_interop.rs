@@ -178,10 +178,14 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
         return;
     }
     let srv = Srv::start(&[]);
-    for extra in [&[][..], &["-e"][..]] {
-        let mut args = vec!["-t", "1", "-f", "B"];
-        args.extend_from_slice(extra);
-        let out = srv.iperf(&args);
+    for args in [
+        &["-t", "1", "-f", "B"][..],
+        &["-t", "1", "-f", "B", "-e"][..],
+        &[
+            "-n", "3000000", "-l", "10000", "-w", "256K", "-i", "0.5", "-f", "B",
+        ][..],
+    ] {
+        let out = srv.iperf(args);
         let ports = local_ports(&out);
         assert_eq!(ports.len(), 1, "{out}");
         let line = srv.wait_for(&[&format!(":{}: completed: received", ports[0])]);
@@ -189,6 +193,10 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
         let client = reported_bytes(&out, "[  1]");
         assert!(client > 0, "{out}");
         assert_eq!(logged_received(&line), client, "{args:?}: {out}\n{line}");
+        if args.contains(&"-n") {
+            assert_eq!(client, 3_000_000);
+            srv.wait_for(&[&format!(":{}: -n 3000000 bytes, -P 1", ports[0])]);
+        }
     }
     // Two streams: two connections, each a test of its own; their sum is
     // the client's [SUM].
@@ -203,20 +211,27 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
     assert_eq!(srv.count(&["-P 2"]), 2);
 }
 
-/// "Lost/Total" from the client's server report: (lost, total).
+/// "Lost/Total" from each of the client's server reports: (lost, total).
+fn server_reports(out: &str) -> Vec<(u64, u64)> {
+    out.split("Server Report:")
+        .skip(1)
+        .map(|after| {
+            let cell = after
+                .lines()
+                .filter(|l| l.contains("%)"))
+                .flat_map(str::split_whitespace)
+                .find(|w| w.contains('/') && w.split('/').all(|n| n.parse::<u64>().is_ok()))
+                .unwrap_or_else(|| panic!("no lost/total in {after}"));
+            let mut n = cell.split('/').map(|n| n.parse::<u64>().unwrap());
+            (n.next().unwrap(), n.next().unwrap())
+        })
+        .collect()
+}
+
 fn server_report(out: &str) -> (u64, u64) {
-    let after = out
-        .split("Server Report:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no server report in {out}"));
-    let cell = after
-        .lines()
-        .filter(|l| l.contains("%)"))
-        .flat_map(str::split_whitespace)
-        .find(|w| w.contains('/') && w.split('/').all(|n| n.parse::<u64>().is_ok()))
-        .unwrap_or_else(|| panic!("no lost/total in {after}"));
-    let mut n = cell.split('/').map(|n| n.parse::<u64>().unwrap());
-    (n.next().unwrap(), n.next().unwrap())
+    *server_reports(out)
+        .first()
+        .unwrap_or_else(|| panic!("no server report in {out}"))
 }
 
 #[test]
@@ -242,6 +257,30 @@ fn udp_server_report_reaches_the_client_with_the_servers_count() {
         assert_eq!(j["lost"], 0, "{line}");
         assert_eq!(j["bytes_received"], total * 1470, "{line}");
     }
+    // Two flows: a report each, each the server's count for its flow.
+    let out = srv.iperf(&["-u", "-b", "5M", "-t", "1", "-l", "1000", "-P", "2"]);
+    let mut client: Vec<(u64, u64)> = server_reports(&out);
+    let ports = local_ports(&out);
+    assert_eq!((client.len(), ports.len()), (2, 2), "{out}");
+    let mut server: Vec<(u64, u64)> = ports
+        .iter()
+        .map(|p| {
+            let line = srv.wait_for(&["session_end", "iperf2", &format!(":{p}\"")]);
+            let j: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(j["bytes_received"], j["datagrams"].as_u64().unwrap() * 1000);
+            (
+                j["lost"].as_u64().unwrap(),
+                j["datagrams_total"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    client.sort_unstable();
+    server.sort_unstable();
+    assert_eq!(client, server, "{out}");
+    assert!(
+        client.iter().all(|&(lost, total)| lost == 0 && total > 200),
+        "{out}"
+    );
 }
 
 #[test]
