@@ -159,7 +159,7 @@ fn reported_bytes(out: &str, id: &str) -> u64 {
             let i = w.iter().position(|x| *x == "Bytes")?;
             w.get(i - 1)?.parse().ok()
         })
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no {id} byte count in {out}"))
 }
 
