@@ -33,6 +33,8 @@ fn have_iperf(test: &str) -> bool {
 struct Srv {
     _proc: Proc,
     port: u16,
+    /// `--metrics`' address, if asked for.
+    metrics: Option<SocketAddr>,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
@@ -42,10 +44,13 @@ impl Srv {
         args.extend_from_slice(extra);
         let mut proc = Proc(netrig(&args).stdout(Stdio::piped()).spawn().unwrap());
         let mut out = BufReader::new(proc.0.stdout.take().unwrap());
-        let mut port = None;
+        let (mut port, mut metrics) = (None, None);
         for _ in 0..4 {
             let mut l = String::new();
             out.read_line(&mut l).unwrap();
+            if let Some(r) = l.split("metrics at http://").nth(1) {
+                metrics = r.split('/').next().and_then(|a| a.parse().ok());
+            }
             let at = l.split("iperf2 clients served on ").nth(1).or_else(|| {
                 l.split("\"event\":\"iperf2_listening\"")
                     .nth(1)
@@ -71,6 +76,7 @@ impl Srv {
         Srv {
             _proc: proc,
             port,
+            metrics,
             lines,
         }
     }
@@ -90,6 +96,18 @@ impl Srv {
             drop(l);
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// A series' value from `--metrics`.
+    fn metric(&self, series: &str) -> u64 {
+        use std::io::Read;
+        let mut s = TcpStream::connect(self.metrics.expect("--metrics")).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {body}"))
     }
 
     fn count(&self, needles: &[&str]) -> usize {
@@ -177,7 +195,8 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
     if !have_iperf("tcp_bytes_the_client_reports_are_the_bytes_the_server_counted") {
         return;
     }
-    let srv = Srv::start(&[]);
+    let srv = Srv::start(&["--metrics", "127.0.0.1:0"]);
+    let mut total = 0;
     for args in [
         &["-t", "1", "-f", "B"][..],
         &["-t", "1", "-f", "B", "-e"][..],
@@ -193,6 +212,7 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
         let client = reported_bytes(&out, "[  1]");
         assert!(client > 0, "{out}");
         assert_eq!(logged_received(&line), client, "{args:?}: {out}\n{line}");
+        total += client;
         if args.contains(&"-n") {
             assert_eq!(client, 3_000_000);
             srv.wait_for(&[&format!(":{}: -n 3000000 bytes, -P 1", ports[0])]);
@@ -209,6 +229,19 @@ fn tcp_bytes_the_client_reports_are_the_bytes_the_server_counted() {
         .sum();
     assert_eq!(server, reported_bytes(&out, "[SUM]"), "{out}");
     assert_eq!(srv.count(&["-P 2"]), 2);
+    // Metered like iperf3's runs, under a kind of their own.
+    let kind = "{kind=\"iperf2\"}";
+    total += server;
+    assert_eq!(
+        srv.metric(&format!("netrig_received_bytes_total{kind}")),
+        total
+    );
+    assert_eq!(srv.metric(&format!("netrig_tests_started_total{kind}")), 5);
+    assert_eq!(
+        srv.metric(&format!("netrig_test_duration_seconds_count{kind}")),
+        5
+    );
+    assert_eq!(srv.metric(&format!("netrig_active_tests_by_kind{kind}")), 0);
 }
 
 /// "Lost/Total" from each of the client's server reports: (lost, total).
