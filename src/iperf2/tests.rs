@@ -192,3 +192,51 @@ fn report_of_a_count() {
     assert_eq!((r.datagrams, r.lost, r.bytes), (6, 2, 4 * 1470));
     assert_eq!(r.secs, 1.0);
 }
+
+mod hostile {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever arrives, reading it is an answer or an error, never a
+        /// panic, and the count stays consistent.
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = ClientHeader::parse(&b);
+            if let Some(g) = Datagram::read(&b) {
+                let mut c = UdpCount::default();
+                if g.seq > 0 {
+                    c.datagram(g.seq.unsigned_abs(), b.len(), g.sent());
+                }
+                let fin = (g.seq < 0).then(|| g.seq.unsigned_abs());
+                let r = ServerReport::of(&c, fin, 1.0);
+                prop_assert!(r.lost <= r.datagrams);
+                prop_assert_eq!(ServerReport::decode(&r.encode()).map(|d| d.datagrams), Some(r.datagrams));
+            }
+        }
+
+        /// Any arrival order of numbers 1..=n: nothing lost, every repeat a
+        /// duplicate, every late one out of order.
+        #[test]
+        fn any_order_counts_each_number_once(
+            order in Just((1u64..=200).collect::<Vec<_>>()).prop_shuffle(),
+            repeats in proptest::collection::vec(1u64..=200, 0..20),
+        ) {
+            let mut c = UdpCount::default();
+            let mut highest = 0;
+            let mut late = 0;
+            for &s in &order {
+                if s < highest { late += 1; }
+                highest = highest.max(s);
+                c.datagram(s, 10, 0.0);
+            }
+            for &s in &repeats {
+                c.datagram(s, 10, 0.0);
+            }
+            prop_assert_eq!(c.lost(Some(201)), 0);
+            prop_assert_eq!(c.total(Some(201)), 200);
+            prop_assert_eq!(c.duplicates, repeats.len() as u64);
+            prop_assert_eq!(c.out_of_order, late);
+        }
+    }
+}
