@@ -393,3 +393,24 @@ fn what_needs_a_sending_server_and_hostile_bytes_get_one_line_each() {
     let line = srv.wait_for(&[&format!(":{port}: completed: received")]);
     assert_eq!(logged_received(&line), reported_bytes(&out, "[  1]"));
 }
+
+/// Connections yet to send their header hold no `--max-tests` slot (they
+/// are read on the accept thread), so silent ones cannot keep clients out;
+/// past `--handshake-timeout` they are closed with a line each.
+#[test]
+fn silent_connections_hold_no_test_slot() {
+    if !have_iperf("silent_connections_hold_no_test_slot") {
+        return;
+    }
+    let srv = Srv::start(&["--max-tests", "1", "--handshake-timeout", "3s"]);
+    let tcp = SocketAddr::from(([127, 0, 0, 1], srv.port));
+    let silent: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(tcp).unwrap()).collect();
+    let out = srv.iperf(&["-t", "1", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    let line = srv.wait_for(&[&format!(":{port}: completed: received")]);
+    assert_eq!(logged_received(&line), reported_bytes(&out, "[  1]"));
+    for s in &silent {
+        let me = s.local_addr().unwrap().port();
+        srv.wait_for(&[&format!(":{me}: refused"), "no whole client header"]);
+    }
+}

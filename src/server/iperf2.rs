@@ -35,6 +35,17 @@ use crate::refusal::Share;
 
 const LISTENER: Token = Token(0);
 const DATAGRAMS: Token = Token(1);
+/// Tokens from here are connections yet to send their whole header.
+const FIRST: usize = 2;
+
+/// A connection yet to send its whole client header: read on the accept
+/// thread, holding no slot and no thread, as iperf3's cookies are.
+struct Pending {
+    stream: mio::net::TcpStream,
+    peer: SocketAddr,
+    got: Vec<u8>,
+    since: Instant,
+}
 /// How long a finished UDP test's report is kept to answer the client's
 /// repeated final datagrams (it sends up to ten, a quarter second apart:
 /// iperf2's Client.cpp).
@@ -103,6 +114,9 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
     let mut events = Events::with_capacity(64);
     let mut flows: HashMap<SocketAddr, Flow<'_>> = HashMap::new();
     let mut buf = vec![0u8; 65536];
+    let mut pending: HashMap<usize, Pending> = HashMap::new();
+    let mut next = FIRST;
+    let max_pending = st.cfg.limits.max_pending() as usize;
     while !st.stop.load(SeqCst) {
         if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(100)))
             && e.kind() != io::ErrorKind::Interrupted
@@ -110,10 +124,40 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
             return;
         }
         for ev in &events {
-            if ev.token() == LISTENER {
+            if ev.token().0 >= FIRST {
+                read_header(st, &mut poll, &mut pending, ev.token().0);
+            } else if ev.token() == LISTENER {
                 loop {
                     match listener.accept() {
-                        Ok((s, peer)) => admit_tcp(st, s, peer),
+                        Ok((mut stream, peer)) => {
+                            if pending.len() >= max_pending {
+                                let oldest =
+                                    pending.iter().min_by_key(|(_, p)| p.since).map(|(k, _)| *k);
+                                if let Some(k) = oldest {
+                                    pending.remove(&k);
+                                }
+                            }
+                            let t = next;
+                            next += 1;
+                            if poll
+                                .registry()
+                                .register(&mut stream, Token(t), Interest::READABLE)
+                                .is_ok()
+                            {
+                                let got = Vec::with_capacity(crate::iperf2::EXT_LEN);
+                                pending.insert(
+                                    t,
+                                    Pending {
+                                        stream,
+                                        peer,
+                                        got,
+                                        since: Instant::now(),
+                                    },
+                                );
+                                // Bytes may already be there: edge-triggered.
+                                read_header(st, &mut poll, &mut pending, t);
+                            }
+                        }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
                             std::thread::sleep(super::ACCEPT_BACKOFF);
@@ -127,6 +171,19 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
                 }
             }
         }
+        let timeout = st.cfg.handshake_timeout;
+        pending.retain(|_, p| {
+            let keep = p.since.elapsed() < timeout;
+            if !keep {
+                refuse_line(
+                    st,
+                    p.peer,
+                    ErrorCode::Malformed,
+                    "no whole client header within the handshake timeout",
+                );
+            }
+            keep
+        });
         let (idle, deadline) = (st.cfg.idle_timeout, st.cfg.limits.deadline());
         flows.retain(|peer, f| {
             if f.report.is_some() || f.refused {
@@ -152,7 +209,13 @@ fn key_allows(st: &State) -> bool {
 
 const KEY_WHY: &str = "iperf2 clients cannot prove the pre-shared key (serve --iperf2-allow-unauthenticated lets them in)";
 
-fn admit_tcp(st: &Arc<State>, s: mio::net::TcpStream, peer: SocketAddr) {
+fn admit_tcp(
+    st: &Arc<State>,
+    s: mio::net::TcpStream,
+    peer: SocketAddr,
+    hdr: ClientHeader,
+    got: u64,
+) {
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the descriptor comes from a stream given up here.
     let s = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
@@ -178,30 +241,50 @@ fn admit_tcp(st: &Arc<State>, s: mio::net::TcpStream, peer: SocketAddr) {
         .name("iperf2-test".into())
         .spawn(move || {
             let _slot = Slot::adopt(&st2.tests);
-            tcp_test(&st2, s, peer);
+            tcp_test(&st2, s, peer, hdr, got);
         });
     if spawned.is_err() {
         st.tests.fetch_sub(1, SeqCst);
     }
 }
 
-/// Reads exactly `buf.len()` bytes before `end`.
-fn read_before(s: &mut std::net::TcpStream, buf: &mut [u8], end: Instant) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+/// Reads what is there of a pending connection's header; a whole one is
+/// checked and, if served, starts a test.
+fn read_header(st: &Arc<State>, poll: &mut Poll, pending: &mut HashMap<usize, Pending>, t: usize) {
+    let Some(p) = pending.get_mut(&t) else { return };
+    let mut buf = [0u8; crate::iperf2::EXT_LEN];
+    let verdict = loop {
+        let want = match p.got.get(..4) {
+            None => 4,
+            Some(w) => ClientHeader::wanted(u32::from_be_bytes([w[0], w[1], w[2], w[3]])),
+        };
+        if p.got.len() >= want {
+            break ClientHeader::parse(&p.got).map_err(|e| (header_refusal(&e), e.to_string()));
         }
-        s.set_read_timeout(Some(left))?;
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
+        if p.got.len() == 4 {
+            // The first word alone can say it is not iperf2's.
+            if let Err(e @ (HeaderError::NotIperf2(_) | HeaderError::Length(_))) =
+                ClientHeader::parse(&p.got)
+            {
+                break Err((header_refusal(&e), e.to_string()));
+            }
+        }
+        match p.stream.read(&mut buf[..want - p.got.len()]) {
+            Ok(0) => break Err((ErrorCode::Malformed, "a short client header: closed".into())),
+            Ok(n) => p.got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => break Err((ErrorCode::Malformed, format!("a short client header: {e}"))),
         }
+    };
+    let Some(mut p) = pending.remove(&t) else {
+        return;
+    };
+    let _ = poll.registry().deregister(&mut p.stream);
+    match verdict {
+        Ok(h) => admit_tcp(st, p.stream, p.peer, h, p.got.len() as u64),
+        Err((code, why)) => refuse_line(st, p.peer, code, &why),
     }
-    Ok(())
 }
 
 fn header_refusal(e: &HeaderError) -> ErrorCode {
@@ -211,8 +294,15 @@ fn header_refusal(e: &HeaderError) -> ErrorCode {
     }
 }
 
-/// Reads the header and the bytes after it until the client closes.
-fn tcp_test(st: &Arc<State>, mut s: std::net::TcpStream, peer: SocketAddr) {
+/// Reads the bytes after the header (`got` of them read) until the client
+/// closes.
+fn tcp_test(
+    st: &Arc<State>,
+    mut s: std::net::TcpStream,
+    peer: SocketAddr,
+    hdr: ClientHeader,
+    mut got: u64,
+) {
     let limits = st.cfg.limits;
     let _mine = match super::take_source(
         &st.tests_per_client,
@@ -226,36 +316,6 @@ fn tcp_test(st: &Arc<State>, mut s: std::net::TcpStream, peer: SocketAddr) {
     if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
         return refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
     }
-    let setup_end = Instant::now() + st.cfg.handshake_timeout;
-    let mut head = [0u8; crate::iperf2::EXT_LEN];
-    if let Err(e) = read_before(&mut s, &mut head[..4], setup_end) {
-        return refuse_line(
-            st,
-            peer,
-            ErrorCode::Malformed,
-            &format!("no client header: {e}"),
-        );
-    }
-    let flags = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-    let parsed = match ClientHeader::parse(&head[..4]) {
-        // Only the first word is there yet; the rest is checked below.
-        Err(HeaderError::Short(_)) => {
-            let want = ClientHeader::wanted(flags);
-            read_before(&mut s, &mut head[4..want], setup_end)
-                .map_err(|e| (ErrorCode::Malformed, format!("a short client header: {e}")))
-                .and_then(|()| {
-                    ClientHeader::parse(&head[..want])
-                        .map(|h| (h, want))
-                        .map_err(|e| (header_refusal(&e), e.to_string()))
-                })
-        }
-        Err(e) => Err((header_refusal(&e), e.to_string())),
-        Ok(h) => Ok((h, 4)),
-    };
-    let (hdr, mut got) = match parsed {
-        Ok((h, n)) => (h, n as u64),
-        Err((code, why)) => return refuse_line(st, peer, code, &why),
-    };
     if let crate::iperf2::Amount::Centis(c) = hdr.amount
         && Duration::from_millis(u64::from(c) * 10) > limits.max_duration
     {
