@@ -25,6 +25,7 @@ pub mod cpu;
 pub mod guard;
 pub mod hdr;
 pub mod html;
+pub mod iperf2;
 pub mod iperf3;
 pub mod iperf3_client;
 pub mod keyfile;

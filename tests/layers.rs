@@ -14,6 +14,7 @@ use std::path::Path;
 /// The protocol layer: pure code, time and bytes as arguments.
 const PROTOCOL: &[&str] = &[
     "auth",
+    "iperf2",
     "iperf3",
     "iperf3::udp",
     "iperf3::client",

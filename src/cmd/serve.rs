@@ -82,6 +82,15 @@ pub struct ServeArgs {
     /// it); without this they are refused.
     #[arg(long, requires = "iperf3")]
     iperf3_allow_unauthenticated: bool,
+    /// Also serve unmodified iperf2 clients (`iperf -c`, TCP and UDP) on
+    /// this port, under the same limits; the server only receives, so
+    /// iperf2's -d, -r, -R and --full-duplex are refused. Default: off.
+    #[arg(long, value_name = "PORT")]
+    iperf2_port: Option<u16>,
+    /// With a key set, let iperf2 clients in anyway (they cannot prove
+    /// it); without this they are refused.
+    #[arg(long, requires = "iperf2_port")]
+    iperf2_allow_unauthenticated: bool,
     /// Serve Prometheus/OpenMetrics metrics over HTTP at this address
     /// (path /metrics).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -144,6 +153,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         iperf3_port: a.iperf3_port,
         iperf3_allow_unauthenticated: a.iperf3_allow_unauthenticated,
         iperf3_detect: a.iperf3_detect,
+        iperf2_port: a.iperf2_port,
+        iperf2_allow_unauthenticated: a.iperf2_allow_unauthenticated,
         listen: a.listen,
         port: a.port,
         exit_after: a.exit_after,

@@ -25,16 +25,19 @@ pub(crate) enum Kind {
     RrSctp,
     /// An unmodified iperf3 client (`serve --iperf3-port`).
     Iperf3,
+    /// An unmodified iperf2 client (`serve --iperf2-port`).
+    Iperf2,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 6] = [
+    pub(crate) const ALL: [Kind; 7] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::RrTcp,
         Kind::RrUdp,
         Kind::RrSctp,
         Kind::Iperf3,
+        Kind::Iperf2,
     ];
 
     pub(crate) fn rr(proto: RrProto) -> Kind {
@@ -53,6 +56,7 @@ impl Kind {
             Kind::RrUdp => "rr_udp",
             Kind::RrSctp => "rr_sctp",
             Kind::Iperf3 => "iperf3",
+            Kind::Iperf2 => "iperf2",
         }
     }
 

@@ -45,7 +45,9 @@ fn kinds_have_their_own_places_and_names() {
     let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
     assert_eq!(
         names,
-        ["tcp", "udp", "rr_tcp", "rr_udp", "rr_sctp", "iperf3"]
+        [
+            "tcp", "udp", "rr_tcp", "rr_udp", "rr_sctp", "iperf3", "iperf2"
+        ]
     );
     assert_eq!(Kind::rr(RrProto::Udp), Kind::RrUdp);
     assert_eq!(Kind::rr(RrProto::Tcp), Kind::RrTcp);

@@ -26,6 +26,7 @@ use crate::refusal::{Limit, Refusal, Share};
 mod control;
 mod core;
 mod groups;
+mod iperf2;
 mod iperf3;
 pub mod limits;
 mod lines;
@@ -72,6 +73,10 @@ pub struct ServerConfig {
     /// Serve iperf3 clients on the main port too, told apart by their
     /// first bytes (`--iperf3-detect`).
     pub iperf3_detect: bool,
+    /// Serve iperf2 clients on this port (`--iperf2-port`).
+    pub iperf2_port: Option<u16>,
+    /// Let iperf2 clients in although a key is set: they cannot prove it.
+    pub iperf2_allow_unauthenticated: bool,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +94,8 @@ impl Default for ServerConfig {
             iperf3_port: None,
             iperf3_allow_unauthenticated: false,
             iperf3_detect: false,
+            iperf2_port: None,
+            iperf2_allow_unauthenticated: false,
         }
     }
 }
@@ -158,6 +165,8 @@ pub struct Server {
     metrics: Option<SocketAddr>,
     /// Where iperf3 clients are served (`--iperf3-port`).
     iperf3: Option<SocketAddr>,
+    /// Where iperf2 clients are served (`--iperf2-port`).
+    iperf2: Option<SocketAddr>,
 }
 
 impl Server {
@@ -238,6 +247,16 @@ impl Server {
                 }
             },
         };
+        let iperf2 = match state.cfg.iperf2_port {
+            None => None,
+            Some(p) => match iperf2::start(&state, p) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    state.stop.store(true, SeqCst);
+                    return Err(io::Error::new(e.kind(), format!("iperf2 port {p}: {e}")));
+                }
+            },
+        };
         if state.cfg.iperf3_detect {
             let addrs: Vec<SocketAddr> = listeners[..tcp_listeners]
                 .iter()
@@ -258,6 +277,7 @@ impl Server {
             core,
             metrics: None,
             iperf3,
+            iperf2,
         })
     }
 
@@ -305,6 +325,19 @@ impl Server {
                 || serde_json::json!({"address": a.to_string()}),
             );
         }
+        if let Some(a) = self.iperf2 {
+            log::event(
+                format,
+                "iperf2_listening",
+                format_args!("iperf2 clients served on {a} (TCP and UDP)"),
+                || serde_json::json!({"address": a.to_string()}),
+            );
+        }
+    }
+
+    /// The address iperf2 clients are served on, if any.
+    pub fn iperf2_addr(&self) -> Option<SocketAddr> {
+        self.iperf2
     }
 
     /// The address iperf3 clients are served on, if any.
@@ -315,7 +348,7 @@ impl Server {
     /// Whether the kernel picked a listening port (`:0`).
     pub fn picked_port(&self) -> bool {
         let cfg = &self.state.cfg;
-        if cfg.iperf3_port == Some(0) {
+        if cfg.iperf3_port == Some(0) || cfg.iperf2_port == Some(0) {
             return true;
         }
         if cfg.listen.is_empty() {
