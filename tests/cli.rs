@@ -1296,7 +1296,11 @@ fn omit_leaves_the_warm_up_out_exactly() {
     let _ = interrupt(rl);
     let t = &v["result"]["totals"];
     let sent = v["result"]["sender"]["packets"].as_u64().unwrap();
-    assert_eq!(sent, 750);
+    // A loaded host's pacer may skip a few departures (its `slips`); the
+    // sequence numbers count what left, so the warm-up is still the first
+    // 250 and the totals cover the rest of what was sent.
+    assert!((700..=750).contains(&sent), "{sent}");
+    let counted = sent - 250;
     let drops: Vec<u64> = std::fs::read_to_string(&log)
         .unwrap()
         .lines()
@@ -1306,9 +1310,9 @@ fn omit_leaves_the_warm_up_out_exactly() {
     let before = drops.iter().filter(|&&s| s < 250).count() as u64;
     let after = drops.len() as u64 - before;
     assert!(after > 50, "{drops:?}");
-    assert_eq!(t["sent"], 500, "{t}");
+    assert_eq!(t["sent"], counted, "{t}");
     assert_eq!(t["lost"].as_u64().unwrap(), after, "{t}");
-    assert_eq!(t["unique"].as_u64().unwrap(), 500 - after, "{t}");
+    assert_eq!(t["unique"].as_u64().unwrap(), counted - after, "{t}");
     assert_eq!(t["omitted"].as_u64().unwrap(), 250 - before, "{t}");
     let omitted: Vec<bool> = v["result"]["intervals"]
         .as_array()
