@@ -68,7 +68,15 @@ struct Said {
 }
 
 fn drain(a: &mut Answerer, s: &mut Said) {
-    while let Some(x) = a.poll_action() {
+    loop {
+        // A driver waits on `has_actions`: it must say exactly whether
+        // `poll_action` has something.
+        let queued = a.has_actions();
+        let Some(x) = a.poll_action() else {
+            assert!(!queued, "has_actions said yes with nothing queued");
+            break;
+        };
+        assert!(queued, "has_actions said no before {x:?}");
         assert!(s.refused.is_none() && !s.closed, "{x:?} after the end");
         match x {
             Action::Send(m) => s.sent.push(*m),
