@@ -100,6 +100,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     let mut a = Answerer::new(terms(iterations), t0);
     let mut s = Said::default();
     drain(&mut a, &mut s);
+    assert!(!a.is_over());
     assert!(
         matches!(
             s.sent[..],
@@ -131,7 +132,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     );
     drain(&mut a, &mut s);
     assert!(matches!(s.sent.last(), Some(Message::UdpGo)));
-    assert!(a.is_answering() && a.wants_datagrams());
+    assert!(a.is_answering() && a.wants_datagrams() && !a.is_over());
     (a, s)
 }
 
