@@ -336,3 +336,64 @@ fn a_chart_names_its_series_marks_and_escapes_text() {
     };
     assert!(render(&empty).contains("<rect"));
 }
+
+#[test]
+fn axis_ranges_pad_bars_and_categories_and_never_collapse() {
+    let chart = |style: Style, points: Vec<(f64, f64)>| {
+        chart_of(vec![Series {
+            name: "s".into(),
+            points,
+            style,
+        }])
+    };
+    let frame_left = |svg: &str| -> String {
+        svg.split(r#"<rect x=""#)
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // A line without categories starts at the frame: no half step of room.
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (10.0, 2.0)]));
+    let left: f64 = frame_left(&svg).parse().unwrap();
+    assert!(
+        svg.contains(&format!(
+            r#"<text x="{left:.1}" y="270.0" text-anchor="middle" class="tick">0<"#
+        )),
+        "{svg}"
+    );
+    // Points on categories get the same slots as bars: 189, 411, 633.
+    let mut c = chart(Style::Points, vec![(0.0, 1.0), (1.0, 2.0), (2.0, 9.0)]);
+    c.categories = vec!["a".into(), "b".into(), "c".into()];
+    let svg = render(&c);
+    for x in ["189.0", "411.0", "633.0"] {
+        assert!(svg.contains(&format!(r#"<text x="{x}" "#)), "{x}: {svg}");
+    }
+    // Every value one power of ten on a log axis: one decade above it.
+    let mut c = chart(Style::Line, vec![(0.0, 100.0), (1.0, 100.0)]);
+    c.log_y = true;
+    let t = texts(&render(&c), "tick");
+    assert_eq!(t[..4], ["100", "200", "500", "1k"], "{t:?}");
+    // Every value zero on a linear axis: 0 to 1.
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.0), (1.0, 0.0)])),
+        "tick",
+    );
+    assert_eq!(t[..2], ["0", "1"], "{t:?}");
+    assert!(!t.contains(&"-1".to_string()), "{t:?}");
+    // Ticks are chosen for 5% above the highest value (0-10.29: steps of
+    // 5, not of 2), and stop at the first tick at or above it.
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.5), (1.0, 9.8)])),
+        "tick",
+    );
+    assert_eq!(t[..3], ["0", "5", "10"], "{t:?}");
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.5), (1.0, 2.0)])),
+        "tick",
+    );
+    assert_eq!(t[..5], ["0", "0.5", "1", "1.5", "2"], "{t:?}");
+    assert!(!t.contains(&"2.5".to_string()), "{t:?}");
+}
