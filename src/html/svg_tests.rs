@@ -397,3 +397,63 @@ fn axis_ranges_pad_bars_and_categories_and_never_collapse() {
     assert_eq!(t[..5], ["0", "0.5", "1", "1.5", "2"], "{t:?}");
     assert!(!t.contains(&"2.5".to_string()), "{t:?}");
 }
+
+/// The labels of the x axis's ticks (centred under the plot).
+fn x_ticks(svg: &str) -> Vec<String> {
+    svg.split(r#"text-anchor="middle" class="tick">"#)
+        .skip(1)
+        .map(|t| t.split('<').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn values_land_where_the_axes_say_and_x_ticks_fit() {
+    let chart = |style: Style, points: Vec<(f64, f64)>| {
+        chart_of(vec![Series {
+            name: "s".into(),
+            points,
+            style,
+        }])
+    };
+    // Plot 78..744 across, 28..254 down; -10..10 on a linear axis.
+    let svg = render(&chart(
+        Style::Line,
+        vec![(0.0, -10.0), (5.0, 0.0), (10.0, 10.0)],
+    ));
+    assert!(
+        svg.contains(r#"points="78.0,254.0 411.0,141.0 744.0,28.0""#),
+        "{svg}"
+    );
+    // The last whole tick is kept where its label still fits the picture.
+    assert_eq!(x_ticks(&svg), ["0", "2", "4", "6", "8", "10"], "{svg}");
+    // 100..10,000 on a log axis: a decade is half the height.
+    let mut c = chart(
+        Style::Points,
+        vec![(0.0, 100.0), (1.0, 1_000.0), (2.0, 10_000.0)],
+    );
+    c.log_y = true;
+    let svg = render(&c);
+    for cy in ["254.0", "141.0", "28.0"] {
+        assert!(svg.contains(&format!(r#"cy="{cy}""#)), "{cy}: {svg}");
+    }
+    // Whole x values get whole ticks only; fractional ones keep theirs.
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (3.0, 2.0)]));
+    assert_eq!(x_ticks(&svg), ["0", "1", "2", "3"], "{svg}");
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (0.5, 2.0)]));
+    assert!(x_ticks(&svg).contains(&"0.5".to_string()), "{svg}");
+    assert!(x_ticks(&svg).len() > 2, "{svg}");
+}
+
+#[test]
+fn the_legend_wraps_at_the_plots_right_edge() {
+    // Six entries of 114.66 px: five fit in 666 px, the sixth wraps.
+    let six: Vec<Series> = (0..6)
+        .map(|i| Series {
+            name: format!("connection {i:02}"),
+            points: vec![(0.0, 1.0)],
+            style: Style::Line,
+        })
+        .collect();
+    let svg = render(&chart_of(six));
+    assert!(svg.contains(r#"viewBox="0 0 760 314""#), "{svg}");
+}
