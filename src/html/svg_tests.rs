@@ -457,3 +457,64 @@ fn the_legend_wraps_at_the_plots_right_edge() {
     let svg = render(&chart_of(six));
     assert!(svg.contains(r#"viewBox="0 0 760 314""#), "{svg}");
 }
+
+#[test]
+fn marker_labels_sit_beside_their_lines_and_their_spans_decide_rows() {
+    let mut c = chart_of(vec![Series {
+        name: "s".into(),
+        points: vec![(0.0, 0.0), (10.0, 100.0)],
+        style: Style::Line,
+    }]);
+    let mark = |x: f64, label: &str| Mark {
+        x,
+        label: label.into(),
+    };
+    // Left of 60% of the plot: the label starts 3 px right of its line;
+    // beyond it, it ends 3 px left of it (plot 78..744).
+    c.marks = vec![mark(1.0, "a"), mark(6.0, "b"), mark(9.0, "c")];
+    let svg = render(&c);
+    for (x, anchor) in [("147.6", "start"), ("480.6", "start"), ("674.4", "end")] {
+        assert!(
+            svg.contains(&format!(
+                r#"<text x="{x}" y="40" text-anchor="{anchor}" class="marklabel">"#
+            )),
+            "{x} {anchor}: {svg}"
+        );
+    }
+    // A long label ending at x = 9 reaches back over one starting at 5.
+    let long = "the ninety-ninth percentile of the round trips, 7.262 ms";
+    c.marks = vec![mark(5.0, "p50"), mark(9.0, long)];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 52.0]);
+    // A long label starting at 1 reaches over one starting at 2.
+    c.marks = vec![mark(1.0, long), mark(2.0, "p90")];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 52.0]);
+    // Short ones there stand side by side.
+    c.marks = vec![mark(1.0, "p50"), mark(2.0, "p90")];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 40.0]);
+}
+
+#[test]
+fn wide_x_labels_get_fewer_ticks() {
+    // Ten-million-ms labels a tenth apart: nine ticks of 12-13 characters
+    // would touch, so every other one is kept.
+    let mut c = chart_of(vec![Series {
+        name: "s".into(),
+        points: vec![(1e7, 1.0), (1e7 + 0.8, 2.0)],
+        style: Style::Line,
+    }]);
+    c.x.1 = Unit::Ms;
+    let t = x_ticks(&render(&c));
+    assert_eq!(
+        t,
+        [
+            "10000000 ms",
+            "10000000.2 ms",
+            "10000000.4 ms",
+            "10000000.6 ms"
+        ]
+    );
+    // Narrow labels over the same plot: as many as eight fit.
+    c.x.1 = Unit::Plain;
+    c.series[0].points = vec![(0.0, 1.0), (7.0, 2.0)];
+    assert_eq!(x_ticks(&render(&c)).len(), 8);
+}
