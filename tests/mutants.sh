@@ -17,7 +17,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
            src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs
            src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
-           src/html/merge.rs src/rr/answer.rs)
+           src/html/merge.rs src/rr/answer.rs src/udp/gro.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
