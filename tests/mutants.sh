@@ -16,8 +16,10 @@ if [ ${#files[@]} -eq 0 ]; then
            src/udp/marks.rs src/spec.rs src/udp/frames.rs src/udp/sum.rs src/udp/iso.rs src/load/model.rs src/html/svg.rs
            src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
            src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs
-           src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3.rs src/html/merge.rs
-           src/udp/reception.rs src/udp/intake.rs)
+           src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
+           src/html/merge.rs src/rr/answer.rs src/udp/gro.rs src/udp/reception.rs src/udp/intake.rs
+           src/iperf3/client.rs src/iperf2/mod.rs src/mesh/peer.rs src/mesh/pick.rs src/mesh/answer.rs
+           src/mesh/node.rs src/iperf3_client/report.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
@@ -25,7 +27,7 @@ status=0
 # Unit tests take about a second; a mutant that makes them loop is stopped
 # at 60 s: under load a failing property test shrinking its input can take
 # tens of seconds, which a shorter limit would report as a timeout.
-cargo mutants --no-shuffle -j "${MUTANTS_JOBS:-2}" --timeout 60 "${args[@]}" -- --lib || status=$?
+cargo mutants --no-shuffle -j "${MUTANTS_JOBS:-2}" --timeout 60 --profile mutants "${args[@]}" -- --lib || status=$?
 # Caught and missed per file, from cargo-mutants' outcome lists.
 for f in "${files[@]}"; do
     caught=$(grep -c "^$f:" mutants.out/caught.txt 2>/dev/null || true)

@@ -110,4 +110,18 @@ mod tests {
         assert!(v.facts.contains(&("errors".into(), "1".into())));
         assert!(v.facts.contains(&("inputs".into(), "2".into())));
     }
+
+    #[test]
+    fn an_interval_of_no_length_gives_an_input_no_rate() {
+        let r = json!({
+            "kind": "tcp",
+            "inputs": [{"name": "a.json"}],
+            "intervals": [
+                {"start_secs": 0.0, "end_secs": 1.0, "goodput_bps": 8.0, "per_input": [1]},
+                {"start_secs": 1.0, "end_secs": 1.0, "goodput_bps": 0.0, "per_input": [1]}
+            ]
+        });
+        let v = view(&r);
+        assert_eq!(v.charts[0].series[1].points, [(1.0, 8.0)]);
+    }
 }

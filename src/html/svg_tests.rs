@@ -336,3 +336,185 @@ fn a_chart_names_its_series_marks_and_escapes_text() {
     };
     assert!(render(&empty).contains("<rect"));
 }
+
+#[test]
+fn axis_ranges_pad_bars_and_categories_and_never_collapse() {
+    let chart = |style: Style, points: Vec<(f64, f64)>| {
+        chart_of(vec![Series {
+            name: "s".into(),
+            points,
+            style,
+        }])
+    };
+    let frame_left = |svg: &str| -> String {
+        svg.split(r#"<rect x=""#)
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // A line without categories starts at the frame: no half step of room.
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (10.0, 2.0)]));
+    let left: f64 = frame_left(&svg).parse().unwrap();
+    assert!(
+        svg.contains(&format!(
+            r#"<text x="{left:.1}" y="270.0" text-anchor="middle" class="tick">0<"#
+        )),
+        "{svg}"
+    );
+    // Points on categories get the same slots as bars: 189, 411, 633.
+    let mut c = chart(Style::Points, vec![(0.0, 1.0), (1.0, 2.0), (2.0, 9.0)]);
+    c.categories = vec!["a".into(), "b".into(), "c".into()];
+    let svg = render(&c);
+    for x in ["189.0", "411.0", "633.0"] {
+        assert!(svg.contains(&format!(r#"<text x="{x}" "#)), "{x}: {svg}");
+    }
+    // Every value one power of ten on a log axis: one decade above it.
+    let mut c = chart(Style::Line, vec![(0.0, 100.0), (1.0, 100.0)]);
+    c.log_y = true;
+    let t = texts(&render(&c), "tick");
+    assert_eq!(t[..4], ["100", "200", "500", "1k"], "{t:?}");
+    // Every value zero on a linear axis: 0 to 1.
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.0), (1.0, 0.0)])),
+        "tick",
+    );
+    assert_eq!(t[..2], ["0", "1"], "{t:?}");
+    assert!(!t.contains(&"-1".to_string()), "{t:?}");
+    // Ticks are chosen for 5% above the highest value (0-10.29: steps of
+    // 5, not of 2), and stop at the first tick at or above it.
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.5), (1.0, 9.8)])),
+        "tick",
+    );
+    assert_eq!(t[..3], ["0", "5", "10"], "{t:?}");
+    let t = texts(
+        &render(&chart(Style::Line, vec![(0.0, 0.5), (1.0, 2.0)])),
+        "tick",
+    );
+    assert_eq!(t[..5], ["0", "0.5", "1", "1.5", "2"], "{t:?}");
+    assert!(!t.contains(&"2.5".to_string()), "{t:?}");
+}
+
+/// The labels of the x axis's ticks (centred under the plot).
+fn x_ticks(svg: &str) -> Vec<String> {
+    svg.split(r#"text-anchor="middle" class="tick">"#)
+        .skip(1)
+        .map(|t| t.split('<').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn values_land_where_the_axes_say_and_x_ticks_fit() {
+    let chart = |style: Style, points: Vec<(f64, f64)>| {
+        chart_of(vec![Series {
+            name: "s".into(),
+            points,
+            style,
+        }])
+    };
+    // Plot 78..744 across, 28..254 down; -10..10 on a linear axis.
+    let svg = render(&chart(
+        Style::Line,
+        vec![(0.0, -10.0), (5.0, 0.0), (10.0, 10.0)],
+    ));
+    assert!(
+        svg.contains(r#"points="78.0,254.0 411.0,141.0 744.0,28.0""#),
+        "{svg}"
+    );
+    // The last whole tick is kept where its label still fits the picture.
+    assert_eq!(x_ticks(&svg), ["0", "2", "4", "6", "8", "10"], "{svg}");
+    // 100..10,000 on a log axis: a decade is half the height.
+    let mut c = chart(
+        Style::Points,
+        vec![(0.0, 100.0), (1.0, 1_000.0), (2.0, 10_000.0)],
+    );
+    c.log_y = true;
+    let svg = render(&c);
+    for cy in ["254.0", "141.0", "28.0"] {
+        assert!(svg.contains(&format!(r#"cy="{cy}""#)), "{cy}: {svg}");
+    }
+    // Whole x values get whole ticks only; fractional ones keep theirs.
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (3.0, 2.0)]));
+    assert_eq!(x_ticks(&svg), ["0", "1", "2", "3"], "{svg}");
+    let svg = render(&chart(Style::Line, vec![(0.0, 1.0), (0.5, 2.0)]));
+    assert!(x_ticks(&svg).contains(&"0.5".to_string()), "{svg}");
+    assert!(x_ticks(&svg).len() > 2, "{svg}");
+}
+
+#[test]
+fn the_legend_wraps_at_the_plots_right_edge() {
+    // Six entries of 114.66 px: five fit in 666 px, the sixth wraps.
+    let six: Vec<Series> = (0..6)
+        .map(|i| Series {
+            name: format!("connection {i:02}"),
+            points: vec![(0.0, 1.0)],
+            style: Style::Line,
+        })
+        .collect();
+    let svg = render(&chart_of(six));
+    assert!(svg.contains(r#"viewBox="0 0 760 314""#), "{svg}");
+}
+
+#[test]
+fn marker_labels_sit_beside_their_lines_and_their_spans_decide_rows() {
+    let mut c = chart_of(vec![Series {
+        name: "s".into(),
+        points: vec![(0.0, 0.0), (10.0, 100.0)],
+        style: Style::Line,
+    }]);
+    let mark = |x: f64, label: &str| Mark {
+        x,
+        label: label.into(),
+    };
+    // Left of 60% of the plot: the label starts 3 px right of its line;
+    // beyond it, it ends 3 px left of it (plot 78..744).
+    c.marks = vec![mark(1.0, "a"), mark(6.0, "b"), mark(9.0, "c")];
+    let svg = render(&c);
+    for (x, anchor) in [("147.6", "start"), ("480.6", "start"), ("674.4", "end")] {
+        assert!(
+            svg.contains(&format!(
+                r#"<text x="{x}" y="40" text-anchor="{anchor}" class="marklabel">"#
+            )),
+            "{x} {anchor}: {svg}"
+        );
+    }
+    // A long label ending at x = 9 reaches back over one starting at 5.
+    let long = "the ninety-ninth percentile of the round trips, 7.262 ms";
+    c.marks = vec![mark(5.0, "p50"), mark(9.0, long)];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 52.0]);
+    // A long label starting at 1 reaches over one starting at 2.
+    c.marks = vec![mark(1.0, long), mark(2.0, "p90")];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 52.0]);
+    // Short ones there stand side by side.
+    c.marks = vec![mark(1.0, "p50"), mark(2.0, "p90")];
+    assert_eq!(text_ys(&render(&c), "marklabel"), [40.0, 40.0]);
+}
+
+#[test]
+fn wide_x_labels_get_fewer_ticks() {
+    // Ten-million-ms labels a tenth apart: nine ticks of 12-13 characters
+    // would touch, so every other one is kept.
+    let mut c = chart_of(vec![Series {
+        name: "s".into(),
+        points: vec![(1e7, 1.0), (1e7 + 0.8, 2.0)],
+        style: Style::Line,
+    }]);
+    c.x.1 = Unit::Ms;
+    let t = x_ticks(&render(&c));
+    assert_eq!(
+        t,
+        [
+            "10000000 ms",
+            "10000000.2 ms",
+            "10000000.4 ms",
+            "10000000.6 ms"
+        ]
+    );
+    // Narrow labels over the same plot: as many as eight fit.
+    c.x.1 = Unit::Plain;
+    c.series[0].points = vec![(0.0, 1.0), (7.0, 2.0)];
+    assert_eq!(x_ticks(&render(&c)).len(), 8);
+}

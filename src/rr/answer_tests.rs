@@ -68,7 +68,15 @@ struct Said {
 }
 
 fn drain(a: &mut Answerer, s: &mut Said) {
-    while let Some(x) = a.poll_action() {
+    loop {
+        // A driver waits on `has_actions`: it must say exactly whether
+        // `poll_action` has something.
+        let queued = a.has_actions();
+        let Some(x) = a.poll_action() else {
+            assert!(!queued, "has_actions said yes with nothing queued");
+            break;
+        };
+        assert!(queued, "has_actions said no before {x:?}");
         assert!(s.refused.is_none() && !s.closed, "{x:?} after the end");
         match x {
             Action::Send(m) => s.sent.push(*m),
@@ -92,6 +100,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     let mut a = Answerer::new(terms(iterations), t0);
     let mut s = Said::default();
     drain(&mut a, &mut s);
+    assert!(!a.is_over());
     assert!(
         matches!(
             s.sent[..],
@@ -123,7 +132,7 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
     );
     drain(&mut a, &mut s);
     assert!(matches!(s.sent.last(), Some(Message::UdpGo)));
-    assert!(a.is_answering() && a.wants_datagrams());
+    assert!(a.is_answering() && a.wants_datagrams() && !a.is_over());
     (a, s)
 }
 
