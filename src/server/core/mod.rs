@@ -742,39 +742,18 @@ impl<'a> Loop<'a> {
                     }
                 }
                 Stage::UdpRecv(s) => {
-                    let now = Instant::now();
-                    match s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
-                        rr_udp::Turn::Wait(at) => {
-                            if let Some(at) = at {
-                                self.timers.push(at, k);
-                            }
-                            return Next::Keep;
-                        }
-                        rr_udp::Turn::Again => {
-                            self.again(k);
-                            return Next::Keep;
-                        }
-                        // Dropping the session gives its slots back.
-                        rr_udp::Turn::Last(out) => slot.stage = Stage::Refuse(out),
-                        rr_udp::Turn::Gone => return Next::Close,
+                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
+                    // Dropping the session gives its slots back.
+                    match self.settle(t, k) {
+                        Ok(next) => return next,
+                        Err(out) => slot.stage = Stage::Refuse(out),
                     }
                 }
                 Stage::RrUdp(s) => {
-                    let now = Instant::now();
-                    match s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
-                        rr_udp::Turn::Wait(at) => {
-                            if let Some(at) = at {
-                                self.timers.push(at, k);
-                            }
-                            return Next::Keep;
-                        }
-                        rr_udp::Turn::Again => {
-                            self.again(k);
-                            return Next::Keep;
-                        }
-                        // Dropping the session gives its slots back.
-                        rr_udp::Turn::Last(out) => slot.stage = Stage::Refuse(out),
-                        rr_udp::Turn::Gone => return Next::Close,
+                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
+                    match self.settle(t, k) {
+                        Ok(next) => return next,
+                        Err(out) => slot.stage = Stage::Refuse(out),
                     }
                 }
             }
@@ -783,6 +762,26 @@ impl<'a> Loop<'a> {
 
     /// Slot `k` had its turn and could go on: it runs again on the next
     /// turn of the loop, after everything else.
+    /// What a loop-side session's turn (rr or a received UDP stream) means
+    /// for its slot `k`: kept (a timer set, or another turn after the
+    /// others), closed, or (Err) its last frames to write.
+    fn settle(&mut self, t: rr_udp::Turn, k: usize) -> Result<Next<'static>, Out> {
+        match t {
+            rr_udp::Turn::Wait(at) => {
+                if let Some(at) = at {
+                    self.timers.push(at, k);
+                }
+                Ok(Next::Keep)
+            }
+            rr_udp::Turn::Again => {
+                self.again(k);
+                Ok(Next::Keep)
+            }
+            rr_udp::Turn::Last(out) => Err(out),
+            rr_udp::Turn::Gone => Ok(Next::Close),
+        }
+    }
+
     fn again(&mut self, k: usize) {
         if self.queued.len() <= k {
             self.queued.resize(k + 1, false);
