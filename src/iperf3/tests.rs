@@ -352,3 +352,12 @@ fn a_cookies_first_bytes_are_told_from_netrigs_magic() {
     assert!(!Cookie::may_start(b"ab1"));
     assert!(!Cookie::may_start(b"GET / HTTP/1.1"));
 }
+
+#[test]
+fn the_bounds_are_iperf3s_and_ours() {
+    // iperf3's MAX_PARAMS_JSON_STRING (iperf_api.h) is 8 * 1024; a client
+    // writing a longer message is refused by iperf3's own server too.
+    assert_eq!(MAX_PARAMS_JSON, 8192);
+    assert_eq!(MAX_RESULTS_JSON, 262_144);
+    assert_eq!(COOKIE_LEN, 37);
+}
