@@ -297,6 +297,12 @@ fn udp_bidir_intervals_and_cpu_have_real_iperf3s_fields() {
     assert_eq!(receiving(&ours), receiving(&theirs));
     let jitter = ours["intervals"][0]["sum_bidir_reverse"]["jitter_ms"].as_f64();
     assert!(jitter.is_some_and(|j| j >= 0.0), "{ours}");
+    // The client receiving every stream (-R): its interval sums are a receiver's too.
+    let theirs = iperf3(&port, &["-u", "-b", "2M", "-P", "2", "-R"]);
+    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2", "-R"]);
+    for pointer in ["/intervals/0/sum", "/intervals/0/streams/0"] {
+        assert_eq!(keys(&ours, pointer), keys(&theirs, pointer), "-R {pointer}");
+    }
     let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2"]);
     let host = ours["end"]["cpu_utilization_percent"]["host_total"].as_f64();
     assert!(host.is_some_and(|c| c > 0.0), "{}", ours["end"]);
