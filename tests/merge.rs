@@ -397,7 +397,12 @@ fn a_report_of_merged_rr_and_ping_charts_transactions_per_second() {
         assert!(wide >= 1, "{kind}: {slices:?}");
         let html = dir.path().join(format!("{kind}.html"));
         run_expect(
-            &["report", json.to_str().unwrap(), "-o", html.to_str().unwrap()],
+            &[
+                "report",
+                json.to_str().unwrap(),
+                "-o",
+                html.to_str().unwrap(),
+            ],
             0,
         );
         let page = std::fs::read_to_string(&html).unwrap();

@@ -195,8 +195,7 @@ mod tests {
             assert_eq!(g.series[2].points, [(0.5, 10.0), (0.75, 16.0)]);
             // (30 * 0.5 + 24 * 0.25) / 0.75 transactions a second.
             assert!(
-                v.facts
-                    .contains(&("transactions".into(), "28.0/s".into())),
+                v.facts.contains(&("transactions".into(), "28.0/s".into())),
                 "{kind}: {:?}",
                 v.facts
             );
@@ -207,9 +206,7 @@ mod tests {
 
     #[test]
     fn a_grid_of_no_time_has_no_transaction_rate() {
-        let one = |end: f64| {
-            json!({"intervals": [{"start_secs": 0.0, "end_secs": end, "transactions_per_sec": 5.0}]})
-        };
+        let one = |end: f64| json!({"intervals": [{"start_secs": 0.0, "end_secs": end, "transactions_per_sec": 5.0}]});
         assert_eq!(transaction_rate(&one(0.0)), None);
         assert_eq!(transaction_rate(&one(2.0)), Some(5.0));
         assert_eq!(transaction_rate(&json!({"intervals": []})), None);

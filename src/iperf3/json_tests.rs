@@ -329,7 +329,15 @@ fn udp_bidir_interval_reverse_sums_carry_iperf3s_receiver_fields() {
     );
     let back = |i, rows| {
         with_loss_rows(
-            udp_stream(i, true, 5.0, (2.0, 2.0), (100, 90, 10), 0.0, [(1.0, 0), (2.0, 0)]),
+            udp_stream(
+                i,
+                true,
+                5.0,
+                (2.0, 2.0),
+                (100, 90, 10),
+                0.0,
+                [(1.0, 0), (2.0, 0)],
+            ),
             rows,
         )
     };
@@ -380,9 +388,33 @@ fn udp_streams_cpu_is_the_longest_measured_streams_on_each_side() {
     };
     let mut doc = udp_multi(
         vec![
-            udp_stream(0, false, 5.0, (1.0, 1.0), (10, 10, 0), 0.0, [(0.5, 5), (1.0, 5)]),
-            udp_stream(1, false, 5.0, (1.0, 1.0), (10, 10, 0), 0.0, [(0.5, 5), (1.0, 5)]),
-            udp_stream(2, false, 5.0, (1.0, 1.0), (10, 10, 0), 0.0, [(0.5, 5), (1.0, 5)]),
+            udp_stream(
+                0,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+            udp_stream(
+                1,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+            udp_stream(
+                2,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
         ],
         false,
     );

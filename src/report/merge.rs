@@ -105,6 +105,9 @@ mod tests {
             "merged 0 tcp results\n  totals: sent 21\n  goodput 8.00 kbit/s over 2.000 s of wall clock"
         );
         let zero = merged("rr", vec![slice(0.0, 0.0, Some(3.0))], None);
-        assert_eq!(merge_summary(&zero), "merged 0 rr results\n  totals: sent 21");
+        assert_eq!(
+            merge_summary(&zero),
+            "merged 0 rr results\n  totals: sent 21"
+        );
     }
 }
