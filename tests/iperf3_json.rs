@@ -270,6 +270,56 @@ fn udp_streams_and_bidir_read_as_real_iperf3_writes_them() {
     }
 }
 
+/// The field names of the object at `pointer` in `doc`.
+fn keys(doc: &Value, pointer: &str) -> Vec<String> {
+    let mut k: Vec<String> = doc
+        .pointer(pointer)
+        .and_then(Value::as_object)
+        .unwrap_or_else(|| panic!("no object at {pointer}: {doc}"))
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn udp_bidir_intervals_and_cpu_have_real_iperf3s_fields() {
+    if !iperf3_installed() {
+        return;
+    }
+    let (_server, addr) = serve(&[]);
+    let (_iperf3, port) = iperf3_server();
+    let t = addr.to_string();
+    let theirs = iperf3(&port, &["-u", "-b", "2M", "--bidir"]);
+    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "--bidir"]);
+    for pointer in [
+        "/intervals/0/sum",
+        "/intervals/0/sum_bidir_reverse",
+        "/end/cpu_utilization_percent",
+    ] {
+        assert_eq!(keys(&ours, pointer), keys(&theirs, pointer), "{pointer}");
+    }
+    // The receiving stream's interval row, as iperf3's (not its `sender`).
+    let receiving = |doc: &Value| {
+        let streams = doc["intervals"][0]["streams"].as_array().unwrap();
+        let i = streams.iter().position(|s| s["sender"] == false).unwrap();
+        keys(doc, &format!("/intervals/0/streams/{i}"))
+    };
+    assert_eq!(receiving(&ours), receiving(&theirs));
+    let jitter = ours["intervals"][0]["sum_bidir_reverse"]["jitter_ms"].as_f64();
+    assert!(jitter.is_some_and(|j| j >= 0.0), "{ours}");
+    // The client receiving every stream (-R): its interval sums are a receiver's too.
+    let theirs = iperf3(&port, &["-u", "-b", "2M", "-P", "2", "-R"]);
+    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2", "-R"]);
+    for pointer in ["/intervals/0/sum", "/intervals/0/streams/0"] {
+        assert_eq!(keys(&ours, pointer), keys(&theirs, pointer), "-R {pointer}");
+    }
+    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2"]);
+    let host = ours["end"]["cpu_utilization_percent"]["host_total"].as_f64();
+    assert!(host.is_some_and(|c| c > 0.0), "{}", ours["end"]);
+}
+
 #[test]
 fn iperf3_json_is_for_steady_tcp_and_udp_only() {
     let dir = tempfile::tempdir().unwrap();

@@ -357,3 +357,64 @@ fn bad_inputs_are_one_line_usage_errors() {
         assert!(!Path::new(&out).exists(), "nothing written on an error");
     }
 }
+
+/// The `data-points` of the series `name` in the SVG of `page`.
+fn points_of(page: &str, name: &str) -> usize {
+    let tag = format!("data-name=\"{name}\" data-points=\"");
+    let rest = page
+        .split(&tag)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no series {name}"));
+    rest[..rest.find('"').unwrap()].parse().unwrap()
+}
+
+#[test]
+fn a_report_of_merged_rr_and_ping_charts_transactions_per_second() {
+    let (_server, addr) = serve(&["--max-tests-per-client", "8"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = addr.to_string();
+    for (kind, args) in [
+        ("rr", vec!["rr", &target, "-t", "1", "-i", "250ms"]),
+        ("ping", vec!["ping", &target, "-c", "30", "-i", "0.02"]),
+    ] {
+        let sub = dir.path().join(kind);
+        std::fs::create_dir(&sub).unwrap();
+        let files = clients(&sub, 2, &args);
+        let json = dir.path().join(format!("{kind}.json"));
+        let mut a = vec!["merge".to_string()];
+        a.extend(files.iter().map(|f| f.display().to_string()));
+        a.extend(["-i", "250ms", "-o"].map(String::from));
+        a.push(json.display().to_string());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run_expect(&a, 0);
+        let m = read(&json);
+        let slices = m["result"]["intervals"].as_array().unwrap();
+        // Every slice has a total; an input's rate needs a slice of some width.
+        let wide = slices
+            .iter()
+            .filter(|s| s["end_secs"].as_f64() > s["start_secs"].as_f64())
+            .count();
+        assert!(wide >= 1, "{kind}: {slices:?}");
+        let html = dir.path().join(format!("{kind}.html"));
+        run_expect(
+            &[
+                "report",
+                json.to_str().unwrap(),
+                "-o",
+                html.to_str().unwrap(),
+            ],
+            0,
+        );
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(
+            page.contains("Transactions per second over time, every input and the total"),
+            "{kind}"
+        );
+        assert!(!page.contains("Goodput over time"), "{kind}");
+        assert_eq!(points_of(&page, "total"), slices.len(), "{kind}");
+        for f in &files {
+            assert_eq!(points_of(&page, &f.display().to_string()), wide, "{kind}");
+        }
+        assert!(page.contains("transactions/s"), "{kind}");
+    }
+}

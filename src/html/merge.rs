@@ -1,25 +1,39 @@
 //! What `netrig report` draws for a merged result (`netrig merge`): the
 //! goodput of every input and of all together on the common wall-clock
-//! grid, and the merged latency percentiles. Pure.
+//! grid (transactions per second for rr, ping and crr, whose slices carry
+//! no bytes), and the merged latency percentiles. Pure.
 
 use serde_json::Value;
 
 use super::plot::{View, arr, chart, f, ms_fact, percentile, percentile_bars, series};
-use super::svg::{Style, Unit};
+use super::svg::{Chart, Style, Unit};
 
-/// The view of a merged result.
-pub fn view(r: &Value) -> View {
+/// Whether a merged kind's grid counts transactions, not bytes (as
+/// `crate::merge` lays rr, ping and crr results out).
+fn transactional(kind: &str) -> bool {
+    matches!(kind, "rr" | "ping" | "crr")
+}
+
+/// The series of the grid: the total (`total` per slice, already a rate)
+/// and every input's (`per` per slice, an amount made a rate by `scale`
+/// over the slice's width).
+fn grid_chart(
+    r: &Value,
+    (total, per, scale): (&str, &str, f64),
+    (title, caption): (&str, &str),
+    y: (&str, Unit),
+) -> Chart {
     let slices = arr(&r["intervals"]);
-    let rate = |s: &Value, bytes: Option<f64>| {
-        let (a, b, n) = (f(&s["start_secs"])?, f(&s["end_secs"])?, bytes?);
-        (b > a).then(|| (b, n * 8.0 / (b - a)))
+    let rate = |s: &Value, amount: Option<f64>| {
+        let (a, b, n) = (f(&s["start_secs"])?, f(&s["end_secs"])?, amount?);
+        (b > a).then(|| (b, n * scale / (b - a)))
     };
     let mut lines = vec![series(
         "total",
         Style::Line,
         slices
             .iter()
-            .filter_map(|s| Some((f(&s["end_secs"])?, f(&s["goodput_bps"])?)))
+            .filter_map(|s| Some((f(&s["end_secs"])?, f(&s[total])?)))
             .collect(),
     )];
     for (i, input) in arr(&r["inputs"]).iter().enumerate() {
@@ -32,17 +46,51 @@ pub fn view(r: &Value) -> View {
             Style::Line,
             slices
                 .iter()
-                .filter_map(|s| rate(s, f(&s["per_input"][i])))
+                .filter_map(|s| rate(s, f(&s[per][i])))
                 .collect(),
         ));
     }
-    let goodput = chart(
-        "Goodput over time, every input and the total",
-        "On one wall-clock grid from the earliest start: the total is what the path carried for all clients together; a client far below the others was treated unfairly or started late.",
-        ("time", Unit::Secs),
-        ("goodput", Unit::Bps),
-        lines,
-    );
+    chart(title, caption, ("time", Unit::Secs), y, lines)
+}
+
+/// Transactions per second over the whole grid: every slice's rate
+/// times its width, over the grid's span.
+fn transaction_rate(r: &Value) -> Option<f64> {
+    let slices = arr(&r["intervals"]);
+    let span = f(&slices.last()?["end_secs"])?;
+    let done: f64 = slices
+        .iter()
+        .filter_map(|s| {
+            Some(f(&s["transactions_per_sec"])? * (f(&s["end_secs"])? - f(&s["start_secs"])?))
+        })
+        .sum();
+    (span > 0.0).then(|| done / span)
+}
+
+/// The view of a merged result.
+pub fn view(r: &Value) -> View {
+    let kind = r["kind"].as_str().unwrap_or("?");
+    let over_time = if transactional(kind) {
+        grid_chart(
+            r,
+            ("transactions_per_sec", "per_input_transactions", 1.0),
+            (
+                "Transactions per second over time, every input and the total",
+                "On one wall-clock grid from the earliest start: the total is the round trips the server answered for all clients together; a client far below the others was treated unfairly or started late.",
+            ),
+            ("transactions/s", Unit::Plain),
+        )
+    } else {
+        grid_chart(
+            r,
+            ("goodput_bps", "per_input", 8.0),
+            (
+                "Goodput over time, every input and the total",
+                "On one wall-clock grid from the earliest start: the total is what the path carried for all clients together; a client far below the others was treated unfairly or started late.",
+            ),
+            ("goodput", Unit::Bps),
+        )
+    };
     let latency = r["latency"].as_object();
     let named: Vec<(&str, &Value)> = latency
         .into_iter()
@@ -57,12 +105,13 @@ pub fn view(r: &Value) -> View {
     );
     let mut facts = vec![
         ("inputs".to_string(), arr(&r["inputs"]).len().to_string()),
-        (
-            "kind".to_string(),
-            r["kind"].as_str().unwrap_or("?").to_string(),
-        ),
+        ("kind".to_string(), kind.to_string()),
     ];
-    if let Some(g) = f(&r["goodput_bps"]) {
+    if transactional(kind) {
+        if let Some(t) = transaction_rate(r) {
+            facts.push(("transactions".into(), format!("{t:.1}/s")));
+        }
+    } else if let Some(g) = f(&r["goodput_bps"]) {
         facts.push(("goodput".into(), crate::units::format_bits_per_sec(g)));
     }
     for (name, l) in &named {
@@ -74,7 +123,7 @@ pub fn view(r: &Value) -> View {
     facts.push(("errors".into(), arr(&r["errors"]).len().to_string()));
     View {
         facts,
-        charts: vec![goodput, percentiles],
+        charts: vec![over_time, percentiles],
     }
 }
 
@@ -109,6 +158,58 @@ mod tests {
         );
         assert!(v.facts.contains(&("errors".into(), "1".into())));
         assert!(v.facts.contains(&("inputs".into(), "2".into())));
+        assert!(v.facts.contains(&("goodput".into(), "12.00 kbit/s".into())));
+        assert!(!v.facts.iter().any(|f| f.0 == "transactions"));
+        assert_eq!(g.title, "Goodput over time, every input and the total");
+        assert_eq!(g.y.1, Unit::Bps);
+    }
+
+    #[test]
+    fn transactional_merges_chart_transactions_per_second_not_goodput() {
+        for kind in ["rr", "ping", "crr"] {
+            let r = json!({
+                "kind": kind, "goodput_bps": null,
+                "inputs": [{"name": "a.json"}, {"name": "b.json", "title": "B"}],
+                "intervals": [
+                    {"start_secs": 0.0, "end_secs": 0.5, "bytes": 0, "per_input": [0, 0],
+                     "goodput_bps": 0.0, "transactions": 15, "per_input_transactions": [10, 5],
+                     "transactions_per_sec": 30.0},
+                    {"start_secs": 0.5, "end_secs": 0.75, "bytes": 0, "per_input": [0, 0],
+                     "goodput_bps": 0.0, "transactions": 6, "per_input_transactions": [2, 4],
+                     "transactions_per_sec": 24.0}
+                ],
+                "latency": {"rtt": {"percentiles_us": [["p50", 100.0], ["p99", 250.0]]}},
+                "errors": []
+            });
+            let v = view(&r);
+            let g = &v.charts[0];
+            assert_eq!(
+                g.title,
+                "Transactions per second over time, every input and the total"
+            );
+            assert_eq!(g.y, ("transactions/s".to_string(), Unit::Plain));
+            let names: Vec<&str> = g.series.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["total", "a.json", "B"], "{kind}");
+            assert_eq!(g.series[0].points, [(0.5, 30.0), (0.75, 24.0)]);
+            assert_eq!(g.series[1].points, [(0.5, 20.0), (0.75, 8.0)]);
+            assert_eq!(g.series[2].points, [(0.5, 10.0), (0.75, 16.0)]);
+            // (30 * 0.5 + 24 * 0.25) / 0.75 transactions a second.
+            assert!(
+                v.facts.contains(&("transactions".into(), "28.0/s".into())),
+                "{kind}: {:?}",
+                v.facts
+            );
+            assert!(!v.facts.iter().any(|f| f.0 == "goodput"), "{kind}");
+            assert!(v.facts.contains(&("rtt p99".into(), "0.250 ms".into())));
+        }
+    }
+
+    #[test]
+    fn a_grid_of_no_time_has_no_transaction_rate() {
+        let one = |end: f64| json!({"intervals": [{"start_secs": 0.0, "end_secs": end, "transactions_per_sec": 5.0}]});
+        assert_eq!(transaction_rate(&one(0.0)), None);
+        assert_eq!(transaction_rate(&one(2.0)), Some(5.0));
+        assert_eq!(transaction_rate(&json!({"intervals": []})), None);
     }
 
     #[test]

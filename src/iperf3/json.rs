@@ -110,6 +110,28 @@ fn cpu(r: &Value) -> Option<Value> {
     Some(Value::Object(out))
 }
 
+/// A udp result of several streams keeps no CPU of its own: each stream's
+/// report holds the process-wide figures (`getrusage(RUSAGE_SELF)` on each
+/// side) over that stream's own run, so the stream measured the longest
+/// on a side stands for the whole test there, as iperf3's one process-wide
+/// figure does; adding the streams' would count the process once a stream.
+fn streams_cpu(r: &Value) -> Option<Value> {
+    let reports = || {
+        r["streams"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| &s["report"]["cpu"])
+    };
+    let longest = |side: &str| {
+        reports()
+            .filter(|c| c[side].is_object())
+            .max_by_key(|c| u(&c[side]["wall_us"]))
+            .map_or(Value::Null, |c| c[side].clone())
+    };
+    cpu(&json!({"cpu": {"local": longest("local"), "remote": longest("remote")}}))
+}
+
 /// The iperf3 document for a tcp or udp envelope.
 pub fn from_envelope(doc: &Value) -> Result<Value, Iperf3Error> {
     let kind = doc["test"].as_str().unwrap_or("");
@@ -127,7 +149,7 @@ pub fn from_envelope(doc: &Value) -> Result<Value, Iperf3Error> {
         "udp" => udp(doc)?,
         k => return Err(Iperf3Error::Kind(k.to_string())),
     };
-    if let Some(c) = cpu(&doc["result"]) {
+    if let Some(c) = cpu(&doc["result"]).or_else(|| streams_cpu(&doc["result"])) {
         out["end"]["cpu_utilization_percent"] = c;
     }
     if let Some(t) = doc["title"].as_str() {
@@ -312,6 +334,33 @@ fn loss_of(streams: &[&UdpStream]) -> Value {
     })
 }
 
+/// `lost` in percent of `expected`, 0 when nothing was expected.
+fn percent(lost: u64, expected: u64) -> f64 {
+    if expected > 0 {
+        100.0 * lost as f64 / expected as f64
+    } else {
+        0.0
+    }
+}
+
+/// A receiving stream's interval row with iperf3's receiver fields (as a
+/// real iperf3 3.12 `-u --bidir -J` run writes its receiving stream's
+/// intervals): `packets` the datagrams expected (received and lost, as
+/// iperf3 counts them from sequence numbers), `lost_packets` the gaps the
+/// interval opened (none when late arrivals filled more than it opened),
+/// `jitter_ms` the jitter at the interval's end.
+fn interval_loss(row: &Value, omitted: bool) -> Value {
+    let lost = row["drops"].as_i64().unwrap_or(0).max(0) as u64;
+    let packets = u(&row["packets"]) + lost;
+    json!({
+        "packets": packets,
+        "omitted": omitted,
+        "jitter_ms": f(&row["jitter_us"]) / 1e3,
+        "lost_packets": lost,
+        "lost_percent": percent(lost, packets),
+    })
+}
+
 /// A direction's `sum`, `sum_sent` and `sum_received` (one stream's
 /// fields as [`udp`] writes them, added).
 fn udp_sums(streams: &[&UdpStream], sender: bool) -> [Value; 3] {
@@ -350,7 +399,11 @@ fn udp_streams(doc: &Value) -> Value {
         (s.r["intervals"].as_array().into_iter().flatten())
             .map(|row| {
                 let end = f(&row["time_slice"]);
-                let extra = json!({"packets": u(&row["packets"]), "omitted": row["omitted"].as_bool().unwrap_or(false)});
+                let omitted = row["omitted"].as_bool().unwrap_or(false);
+                let extra = match s.sender {
+                    true => json!({"packets": u(&row["packets"]), "omitted": omitted}),
+                    false => interval_loss(row, omitted),
+                };
                 let mut one = span(prev, end, f(&row["bytes"]), s.sender, extra);
                 one["socket"] = json!(s.socket);
                 prev = end;
@@ -369,7 +422,15 @@ fn udp_streams(doc: &Value) -> Value {
         let bytes: f64 = spans.iter().map(|s| f(&s["bytes"])).sum();
         let packets: u64 = spans.iter().map(|s| u(&s["packets"])).sum();
         let omitted = spans.iter().any(|s| s["omitted"] == json!(true));
-        let extra = json!({"packets": packets, "omitted": omitted});
+        let mut extra = json!({"packets": packets, "omitted": omitted});
+        if !sender {
+            // As iperf3 sums a receiving direction: jitters averaged, losses added.
+            let lost: u64 = spans.iter().map(|s| u(&s["lost_packets"])).sum();
+            let jitter = spans.iter().map(|s| f(&s["jitter_ms"])).sum::<f64>() / spans.len() as f64;
+            extra["jitter_ms"] = json!(jitter);
+            extra["lost_packets"] = json!(lost);
+            extra["lost_percent"] = json!(percent(lost, packets));
+        }
         Some(span(
             f(&first["start"]),
             f(&first["end"]),

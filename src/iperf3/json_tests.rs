@@ -303,3 +303,141 @@ fn udp_streams_one_way_fill_the_plain_sums_whichever_way() {
         assert_eq!(d["start"]["test_start"]["num_streams"], 2);
     }
 }
+
+/// A receiving stream's interval rows with the receiver's loss figures:
+/// (end s, datagrams received, gaps opened, jitter µs).
+fn with_loss_rows(mut stream: Value, rows: [(f64, u64, i64, f64); 2]) -> Value {
+    stream["report"]["intervals"] = rows
+        .iter()
+        .map(|&(end, n, drops, jitter_us)| {
+            json!({"time_slice": end, "bytes": n * 1000, "packets": n, "drops": drops, "jitter_us": jitter_us})
+        })
+        .collect();
+    stream
+}
+
+#[test]
+fn udp_bidir_interval_reverse_sums_carry_iperf3s_receiver_fields() {
+    let forward = udp_stream(
+        0,
+        false,
+        5.0,
+        (2.0, 2.0),
+        (100, 100, 0),
+        0.0,
+        [(1.0, 50), (2.0, 50)],
+    );
+    let back = |i, rows| {
+        with_loss_rows(
+            udp_stream(
+                i,
+                true,
+                5.0,
+                (2.0, 2.0),
+                (100, 90, 10),
+                0.0,
+                [(1.0, 0), (2.0, 0)],
+            ),
+            rows,
+        )
+    };
+    let doc = udp_multi(
+        vec![
+            forward,
+            back(1, [(1.0, 30, 10, 1000.0), (2.0, 50, -2, 500.0)]),
+            back(2, [(1.0, 10, 0, 3000.0), (2.0, 40, 0, 1500.0)]),
+        ],
+        false,
+    );
+    let d = from_envelope(&doc).unwrap();
+    let i0 = &d["intervals"][0];
+    // The receiving streams: expected = received + lost, as iperf3 counts.
+    assert_eq!(
+        i0["streams"][1],
+        json!({"socket": 1, "start": 0.0, "end": 1.0, "seconds": 1.0, "bytes": 30_000,
+               "bits_per_second": 240_000.0, "packets": 40, "omitted": false,
+               "jitter_ms": 1.0, "lost_packets": 10, "lost_percent": 25.0, "sender": false})
+    );
+    assert_eq!(
+        i0["sum_bidir_reverse"],
+        json!({"start": 0.0, "end": 1.0, "seconds": 1.0, "bytes": 40_000,
+               "bits_per_second": 320_000.0, "packets": 50, "omitted": false,
+               "jitter_ms": 2.0, "lost_packets": 10, "lost_percent": 20.0, "sender": false})
+    );
+    // A late arrival filling an older gap is no negative loss.
+    let i1 = &d["intervals"][1];
+    assert_eq!(i1["streams"][1]["lost_packets"], 0);
+    assert_eq!(i1["streams"][1]["packets"], 50);
+    assert_eq!(i1["sum_bidir_reverse"]["packets"], 90);
+    assert_eq!(i1["sum_bidir_reverse"]["jitter_ms"], 1.0);
+    assert_eq!(i1["sum_bidir_reverse"]["lost_percent"], 0.0);
+    // The sending direction's rows stay as iperf3's sender writes them.
+    assert_eq!(
+        i0["sum"],
+        json!({"start": 0.0, "end": 1.0, "seconds": 1.0, "bytes": 50_000,
+               "bits_per_second": 400_000.0, "packets": 50, "omitted": false, "sender": true})
+    );
+    assert!(i0["streams"][0].get("jitter_ms").is_none());
+}
+
+#[test]
+fn udp_streams_cpu_is_the_longest_measured_streams_on_each_side() {
+    let cpu = |wall_us: u64, total: f64| {
+        json!({"total_percent": total, "user_percent": total / 4.0,
+               "system_percent": total * 0.75, "wall_us": wall_us})
+    };
+    let mut doc = udp_multi(
+        vec![
+            udp_stream(
+                0,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+            udp_stream(
+                1,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+            udp_stream(
+                2,
+                false,
+                5.0,
+                (1.0, 1.0),
+                (10, 10, 0),
+                0.0,
+                [(0.5, 5), (1.0, 5)],
+            ),
+        ],
+        false,
+    );
+    // Without any stream's figures: nothing, not zeros.
+    let d = from_envelope(&doc).unwrap();
+    assert!(d["end"].get("cpu_utilization_percent").is_none());
+    let s = &mut doc["result"]["streams"];
+    s[0]["report"]["cpu"] = json!({"local": cpu(900_000, 8.0), "remote": cpu(2_000_000, 40.0)});
+    s[1]["report"]["cpu"] = json!({"local": cpu(1_000_000, 12.0), "remote": null});
+    s[2]["report"]["cpu"] = json!({"local": cpu(950_000, 20.0), "remote": cpu(1_500_000, 4.0)});
+    let d = from_envelope(&doc).unwrap();
+    assert_eq!(
+        d["end"]["cpu_utilization_percent"],
+        json!({"host_total": 12.0, "host_user": 3.0, "host_system": 9.0,
+               "remote_total": 40.0, "remote_user": 10.0, "remote_system": 30.0})
+    );
+    // No server figures at all: the host's only.
+    for i in 0..3 {
+        doc["result"]["streams"][i]["report"]["cpu"]["remote"] = Value::Null;
+    }
+    let d = from_envelope(&doc).unwrap();
+    assert_eq!(
+        d["end"]["cpu_utilization_percent"],
+        json!({"host_total": 12.0, "host_user": 3.0, "host_system": 9.0})
+    );
+}
