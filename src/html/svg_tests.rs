@@ -513,6 +513,19 @@ fn wide_x_labels_get_fewer_ticks() {
             "10000000.6 ms"
         ]
     );
+    // Over 1.6 ms, eight ticks would be 0.2 apart: 83 px for labels of
+    // 81 px, too close; fewer are drawn.
+    c.series[0].points = vec![(1e7, 1.0), (1e7 + 1.6, 2.0)];
+    let t = x_ticks(&render(&c));
+    assert_eq!(
+        t,
+        [
+            "10000000 ms",
+            "10000000.5 ms",
+            "10000001 ms",
+            "10000001.5 ms"
+        ]
+    );
     // Narrow labels over the same plot: as many as eight fit.
     c.x.1 = Unit::Plain;
     c.series[0].points = vec![(0.0, 1.0), (7.0, 2.0)];
