@@ -441,3 +441,11 @@ fn udp_streams_cpu_is_the_longest_measured_streams_on_each_side() {
         json!({"host_total": 12.0, "host_user": 3.0, "host_system": 9.0})
     );
 }
+
+#[test]
+fn a_rate_over_no_time_is_zero() {
+    // iperf3 writes 0 bits_per_second for an interval of no length, not
+    // infinity or NaN (which JSON cannot carry).
+    assert_eq!(bps(1000.0, 0.0), 0.0);
+    assert_eq!(bps(1000.0, 2.0), 4000.0);
+}
