@@ -8,23 +8,12 @@
 #[path = "common/bin.rs"]
 mod bin;
 
-use bin::{Proc, free_port, netrig, run_json};
+use bin::{Proc, free_port, have_iperf3, netrig, run_json};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn have_iperf3(test: &str) -> bool {
-    let ok = Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED {test}: iperf3 is not installed (apt-get install iperf3; .ci/run does)");
-    }
-    ok
-}
 
 /// Whether something listens on 127.0.0.1:`port` (read from the kernel's
 /// table: a probe connection would be taken by `iperf3 -s -1` as its test).

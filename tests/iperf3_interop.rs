@@ -7,24 +7,13 @@
 #[path = "common/bin.rs"]
 mod bin;
 
-use bin::{Proc, netrig};
+use bin::{Proc, have_iperf3, netrig};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn have_iperf3(test: &str) -> bool {
-    let ok = Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED {test}: iperf3 is not installed (apt-get install iperf3; .ci/run does)");
-    }
-    ok
-}
 
 /// A server with an iperf3 port, its log kept.
 struct Srv {

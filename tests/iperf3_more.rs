@@ -7,24 +7,13 @@
 #[path = "common/bin.rs"]
 mod bin;
 
-use bin::{Proc, interrupt, netrig, relay};
+use bin::{Proc, have_iperf3, interrupt, netrig, relay};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn have_iperf3(test: &str) -> bool {
-    let ok = Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED {test}: iperf3 is not installed (apt-get install iperf3; .ci/run does)");
-    }
-    ok
-}
 
 /// A server, its main address, its iperf3 port if it has one, its log.
 struct Srv {

@@ -349,3 +349,16 @@ pub fn alive(addr: SocketAddr) {
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "a legit client was not served");
 }
+
+/// Whether the real iperf3 client is installed; if not, `test` says it
+/// skipped (`.ci/run` installs it).
+pub fn have_iperf3(test: &str) -> bool {
+    let ok = Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED {test}: iperf3 is not installed (apt-get install iperf3; .ci/run does)");
+    }
+    ok
+}
