@@ -10,7 +10,9 @@
 # requests built to allocate or send without bound, clients that stop
 # reading, stray data connections, garbage, and idle connections and new-port
 # datagrams at the relays. At the end the server's descriptors, threads and
-# RSS must be back near where they were after warm-up.
+# RSS must be back near where they were after warm-up. Legit probes (tcp,
+# udp, rr, crr) run throughout; the attack starts after the first quarter, and
+# the probes' median slowdown under attack must stay within 1.5x (issue 27).
 # Bounded: it stops by itself. Not part of the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -259,6 +261,59 @@ def attack(a_deadline):
     for s in attack_sockets:
         s.close()
 
+# Legit probes, one of each kind in turn from 127.0.0.1 through the whole
+# soak: the first quarter runs without the attack mix (those probes are the
+# baseline: the same legit clients, the same machine), the rest with it. A
+# probe's cost is its wall time; for UDP at full rate, time per byte received.
+# Slowdown = median cost under attack / median cost before it.
+PROBES = {
+    "tcp": ["tcp", f"127.0.0.1:{sport}", "-n", "256M", "-P", "2", "--iterations", "1"],
+    "udp": ["udp", f"127.0.0.1:{sport}", "-b", "2G", "-l", "1400", "-t", "1"],
+    "rr": ["rr", f"127.0.0.1:{sport}", "-n", "2000"],
+    "crr": ["crr", f"127.0.0.1:{sport}", "-n", "300", "-P", "2"],
+}
+probe_cost = {ph: {k: [] for k in PROBES} for ph in ("calm", "attack")}
+probe_failed = {k: 0 for k in PROBES}
+attack_on = threading.Event()
+
+def prober():
+    n = 0
+    while time.monotonic() < deadline:
+        for kind, args in PROBES.items():
+            phase = "attack" if attack_on.is_set() else "calm"
+            js = f"{WORK}/probe-{n}.json"
+            n += 1
+            t0 = time.monotonic()
+            try:
+                r = subprocess.run([BIN] + args + ["-q", "--json", js], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, timeout=120)
+                wall = time.monotonic() - t0
+                with open(js) as f:
+                    doc = json.load(f)
+                os.unlink(js)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                probe_failed[kind] += 1
+                continue
+            if r.returncode != 0:
+                probe_failed[kind] += 1
+                continue
+            if kind == "udp":
+                got = doc["result"]["totals"]["bytes"]
+                cost = 1e9 / got if got else float("inf")
+            else:
+                cost = wall
+            probe_cost[phase][kind].append(cost)
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None
+
+def attack_later(a_deadline):
+    # The calm quarter first: the probes' baseline.
+    time.sleep(max(0.0, (a_deadline - time.monotonic()) / 4))
+    attack_on.set()
+    attack(a_deadline)
+
 samples = []
 def monitor():
     t0 = time.monotonic()
@@ -278,14 +333,17 @@ time.sleep(2)
 baseline = status(server.pid)
 deadline = time.monotonic() + SECONDS
 mon = threading.Thread(target=monitor, daemon=True); mon.start()
-atk = threading.Thread(target=attack, args=(deadline,))
+atk = threading.Thread(target=attack_later, args=(deadline,))
 if ATTACK:
     atk.start()
+prb = threading.Thread(target=prober)
+prb.start()
 ws = [threading.Thread(target=worker, args=(w,)) for w in range(CLIENTS)]
 for w in ws: w.start()
 for w in ws: w.join()
 if ATTACK:
     atk.join()
+prb.join()
 # Let the server wind the last sessions down (stalled ones end by their deadline).
 settle = time.monotonic() + 50
 while time.monotonic() < settle and server.poll() is None:
@@ -345,6 +403,20 @@ print("\nserver over time:\n  t_s    RSS_KiB  fds threads")
 print(f"  base {baseline[0]:>9} {baseline[1]:>4} {baseline[2]:>7}")
 for t, rss, fds, threads in samples:
     print(f"  {t:5.0f} {rss:>9} {fds:>4} {threads:>7}")
+print("\nlegit probes (median cost; udp: s per GB received at 2 Gbit/s offered):")
+print(f"  {'kind':<5} {'calm':>9} {'attack':>9} {'slowdown':>9} {'runs':>6} {'failed':>6}")
+slow_ok = True
+for k in PROBES:
+    c, a = median(probe_cost["calm"][k]), median(probe_cost["attack"][k])
+    ratio = a / c if (a is not None and c) else None
+    if ratio is not None and ratio > 1.5:
+        slow_ok = False
+    runs_k = len(probe_cost["calm"][k]) + len(probe_cost["attack"][k])
+    fmt = lambda x: f"{x:9.3f}" if x is not None else f"{'-':>9}"
+    print(f"  {k:<5} {fmt(c)} {fmt(a)} {fmt(ratio)} {runs_k:>6} {probe_failed[k]:>6}")
+slow_ok = slow_ok and sum(probe_failed.values()) == 0
+if ATTACK:
+    print(f"legit slowdown under attack <= 1.5x and no probe failed: {slow_ok}")
 alive = server.poll() is None
 leaked = final[1] > baseline[1] or final[2] > baseline[2] or final[0] > baseline[0] + 32 * 1024
 print(f"\nserver alive: {alive}; mismatches: {mismatches}; "
@@ -352,5 +424,5 @@ print(f"\nserver alive: {alive}; mismatches: {mismatches}; "
 for p in procs:
     if p.poll() is None:
         p.kill()
-sys.exit(0 if alive and mismatches == 0 and not leaked else 1)
+sys.exit(0 if alive and mismatches == 0 and not leaked and (slow_ok or not ATTACK) else 1)
 PY

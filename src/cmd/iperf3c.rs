@@ -34,6 +34,68 @@ pub fn refuse(flag: &str, why: &str) -> ExitCode {
     ExitCode::from(Exit::Unsupported)
 }
 
+/// What every `--iperf3` run is refused alike, then the command's own list:
+/// the first option that is set, refused by name (exit 6).
+pub fn first_refused(
+    key: bool,
+    omit: bool,
+    start_at: bool,
+    json_stream: bool,
+    own: &[(bool, &str, &str)],
+) -> Option<ExitCode> {
+    let common = [
+        (
+            key,
+            "--key",
+            "iperf3 clients do not prove a key to the server",
+        ),
+        (omit, "-O", "not carried yet"),
+        (start_at, "--start-at", "iperf3 servers start at once"),
+        (json_stream, "--json-stream", "not written for iperf3 runs"),
+    ];
+    common
+        .iter()
+        .chain(own)
+        .find(|r| r.0)
+        .map(|(_, flag, why)| refuse(flag, why))
+}
+
+/// `-t` in iperf3's unit, whole seconds; `default` when not given.
+pub fn whole_seconds(time: Option<Duration>, default: u64) -> Result<u64, ExitCode> {
+    match time {
+        Some(t) if t.subsec_nanos() != 0 => Err(refuse(
+            "-t with a fraction of a second",
+            "iperf3 counts whole seconds",
+        )),
+        Some(t) => Ok(t.as_secs()),
+        None => Ok(default),
+    }
+}
+
+/// The parameters of a netrig client's test: `proto` and `mode`, nothing
+/// else set yet (no `-O`, `-k`, token; netrig's version).
+pub fn params(proto: Proto, mode: Mode) -> Params {
+    Params {
+        proto,
+        mode,
+        parallel: 1,
+        time: 0,
+        omit: 0,
+        num: 0,
+        blockcount: 0,
+        len: 0,
+        window: 0,
+        bandwidth: 0,
+        get_server_output: false,
+        udp_counters_64bit: false,
+        nodelay: false,
+        congestion: None,
+        mss: 0,
+        authtoken: false,
+        client_version: Some(format!("netrig {}", env!("CARGO_PKG_VERSION"))),
+    }
+}
+
 /// The exit code for a run that got no results.
 fn error_code(e: &RunError) -> Exit {
     match e {

@@ -393,7 +393,7 @@ fn against_iperf3(
     verbosity: u8,
     key: bool,
 ) -> ExitCode {
-    use super::iperf3c::{Common, refuse};
+    use super::iperf3c::{Common, first_refused, params, refuse, whole_seconds};
     use netrig::iperf3::{Mode, Params, Proto};
     let mode = match (a.reverse, a.bidir, a.pattern) {
         (true, _, _) | (_, _, IoPattern::Pull) => Mode::Reverse,
@@ -406,12 +406,7 @@ fn against_iperf3(
             );
         }
     };
-    let refused = [
-        (
-            key,
-            "--key",
-            "iperf3 clients do not prove a key to the server",
-        ),
+    let own = [
         (
             a.verify == Some(VerifyLevel::Data),
             "--verify data",
@@ -442,37 +437,24 @@ fn against_iperf3(
             "--burst-size",
             "iperf3 servers know no bursts",
         ),
-        (a.omit.is_some(), "-O", "not carried yet"),
         (!a.bind.addrs().is_empty(), "-B", "not carried yet"),
-        (
-            a.start.at.is_some(),
-            "--start-at",
-            "iperf3 servers start at once",
-        ),
         (
             a.status_file.is_some() || a.connection_file.is_some() || a.tcp_info_file.is_some(),
             "--status-file, --connection-file, --tcp-info-file",
             "not written for iperf3 runs",
         ),
-        (
-            a.json.stream_path().is_some(),
-            "--json-stream",
-            "not written for iperf3 runs",
-        ),
     ];
-    if let Some((_, flag, why)) = refused.iter().find(|r| r.0) {
-        return refuse(flag, why);
+    let stream = a.json.stream_path().is_some();
+    if let Some(code) = first_refused(key, a.omit.is_some(), a.start.at.is_some(), stream, &own) {
+        return code;
     }
-    let time = match a.time {
-        Some(t) if t.subsec_nanos() != 0 => {
-            return refuse(
-                "-t with a fraction of a second",
-                "iperf3 counts whole seconds",
-            );
-        }
-        Some(t) => t.as_secs(),
-        None if a.bytes.is_some() => 0,
+    let default = match a.bytes {
+        Some(_) => 0,
         None => DEFAULT_TIME.as_secs(),
+    };
+    let time = match whole_seconds(a.time, default) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     let len = match a.length {
         BufferSpec::Fixed(l) if l <= netrig::iperf3::MAX_BLOCKSIZE => l,
@@ -483,23 +465,17 @@ fn against_iperf3(
         return refuse("-P over 128", "iperf3 runs at most 128 streams");
     }
     let params = Params {
-        proto: Proto::Tcp,
-        mode,
         parallel,
         time,
-        omit: 0,
         num: a.bytes.map_or(0, |b| b.0),
-        blockcount: 0,
         len,
         window: a.sock.ip.window.unwrap_or(0),
         bandwidth: a.bitrate.map_or(0, |b| b.0),
         get_server_output: a.get_server_output,
-        udp_counters_64bit: false,
         nodelay: a.sock.no_delay,
         congestion: a.sock.congestion.clone(),
         mss: a.sock.mss.unwrap_or(0),
-        authtoken: false,
-        client_version: Some(format!("netrig {}", env!("CARGO_PKG_VERSION"))),
+        ..params(Proto::Tcp, mode)
     };
     super::iperf3c::tcp(
         Common {

@@ -676,14 +676,9 @@ fn against_iperf3(
     verbosity: u8,
     key: bool,
 ) -> ExitCode {
-    use super::iperf3c::{Common, refuse};
+    use super::iperf3c::{Common, first_refused, params, refuse, whole_seconds};
     use netrig::iperf3::{MAX_UDP_BLOCKSIZE, MIN_UDP_BLOCKSIZE, Mode, Params, Proto};
-    let refused = [
-        (
-            key,
-            "--key",
-            "iperf3 clients do not prove a key to the server",
-        ),
+    let own = [
         (
             a.bidir,
             "--bidir",
@@ -715,16 +710,10 @@ fn against_iperf3(
             "--media, --isochronous",
             "iperf3 servers send no frames",
         ),
-        (a.omit.is_some(), "-O", "not carried yet"),
         (
             a.bind.is_some() || a.cport.is_some(),
             "-B, --cport",
             "not carried yet",
-        ),
-        (
-            a.start.at.is_some(),
-            "--start-at",
-            "iperf3 servers start at once",
         ),
         (
             a.status_file.is_some()
@@ -734,51 +723,32 @@ fn against_iperf3(
             "--status-file, --jitter-file, --connection-file, --csv",
             "not written for iperf3 runs",
         ),
-        (
-            a.json.stream_path().is_some(),
-            "--json-stream",
-            "not written for iperf3 runs",
-        ),
     ];
-    if let Some((_, flag, why)) = refused.iter().find(|r| r.0) {
-        return refuse(flag, why);
+    let stream = a.json.stream_path().is_some();
+    if let Some(code) = first_refused(key, a.omit.is_some(), a.start.at.is_some(), stream, &own) {
+        return code;
     }
-    let time = match a.time {
-        Some(t) if t.subsec_nanos() != 0 => {
-            return refuse(
-                "-t with a fraction of a second",
-                "iperf3 counts whole seconds",
-            );
-        }
-        Some(t) => t.as_secs(),
-        None => DEFAULT_UDP_DURATION.as_secs(),
+    let time = match whole_seconds(a.time, DEFAULT_UDP_DURATION.as_secs()) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     let len = match u32::try_from(a.length) {
         Ok(l) if (MIN_UDP_BLOCKSIZE..=MAX_UDP_BLOCKSIZE).contains(&l) => l,
         _ => return refuse("-l", "an iperf3 datagram is 16 to 65507 bytes"),
     };
+    let mode = match a.reverse {
+        true => Mode::Reverse,
+        false => Mode::ClientSends,
+    };
     let params = Params {
-        proto: Proto::Udp,
-        mode: if a.reverse {
-            Mode::Reverse
-        } else {
-            Mode::ClientSends
-        },
         parallel: a.parallel,
         time,
-        omit: 0,
-        num: 0,
-        blockcount: 0,
         len,
         window: a.sock.window.unwrap_or(0),
         bandwidth: a.bitrate.unwrap_or(DEFAULT_RATE),
         get_server_output: a.get_server_output,
         udp_counters_64bit: true,
-        nodelay: false,
-        congestion: None,
-        mss: 0,
-        authtoken: false,
-        client_version: Some(format!("netrig {}", env!("CARGO_PKG_VERSION"))),
+        ..params(Proto::Udp, mode)
     };
     super::iperf3c::udp(
         Common {
