@@ -356,6 +356,11 @@ fn options_iperf3_cannot_be_given_are_refused() {
         (&["udp", "--synced"][..], "--synced"),
         (&["udp", "--gap", "1ms"][..], "--gap"),
         (&["udp", "--bidir"][..], "--bidir"),
+        // What both commands refuse alike.
+        (&["tcp", "-O", "1"][..], "-O"),
+        (&["udp", "-O", "1"][..], "-O"),
+        (&["udp", "-t", "1500ms"][..], "-t with a fraction"),
+        (&["udp", "--json-stream", "x.jsonl"][..], "--json-stream"),
     ] {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--iperf3", "127.0.0.1:9"]);
