@@ -7,10 +7,11 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::auth::Key;
+use crate::greeting::{Greeting, GreetingError, Next};
 use crate::net;
 use crate::proto::{
-    ErrorCode, Hello, Message, PROTOCOL_VERSION, ProtoError, ReadError, TestSpec, foreign_server,
-    read_message, write_message,
+    ErrorCode, Message, ProtoError, ReadError, TestSpec, foreign_server, read_message,
+    write_message,
 };
 
 /// How long a client waits for a server's answers once a run is stopping
@@ -205,32 +206,20 @@ impl Control {
             stream,
             datagram_key: None,
         };
-        let client_nonce = crate::auth::nonce();
-        let mut hello = Message::hello();
-        hello.nonce = Some(client_nonce.clone());
-        c.send(&Message::Hello(hello))?;
+        let (mut greeting, hello) = Greeting::new(key, crate::auth::nonce());
+        c.send(&hello)?;
         let _ = c.stream.set_read_timeout(Some(timeout.min(HELLO_TIMEOUT)));
-        let reply = c.hello_reply()?;
+        let mut reply = c.hello_reply()?;
         let _ = c.stream.set_read_timeout(Some(timeout));
-        match reply {
-            Message::HelloAck(h) if h.protocol != PROTOCOL_VERSION => Err(c.refused(
-                ErrorCode::UnsupportedVersion,
-                format!("server speaks protocol {}", h.protocol),
-            )),
-            Message::HelloAck(Hello {
-                nonce: Some(server_nonce),
-                ..
-            }) => {
-                c.authenticate(key, &client_nonce, &server_nonce)?;
-                Ok(c)
+        loop {
+            match greeting.on_message(reply) {
+                Ok(Next::Send(m)) => reply = c.call(&m)?,
+                Ok(Next::Ready(datagram_key)) => {
+                    c.datagram_key = datagram_key;
+                    return Ok(c);
+                }
+                Err(e) => return Err(c.not_greeted(e)),
             }
-            // A client given a key talks only to a server that proves it
-            // holds the same key: one that asks for none could be anyone.
-            Message::HelloAck(_) if key.is_some() => {
-                Err(c.unproven("it asks for no key (it runs without --key)"))
-            }
-            Message::HelloAck(_) => Ok(c),
-            m => Err(c.unexpected(m)),
         }
     }
 
@@ -280,33 +269,6 @@ impl Control {
                 "it closed the connection without answering hello".into(),
             )),
             Err(e) => Err(self.failed(e.to_string())),
-        }
-    }
-
-    /// Answers the server's challenge and checks its proof in turn.
-    fn authenticate(
-        &mut self,
-        key: Option<&Key>,
-        client_nonce: &str,
-        server_nonce: &str,
-    ) -> Result<(), ClientError> {
-        let Some(key) = key else {
-            return Err(self.refused(
-                ErrorCode::Auth,
-                "server requires authentication: give --key FILE or set NETRIG_KEY".into(),
-            ));
-        };
-        let bad = |e: crate::auth::AuthError| self.failed(e.to_string());
-        let cn = crate::auth::decode_nonce(client_nonce).map_err(bad)?;
-        let sn = crate::auth::decode_nonce(server_nonce).map_err(bad)?;
-        let proof = key.client_proof(&cn, &sn);
-        match self.call(&Message::Auth { proof })? {
-            Message::AuthOk { proof } if key.verify_server(&cn, &sn, &proof) => {
-                self.datagram_key = Some(key.datagram_key(&cn, &sn));
-                Ok(())
-            }
-            Message::AuthOk { .. } => Err(self.unproven("its proof does not match our key")),
-            m => Err(self.unexpected(m)),
         }
     }
 
@@ -367,6 +329,16 @@ impl Control {
     /// control connection is the only sign that a server died.
     pub fn peer_gone(&self) -> bool {
         crate::net::peer_state(&self.stream) == crate::net::PeerState::Gone
+    }
+
+    /// Why the greeting failed, naming this target.
+    fn not_greeted(&self, e: GreetingError) -> ClientError {
+        match e {
+            GreetingError::Refused { code, message } => self.refused(code, message),
+            GreetingError::Unproven(why) => self.unproven(why),
+            GreetingError::Nonce(e) => self.failed(e.to_string()),
+            GreetingError::Unexpected(m) => self.unexpected(*m),
+        }
     }
 
     /// A reply that makes no sense at this point.

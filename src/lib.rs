@@ -22,6 +22,7 @@ pub mod console;
 pub mod control;
 pub mod conversation;
 pub mod cpu;
+pub mod greeting;
 pub mod guard;
 pub mod hdr;
 pub mod html;

@@ -24,6 +24,7 @@ const PROTOCOL: &[&str] = &[
     "budget",
     "cpu",
     "conversation",
+    "greeting",
     "outcome",
     "pattern",
     "plan",
