@@ -33,6 +33,7 @@ pub mod keyfile;
 pub mod load;
 pub mod merge;
 pub mod mesh;
+pub mod names;
 pub mod net;
 pub mod outcome;
 pub mod output;

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 /// How a client ends a connection once its verdict is agreed (ctsTraffic
 /// `-shutdown`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ShutdownMode {
     /// FIN: both ends close in order.
@@ -20,6 +20,21 @@ pub enum ShutdownMode {
     Graceful,
     /// RST: the client closes with SO_LINGER 0, as ctsTraffic's "rude".
     Rude,
+}
+
+impl crate::names::Named for ShutdownMode {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            ShutdownMode::Graceful,
+            "graceful",
+            "FIN: both ends close in order",
+        ),
+        (
+            ShutdownMode::Rude,
+            "rude",
+            "RST: SO_LINGER 0, as ctsTraffic's rude",
+        ),
+    ];
 }
 
 /// The options for one test's sockets. Absent means "leave the kernel's

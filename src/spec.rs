@@ -5,10 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::names::Named;
 use crate::sockopts::SockOpts;
 
 /// Direction of data flow in a TCP test, as in ctsTraffic's `-pattern`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IoPattern {
     /// Client sends, server receives.
@@ -22,13 +23,33 @@ pub enum IoPattern {
 }
 
 /// How much of the received data is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyLevel {
     /// Byte counts only (ctsTraffic `-verify:connection`).
     Connection,
     /// Byte counts and every byte against the pattern (the default).
     Data,
+}
+
+impl Named for IoPattern {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (IoPattern::Push, "push", "client sends, server receives"),
+        (IoPattern::Pull, "pull", "server sends, client receives"),
+        (
+            IoPattern::Pushpull,
+            "pushpull",
+            "the client pushes, then pulls, in turns",
+        ),
+        (IoPattern::Duplex, "duplex", "both ends send at once"),
+    ];
+}
+
+impl Named for VerifyLevel {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (VerifyLevel::Connection, "connection", "byte counts only"),
+        (VerifyLevel::Data, "data", "byte counts and every byte"),
+    ];
 }
 
 /// The server-side description of a TCP test session.

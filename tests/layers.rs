@@ -21,6 +21,7 @@ const PROTOCOL: &[&str] = &[
     "iperf3::json",
     "hdr",
     "merge",
+    "names",
     "budget",
     "cpu",
     "conversation",
@@ -239,6 +240,19 @@ fn the_protocol_layer_uses_only_itself() {
         for marker in IO_MARKERS {
             assert!(!code.contains(marker), "protocol module {m} uses {marker}");
         }
+    }
+}
+
+/// The command line's parser belongs to the binary (src/cmd): no library
+/// type derives or names clap, so flags are turned into configurations in
+/// one place and the wire types stay free of it (a flag's choices come from
+/// `names::Named` tables).
+#[test]
+fn the_library_carries_no_command_line_parser() {
+    let mods = modules();
+    assert!(mods.len() > 50, "read only {} modules", mods.len());
+    for (m, code) in &mods {
+        assert!(!code.contains("clap"), "library module {m} uses clap");
     }
 }
 

@@ -19,7 +19,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
            src/html/merge.rs src/rr/answer.rs src/udp/gro.rs src/udp/reception.rs src/udp/intake.rs
            src/iperf3/client.rs src/iperf2/mod.rs src/mesh/peer.rs src/mesh/pick.rs src/mesh/answer.rs
-           src/mesh/node.rs src/iperf3_client/report.rs src/greeting.rs)
+           src/mesh/node.rs src/iperf3_client/report.rs src/greeting.rs src/names.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

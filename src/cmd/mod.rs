@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
+use netrig::names::Named;
 use netrig::server::{Server, ServerConfig};
 use netrig::tcp::client::ClientError;
 use netrig::units;
@@ -743,6 +744,18 @@ pub fn legacy_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<st
 
 /// The JSON documents in `files`, in order, or the usage error (exit 2)
 /// naming the first that cannot be read or is not JSON (`report`, `merge`).
+/// A flag's choices from a wire enum's table of names ([`Named`]): listed in
+/// `--help`, and anything else refused by clap with the list.
+pub fn named<T: Named + Send + Sync + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        T::NAMES
+            .iter()
+            .map(|(_, n, h)| PossibleValue::new(*n).help(*h)),
+    )
+    .try_map(|s| T::from_typed(&s).ok_or("not one of the choices"))
+}
+
 pub(crate) fn read_json_files(files: &[PathBuf]) -> Result<Vec<serde_json::Value>, ExitCode> {
     let mut docs = Vec::with_capacity(files.len());
     for f in files {

@@ -40,7 +40,7 @@ pub struct RrArgs {
     #[command(flatten)]
     pub to: Target,
     /// Transport.
-    #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+    #[arg(long, default_value = "tcp", value_parser = super::named::<Transport>())]
     proto: Transport,
     /// Request size in bytes.
     #[arg(short = 'l', long = "length", alias = "size", short_alias = 's', default_value = "64", value_parser = size)]

@@ -64,7 +64,7 @@ pub struct TcpFlags {
     pub keepalive: Option<Duration>,
     /// How the client closes each connection once done: graceful (FIN) or
     /// rude (RST), as ctsTraffic -shutdown.
-    #[arg(long, value_enum, default_value_t = ShutdownMode::Graceful)]
+    #[arg(long, default_value = "graceful", value_parser = super::named::<ShutdownMode>())]
     pub shutdown: ShutdownMode,
     /// Local port, or range lo-hi taken in turn, for the data connections
     /// (iperf3 --cport; ctsTraffic -LocalPort).

@@ -61,7 +61,7 @@ pub struct TcpArgs {
     #[arg(short = 'l', long = "length", visible_alias = "buffer", default_value = "64K", value_parser = buffer)]
     length: BufferSpec,
     /// Data flow: push (client sends), pull (server sends), pushpull (alternate), duplex (both).
-    #[arg(long, value_enum, default_value_t = IoPattern::Push)]
+    #[arg(long, default_value = "push", value_parser = super::named::<IoPattern>())]
     pattern: IoPattern,
     /// The server sends: the same as --pattern pull (iperf3 -R).
     #[arg(short = 'R', long, conflicts_with = "pattern")]
@@ -86,7 +86,7 @@ pub struct TcpArgs {
     bind: super::Sources,
     /// data: check every byte against the pattern; connection: byte counts
     /// only [default: data; with --iperf3, connection].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::named::<VerifyLevel>())]
     verify: Option<VerifyLevel>,
     /// Status interval (ms resolution; at least 100ms, as iperf3).
     #[arg(short = 'i', long, default_value = "1s", value_parser = super::interval)]

@@ -80,7 +80,7 @@ pub struct UdpArgs {
     #[arg(short = 'O', long, value_name = "D", value_parser = positive_duration, conflicts_with = "profile")]
     omit: Option<Duration>,
     /// How the sender waits between datagrams.
-    #[arg(long, value_enum, default_value_t = Pacing::Hybrid)]
+    #[arg(long, default_value = "hybrid", value_parser = super::named::<Pacing>())]
     pacing: Pacing,
     /// After a stall, send the missed datagrams in a burst instead of re-anchoring the schedule.
     #[arg(long)]
@@ -127,7 +127,7 @@ pub struct UdpArgs {
     pub profile: Option<PathBuf>,
     /// Scenario file format: auto (bare numbers only = FlowPing), netrig
     /// (rates need units) or flowping (seconds, kbit/s, bytes).
-    #[arg(long, value_enum, default_value_t = netrig::udp::scenario::Format::Auto, requires = "profile")]
+    #[arg(long, default_value = "auto", requires = "profile", value_parser = super::named::<netrig::udp::scenario::Format>())]
     profile_format: netrig::udp::scenario::Format,
     /// Media stream (ctsTraffic): the server sends frames of --bitrate / 8 /
     /// --fps bytes as --datagram-size datagrams (so no --length or --gap),
@@ -158,7 +158,7 @@ pub struct UdpArgs {
     jitter_file: Option<PathBuf>,
     /// The per-datagram file's columns: netrig's, or ctsTraffic's
     /// -JitterFilename columns (cts).
-    #[arg(long, value_enum, default_value_t = JitterFormat::Netrig, requires = "jitter_file")]
+    #[arg(long, default_value = "netrig", requires = "jitter_file", value_parser = super::named::<JitterFormat>())]
     jitter_format: JitterFormat,
     /// Write the stream's row here when it ends: ctsTraffic's UDP
     /// connection columns (CSV if the name ends in .csv).
@@ -189,7 +189,7 @@ pub struct UdpArgs {
     sock: super::sock::IpFlags,
     /// ECN codepoint on every datagram (RFC 3168: ect0, ect1, ce, not-ect),
     /// with --dscp/--tos or alone; the receiver counts what arrived.
-    #[arg(long, value_enum, value_name = "CODEPOINT")]
+    #[arg(long, value_name = "CODEPOINT", value_parser = super::named::<netrig::udp::marks::Ecn>())]
     ecn: Option<netrig::udp::marks::Ecn>,
     /// No UDP segmentation offload on either end: every datagram crosses
     /// into the kernel (sendmmsg) and out of it (recvmmsg) on its own,

@@ -63,13 +63,29 @@ pub const CTS_JITTER_HEADERS: [&str; 7] = [
 pub(super) const CTS_JITTER_WIDTHS: [usize; 7] = [14, 20, 10, 20, 10, 22, 31];
 
 /// The per-datagram file's columns: netrig's or ctsTraffic's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum JitterFormat {
     /// Sequence, SenderNs, ReceiverNs, FlightUs, Arrival, Corrupt.
     #[default]
     Netrig,
     /// ctsTraffic's `-JitterFilename` columns.
     Cts,
+}
+
+impl crate::names::Named for JitterFormat {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            JitterFormat::Netrig,
+            "netrig",
+            "sequence, stamps, flight time, arrival, corrupt",
+        ),
+        (
+            JitterFormat::Cts,
+            "cts",
+            "ctsTraffic's -JitterFilename columns",
+        ),
+    ];
 }
 
 /// ctsTraffic's jitter arithmetic: each datagram's time in flight relative

@@ -10,7 +10,7 @@ use super::hist::{LatencyStats, Summary};
 use crate::udp::clock::Offset;
 
 /// Transport as the user names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
     /// TCP.
@@ -21,6 +21,19 @@ pub enum Transport {
     Sctp,
     /// SCTP one-to-many (SOCK_SEQPACKET).
     SctpSeqpacket,
+}
+
+impl crate::names::Named for Transport {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (Transport::Tcp, "tcp", "TCP"),
+        (Transport::Udp, "udp", "UDP"),
+        (Transport::Sctp, "sctp", "SCTP one-to-one (SOCK_STREAM)"),
+        (
+            Transport::SctpSeqpacket,
+            "sctp-seqpacket",
+            "SCTP one-to-many (SOCK_SEQPACKET)",
+        ),
+    ];
 }
 
 /// Everything a request/response run needs.

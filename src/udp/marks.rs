@@ -8,21 +8,26 @@
 use serde::{Deserialize, Serialize};
 
 /// The ECN field's codepoints (RFC 3168 §5), the TOS byte's lower two bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ecn {
     /// 00: not ECN-capable.
-    #[value(name = "not-ect")]
     NotEct,
     /// 01: ECN-capable, ECT(1) (L4S uses it, RFC 9331).
-    #[value(name = "ect1")]
     Ect1,
     /// 10: ECN-capable, ECT(0).
-    #[value(name = "ect0")]
     Ect0,
     /// 11: congestion experienced.
-    #[value(name = "ce")]
     Ce,
+}
+
+impl crate::names::Named for Ecn {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (Ecn::NotEct, "not-ect", "00: not ECN-capable"),
+        (Ecn::Ect1, "ect1", "01: ECT(1), as L4S uses it"),
+        (Ecn::Ect0, "ect0", "10: ECT(0)"),
+        (Ecn::Ce, "ce", "11: congestion experienced"),
+    ];
 }
 
 impl Ecn {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub const STALL_NS: u64 = 200_000;
 
 /// How the sender waits for the next departure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pacing {
     /// Sleep until due (cheap, ~50 µs granularity).
@@ -22,6 +22,22 @@ pub enum Pacing {
     Hybrid,
     /// Spin on the clock (one core busy, best precision).
     Spin,
+}
+
+impl crate::names::Named for Pacing {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (Pacing::Sleep, "sleep", "sleep until due: cheap, coarser"),
+        (
+            Pacing::Hybrid,
+            "hybrid",
+            "sleep, then spin the last microseconds",
+        ),
+        (
+            Pacing::Spin,
+            "spin",
+            "spin on the clock: one core busy, finest",
+        ),
+    ];
 }
 
 impl Pacing {

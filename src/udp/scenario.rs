@@ -24,7 +24,7 @@ use super::profile::{Profile, ProfileError, RateStep};
 use crate::units::{parse_duration, parse_rate, parse_size};
 
 /// Which format a scenario file is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// Decide from the file: bare numbers only is FlowPing.
@@ -33,6 +33,22 @@ pub enum Format {
     Netrig,
     /// FlowPing's: seconds, kbit/s, bytes.
     Flowping,
+}
+
+impl crate::names::Named for Format {
+    const NAMES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            Format::Auto,
+            "auto",
+            "decide from the file: bare numbers only is FlowPing",
+        ),
+        (Format::Netrig, "netrig", "netrig's: units on rates"),
+        (
+            Format::Flowping,
+            "flowping",
+            "FlowPing's: seconds, kbit/s, bytes",
+        ),
+    ];
 }
 
 impl Format {
