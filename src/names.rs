@@ -25,7 +25,7 @@ pub trait Named: Copy + PartialEq + 'static {
 mod tests {
     use super::Named;
     use crate::report::JitterFormat;
-    use crate::rr::run::Transport;
+    use crate::rr::client::Transport;
     use crate::sockopts::ShutdownMode;
     use crate::spec::{IoPattern, VerifyLevel};
     use crate::udp::marks::Ecn;
