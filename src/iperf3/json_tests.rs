@@ -498,3 +498,31 @@ fn udp_expected_without_a_sender_count_adds_the_lost_and_the_sides_follow_revers
     assert_eq!(d["intervals"][0]["streams"][0]["sender"], false);
     assert_eq!(d["end"]["streams"][0]["udp"]["sender"], false);
 }
+
+#[test]
+fn udp_streams_without_a_sender_count_expect_the_received_and_lost() {
+    // A receiving stream whose totals carry no sender count (the sender's
+    // report never came): iperf3's expected datagrams are those received
+    // and lost; an interval that expected nothing has 0 % loss.
+    let (unique, lost) = (90, 10);
+    let mut s = udp_stream(
+        0,
+        true,
+        5.0,
+        (2.0, 2.0),
+        (100, unique, lost),
+        0.0,
+        [(1.0, 0), (2.0, 0)],
+    );
+    s["report"]["totals"]["sent"] = Value::Null;
+    let s = with_loss_rows(s, [(1.0, 0, 0, 0.0), (2.0, unique, lost as i64, 0.0)]);
+    let d = from_envelope(&udp_multi(vec![s], true)).unwrap();
+    assert_eq!(d["end"]["sum"]["packets"], unique + lost);
+    assert_eq!(
+        d["end"]["sum"]["lost_percent"],
+        100.0 * lost as f64 / (unique + lost) as f64
+    );
+    assert_eq!(d["intervals"][0]["streams"][0]["packets"], 0);
+    assert_eq!(d["intervals"][0]["streams"][0]["lost_percent"], 0.0);
+    assert_eq!(d["intervals"][0]["sum"]["lost_percent"], 0.0);
+}
