@@ -512,3 +512,87 @@ fn udp_streams_merge_per_direction_and_each_input_sums_its_streams() {
     assert!(!m.totals.contains_key("unique_bidir_reverse"));
     assert_eq!(m.intervals[0].per_input, vec![200, 100]);
 }
+
+#[test]
+fn summaries_of_nothing_merge_to_none_even_without_a_histogram() {
+    // A summary of no samples, and UDP totals of no datagram: nothing to
+    // merge, not an input without a histogram.
+    let none = json!({"count": 0});
+    let no_datagram = json!({"unique": 0, "delay_min_us": 0.0});
+    assert_eq!(
+        merge_summaries(&[("a", &none), ("b", &no_datagram), ("c", &Value::Null)]),
+        Ok(None)
+    );
+    assert!(merge_summaries(&[("d", &json!({"count": 3}))]).is_err());
+}
+
+#[test]
+fn one_sample_has_no_variance() {
+    let m = merge(&named(vec![crr(&[250_000], 1)]), 1.0).unwrap();
+    let h = &m.latency["handshake"];
+    assert_eq!(h.count, 1);
+    assert_eq!((h.variance_us2, h.stddev_us), (0.0, 0.0));
+}
+
+#[test]
+fn udp_totals_without_mean_or_variance_take_them_from_the_histogram() {
+    // UDP totals of older results carry neither delay_avg_us nor a
+    // variance: both come from the histogram, to its precision (0.1 %;
+    // the histogram's spread is the population's, within 0.1 % of the
+    // samples' for 1000 of them).
+    let a: Vec<u64> = (0..1000).map(|i| 10_000 + 37 * i).collect();
+    let b: Vec<u64> = (0..1000).map(|i| 50_000 + 11 * i).collect();
+    let totals = |ns: &[u64]| {
+        let mut h = crate::hdr::empty();
+        for &v in ns {
+            h.record(v).unwrap();
+        }
+        json!({"unique": ns.len(), "hdr": crate::hdr::encode(&h),
+               "delay_min_us": ns[0] as f64 / 1e3, "delay_max_us": ns[ns.len() - 1] as f64 / 1e3})
+    };
+    let (ta, tb) = (totals(&a), totals(&b));
+    let m = merge_summaries(&[("a", &ta), ("b", &tb)]).unwrap().unwrap();
+    let all: Vec<f64> = a.iter().chain(&b).map(|&v| v as f64 / 1e3).collect();
+    let n = all.len() as f64;
+    let mean = all.iter().sum::<f64>() / n;
+    let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    assert_eq!(m.count, 2000);
+    assert!(
+        (m.mean_us - mean).abs() < 1e-3 * mean,
+        "{} {mean}",
+        m.mean_us
+    );
+    assert!(
+        (m.variance_us2 - var).abs() < 1e-2 * var,
+        "{} {var}",
+        m.variance_us2
+    );
+}
+
+#[test]
+fn a_slice_of_no_length_lands_in_the_grid_slice_of_its_time() {
+    let step = 0.5;
+    let slices = align(
+        &[(
+            Some(0.0),
+            vec![(0.0, 2.0, 400.0), (1.0, 1.0, 7.0), (2.0, 2.0, 9.0)],
+        )],
+        step,
+    );
+    let even = 400 / 4;
+    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
+    // At 1.0 s: the grid slice from 1.0 s; at the very end: the last one.
+    assert_eq!(got, [even, even, even + 7, even + 9]);
+}
+
+#[test]
+fn a_grid_slice_of_no_width_has_a_rate_of_zero() {
+    // 0.1 + 0.2 is a hair above 0.3: ceil gives a fourth grid slice that
+    // starts where the input ends (3 × 0.1 is that same hair above 0.3).
+    let end = 0.1 + 0.2;
+    let slices = align(&[(Some(0.0), vec![(0.0, end, 300.0)])], 0.1);
+    let last = slices.last().unwrap();
+    assert_eq!((last.start_secs, last.end_secs), (end, end));
+    assert!(slices.iter().all(|s| s.goodput_bps.is_finite()));
+    assert_eq!(last.goodput_bps, 0.0);
+}

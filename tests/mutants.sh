@@ -19,7 +19,10 @@ if [ ${#files[@]} -eq 0 ]; then
            src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
            src/html/merge.rs src/rr/answer.rs src/udp/gro.rs src/udp/reception.rs src/udp/intake.rs
            src/iperf3/client.rs src/iperf2/mod.rs src/mesh/peer.rs src/mesh/pick.rs src/mesh/answer.rs
-           src/mesh/node.rs src/iperf3_client/report.rs src/greeting.rs src/names.rs)
+           src/mesh/node.rs src/iperf3_client/report.rs src/rr/hist.rs src/mesh/metrics.rs
+           src/server/metrics.rs src/report/tcp.rs src/report/udp.rs src/report/udp_multi.rs
+           src/report/rr.rs src/report/load.rs src/report/merge.rs src/report/analysis.rs
+           src/report/connection_row.rs src/greeting.rs src/names.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

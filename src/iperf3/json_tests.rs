@@ -449,3 +449,80 @@ fn a_rate_over_no_time_is_zero() {
     assert_eq!(bps(1000.0, 0.0), 0.0);
     assert_eq!(bps(1000.0, 2.0), 4000.0);
 }
+
+#[test]
+fn tcp_counts_both_ways_and_marks_the_clients_side_as_sender() {
+    // Bytes received count as well as bytes sent (a bidirectional run has
+    // both), in the intervals and in each connection's total.
+    let mut doc = tcp_doc("push");
+    doc["result"]["intervals"][0]["RecvBps"] = json!(600);
+    doc["result"]["connection_progress"][0]["points"][1]["received"] = json!(300);
+    let d = from_envelope(&doc).unwrap();
+    let (send_bps, recv_bps, slice) = (1000.0, 600.0, 0.5);
+    assert_eq!(
+        d["intervals"][0]["sum"]["bytes"],
+        ((send_bps + recv_bps) * slice) as u64
+    );
+    assert_eq!(d["end"]["streams"][0]["sender"]["bytes"], 1200 + 300);
+    // The client sends in a push test: every span it writes says so.
+    assert_eq!(d["intervals"][0]["streams"][0]["sender"], true);
+    assert_eq!(d["end"]["streams"][0]["sender"]["sender"], true);
+    let d = from_envelope(&tcp_doc("pull")).unwrap();
+    assert_eq!(d["intervals"][0]["streams"][0]["sender"], false);
+    assert_eq!(d["end"]["streams"][0]["receiver"]["sender"], false);
+}
+
+#[test]
+fn udp_expected_without_a_sender_count_adds_the_lost_and_the_sides_follow_reverse() {
+    let doc = |reverse: bool| {
+        json!({
+            "netrig": 1, "version": "0.1.0", "test": "udp",
+            "config": {"target": "h", "port": 1, "spec": {"reverse": reverse, "size": 1000, "duration_ms": 1000}},
+            "result": {
+                "duration_secs": 1.0,
+                "totals": {"unique": 96, "bytes": 96000, "lost": 4, "jitter_us": 0.0},
+                "intervals": [{"time_slice": 1.0, "bytes": 96000, "packets": 96}]
+            }
+        })
+    };
+    let d = from_envelope(&doc(false)).unwrap();
+    let (unique, lost) = (96, 4);
+    assert_eq!(d["end"]["sum"]["packets"], unique + lost);
+    assert_eq!(
+        d["end"]["sum"]["lost_percent"],
+        100.0 * lost as f64 / (unique + lost) as f64
+    );
+    assert_eq!(d["intervals"][0]["streams"][0]["sender"], true);
+    assert_eq!(d["end"]["streams"][0]["udp"]["sender"], true);
+    let d = from_envelope(&doc(true)).unwrap();
+    assert_eq!(d["intervals"][0]["streams"][0]["sender"], false);
+    assert_eq!(d["end"]["streams"][0]["udp"]["sender"], false);
+}
+
+#[test]
+fn udp_streams_without_a_sender_count_expect_the_received_and_lost() {
+    // A receiving stream whose totals carry no sender count (the sender's
+    // report never came): iperf3's expected datagrams are those received
+    // and lost; an interval that expected nothing has 0 % loss.
+    let (unique, lost) = (90, 10);
+    let mut s = udp_stream(
+        0,
+        true,
+        5.0,
+        (2.0, 2.0),
+        (100, unique, lost),
+        0.0,
+        [(1.0, 0), (2.0, 0)],
+    );
+    s["report"]["totals"]["sent"] = Value::Null;
+    let s = with_loss_rows(s, [(1.0, 0, 0, 0.0), (2.0, unique, lost as i64, 0.0)]);
+    let d = from_envelope(&udp_multi(vec![s], true)).unwrap();
+    assert_eq!(d["end"]["sum"]["packets"], unique + lost);
+    assert_eq!(
+        d["end"]["sum"]["lost_percent"],
+        100.0 * lost as f64 / (unique + lost) as f64
+    );
+    assert_eq!(d["intervals"][0]["streams"][0]["packets"], 0);
+    assert_eq!(d["intervals"][0]["streams"][0]["lost_percent"], 0.0);
+    assert_eq!(d["intervals"][0]["sum"]["lost_percent"], 0.0);
+}

@@ -214,3 +214,7 @@ impl Reception {
         self.stats
     }
 }
+
+#[cfg(test)]
+#[path = "reception_tests.rs"]
+mod tests;
