@@ -273,7 +273,8 @@ impl TimerSlack {
         // SAFETY: prctl(PR_GET/SET_TIMERSLACK) reads and sets only this thread's timer slack.
         unsafe {
             let old = libc::prctl(libc::PR_GET_TIMERSLACK);
-            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+            let one_ns: libc::c_ulong = 1;
+            libc::prctl(libc::PR_SET_TIMERSLACK, one_ns);
             TimerSlack(old)
         }
     }
