@@ -5,8 +5,10 @@
 # transactions per second, and netrig/peer ratios (for latency, < 1 is better).
 # qperf reports only a mean one-way latency: its round trip is shown as 2x that
 # and it has no percentiles. For UDP, a netrig-ts row adds --rx-timestamps
-# (round trips end at the kernel's receive time). Not a test: compare ratios
-# within one run.
+# (round trips end at the kernel's receive time). A second table compares
+# busy polling: netrig --busy-poll vs sockperf --nonblocked, with sockperf's
+# kernel SO_BUSY_POLL (--lls) beside them. Not a test: compare ratios within
+# one run.
 #
 # Usage: bench/rr.sh [SECONDS_PER_RUN]   (default 3)
 set -euo pipefail
@@ -23,10 +25,10 @@ $NETRIG serve --listen 127.0.0.1:$PN -q & PIDS+=($!)
 sleep 1
 
 # Each prints: p50_us p99_us tps
-sockperf_run() { # $1 proto, $2 size
+sockperf_run() { # $1 proto, $2 size, [$3... extra sockperf flags]
     local extra=""; local port=$PS_UDP
     if [ "$1" = tcp ]; then extra="--tcp"; port=$PS_TCP; fi
-    sockperf ping-pong -i 127.0.0.1 -p $port $extra -m "$2" -t "$T" --full-rtt > "$WORK/sp.txt" 2>&1 || true
+    sockperf ping-pong -i 127.0.0.1 -p $port $extra -m "$2" -t "$T" --full-rtt "${@:3}" > "$WORK/sp.txt" 2>&1 || true
     python3 - "$WORK/sp.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -79,6 +81,26 @@ for P in tcp udp; do
             numbers "rr udp $S B --rx-timestamps" "$t50" "$t99" "$ttps"
             printf '%-5s %-6s %-9s %10s %10s %10s   %s %s %s (vs sockperf)\n' "$P" "$S" netrig-ts "$t50" "$t99" "$ttps" "$(ratio "$t50" "$s50")" "$(ratio "$t99" "$s99")" "$(ratio "$ttps" "$stps")"
         fi
+    done
+done
+
+# Busy polling: netrig --busy-poll (non-blocking socket, user-space spinning)
+# against sockperf --nonblocked (the same, with its epoll at zero timeout),
+# and sockperf --lls 50 (kernel SO_BUSY_POLL, 50 us) beside them: on loopback
+# no NAPI context feeds the socket, so the kernel has nothing to busy-poll.
+echo
+echo "== Busy polling (netrig --busy-poll vs sockperf --nonblocked; sockperf --lls 50 is kernel SO_BUSY_POLL)"
+printf '%-5s %-6s %-13s %10s %10s %10s   %s\n' proto size tool p50_us p99_us tps "netrig/peer (p50, p99, tps)"
+for P in tcp udp; do
+    for S in 64 16384; do
+        N=$(( S > 1000 ? 30000 : 100000 ))
+        read -r n50 n99 ntps < <(netrig_run "$P" "$S" "$N" --busy-poll); sleep 0.3
+        read -r s50 s99 stps < <(sockperf_run "$P" "$S" --nonblocked); sleep 0.3
+        read -r l50 l99 ltps < <(sockperf_run "$P" "$S" --lls 50); sleep 0.3
+        numbers "rr busy $P $S B" "$n50" "$n99" "$ntps" "$s50" "$s99" "$stps" "$l50" "$l99" "$ltps"
+        printf '%-5s %-6s %-13s %10s %10s %10s\n' "$P" "$S" netrig-busy "$n50" "$n99" "$ntps"
+        printf '%-5s %-6s %-13s %10s %10s %10s   %s %s %s\n' "$P" "$S" sockperf-nonbl "$s50" "$s99" "$stps" "$(ratio "$n50" "$s50")" "$(ratio "$n99" "$s99")" "$(ratio "$ntps" "$stps")"
+        printf '%-5s %-6s %-13s %10s %10s %10s   %s %s %s\n' "$P" "$S" sockperf-lls "$l50" "$l99" "$ltps" "$(ratio "$n50" "$l50")" "$(ratio "$n99" "$l99")" "$(ratio "$ntps" "$ltps")"
     done
 done
 bench_done

@@ -273,6 +273,61 @@ fn every_pacing_mode_holds_its_rate() {
     }
 }
 
+/// A loaded host delays departures but does not skip them: with every core
+/// busy (a CPU hog of three spinning threads per core, bounded to the run
+/// and at most 5 s), a 1 s stream at one datagram per millisecond sends
+/// exactly its 1000 datagrams, late ones late, and re-anchors nothing.
+#[test]
+fn a_loaded_host_sends_late_rather_than_skipping() {
+    use netrig::udp::send::{SenderConfig, run_sender};
+    use std::net::UdpSocket;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let until = Instant::now() + Duration::from_secs(5);
+    let hogs: Vec<_> = (0..3 * cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    for _ in 0..10_000 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                }
+            })
+        })
+        .collect();
+    let cfg = SenderConfig {
+        tag_key: None,
+        size: 200,
+        gap_ps: 1_000_000_000, // 1 ms
+        duration: Duration::from_secs(1),
+        pacing: Pacing::Hybrid,
+        catch_up: false,
+        stream: 1,
+        profile: None,
+        precompute: false,
+        burst: None,
+        frames: None,
+        interval_ns: 0,
+        guard: None,
+        offload: false,
+    };
+    let rep = run_sender(&tx, &cfg, &AtomicBool::new(false));
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    assert_eq!(rep.packets, 1000, "{rep:?}");
+    assert_eq!(rep.slips, 0, "{rep:?}");
+    assert_eq!(rep.bytes, 200_000, "{rep:?}");
+}
+
 #[test]
 fn profile_drives_rate_and_size_end_to_end() {
     use netrig::udp::scenario::{Format, parse};

@@ -123,6 +123,10 @@ pub(super) fn run(
     let mut failure = None;
     let mut max_rtt = Duration::ZERO;
     let mut drain_until: Option<Instant> = None;
+    // The receive timeout last set: changed only when the wait must end
+    // sooner, or would end needlessly early, so a round trip costs one
+    // system call less than setting it before every receive.
+    let mut read_timeout = Duration::ZERO;
     loop {
         if run.interrupt.load(SeqCst) {
             break;
@@ -216,8 +220,9 @@ pub(super) fn run(
         }
         if cfg.busy_poll {
             std::hint::spin_loop();
-        } else {
-            let _ = sock.set_read_timeout(Some(left));
+        } else if let Some(t) = next_read_timeout(read_timeout, left) {
+            let _ = sock.set_read_timeout(Some(t));
+            read_timeout = t;
         }
         let (n, _, got) = match crate::udp::receive::recv_from_stamped(&sock, &mut buf) {
             Ok(r) => r,
@@ -305,9 +310,42 @@ pub(super) fn run(
     failure.map_or(Ok(()), Err)
 }
 
+/// The receive timeout to set when `left` remains before the loop must wake
+/// and `set` is the one in force (zero: none yet), or `None` to keep `set`.
+/// A timeout longer than `left` would oversleep, so it is cut to half of
+/// `left`; one under a quarter of `left` would wake for nothing, so it is
+/// raised to half. Waking early costs a loop turn; the next wait is shorter.
+fn next_read_timeout(set: Duration, left: Duration) -> Option<Duration> {
+    let half = (left / 2).max(Duration::from_micros(1));
+    if set.is_zero() || set > left || set < left / 4 {
+        Some(half)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_read_timeout_is_reset_only_when_it_would_oversleep_or_wake_early() {
+        let ms = Duration::from_millis;
+        assert_eq!(next_read_timeout(Duration::ZERO, ms(100)), Some(ms(50)));
+        assert_eq!(next_read_timeout(ms(50), ms(100)), None);
+        assert_eq!(next_read_timeout(ms(50), ms(50)), None);
+        assert_eq!(
+            next_read_timeout(ms(50), ms(49)),
+            Some(Duration::from_micros(24_500))
+        );
+        assert_eq!(next_read_timeout(ms(25), ms(100)), None);
+        assert_eq!(next_read_timeout(ms(24), ms(100)), Some(ms(50)));
+        // Never zero: a zero timeout would block for ever.
+        assert_eq!(
+            next_read_timeout(Duration::ZERO, Duration::from_nanos(1)),
+            Some(Duration::from_micros(1))
+        );
+    }
 
     #[test]
     fn schedule_is_absolute_and_does_not_overflow() {

@@ -7,11 +7,11 @@ use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::header::{HEADER_LEN, Header, fill_payload};
 use super::mmsg::{BATCH, Mmsg};
-use super::pace::{Pacing, Schedule};
+use super::pace::{GROUP_NS, Pacing, Schedule, forgive_ns};
 use super::sent::{MAX_SENT_INTERVALS, SenderReport, sender_limited};
 use crate::net::realtime_ns;
 
@@ -68,7 +68,7 @@ enum SendPlan {
     Profile {
         deps: Box<dyn Iterator<Item = (u64, u32)> + Send>,
         next: Option<(u64, u32)>,
-        catch_up: bool,
+        forgive_ns: u64,
         slips: u64,
     },
 }
@@ -100,13 +100,13 @@ impl SendPlan {
             return SendPlan::Profile {
                 deps,
                 next,
-                catch_up: true,
+                forgive_ns: u64::MAX,
                 slips: 0,
             };
         }
         match &cfg.profile {
             None => SendPlan::Fixed {
-                sched: Schedule::new(0, cfg.gap_ps, cfg.catch_up),
+                sched: Schedule::new(0, cfg.gap_ps, forgive_ns(end, cfg.catch_up)),
                 size: cfg.size.max(HEADER_LEN),
             },
             Some(p) => {
@@ -125,7 +125,7 @@ impl SendPlan {
                 SendPlan::Profile {
                     deps,
                     next,
-                    catch_up: cfg.catch_up,
+                    forgive_ns: forgive_ns(end, cfg.catch_up),
                     slips: 0,
                 }
             }
@@ -139,24 +139,25 @@ impl SendPlan {
         }
     }
 
-    /// Fills `out` with the (due, size) of the datagrams due at `now`, at most `max`.
-    fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(u64, usize)>) {
+    /// Fills `out` with the (due, size) of the datagrams due at `now`, or
+    /// less than `ahead` after it, at most `max`.
+    fn take_due(&mut self, now: u64, ahead: u64, max: usize, out: &mut Vec<(u64, usize)>) {
         out.clear();
         match self {
             SendPlan::Fixed { sched, size } => {
-                let (first, n) = sched.take_due(now, max as u64);
+                let (first, n) = sched.take_due_within(now, ahead, max as u64);
                 out.extend((first..first + n).map(|i| (sched.due_of(i), *size)));
             }
             SendPlan::Profile {
                 deps,
                 next,
-                catch_up,
+                forgive_ns,
                 slips,
             } => {
                 // After a stall, skip what is long overdue rather than burst it.
                 let mut skipped = false;
                 while let Some((t, _)) = *next {
-                    if *catch_up || t + super::pace::STALL_NS > now {
+                    if t.saturating_add(*forgive_ns) > now {
                         break;
                     }
                     skipped = true;
@@ -164,7 +165,7 @@ impl SendPlan {
                 }
                 *slips += u64::from(skipped);
                 while let Some((t, sz)) = *next {
-                    if t > now || out.len() >= max {
+                    if t >= now.saturating_add(ahead.max(1)) || out.len() >= max {
                         break;
                     }
                     out.push((t, (sz as usize).max(HEADER_LEN)));
@@ -207,21 +208,83 @@ impl SendPlan {
     }
 }
 
-fn wait_until(start: Instant, due_ns: u64, pacing: Pacing) {
-    let now = start.elapsed().as_nanos() as u64;
-    if due_ns <= now {
+/// CLOCK_MONOTONIC now, ns: the clock the sender's absolute sleeps are on.
+fn mono_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Sleeps until CLOCK_MONOTONIC reads `at_ns` (an absolute deadline, so a
+/// late wake-up never pushes the next one later).
+fn sleep_until_mono(at_ns: u64) {
+    let t = libc::timespec {
+        tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `t` is a valid timespec; a signal's EINTR just ends the wait early,
+    // and the caller checks the clock again.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &t,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// How long before a departure a `hybrid` sender stops sleeping and spins:
+/// a wake-up from `clock_nanosleep` with 1 ns of timer slack comes about
+/// 5–10 µs late on a loaded VM, so this keeps the first datagram of a batch
+/// near its time for a tenth of the spinning of sleeping to 100 µs before.
+const SPIN_NS: u64 = 10_000;
+
+fn wait_until(start_mono: u64, due_ns: u64, pacing: Pacing) {
+    let due = start_mono + due_ns;
+    let now = mono_ns();
+    if due <= now {
         return;
     }
-    let left = due_ns - now;
     match pacing {
-        Pacing::Sleep => std::thread::sleep(Duration::from_nanos(left)),
-        Pacing::Hybrid if left > 150_000 => {
-            std::thread::sleep(Duration::from_nanos(left - 100_000))
-        }
+        Pacing::Sleep => sleep_until_mono(due),
         Pacing::Hybrid | Pacing::Spin => {
-            while (start.elapsed().as_nanos() as u64) < due_ns {
+            if pacing == Pacing::Hybrid && due - now > SPIN_NS {
+                sleep_until_mono(due - SPIN_NS);
+            }
+            while mono_ns() < due {
                 std::hint::spin_loop();
             }
+        }
+    }
+}
+
+/// Sets this thread's timer slack to 1 ns while it lives, so absolute
+/// sleeps end when asked instead of up to 50 µs later (the default slack),
+/// and puts the old slack back on drop.
+struct TimerSlack(libc::c_int);
+
+impl TimerSlack {
+    fn tight() -> TimerSlack {
+        // SAFETY: prctl(PR_GET/SET_TIMERSLACK) reads and sets only this thread's timer slack.
+        unsafe {
+            let old = libc::prctl(libc::PR_GET_TIMERSLACK);
+            let one_ns: libc::c_ulong = 1;
+            libc::prctl(libc::PR_SET_TIMERSLACK, one_ns);
+            TimerSlack(old)
+        }
+    }
+}
+
+impl Drop for TimerSlack {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: as in `tight`.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, self.0 as libc::c_ulong) };
         }
     }
 }
@@ -324,7 +387,8 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         .profile
         .as_ref()
         .map_or(duration_ns, |p| p.duration_ns().min(duration_ns));
-    let start = Instant::now();
+    let _slack = TimerSlack::tight();
+    let start = mono_ns();
     let mut first_ns = None;
     let mut last_ns = 0;
     let mut last_gap_ns = cfg.gap_ps as f64 / 1000.0;
@@ -337,14 +401,26 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
             break;
         }
         // A far departure is waited for in slices, so a stop ends the wait.
-        if due > (start.elapsed().as_nanos() as u64).saturating_add(SLICE_NS) {
+        if due > (mono_ns() - start).saturating_add(SLICE_NS) {
             std::thread::sleep(crate::guard::SLICE);
             continue;
         }
         wait_until(start, due, cfg.pacing);
-        let now = start.elapsed().as_nanos() as u64;
+        let now = mono_ns() - start;
         // After a stall across the end, send only what was due before the end.
-        plan.take_due(now.min(end_ns - 1), per_wake(stride, gso), &mut batch);
+        // Under hybrid pacing, what is due within GROUP_NS leaves now, so a
+        // fast stream wakes once per group instead of once per datagram.
+        let ahead = if cfg.pacing == Pacing::Hybrid {
+            GROUP_NS.min(end_ns - now.min(end_ns - 1))
+        } else {
+            0
+        };
+        plan.take_due(
+            now.min(end_ns - 1),
+            ahead,
+            per_wake(stride, gso),
+            &mut batch,
+        );
         if batch.is_empty() {
             continue;
         }
@@ -418,7 +494,7 @@ pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> Se
         rep.packets += sent as u64;
     }
     rep.slips = plan.slips();
-    let stopped_ns = (start.elapsed().as_nanos() as u64).min(end_ns);
+    let stopped_ns = (mono_ns() - start).min(end_ns);
     rep.asked_bytes = plan.asked_bytes(cfg, stopped_ns);
     if stopped_ns > 0 {
         rep.asked_bps = rep.asked_bytes as f64 * 8e9 / stopped_ns as f64;
