@@ -34,6 +34,7 @@ use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
 use super::udp_recv::UdpRecv;
+use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
@@ -139,6 +140,8 @@ enum Stage<'a> {
     RrUdp(Box<RrUdp<'a>>),
     /// A UDP stream the client sends: its control connection and its socket.
     UdpRecv(Box<UdpRecv<'a>>),
+    /// A UDP stream the server sends: its control connection and its socket.
+    UdpSend(Box<UdpSend<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -735,6 +738,28 @@ impl<'a> Loop<'a> {
                                 };
                             }
                             Job {
+                                test: Test::UdpSend(out, key),
+                                slots,
+                            } => {
+                                let token = Token(k | UDP_TOKEN);
+                                let reg = self.poll.registry();
+                                let peer = slot.peer;
+                                let s = UdpSend::start(
+                                    st,
+                                    peer,
+                                    &slot.stream,
+                                    (out.spec(), key),
+                                    slots,
+                                    reg,
+                                    token,
+                                    now,
+                                );
+                                slot.stage = match s {
+                                    Ok(s) => Stage::UdpSend(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            Job {
                                 test: Test::Worker(test),
                                 slots,
                             } => return Next::Run(Box::new(Job { test, slots })),
@@ -744,6 +769,13 @@ impl<'a> Loop<'a> {
                 Stage::UdpRecv(s) => {
                     let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
                     // Dropping the session gives its slots back.
+                    match self.settle(t, k) {
+                        Ok(next) => return next,
+                        Err(out) => slot.stage = Stage::Refuse(out),
+                    }
+                }
+                Stage::UdpSend(s) => {
+                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
                     match self.settle(t, k) {
                         Ok(next) => return next,
                         Err(out) => slot.stage = Stage::Refuse(out),
