@@ -433,3 +433,70 @@ fn three_hundred_udp_streams_the_server_sends_run_on_its_loops_and_arrive_whole(
     }
     assert!(threads(pid) > 0, "the server is alive");
 }
+
+/// Asks for a UDP test from `src` and returns the connection and the answer.
+fn ask(src: IpAddr, server: SocketAddr, spec: UdpSpec) -> (TcpStream, Message) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    s.connect_timeout(&server.into(), Duration::from_secs(10))
+        .unwrap();
+    let mut ctl: TcpStream = s.into();
+    ctl.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let ack = call(&mut ctl, &Message::Hello(Message::hello()));
+    assert!(matches!(ack, Message::HelloAck(_)), "{ack:?}");
+    let answer = call(
+        &mut ctl,
+        &Message::TestRequest {
+            test: TestSpec::Udp(spec),
+        },
+    );
+    (ctl, answer)
+}
+
+#[test]
+fn a_fast_stream_the_server_sends_past_its_sender_pool_is_refused_with_a_code() {
+    let (_srv, addr) = serve(&["-q", "--max-tests", "64", "--max-tests-per-client", "64"]);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = 64usize.min(2 * cores);
+    // 10,000 datagrams a second: past what the loops send.
+    let mut fast = UdpSpec::steady(1000, 100_000_000, 5_000);
+    fast.reverse = true;
+    let mut slow = spec();
+    slow.reverse = true;
+    let src = |i: u8| IpAddr::V4(Ipv4Addr::new(127, 6, 1, i));
+    // Each admitted fast stream holds its place from its acceptance.
+    let mut held: Vec<TcpStream> = (0..pool)
+        .map(|i| match ask(src(1 + i as u8), addr, fast.clone()) {
+            (ctl, Message::UdpAccept { .. }) => ctl,
+            (_, m) => panic!("fast stream {i} of {pool}: {m:?}"),
+        })
+        .collect();
+    match ask(src(100), addr, fast.clone()).1 {
+        Message::Error { code, message } => {
+            assert_eq!(code, proto::ErrorCode::LimitTests, "{message}");
+            assert!(
+                message.contains(&format!("max {pool} fast UDP senders")),
+                "{message}"
+            );
+        }
+        m => panic!("a fast stream past the pool of {pool}: {m:?}"),
+    }
+    // A slow one runs on the loop, pool or not.
+    assert!(matches!(
+        ask(src(101), addr, slow).1,
+        Message::UdpAccept { .. }
+    ));
+    // A place given back is taken again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ask(src(102), addr, fast.clone()).1 {
+            Message::UdpAccept { .. } => break,
+            Message::Error { code, .. } if code == proto::ErrorCode::LimitTests => {
+                assert!(Instant::now() < deadline, "the place was never given back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            m => panic!("{m:?}"),
+        }
+    }
+}
