@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::proto::{Message, ProtoError, SessionSummary};
-use crate::refusal::{AuthFailure, Limit, Refusal};
+use crate::refusal::{Limit, Refusal};
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload};
 use crate::udp::setup::{Probe, Setup};
 

@@ -337,7 +337,8 @@ fn a_goodbye_while_sending_waits_for_the_account() {
 fn the_client_leaving_at_any_step_closes_and_nothing_follows() {
     let t0 = Instant::now();
     // Steps of a session, as messages and datagrams.
-    let steps: Vec<Box<dyn Fn(&mut Outflow)>> = vec![
+    type Step<'a> = Box<dyn Fn(&mut Outflow) + 'a>;
+    let steps: Vec<Step> = vec![
         Box::new(|a| a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1)),
         Box::new(|a| a.on_datagram(&handshake(TOKEN), client(), 1)),
         Box::new(|a| a.on_message(ready(NONCE), t0, 1)),

@@ -4,9 +4,10 @@
 //! connections cost a descriptor and a few bytes, never a thread. A control
 //! connection (a hello) runs its conversation here too (`control.rs`), an
 //! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
-//! UDP stream the server receives (`udp_recv.rs`); only an admitted UDP
-//! stream the server sends or a TCP/SCTP request/response test moves to a
-//! worker thread, which holds a test slot. A data connection stays on the loop for its whole life
+//! UDP stream the server receives (`udp_recv.rs`) or sends (`udp_send.rs`,
+//! a fast one paced by a thread of the sender pool); only an admitted
+//! TCP/SCTP request/response test moves to a worker thread, which holds a
+//! test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
