@@ -64,6 +64,8 @@ const PROTOCOL: &[&str] = &[
     "html::layout",
     "html::merge",
     "udp::marks",
+    "udp::outflow",
+    "udp::setup",
     "udp::sum",
     "udp::pace",
     "udp::profile",

@@ -69,7 +69,11 @@ fn spec() -> UdpSpec {
 
 /// Opens stream `i` and takes it to its start.
 fn open(i: usize, server: SocketAddr) -> Stream {
-    let src = source(i);
+    open_from(source(i), i, server, spec())
+}
+
+/// Opens stream `i` of `spec` from `src` and takes it to its start.
+fn open_from(src: IpAddr, i: usize, server: SocketAddr, spec: UdpSpec) -> Stream {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     s.bind(&SocketAddr::new(src, 0).into()).unwrap();
     s.connect_timeout(&server.into(), Duration::from_secs(10))
@@ -79,7 +83,7 @@ fn open(i: usize, server: SocketAddr) -> Stream {
     ctl.set_nodelay(true).unwrap();
     let ack = call(&mut ctl, &Message::Hello(Message::hello()));
     assert!(matches!(ack, Message::HelloAck(_)), "stream {i}: {ack:?}");
-    let test = TestSpec::Udp(spec());
+    let test = TestSpec::Udp(spec);
     let (port, token) = match call(&mut ctl, &Message::TestRequest { test }) {
         Message::UdpAccept { port, token, .. } => (port, token),
         m => panic!("stream {i}: {m:?}"),
@@ -297,4 +301,204 @@ fn twelve_hundred_udp_streams_are_received_on_the_servers_loops_and_counted_exac
         String::from_utf8_lossy(&legit.stderr)
     );
     assert!(threads(pid) > 0, "the server is alive");
+}
+
+/// Streams the server sends (`-R`), and their sources (127.5.x.1).
+const SENT: usize = 300;
+
+/// Reads what the server says of stream `s` it sends, to its account
+/// (`udp_done`), then every datagram that arrived, and says goodbye: the
+/// datagrams the server says it sent, and the distinct intact ones
+/// received.
+fn receive(s: &mut Stream) -> (u64, u64) {
+    // The server sends nothing else on the way.
+    let sent = match proto::read_message(&mut s.ctl).unwrap() {
+        Message::UdpDone(rep) => rep.packets,
+        m => panic!("{m:?}"),
+    };
+    // The datagrams left before the account did, on loopback: they wait in
+    // the socket's buffer.
+    s.udp.set_nonblocking(true).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let mut b = [0u8; 2048];
+    while let Ok(n) = s.udp.recv(&mut b) {
+        let Ok(h) = Header::read(&b[..n]) else {
+            continue;
+        };
+        if h.flags == 0
+            && n == SIZE as usize
+            && netrig::udp::header::verify_payload(h.stream, h.seq, &b[HEADER_LEN..n]).is_ok()
+        {
+            seen.insert(h.seq);
+        }
+    }
+    match call(&mut s.ctl, &Message::Goodbye) {
+        Message::Summary(_) => {}
+        m => panic!("{m:?}"),
+    }
+    (sent, seen.len() as u64)
+}
+
+#[test]
+fn three_hundred_udp_streams_the_server_sends_run_on_its_loops_and_arrive_whole() {
+    let need = 2 * SENT as u64 + 512;
+    match netrig::net::raise_fd_limit() {
+        Ok(n) if n >= need => {}
+        r => {
+            eprintln!("skipped: {need} descriptors needed, the limit is {r:?}");
+            return;
+        }
+    }
+    let per_source = (SENT / SOURCES + 20).to_string();
+    let (srv, addr) = serve(&[
+        "-q",
+        "--max-tests",
+        &(SENT + 16).to_string(),
+        "--max-tests-per-client",
+        &per_source,
+        "--max-conns-per-client",
+        &per_source,
+        "--max-conns",
+        &(SENT + 256).to_string(),
+    ]);
+    let pid = srv.0.id();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Two loops per core, the main and signal threads (as above), and the
+    // sender pool, min(--max-tests, 2 x cores) (README: "Running a public
+    // server"), which only the legit fast -R below draws from.
+    let pool = (SENT + 16).min(2 * cores);
+    let bound = 2 * cores + 3 + pool;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                peak.fetch_max(threads(pid), SeqCst);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut reverse = spec();
+    reverse.reverse = true;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|w| {
+            let reverse = reverse.clone();
+            std::thread::spawn(move || {
+                let src = |i: usize| IpAddr::V4(Ipv4Addr::new(127, 5, 1 + (i % SOURCES) as u8, 1));
+                let mut ss: Vec<Stream> = (w..SENT)
+                    .step_by(THREADS)
+                    .map(|i| open_from(src(i), i, addr, reverse.clone()))
+                    .collect();
+                ss.iter_mut().map(receive).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    // Legit clients from another address (127.0.0.1) meanwhile: a fast
+    // -R (a pool thread's) and a --bidir.
+    let fast = netrig(&["udp", &addr.to_string(), "-R", "-b", "20M", "-t", "1", "-q"])
+        .output()
+        .unwrap();
+    let bidir = netrig(&["udp", &addr.to_string(), "--bidir", "-t", "1", "-q"])
+        .output()
+        .unwrap();
+    let mut told = Vec::new();
+    for h in workers {
+        told.extend(h.join().unwrap());
+    }
+    done.store(true, SeqCst);
+    sampler.join().unwrap();
+    let peak = peak.load(SeqCst);
+    eprintln!("{SENT} streams the server sends: peak {peak} server threads (bound {bound})");
+    assert_eq!(told.len(), SENT);
+    let inexact: Vec<_> = told.iter().filter(|t| **t != (ROUNDS, ROUNDS)).collect();
+    assert!(
+        inexact.is_empty(),
+        "{} streams not whole (sent, received), e.g. {:?}",
+        inexact.len(),
+        inexact.first()
+    );
+    assert!(
+        peak <= bound,
+        "the server ran {peak} threads for {SENT} UDP streams it sends (bound {bound})"
+    );
+    for (what, o) in [("udp -R -b 20M", &fast), ("udp --bidir", &bidir)] {
+        assert!(
+            o.status.success(),
+            "a legit {what} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(threads(pid) > 0, "the server is alive");
+}
+
+/// Asks for a UDP test from `src` and returns the connection and the answer.
+fn ask(src: IpAddr, server: SocketAddr, spec: UdpSpec) -> (TcpStream, Message) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    s.connect_timeout(&server.into(), Duration::from_secs(10))
+        .unwrap();
+    let mut ctl: TcpStream = s.into();
+    ctl.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let ack = call(&mut ctl, &Message::Hello(Message::hello()));
+    assert!(matches!(ack, Message::HelloAck(_)), "{ack:?}");
+    let answer = call(
+        &mut ctl,
+        &Message::TestRequest {
+            test: TestSpec::Udp(spec),
+        },
+    );
+    (ctl, answer)
+}
+
+#[test]
+fn a_fast_stream_the_server_sends_past_its_sender_pool_is_refused_with_a_code() {
+    let (_srv, addr) = serve(&["-q", "--max-tests", "64", "--max-tests-per-client", "64"]);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = 64usize.min(2 * cores);
+    // 10,000 datagrams a second: past what the loops send.
+    let mut fast = UdpSpec::steady(1000, 100_000_000, 5_000);
+    fast.reverse = true;
+    let mut slow = spec();
+    slow.reverse = true;
+    let src = |i: u8| IpAddr::V4(Ipv4Addr::new(127, 6, 1, i));
+    // Each admitted fast stream holds its place from its acceptance.
+    let mut held: Vec<TcpStream> = (0..pool)
+        .map(|i| match ask(src(1 + i as u8), addr, fast.clone()) {
+            (ctl, Message::UdpAccept { .. }) => ctl,
+            (_, m) => panic!("fast stream {i} of {pool}: {m:?}"),
+        })
+        .collect();
+    match ask(src(100), addr, fast.clone()).1 {
+        Message::Error { code, message } => {
+            assert_eq!(code, proto::ErrorCode::LimitTests, "{message}");
+            assert!(
+                message.contains(&format!("max {pool} fast UDP senders")),
+                "{message}"
+            );
+        }
+        m => panic!("a fast stream past the pool of {pool}: {m:?}"),
+    }
+    // A slow one runs on the loop, pool or not.
+    assert!(matches!(
+        ask(src(101), addr, slow).1,
+        Message::UdpAccept { .. }
+    ));
+    // A place given back is taken again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ask(src(102), addr, fast.clone()).1 {
+            Message::UdpAccept { .. } => break,
+            Message::Error {
+                code: proto::ErrorCode::LimitTests,
+                ..
+            } => {
+                assert!(Instant::now() < deadline, "the place was never given back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            m => panic!("{m:?}"),
+        }
+    }
 }

@@ -19,14 +19,11 @@ use uuid::Uuid;
 
 use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::proto::{Message, ProtoError, SessionSummary};
-use crate::refusal::{AuthFailure, Limit, Refusal};
+use crate::refusal::{Limit, Refusal};
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload};
+use crate::udp::setup::{Probe, Setup};
 
-/// How long the server waits for the client's handshake datagram once the
-/// client says it is sending them.
-pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(3);
-/// Copies of the probe datagram, against loss.
-pub const PROBES: usize = 3;
+pub use crate::udp::setup::{HANDSHAKE_WAIT, PROBES};
 
 /// What a session was admitted with.
 #[derive(Debug, Clone)]
@@ -88,11 +85,8 @@ pub struct Answerer {
     phase: Phase,
     setup_ends: Instant,
     ends: Instant,
-    /// Where the first handshake datagram with the token came from, before
-    /// the client said it was sending them.
-    heard: Option<SocketAddr>,
-    /// Told the handshake datagrams leave: until when one is waited for.
-    awaiting: Option<Instant>,
+    /// The handshake, probes and nonce.
+    setup: Setup,
     /// Whether requests are still answered (not after a stop, a send limit,
     /// or the last announced request).
     answering: bool,
@@ -120,8 +114,7 @@ impl Answerer {
             phase: Phase::Setup,
             setup_ends,
             ends,
-            heard: None,
-            awaiting: None,
+            setup: Setup::new(t.token, t.nonce),
             answering: t.iterations > 0,
             seen: SeqWindow::default(),
             place: 0,
@@ -172,10 +165,7 @@ impl Answerer {
         match self.phase {
             Phase::Over => None,
             Phase::Running(_) => Some(self.ends),
-            Phase::Setup | Phase::Proven(_) => Some(
-                self.awaiting
-                    .map_or(self.setup_ends, |a| a.min(self.setup_ends)),
-            ),
+            Phase::Setup | Phase::Proven(_) => Some(self.setup.deadline(self.setup_ends)),
         }
     }
 
@@ -186,7 +176,7 @@ impl Answerer {
             Phase::Running(_) if now >= self.ends => self.duration_reached(),
             Phase::Running(_) => {}
             Phase::Setup | Phase::Proven(_) => {
-                if self.awaiting.is_some_and(|a| now >= a) {
+                if self.setup.handshake_missed(now) {
                     self.refuse(Refusal::NoHandshake(HANDSHAKE_WAIT));
                 } else if now >= self.setup_ends {
                     match self.setup_ends < self.ends {
@@ -237,21 +227,18 @@ impl Answerer {
                     t3: real_ns,
                 },
             ),
-            (Phase::Setup, Message::UdpHandshake { token })
-                if token == self.t.token && self.awaiting.is_none() =>
-            {
-                match self.heard {
-                    Some(from) => self.prove(from, real_ns),
-                    None => self.awaiting = Some(now + HANDSHAKE_WAIT),
+            (Phase::Setup, Message::UdpHandshake { token }) if self.setup.expects(token) => {
+                if let Some(p) = self.setup.on_handshake_message(now, real_ns) {
+                    self.prove(p);
                 }
             }
             (Phase::Setup | Phase::Proven(_), Message::UdpReady { nonce, .. }) => {
-                match self.phase {
-                    Phase::Proven(peer) if nonce == self.t.nonce => {
+                match self.setup.ready(nonce) {
+                    Ok(peer) => {
                         self.phase = Phase::Running(peer);
                         send(self, Message::UdpGo);
                     }
-                    _ => self.refuse(AuthFailure::ProbeNonce.into()),
+                    Err(why) => self.refuse(why),
                 }
             }
             // The client's own account of what it sent: nothing to do.
@@ -273,21 +260,11 @@ impl Answerer {
         }
     }
 
-    fn prove(&mut self, from: SocketAddr, real_ns: u64) {
-        self.awaiting = None;
-        self.phase = Phase::Proven(from);
-        self.actions.push_back(Action::Connect(from));
-        let mut probe = [0u8; HEADER_LEN];
-        Header {
-            flags: FLAG_HANDSHAKE,
-            stream: 0,
-            seq: self.t.nonce,
-            send_ns: real_ns,
-            payload_len: 0,
-        }
-        .write(&mut probe);
+    fn prove(&mut self, p: Probe) {
+        self.phase = Phase::Proven(p.to);
+        self.actions.push_back(Action::Connect(p.to));
         for _ in 0..PROBES {
-            self.actions.push_back(Action::Datagram(probe));
+            self.actions.push_back(Action::Datagram(p.datagram));
         }
         self.actions
             .push_back(Action::Send(Box::new(Message::UdpProbed)));
@@ -300,13 +277,10 @@ impl Answerer {
     pub fn on_datagram(&mut self, d: &[u8], from: SocketAddr, real_ns: u64) -> Option<&[u8]> {
         let h = Header::read(d).ok()?;
         if h.flags & FLAG_HANDSHAKE != 0 {
-            if self.phase == Phase::Setup && h.seq == self.t.token {
-                match self.awaiting {
-                    Some(_) => self.prove(from, real_ns),
-                    None => {
-                        self.heard.get_or_insert(from);
-                    }
-                }
+            if self.phase == Phase::Setup
+                && let Some(p) = self.setup.on_datagram(d, from, real_ns)
+            {
+                self.prove(p);
             }
             return None;
         }

@@ -4,6 +4,7 @@
 //! leaving at every step.
 
 use super::*;
+use crate::refusal::AuthFailure;
 use crate::rr::echo::read_reply_words;
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};

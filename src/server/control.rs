@@ -77,14 +77,14 @@ pub(super) enum Test {
     RrUdp(RrSpec),
     /// A UDP stream the client sends: received on the loop (`udp_recv.rs`).
     UdpRecv(Box<UdpSpec>, Option<DatagramKey>),
+    /// A UDP stream the server sends (`-R`): on the loop (`udp_send.rs`).
+    UdpSend(Outbound, Option<DatagramKey>),
     /// A test on a worker thread of its own.
     Worker(WorkerTest),
 }
 
 /// The tests that run on a worker thread.
 pub(super) enum WorkerTest {
-    /// A UDP stream the server sends (`-R`).
-    UdpSend(Outbound, Option<DatagramKey>),
     /// rr/crr over TCP, rr over SCTP.
     Rr(StreamRr),
 }
@@ -424,7 +424,6 @@ pub(super) fn run_job(
     let _ = crate::net::keepalive(stream);
     let limits = st.cfg.limits;
     let kind = match &test {
-        WorkerTest::UdpSend(..) => Kind::Udp,
         WorkerTest::Rr(rr) => Kind::rr(rr.spec().proto),
     };
     st.metrics.started(kind);
@@ -437,9 +436,6 @@ pub(super) fn run_job(
         log::event(LogFormat::Json, "session_start", format_args!(""), client);
     }
     let (moved, ran) = match test {
-        WorkerTest::UdpSend(spec, key) => {
-            crate::udp::serve::serve(stream, peer, spec, verbosity, limits, key)
-        }
         WorkerTest::Rr(rr) => {
             let idle = st.cfg.idle_timeout;
             crate::rr::serve::serve(stream, peer, rr, verbosity, idle, limits)

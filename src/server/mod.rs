@@ -37,6 +37,7 @@ pub(crate) mod scrape;
 mod sources;
 mod tcp;
 mod udp_recv;
+mod udp_send;
 
 use limits::take_slot;
 pub use limits::{GRACE, Limits};
@@ -107,6 +108,8 @@ pub(crate) struct State {
     finished: AtomicU64,
     stop: Arc<AtomicBool>,
     tests: AtomicU64,
+    /// Threads of the sender pool in use (`udp_send.rs`).
+    senders: Arc<std::sync::atomic::AtomicUsize>,
     /// Connections per client address and prefix, identified or not.
     per_client: PerSource,
     tests_per_client: PerSource,
@@ -180,6 +183,7 @@ impl Server {
             finished: AtomicU64::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             tests: AtomicU64::new(0),
+            senders: Arc::default(),
             per_client: PerSource::default(),
             tests_per_client: PerSource::default(),
             streams_per_client: PerSource::default(),
@@ -580,9 +584,10 @@ fn admit_test(
             if let Err(why) = crate::udp::serve::check(&spec, limits, datagram_key) {
                 return Admission::Refused(why);
             }
-            // Received on the loop; sent (-R) by a worker.
+            // Received and sent (-R) on the loop (sent by a pool thread
+            // if fast).
             Admission::Worker(match crate::udp::serve::Outbound::new(Box::new(spec)) {
-                Ok(out) => control::Test::Worker(control::WorkerTest::UdpSend(out, datagram_key)),
+                Ok(out) => control::Test::UdpSend(out, datagram_key),
                 Err(spec) => control::Test::UdpRecv(spec, datagram_key),
             })
         }

@@ -19,17 +19,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use super::header::HEADER_LEN;
 use super::reception::{ReceiverConfig, ReceiverSink, Reception};
+use super::setup::{Probe, Setup};
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::proto::{Message, ProtoError, SessionSummary, udp_result_frames};
 use crate::refusal::{AuthFailure, Limit, Refusal};
 
-/// How long the server waits for the client's handshake datagram once the
-/// client says it is sending them.
-pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(3);
-/// Copies of the probe datagram, against loss.
-pub const PROBES: usize = 3;
+pub use super::setup::{HANDSHAKE_WAIT, PROBES};
 
 /// What a session was admitted with.
 #[derive(Debug, Clone)]
@@ -97,11 +94,8 @@ pub struct Intake {
     phase: Phase,
     setup_ends: Instant,
     ends: Instant,
-    /// Where the first handshake datagram with the token came from, before
-    /// the client said it was sending them.
-    heard: Option<SocketAddr>,
-    /// Told the handshake datagrams leave: until when one is waited for.
-    awaiting: Option<Instant>,
+    /// The handshake, probes and nonce.
+    setup: Setup,
     /// Until the stream starts: the receiver's settings (its clock offset
     /// comes with the start) and its empty accounts.
     ready: Option<(ReceiverConfig, ReceiverStats)>,
@@ -149,8 +143,7 @@ impl Intake {
             phase: Phase::Setup,
             setup_ends,
             ends,
-            heard: None,
-            awaiting: None,
+            setup: Setup::new(t.token, t.nonce),
             ready: Some((cfg, stats)),
             rx: None,
             reported: None,
@@ -210,10 +203,7 @@ impl Intake {
                 let at = [Some(self.ends), tick, self.drain_until];
                 at.into_iter().flatten().min()
             }
-            Phase::Setup | Phase::Proven(_) => Some(
-                self.awaiting
-                    .map_or(self.setup_ends, |a| a.min(self.setup_ends)),
-            ),
+            Phase::Setup | Phase::Proven(_) => Some(self.setup.deadline(self.setup_ends)),
         }
     }
 
@@ -236,7 +226,7 @@ impl Intake {
                 }
             }
             Phase::Setup | Phase::Proven(_) => {
-                if self.awaiting.is_some_and(|a| now >= a) {
+                if self.setup.handshake_missed(now) {
                     self.refuse(Refusal::NoHandshake(HANDSHAKE_WAIT));
                 } else if now >= self.setup_ends {
                     match self.setup_ends < self.ends {
@@ -323,17 +313,14 @@ impl Intake {
                     t3: real_ns,
                 },
             ),
-            (Phase::Setup, Message::UdpHandshake { token })
-                if token == self.t.token && self.awaiting.is_none() =>
-            {
-                match self.heard {
-                    Some(from) => self.prove(from, real_ns),
-                    None => self.awaiting = Some(now + HANDSHAKE_WAIT),
+            (Phase::Setup, Message::UdpHandshake { token }) if self.setup.expects(token) => {
+                if let Some(p) = self.setup.on_handshake_message(now, real_ns) {
+                    self.prove(p);
                 }
             }
             (Phase::Setup | Phase::Proven(_), Message::UdpReady { nonce, offset_ns }) => {
-                match (self.phase, self.ready.take()) {
-                    (Phase::Proven(peer), Some((mut cfg, stats))) if nonce == self.t.nonce => {
+                match (self.setup.ready(nonce), self.ready.take()) {
+                    (Ok(peer), Some((mut cfg, stats))) => {
                         // Intervals and the drain count from here, taken
                         // before the client may start sending.
                         self.phase = Phase::Running(peer, now);
@@ -345,7 +332,8 @@ impl Intake {
                             self.report(now);
                         }
                     }
-                    _ => self.refuse(AuthFailure::ProbeNonce.into()),
+                    (Err(why), _) => self.refuse(why),
+                    (Ok(_), None) => self.refuse(AuthFailure::ProbeNonce.into()),
                 }
             }
             (_, Message::UdpDone(rep)) => {
@@ -377,21 +365,11 @@ impl Intake {
         }
     }
 
-    fn prove(&mut self, from: SocketAddr, real_ns: u64) {
-        self.awaiting = None;
-        self.phase = Phase::Proven(from);
-        self.actions.push_back(Action::Connect(from));
-        let mut probe = [0u8; HEADER_LEN];
-        Header {
-            flags: FLAG_HANDSHAKE,
-            stream: 0,
-            seq: self.t.nonce,
-            send_ns: real_ns,
-            payload_len: 0,
-        }
-        .write(&mut probe);
+    fn prove(&mut self, p: Probe) {
+        self.phase = Phase::Proven(p.to);
+        self.actions.push_back(Action::Connect(p.to));
         for _ in 0..PROBES {
-            self.actions.push_back(Action::Datagram(probe));
+            self.actions.push_back(Action::Datagram(p.datagram));
         }
         self.actions
             .push_back(Action::Send(Box::new(Message::UdpProbed)));
@@ -402,16 +380,8 @@ impl Intake {
     pub fn on_datagram(&mut self, d: &[u8], from: SocketAddr, at: Arrived) {
         match self.phase {
             Phase::Setup => {
-                if let Ok(h) = Header::read(d)
-                    && h.flags & FLAG_HANDSHAKE != 0
-                    && h.seq == self.t.token
-                {
-                    match self.awaiting {
-                        Some(_) => self.prove(from, at.batch_ns),
-                        None => {
-                            self.heard.get_or_insert(from);
-                        }
-                    }
+                if let Some(p) = self.setup.on_datagram(d, from, at.batch_ns) {
+                    self.prove(p);
                 }
             }
             Phase::Running(peer, epoch) if from == peer => {

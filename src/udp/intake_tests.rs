@@ -5,7 +5,7 @@
 //! receiver's counts.
 
 use super::*;
-use crate::udp::header::fill_payload;
+use crate::udp::header::{FLAG_HANDSHAKE, Header, fill_payload};
 use crate::udp::sent::SenderReport;
 use crate::udp::track::UdpTotals;
 use proptest::prelude::*;

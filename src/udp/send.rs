@@ -362,160 +362,266 @@ fn send_batch(
     }
 }
 
-/// Runs the sender until the duration ends or `stop` is set.
-pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> SenderReport {
-    let stride = cfg
-        .profile
-        .as_ref()
-        .map_or(cfg.size, |p| p.max_size() as usize)
-        .max(HEADER_LEN);
-    let mut gso = cfg.offload;
-    let mut groups = Vec::new();
-    let most = per_wake(stride, gso);
-    let mut buf = vec![0u8; stride * most];
-    let mut plan = SendPlan::new(cfg);
-    let mut batch = Vec::with_capacity(most);
-    let mut lens = Vec::with_capacity(most);
-    let mut late = Histogram::<u64>::new(3).expect("3 significant digits is valid");
-    let mut rep = SenderReport::default();
-    let mut gap_err_sum = 0f64;
-    let mut gap_err_n = 0u64;
-    let mut last: Option<(u64, u64)> = None; // (actual, scheduled) of the previous departure
-    // A profile ends the stream when it ends, but never after the duration.
-    let duration_ns = u64::try_from(cfg.duration.as_nanos()).unwrap_or(u64::MAX);
-    let end_ns = cfg
-        .profile
-        .as_ref()
-        .map_or(duration_ns, |p| p.duration_ns().min(duration_ns));
-    let _slack = TimerSlack::tight();
-    let start = mono_ns();
-    let mut first_ns = None;
-    let mut last_ns = 0;
-    let mut last_gap_ns = cfg.gap_ps as f64 / 1000.0;
-    loop {
-        if stop.load(SeqCst) {
-            break;
+/// What a sender's owner lets a batch do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// It leaves now.
+    Go,
+    /// Not yet (a rate limit): the same batch is offered again next time.
+    Hold,
+    /// Never: the sender stops.
+    Halt,
+}
+
+/// A sender's schedule, buffers and accounts, without its waiting: the
+/// blocking sender ([`run_sender`]) sleeps or spins to each departure, an
+/// event loop sets a timer for it. Times are ns from the stream's start.
+pub struct Departures {
+    cfg: SenderConfig,
+    stride: usize,
+    gso: bool,
+    groups: Vec<super::gro::Group>,
+    buf: Vec<u8>,
+    plan: SendPlan,
+    /// The batch taken from the plan and not yet sent (kept while held).
+    batch: Vec<(u64, usize)>,
+    /// When the batch was taken.
+    taken_at: u64,
+    lens: Vec<usize>,
+    late: Histogram<u64>,
+    rep: SenderReport,
+    gap_err_sum: f64,
+    gap_err_n: u64,
+    /// (actual, scheduled) of the previous departure.
+    last: Option<(u64, u64)>,
+    end_ns: u64,
+    first_ns: Option<u64>,
+    last_ns: u64,
+    last_gap_ns: f64,
+}
+
+impl Departures {
+    /// A sender for `cfg`, nothing sent yet.
+    pub fn new(cfg: SenderConfig) -> Departures {
+        let stride = cfg
+            .profile
+            .as_ref()
+            .map_or(cfg.size, |p| p.max_size() as usize)
+            .max(HEADER_LEN);
+        let gso = cfg.offload;
+        let most = per_wake(stride, gso);
+        // A profile ends the stream when it ends, but never after the duration.
+        let duration_ns = u64::try_from(cfg.duration.as_nanos()).unwrap_or(u64::MAX);
+        let end_ns = cfg
+            .profile
+            .as_ref()
+            .map_or(duration_ns, |p| p.duration_ns().min(duration_ns));
+        Departures {
+            stride,
+            gso,
+            groups: Vec::new(),
+            buf: vec![0u8; stride * most],
+            plan: SendPlan::new(&cfg),
+            batch: Vec::with_capacity(most),
+            taken_at: 0,
+            lens: Vec::with_capacity(most),
+            late: Histogram::<u64>::new(3).expect("3 significant digits is valid"),
+            rep: SenderReport::default(),
+            gap_err_sum: 0.0,
+            gap_err_n: 0,
+            last: None,
+            end_ns,
+            first_ns: None,
+            last_ns: 0,
+            last_gap_ns: cfg.gap_ps as f64 / 1000.0,
+            cfg,
         }
-        let due = plan.next_due();
-        if due >= end_ns {
-            break;
+    }
+
+    /// When the next datagram is due, or None once the schedule is over.
+    pub fn next_due(&self) -> Option<u64> {
+        if !self.batch.is_empty() {
+            return Some(self.taken_at);
         }
-        // A far departure is waited for in slices, so a stop ends the wait.
-        if due > (mono_ns() - start).saturating_add(SLICE_NS) {
-            std::thread::sleep(crate::guard::SLICE);
-            continue;
+        let due = self.plan.next_due();
+        (due < self.end_ns).then_some(due)
+    }
+
+    /// Sends, at `now`, up to a wake-up's worth of the datagrams due, as
+    /// `gate` allows their bytes: false if it halted the sender.
+    pub fn send_due(&mut self, sock: &UdpSocket, now: u64, gate: impl FnOnce(u64) -> Gate) -> bool {
+        if self.batch.is_empty() {
+            // After a stall across the end, send only what was due before the end.
+            let most = per_wake(self.stride, self.gso);
+            let at = now.min(self.end_ns.saturating_sub(1));
+            // Under hybrid pacing, what is due within GROUP_NS leaves now, so a
+            // fast stream wakes once per group instead of once per datagram.
+            let ahead = match self.cfg.pacing {
+                Pacing::Hybrid => GROUP_NS.min(self.end_ns - at),
+                _ => 0,
+            };
+            self.plan.take_due(at, ahead, most, &mut self.batch);
+            if self.batch.is_empty() {
+                return true;
+            }
+            self.taken_at = now;
+            let stride = self.stride;
+            for (k, &(_, size)) in self.batch.iter().enumerate() {
+                let seq = self.rep.packets + k as u64;
+                fill_payload(
+                    self.cfg.stream,
+                    seq,
+                    &mut self.buf[k * stride + HEADER_LEN..k * stride + size],
+                );
+            }
         }
-        wait_until(start, due, cfg.pacing);
-        let now = mono_ns() - start;
-        // After a stall across the end, send only what was due before the end.
-        // Under hybrid pacing, what is due within GROUP_NS leaves now, so a
-        // fast stream wakes once per group instead of once per datagram.
-        let ahead = if cfg.pacing == Pacing::Hybrid {
-            GROUP_NS.min(end_ns - now.min(end_ns - 1))
-        } else {
-            0
-        };
-        plan.take_due(
-            now.min(end_ns - 1),
-            ahead,
-            per_wake(stride, gso),
-            &mut batch,
-        );
-        if batch.is_empty() {
-            continue;
-        }
-        for (k, &(_, size)) in batch.iter().enumerate() {
-            let seq = rep.packets + k as u64;
-            fill_payload(
-                cfg.stream,
-                seq,
-                &mut buf[k * stride + HEADER_LEN..k * stride + size],
-            );
-        }
+        let stride = self.stride;
         // Stamped once the payloads are written, so the stamp is as close
         // to the kernel's hand-over as a stamp written into the datagram
         // can be: every datagram of the batch (each segment of a GSO
         // super-buffer too) carries the time its batch went to the kernel.
         let ts = realtime_ns();
-        lens.clear();
-        for (k, &(_, size)) in batch.iter().enumerate() {
-            let d = &mut buf[k * stride..k * stride + size];
+        self.lens.clear();
+        for (k, &(_, size)) in self.batch.iter().enumerate() {
+            let d = &mut self.buf[k * stride..k * stride + size];
             // Sequence numbers count datagrams actually sent, so nothing unsent looks lost.
-            let seq = rep.packets + k as u64;
+            let seq = self.rep.packets + k as u64;
             Header {
                 flags: 0,
-                stream: cfg.stream,
+                stream: self.cfg.stream,
                 seq,
                 send_ns: ts,
                 payload_len: (size - HEADER_LEN) as u32,
             }
             .write(d);
-            if let Some(k) = &cfg.tag_key {
+            if let Some(k) = &self.cfg.tag_key {
                 crate::auth::sign_datagram(k, d);
             }
-            lens.push(size);
+            self.lens.push(size);
         }
-        if let Some(g) = &cfg.guard
-            && g.admit(lens.iter().sum::<usize>() as u64).is_err()
-        {
-            break;
+        match gate(self.lens.iter().sum::<usize>() as u64) {
+            Gate::Go => {}
+            Gate::Hold => return true,
+            Gate::Halt => {
+                self.batch.clear();
+                return false;
+            }
         }
-        let sent = match send_batch(sock, &mut buf, stride, &lens, &mut gso, &mut groups) {
+        let (buf, lens) = (&mut self.buf, &self.lens);
+        let sent = match send_batch(sock, buf, stride, lens, &mut self.gso, &mut self.groups) {
             Ok(k) => k,
             Err(_) => {
-                rep.send_errors += 1;
+                self.rep.send_errors += 1;
                 0
             }
         };
-        if cfg.interval_ns > 0 && sent > 0 {
-            let k = (now / cfg.interval_ns) as usize;
+        let interval_ns = self.cfg.interval_ns;
+        if interval_ns > 0 && sent > 0 {
+            let k = (now / interval_ns) as usize;
             if k < MAX_SENT_INTERVALS {
-                if rep.sent_intervals.len() <= k {
-                    rep.sent_intervals.resize(k + 1, 0);
+                if self.rep.sent_intervals.len() <= k {
+                    self.rep.sent_intervals.resize(k + 1, 0);
                 }
-                rep.sent_intervals[k] += lens[..sent].iter().sum::<usize>() as u64;
+                self.rep.sent_intervals[k] += self.lens[..sent].iter().sum::<usize>() as u64;
             }
         }
-        for &(sched_at, size) in &batch[..sent] {
-            let _ = late.record(now.saturating_sub(sched_at).max(1));
-            if let Some((prev_actual, prev_sched)) = last {
+        for &(sched_at, size) in &self.batch[..sent] {
+            let _ = self.late.record(now.saturating_sub(sched_at).max(1));
+            if let Some((prev_actual, prev_sched)) = self.last {
                 let gap = sched_at.saturating_sub(prev_sched) as f64;
-                gap_err_sum += ((now - prev_actual) as f64 - gap).abs();
-                gap_err_n += 1;
-                last_gap_ns = gap;
+                self.gap_err_sum += (now.saturating_sub(prev_actual) as f64 - gap).abs();
+                self.gap_err_n += 1;
+                self.last_gap_ns = gap;
             }
-            last = Some((now, sched_at));
-            rep.bytes += size as u64;
+            self.last = Some((now, sched_at));
+            self.rep.bytes += size as u64;
         }
         if sent > 0 {
-            first_ns.get_or_insert(now);
-            last_ns = now;
+            self.first_ns.get_or_insert(now);
+            self.last_ns = now;
         }
-        rep.packets += sent as u64;
+        self.rep.packets += sent as u64;
+        self.batch.clear();
+        true
     }
-    rep.slips = plan.slips();
-    let stopped_ns = (mono_ns() - start).min(end_ns);
-    rep.asked_bytes = plan.asked_bytes(cfg, stopped_ns);
-    if stopped_ns > 0 {
-        rep.asked_bps = rep.asked_bytes as f64 * 8e9 / stopped_ns as f64;
+
+    /// Bytes and failed sends so far.
+    pub fn moved(&self) -> (u64, u64) {
+        (self.rep.bytes, self.rep.send_errors)
     }
-    rep.sender_limited = sender_limited(rep.bytes, rep.asked_bytes);
-    if cfg.interval_ns > 0 && (stopped_ns / cfg.interval_ns) as usize >= MAX_SENT_INTERVALS {
-        rep.sent_intervals.clear();
-    } else {
-        rep.interval_ms = cfg.interval_ns / 1_000_000;
+
+    /// The sender's account, sending having stopped at `elapsed` ns.
+    pub fn finish(self, elapsed: u64) -> SenderReport {
+        let Departures {
+            cfg,
+            plan,
+            late,
+            mut rep,
+            gap_err_sum,
+            gap_err_n,
+            end_ns,
+            first_ns,
+            last_ns,
+            last_gap_ns,
+            ..
+        } = self;
+        rep.slips = plan.slips();
+        let stopped_ns = elapsed.min(end_ns);
+        rep.asked_bytes = plan.asked_bytes(&cfg, stopped_ns);
+        if stopped_ns > 0 {
+            rep.asked_bps = rep.asked_bytes as f64 * 8e9 / stopped_ns as f64;
+        }
+        rep.sender_limited = sender_limited(rep.bytes, rep.asked_bytes);
+        if cfg.interval_ns > 0 && (stopped_ns / cfg.interval_ns) as usize >= MAX_SENT_INTERVALS {
+            rep.sent_intervals.clear();
+        } else {
+            rep.interval_ms = cfg.interval_ns / 1_000_000;
+        }
+        rep.duration_secs =
+            first_ns.map_or(0.0, |f| (last_ns - f) as f64 / 1e9 + last_gap_ns / 1e9);
+        if rep.duration_secs > 0.0 {
+            rep.achieved_bps = rep.bytes as f64 * 8.0 / rep.duration_secs;
+        }
+        if !late.is_empty() {
+            rep.late_p50_us = late.value_at_percentile(50.0) as f64 / 1e3;
+            rep.late_p99_us = late.value_at_percentile(99.0) as f64 / 1e3;
+            rep.late_max_us = late.max() as f64 / 1e3;
+        }
+        if gap_err_n > 0 {
+            rep.gap_error_mean_us = gap_err_sum / gap_err_n as f64 / 1e3;
+        }
+        rep
     }
-    rep.duration_secs = first_ns.map_or(0.0, |f| (last_ns - f) as f64 / 1e9 + last_gap_ns / 1e9);
-    if rep.duration_secs > 0.0 {
-        rep.achieved_bps = rep.bytes as f64 * 8.0 / rep.duration_secs;
+}
+
+/// Runs the sender until the duration ends or `stop` is set.
+pub fn run_sender(sock: &UdpSocket, cfg: &SenderConfig, stop: &AtomicBool) -> SenderReport {
+    let guard = cfg.guard.clone();
+    let pacing = cfg.pacing;
+    let mut d = Departures::new(cfg.clone());
+    let _slack = TimerSlack::tight();
+    let start = mono_ns();
+    loop {
+        if stop.load(SeqCst) {
+            break;
+        }
+        let Some(due) = d.next_due() else {
+            break;
+        };
+        // A far departure is waited for in slices, so a stop ends the wait.
+        if due > (mono_ns() - start).saturating_add(SLICE_NS) {
+            std::thread::sleep(crate::guard::SLICE);
+            continue;
+        }
+        wait_until(start, due, pacing);
+        let now = mono_ns() - start;
+        let gate = |n| match &guard {
+            Some(g) if g.admit(n).is_err() => Gate::Halt,
+            _ => Gate::Go,
+        };
+        if !d.send_due(sock, now, gate) {
+            break;
+        }
     }
-    if !late.is_empty() {
-        rep.late_p50_us = late.value_at_percentile(50.0) as f64 / 1e3;
-        rep.late_p99_us = late.value_at_percentile(99.0) as f64 / 1e3;
-        rep.late_max_us = late.max() as f64 / 1e3;
-    }
-    if gap_err_n > 0 {
-        rep.gap_error_mean_us = gap_err_sum / gap_err_n as f64 / 1e3;
-    }
-    rep
+    d.finish(mono_ns() - start)
 }

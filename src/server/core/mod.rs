@@ -4,9 +4,10 @@
 //! connections cost a descriptor and a few bytes, never a thread. A control
 //! connection (a hello) runs its conversation here too (`control.rs`), an
 //! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
-//! UDP stream the server receives (`udp_recv.rs`); only an admitted UDP
-//! stream the server sends or a TCP/SCTP request/response test moves to a
-//! worker thread, which holds a test slot. A data connection stays on the loop for its whole life
+//! UDP stream the server receives (`udp_recv.rs`) or sends (`udp_send.rs`,
+//! a fast one paced by a thread of the sender pool); only an admitted
+//! TCP/SCTP request/response test moves to a worker thread, which holds a
+//! test slot. A data connection stays on the loop for its whole life
 //! as a [`Conn`] state machine, within its session's send limits, and ends
 //! with the result both ends agree on.
 //!
@@ -34,6 +35,7 @@ use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
 use super::udp_recv::UdpRecv;
+use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
@@ -139,6 +141,8 @@ enum Stage<'a> {
     RrUdp(Box<RrUdp<'a>>),
     /// A UDP stream the client sends: its control connection and its socket.
     UdpRecv(Box<UdpRecv<'a>>),
+    /// A UDP stream the server sends: its control connection and its socket.
+    UdpSend(Box<UdpSend<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -735,6 +739,28 @@ impl<'a> Loop<'a> {
                                 };
                             }
                             Job {
+                                test: Test::UdpSend(out, key),
+                                slots,
+                            } => {
+                                let token = Token(k | UDP_TOKEN);
+                                let reg = self.poll.registry();
+                                let peer = slot.peer;
+                                let s = UdpSend::start(
+                                    st,
+                                    peer,
+                                    &slot.stream,
+                                    (out.spec(), key),
+                                    slots,
+                                    reg,
+                                    token,
+                                    now,
+                                );
+                                slot.stage = match s {
+                                    Ok(s) => Stage::UdpSend(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            Job {
                                 test: Test::Worker(test),
                                 slots,
                             } => return Next::Run(Box::new(Job { test, slots })),
@@ -744,6 +770,13 @@ impl<'a> Loop<'a> {
                 Stage::UdpRecv(s) => {
                     let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
                     // Dropping the session gives its slots back.
+                    match self.settle(t, k) {
+                        Ok(next) => return next,
+                        Err(out) => slot.stage = Stage::Refuse(out),
+                    }
+                }
+                Stage::UdpSend(s) => {
+                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
                     match self.settle(t, k) {
                         Ok(next) => return next,
                         Err(out) => slot.stage = Stage::Refuse(out),

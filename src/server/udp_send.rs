@@ -1,0 +1,566 @@
+//! A UDP stream the server sends (`udp -R`, the server's half of `--bidir`)
+//! on the server's event loops: an admitted session's socket joins the loop
+//! that holds its control connection, and the [`Outflow`] machine is fed
+//! from both there. Its datagrams leave one of two ways:
+//!
+//! - at most [`LOOP_MAX_PPS`] datagrams a second (most tests: a probe
+//!   stream, a voice or video call, a few Mbit/s): on the loop's timers,
+//!   each wake-up sending what is due ([`Departures`]), so such a stream
+//!   costs a descriptor pair and its buffers, never a thread;
+//! - faster: on a thread of the sender pool, which paces it as the
+//!   client's own sender does. The pool holds at most [`pool_size`]
+//!   threads, `min(--max-tests, 2 × cores)`: a paced sender at a high rate
+//!   is where owning a core is the point, and there are no more cores to
+//!   own. A fast stream admitted while the pool is full is refused with
+//!   `limit_tests` (`Limit::Senders`) before anything is set up; a thread
+//!   is started only when the client's go comes.
+//!
+//! A pool sender's end is looked for on the session's timer (at the
+//! stream's end, then every [`POOL_LOOK`]), not signalled, which keeps the
+//! loop free of per-session wake-up descriptors.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use uuid::Uuid;
+
+use super::control::TestSlots;
+use super::limits::GRACE;
+use super::log;
+use super::metrics::{Kind, Moved};
+use super::rr_udp::{BUDGET, Turn};
+use super::{State, log_refusal};
+use crate::auth::DatagramKey;
+use crate::cpu::{CpuSample, CpuUsage};
+use crate::guard::SendGuard;
+use crate::net::ahead::ReadAhead;
+use crate::net::out::Out;
+use crate::net::realtime_ns;
+use crate::proto::{Message, ReadError, UdpSpec, encode};
+use crate::refusal::{Limit, Refusal};
+use crate::tcp::drive::Socket;
+use crate::udp::outflow::{Action, Outflow, Terms};
+use crate::udp::send::{Departures, Gate, SenderConfig, run_sender};
+use crate::udp::sent::SenderReport;
+
+/// Fastest stream sent on the loop's timers, datagrams a second: the
+/// loop's timers are as fine as a millisecond (epoll), so a faster stream
+/// would leave in clumps.
+pub(super) const LOOP_MAX_PPS: f64 = 1000.0;
+/// How often a pool sender that should have ended is looked for.
+const POOL_LOOK: Duration = Duration::from_millis(10);
+/// Batches one turn sends at most before the loop's other connections.
+const SEND_TURNS: usize = 4;
+/// Control frames queued to a client that does not read them, past which
+/// its messages are not read either.
+const OUT_HIGH: usize = 64 * 1024;
+
+/// Threads the sender pool holds at most: `min(max_tests, 2 × cores)`.
+pub(super) fn pool_size(max_tests: u32) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (max_tests as usize).min(2 * cores)
+}
+
+/// Datagrams a second a spec asks for at its peak: its rate over its
+/// smallest datagram, and within a burst the burst's own spacing.
+pub(super) fn peak_pps(s: &UdpSpec) -> f64 {
+    let least = s
+        .profile
+        .as_ref()
+        .map_or(s.size, |p| p.min_size().min(s.size))
+        .max(1);
+    let frames = s.media.map_or(0.0, |m| f64::from(m.fps));
+    let mean = crate::udp::serve::rate_bps(s) / 8.0 / f64::from(least) + frames;
+    let within = match s.burst {
+        Some(_) => 1e12 / s.gap_ps.max(1) as f64,
+        None => 0.0,
+    };
+    mean.max(within)
+}
+
+/// A place in the sender pool, given back when dropped (by the session,
+/// or by the thread once it started one).
+struct PoolSlot(Arc<AtomicUsize>);
+
+impl PoolSlot {
+    fn take(pool: &Arc<AtomicUsize>, max: usize) -> Option<PoolSlot> {
+        pool.fetch_update(SeqCst, SeqCst, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| PoolSlot(Arc::clone(pool)))
+    }
+}
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Where the stream's datagrams come from.
+enum Sender {
+    /// Not started, or its account is in.
+    Idle,
+    /// On the loop's timers: the schedule from `epoch`, and a batch the
+    /// rate limit holds until `hold`.
+    Loop {
+        d: Box<Departures>,
+        epoch: Instant,
+        guard: SendGuard,
+        hold: Option<Instant>,
+    },
+    /// On a pool thread, looked for at `look`.
+    Pool {
+        stop: Arc<AtomicBool>,
+        handle: JoinHandle<()>,
+        report: Arc<Mutex<Option<SenderReport>>>,
+        look: Instant,
+    },
+}
+
+/// One sending UDP stream on a loop.
+pub(super) struct UdpSend<'a> {
+    st: &'a State,
+    peer: SocketAddr,
+    sock: Arc<std::net::UdpSocket>,
+    m: Outflow,
+    out: Out,
+    cfg: SenderConfig,
+    duration: Duration,
+    sender: Sender,
+    /// Its place in the pool, while it may start a thread.
+    pool: Option<PoolSlot>,
+    /// What the sender moved: bytes and failed sends.
+    moved: (u64, u64),
+    cpu_start: Option<CpuSample>,
+    armed: Option<Instant>,
+    id: Uuid,
+    began: Instant,
+    ended: Option<crate::proto::ErrorCode>,
+    _slots: TestSlots<'a>,
+}
+
+impl<'a> UdpSend<'a> {
+    /// Opens the session's socket on the control connection's address,
+    /// joins it to the loop as `token`, takes a place in the sender pool if
+    /// the stream is too fast for the loop, and queues the acceptance.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        st: &'a State,
+        peer: SocketAddr,
+        stream: &TcpStream,
+        (spec, key): (&UdpSpec, Option<DatagramKey>),
+        slots: TestSlots<'a>,
+        registry: &Registry,
+        token: Token,
+        now: Instant,
+    ) -> Result<UdpSend<'a>, Refusal> {
+        let limits = st.cfg.limits;
+        let pool = match peak_pps(spec) <= LOOP_MAX_PPS {
+            true => None,
+            false => {
+                let max = pool_size(limits.max_tests);
+                Some(PoolSlot::take(&st.senders, max).ok_or(Limit::Senders { max: max as u32 })?)
+            }
+        };
+        let local = stream.local_addr().map_err(|source| Refusal::Resource {
+            what: "a descriptor for the control connection",
+            source,
+        })?;
+        let udp = |source| Refusal::Resource {
+            what: "a UDP socket",
+            source,
+        };
+        let sock = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(udp)?;
+        let port = sock.local_addr().map_err(udp)?.port();
+        let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
+        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
+        let opts = spec.sock.for_server();
+        if let Err(e) = crate::net::sockopt::apply(&sock, &opts, local.is_ipv6(), false) {
+            use crate::net::sockopt::SockOptFailed;
+            return Err(match e {
+                SockOptFailed::Congestion { name, available } => {
+                    Refusal::Congestion { name, available }
+                }
+                SockOptFailed::Refused { option, source } => {
+                    Refusal::SockOptRefused { option, source }
+                }
+            });
+        }
+        sock.set_nonblocking(true).map_err(udp)?;
+        registry
+            .register(&mut SourceFd(&sock.as_raw_fd()), token, Interest::READABLE)
+            .map_err(udp)?;
+        let id = Uuid::new_v4();
+        let terms = Terms {
+            session: id,
+            port,
+            token: rand::random(),
+            nonce: rand::random(),
+            setup: limits.setup,
+            deadline: limits.deadline(),
+            max_duration: limits.deadline().saturating_sub(GRACE),
+        };
+        let mut cfg = crate::udp::serve::sender_config(spec, key);
+        cfg.pacing = cfg.pacing.on_server();
+        st.metrics.started(Kind::Udp);
+        if st.cfg.verbosity >= 1 {
+            log::event(
+                st.cfg.log_format,
+                "session_start",
+                format_args!(
+                    "session {id} from {peer}: {}",
+                    crate::udp::serve::label(spec)
+                ),
+                || {
+                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
+                        "session": id.to_string()})
+                },
+            );
+        }
+        Ok(UdpSend {
+            st,
+            peer,
+            sock: Arc::new(sock),
+            m: Outflow::new(terms, now),
+            out: Out::new(Vec::new()),
+            duration: cfg.duration,
+            cfg,
+            sender: Sender::Idle,
+            pool,
+            moved: (0, 0),
+            cpu_start: None,
+            armed: None,
+            id,
+            began: now,
+            ended: None,
+            _slots: slots,
+        })
+    }
+
+    /// Does what the machine asks, writes what is queued, sends what is
+    /// due, and feeds it the control connection's frames and the socket's
+    /// handshake datagrams, within the budget, until all would wait or the
+    /// session ends.
+    pub(super) fn turn(
+        &mut self,
+        stream: &TcpStream,
+        ahead: &mut ReadAhead,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Turn {
+        let mut frames = 0;
+        let mut datagrams = 0;
+        let mut batches = 0;
+        let mut ctl_blocked = false;
+        loop {
+            while let Some(a) = self.m.poll_action() {
+                match a {
+                    Action::Send(m) => self.out.push(&encode(&m)),
+                    // Failing, the probes fail too; the client says its
+                    // probe never arrived.
+                    Action::Connect(to) => {
+                        let _ = self.sock.connect(to);
+                    }
+                    Action::Datagram(d) => {
+                        let _ = self.sock.send(&d);
+                    }
+                    Action::Start => {
+                        self.cpu_start = Some(crate::net::cpu::sample());
+                        self.start_sender();
+                    }
+                    Action::StopSending => self.stop_sender(),
+                    Action::Summary(mut sum) => {
+                        let end = crate::net::cpu::sample();
+                        sum.cpu = self.cpu_start.as_ref().map(|a| CpuUsage::between(a, &end));
+                        self.out.push(&encode(&Message::Summary(*sum)));
+                    }
+                    Action::Refuse(why) => {
+                        self.ended = Some(why.code());
+                        log_refusal(self.st, self.peer, &why);
+                        self.out.push(&encode(&why.message()));
+                        return Turn::Last(self.take_out());
+                    }
+                    Action::Close => return Turn::Last(self.take_out()),
+                }
+            }
+            if self.out.flush(stream).is_err() {
+                return Turn::Gone;
+            }
+            if self.m.deadline().is_some_and(|d| now >= d) {
+                self.m.on_timeout(now);
+                continue;
+            }
+            if let Some(rep) = self.sender_turn(&mut batches) {
+                self.m.on_sent(rep);
+                continue;
+            }
+            if self.out.pending() >= OUT_HIGH {
+                ctl_blocked = true;
+            }
+            if frames < BUDGET && !ctl_blocked {
+                let max = crate::proto::MAX_PAYLOAD;
+                let read = ahead.read_frame_within(buf, max, |b| stream.recv(b));
+                frames += 1;
+                match read {
+                    Ok(None) => {
+                        frames = BUDGET;
+                        ctl_blocked = true;
+                    }
+                    Ok(Some(m)) => self.m.on_message(m, now, realtime_ns()),
+                    Err(ReadError::Proto(e)) => self.m.on_malformed(e),
+                    Err(_) => self.m.on_closed(),
+                }
+                continue;
+            }
+            let more = self.handshakes(buf, &mut datagrams);
+            if self.m.has_actions() {
+                continue;
+            }
+            if more || batches >= SEND_TURNS || !ctl_blocked {
+                return Turn::Again;
+            }
+            return self.wait();
+        }
+    }
+
+    /// Reads handshake datagrams into the machine while it wants them:
+    /// true when the budget ran out with more perhaps waiting.
+    fn handshakes(&mut self, buf: &mut [u8], taken: &mut usize) -> bool {
+        while *taken < BUDGET && self.m.wants_datagrams() && !self.m.has_actions() {
+            let (n, from) = match self.sock.recv_from(buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(_) => {
+                    *taken += 1;
+                    continue;
+                }
+            };
+            *taken += 1;
+            self.m.on_datagram(&buf[..n], from, realtime_ns());
+        }
+        *taken >= BUDGET && self.m.wants_datagrams()
+    }
+
+    fn start_sender(&mut self) {
+        let epoch = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let guard = self.st.cfg.limits.guard(&stop);
+        let Some(slot) = self.pool.take() else {
+            self.sender = Sender::Loop {
+                d: Box::new(Departures::new(self.cfg.clone())),
+                epoch,
+                guard,
+                hold: None,
+            };
+            return;
+        };
+        let mut cfg = self.cfg.clone();
+        cfg.guard = Some(Arc::new(guard));
+        let report = Arc::new(Mutex::new(None));
+        let (sock, flag, into) = (
+            Arc::clone(&self.sock),
+            Arc::clone(&stop),
+            Arc::clone(&report),
+        );
+        // The loop reads nothing from the socket any more: the thread's
+        // sends wait for room rather than fail.
+        let _ = sock.set_nonblocking(false);
+        let r = std::thread::Builder::new()
+            .name("serve-send".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _slot = slot;
+                // The session's summary sees this thread whole.
+                let _cpu = crate::net::cpu::EndNote;
+                let rep = run_sender(&sock, &cfg, &flag);
+                *into.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
+            });
+        match r {
+            Ok(handle) => {
+                self.sender = Sender::Pool {
+                    stop,
+                    handle,
+                    report,
+                    look: epoch + self.duration,
+                }
+            }
+            // No thread: nothing was sent, and the account says so.
+            Err(e) => {
+                eprintln!("cannot start a sender thread for {}: {e}", self.peer);
+                let empty = Departures::new(self.cfg.clone()).finish(0);
+                self.m.on_sent(empty);
+            }
+        }
+    }
+
+    fn stop_sender(&mut self) {
+        match std::mem::replace(&mut self.sender, Sender::Idle) {
+            Sender::Idle => {}
+            Sender::Loop { d, epoch, .. } => {
+                let rep = d.finish(epoch.elapsed().as_nanos() as u64);
+                self.moved = (rep.bytes, rep.send_errors);
+                self.m.on_sent(rep);
+            }
+            Sender::Pool {
+                stop,
+                handle,
+                report,
+                ..
+            } => {
+                stop.store(true, SeqCst);
+                self.sender = Sender::Pool {
+                    stop,
+                    handle,
+                    report,
+                    look: Instant::now() + POOL_LOOK,
+                };
+            }
+        }
+    }
+
+    /// Sends what is due (a loop sender, at most [`SEND_TURNS`] batches a
+    /// turn) or looks whether the pool sender ended: its account, once
+    /// it ended.
+    fn sender_turn(&mut self, batches: &mut usize) -> Option<SenderReport> {
+        let now = Instant::now();
+        match &mut self.sender {
+            Sender::Idle => None,
+            Sender::Loop {
+                d,
+                epoch,
+                guard,
+                hold,
+            } => {
+                if hold.is_some_and(|h| now < h) {
+                    return None;
+                }
+                *hold = None;
+                let el = now.saturating_duration_since(*epoch).as_nanos() as u64;
+                loop {
+                    match d.next_due() {
+                        None => break,
+                        Some(due) if due > el || *batches >= SEND_TURNS => return None,
+                        Some(_) => {}
+                    }
+                    *batches += 1;
+                    let gate = |n| match guard.try_admit(n) {
+                        Ok(None) => Gate::Go,
+                        Ok(Some(at)) => {
+                            *hold = Some(at);
+                            Gate::Hold
+                        }
+                        Err(_) => Gate::Halt,
+                    };
+                    if !d.send_due(&self.sock, el, gate) {
+                        break;
+                    }
+                    if hold.is_some() {
+                        return None;
+                    }
+                }
+                let Sender::Loop { d, epoch, .. } =
+                    std::mem::replace(&mut self.sender, Sender::Idle)
+                else {
+                    return None;
+                };
+                let rep = d.finish(now.saturating_duration_since(epoch).as_nanos() as u64);
+                self.moved = (rep.bytes, rep.send_errors);
+                Some(rep)
+            }
+            Sender::Pool { handle, look, .. } => {
+                if now < *look {
+                    return None;
+                }
+                if !handle.is_finished() {
+                    *look = now + POOL_LOOK;
+                    return None;
+                }
+                let Sender::Pool { handle, report, .. } =
+                    std::mem::replace(&mut self.sender, Sender::Idle)
+                else {
+                    return None;
+                };
+                let _ = handle.join();
+                let rep = report.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let rep = rep.unwrap_or_default();
+                self.moved = (rep.bytes, rep.send_errors);
+                Some(rep)
+            }
+        }
+    }
+
+    /// When the sender wants a look next.
+    fn sender_wake(&self) -> Option<Instant> {
+        match &self.sender {
+            Sender::Idle => None,
+            Sender::Loop { d, epoch, hold, .. } => {
+                hold.or_else(|| d.next_due().map(|ns| *epoch + Duration::from_nanos(ns)))
+            }
+            Sender::Pool { look, .. } => Some(*look),
+        }
+    }
+
+    fn wait(&mut self) -> Turn {
+        let at = [self.m.deadline(), self.sender_wake()]
+            .into_iter()
+            .flatten()
+            .min();
+        match at {
+            Some(at) if self.armed != Some(at) => {
+                self.armed = Some(at);
+                Turn::Wait(Some(at))
+            }
+            _ => Turn::Wait(None),
+        }
+    }
+
+    fn take_out(&mut self) -> Out {
+        std::mem::replace(&mut self.out, Out::new(Vec::new()))
+    }
+}
+
+impl Drop for UdpSend<'_> {
+    fn drop(&mut self) {
+        // A pool thread ends within its wait's slice; it gives its place
+        // in the pool back itself.
+        if let Sender::Pool { stop, .. } = &self.sender {
+            stop.store(true, SeqCst);
+        }
+        if let Sender::Loop { d, .. } = &self.sender {
+            self.moved = d.moved();
+        }
+        let took = self.began.elapsed();
+        let st = self.st;
+        let (sent, errors) = self.moved;
+        let moved = Moved {
+            sent,
+            network_errors: errors,
+            ..Moved::default()
+        };
+        st.metrics.ended(Kind::Udp, took, moved);
+        if st.cfg.verbosity >= 1 {
+            let (id, peer) = (self.id, self.peer);
+            let result = self
+                .ended
+                .map_or_else(|| "ok".to_string(), super::metrics::code_name);
+            log::event(
+                st.cfg.log_format,
+                "session_end",
+                format_args!("session {id} from {peer} ended"),
+                || {
+                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
+                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
+                        "bytes_sent": sent, "bytes_received": 0})
+                },
+            );
+        }
+    }
+}
