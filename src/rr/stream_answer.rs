@@ -159,7 +159,7 @@ impl StreamAnswerer {
                 let p = Pattern::get();
                 self.bad |= p.verify(self.req_start, self.got, b).is_err();
                 self.got += n as u64;
-                if self.got % u64::from(self.t.size) == 0 {
+                if self.got.is_multiple_of(u64::from(self.t.size)) {
                     // A flipped byte does not put a byte stream out of step:
                     // count it and go on, so the client learns the total.
                     self.corrupt += u64::from(std::mem::take(&mut self.bad));
@@ -295,7 +295,7 @@ impl StreamAnswerer {
     /// was), and the goodbye is waited for; past that wait, the session
     /// ends.
     pub fn on_timeout(&mut self, now: Instant) {
-        if !self.deadline().is_some_and(|d| now >= d) {
+        if self.deadline().is_none_or(|d| now < d) {
             return;
         }
         match self.phase {
