@@ -9,4 +9,5 @@ pub mod hist;
 pub mod interval;
 mod run;
 pub mod serve;
+pub mod stream_answer;
 mod udp;

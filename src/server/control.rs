@@ -75,6 +75,8 @@ pub(super) struct Job<'a, T = Test> {
 pub(super) enum Test {
     /// rr/ping over UDP: the session stays on the loop (`rr_udp.rs`).
     RrUdp(RrSpec),
+    /// rr over TCP (or SCTP one-to-one): on the loop too (`rr_tcp.rs`).
+    RrTcp(RrSpec),
     /// A UDP stream the client sends: received on the loop (`udp_recv.rs`).
     UdpRecv(Box<UdpSpec>, Option<DatagramKey>),
     /// A UDP stream the server sends (`-R`): on the loop (`udp_send.rs`).

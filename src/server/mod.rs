@@ -32,6 +32,7 @@ pub mod limits;
 mod lines;
 mod log;
 pub(crate) mod metrics;
+mod rr_tcp;
 mod rr_udp;
 pub(crate) mod scrape;
 mod sources;
@@ -602,10 +603,14 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            // Over UDP on the loop; over TCP and SCTP on a worker.
-            Admission::Worker(match crate::rr::serve::StreamRr::new(spec) {
-                Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
-                Err(spec) => control::Test::RrUdp(spec),
+            // Over UDP and byte streams on the loop; SCTP one-to-many on
+            // a worker.
+            Admission::Worker(match spec.proto {
+                crate::proto::RrProto::Tcp => control::Test::RrTcp(spec),
+                _ => match crate::rr::serve::StreamRr::new(spec) {
+                    Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
+                    Err(spec) => control::Test::RrUdp(spec),
+                },
             })
         }
         TestSpec::Tcp(tcp) => {

@@ -31,6 +31,7 @@ mod ends;
 use super::State;
 use super::control::{Control, Job, Test, Turn, WorkerTest, run_job};
 use super::limits::{Slot, take_slot};
+use super::rr_tcp::RrTcp;
 use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, admit, burst_frames, machine};
@@ -139,6 +140,8 @@ enum Stage<'a> {
     Control(Box<Control<'a>>),
     /// An rr/ping session over UDP: its control connection and its socket.
     RrUdp(Box<RrUdp<'a>>),
+    /// An rr session over its control connection (TCP, SCTP one-to-one).
+    RrTcp(Box<RrTcp<'a>>),
     /// A UDP stream the client sends: its control connection and its socket.
     UdpRecv(Box<UdpRecv<'a>>),
     /// A UDP stream the server sends: its control connection and its socket.
@@ -717,6 +720,17 @@ impl<'a> Loop<'a> {
                                 };
                             }
                             Job {
+                                test: Test::RrTcp(spec),
+                                slots,
+                            } => {
+                                let peer = slot.peer;
+                                let s = RrTcp::start(st, peer, &slot.stream, &spec, slots, now);
+                                slot.stage = match s {
+                                    Ok(s) => Stage::RrTcp(Box::new(s)),
+                                    Err(why) => refuse(st, peer, &why),
+                                };
+                            }
+                            Job {
                                 test: Test::UdpRecv(spec, key),
                                 slots,
                             } => {
@@ -776,6 +790,13 @@ impl<'a> Loop<'a> {
                     }
                 }
                 Stage::UdpSend(s) => {
+                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
+                    match self.settle(t, k) {
+                        Ok(next) => return next,
+                        Err(out) => slot.stage = Stage::Refuse(out),
+                    }
+                }
+                Stage::RrTcp(s) => {
                     let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
                     match self.settle(t, k) {
                         Ok(next) => return next,

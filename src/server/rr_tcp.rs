@@ -1,0 +1,253 @@
+//! rr over a byte stream (`rr --proto tcp`, SCTP one-to-one) on the
+//! server's event loops: an admitted session stays on the loop that holds
+//! its control connection, which carries the requests and replies, and the
+//! [`StreamAnswerer`] machine is fed from it, so a session costs its
+//! connection and a few hundred bytes, never a thread. Each wake-up moves
+//! at most [`BYTES`] bytes in [`CALLS`] socket calls and answers at most
+//! [`REQUESTS`] requests before the loop's other connections get their
+//! turn, so neither 16 MiB requests nor a one-byte window hold the loop;
+//! replies are written from the pattern as the socket takes them, so a
+//! client that does not read costs no memory. The session's deadlines are
+//! its control connection's timer, and it holds its test slots for as long
+//! as it lives.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+use uuid::Uuid;
+
+use super::State;
+use super::control::TestSlots;
+use super::log;
+use super::metrics::{Kind, Moved};
+use super::rr_udp::Turn;
+use crate::guard::SendGuard;
+use crate::net::ahead::ReadAhead;
+use crate::net::out::Out;
+use crate::proto::RrSpec;
+use crate::refusal::Refusal;
+use crate::rr::stream_answer::{StreamAnswerer, Terms};
+
+/// Most bytes one session moves (read and written) per wake-up.
+pub(super) const BYTES: usize = 256 * 1024;
+/// Most socket calls one session makes per wake-up: a one-byte window
+/// costs a call per byte.
+pub(super) const CALLS: usize = 64;
+/// Most requests one session answers per wake-up.
+pub(super) const REQUESTS: u64 = 64;
+
+/// One rr-over-TCP session on a loop.
+pub(super) struct RrTcp<'a> {
+    st: &'a State,
+    peer: SocketAddr,
+    m: StreamAnswerer,
+    guard: SendGuard,
+    /// Until when the rate limit holds the owed reply back.
+    held: Option<Instant>,
+    /// The timer set for the session, so each turn does not add one more.
+    armed: Option<Instant>,
+    id: Uuid,
+    began: Instant,
+    _slots: TestSlots<'a>,
+}
+
+impl<'a> RrTcp<'a> {
+    /// Starts the session on its control connection: the client's socket
+    /// options on this end too, and the acceptance queued.
+    pub(super) fn start(
+        st: &'a State,
+        peer: SocketAddr,
+        stream: &TcpStream,
+        spec: &RrSpec,
+        slots: TestSlots<'a>,
+        now: Instant,
+    ) -> Result<RrTcp<'a>, Refusal> {
+        crate::rr::serve::validate(spec)?;
+        // The client's marking, window and pacing cap on the replies too,
+        // as the worker did (best effort).
+        let _ = crate::net::sockopt::apply(stream, &spec.sock.for_server(), peer.is_ipv6(), false);
+        // SCTP one-to-one associations have their own Nagle switch.
+        if stream.set_nodelay(!spec.nagle).is_err() {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(stream);
+            let _ = crate::sctp::set_nodelay(fd, !spec.nagle);
+        }
+        let limits = st.cfg.limits;
+        let guard = limits.guard(&Arc::new(AtomicBool::new(false)));
+        let id = Uuid::new_v4();
+        let terms = Terms {
+            session: id,
+            size: spec.size,
+            reply: spec.reply,
+            iterations: spec.iterations,
+            idle: st.cfg.idle_timeout,
+            deadline: guard.deadline(),
+        };
+        st.metrics.started(Kind::RrTcp);
+        if st.cfg.verbosity >= 1 {
+            log::event(
+                st.cfg.log_format,
+                "session_start",
+                format_args!(
+                    "session {id} from {peer}: rr tcp {} B request / {} B reply, {} iterations",
+                    spec.size, spec.reply, spec.iterations
+                ),
+                || {
+                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrTcp.name(),
+                        "session": id.to_string()})
+                },
+            );
+        }
+        Ok(RrTcp {
+            st,
+            peer,
+            m: StreamAnswerer::new(terms, now),
+            guard,
+            held: None,
+            armed: None,
+            id,
+            began: now,
+            _slots: slots,
+        })
+    }
+
+    /// Writes what the machine has to write and reads what it takes,
+    /// within the budget, until the socket would block both ways or the
+    /// session ends.
+    pub(super) fn turn(
+        &mut self,
+        stream: &TcpStream,
+        ahead: &mut ReadAhead,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Turn {
+        if !ahead.is_empty() {
+            let n = self.m.on_bytes(ahead.bytes(), now);
+            ahead.consume(n);
+        }
+        let (mut moved, mut calls, first) = (0usize, 0usize, self.m.answered());
+        loop {
+            self.m.on_timeout(now);
+            if let Some(n) = self.m.admission()
+                && self.held.is_none_or(|at| now >= at)
+            {
+                // Replies may be larger than requests: the server's rate
+                // and byte limits hold for what it sends.
+                match self.guard.try_admit(n) {
+                    Ok(None) => {
+                        self.held = None;
+                        self.m.admitted(now);
+                    }
+                    Ok(Some(at)) => self.held = Some(at),
+                    Err(_) => self.m.halt(now),
+                }
+            }
+            if self.m.is_over() {
+                return self.last();
+            }
+            if moved >= BYTES || calls >= CALLS || self.m.answered() - first >= REQUESTS {
+                return Turn::Again;
+            }
+            let mut progressed = false;
+            let out = self.m.out();
+            if !out.is_empty() {
+                calls += 1;
+                let room = out.len().min(BYTES - moved);
+                match (&*stream).write(&out[..room]) {
+                    Ok(0) => self.m.on_write_failed(),
+                    Ok(n) => {
+                        self.m.wrote(n, now);
+                        moved += n;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => progressed = true,
+                    Err(_) => self.m.on_write_failed(),
+                }
+                if self.m.is_over() {
+                    return self.last();
+                }
+            }
+            let want = self.m.wants().min(buf.len()).min(BYTES - moved);
+            if want > 0 {
+                calls += 1;
+                match (&*stream).read(&mut buf[..want]) {
+                    Ok(0) => self.m.on_eof(),
+                    Ok(n) => {
+                        // Reading at most what it wants, it takes it all.
+                        let took = self.m.on_bytes(&buf[..n], now);
+                        ahead.stash(&buf[took..n]);
+                        moved += n;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => progressed = true,
+                    Err(_) => self.m.on_eof(),
+                }
+            }
+            if self.m.is_over() {
+                return self.last();
+            }
+            if !progressed {
+                return self.wait(now);
+            }
+        }
+    }
+
+    /// The session is over: its last frame (the summary) goes out, then the
+    /// connection closes; a client that left is closed at once.
+    fn last(&mut self) -> Turn {
+        use crate::rr::stream_answer::End;
+        match self.m.end() {
+            Some(End::Closed) => Turn::Gone,
+            _ => Turn::Last(Out::new(self.m.take_frames())),
+        }
+    }
+
+    /// Waits for the socket, the machine's next deadline or the rate
+    /// limit's: a timer is added only when none is set for that time or
+    /// earlier, so a session answering thousands of requests a second (each
+    /// moving its idle deadline) keeps one timer, not one per request.
+    fn wait(&mut self, now: Instant) -> Turn {
+        let at = match (self.m.deadline(), self.held) {
+            (Some(d), Some(h)) => Some(d.min(h)),
+            (d, h) => d.or(h),
+        };
+        match at {
+            Some(at) if self.armed.is_none_or(|a| a <= now || at < a) => {
+                self.armed = Some(at);
+                Turn::Wait(Some(at))
+            }
+            _ => Turn::Wait(None),
+        }
+    }
+}
+
+impl Drop for RrTcp<'_> {
+    fn drop(&mut self) {
+        let took = self.began.elapsed();
+        let st = self.st;
+        let moved = self.m.moved();
+        st.metrics.ended(Kind::RrTcp, took, Moved::from(&moved));
+        if st.cfg.verbosity >= 1 {
+            let (id, peer) = (self.id, self.peer);
+            let sum = self.m.summary();
+            log::event(
+                st.cfg.log_format,
+                "session_end",
+                format_args!(
+                    "session {id} from {peer} ended: {} requests answered, {} corrupt",
+                    sum.requests, sum.data_errors
+                ),
+                || {
+                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrTcp.name(),
+                        "session": id.to_string(), "result": "ok", "duration_s": took.as_secs_f64(),
+                        "bytes_sent": moved.bytes_sent, "bytes_received": moved.bytes_received})
+                },
+            );
+        }
+    }
+}
