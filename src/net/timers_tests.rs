@@ -110,10 +110,9 @@ fn timers_match_a_model_under_random_use() {
         assert_eq!(t.len(), model.len());
         assert_eq!(
             t.timeout(now, ms(1000)),
-            model
-                .values()
-                .min()
-                .map_or(ms(1000), |&a| a.saturating_duration_since(now).min(ms(1000)))
+            model.values().min().map_or(ms(1000), |&a| a
+                .saturating_duration_since(now)
+                .min(ms(1000)))
         );
     }
 }

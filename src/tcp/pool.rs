@@ -678,7 +678,9 @@ impl Worker<'_> {
             if taken == left {
                 // The rest wait for the next row, first in line.
                 self.moved.extend(moved[i..].iter().copied().filter(|&k| {
-                    self.slots.get(k).is_some_and(|s| s.as_ref().is_some_and(|s| s.listed))
+                    self.slots
+                        .get(k)
+                        .is_some_and(|s| s.as_ref().is_some_and(|s| s.listed))
                 }));
                 break;
             }
