@@ -19,17 +19,27 @@ pub struct Timers {
     heap: Vec<(Instant, usize)>,
     /// Slot -> its entry's index in `heap`, or [`NONE`].
     pos: Vec<usize>,
+    /// Slot -> the earliest time it asked for after its entry's: the entry
+    /// moves there when it fires, so a wish an earlier one displaced (a
+    /// setup deadline under a nearer wake-up) is not lost.
+    later: Vec<Option<Instant>>,
     /// Entries that came due, in all: what the loop woke up for.
     fired: u64,
 }
 
 impl Timers {
     /// Slot `k` wants a look at `at`: its one entry keeps the earlier of
-    /// this and what it already had.
+    /// this and what it already had, and the later of the two waits behind
+    /// it (only the earliest such: a third wish displaced before the entry
+    /// fires is left to the slot's next step to ask again).
     pub fn push(&mut self, at: Instant, k: usize) {
         if self.pos.len() <= k {
             self.pos.resize(k + 1, NONE);
+            self.later.resize(k + 1, None);
         }
+        let keep = |l: &mut Option<Instant>, t: Instant| {
+            *l = Some(l.map_or(t, |l| l.min(t)));
+        };
         match self.pos[k] {
             NONE => {
                 self.heap.push((at, k));
@@ -37,9 +47,11 @@ impl Timers {
                 self.up(self.heap.len() - 1);
             }
             i if at < self.heap[i].0 => {
+                keep(&mut self.later[k], self.heap[i].0);
                 self.heap[i].0 = at;
                 self.up(i);
             }
+            i if at > self.heap[i].0 => keep(&mut self.later[k], at),
             _ => {}
         }
     }
@@ -53,6 +65,7 @@ impl Timers {
             return;
         }
         self.pos[k] = NONE;
+        self.later[k] = None;
         let last = self.heap.len() - 1;
         if i != last {
             self.heap.swap(i, last);
@@ -103,9 +116,14 @@ impl Timers {
             if t > now {
                 break;
             }
+            let later = self.later[k].take();
             self.cancel(k);
             self.fired += 1;
             out.push(k);
+            // This look covers every wish up to now.
+            if let Some(l) = later.filter(|&l| l > now) {
+                self.push(l, k);
+            }
         }
         out
     }

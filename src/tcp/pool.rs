@@ -625,7 +625,7 @@ impl Worker<'_> {
         let Some(slot) = self.slots.get(k).and_then(Option::as_ref) else {
             return;
         };
-        if !self.deadline(slot).is_some_and(|d| now >= d) {
+        if self.deadline(slot).is_none_or(|d| now < d) {
             return self.advance(k);
         }
         let Some(mut slot) = self.slots[k].take() else {

@@ -146,7 +146,7 @@ impl<'a> Loop<'a> {
         let Some(s) = self.slots.get(k).and_then(Option::as_ref) else {
             return;
         };
-        if !self.deadline(s).is_some_and(|d| now >= d) {
+        if self.deadline(s).is_none_or(|d| now < d) {
             return self.advance(k);
         }
         let Some(mut s) = self.slots[k].take() else {
