@@ -100,24 +100,34 @@ impl Session {
         }
     }
 
-    /// Takes a status row if one is due (the event loops call it as they
-    /// scan their connections, every 20 ms). The scanned connection's
-    /// TCP_INFO, so the rows carry this end's RTT and window, is read only
-    /// from the middle of a row and for at most a row's share of
+    /// Takes a status row if one is due (each event loop holding the
+    /// session's data connections calls it every tick, whatever their
+    /// number).
+    pub(super) fn rows(&self, now: Instant) {
+        let Some(l) = &self.log else {
+            return;
+        };
+        let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
+        let (log, budget) = &mut *l;
+        if log.due(now) {
+            log.take(now, self.counters.snapshot());
+            budget.row_taken(now);
+        }
+    }
+
+    /// A data connection of the session moved at `now`: its TCP_INFO, so
+    /// the rows carry this end's RTT and window, is read only from the
+    /// middle of a row and for at most a row's share of
     /// [`crate::stats::TCP_INFO_PER_SEC`] connections: a session without
-    /// rows reads none, and one with many connections no more than a few.
-    pub(super) fn tick(&self, now: Instant, fd: std::os::fd::RawFd) {
+    /// rows reads none, one with many connections no more than a few, and
+    /// an idle connection (which does not move) none.
+    pub(super) fn sample(&self, now: Instant, fd: std::os::fd::RawFd) {
         let Some(l) = &self.log else {
             return;
         };
         let sample = {
             let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
-            let (log, budget) = &mut *l;
-            if log.due(now) {
-                log.take(now, self.counters.snapshot());
-                budget.row_taken(now);
-            }
-            budget.take(now)
+            l.1.take(now)
         };
         if sample && let Some(i) = crate::net::tcpinfo::raw(fd) {
             self.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);

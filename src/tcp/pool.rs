@@ -75,6 +75,8 @@ struct Slot {
     result: Option<ConnResult>,
     /// Retransmissions already added to the run's count.
     retrans_counted: u32,
+    /// In the worker's `moved` list (moved since its TCP_INFO was last read).
+    listed: bool,
 }
 
 /// One event loop's connections and what they share.
@@ -108,8 +110,13 @@ struct Worker<'a> {
     /// When to next sample the live connections' TCP_INFO: the middle of
     /// each status interval, so every interval's row has its samples.
     next_sample: Option<Instant>,
-    /// The slot the next row's TCP_INFO sampling starts at.
-    sample_from: usize,
+    /// Connections that moved since their TCP_INFO was last read, by
+    /// slot: the only ones a row samples (an idle connection's RTT and
+    /// window have not changed, and reading them for 100,000 held
+    /// connections cost the loops more than the connections did).
+    moved: Vec<usize>,
+    /// The slots of the connections whose bytes are charted ([`TRACKED`]).
+    tracked: Vec<usize>,
 }
 
 /// Starts `threads` event loops sharing `sh.cfg.connections` concurrent
@@ -157,7 +164,8 @@ pub(super) fn spawn(
                     no_more: false,
                     ending: Vec::new(),
                     next_sample: sh.cfg.interval.map(|i| sh.start + i / 2),
-                    sample_from: 0,
+                    moved: Vec::new(),
+                    tracked: Vec::new(),
                 };
                 wk.run();
             })?;
@@ -169,7 +177,6 @@ pub(super) fn spawn(
 impl Worker<'_> {
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
-        let mut next_scan = Instant::now();
         loop {
             self.start_more();
             self.finish_ending();
@@ -192,7 +199,7 @@ impl Worker<'_> {
             }
             let now = Instant::now();
             for k in self.timers.due(now) {
-                self.advance(k);
+                self.expire(k, now);
             }
             // Last, the connections that had their turn: one more turn each.
             for k in std::mem::take(&mut self.ready) {
@@ -201,10 +208,6 @@ impl Worker<'_> {
             }
             if self.sh.abort.load(SeqCst) {
                 self.cancel_all();
-            }
-            if now >= next_scan {
-                self.check_idle(now);
-                next_scan = now + Duration::from_millis(100);
             }
             if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
                 && now >= at
@@ -337,8 +340,12 @@ impl Worker<'_> {
             last_progress: started,
             result: None,
             retrans_counted: 0,
+            listed: false,
         });
         self.live += 1;
+        if !slot.rec.progress.is_empty() {
+            self.tracked.push(k);
+        }
         // Over loopback the handshake is often over when connect returns:
         // the hello goes out now rather than after a turn of the loop, and
         // before the socket joins the poll, so that registering it is not
@@ -363,11 +370,20 @@ impl Worker<'_> {
         self.put_back(k, slot, outcome);
     }
 
-    /// Keeps connection `k` when its step blocked, or closes it with its
-    /// result.
-    fn put_back(&mut self, k: usize, slot: Box<Slot>, outcome: Result<(), Ended>) {
+    /// Keeps connection `k` when its step blocked (its deadline armed, and
+    /// listed for TCP_INFO if it moved), or closes it with its result.
+    fn put_back(&mut self, k: usize, mut slot: Box<Slot>, outcome: Result<(), Ended>) {
         match outcome {
-            Ok(()) => self.slots[k] = Some(slot),
+            Ok(()) => {
+                if let Some(at) = self.deadline(&slot) {
+                    self.timers.push(at, k);
+                }
+                if !slot.listed && self.next_sample.is_some() {
+                    slot.listed = true;
+                    self.moved.push(k);
+                }
+                self.slots[k] = Some(slot)
+            }
             Err(result) => self.close(k, slot, result),
         }
     }
@@ -579,79 +595,73 @@ impl Worker<'_> {
         }
     }
 
-    /// Fails connections that made no progress for the idle timeout (or,
-    /// still connecting, for the connect timeout).
-    fn check_idle(&mut self, now: Instant) {
+    /// When connection `s` fails if nothing happens first: the connect
+    /// timeout while connecting, the idle timeout after (a wait for the next
+    /// burst is not idleness); none while reading the burst account, which
+    /// has its own timer.
+    fn deadline(&self, s: &Slot) -> Option<Instant> {
         let idle = self.sh.cfg.idle_timeout;
-        let connect = self
-            .sh
-            .cfg
-            .connect_timeout
-            .or(idle)
-            .unwrap_or(Duration::from_secs(30));
-        let stale: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(k, s)| {
-                let s = s.as_ref()?;
-                let limit = match s.stage {
-                    Stage::Connecting => Some(connect),
-                    Stage::Bursts { .. } => None,
-                    _ => idle,
-                };
-                // A wait for the next burst is not idleness.
-                let from = match &s.stage {
-                    Stage::Data { conn, .. } => conn.quiet_until(),
-                    _ => None,
-                }
-                .map_or(s.last_progress, |q| q.max(s.last_progress));
-                limit
-                    .is_some_and(|l| now.saturating_duration_since(from) >= l)
-                    .then_some(k)
-            })
-            .collect();
-        let e = io::Error::new(io::ErrorKind::TimedOut, "timed out");
-        for k in stale {
-            let Some(mut slot) = self.slots[k].take() else {
-                continue;
-            };
-            match &mut slot.stage {
-                Stage::Data { conn, out } => {
-                    conn.on_error(&e);
-                    // What is queued will not go out either.
-                    out.clear();
-                    self.slots[k] = Some(slot);
-                    self.advance(k);
-                }
-                Stage::Connecting => {
-                    let why = format!("connect to {}: {e}", slot.rec.remote);
-                    self.close(k, slot, Ended::Failed(why));
-                }
-                _ => self.close(k, slot, Ended::Failed(format!("data hello: {e}"))),
+        match &s.stage {
+            Stage::Connecting => {
+                let connect = self.sh.cfg.connect_timeout.or(idle);
+                Some(s.started + connect.unwrap_or(Duration::from_secs(30)))
+            }
+            Stage::Bursts { .. } => None,
+            Stage::Hello { .. } => Some(s.last_progress + idle?),
+            Stage::Data { conn, .. } => {
+                let from = conn
+                    .quiet_until()
+                    .map_or(s.last_progress, |q| q.max(s.last_progress));
+                Some(from + idle?)
             }
         }
     }
 
-    /// Samples connected sockets' TCP_INFO (RTT and window, and the
-    /// retransmissions since a socket's last sample), at most a row's share
-    /// of [`crate::stats::TCP_INFO_PER_SEC`], taking turns from where the
-    /// last row stopped (a connection's retransmissions not sampled in a
-    /// row count in a later one, or when it ends); and the tracked
-    /// connections' bytes so far.
+    /// Connection `k`'s timer came due at `now`: failed if past its
+    /// deadline (connect or idle), stepped otherwise. Its one timer entry
+    /// is its deadline unless something earlier was asked for, so an idle
+    /// connection costs its loop one look per deadline, not one per tick.
+    fn expire(&mut self, k: usize, now: Instant) {
+        let Some(slot) = self.slots.get(k).and_then(Option::as_ref) else {
+            return;
+        };
+        if self.deadline(slot).is_none_or(|d| now < d) {
+            return self.advance(k);
+        }
+        let Some(mut slot) = self.slots[k].take() else {
+            return;
+        };
+        let e = io::Error::new(io::ErrorKind::TimedOut, "timed out");
+        match &mut slot.stage {
+            Stage::Data { conn, out } => {
+                conn.on_error(&e);
+                // What is queued will not go out either.
+                out.clear();
+                self.slots[k] = Some(slot);
+                self.advance(k);
+            }
+            Stage::Connecting => {
+                let why = format!("connect to {}: {e}", slot.rec.remote);
+                self.close(k, slot, Ended::Failed(why));
+            }
+            _ => self.close(k, slot, Ended::Failed(format!("data hello: {e}"))),
+        }
+    }
+
+    /// Samples the TCP_INFO (RTT and window, and the retransmissions
+    /// since a socket's last sample) of connections that moved since their
+    /// last sample, at most a row's share of
+    /// [`crate::stats::TCP_INFO_PER_SEC`], oldest first (one not sampled
+    /// in a row waits for a later one; its retransmissions count then or
+    /// when it ends); and the tracked connections' bytes so far. An idle
+    /// connection is not read at all.
     fn sample(&mut self, every: Duration) {
         let secs = self.sh.elapsed();
-        let mut left = crate::stats::samples_per_row(every);
-        for k in crate::stats::sample_order(self.slots.len(), self.sample_from) {
-            let Some(slot) = self.slots[k].as_mut() else {
+        for &k in &self.tracked {
+            let Some(slot) = self.slots.get_mut(k).and_then(Option::as_mut) else {
                 continue;
             };
-            if matches!(slot.stage, Stage::Connecting) {
-                continue;
-            }
-            if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage
-                && !slot.rec.progress.is_empty()
-            {
+            if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage {
                 let (sent, received) = conn.progress();
                 let now = Progress {
                     secs,
@@ -660,11 +670,31 @@ impl Worker<'_> {
                 };
                 push_progress(&mut slot.rec.progress, now);
             }
-            if left == 0 {
+        }
+        let left = crate::stats::samples_per_row(every);
+        let moved = std::mem::take(&mut self.moved);
+        let mut taken = 0;
+        for (i, &k) in moved.iter().enumerate() {
+            if taken == left {
+                // The rest wait for the next row, first in line.
+                self.moved.extend(moved[i..].iter().copied().filter(|&k| {
+                    self.slots
+                        .get(k)
+                        .is_some_and(|s| s.as_ref().is_some_and(|s| s.listed))
+                }));
+                break;
+            }
+            let Some(slot) = self.slots.get_mut(k).and_then(Option::as_mut) else {
+                continue;
+            };
+            if !slot.listed {
                 continue;
             }
-            left -= 1;
-            self.sample_from = k + 1;
+            slot.listed = false;
+            if matches!(slot.stage, Stage::Connecting) {
+                continue;
+            }
+            taken += 1;
             if let Some(i) = crate::net::tcpinfo::raw(std::os::fd::AsRawFd::as_raw_fd(&slot.stream))
             {
                 self.sh.counters.sample(i.tcpi_rtt, i.tcpi_snd_cwnd);

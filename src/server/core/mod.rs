@@ -17,7 +17,7 @@
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
@@ -34,7 +34,7 @@ use super::limits::{Slot, take_slot};
 use super::rr_tcp::RrTcp;
 use super::rr_udp::{self, RrUdp};
 use super::sources::SourceSlot;
-use super::tcp::{Admitted, admit, burst_frames, machine};
+use super::tcp::{Admitted, Session, admit, burst_frames, machine};
 use super::udp_recv::UdpRecv;
 use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
@@ -215,6 +215,19 @@ struct Loop<'a> {
     /// Connections yet to say who they are, oldest first (slot, born): the
     /// first to go when the server holds too many.
     unnamed: VecDeque<(usize, Instant)>,
+    /// The sessions this loop's data connections belong to (by address),
+    /// with how many of them are here: looked at every tick (a due status
+    /// row taken, a stopped session's connections stepped once) instead of
+    /// every connection.
+    sessions: HashMap<usize, Here>,
+}
+
+/// A session some of a loop's data connections belong to.
+struct Here {
+    sess: Arc<Session>,
+    conns: usize,
+    /// Its stop was seen and its connections here stepped.
+    stopped: bool,
 }
 
 impl<'a> Loop<'a> {
@@ -242,6 +255,7 @@ impl<'a> Loop<'a> {
             paused: None,
             accept_log: super::RateLimitedLog::default(),
             unnamed: VecDeque::new(),
+            sessions: HashMap::new(),
         }
     }
 
@@ -277,9 +291,8 @@ impl<'a> Loop<'a> {
                     // stays queued: pause, and try again when the timer is due.
                     self.accept_log.note(&e, self.st.cfg.verbosity);
                     if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        let at = now + super::ACCEPT_BACKOFF;
-                        self.paused = Some(at);
-                        self.timers.push(at, LISTEN - i);
+                        // The loop's sleep ends by then (`run`).
+                        self.paused = Some(now + super::ACCEPT_BACKOFF);
                     }
                     return;
                 }
@@ -298,9 +311,14 @@ impl<'a> Loop<'a> {
         let mut events = Events::with_capacity(1024);
         let mut next_scan = Instant::now();
         loop {
+            let now = Instant::now();
             let timeout = match self.ready.is_empty() {
-                true => self.timers.timeout(Instant::now(), TICK),
+                true => self.timers.timeout(now, TICK),
                 false => Duration::ZERO,
+            };
+            let timeout = match self.paused {
+                Some(at) => timeout.min(at.saturating_duration_since(now)),
+                None => timeout,
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != io::ErrorKind::Interrupted
@@ -316,12 +334,13 @@ impl<'a> Loop<'a> {
                 }
             }
             let now = Instant::now();
-            for k in self.timers.due(now) {
-                if k > LISTEN - self.listeners.len() {
-                    self.accept(LISTEN - k);
-                } else {
-                    self.advance(k);
+            if self.paused.is_some_and(|at| now >= at) {
+                for i in 0..self.listeners.len() {
+                    self.accept(i);
                 }
+            }
+            for k in self.timers.due(now) {
+                self.expire(k, now);
             }
             // Last, the connections that had their turn: one more turn each.
             for k in std::mem::take(&mut self.ready) {
@@ -332,7 +351,7 @@ impl<'a> Loop<'a> {
                 if self.st.stop.load(SeqCst) && !self.listeners.is_empty() {
                     self.stop_listening();
                 }
-                self.scan(now);
+                self.tick(now);
                 next_scan = now + TICK;
                 if self.st.stop.load(SeqCst) && self.slots.iter().all(Option::is_none) {
                     return;
@@ -431,15 +450,18 @@ impl<'a> Loop<'a> {
                 {
                     return self.close(k, *slot);
                 }
+                self.arm(k, &slot);
                 self.slots[k] = Some(slot)
             }
             Next::Close => self.close(k, *slot),
             Next::Run(job) => {
+                self.timers.cancel(k);
                 self.free.push(k);
                 self.loops.left(self.index);
                 self.spawn_worker(*slot, job);
             }
             Next::Iperf3(cookie) => {
+                self.timers.cancel(k);
                 self.free.push(k);
                 self.loops.left(self.index);
                 let Slot2 {
@@ -551,6 +573,7 @@ impl<'a> Loop<'a> {
                         Message::DataHello(h) => {
                             slot.stage = self.data(slot.peer, &h);
                             if let Stage::Data { a, .. } = &slot.stage {
+                                self.joined(&a.sess);
                                 // The client's window, congestion control,
                                 // marking and pacing, on this end too.
                                 let v6 = slot.peer.is_ipv6();
@@ -605,9 +628,9 @@ impl<'a> Loop<'a> {
                     if now >= *until || (*read >= REFUSAL_READ && all_acked(&slot.stream)) {
                         return Next::Close;
                     }
-                    // Reading wakes it while it reads, and the scan ends it
-                    // at `until`; once reading is done, a timer looks for
-                    // the acknowledgement.
+                    // Reading wakes it while it reads, and its deadline's
+                    // timer ends it at `until`; once reading is done, a
+                    // timer looks for the acknowledgement.
                     if *read >= REFUSAL_READ {
                         self.timers.push((now + LINGER_CHECK).min(*until), k);
                     }
@@ -632,6 +655,7 @@ impl<'a> Loop<'a> {
                             Some(_) => Fin::OnClose,
                         },
                     };
+                    let before = slot.last_progress;
                     let last = &mut slot.last_progress;
                     let ran = run_until_blocked(
                         conn,
@@ -642,6 +666,11 @@ impl<'a> Loop<'a> {
                         &env,
                         last,
                     );
+                    // TCP_INFO for the session's status rows, from a
+                    // connection that is moving: an idle one is not read.
+                    if !matches!(ran, Ran::Blocked { .. }) || *last > before {
+                        a.sess.sample(*last, slot.stream.as_raw_fd());
+                    }
                     match ran {
                         Ran::Settled => {}
                         Ran::Blocked { timer } => {
