@@ -126,7 +126,11 @@ impl<'a> Loop<'a> {
                     .map_or(s.last_progress, |q| q.max(s.last_progress));
                 Some(from + idle)
             }
-            Stage::Control(_) | Stage::RrUdp(_) | Stage::UdpRecv(_) => None,
+            Stage::Control(_)
+            | Stage::RrUdp(_)
+            | Stage::RrTcp(_)
+            | Stage::UdpRecv(_)
+            | Stage::UdpSend(_) => None,
         }
     }
 
