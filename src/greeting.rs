@@ -17,7 +17,7 @@ use crate::proto::{ErrorCode, Hello, Message, PROTOCOL_VERSION};
 #[derive(Debug, PartialEq)]
 pub enum Next {
     /// Send this and feed the server's answer back.
-    Send(Message),
+    Send(Box<Message>),
     /// Greeted: a test may be asked for. With a key, the session's datagram
     /// key derived from both nonces.
     Ready(Option<DatagramKey>),
@@ -132,7 +132,7 @@ impl<'k> Greeting<'k> {
                     client_nonce,
                     server_nonce,
                 };
-                Ok(Next::Send(Message::Auth { proof }))
+                Ok(Next::Send(Box::new(Message::Auth { proof })))
             }
             // A client given a key talks only to a server that proves it
             // holds the same key: one that asks for none could be anyone.
