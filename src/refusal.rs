@@ -152,9 +152,6 @@ pub enum Limit {
     Memory { max: u64, used: u64 },
     #[error("max {max} concurrent tests reached; try again later")]
     Tests { max: u32 },
-    /// Every thread of the sender pool paces a fast stream already.
-    #[error("max {max} fast UDP senders (the sender pool) busy; try again later")]
-    Senders { max: u32 },
     /// One address holds its share (tests, UDP streams, connections).
     #[error("max {max} {what} per client address ({ip} has {has})")]
     PerClient {
@@ -187,7 +184,7 @@ impl Limit {
             Limit::BurstRecords { .. } => ErrorCode::LimitBurstRecords,
             Limit::OpenConnections { .. } => ErrorCode::LimitConnections,
             Limit::Memory { .. } => ErrorCode::LimitMemory,
-            Limit::Tests { .. } | Limit::Senders { .. } => ErrorCode::LimitTests,
+            Limit::Tests { .. } => ErrorCode::LimitTests,
             Limit::PerClient { what, .. } => match what {
                 Share::Connections => ErrorCode::LimitConnectionsPerClient,
                 Share::Tests => ErrorCode::LimitTestsPerClient,
@@ -323,10 +320,6 @@ mod tests {
         );
         assert_eq!(
             Refusal::from(Limit::Tests { max: 3 }).code(),
-            ErrorCode::LimitTests
-        );
-        assert_eq!(
-            Refusal::from(Limit::Senders { max: 4 }).code(),
             ErrorCode::LimitTests
         );
         assert_eq!(

@@ -31,6 +31,7 @@ mod iperf3;
 pub mod limits;
 mod lines;
 mod log;
+mod loop_session;
 pub(crate) mod metrics;
 mod rr_tcp;
 mod rr_udp;

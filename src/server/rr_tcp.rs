@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::State;
 use super::control::TestSlots;
-use super::log;
+use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::rr_udp::Turn;
 use crate::guard::SendGuard;
@@ -86,21 +86,18 @@ impl<'a> RrTcp<'a> {
             idle: st.cfg.idle_timeout,
             deadline: guard.deadline(),
         };
-        st.metrics.started(Kind::RrTcp);
-        if st.cfg.verbosity >= 1 {
-            log::event(
-                st.cfg.log_format,
-                "session_start",
-                format_args!(
-                    "session {id} from {peer}: rr tcp {} B request / {} B reply, {} iterations",
-                    spec.size, spec.reply, spec.iterations
-                ),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrTcp.name(),
-                        "session": id.to_string()})
-                },
-            );
-        }
+        super::loop_session::started(
+            st,
+            Who {
+                kind: Kind::RrTcp,
+                id,
+                peer,
+            },
+            format_args!(
+                "rr tcp {} B request / {} B reply, {} iterations",
+                spec.size, spec.reply, spec.iterations
+            ),
+        );
         Ok(RrTcp {
             st,
             peer,
@@ -229,25 +226,21 @@ impl<'a> RrTcp<'a> {
 impl Drop for RrTcp<'_> {
     fn drop(&mut self) {
         let took = self.began.elapsed();
-        let st = self.st;
-        let moved = self.m.moved();
-        st.metrics.ended(Kind::RrTcp, took, Moved::from(&moved));
-        if st.cfg.verbosity >= 1 {
-            let (id, peer) = (self.id, self.peer);
-            let sum = self.m.summary();
-            log::event(
-                st.cfg.log_format,
-                "session_end",
-                format_args!(
-                    "session {id} from {peer} ended: {} requests answered, {} corrupt",
-                    sum.requests, sum.data_errors
-                ),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrTcp.name(),
-                        "session": id.to_string(), "result": "ok", "duration_s": took.as_secs_f64(),
-                        "bytes_sent": moved.bytes_sent, "bytes_received": moved.bytes_received})
-                },
-            );
-        }
+        let sum = self.m.summary();
+        super::loop_session::ended(
+            self.st,
+            Who {
+                kind: Kind::RrTcp,
+                id: self.id,
+                peer: self.peer,
+            },
+            took,
+            None,
+            Moved::from(&self.m.moved()),
+            format_args!(
+                ": {} requests answered, {} corrupt",
+                sum.requests, sum.data_errors
+            ),
+        );
     }
 }

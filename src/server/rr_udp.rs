@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::control::TestSlots;
 use super::limits::GRACE;
-use super::log;
+use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::{State, log_refusal};
 use crate::guard::SendGuard;
@@ -83,30 +83,8 @@ impl<'a> RrUdp<'a> {
         now: Instant,
     ) -> Result<RrUdp<'a>, Refusal> {
         crate::rr::serve::validate(spec)?;
-        let local = stream.local_addr().map_err(|source| Refusal::Resource {
-            what: "a descriptor for the control connection",
-            source,
-        })?;
-        let udp = |source| Refusal::Resource {
-            what: "a UDP socket",
-            source,
-        };
-        let sock = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(udp)?;
-        let port = sock.local_addr().map_err(udp)?.port();
-        let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
-        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
-        let opts = spec.sock.for_server();
-        if let Err(e) = crate::net::sockopt::apply(&sock, &opts, local.is_ipv6(), false) {
-            use crate::net::sockopt::SockOptFailed;
-            return Err(match e {
-                SockOptFailed::Congestion { name, available } => {
-                    Refusal::Congestion { name, available }
-                }
-                SockOptFailed::Refused { option, source } => {
-                    Refusal::SockOptRefused { option, source }
-                }
-            });
-        }
+        let (sock, port) = super::loop_session::open(stream, &spec.sock)?;
+        let udp = super::loop_session::unusable;
         sock.set_nonblocking(true).map_err(udp)?;
         let mut sock = UdpSocket::from_std(sock);
         registry
@@ -125,21 +103,18 @@ impl<'a> RrUdp<'a> {
             deadline: limits.deadline(),
             max_duration: limits.deadline().saturating_sub(GRACE),
         };
-        st.metrics.started(Kind::RrUdp);
-        if st.cfg.verbosity >= 1 {
-            log::event(
-                st.cfg.log_format,
-                "session_start",
-                format_args!(
-                    "session {id} from {peer}: rr udp {} B request / {} B reply, {} iterations",
-                    spec.size, spec.reply, spec.iterations
-                ),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrUdp.name(),
-                        "session": id.to_string()})
-                },
-            );
-        }
+        super::loop_session::started(
+            st,
+            Who {
+                kind: Kind::RrUdp,
+                id,
+                peer,
+            },
+            format_args!(
+                "rr udp {} B request / {} B reply, {} iterations",
+                spec.size, spec.reply, spec.iterations
+            ),
+        );
         Ok(RrUdp {
             st,
             peer,
@@ -305,24 +280,17 @@ impl<'a> RrUdp<'a> {
 impl Drop for RrUdp<'_> {
     fn drop(&mut self) {
         let took = self.began.elapsed();
-        let st = self.st;
-        let sum = self.m.summary();
-        st.metrics.ended(Kind::RrUdp, took, Moved::from(&sum));
-        if st.cfg.verbosity >= 1 {
-            let (id, peer) = (self.id, self.peer);
-            let result = self
-                .ended
-                .map_or_else(|| "ok".to_string(), super::metrics::code_name);
-            log::event(
-                st.cfg.log_format,
-                "session_end",
-                format_args!("session {id} from {peer} ended"),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::RrUdp.name(),
-                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
-                        "bytes_sent": sum.bytes_sent, "bytes_received": sum.bytes_received})
-                },
-            );
-        }
+        super::loop_session::ended(
+            self.st,
+            Who {
+                kind: Kind::RrUdp,
+                id: self.id,
+                peer: self.peer,
+            },
+            took,
+            self.ended,
+            Moved::from(&self.m.summary()),
+            format_args!(""),
+        );
     }
 }

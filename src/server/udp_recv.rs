@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::control::TestSlots;
 use super::limits::GRACE;
-use super::log;
+use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::rr_udp::Turn;
 use super::{State, log_refusal};
@@ -82,30 +82,8 @@ impl<'a> UdpRecv<'a> {
         token: Token,
         now: Instant,
     ) -> Result<UdpRecv<'a>, Refusal> {
-        let local = stream.local_addr().map_err(|source| Refusal::Resource {
-            what: "a descriptor for the control connection",
-            source,
-        })?;
-        let udp = |source| Refusal::Resource {
-            what: "a UDP socket",
-            source,
-        };
-        let sock = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(udp)?;
-        let port = sock.local_addr().map_err(udp)?.port();
-        let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
-        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
-        let opts = spec.sock.for_server();
-        if let Err(e) = crate::net::sockopt::apply(&sock, &opts, local.is_ipv6(), false) {
-            use crate::net::sockopt::SockOptFailed;
-            return Err(match e {
-                SockOptFailed::Congestion { name, available } => {
-                    Refusal::Congestion { name, available }
-                }
-                SockOptFailed::Refused { option, source } => {
-                    Refusal::SockOptRefused { option, source }
-                }
-            });
-        }
+        let (sock, port) = super::loop_session::open(stream, &spec.sock)?;
+        let udp = super::loop_session::unusable;
         crate::udp::receive::enable_rx_timestamps(&sock);
         crate::udp::receive::enable_rx_tos(&sock);
         let gro = !spec.sock.no_offload && crate::udp::receive::enable_gro(&sock);
@@ -128,21 +106,15 @@ impl<'a> UdpRecv<'a> {
         };
         let cfg = crate::udp::serve::receiver_config(spec, 0, key);
         let stats = crate::udp::serve::receiver_stats(spec);
-        st.metrics.started(Kind::Udp);
-        if st.cfg.verbosity >= 1 {
-            log::event(
-                st.cfg.log_format,
-                "session_start",
-                format_args!(
-                    "session {id} from {peer}: {}",
-                    crate::udp::serve::label(spec)
-                ),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
-                        "session": id.to_string()})
-                },
-            );
-        }
+        super::loop_session::started(
+            st,
+            Who {
+                kind: Kind::Udp,
+                id,
+                peer,
+            },
+            format_args!("{}", crate::udp::serve::label(spec)),
+        );
         Ok(UdpRecv {
             st,
             peer,
@@ -345,29 +317,22 @@ impl<'a> UdpRecv<'a> {
 impl Drop for UdpRecv<'_> {
     fn drop(&mut self) {
         let took = self.began.elapsed();
-        let st = self.st;
-        let (received, corrupt) = self.m.received();
-        let moved = Moved {
-            received,
-            data_errors: corrupt,
-            ..Moved::default()
-        };
-        st.metrics.ended(Kind::Udp, took, moved);
-        if st.cfg.verbosity >= 1 {
-            let (id, peer) = (self.id, self.peer);
-            let result = self
-                .ended
-                .map_or_else(|| "ok".to_string(), super::metrics::code_name);
-            log::event(
-                st.cfg.log_format,
-                "session_end",
-                format_args!("session {id} from {peer} ended"),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
-                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
-                        "bytes_sent": 0, "bytes_received": received})
-                },
-            );
-        }
+        let (received, data_errors) = self.m.received();
+        super::loop_session::ended(
+            self.st,
+            Who {
+                kind: Kind::Udp,
+                id: self.id,
+                peer: self.peer,
+            },
+            took,
+            self.ended,
+            Moved {
+                received,
+                data_errors,
+                ..Moved::default()
+            },
+            format_args!(""),
+        );
     }
 }

@@ -11,9 +11,10 @@
 //!   client's own sender does. The pool holds at most [`pool_size`]
 //!   threads, `min(--max-tests, 2 × cores)`: a paced sender at a high rate
 //!   is where owning a core is the point, and there are no more cores to
-//!   own. A fast stream admitted while the pool is full is refused with
-//!   `limit_tests` (`Limit::Senders`) before anything is set up; a thread
-//!   is started only when the client's go comes.
+//!   own. A fast stream admitted while the pool is full is sent on the
+//!   loop's timers too, in bursts as coarse as those (about 1 ms): paced
+//!   less finely, never refused for it; a thread is started only when the
+//!   client's go comes.
 //!
 //! A pool sender's end is looked for on the session's timer (at the
 //! stream's end, then every [`POOL_LOOK`]), not signalled, which keeps the
@@ -34,7 +35,7 @@ use uuid::Uuid;
 
 use super::control::TestSlots;
 use super::limits::GRACE;
-use super::log;
+use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::rr_udp::{BUDGET, Turn};
 use super::{State, log_refusal};
@@ -45,7 +46,7 @@ use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::net::realtime_ns;
 use crate::proto::{Message, ReadError, UdpSpec, encode};
-use crate::refusal::{Limit, Refusal};
+use crate::refusal::Refusal;
 use crate::tcp::drive::Socket;
 use crate::udp::outflow::{Action, Outflow, Terms};
 use crate::udp::send::{Departures, Gate, SenderConfig, run_sender};
@@ -163,37 +164,15 @@ impl<'a> UdpSend<'a> {
         now: Instant,
     ) -> Result<UdpSend<'a>, Refusal> {
         let limits = st.cfg.limits;
+        // A fast stream with no place free in the pool is sent on the loop
+        // all the same, in bursts as coarse as the loop's timers (its
+        // sender's lateness says so), rather than refused.
         let pool = match peak_pps(spec) <= LOOP_MAX_PPS {
             true => None,
-            false => {
-                let max = pool_size(limits.max_tests);
-                Some(PoolSlot::take(&st.senders, max).ok_or(Limit::Senders { max: max as u32 })?)
-            }
+            false => PoolSlot::take(&st.senders, pool_size(limits.max_tests)),
         };
-        let local = stream.local_addr().map_err(|source| Refusal::Resource {
-            what: "a descriptor for the control connection",
-            source,
-        })?;
-        let udp = |source| Refusal::Resource {
-            what: "a UDP socket",
-            source,
-        };
-        let sock = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(udp)?;
-        let port = sock.local_addr().map_err(udp)?.port();
-        let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(4 << 20);
-        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(4 << 20);
-        let opts = spec.sock.for_server();
-        if let Err(e) = crate::net::sockopt::apply(&sock, &opts, local.is_ipv6(), false) {
-            use crate::net::sockopt::SockOptFailed;
-            return Err(match e {
-                SockOptFailed::Congestion { name, available } => {
-                    Refusal::Congestion { name, available }
-                }
-                SockOptFailed::Refused { option, source } => {
-                    Refusal::SockOptRefused { option, source }
-                }
-            });
-        }
+        let (sock, port) = super::loop_session::open(stream, &spec.sock)?;
+        let udp = super::loop_session::unusable;
         sock.set_nonblocking(true).map_err(udp)?;
         registry
             .register(&mut SourceFd(&sock.as_raw_fd()), token, Interest::READABLE)
@@ -210,21 +189,15 @@ impl<'a> UdpSend<'a> {
         };
         let mut cfg = crate::udp::serve::sender_config(spec, key);
         cfg.pacing = cfg.pacing.on_server();
-        st.metrics.started(Kind::Udp);
-        if st.cfg.verbosity >= 1 {
-            log::event(
-                st.cfg.log_format,
-                "session_start",
-                format_args!(
-                    "session {id} from {peer}: {}",
-                    crate::udp::serve::label(spec)
-                ),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
-                        "session": id.to_string()})
-                },
-            );
-        }
+        super::loop_session::started(
+            st,
+            Who {
+                kind: Kind::Udp,
+                id,
+                peer,
+            },
+            format_args!("{}", crate::udp::serve::label(spec)),
+        );
         Ok(UdpSend {
             st,
             peer,
@@ -538,29 +511,22 @@ impl Drop for UdpSend<'_> {
             self.moved = d.moved();
         }
         let took = self.began.elapsed();
-        let st = self.st;
-        let (sent, errors) = self.moved;
-        let moved = Moved {
-            sent,
-            network_errors: errors,
-            ..Moved::default()
-        };
-        st.metrics.ended(Kind::Udp, took, moved);
-        if st.cfg.verbosity >= 1 {
-            let (id, peer) = (self.id, self.peer);
-            let result = self
-                .ended
-                .map_or_else(|| "ok".to_string(), super::metrics::code_name);
-            log::event(
-                st.cfg.log_format,
-                "session_end",
-                format_args!("session {id} from {peer} ended"),
-                || {
-                    serde_json::json!({"client": peer.to_string(), "kind": Kind::Udp.name(),
-                        "session": id.to_string(), "result": result, "duration_s": took.as_secs_f64(),
-                        "bytes_sent": sent, "bytes_received": 0})
-                },
-            );
-        }
+        let (sent, network_errors) = self.moved;
+        super::loop_session::ended(
+            self.st,
+            Who {
+                kind: Kind::Udp,
+                id: self.id,
+                peer: self.peer,
+            },
+            took,
+            self.ended,
+            Moved {
+                sent,
+                network_errors,
+                ..Moved::default()
+            },
+            format_args!(""),
+        );
     }
 }
