@@ -596,3 +596,35 @@ fn a_grid_slice_of_no_width_has_a_rate_of_zero() {
     assert!(slices.iter().all(|s| s.goodput_bps.is_finite()));
     assert_eq!(last.goodput_bps, 0.0);
 }
+
+#[test]
+fn a_slice_ending_at_the_grid_end_whose_start_rounds_onto_it_stays_in_the_last_grid_slice() {
+    // 3.4999999999999996 is the float just below 3.5, yet divided by 0.7
+    // it rounds up to 5.0, the number of grid slices (3.5 / 0.7 is 5.0):
+    // its grid slice must still be the last one, 4.
+    let (step, end) = (0.7, 3.5);
+    let a = 3.499_999_999_999_999_6;
+    assert!(a < end && a / step == 5.0 && end / step == 5.0);
+    let slices = align(&[(Some(0.0), vec![(0.0, a, 500.0), (a, end, 7.0)])], step);
+    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
+    assert_eq!(got, [100, 100, 100, 100, 107]);
+}
+
+#[test]
+fn a_slice_narrower_than_a_float_step_keeps_its_bytes() {
+    // 0.9 and the next float up, 0.9000000000000001, both divide by 0.1
+    // to exactly 9.0: the slice from one to the other starts and ends on
+    // grid line 9, and its bytes belong to grid slice 9.
+    let step = 0.1;
+    let (a, b) = (0.9, 0.900_000_000_000_000_1);
+    assert!(b > a && a / step == 9.0 && b / step == 9.0);
+    let slices = align(
+        &[(
+            Some(0.0),
+            vec![(0.0, a, 900.0), (a, b, 5.0), (b, 1.0, 100.0)],
+        )],
+        step,
+    );
+    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
+    assert_eq!(got, [100, 100, 100, 100, 100, 100, 100, 100, 100, 105]);
+}

@@ -129,3 +129,109 @@ impl Setup {
         self.awaiting.is_some_and(|a| now >= a)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: u64 = 0x7071;
+    const NONCE: u64 = 0xabcd_ef01;
+
+    fn from() -> SocketAddr {
+        "127.0.0.1:40000".parse().unwrap()
+    }
+
+    fn datagram(flags: u8, seq: u64) -> [u8; HEADER_LEN] {
+        let mut d = [0u8; HEADER_LEN];
+        Header {
+            flags,
+            stream: 0,
+            seq,
+            send_ns: 5,
+            payload_len: 0,
+        }
+        .write(&mut d);
+        d
+    }
+
+    fn is_probe_nonce(r: Result<SocketAddr, Refusal>) -> bool {
+        matches!(r, Err(Refusal::Auth(AuthFailure::ProbeNonce)))
+    }
+
+    #[test]
+    fn a_handshake_heard_before_the_message_is_probed_when_it_comes() {
+        let mut s = Setup::new(TOKEN, NONCE);
+        assert!(s.expects(TOKEN));
+        assert!(!s.expects(TOKEN + 1));
+        assert_eq!(
+            s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN), from(), 9),
+            None
+        );
+        // A second sender of the token is not the client's address.
+        let other: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        assert_eq!(
+            s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN), other, 9),
+            None
+        );
+        assert!(is_probe_nonce(s.ready(NONCE)), "nothing probed yet");
+        let now = Instant::now();
+        let p = s.on_handshake_message(now, 1_234).expect("a probe");
+        assert_eq!(p.to, from());
+        let h = Header::read(&p.datagram).unwrap();
+        assert_eq!((h.flags, h.seq, h.send_ns), (FLAG_HANDSHAKE, NONCE, 1_234));
+        // Proven: no second handshake message, no wait, no more probes.
+        assert!(!s.expects(TOKEN));
+        assert!(!s.handshake_missed(now + HANDSHAKE_WAIT * 2));
+        assert_eq!(s.deadline(now), now);
+        assert_eq!(
+            s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN), other, 9),
+            None
+        );
+        assert_eq!(s.ready(NONCE).unwrap(), from());
+        assert!(is_probe_nonce(s.ready(NONCE + 1)));
+    }
+
+    #[test]
+    fn after_the_message_the_first_handshake_is_probed_within_the_wait() {
+        let mut s = Setup::new(TOKEN, NONCE);
+        let now = Instant::now();
+        let ends = now + Duration::from_secs(60);
+        assert_eq!(s.deadline(ends), ends);
+        assert!(
+            !s.handshake_missed(now + HANDSHAKE_WAIT * 2),
+            "not awaited yet"
+        );
+        assert_eq!(s.on_handshake_message(now, 1), None);
+        assert!(!s.expects(TOKEN), "a second handshake message");
+        let wait = now + HANDSHAKE_WAIT;
+        assert_eq!(s.deadline(ends), wait);
+        assert_eq!(s.deadline(now), now);
+        assert!(!s.handshake_missed(wait - Duration::from_nanos(1)));
+        assert!(s.handshake_missed(wait));
+        // Not a handshake, another token, too short: ignored.
+        assert_eq!(s.on_datagram(&datagram(0, TOKEN), from(), 9), None);
+        assert_eq!(
+            s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN + 1), from(), 9),
+            None
+        );
+        assert_eq!(
+            s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN)[..8], from(), 9),
+            None
+        );
+        let p = s.on_datagram(&datagram(FLAG_HANDSHAKE, TOKEN), from(), 77);
+        let p = p.expect("the probe");
+        assert_eq!(p.to, from());
+        let h = Header::read(&p.datagram).unwrap();
+        assert_eq!((h.flags, h.seq, h.send_ns), (FLAG_HANDSHAKE, NONCE, 77));
+        assert!(!s.handshake_missed(wait), "the wait ended with the probe");
+        assert_eq!(s.deadline(ends), ends);
+        assert_eq!(s.ready(NONCE).unwrap(), from());
+    }
+
+    #[test]
+    fn a_datagram_that_is_not_a_handshake_is_not_remembered() {
+        let mut s = Setup::new(TOKEN, NONCE);
+        assert_eq!(s.on_datagram(&datagram(0, TOKEN), from(), 9), None);
+        assert_eq!(s.on_handshake_message(Instant::now(), 1), None);
+    }
+}
