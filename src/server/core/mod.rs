@@ -27,12 +27,13 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 mod ends;
+mod sessions;
 
 use super::State;
-use super::control::{Control, Job, Test, Turn, WorkerTest, run_job};
+use super::control::{Control, Job, Turn, WorkerTest, run_job};
 use super::limits::{Slot, take_slot};
 use super::rr_tcp::RrTcp;
-use super::rr_udp::{self, RrUdp};
+use super::rr_udp::RrUdp;
 use super::sources::SourceSlot;
 use super::tcp::{Admitted, Session, admit, burst_frames, machine};
 use super::udp_recv::UdpRecv;
@@ -724,119 +725,16 @@ impl<'a> Loop<'a> {
                         // Dropping the conversation ends its session.
                         Turn::Last(out) => slot.stage = Stage::Refuse(out),
                         Turn::Gone => return Next::Close,
-                        Turn::Run(job) => match *job {
-                            // Answered here, on the loop, not by a worker.
-                            Job {
-                                test: Test::RrUdp(spec),
-                                slots,
-                            } => {
-                                let token = Token(k | UDP_TOKEN);
-                                let reg = self.poll.registry();
-                                let peer = slot.peer;
-                                let s = RrUdp::start(
-                                    st,
-                                    peer,
-                                    &slot.stream,
-                                    &spec,
-                                    slots,
-                                    reg,
-                                    token,
-                                    now,
-                                );
-                                slot.stage = match s {
-                                    Ok(s) => Stage::RrUdp(Box::new(s)),
-                                    Err(why) => refuse(st, peer, &why),
-                                };
+                        Turn::Run(job) => {
+                            if let Some(next) = self.start_session(slot, k, *job, now) {
+                                return next;
                             }
-                            Job {
-                                test: Test::RrTcp(spec),
-                                slots,
-                            } => {
-                                let peer = slot.peer;
-                                let s = RrTcp::start(st, peer, &slot.stream, &spec, slots, now);
-                                slot.stage = match s {
-                                    Ok(s) => Stage::RrTcp(Box::new(s)),
-                                    Err(why) => refuse(st, peer, &why),
-                                };
-                            }
-                            Job {
-                                test: Test::UdpRecv(spec, key),
-                                slots,
-                            } => {
-                                let token = Token(k | UDP_TOKEN);
-                                let reg = self.poll.registry();
-                                let peer = slot.peer;
-                                let s = UdpRecv::start(
-                                    st,
-                                    peer,
-                                    &slot.stream,
-                                    (&spec, key),
-                                    slots,
-                                    reg,
-                                    token,
-                                    now,
-                                );
-                                slot.stage = match s {
-                                    Ok(s) => Stage::UdpRecv(Box::new(s)),
-                                    Err(why) => refuse(st, peer, &why),
-                                };
-                            }
-                            Job {
-                                test: Test::UdpSend(out, key),
-                                slots,
-                            } => {
-                                let token = Token(k | UDP_TOKEN);
-                                let reg = self.poll.registry();
-                                let peer = slot.peer;
-                                let s = UdpSend::start(
-                                    st,
-                                    peer,
-                                    &slot.stream,
-                                    (out.spec(), key),
-                                    slots,
-                                    reg,
-                                    token,
-                                    now,
-                                );
-                                slot.stage = match s {
-                                    Ok(s) => Stage::UdpSend(Box::new(s)),
-                                    Err(why) => refuse(st, peer, &why),
-                                };
-                            }
-                            Job {
-                                test: Test::Worker(test),
-                                slots,
-                            } => return Next::Run(Box::new(Job { test, slots })),
-                        },
+                        }
                     }
                 }
-                Stage::UdpRecv(s) => {
-                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
-                    // Dropping the session gives its slots back.
-                    match self.settle(t, k) {
-                        Ok(next) => return next,
-                        Err(out) => slot.stage = Stage::Refuse(out),
-                    }
-                }
-                Stage::UdpSend(s) => {
-                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
-                    match self.settle(t, k) {
-                        Ok(next) => return next,
-                        Err(out) => slot.stage = Stage::Refuse(out),
-                    }
-                }
-                Stage::RrTcp(s) => {
-                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
-                    match self.settle(t, k) {
-                        Ok(next) => return next,
-                        Err(out) => slot.stage = Stage::Refuse(out),
-                    }
-                }
-                Stage::RrUdp(s) => {
-                    let t = s.turn(&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
-                    match self.settle(t, k) {
-                        Ok(next) => return next,
-                        Err(out) => slot.stage = Stage::Refuse(out),
+                Stage::UdpRecv(_) | Stage::UdpSend(_) | Stage::RrTcp(_) | Stage::RrUdp(_) => {
+                    if let Some(next) = self.session_turn(slot, k) {
+                        return next;
                     }
                 }
             }
@@ -845,26 +743,6 @@ impl<'a> Loop<'a> {
 
     /// Slot `k` had its turn and could go on: it runs again on the next
     /// turn of the loop, after everything else.
-    /// What a loop-side session's turn (rr or a received UDP stream) means
-    /// for its slot `k`: kept (a timer set, or another turn after the
-    /// others), closed, or (Err) its last frames to write.
-    fn settle(&mut self, t: rr_udp::Turn, k: usize) -> Result<Next<'static>, Out> {
-        match t {
-            rr_udp::Turn::Wait(at) => {
-                if let Some(at) = at {
-                    self.timers.push(at, k);
-                }
-                Ok(Next::Keep)
-            }
-            rr_udp::Turn::Again => {
-                self.again(k);
-                Ok(Next::Keep)
-            }
-            rr_udp::Turn::Last(out) => Err(out),
-            rr_udp::Turn::Gone => Ok(Next::Close),
-        }
-    }
-
     fn again(&mut self, k: usize) {
         if self.queued.len() <= k {
             self.queued.resize(k + 1, false);
