@@ -693,15 +693,11 @@ fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("relay.json");
     let log = dir.path().join("relay.csv");
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let rl = Proc(
-        netrig(&[
-            "relay",
-            "--listen",
-            &listen,
-            "--to",
-            &to.to_string(),
+    // The relay picks its port and names it: a port chosen here could be
+    // handed to another test's socket before the relay binds it.
+    let (rl, addr) = relay(
+        to,
+        &[
             "--udp-only",
             "--delay",
             "20s",
@@ -713,13 +709,9 @@ fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
             log.to_str().unwrap(),
             "--json",
             json.to_str().unwrap(),
-            "-q",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap(),
+        ],
     );
-    let addr: SocketAddr = listen.parse().unwrap();
+    let port = addr.port();
     let pid = rl.0.id();
     udp_drained(pid, port, "relay");
     let base_threads = threads(pid);

@@ -99,15 +99,11 @@ fn a_flood_of_tiny_datagrams_stays_inside_max_queue() {
     let to = sink.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("relay.json");
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let rl = Proc(
-        netrig(&[
-            "relay",
-            "--listen",
-            &listen,
-            "--to",
-            &to.to_string(),
+    // The relay picks its port and names it: a port chosen here could be
+    // handed to another test's socket before the relay binds it.
+    let (rl, addr) = relay(
+        to,
+        &[
             "--udp-only",
             "--delay",
             "30s",
@@ -115,13 +111,9 @@ fn a_flood_of_tiny_datagrams_stays_inside_max_queue() {
             "4M",
             "--json",
             json.to_str().unwrap(),
-            "-q",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap(),
+        ],
     );
-    let addr: SocketAddr = listen.parse().unwrap();
+    let port = addr.port();
     let pid = rl.0.id();
     udp_drained(pid, port, "relay");
     let base = rss_kib(pid);

@@ -8,48 +8,23 @@
 #[path = "common/bin.rs"]
 mod bin;
 
-use bin::{Proc, free_port, have_iperf3, netrig, run_json};
+use bin::{Proc, have_iperf3, netrig, peer_listening, run_json};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether something listens on 127.0.0.1:`port` (read from the kernel's
-/// table: a probe connection would be taken by `iperf3 -s -1` as its test).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X} ");
-    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
-        t.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && format!("{} ", f[1]).ends_with(&want) && f[3] == "0A"
-        })
-    })
-}
-
 /// `iperf3 -s -1` on a free loopback port with `extra`, once it listens.
 fn iperf3_server(extra: &[&str]) -> (Proc, u16) {
-    let port = free_port();
-    let p = port.to_string();
-    let mut args = vec!["-s", "-1", "-B", "127.0.0.1", "-p", &p];
-    args.extend_from_slice(extra);
-    let proc = Proc(
-        Command::new("iperf3")
-            .args(&args)
+    peer_listening("iperf3 -s", |port| {
+        let mut c = Command::new("iperf3");
+        c.args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let t0 = Instant::now();
-    while !listening(port) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "iperf3 -s did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (proc, port)
+            .stderr(Stdio::piped());
+        c
+    })
 }
 
 /// The server's own `-J` document, once its one test is over.
@@ -260,23 +235,14 @@ fn a_busy_iperf3_server_is_a_refusal() {
     if !have_iperf3("a_busy_iperf3_server_is_a_refusal") {
         return;
     }
-    let port = free_port();
+    let (mut srv, port) = peer_listening("iperf3 -s", |port| {
+        let mut c = Command::new("iperf3");
+        c.args(["-s", "--forceflush", "-B", "127.0.0.1"])
+            .args(["-p", &port.to_string()])
+            .stdout(Stdio::piped());
+        c
+    });
     let p = port.to_string();
-    let mut srv = Proc(
-        Command::new("iperf3")
-            .args(["-s", "--forceflush", "-B", "127.0.0.1", "-p", &p])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let t0 = Instant::now();
-    while !listening(port) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "iperf3 -s did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
     let _first = Proc(
         Command::new("iperf3")
             .args(["-c", "127.0.0.1", "-p", &p, "-t", "5", "-b", "1M"])

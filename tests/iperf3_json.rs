@@ -133,17 +133,14 @@ fn iperf3_installed() -> bool {
 /// A real iperf3 server on loopback (it serves one test at a time, so the
 /// tests' clients take turns).
 fn iperf3_server() -> (Proc, String) {
-    let port = free_port().to_string();
-    let server = Proc(
-        Command::new("iperf3")
-            .args(["-s", "-B", "127.0.0.1", "-p", &port])
+    let (server, port) = peer_listening("iperf3 -s", |port| {
+        let mut c = Command::new("iperf3");
+        c.args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening(format!("127.0.0.1:{port}").parse().unwrap(), "iperf3 -s");
-    (server, port)
+            .stderr(Stdio::null());
+        c
+    });
+    (server, port.to_string())
 }
 
 /// A real `iperf3 -J` client run of one second.

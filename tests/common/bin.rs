@@ -43,6 +43,64 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A peer tool's server (iperf3 -s, iperf -s) started by `make(port)` on a
+/// free loopback port, once *that process* listens there. Peers cannot bind
+/// port 0 and name it, so between [`free_port`] and their bind another test's
+/// `serve --listen :0` may be handed the same port: a plain "is something
+/// listening" check then passes on the other server while the peer exits with
+/// "Address already in use" (CI saw this). The listener's socket is looked up
+/// among the child's own descriptors, and a lost port is tried again.
+pub fn peer_listening(what: &str, make: impl Fn(u16) -> Command) -> (Proc, u16) {
+    for _ in 0..20 {
+        let port = free_port();
+        let mut child = Proc(make(port).spawn().unwrap());
+        let t0 = Instant::now();
+        loop {
+            if child.0.try_wait().unwrap().is_some() {
+                break; // lost the port: try another
+            }
+            if listens_on(child.0.id(), port) {
+                return (child, port);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{what} did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    panic!("{what} lost its port to another bind 20 times");
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port` (IPv4 or
+/// IPv6), read from /proc: the listening sockets' inodes against the
+/// process's descriptors.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+    })
+}
+
 /// Starts `netrig serve` on loopback and returns once it listens. The
 /// server picks its own port (`:0`) and names it on its first line, so no
 /// other process can take the port between choosing and binding it.
