@@ -726,10 +726,15 @@ fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
             udp_drained(pid, port, "relay");
         }
     }
-    // 100 one-byte datagrams, each from a new port.
+    // 100 one-byte datagrams, each from a new port: the sockets are kept
+    // open until the counts are read, or the kernel may hand a closed one's
+    // port to a later one, whose datagram then belongs to an admitted flow
+    // (CI saw 90 refused instead of 91).
+    let mut small = Vec::new();
     for _ in 0..100 {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         s.send_to(&[1], addr).unwrap();
+        small.push(s);
     }
     udp_drained(pid, port, "relay");
     let grown = rss_kib(pid).saturating_sub(base_rss);
@@ -741,6 +746,7 @@ fn the_relay_caps_udp_flows_and_bounds_its_delay_line() {
         threads(pid)
     );
     let c = relay_counts(rl, &json);
+    drop(small);
     // The big flow and 9 of the 100 new ones fit --max-flows 10.
     assert_eq!(c["udp_flows"], 10, "{c}");
     assert_eq!(c["udp_refused"], 91, "{c}");
