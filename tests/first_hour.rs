@@ -280,7 +280,8 @@ fn unbounded_tcp_says_so_first_and_errors_come_alone() {
     signal(child.id(), libc::SIGINT);
     assert_eq!(child.wait().unwrap().code(), Some(130));
 
-    let target = format!("127.0.0.1:{}", free_port());
+    let (_held, port) = refused_port();
+    let target = format!("127.0.0.1:{port}");
     for cmd in ["tcp", "udp", "sweep", "rr", "ping", "crr"] {
         let mut args = vec![cmd, target.as_str()];
         if cmd == "sweep" {

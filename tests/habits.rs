@@ -279,7 +279,8 @@ fn errors_name_the_flag_typed() {
 
 #[test]
 fn errors_name_the_port_and_the_address() {
-    let port = free_port().to_string();
+    let (_held, port) = refused_port();
+    let port = port.to_string();
     for sub in ["tcp", "udp", "rr", "crr"] {
         let (_, err) = out(&[sub, "127.0.0.1", "-p", &port, "-q"], 3);
         let want = format!("cannot reach 127.0.0.1:{port}: Connection refused");

@@ -76,7 +76,8 @@ fn every_commands_json_matches_the_schema() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let refused = format!("127.0.0.1:{}", free_port());
+    let (_held, port) = refused_port();
+    let refused = format!("127.0.0.1:{port}");
     let mut files = vec![
         write(d, "tcp", &["tcp", "-P", "2", "-n", "1M"], 0),
         write(

@@ -43,6 +43,19 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A loopback port where connections are refused for as long as the
+/// returned socket lives: it is bound and never listens, so no other test's
+/// `bind(:0)` can be handed the port meanwhile (a port merely free now can
+/// be, and a "refused" target would then answer).
+pub fn refused_port() -> (socket2::Socket, u16) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    s.bind(&any.into()).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
+}
+
 /// A peer tool's server (iperf3 -s, iperf -s) started by `make(port)` on a
 /// free loopback port, once *that process* listens there. Peers cannot bind
 /// port 0 and name it, so between [`free_port`] and their bind another test's
