@@ -819,3 +819,108 @@ proptest! {
         prop_assert!(s.closed && s.refused.is_none());
     }
 }
+
+#[test]
+fn the_acceptance_is_queued_at_once_and_the_slot_fits_the_largest_datagram() {
+    let t0 = Instant::now();
+    let mut a = intake(t0);
+    assert!(a.has_actions(), "the acceptance waits to be written");
+    drain(&mut a, &mut Said::default());
+    assert!(!a.has_actions());
+    // One byte more than the largest datagram: a longer one shows as longer.
+    assert_eq!(a.slot(), HEADER_LEN + PAYLOAD + 1);
+}
+
+#[test]
+fn once_reported_only_the_deadline_ends_the_session() {
+    let t0 = Instant::now();
+    let (mut a, mut s) = started(t0);
+    a.on_message(done(0), t0, 1);
+    run_clock(&mut a, &mut s, t0 + Duration::from_secs(1));
+    assert_eq!(s.totals().len(), 1);
+    // A look before the deadline (another session's timer) ends nothing.
+    a.on_timeout(t0 + Duration::from_secs(30));
+    drain(&mut a, &mut s);
+    assert!(s.refused.is_none() && !a.is_over());
+    a.on_message(Message::Goodbye, t0 + Duration::from_secs(31), 1);
+    drain(&mut a, &mut s);
+    assert!(s.summary.is_some() && s.closed);
+}
+
+#[test]
+fn a_setup_as_long_as_the_deadline_ends_as_the_duration_limit() {
+    // Setup may last to the session's deadline: past it the duration limit
+    // is what was reached, not the setup's.
+    let t0 = Instant::now();
+    for setup in [65, 70] {
+        let t = Terms {
+            setup: Duration::from_secs(setup),
+            ..terms()
+        };
+        let mut a = Intake::new(t, config(), ReceiverStats::new(1000, 100), t0);
+        let mut s = Said::default();
+        a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
+        a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
+        drain(&mut a, &mut s);
+        assert_eq!(a.deadline(), Some(t0 + Duration::from_secs(65)));
+        a.on_timeout(t0 + Duration::from_secs(65));
+        drain(&mut a, &mut s);
+        assert!(
+            matches!(
+                s.refused,
+                Some(Refusal::Limit(Limit::DurationReached { .. }))
+            ),
+            "setup {setup} s: {:?}",
+            s.refused
+        );
+    }
+}
+
+#[test]
+fn a_handshake_message_with_another_token_is_refused() {
+    let t0 = Instant::now();
+    let mut a = intake(t0);
+    let mut s = Said::default();
+    a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
+    a.on_message(Message::UdpHandshake { token: TOKEN ^ 1 }, t0, 1);
+    drain(&mut a, &mut s);
+    assert!(matches!(s.refused, Some(Refusal::Unexpected { .. })));
+    assert_eq!((s.connect, s.probes.len()), (None, 0), "nothing is proven");
+}
+
+#[test]
+fn a_datagram_arrived_when_the_kernel_stamped_it_not_when_its_batch_was_read() {
+    // Bursts of two: the first datagram waited 3 ms in the socket before
+    // its batch was read at 10 ms, the second 1 ms before its batch at 20 ms.
+    let t0 = Instant::now();
+    let mut cfg = config();
+    cfg.burst = Some((2, 100_000_000));
+    let (mut a, mut s) = started_with(cfg, t0);
+    let read = |ms: u64, batch_ns: u64, recv_ns: u64| Arrived {
+        now: t0 + Duration::from_millis(ms),
+        batch_ns,
+        recv_ns,
+        tos: None,
+    };
+    a.on_datagram(&datagram(0, 0), client(), read(10, 5_000_000, 2_000_000));
+    a.on_datagram(&datagram(1, 0), client(), read(20, 15_000_000, 14_000_000));
+    a.on_message(Message::Goodbye, t0 + Duration::from_millis(30), 1);
+    drain(&mut a, &mut s);
+    let b: Vec<_> = s
+        .sent
+        .iter()
+        .filter_map(|m| match m {
+            Message::UdpBurst(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(b.len(), 1);
+    let near = |x: f64, want: f64| (x - want).abs() < 1e-9;
+    assert!(near(b[0].start_s, 0.007), "{}", b[0].start_s);
+    assert!(near(b[0].end_s, 0.019), "{}", b[0].end_s);
+    assert!(
+        (b[0].transfer_ms - 12.0).abs() < 1e-6,
+        "{}",
+        b[0].transfer_ms
+    );
+}

@@ -500,3 +500,19 @@ proptest! {
         prop_assert!(s.closed || s.refused.is_some() || s.summary.is_some());
     }
 }
+
+#[test]
+fn the_session_says_when_it_has_actions_queued() {
+    // A driver writes only while this is true: the acceptance must go out,
+    // and an empty queue must not keep it looking.
+    let t0 = Instant::now();
+    let mut a = Outflow::new(terms(), t0);
+    assert!(a.has_actions(), "the acceptance waits to be written");
+    let mut s = Said::default();
+    drain(&mut a, &mut s);
+    assert!(!a.has_actions());
+    a.on_message(Message::TimeRequest { t1: 3 }, t0, 4);
+    assert!(a.has_actions(), "the time reply waits");
+    drain(&mut a, &mut s);
+    assert!(!a.has_actions());
+}

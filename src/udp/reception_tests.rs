@@ -74,3 +74,77 @@ fn a_receive_slot_holds_one_byte_more_than_the_largest_datagram() {
     let small = ReceiverConfig { max_size: 1, ..c };
     assert_eq!(small.slot(), HEADER_LEN + 1);
 }
+
+#[test]
+fn with_a_key_the_tagged_datagram_counts_and_the_forged_one_is_invalid() {
+    // Which of the two counts matters, not only how many: the signed one is
+    // the stream's seq 0, the forged one an unreadable datagram.
+    let key: crate::auth::DatagramKey = [7; 32];
+    let cfg = ReceiverConfig {
+        tag_key: Some(key),
+        ..config(0, 0)
+    };
+    let mut r = Reception::new(cfg, ReceiverStats::new(1000, 100));
+    let mut rows = Rows::default();
+    let mut forged = datagram(1, 0);
+    crate::auth::sign_datagram(&[8; 32], &mut forged);
+    r.on_datagram(&forged, 10, 0, None, &mut rows);
+    assert!(rows.0.is_empty(), "a forged datagram has no row");
+    let t = r.stats().totals(None);
+    assert_eq!((t.packets, t.unique, t.corrupt), (1, 0, 1));
+    let mut signed = datagram(0, 0);
+    crate::auth::sign_datagram(&key, &mut signed);
+    r.on_datagram(&signed, 10, 0, None, &mut rows);
+    assert_eq!(rows.0.len(), 1);
+    assert_eq!((rows.0[0].seq, rows.0[0].arrival), (0, "new"));
+    assert!(!rows.0[0].corrupt, "the tag is no part of the payload");
+    let t = r.stats().totals(None);
+    assert_eq!((t.packets, t.unique, t.corrupt), (2, 1, 1));
+}
+
+#[test]
+fn a_media_frame_is_late_only_past_its_deadline_and_a_duplicate_never() {
+    // Frames of one datagram each, 10 ms apart, a 20 ms playout buffer:
+    // frame k is due 20 + 10k ms after frame 0 (here at time zero).
+    let cfg = ReceiverConfig {
+        media: Some(MediaPlan {
+            frame_ns: 10_000_000,
+            depth_ns: 20_000_000,
+        }),
+        ..config(0, 0)
+    };
+    let mut r = Reception::new(cfg, ReceiverStats::new(1000, 100));
+    let mut rows = Rows::default();
+    let ms = |n: i64| n * 1_000_000;
+    // (seq, arrival ms, late so far): early, exactly due, 1 ms past due,
+    // well past due, a duplicate past due, early again.
+    let steps = [
+        (0, 0, 0),
+        (1, 5, 0),
+        (4, 60, 0),
+        (2, 41, 1),
+        (3, 70, 2),
+        (3, 80, 2),
+        (5, 10, 2),
+    ];
+    for (seq, at, late) in steps {
+        r.on_datagram(&datagram(seq, 0), 1, ms(at), None, &mut rows);
+        assert_eq!(
+            r.stats().totals(None).late,
+            late,
+            "after seq {seq} at {at} ms"
+        );
+    }
+    let mut ivs = Intervals::default();
+    r.finish(Duration::from_millis(100), &mut ivs);
+    assert_eq!(ivs.0.iter().map(|iv| iv.late).collect::<Vec<_>>(), [2]);
+}
+
+#[derive(Default)]
+struct Intervals(Vec<UdpInterval>);
+
+impl ReceiverSink for Intervals {
+    fn interval(&mut self, iv: UdpInterval) {
+        self.0.push(iv);
+    }
+}
