@@ -6,6 +6,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/timing.rs"]
+mod timing;
 
 use bin::*;
 use netrig::proto::{self, Message};
@@ -15,6 +17,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+use timing::{best_of, timed};
 
 /// CPU time a process has used (user and system), in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -112,30 +115,6 @@ impl Hogs {
         }
         self.read.load(Relaxed)
     }
-}
-
-/// Runs `args` (a netrig client) and returns how long it took, or why it
-/// failed.
-fn timed(args: &[&str]) -> Result<Duration, String> {
-    let t0 = Instant::now();
-    let out = netrig(args).output().unwrap();
-    let took = t0.elapsed();
-    match out.status.code() {
-        Some(0) => Ok(took),
-        code => Err(format!(
-            "{args:?} exited {code:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )),
-    }
-}
-
-/// The shortest of `n` runs of `args` (the best case is the least noisy on
-/// a shared machine).
-fn best_of(n: usize, args: &[&str]) -> Duration {
-    (0..n)
-        .map(|_| timed(args).unwrap_or_else(|e| panic!("alone: {e}")))
-        .min()
-        .unwrap()
 }
 
 #[test]

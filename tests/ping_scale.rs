@@ -8,14 +8,16 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/scale.rs"]
+mod scale;
 
 use bin::*;
 use netrig::proto::{self, Message, RrProto, RrSpec, TestSpec};
 use netrig::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use scale::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const SESSIONS: usize = 5_000;
@@ -193,43 +195,13 @@ fn probe(ss: &mut [Sess]) {
 #[test]
 fn five_thousand_ping_sessions_run_on_the_servers_loops_and_every_probe_is_answered_once() {
     // Two descriptors a session on each side, and a few more.
-    let need = 2 * SESSIONS as u64 + 512;
-    match netrig::net::raise_fd_limit() {
-        Ok(n) if n >= need => {}
-        r => {
-            eprintln!("skipped: {need} descriptors needed, the limit is {r:?}");
-            return;
-        }
+    if !fds_or_skip(2 * SESSIONS as u64 + 512) {
+        return;
     }
-    let per_source = (SESSIONS / SOURCES + 100).to_string();
-    let (srv, addr) = serve(&[
-        "-q",
-        "--max-tests",
-        &(SESSIONS + 16).to_string(),
-        "--max-tests-per-client",
-        &per_source,
-        "--max-conns-per-client",
-        &per_source,
-        "--max-conns",
-        &(SESSIONS + 256).to_string(),
-    ]);
+    let (srv, addr) = scale_server(SESSIONS, SESSIONS / SOURCES + 100);
     let pid = srv.0.id();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Two loops per core, the main thread, the signal handler's thread and
-    // the thread that watches its flag (README: "Running a public server").
-    let bound = 2 * cores + 3;
-
-    let done = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
-        std::thread::spawn(move || {
-            while !done.load(SeqCst) {
-                peak.fetch_max(threads(pid), SeqCst);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
+    let bound = loop_threads();
+    let sampler = ThreadPeak::start(pid);
     let t0 = Instant::now();
     // Every worker says when its sessions are open, and probes when told
     // (a worker that fails drops its word, and the others are let go).
@@ -293,9 +265,7 @@ fn five_thousand_ping_sessions_run_on_the_servers_loops_and_every_probe_is_answe
         sums.extend(s);
     }
     let probing_took = t1.elapsed();
-    done.store(true, SeqCst);
-    sampler.join().unwrap();
-    let peak = peak.load(SeqCst);
+    let peak = sampler.stop();
     eprintln!(
         "{SESSIONS} sessions: set up in {setup:?}, {ROUNDS} rounds of probes in {probing_took:?}; \
          server: {held_fds} descriptors, {held_threads} threads held, peak {peak} (bound {bound})"

@@ -7,6 +7,8 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/timing.rs"]
+mod timing;
 
 use bin::*;
 use netrig::pattern::{Direction, Pattern, stream_start};
@@ -17,6 +19,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+use timing::{best_of, timed};
 
 fn spec(size: u32, reply: u32, iterations: u64) -> RrSpec {
     RrSpec {
@@ -240,26 +243,6 @@ impl Huge {
         }
         self.moved.load(Relaxed)
     }
-}
-
-fn timed(args: &[&str]) -> Result<Duration, String> {
-    let t0 = Instant::now();
-    let out = netrig(args).output().unwrap();
-    let took = t0.elapsed();
-    match out.status.code() {
-        Some(0) => Ok(took),
-        code => Err(format!(
-            "{args:?} exited {code:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )),
-    }
-}
-
-fn best_of(n: usize, args: &[&str]) -> Duration {
-    (0..n)
-        .map(|_| timed(args).unwrap_or_else(|e| panic!("alone: {e}")))
-        .min()
-        .unwrap()
 }
 
 #[test]

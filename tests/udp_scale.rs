@@ -9,15 +9,17 @@
 
 #[path = "common/bin.rs"]
 mod bin;
+#[path = "common/scale.rs"]
+mod scale;
 
 use bin::*;
 use netrig::proto::{self, Message, TestSpec, UdpSpec};
 use netrig::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
 use netrig::udp::sent::SenderReport;
 use netrig::udp::track::UdpTotals;
+use scale::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const SESSIONS: usize = 1_200;
@@ -167,43 +169,13 @@ fn stream(ss: &mut [Stream]) -> Vec<Told> {
 #[test]
 fn twelve_hundred_udp_streams_are_received_on_the_servers_loops_and_counted_exactly() {
     // Two descriptors a stream on each side, and a few more.
-    let need = 2 * SESSIONS as u64 + 512;
-    match netrig::net::raise_fd_limit() {
-        Ok(n) if n >= need => {}
-        r => {
-            eprintln!("skipped: {need} descriptors needed, the limit is {r:?}");
-            return;
-        }
+    if !fds_or_skip(2 * SESSIONS as u64 + 512) {
+        return;
     }
-    let per_source = (SESSIONS / SOURCES + 100).to_string();
-    let (srv, addr) = serve(&[
-        "-q",
-        "--max-tests",
-        &(SESSIONS + 16).to_string(),
-        "--max-tests-per-client",
-        &per_source,
-        "--max-conns-per-client",
-        &per_source,
-        "--max-conns",
-        &(SESSIONS + 256).to_string(),
-    ]);
+    let (srv, addr) = scale_server(SESSIONS, SESSIONS / SOURCES + 100);
     let pid = srv.0.id();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Two loops per core, the main thread, the signal handler's thread and
-    // the thread that watches its flag (README: "Running a public server").
-    let bound = 2 * cores + 3;
-
-    let done = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
-        std::thread::spawn(move || {
-            while !done.load(SeqCst) {
-                peak.fetch_max(threads(pid), SeqCst);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
+    let bound = loop_threads();
+    let sampler = ThreadPeak::start(pid);
     let t0 = Instant::now();
     // Every worker says when its streams are open, and sends when told (a
     // worker that fails drops its word, and the others are let go).
@@ -266,9 +238,7 @@ fn twelve_hundred_udp_streams_are_received_on_the_servers_loops_and_counted_exac
         told.extend(h.join().unwrap());
     }
     let took = t1.elapsed();
-    done.store(true, SeqCst);
-    sampler.join().unwrap();
-    let peak = peak.load(SeqCst);
+    let peak = sampler.stop();
     eprintln!(
         "{SESSIONS} streams: set up in {setup:?}, {ROUNDS} rounds and totals in {took:?}; \
          server: {held_fds} descriptors, {held_threads} threads held, peak {peak} (bound {bound})"
@@ -341,45 +311,17 @@ fn receive(s: &mut Stream) -> (u64, u64) {
 
 #[test]
 fn three_hundred_udp_streams_the_server_sends_run_on_its_loops_and_arrive_whole() {
-    let need = 2 * SENT as u64 + 512;
-    match netrig::net::raise_fd_limit() {
-        Ok(n) if n >= need => {}
-        r => {
-            eprintln!("skipped: {need} descriptors needed, the limit is {r:?}");
-            return;
-        }
+    if !fds_or_skip(2 * SENT as u64 + 512) {
+        return;
     }
-    let per_source = (SENT / SOURCES + 20).to_string();
-    let (srv, addr) = serve(&[
-        "-q",
-        "--max-tests",
-        &(SENT + 16).to_string(),
-        "--max-tests-per-client",
-        &per_source,
-        "--max-conns-per-client",
-        &per_source,
-        "--max-conns",
-        &(SENT + 256).to_string(),
-    ]);
+    let (srv, addr) = scale_server(SENT, SENT / SOURCES + 20);
     let pid = srv.0.id();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // Two loops per core, the main and signal threads (as above), and the
-    // sender pool, min(--max-tests, 2 x cores) (README: "Running a public
-    // server"), which only the legit fast -R below draws from.
-    let pool = (SENT + 16).min(2 * cores);
-    let bound = 2 * cores + 3 + pool;
-
-    let done = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let sampler = {
-        let (done, peak) = (Arc::clone(&done), Arc::clone(&peak));
-        std::thread::spawn(move || {
-            while !done.load(SeqCst) {
-                peak.fetch_max(threads(pid), SeqCst);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
+    // The loops and the main and signal threads, and the sender pool,
+    // min(--max-tests, 2 x cores) (README: "Running a public server"),
+    // which only the legit fast -R below draws from.
+    let pool = (SENT + 16).min(2 * cores());
+    let bound = loop_threads() + pool;
+    let sampler = ThreadPeak::start(pid);
     let mut reverse = spec();
     reverse.reverse = true;
     let workers: Vec<_> = (0..THREADS)
@@ -407,9 +349,7 @@ fn three_hundred_udp_streams_the_server_sends_run_on_its_loops_and_arrive_whole(
     for h in workers {
         told.extend(h.join().unwrap());
     }
-    done.store(true, SeqCst);
-    sampler.join().unwrap();
-    let peak = peak.load(SeqCst);
+    let peak = sampler.stop();
     eprintln!("{SENT} streams the server sends: peak {peak} server threads (bound {bound})");
     assert_eq!(told.len(), SENT);
     let inexact: Vec<_> = told.iter().filter(|t| **t != (ROUNDS, ROUNDS)).collect();

@@ -201,139 +201,188 @@ fn rates(s: &str) -> Result<(u64, Option<u64>)> {
     super::range_of(s, super::rate)
 }
 
+/// A `tcp` run: the outputs checked, the flags turned into the engine's
+/// config, the test run and reported.
 pub fn run(a: TcpArgs) -> Result<ExitCode> {
-    let outputs = [
-        ("--status-file", a.status_file.as_deref()),
-        ("--connection-file", a.connection_file.as_deref()),
-        ("--tcp-info-file", a.tcp_info_file.as_deref()),
-        ("--json-iperf3", a.iperf3.path.as_deref()),
-    ];
-    let Setup {
-        json,
-        stream,
-        verbosity,
-        key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
+    let setup = match a.setup() {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    a.iperf3.set();
     if let Some(server) = &a.iperf3_server {
-        return Ok(against_iperf3(&a, server, json, verbosity, key.is_some()));
+        return Ok(against_iperf3(
+            &a,
+            server,
+            setup.json,
+            setup.verbosity,
+            setup.key.is_some(),
+        ));
     }
-    let mut targets = a.targets;
-    targets.extend(a.more_targets);
-    let mut cfg = TcpClientConfig {
-        server_output: a.get_server_output,
-        bind_dev: a.sock.ip.bind_dev.clone(),
-        local_ports: a.sock.cport,
-        start_at: a.start.at,
-        key: key.clone(),
-        targets: Vec::new(),
-        port: a.port,
-        connections: a.parallel.unwrap_or(DEFAULT_PARALLEL),
-        iterations: a.iterations,
-        throttle: a.throttle,
-        open_cap: None,
-        pattern: if a.reverse {
-            IoPattern::Pull
-        } else if a.bidir {
-            IoPattern::Duplex
-        } else {
-            a.pattern
-        },
-        transfer: a.bytes.map_or(DEFAULT_BYTES, |b| b.0),
-        transfer_max: a.bytes.and_then(|b| b.1),
-        push_bytes: a.push_bytes,
-        pull_bytes: a.pull_bytes,
-        buffer: a.length.unwrap_or(BufferSpec::Fixed(DEFAULT_BUFFER)),
-        verify: a.verify.unwrap_or(VerifyLevel::Data),
-        time_limit: default_time(&a.time, &targets, a.iterations, a.bytes.is_some())
-            .map(|t| t + a.omit.unwrap_or_default()),
-        time_bound: true,
-        omit: a.omit,
-        bind: a.bind.addrs(),
-        interval: Some(a.interval),
-        idle_timeout: Some(a.idle_timeout),
-        connect_timeout: Some(a.connect.connect_timeout),
-        seed: a.seed,
-        burst: a
-            .burst_size
-            .zip(a.burst_period)
-            .map(|(size, p)| netrig::proto::BurstSpec {
-                size,
-                period_ms: p.as_millis().max(1) as u64,
-            }),
-        sock: a.sock.opts(),
-        rate: a.bitrate.map(|(bps, bps_max)| netrig::proto::RateLimit {
-            bps,
-            period_ms: a.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
-            bps_max,
-        }),
+    let mut cfg = match a.to_config(setup.key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
-    if let Err(e) = cfg.validate() {
-        return Ok(usage(e));
-    }
-    // One descriptor per connection (two with the embedded server, which
-    // holds the other end), plus a margin for control, files and epoll.
-    let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
-    let per = if targets.is_empty() { 2 } else { 1 };
-    let need = u64::from(cfg.connections)
-        .min(cfg.total_connections())
-        .saturating_mul(per)
-        .saturating_add(64);
-    if need > fds {
-        return Ok(usage(format!(
-            "-P {} needs about {need} open files and this process may open {fds} \
-             (ulimit -n); raise the hard limit (ulimit -Hn, or LimitNOFILE= for a \
-             service), or spread the connections over several processes",
-            cfg.connections
-        )));
-    }
-    let embedded = if targets.is_empty() {
-        let e = Embedded::start(key)?;
-        if cfg.iterations.is_none() && cfg.time_limit.is_none() {
-            cfg.iterations = Some(1);
-        }
-        if verbosity >= 1 {
-            netrig::out!(
-                "No target given: testing against an embedded server on {}.\n",
-                e.addr
-            );
-        }
-        targets.push(e.addr.to_string());
-        Some(e)
-    } else {
-        None
-    };
-    cfg.targets = targets;
-
-    let mut reporter = Reporter::new(
-        verbosity,
-        a.status_file.as_deref(),
-        a.connection_file.as_deref(),
-    )
-    .context("cannot open an output file")?;
-    reporter.trip_times = a.trip_times;
-    if let Some(p) = &a.tcp_info_file {
-        reporter
-            .tcp_info_file(p)
-            .context("cannot open --tcp-info-file")?;
-    }
-    reporter.stream = netrig::report::StreamSink::open(stream.as_deref(), "tcp", &cfg)
-        .context("cannot open --json-stream")?;
+    let embedded = embedded_if_no_target(&mut cfg, setup.verbosity)?;
+    let mut reporter = a.reporter(&cfg, &setup)?;
     let result = client::run(cfg.clone(), interrupt_flag(), &mut reporter);
     if let Some(e) = embedded {
         e.finish();
     }
-    let rep = match result {
-        Ok(r) => r,
+    match result {
+        Ok(rep) => Ok(report(&cfg, rep, reporter, &setup)),
         Err(e) => {
             reporter.stream.end::<()>(None, Some(&e.to_string()));
-            return Ok(client_error_exit(e, "tcp", json.as_deref(), &cfg));
+            Ok(client_error_exit(e, "tcp", setup.json.as_deref(), &cfg))
         }
-    };
+    }
+}
+
+impl TcpArgs {
+    /// Checks every output path and loads the key; a problem is a usage
+    /// error, already reported.
+    fn setup(&self) -> Result<Setup, ExitCode> {
+        let outputs = [
+            ("--status-file", self.status_file.as_deref()),
+            ("--connection-file", self.connection_file.as_deref()),
+            ("--tcp-info-file", self.tcp_info_file.as_deref()),
+            ("--json-iperf3", self.iperf3.path.as_deref()),
+        ];
+        let setup = Setup::new(
+            &self.json,
+            self.verbosity,
+            &self.key,
+            &self.console,
+            outputs,
+        )?;
+        self.iperf3.set();
+        Ok(setup)
+    }
+
+    /// The flags turned into the engine's config, in this one place, and
+    /// checked (the descriptors it needs included); its `targets` are empty
+    /// when none was given (the embedded server's, once it has started). A
+    /// config that cannot run is a usage error, already reported.
+    fn to_config(&self, key: Option<netrig::auth::Key>) -> Result<TcpClientConfig, ExitCode> {
+        let mut targets = self.targets.clone();
+        targets.extend(self.more_targets.iter().cloned());
+        let mut cfg = TcpClientConfig {
+            server_output: self.get_server_output,
+            bind_dev: self.sock.ip.bind_dev.clone(),
+            local_ports: self.sock.cport,
+            start_at: self.start.at,
+            key,
+            targets: Vec::new(),
+            port: self.port,
+            connections: self.parallel.unwrap_or(DEFAULT_PARALLEL),
+            iterations: self.iterations,
+            throttle: self.throttle,
+            open_cap: None,
+            pattern: if self.reverse {
+                IoPattern::Pull
+            } else if self.bidir {
+                IoPattern::Duplex
+            } else {
+                self.pattern
+            },
+            transfer: self.bytes.map_or(DEFAULT_BYTES, |b| b.0),
+            transfer_max: self.bytes.and_then(|b| b.1),
+            push_bytes: self.push_bytes,
+            pull_bytes: self.pull_bytes,
+            buffer: self.length.unwrap_or(BufferSpec::Fixed(DEFAULT_BUFFER)),
+            verify: self.verify.unwrap_or(VerifyLevel::Data),
+            time_limit: default_time(&self.time, &targets, self.iterations, self.bytes.is_some())
+                .map(|t| t + self.omit.unwrap_or_default()),
+            time_bound: true,
+            omit: self.omit,
+            bind: self.bind.addrs(),
+            interval: Some(self.interval),
+            idle_timeout: Some(self.idle_timeout),
+            connect_timeout: Some(self.connect.connect_timeout),
+            seed: self.seed,
+            burst: self.burst_size.zip(self.burst_period).map(|(size, p)| {
+                netrig::proto::BurstSpec {
+                    size,
+                    period_ms: p.as_millis().max(1) as u64,
+                }
+            }),
+            sock: self.sock.opts(),
+            rate: self.bitrate.map(|(bps, bps_max)| netrig::proto::RateLimit {
+                bps,
+                period_ms: self.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
+                bps_max,
+            }),
+        };
+        // Validated before the targets are in, so --cport's check of ports
+        // against connections counts one server, as it always has.
+        cfg.validate().map_err(usage)?;
+        // One descriptor per connection (two with the embedded server, which
+        // holds the other end), plus a margin for control, files and epoll.
+        let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
+        let per = if targets.is_empty() { 2 } else { 1 };
+        let need = u64::from(cfg.connections)
+            .min(cfg.total_connections())
+            .saturating_mul(per)
+            .saturating_add(64);
+        if need > fds {
+            return Err(usage(format!(
+                "-P {} needs about {need} open files and this process may open {fds} \
+                 (ulimit -n); raise the hard limit (ulimit -Hn, or LimitNOFILE= for a \
+                 service), or spread the connections over several processes",
+                cfg.connections
+            )));
+        }
+        cfg.targets = targets;
+        Ok(cfg)
+    }
+
+    /// The console and the files the run writes as it goes.
+    fn reporter(&self, cfg: &TcpClientConfig, setup: &Setup) -> Result<Reporter> {
+        let mut reporter = Reporter::new(
+            setup.verbosity,
+            self.status_file.as_deref(),
+            self.connection_file.as_deref(),
+        )
+        .context("cannot open an output file")?;
+        reporter.trip_times = self.trip_times;
+        if let Some(p) = &self.tcp_info_file {
+            reporter
+                .tcp_info_file(p)
+                .context("cannot open --tcp-info-file")?;
+        }
+        reporter.stream = netrig::report::StreamSink::open(setup.stream.as_deref(), "tcp", cfg)
+            .context("cannot open --json-stream")?;
+        Ok(reporter)
+    }
+}
+
+/// Starts the embedded server when no target was given and points `cfg` at
+/// it (one iteration, unless a time or count says otherwise).
+fn embedded_if_no_target(cfg: &mut TcpClientConfig, verbosity: u8) -> Result<Option<Embedded>> {
+    if !cfg.targets.is_empty() {
+        return Ok(None);
+    }
+    let e = Embedded::start(cfg.key.clone())?;
+    if cfg.iterations.is_none() && cfg.time_limit.is_none() {
+        cfg.iterations = Some(1);
+    }
     if verbosity >= 1 {
+        netrig::out!(
+            "No target given: testing against an embedded server on {}.\n",
+            e.addr
+        );
+    }
+    cfg.targets.push(e.addr.to_string());
+    Ok(Some(e))
+}
+
+/// The run's result: the summary, what stopped it early, the files and the
+/// exit code.
+fn report(
+    cfg: &TcpClientConfig,
+    rep: client::RunReport,
+    mut reporter: Reporter,
+    setup: &Setup,
+) -> ExitCode {
+    if setup.verbosity >= 1 {
         print_summary(&rep);
     }
     let network = rep.totals.net_errors > 0 || !rep.lost_servers.is_empty();
@@ -373,21 +422,21 @@ pub fn run(a: TcpArgs) -> Result<ExitCode> {
         failure = Some(why);
     }
     reporter.stream.end(Some(&rep), failure.as_deref());
-    Ok(finish(
+    finish(
         code,
-        json.as_deref(),
+        setup.json.as_deref(),
         |p| {
             netrig::report::write_envelope_coded(
                 p,
                 "tcp",
-                &cfg,
+                cfg,
                 Some(&rep),
                 failure.as_deref(),
                 error_code,
             )
         },
         reporter.take_errors(),
-    ))
+    )
 }
 
 /// `--iperf3 HOST[:PORT]`: the options an iperf3 server can be given, the

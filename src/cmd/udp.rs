@@ -1,5 +1,7 @@
 //! `netrig udp`: paced UDP streams (loss, duplicates, reordering, one-way
-//! delay, jitter), media streams, bursts and rate profiles.
+//! delay, jitter), media streams, bursts and rate profiles. A run is its
+//! steps in turn: the outputs checked ([`UdpArgs::setup`]), the flags turned
+//! into the engine's config (`config.rs`), the test run, and its report.
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -10,13 +12,16 @@ use std::time::Duration;
 
 use super::{
     Embedded, Json, KeyArg, Setup, Verbosity, client_error_exit, duration, finish, interrupt_flag,
-    positive_duration, rate, rate_or_zero, run_code, signed_duration, size, target_arg, usage,
+    positive_duration, rate, run_code, signed_duration, size, target_arg, target_or_embedded,
+    usage,
 };
-use netrig::proto::{MediaSpec, UdpSpec};
 use netrig::report::{JitterFormat, UdpReporter, print_analysis, print_udp_summary, write_bins};
 use netrig::udp::client::UdpClientConfig;
-use netrig::udp::pace::{Pacing, gap_for_rate};
-use netrig::units;
+use netrig::udp::pace::Pacing;
+
+mod config;
+
+use config::{Isochronous, UdpConfig, isochronous};
 
 /// The sending rate without --bitrate or --gap, bit/s.
 pub const DEFAULT_RATE: u64 = 10_000_000;
@@ -215,97 +220,27 @@ pub struct UdpArgs {
 /// How long a UDP stream or sweep runs without --duration.
 pub const DEFAULT_UDP_DURATION: Duration = Duration::from_secs(10);
 
-/// A frame size given as a rate at the frame rate, or in datagrams.
-#[derive(Clone, Copy, Debug)]
-pub enum Load {
-    /// Bits per second.
-    Rate(u64),
-    /// Datagrams per frame (iperf2's `p` suffix).
-    Datagrams(u64),
-}
-
-impl Load {
-    /// Bytes per frame at `fps` frames a second, datagrams of `size`.
-    fn frame_bytes(self, fps: u32, size: u32) -> u64 {
-        match self {
-            Load::Rate(bps) => bps / 8 / u64::from(fps.max(1)),
-            Load::Datagrams(n) => n.saturating_mul(u64::from(size)),
-        }
-    }
-}
-
-/// `--isochronous=FPS:MEAN,STDEV` (iperf2's spelling).
-#[derive(Clone, Copy, Debug)]
-pub struct Isochronous {
-    fps: u32,
-    mean: Load,
-    stdev: Load,
-}
-
-fn isochronous(s: &str) -> Result<Isochronous> {
-    let (fps, load) = s
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("give FPS:MEAN,STDEV, e.g. 60:20m,0"))?;
-    let fps: u32 = fps
-        .trim()
-        .parse()
-        .ok()
-        .filter(|f| (1..=100_000).contains(f))
-        .ok_or_else(|| anyhow::anyhow!("{fps:?}: frames per second must be 1..=100000"))?;
-    let (mean, stdev) = load.split_once(',').unwrap_or((load, "0"));
-    let load = |v: &str| -> Result<Load> {
-        let v = v.trim();
-        match v.strip_suffix('p') {
-            Some(n) => Ok(Load::Datagrams(n.parse().map_err(|_| {
-                anyhow::anyhow!("{v:?}: datagrams per frame must be a whole number")
-            })?)),
-            None => Ok(Load::Rate(rate_or_zero(v)?)),
-        }
-    };
-    let (mean, stdev) = (load(mean)?, load(stdev)?);
-    if matches!(mean, Load::Rate(0) | Load::Datagrams(0)) {
-        anyhow::bail!("the mean load must be more than zero");
-    }
-    Ok(Isochronous { fps, mean, stdev })
-}
-
 pub fn run(a: UdpArgs) -> Result<ExitCode> {
     run_with(a, None)
 }
 
+/// A `udp` run, or a `sweep` run with its `sweep_profile`: the outputs
+/// checked, the flags turned into the engine's config, the test run and
+/// reported.
 pub fn run_with(
     a: UdpArgs,
     sweep_profile: Option<netrig::udp::profile::Profile>,
 ) -> Result<ExitCode> {
-    use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
     // The test's name in the JSON envelope.
     let test = if sweep_profile.is_some() {
         "sweep"
     } else {
         "udp"
     };
-    let outputs = [
-        ("--csv", a.csv.as_deref()),
-        ("--status-file", a.status_file.as_deref()),
-        ("--jitter-file", a.jitter_file.as_deref()),
-        ("--connection-file", a.connection_file.as_deref()),
-        ("--json-iperf3", a.iperf3.path.as_deref()),
-    ];
-    let Setup {
-        json,
-        stream,
-        verbosity,
-        key,
-    } = match Setup::new(&a.json, a.verbosity, &a.key, &a.console, outputs) {
+    let setup = match a.setup(sweep_profile.is_some()) {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    if a.iperf3.path.is_some() && (a.profile.is_some() || sweep_profile.is_some()) {
-        return Ok(usage(
-            "--json-iperf3 covers steady UDP streams (no --profile or sweep)",
-        ));
-    }
-    a.iperf3.set();
     if let Some(server) = &a.iperf3_server {
         if sweep_profile.is_some() {
             return Ok(super::iperf3c::refuse(
@@ -313,295 +248,144 @@ pub fn run_with(
                 "iperf3 servers run one rate",
             ));
         }
-        return Ok(against_iperf3(&a, server, json, verbosity, key.is_some()));
+        return Ok(against_iperf3(
+            &a,
+            server,
+            setup.json,
+            setup.verbosity,
+            setup.key.is_some(),
+        ));
     }
-    if a.profile.is_none() && sweep_profile.is_none() {
-        for (set, flag) in [
-            (a.precompute, "--precompute"),
-            (a.bin.is_some(), "--bin"),
-            (a.csv.is_some(), "--csv"),
-        ] {
-            if set {
-                return Ok(usage(format!(
-                    "{flag} applies to rate profiles: give --profile FILE or use `netrig sweep`"
-                )));
-            }
-        }
-    }
-    let (size, gap_ps, reverse, media) = if let Some(iso) = a.isochronous {
-        if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
-            return Ok(usage(format!(
-                "-l/--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
-            )));
-        }
-        let size = a.length as u32;
-        let mean = iso.mean.frame_bytes(iso.fps, size);
-        let max_frame = 100_000_000_000 / 8;
-        if mean < HEADER_LEN as u64 || mean > max_frame {
-            return Ok(usage(format!(
-                "--isochronous: a mean frame of {mean} bytes must be {HEADER_LEN}..={max_frame} bytes"
-            )));
-        }
-        let media = MediaSpec {
-            fps: iso.fps,
-            buffer_depth_ms: a.buffer_depth.as_millis() as u64,
-            frame_bytes: mean,
-            varying: Some(netrig::udp::iso::Varying {
-                stdev_bytes: iso.stdev.frame_bytes(iso.fps, size),
-                seed: rand::random(),
-            }),
-        };
-        (
-            u64::from(size),
-            1_000_000_000_000 / u64::from(iso.fps),
-            a.reverse,
-            Some(media),
-        )
-    } else if a.media {
-        let bitrate = a.bitrate.unwrap_or_default();
-        let frame = bitrate / 8 / u64::from(a.fps);
-        // A frame of up to a second of a 100 Gbit/s stream.
-        let max_frame = 100_000_000_000 / 8;
-        if frame < HEADER_LEN as u64 || frame > max_frame {
-            return Ok(usage(format!(
-                "media frame of {frame} bytes (bitrate / 8 / fps) must be {HEADER_LEN}..={max_frame} bytes: adjust --bitrate or --fps"
-            )));
-        }
-        let dsize = u64::from(a.datagram_size);
-        let media = MediaSpec {
-            fps: a.fps,
-            buffer_depth_ms: a.buffer_depth.as_millis() as u64,
-            frame_bytes: frame,
-            varying: None,
-        };
-        (
-            frame.min(dsize),
-            1_000_000_000_000 / u64::from(a.fps),
-            true,
-            Some(media),
-        )
-    } else {
-        if a.length < HEADER_LEN as u64 || a.length > MAX_DATAGRAM as u64 {
-            return Ok(usage(format!(
-                "-l/--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
-            )));
-        }
-        let gap = match (a.bitrate, a.gap) {
-            (_, Some(g)) => g.as_nanos() as u64 * 1000,
-            (r, None) => gap_for_rate(a.length as u32, r.unwrap_or(DEFAULT_RATE)),
-        };
-        (a.length, gap, a.reverse, None)
+    let UdpConfig {
+        mut cfg,
+        streams,
+        banner,
+    } = match a.to_config(sweep_profile, setup.key.clone(), setup.verbosity) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
-    if a.jitter_file.is_some() && !reverse {
-        eprintln!(
-            "netrig: --jitter-file needs --reverse or --media (the client must be the receiver)"
-        );
-        return Ok(ExitCode::from(super::Exit::Usage));
-    }
-    if a.omit.is_some() && sweep_profile.is_some() {
-        return Ok(usage("--omit applies to steady streams, not sweeps"));
-    }
-    let mut banner = Vec::new();
-    let profile = match (&a.profile, sweep_profile) {
-        (_, Some(p)) => Some(p),
-        (None, None) => None,
-        (Some(path), None) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            let parsed =
-                netrig::udp::scenario::parse(&text, a.profile_format).and_then(|(p, f)| {
-                    match a.time {
-                        Some(d) => p.fit(d.as_nanos().min(u64::MAX as u128) as u64),
-                        None => Ok(p),
-                    }
-                    .map(|p| (p, f))
-                });
-            match parsed {
-                Ok((p, format)) => {
-                    if verbosity >= 1 {
-                        banner.push(format!(
-                            "Profile {}: {}, {} steps, {:.3} s, {} on average",
-                            path.display(),
-                            format.describe(),
-                            p.steps().len(),
-                            p.duration_ns() as f64 / 1e9,
-                            units::format_bits_per_sec(p.bytes() * 8e9 / p.duration_ns() as f64)
-                        ));
-                    }
-                    Some(p)
-                }
-                Err(e) => {
-                    eprintln!("netrig: {}: {e}", path.display());
-                    return Ok(ExitCode::from(super::Exit::Usage));
-                }
-            }
-        }
-    };
-    let (size, gap_ps, duration_ms) = match &profile {
-        Some(p) => (
-            u64::from(p.max_size()),
-            gap_for_rate(p.max_size(), p.max_rate().max(1)),
-            (p.duration_ns() / 1_000_000).max(1),
-        ),
-        None => (
-            size,
-            gap_ps,
-            a.time.unwrap_or(DEFAULT_UDP_DURATION).as_millis().max(1) as u64,
-        ),
-    };
-    let omit_ms = a.omit.map_or(0, |o| o.as_millis().max(1) as u64);
-    let duration_ms = duration_ms.saturating_add(omit_ms);
-    let burst = a
-        .burst_size
-        .zip(a.burst_period)
-        .map(|(b, p)| netrig::proto::BurstSpec {
-            size: b,
-            period_ms: p.as_millis().max(1) as u64,
-        });
-    // Without an explicit rate, a burst's datagrams go back to back.
-    let gap_ps = if burst.is_some() && a.bitrate.is_none() && a.gap.is_none() {
-        1
-    } else {
-        gap_ps
-    };
-    let mut sock = a.sock.opts();
-    sock.no_offload = a.no_offload;
-    if let Some(e) = a.ecn {
-        sock.tos = Some(netrig::udp::marks::with_ecn(sock.tos.unwrap_or(0), e));
-    }
-    if let Err(e) = sock.validate() {
-        return Ok(usage(e.to_string()));
-    }
-    let spec = UdpSpec {
-        reverse,
-        size: size as u32,
-        gap_ps,
-        duration_ms,
-        pacing: a.pacing,
-        catch_up: a.catch_up,
-        verify: !a.no_verify,
-        interval_ms: a.interval.as_millis().max(1) as u64,
-        hist_bin_ns: a.hist_bin.as_nanos() as u64,
-        hist_bins: a.hist_bins,
-        offset_comp_ns: a.offset_comp,
-        media,
-        profile,
-        precompute: a.precompute,
-        burst,
-        auth_datagrams: a.auth_datagrams,
-        sock,
-        omit_ms,
-        group: None,
-    };
-    let streams = super::udp_streams::Streams {
-        parallel: a.parallel,
-        bidir: a.bidir,
-    };
-    if streams.many() {
-        let why = if a.jitter_file.is_some() {
-            Some("--jitter-file follows one stream: not with -P or --bidir")
-        } else if spec.profile.is_some() {
-            Some("rate profiles and sweeps run one stream: not with -P or --bidir")
-        } else if a.bidir && spec.media.is_some_and(|m| m.varying.is_none()) {
-            Some("a media stream flows server to client: not with --bidir")
-        } else if a.cport.is_some() {
-            Some("--cport names one stream's port: not with -P or --bidir")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Ok(usage(why));
-        }
-    }
-    let host = a.target.clone().or_else(|| a.client.clone());
-    let embedded = match &host {
-        Some(_) => None,
-        None => Some(Embedded::start(key.clone())?),
-    };
-    let target = match (&host, &embedded) {
-        (Some(t), _) => t.clone(),
-        (None, Some(e)) => {
-            if verbosity >= 1 {
-                netrig::out!(
-                    "No target given: testing against an embedded server on {}.",
-                    e.addr
-                );
-            }
-            e.addr.to_string()
-        }
-        (None, None) => unreachable!("an embedded server is started when no target is given"),
-    };
-    let cfg = UdpClientConfig {
-        start_at: a.start.at,
-        key: key.clone(),
-        target,
-        port: a.port,
-        spec,
-        synced: a.synced || a.trip_times,
-        bind: a.bind,
-        bind_dev: a.sock.bind_dev.clone(),
-        rcvbuf: a.rcvbuf.map(|v| v as usize),
-        sndbuf: a.sndbuf.map(|v| v as usize),
-        per_packet: a.jitter_file.is_some(),
-        cport: a.cport,
-        connect_timeout: Some(a.connect.connect_timeout),
-    };
-    banner.push(netrig::report::udp_banner(&cfg.spec));
+    let host = Some(std::mem::take(&mut cfg.target)).filter(|t| !t.is_empty());
+    let (target, embedded) = target_or_embedded(&host, &setup.key, setup.verbosity)?;
+    cfg.target = target;
     if streams.many() {
         let outputs = super::udp_streams::Outputs {
-            json: json.as_deref(),
-            stream: stream.as_deref(),
+            json: setup.json.as_deref(),
+            stream: setup.stream.as_deref(),
             status_file: a.status_file.as_deref(),
             connection_file: a.connection_file.as_deref(),
         };
-        let code = super::udp_streams::run(&cfg, streams, verbosity, banner, outputs, test);
+        let code = super::udp_streams::run(&cfg, streams, setup.verbosity, banner, outputs, test);
         if let Some(e) = embedded {
             e.finish();
         }
         return code;
     }
-    let cts_jitter = a.jitter_format == JitterFormat::Cts;
-    let mut reporter = UdpReporter::new(
-        verbosity,
-        cfg.spec.media.is_some(),
-        a.status_file.as_deref(),
-        a.jitter_file.as_deref().filter(|_| !cts_jitter),
-    )
-    .context("cannot open an output file")?;
-    reporter.stream_secs(cfg.spec.duration_ms as f64 / 1e3);
-    if let (Some(p), true) = (&a.jitter_file, cts_jitter) {
-        reporter
-            .cts_jitter_file(p)
-            .context("cannot open an output file")?;
+    run_one(&a, &cfg, &setup, banner, embedded, test)
+}
+
+impl UdpArgs {
+    /// Checks every output path (and that `--json-iperf3` can describe the
+    /// run) and loads the key; a problem is a usage error, already reported.
+    fn setup(&self, sweep: bool) -> Result<Setup, ExitCode> {
+        let outputs = [
+            ("--csv", self.csv.as_deref()),
+            ("--status-file", self.status_file.as_deref()),
+            ("--jitter-file", self.jitter_file.as_deref()),
+            ("--connection-file", self.connection_file.as_deref()),
+            ("--json-iperf3", self.iperf3.path.as_deref()),
+        ];
+        let setup = Setup::new(
+            &self.json,
+            self.verbosity,
+            &self.key,
+            &self.console,
+            outputs,
+        )?;
+        if self.iperf3.path.is_some() && (self.profile.is_some() || sweep) {
+            return Err(usage(
+                "--json-iperf3 covers steady UDP streams (no --profile or sweep)",
+            ));
+        }
+        self.iperf3.set();
+        Ok(setup)
     }
-    if let Some(p) = &a.connection_file {
-        reporter
-            .connection_file(p)
-            .context("cannot open an output file")?;
+
+    /// The console and the files that follow one stream.
+    fn reporter(
+        &self,
+        cfg: &UdpClientConfig,
+        setup: &Setup,
+        banner: Vec<String>,
+        test: &'static str,
+    ) -> Result<UdpReporter> {
+        let cts_jitter = self.jitter_format == JitterFormat::Cts;
+        let mut reporter = UdpReporter::new(
+            setup.verbosity,
+            cfg.spec.media.is_some(),
+            self.status_file.as_deref(),
+            self.jitter_file.as_deref().filter(|_| !cts_jitter),
+        )
+        .context("cannot open an output file")?;
+        reporter.stream_secs(cfg.spec.duration_ms as f64 / 1e3);
+        if let (Some(p), true) = (&self.jitter_file, cts_jitter) {
+            reporter
+                .cts_jitter_file(p)
+                .context("cannot open an output file")?;
+        }
+        if let Some(p) = &self.connection_file {
+            reporter
+                .connection_file(p)
+                .context("cannot open an output file")?;
+        }
+        // Printed once the server has accepted, so an error comes first and alone.
+        reporter.set_banner(banner);
+        if self.precompute {
+            reporter.hold_packets();
+        }
+        if self.trip_times {
+            reporter.show_trip_times();
+        }
+        reporter.stream = netrig::report::StreamSink::open(setup.stream.as_deref(), test, cfg)
+            .context("cannot open --json-stream")?;
+        Ok(reporter)
     }
-    // Printed once the server has accepted, so an error comes first and alone.
-    reporter.set_banner(banner);
-    if a.precompute {
-        reporter.hold_packets();
-    }
-    if a.trip_times {
-        reporter.show_trip_times();
-    }
-    reporter.stream = netrig::report::StreamSink::open(stream.as_deref(), test, &cfg)
-        .context("cannot open --json-stream")?;
-    let result = netrig::udp::client::run(&cfg, interrupt_flag(), &mut reporter);
+}
+
+/// One stream: run, then reported.
+fn run_one(
+    a: &UdpArgs,
+    cfg: &UdpClientConfig,
+    setup: &Setup,
+    banner: Vec<String>,
+    embedded: Option<Embedded>,
+    test: &'static str,
+) -> Result<ExitCode> {
+    let mut reporter = a.reporter(cfg, setup, banner, test)?;
+    let result = netrig::udp::client::run(cfg, interrupt_flag(), &mut reporter);
     reporter.finish();
     if let Some(e) = embedded {
         e.finish();
     }
-    let rep = match result {
-        Ok(r) => r,
+    match result {
+        Ok(rep) => Ok(report(a, cfg, rep, reporter, setup, test)),
         Err(e) => {
             reporter.stream.end::<()>(None, Some(&e.to_string()));
-            return Ok(client_error_exit(e, test, json.as_deref(), &cfg));
+            Ok(client_error_exit(e, test, setup.json.as_deref(), cfg))
         }
-    };
-    let mut rep = rep;
+    }
+}
+
+/// One stream's result: the profile's analysis, the summary, the files and
+/// the exit code.
+fn report(
+    a: &UdpArgs,
+    cfg: &UdpClientConfig,
+    mut rep: netrig::udp::client::UdpReport,
+    mut reporter: UdpReporter,
+    setup: &Setup,
+    test: &'static str,
+) -> ExitCode {
+    let verbosity = setup.verbosity;
     if let Some(p) = &cfg.spec.profile {
         let (bins, analysis) = analyse(p, &rep.intervals, rep.sender.as_ref(), a.bin);
         rep.bins = Some(bins);
@@ -615,7 +399,7 @@ pub fn run_with(
         eprintln!("netrig: warning: {w}");
     }
     if verbosity >= 1 {
-        print_udp_summary(&cfg, &rep, verbosity >= 2);
+        print_udp_summary(cfg, &rep, verbosity >= 2);
         if let (Some(b), Some(an)) = (&rep.bins, &rep.analysis) {
             print_analysis(b, an);
         }
@@ -637,12 +421,12 @@ pub fn run_with(
         rep.server_lost,
         rep.interrupted,
     );
-    Ok(finish(
+    finish(
         code,
-        json.as_deref(),
-        |p| netrig::report::write_envelope(p, test, &cfg, Some(&rep), failure),
+        setup.json.as_deref(),
+        |p| netrig::report::write_envelope(p, test, cfg, Some(&rep), failure),
         output_errors,
-    ))
+    )
 }
 
 /// Bins and analyses a profile run's intervals.

@@ -30,6 +30,7 @@ use super::limits::{Slot, take_slot};
 use crate::iperf3::{COOKIE_LEN, Cookie, State as Wire, udp};
 use crate::proto::ErrorCode;
 
+mod streams;
 mod test;
 
 /// Where a running test's streams arrive: by cookie for TCP; for UDP, by
