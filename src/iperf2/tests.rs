@@ -240,3 +240,32 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn extended_flags_are_read_only_from_an_extended_header_that_holds_them() {
+    // Without HEADER_EXTEND the words after client_hdr_v1 are not flags,
+    // however long the header says it is.
+    let plain = ClientHeader::parse(&tcp_header(HEADER_LEN_BIT | 40, EXT_REVERSE, -1)).unwrap();
+    assert_eq!(plain.ext_flags, 0);
+    // Extended, but declared too short to reach the flag words.
+    let short = tcp_header(HEADER_EXTEND | HEADER_LEN_BIT | 24, EXT_REVERSE, -1);
+    assert_eq!(ClientHeader::parse(&short).unwrap().ext_flags, 0);
+    // Extended and long enough: the flags count.
+    let full = tcp_header(HEADER_EXTEND | HEADER_LEN_BIT | 40, EXT_REVERSE, -1);
+    assert!(matches!(
+        ClientHeader::parse(&full),
+        Err(HeaderError::Unsupported("-R/--full-duplex", _))
+    ));
+}
+
+#[test]
+fn no_amount_is_unset_and_a_flagless_header_has_none() {
+    let zero = ClientHeader::parse(&tcp_header(0x4001_0078, 0, 0)).unwrap();
+    assert_eq!(zero.amount, Amount::Unset);
+    assert_eq!(zero.describe(), "no length given, -P 1");
+    // A header whose flag word is 0 carries no meaning in mAmount.
+    let flagless = ClientHeader::parse(&tcp_header(0, 0, 1000)).unwrap();
+    assert_eq!(flagless.amount, Amount::Unset);
+    let one = ClientHeader::parse(&tcp_header(0x4001_0078, 0, -1)).unwrap();
+    assert_eq!(one.amount, Amount::Centis(1));
+}
