@@ -736,7 +736,10 @@ fn tcp_connection_times_merge_from_every_input() {
         d
     };
     let m = merge(
-        &named(vec![with_times(1.0, &[1_000, 3_000]), with_times(2.0, &[2_000])]),
+        &named(vec![
+            with_times(1.0, &[1_000, 3_000]),
+            with_times(2.0, &[2_000]),
+        ]),
         1.0,
     )
     .unwrap();
@@ -745,5 +748,46 @@ fn tcp_connection_times_merge_from_every_input() {
     assert_same(
         &m.latency["connection_times"],
         &stats(&[1_000, 2_000, 3_000]).summary().unwrap(),
+    );
+}
+
+#[test]
+fn a_crr_run_with_a_negative_duration_is_left_off_the_grid() {
+    // A duration below zero is no span of time: the run's transactions
+    // count in the totals but are placed in no grid slice.
+    let crr_at = |start: f64, secs: f64, n: u64| {
+        let mut d = crr(&[1_000], n);
+        d["result"]["start_unix"] = json!(start);
+        d["result"]["duration_secs"] = json!(secs);
+        d
+    };
+    let m = merge(
+        &named(vec![crr_at(10.0, 2.0, 8), crr_at(10.5, -1.0, 5)]),
+        1.0,
+    )
+    .unwrap();
+    let per: Vec<_> = m
+        .intervals
+        .iter()
+        .map(|s| s.per_input_transactions.clone())
+        .collect();
+    assert_eq!(per, [Some(vec![4, 0]), Some(vec![4, 0])]);
+    assert_eq!(m.totals["transactions"], 13);
+}
+
+#[test]
+fn a_grid_of_half_seconds_has_half_second_slices() {
+    let slices = align(&[(Some(4.0), vec![(0.0, 1.5, 300.0)])], 0.5);
+    let got: Vec<(f64, f64, u64, f64)> = slices
+        .iter()
+        .map(|s| (s.start_secs, s.end_secs, s.bytes, s.goodput_bps))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0.0, 0.5, 100, 1600.0),
+            (0.5, 1.0, 100, 1600.0),
+            (1.0, 1.5, 100, 1600.0)
+        ]
     );
 }

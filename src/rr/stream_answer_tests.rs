@@ -626,7 +626,10 @@ fn a_write_failing_after_the_end_is_no_network_error() {
     m.on_bytes(&encode(&Message::Goodbye), t0);
     assert_eq!(m.end(), Some(End::Summarised));
     m.on_write_failed();
-    assert_eq!((m.end(), m.moved().network_errors), (Some(End::Summarised), 0));
+    assert_eq!(
+        (m.end(), m.moved().network_errors),
+        (Some(End::Summarised), 0)
+    );
 }
 
 #[test]
