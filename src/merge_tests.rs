@@ -628,3 +628,166 @@ fn a_slice_narrower_than_a_float_step_keeps_its_bytes() {
     let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
     assert_eq!(got, [100, 100, 100, 100, 100, 100, 100, 100, 100, 105]);
 }
+
+#[test]
+fn every_kind_of_input_error_is_kept_with_its_origin() {
+    let mut a = tcp(1.0, &[(1.0, 8)], 8);
+    a["result"]["server_errors"] = json!([["10.0.0.1:4794", "busy"]]);
+    a["result"]["refusals"] = json!([
+        {"connections": 3, "message": "too many sessions", "code": "limit_sessions"},
+    ]);
+    a["result"]["lost_servers"] = json!(["10.0.0.2:4794"]);
+    a["result"]["server_lost"] = json!(true);
+    let mut b = tcp(1.0, &[(1.0, 8)], 8);
+    b["result"]["server_errors"] = json!([]);
+    b["result"]["server_lost"] = json!(false);
+    let m = merge(&named(vec![a, b]), 1.0).unwrap();
+    let got: Vec<(&str, &str, Option<&str>)> = m
+        .errors
+        .iter()
+        .map(|e| (e.input.as_str(), e.error.as_str(), e.error_code.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("c0.json", "server 10.0.0.1:4794: busy", None),
+            (
+                "c0.json",
+                "3 connections refused: too many sessions",
+                Some("limit_sessions")
+            ),
+            ("c0.json", "server 10.0.0.2:4794 lost mid-test", None),
+            ("c0.json", "server lost mid-test", None),
+        ]
+    );
+    // A run's own error (rr, ping) names its request size.
+    let ping = json!({"netrig": 1, "test": "ping",
+        "config": {"transport": "udp", "size": 64, "reply": 64},
+        "result": {"runs": [{"size": 64, "latency": null, "error": null},
+                            {"size": 1400, "latency": null, "error": "no route"}]}});
+    let m = merge(&named(vec![ping]), 1.0).unwrap();
+    assert_eq!(m.errors.len(), 1);
+    assert_eq!(
+        (m.errors[0].input.as_str(), m.errors[0].error.as_str()),
+        ("c0.json", "run of 1400 B: no route")
+    );
+}
+
+#[test]
+fn a_tcp_slice_counts_both_directions_bytes() {
+    // A duplex run: what was sent and received in a slice both count.
+    let mut a = tcp(10.0, &[(1.0, 300), (3.0, 100)], 500);
+    a["result"]["intervals"][0]["RecvBps"] = json!(200);
+    a["result"]["intervals"][1]["RecvBps"] = json!(50);
+    let m = merge(&named(vec![a]), 1.0).unwrap();
+    let bytes: Vec<u64> = m.intervals.iter().map(|s| s.bytes).collect();
+    assert_eq!(bytes, [500, 150, 150]);
+    assert_eq!(m.goodput_bps, Some(800.0 * 8.0 / 3.0));
+}
+
+#[test]
+fn inputs_that_measured_no_time_have_no_goodput() {
+    let m = merge(&named(vec![tcp(10.0, &[], 0), tcp(11.0, &[], 0)]), 1.0).unwrap();
+    assert_eq!(m.start_unix, Some(10.0));
+    assert!(m.intervals.is_empty());
+    assert_eq!(m.goodput_bps, None);
+}
+
+#[test]
+fn several_runs_latencies_are_named_by_position_and_size() {
+    let ping = |ns: &[u64]| {
+        json!({"netrig": 1, "test": "ping", "config": {"transport": "udp", "size": 64, "reply": 64},
+               "result": {"runs": [
+                   {"size": 64, "sent": 1, "received": 1, "latency": stats(ns).summary(), "error": null},
+                   {"size": 1400, "sent": 2, "received": 2, "latency": stats(&[9_000]).summary(), "error": null}]}})
+    };
+    let m = merge(&named(vec![ping(&[1_000]), ping(&[2_000])]), 1.0).unwrap();
+    let names: Vec<&str> = m.latency.keys().map(String::as_str).collect();
+    assert_eq!(names, ["rtt_1_64B", "rtt_2_1400B"]);
+    assert_eq!(m.latency["rtt_1_64B"].count, 2);
+    assert_eq!(m.latency["rtt_2_1400B"].count, 2);
+    assert_eq!((m.totals["sent"], m.totals["received"]), (6, 6));
+}
+
+#[test]
+fn a_failed_udp_input_does_not_decide_the_direction() {
+    // The first input measured nothing: the both-ways inputs after it
+    // merge, and it is no one-way run beside them.
+    let both = || {
+        udp_streams(vec![
+            (false, udp_report(1.0, &[1_000])),
+            (true, udp_report(1.0, &[2_000])),
+        ])
+    };
+    let mut failed = both();
+    failed["result"] = Value::Null;
+    failed["error"] = json!("refused");
+    let m = merge(&named(vec![failed, both(), both()]), 1.0).unwrap();
+    assert_eq!(m.totals["unique"], 2);
+    assert_eq!(m.totals["unique_bidir_reverse"], 2);
+    assert_eq!(m.errors.len(), 1);
+}
+
+#[test]
+fn tcp_connection_times_merge_from_every_input() {
+    let with_times = |start: f64, ns: &[u64]| {
+        let mut d = tcp(start, &[(1.0, 10)], 10);
+        d["result"]["connection_times"] = json!(stats(ns).summary());
+        d
+    };
+    let m = merge(
+        &named(vec![
+            with_times(1.0, &[1_000, 3_000]),
+            with_times(2.0, &[2_000]),
+        ]),
+        1.0,
+    )
+    .unwrap();
+    let names: Vec<&str> = m.latency.keys().map(String::as_str).collect();
+    assert_eq!(names, ["connection_times"]);
+    assert_same(
+        &m.latency["connection_times"],
+        &stats(&[1_000, 2_000, 3_000]).summary().unwrap(),
+    );
+}
+
+#[test]
+fn a_crr_run_with_a_negative_duration_is_left_off_the_grid() {
+    // A duration below zero is no span of time: the run's transactions
+    // count in the totals but are placed in no grid slice.
+    let crr_at = |start: f64, secs: f64, n: u64| {
+        let mut d = crr(&[1_000], n);
+        d["result"]["start_unix"] = json!(start);
+        d["result"]["duration_secs"] = json!(secs);
+        d
+    };
+    let m = merge(
+        &named(vec![crr_at(10.0, 2.0, 8), crr_at(10.5, -1.0, 5)]),
+        1.0,
+    )
+    .unwrap();
+    let per: Vec<_> = m
+        .intervals
+        .iter()
+        .map(|s| s.per_input_transactions.clone())
+        .collect();
+    assert_eq!(per, [Some(vec![4, 0]), Some(vec![4, 0])]);
+    assert_eq!(m.totals["transactions"], 13);
+}
+
+#[test]
+fn a_grid_of_half_seconds_has_half_second_slices() {
+    let slices = align(&[(Some(4.0), vec![(0.0, 1.5, 300.0)])], 0.5);
+    let got: Vec<(f64, f64, u64, f64)> = slices
+        .iter()
+        .map(|s| (s.start_secs, s.end_secs, s.bytes, s.goodput_bps))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0.0, 0.5, 100, 1600.0),
+            (0.5, 1.0, 100, 1600.0),
+            (1.0, 1.5, 100, 1600.0)
+        ]
+    );
+}

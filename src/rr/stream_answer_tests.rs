@@ -518,3 +518,133 @@ proptest! {
         prop_assert_eq!(moved.bytes_sent, u64::from(reply) * iterations);
     }
 }
+
+#[test]
+fn a_huge_reply_goes_out_in_slices_of_a_socket_buffer() {
+    // A socket that takes everything gets 64 KiB a write: few system calls
+    // for a large reply, and a bounded slice of the pattern.
+    let t0 = Instant::now();
+    let reply = 1 << 20;
+    let t = terms(1, reply, 1, t0);
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    let accept = m.out().len();
+    m.wrote(accept, t0);
+    let start = stream_start(t.session, Direction::ClientToServer);
+    m.on_bytes(&pattern(start, 0, 1), t0);
+    m.admitted(t0);
+    let mut writes = 0;
+    loop {
+        let n = m.out().len();
+        if n == 0 {
+            break;
+        }
+        assert_eq!(n, (64 << 10).min(reply as usize - writes * (64 << 10)));
+        m.wrote(n, t0);
+        writes += 1;
+    }
+    assert_eq!((writes, m.answered()), (16, 1));
+}
+
+#[test]
+fn a_request_before_the_acceptance_is_written_gets_its_whole_reply() {
+    // A client that sends before it has read the acceptance: the frame's
+    // bytes, written after the reply is owed, are not the reply's.
+    let t0 = Instant::now();
+    let t = terms(3, 10, 2, t0);
+    let start = stream_start(t.session, Direction::ClientToServer);
+    let rep = stream_start(t.session, Direction::ServerToClient);
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    let accept = m.out().len();
+    assert_eq!(m.on_bytes(&pattern(start, 0, 3), t0), 3);
+    m.admitted(t0);
+    // The acceptance first, in two writes, then the reply.
+    m.wrote(2, t0);
+    assert_eq!(m.out().len(), accept - 2);
+    m.wrote(accept - 2, t0);
+    assert_eq!(m.out(), &pattern(rep, 0, 10)[..]);
+    assert_eq!(m.answered(), 0);
+    m.wrote(10, t0);
+    assert_eq!((m.answered(), m.moved().bytes_sent, m.wants()), (1, 10, 3));
+}
+
+#[test]
+fn the_goodbye_is_waited_for_the_idle_time_after_the_last_reply_or_a_halt() {
+    let t0 = Instant::now();
+    let t = terms(1, 2, 1, t0);
+    let start = stream_start(t.session, Direction::ClientToServer);
+    let later = t0 + Duration::from_secs(7);
+    // After the last reply.
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    drain(&mut m, t0);
+    m.on_bytes(&pattern(start, 0, 1), t0);
+    m.admitted(t0);
+    m.wrote(2, later);
+    assert_eq!(m.deadline(), Some(later + IDLE));
+    m.on_timeout(later + IDLE - Duration::from_nanos(1));
+    assert_eq!(m.end(), None);
+    m.on_timeout(later + IDLE);
+    assert_eq!(m.end(), Some(End::NoGoodbye));
+    // After a halt.
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    drain(&mut m, t0);
+    m.halt(later);
+    assert_eq!(m.deadline(), Some(later + IDLE));
+    m.on_timeout(later + IDLE - Duration::from_nanos(1));
+    assert_eq!(m.end(), None);
+    m.on_timeout(later + IDLE);
+    assert_eq!(m.end(), Some(End::NoGoodbye));
+}
+
+#[test]
+fn a_write_that_took_nothing_is_not_activity() {
+    let t0 = Instant::now();
+    let t = terms(1, 4, 2, t0);
+    let start = stream_start(t.session, Direction::ClientToServer);
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    drain(&mut m, t0);
+    m.on_bytes(&pattern(start, 0, 1), t0);
+    m.admitted(t0);
+    m.wrote(0, t0 + Duration::from_secs(20));
+    assert_eq!(m.deadline(), Some(t0 + IDLE));
+    m.on_timeout(t0 + IDLE);
+    assert_eq!(m.moved().network_errors, 1, "the reply was cut short");
+}
+
+#[test]
+fn a_write_failing_after_the_end_is_no_network_error() {
+    let t0 = Instant::now();
+    let t = terms(1, 4, 2, t0);
+    // During the requests: one error.
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    m.on_write_failed();
+    assert_eq!((m.end(), m.moved().network_errors), (Some(End::Closed), 1));
+    // The summary's write failing (the client left after its goodbye) is
+    // not one: the session was over.
+    let t = terms(1, 4, 0, t0);
+    let mut m = StreamAnswerer::new(t, t0);
+    drain(&mut m, t0);
+    m.on_bytes(&encode(&Message::Goodbye), t0);
+    assert_eq!(m.end(), Some(End::Summarised));
+    m.on_write_failed();
+    assert_eq!(
+        (m.end(), m.moved().network_errors),
+        (Some(End::Summarised), 0)
+    );
+}
+
+#[test]
+fn a_written_frame_is_not_held() {
+    // Thousands of sessions: once the acceptance (or the summary) is out,
+    // a session keeps none of its bytes.
+    let t0 = Instant::now();
+    let t = terms(1, 4, 0, t0);
+    let mut m = StreamAnswerer::new(t, t0);
+    let n = m.out().len();
+    m.wrote(n - 1, t0);
+    assert!(m.frames.capacity() > 0);
+    m.wrote(1, t0);
+    assert_eq!(m.frames.capacity(), 0);
+    m.on_bytes(&encode(&Message::Goodbye), t0);
+    drain(&mut m, t0);
+    assert_eq!(m.frames.capacity(), 0);
+}
