@@ -332,3 +332,88 @@ proptest::proptest! {
         }
     }
 }
+
+/// Edges the tests above leave open: what a user reads when a server
+/// misbehaves, and reads split where the wire splits them.
+mod edges {
+    use super::*;
+
+    #[test]
+    fn a_byte_out_of_turn_names_what_iperf3_sends_there() {
+        // Bytes that bring the client to each phase, then a byte (0) no
+        // iperf3 server sends.
+        let expect = [
+            (&[][..], "where iperf3 sends PARAM_EXCHANGE (9)"),
+            (&[9][..], "where iperf3 sends CREATE_STREAMS (10)"),
+            (&[9, 10][..], "where iperf3 sends TEST_START (1)"),
+            (&[9, 10, 1][..], "where iperf3 sends TEST_RUNNING (2)"),
+            (&[9, 10, 1, 2][..], "while the test ran"),
+        ];
+        for (lead, context) in expect {
+            let (mut c, _) = Client::new(&cookie(), &params(Proto::Tcp, Mode::ClientSends));
+            to_client(&mut c, lead).unwrap();
+            assert_eq!(
+                c.feed(&[0]),
+                Err(ClientError::NotIperf3 { byte: 0, context }),
+                "{lead:?}"
+            );
+        }
+        let mut c = running();
+        c.test_end().unwrap();
+        assert_eq!(
+            c.feed(&[0]).unwrap_err().to_string(),
+            "not an iperf3 server: it sent byte 0 where iperf3 sends EXCHANGE_RESULTS (13)"
+        );
+        let mut c = running();
+        c.test_end().unwrap();
+        to_client(&mut c, &[13]).unwrap();
+        c.results(&Results::default()).unwrap();
+        let mut b = frame_json(&Results::default().to_json());
+        b.push(0);
+        assert_eq!(
+            to_client(&mut c, &b).unwrap_err().to_string(),
+            "not an iperf3 server: it sent byte 0 where iperf3 sends DISPLAY_RESULTS (14)"
+        );
+    }
+
+    #[test]
+    fn a_server_errors_numbers_are_whole_32_bit_big_endian() {
+        let mut b = 123_456i32.to_be_bytes().to_vec();
+        b.extend_from_slice(&70_000i32.to_be_bytes());
+        b.extend_from_slice(b"trailing");
+        let want = || ClientError::ServerError {
+            code: 123_456,
+            errno: 70_000,
+        };
+        // In one read after the state byte, with whatever the server wrote
+        // after them: a reader is told to read the 8 bytes at once.
+        let (mut c, _) = Client::new(&cookie(), &params(Proto::Tcp, Mode::ClientSends));
+        c.feed(&[State::ServerError.byte()]).unwrap();
+        assert_eq!(c.wants(), 8);
+        assert_eq!(c.feed(&b), Err(want()));
+        assert_eq!(c.phase(), ClientPhase::Closed);
+        // Split where the network split them: the first byte, then the rest.
+        let (mut c, _) = Client::new(&cookie(), &params(Proto::Tcp, Mode::ClientSends));
+        c.feed(&[State::ServerError.byte(), b[0]]).unwrap();
+        assert_eq!(c.wants(), 7);
+        assert_eq!(c.feed(&b[1..]), Err(want()));
+    }
+
+    #[test]
+    fn a_results_length_split_across_reads_is_still_checked() {
+        let mut c = running();
+        c.test_end().unwrap();
+        to_client(&mut c, &[13]).unwrap();
+        c.results(&Results::default()).unwrap();
+        let mut b = (MAX_RESULTS_JSON + 1).to_be_bytes().to_vec();
+        b.extend_from_slice(b"{\"cpu\":1}");
+        assert!(c.feed(&b[..2]).unwrap().is_empty());
+        assert!(
+            matches!(
+                c.feed(&b[2..]),
+                Err(ClientError::Wire(Iperf3Error::TooLong { len, .. })) if len == MAX_RESULTS_JSON + 1
+            ),
+            "the length is judged before any text is taken"
+        );
+    }
+}

@@ -361,3 +361,130 @@ fn the_bounds_are_iperf3s_and_ours() {
     assert_eq!(MAX_RESULTS_JSON, 262_144);
     assert_eq!(COOKIE_LEN, 37);
 }
+
+/// Edges of the parameter and results checks that the tests above leave
+/// open: each pins a figure a client's test gets or a refusal it sees.
+mod edges {
+    use super::*;
+
+    fn with(extra: &str) -> Result<Params, Iperf3Error> {
+        Params::parse(format!(r#"{{"time":10{extra}}}"#).as_bytes())
+    }
+
+    #[test]
+    fn counts_past_what_a_double_holds_exactly_are_refused() {
+        // num up to 2^53 - 1 and blockcount up to 2^43 - 1 (2^53 bytes of
+        // 1 KiB blocks), bandwidth up to 2^63 - 1 bit/s.
+        assert_eq!(
+            with(r#","num":9007199254740991"#).unwrap().num,
+            (1 << 53) - 1
+        );
+        assert!(with(r#","num":9007199254740992"#).is_err());
+        assert_eq!(
+            with(r#","blockcount":8796093022207"#).unwrap().blockcount,
+            (1 << 43) - 1
+        );
+        assert!(with(r#","blockcount":8796093022208"#).is_err());
+        assert_eq!(
+            with(r#","bandwidth":9223372036854775807"#)
+                .unwrap()
+                .bandwidth,
+            (1 << 63) - 1
+        );
+        assert!(with(r#","bandwidth":9223372036854775808"#).is_err());
+        // MSS: 0 to 32767.
+        assert_eq!(with(r#","MSS":32767"#).unwrap().mss, 32767);
+        assert!(with(r#","MSS":32768"#).is_err());
+        // window: 0 to 512 MiB.
+        assert_eq!(with(r#","window":536870912"#).unwrap().window, 512 << 20);
+        assert!(with(r#","window":536870913"#).is_err());
+    }
+
+    #[test]
+    fn fractions_are_truncated_and_negatives_refused() {
+        // iperf3 reads numbers as C ints: 2.9 s is 2 s.
+        let p = Params::parse(br#"{"time":2.9,"parallel":3.5}"#).unwrap();
+        assert_eq!((p.time, p.parallel), (2, 3));
+        for bad in [r#","omit":-1"#, r#","omit":-0.5"#, r#","num":-1.5"#] {
+            assert_eq!(
+                with(bad).unwrap_err().to_string().split(':').next(),
+                Some(if bad.contains("omit") {
+                    "iperf3 parameter omit"
+                } else {
+                    "iperf3 parameter num"
+                }),
+                "{bad}"
+            );
+        }
+    }
+
+    fn results_with(streams: &str) -> Result<Results, Iperf3Error> {
+        Results::parse(
+            format!(
+                r#"{{"cpu_util_total":0,"cpu_util_user":0,"cpu_util_system":0,"sender_has_retransmits":1,"streams":[{streams}]}}"#
+            )
+            .as_bytes(),
+        )
+    }
+
+    #[test]
+    fn results_hold_at_most_two_streams_per_allowed_stream() {
+        let one = r#"{"id":1,"bytes":10,"packets":0,"errors":0,"jitter":0}"#;
+        let list = |n: usize| vec![one; n].join(",");
+        assert_eq!(results_with(&list(256)).unwrap().streams.len(), 256);
+        assert_eq!(
+            results_with(&list(257)).unwrap_err(),
+            Iperf3Error::Results("more streams than a test has")
+        );
+    }
+
+    #[test]
+    fn a_stream_without_retransmits_reports_minus_one_and_negatives_are_refused() {
+        let r = results_with(r#"{"id":1,"bytes":10,"packets":2,"errors":0,"jitter":0.5}"#).unwrap();
+        assert_eq!(r.streams[0].retransmits, -1, "iperf3's 'not known'");
+        assert_eq!((r.streams[0].bytes, r.streams[0].packets), (10, 2));
+        let r = results_with(
+            r#"{"id":1,"bytes":10,"packets":2,"errors":0,"jitter":0,"retransmits":7}"#,
+        )
+        .unwrap();
+        assert_eq!(r.streams[0].retransmits, 7);
+        assert!(results_with(r#"{"id":1,"bytes":-5,"packets":2,"errors":0,"jitter":0}"#).is_err());
+    }
+
+    #[test]
+    fn a_stray_state_byte_is_named_by_when_it_came() {
+        let mut c = Control::new();
+        c.feed(COOKIE).unwrap();
+        c.feed(&params_json("")).unwrap();
+        assert_eq!(
+            c.feed(&[13]).unwrap_err().to_string(),
+            "unexpected iperf3 state byte 13 while the test runs"
+        );
+        let mut c = Control::new();
+        c.feed(COOKIE).unwrap();
+        c.feed(&params_json("")).unwrap();
+        c.feed(&[State::TestEnd.byte()]).unwrap();
+        c.feed(&frame_json(
+            br#"{"cpu_util_total":0,"cpu_util_user":0,"cpu_util_system":0,"sender_has_retransmits":1,"streams":[]}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.phase(), Phase::Display);
+        assert_eq!(
+            c.feed(&[1]).unwrap_err().to_string(),
+            "unexpected iperf3 state byte 1 after the results"
+        );
+    }
+
+    #[test]
+    fn a_length_split_across_reads_is_still_checked() {
+        let mut c = Control::new();
+        c.feed(COOKIE).unwrap();
+        let mut b = (MAX_PARAMS_JSON + 1).to_be_bytes().to_vec();
+        b.extend_from_slice(br#"{"time":1}"#);
+        assert!(c.feed(&b[..2]).unwrap().is_empty());
+        assert!(matches!(
+            c.feed(&b[2..]),
+            Err(Iperf3Error::TooLong { len, .. }) if len == MAX_PARAMS_JSON + 1
+        ));
+    }
+}

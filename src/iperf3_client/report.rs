@@ -473,6 +473,59 @@ mod tests {
         assert_eq!(side(&o, true).streams[0].packets, Some(5));
     }
 
+    #[test]
+    fn tcp_rates_are_per_second_over_ticks_of_any_length() {
+        let mut o = outcome(
+            vec![stream(1, true, 3000)],
+            vec![theirs(1, 3000, 0, 0, 0.0)],
+        );
+        o.ticks = vec![tick(0.5, 1000, 0, 0, 0), tick(2.0, 4000, 600, 0, 0)];
+        let r = tcp(&o, addr());
+        let rates: Vec<_> = r
+            .intervals
+            .iter()
+            .map(|i| (i.time_slice, i.span_secs, i.send_bps, i.recv_bps))
+            .collect();
+        assert_eq!(rates, [(0.5, 0.5, 2000, 0), (2.0, 1.5, 2000, 400)]);
+    }
+
+    #[test]
+    fn udp_intervals_and_sender_figures_are_reported_whole() {
+        let o = outcome(
+            vec![stream(1, true, 12_000), stream(3, true, 8_000)],
+            vec![theirs(1, 12_000, 120, 0, 0.0), theirs(3, 8_000, 80, 0, 0.0)],
+        );
+        // 1 Mbit/s a stream for 2 s asked, 20 kB sent: the sender fell short.
+        let p = Params {
+            bandwidth: 1_000_000,
+            parallel: 2,
+            ..params()
+        };
+        let r = udp(&o, &p, addr());
+        let slices: Vec<_> = r.intervals.iter().map(|i| i.time_slice).collect();
+        assert_eq!(slices, [1.0, 2.0]);
+        let s = r.sender.as_ref().unwrap();
+        assert_eq!(s.duration_secs, 2.0);
+        assert_eq!(s.asked_bytes, 500_000);
+        assert!(s.sender_limited);
+        assert_eq!(r.duration_secs, 2.0);
+    }
+
+    #[test]
+    fn udp_without_the_servers_figures_or_time_reports_zeros_not_nan() {
+        // This end sent, the server's results name no stream, and the run
+        // ended before any time passed.
+        let mut o = outcome(vec![stream(1, true, 5_000)], vec![]);
+        o.duration_secs = 0.0;
+        let r = udp(&o, &params(), addr());
+        let t = r.totals.as_ref().unwrap();
+        assert_eq!((t.sent, t.lost, t.bytes), (Some(0), 0, 0));
+        assert_eq!(t.jitter_us, 0.0);
+        let s = r.sender.as_ref().unwrap();
+        assert_eq!((s.packets, s.bytes), (50, 5_000));
+        assert_eq!(s.achieved_bps, 0.0);
+    }
+
     fn params() -> Params {
         Params {
             proto: Proto::Udp,
