@@ -67,6 +67,9 @@ pub trait Socket: AsRawFd {
     fn send_more(&self, b: &[u8]) -> io::Result<usize>;
     /// Closes the sending side (shutdown(SHUT_WR)).
     fn close_write(&self) -> io::Result<()>;
+    /// Drops up to `buf.len()` bytes of what arrived without copying them
+    /// (`MSG_TRUNC`, which TCP takes as "discard"; `buf` is not written).
+    fn discard(&self, buf: &mut [u8]) -> io::Result<usize>;
 }
 
 impl Socket for mio::net::TcpStream {
@@ -84,6 +87,23 @@ impl Socket for mio::net::TcpStream {
 
     fn close_write(&self) -> io::Result<()> {
         self.shutdown(std::net::Shutdown::Write)
+    }
+
+    fn discard(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for its length; with MSG_TRUNC a TCP
+        // socket does not write to it at all.
+        let r = unsafe {
+            libc::recv(
+                self.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_TRUNC,
+            )
+        };
+        match r {
+            r if r < 0 => Err(io::Error::last_os_error()),
+            r => Ok(r as usize),
+        }
     }
 }
 
@@ -113,6 +133,13 @@ pub struct Pumped {
     pub moved: bool,
     /// Nothing to write before this time (the next burst).
     pub timer: Option<Instant>,
+    /// A read came back short or would block: the socket had nothing more
+    /// to read, so its next arrival is a new readiness event.
+    pub drained: bool,
+    /// This step's writing ended for want of room in the socket (a short
+    /// write or one that would block) or of anything to write; not
+    /// because it had written its share ([`GATHER`], or one large write).
+    pub write_idle: bool,
 }
 
 /// A connection's writes up to this size are gathered into its [`Out`], so
@@ -170,8 +197,21 @@ pub fn pump<S: Socket>(
         }
         // A small want reads ahead, so that what the peer sent behind it
         // (its report after a reply) comes in the same read.
-        let cap = want.max(AHEAD).min(buf.len());
-        match stream.recv(&mut buf[..cap]) {
+        // Count-only data goes unread (MSG_TRUNC: no copy to user space);
+        // what is read may span chunk starts.
+        let room = conn.read_room();
+        let drop = conn.skippable().min(buf.len());
+        let cap = match drop {
+            // A chunk's first bytes only, before the rest is dropped.
+            0 if room < want => room,
+            0 => room.max(AHEAD).min(buf.len()),
+            _ => drop,
+        };
+        let r = match drop {
+            0 => stream.recv(&mut buf[..cap]),
+            _ => stream.discard(&mut buf[..cap]),
+        };
+        match r {
             Ok(0) => {
                 if (env.stopped)() {
                     conn.cancel();
@@ -181,15 +221,27 @@ pub fn pump<S: Socket>(
                 p.moved = true;
                 break;
             }
+            Ok(n) if drop > 0 => {
+                conn.on_skipped(n);
+                p.moved = true;
+                p.drained = n < cap;
+                if n < cap {
+                    break;
+                }
+            }
             Ok(n) => {
                 let used = feed(conn, &buf[..n]);
                 ahead.stash(&buf[used..n]);
                 p.moved = true;
+                p.drained = n < cap;
                 if n < cap || cap > GATHER {
                     break;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                p.drained = true;
+                break;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,
             Err(e) => {
                 fail(conn, &e);
@@ -202,6 +254,8 @@ pub fn pump<S: Socket>(
         Some(direct) => direct,
         None if out.is_empty() => Ok(0),
         None => {
+            // Gathering stopped for want of room in `out`: more may follow.
+            let full = out.pending() >= GATHER;
             let left = out.pending();
             // All of the machine's bytes are in `out` once its report is.
             let last = conn.report_sent()
@@ -218,6 +272,10 @@ pub fn pump<S: Socket>(
                 // The FIN joins the held bytes; a failure shows on a read.
                 let _ = stream.close_write();
             }
+            p.write_idle = match r {
+                Ok(all) => !all || !full,
+                Err(_) => false,
+            };
             r.map(|_| left - out.pending())
         }
     };
@@ -308,7 +366,7 @@ pub fn run_until_blocked<S: Socket>(
         if p.moved || p.timer.is_some() {
             *last_progress = Instant::now();
         }
-        if !p.moved {
+        if !p.moved || idle(conn, ahead, env, &p) {
             return Ran::Blocked { timer: p.timer };
         }
         let now = conn.progress();
@@ -317,6 +375,25 @@ pub fn run_until_blocked<S: Socket>(
         }
     }
     Ran::Yielded
+}
+
+/// Whether step `p` left `conn` with nothing to do until its socket's next
+/// readiness event (or its timer): its reads found the socket drained, or
+/// it wants none, and its writing stopped for want of room or of anything
+/// to write. Another step would only make the calls that say so (a read
+/// and a write that would block), one or two system calls per wake-up.
+/// Edge-triggered readiness reports whatever arrives after a read that
+/// came back short, as after one that would block (what tokio's readiness
+/// relies on too). This holds for TCP, whose read takes all that is
+/// queued; an SCTP association (rr's, never a data connection's) reads a
+/// message at a time.
+fn idle(conn: &Conn, ahead: &ReadAhead, env: &Env, p: &Pumped) -> bool {
+    let want = match env.may_read {
+        true => conn.want_read(),
+        false => 0,
+    };
+    let read_idle = want == 0 || (p.drained && ahead.is_empty());
+    read_idle && p.write_idle
 }
 
 /// Whether the connection is over: its machine is done and nothing it
@@ -352,9 +429,13 @@ fn gather<S: Socket>(
             Transmit::Bytes(b) => b,
             Transmit::WaitUntil(at) => {
                 p.timer = Some(at);
+                p.write_idle = true;
                 return None;
             }
-            Transmit::Nothing => return None,
+            Transmit::Nothing => {
+                p.write_idle = true;
+                return None;
+            }
         };
         let big = out.is_empty() && b.len() > GATHER;
         let n = if big { b.len() } else { b.len().min(room) };
@@ -367,6 +448,7 @@ fn gather<S: Socket>(
                 Ok(None) => {}
                 Ok(Some(at)) => {
                     p.timer = Some(at);
+                    p.write_idle = true;
                     return None;
                 }
                 Err(h) => {
@@ -385,8 +467,15 @@ fn gather<S: Socket>(
                         "socket accepted no data",
                     )));
                 }
-                Ok(k) => conn.on_written(k, now()),
-                Err(ref e) if e.kind() == io::ErrorKind::WouldBlock => return Some(Ok(0)),
+                Ok(k) => {
+                    // A short write: the socket's buffer is full.
+                    p.write_idle = k < b.len();
+                    conn.on_written(k, now());
+                }
+                Err(ref e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    p.write_idle = true;
+                    return Some(Ok(0));
+                }
                 Err(_) => {}
             }
             return Some(r);

@@ -28,6 +28,8 @@ struct Mock {
     /// block unless set).
     recvs: std::cell::Cell<usize>,
     read_error: Option<io::ErrorKind>,
+    /// Reads that dropped their bytes unread.
+    discarded: std::cell::Cell<usize>,
 }
 
 impl AsRawFd for Mock {
@@ -73,6 +75,11 @@ impl Socket for Mock {
     fn send_more(&self, b: &[u8]) -> io::Result<usize> {
         *self.held.borrow_mut() = true;
         self.send(b)
+    }
+
+    fn discard(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.discarded.set(self.discarded.get() + 1);
+        self.recv(buf)
     }
 
     fn close_write(&self) -> io::Result<()> {
@@ -644,4 +651,96 @@ fn a_connection_whose_socket_never_blocks_yields_after_its_turn() {
     let ran = turn(&mut conn, &s, &mut buf);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!(conn.progress().1, 5 * TURN_BYTES / 2);
+}
+
+/// A time-bounded receiver (`-t`) of connection 5, with `verify`.
+fn bounded_receiver(verify: proto::VerifyLevel, buffer: usize) -> Conn {
+    let spec = TcpSpec {
+        time_bound_ms: 1000,
+        verify,
+        ..TcpSpec::plain(IoPattern::Push, 1 << 30, 0, 0)
+    };
+    Conn::new(
+        &spec,
+        Uuid::from_u128(5),
+        Role::Server,
+        buffer,
+        Instant::now(),
+    )
+}
+
+#[test]
+fn a_short_read_ends_the_turn_without_a_read_that_would_block() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let mut last = Instant::now();
+    // Less than the buffer arrived: one read takes it all, and the turn
+    // ends there (the next arrival is a new readiness event); a read that
+    // would block was a second call per wake-up.
+    let mut conn = receiver(1 << 20, 4096);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    s.reads.borrow_mut().push_back(sent(3000));
+    let mut buf = vec![0; 4096];
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!((s.recvs.get(), conn.progress().1), (1, 3000));
+    // A full read may have left more: the turn reads on until a short one.
+    s.reads
+        .borrow_mut()
+        .push_back(sent(3000 + 4096 + 10)[3000..].to_vec());
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!((s.recvs.get(), conn.progress().1), (3, 3000 + 4096 + 10));
+    // A short write ends it too: the socket's buffer is full.
+    let mut conn = pusher(1 << 20, 16384);
+    let s = mock(20000);
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(s.writes.borrow().len(), 2);
+    assert_eq!(conn.progress().0, 20000);
+}
+
+#[test]
+fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let chunk = crate::tcp::machine::CHUNK as usize;
+    let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
+    // At a chunk's start only the bytes that tell data from the end
+    // marker are read; the rest of the chunk may be dropped.
+    assert_eq!(conn.skippable(), 0);
+    assert_eq!(conn.read_room(), proto::HEADER_LEN);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    let start = stream_start(Uuid::from_u128(5), Direction::ClientToServer);
+    let mut data = Vec::new();
+    while data.len() < 2 * chunk {
+        let more = 2 * chunk - data.len();
+        data.extend_from_slice(Pattern::get().slice(start, data.len() as u64, more));
+    }
+    // Count-only does not look past a chunk's first bytes.
+    data[500] ^= 1;
+    s.reads.borrow_mut().push_back(data);
+    let mut buf = vec![0; 2 * chunk];
+    let mut last = Instant::now();
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(conn.progress().1, 2 * chunk as u64);
+    // Head, rest of chunk, head, rest of chunk; then nothing is there.
+    assert_eq!((s.recvs.get(), s.discarded.get()), (5, 2));
+    // The end marker at the next chunk's start is seen: the data is over,
+    // and with the peer's report behind it the connection succeeds (the
+    // flipped byte was not looked at).
+    let mut end = proto::encode(&Message::DataEnd);
+    end.extend(final_frame(2 * chunk as u64, 0));
+    s.reads.borrow_mut().push_back(end);
+    while !settled(&conn, &out) {
+        assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    }
+    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    // Verified data is never dropped.
+    let conn = bounded_receiver(proto::VerifyLevel::Data, 2 * chunk);
+    assert_eq!(conn.skippable(), 0);
+    assert_eq!(conn.read_room(), chunk);
 }

@@ -450,6 +450,53 @@ impl Conn {
         }
     }
 
+    /// How many bytes one read may take now: what [`Conn::want_read`]
+    /// says, except that with count-only verification (the I/O layer
+    /// drops data unread, [`Conn::skippable`]) a read at a chunk's start
+    /// takes only the bytes that tell data from the end marker, and the
+    /// rest of the chunk is dropped. (Reads of the whole buffer across
+    /// chunk starts were measured and dropped: with verification at 8
+    /// connections they cost 0.63x the goodput.)
+    pub fn read_room(&self) -> usize {
+        let want = self.want_read();
+        if !self.verify
+            && self.bursts.is_none()
+            && self.chunk > 0
+            && matches!(self.phase, Phase::Data)
+            && !self.ending_in
+            && self.received.is_multiple_of(self.chunk)
+        {
+            let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
+            return want.min(k.saturating_sub(self.head.len()).max(1));
+        }
+        want
+    }
+
+    /// How many of the next bytes may be dropped unread (`MSG_TRUNC`): with
+    /// count-only verification, data that is not at a chunk's start (whose
+    /// first bytes tell data from the end marker) nor timed burst by burst.
+    /// 0 when the bytes must be read.
+    pub fn skippable(&self) -> usize {
+        let plain = !self.verify
+            && self.bursts.is_none()
+            && matches!(self.phase, Phase::Data)
+            && !self.ending_in
+            && self.head.is_empty();
+        if !plain || (self.chunk > 0 && self.received.is_multiple_of(self.chunk)) {
+            return 0;
+        }
+        self.want_read()
+    }
+
+    /// `n` bytes (no more than [`Conn::skippable`] said) were dropped
+    /// unread: counted as received.
+    pub fn on_skipped(&mut self, n: usize) {
+        let n = (n as u64).min(self.skippable() as u64);
+        self.received += n;
+        self.recv_left -= n;
+        self.advance();
+    }
+
     /// `data` arrived at `now` (never more than [`Conn::want_read`] said).
     pub fn on_read(&mut self, data: &[u8], now: Now) {
         match &mut self.phase {
