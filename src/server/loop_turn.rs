@@ -164,10 +164,10 @@ impl Cpu {
 
     /// Queues the summary `sum` on `out`, with the CPU used since the
     /// start (if it came) filled in.
-    pub(super) fn summary(&self, mut sum: Box<SessionSummary>, out: &mut Out) {
+    pub(super) fn summary(&self, mut sum: SessionSummary, out: &mut Out) {
         let end = crate::net::cpu::sample();
         sum.cpu = self.0.as_ref().map(|a| CpuUsage::between(a, &end));
-        out.push(&encode(&Message::Summary(*sum)));
+        out.push(&encode(&Message::Summary(sum)));
     }
 }
 

@@ -116,7 +116,7 @@ impl Part for Receives {
     fn act(&mut self, a: Action, _: &mut Intake, cpu: &mut Cpu, out: &mut Out) {
         match a {
             Action::Started => cpu.start(),
-            Action::Summary(sum) => cpu.summary(sum, out),
+            Action::Summary(sum) => cpu.summary(*sum, out),
             _ => {}
         }
     }

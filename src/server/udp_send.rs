@@ -202,7 +202,7 @@ impl Part for Sends {
 
     fn act(&mut self, a: Action, m: &mut Outflow, cpu: &mut Cpu, out: &mut Out) {
         match a {
-            Action::Summary(sum) => cpu.summary(sum, out),
+            Action::Summary(sum) => cpu.summary(*sum, out),
             Action::Start => {
                 cpu.start();
                 self.start_sender(m);

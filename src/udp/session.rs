@@ -110,6 +110,9 @@ macro_rules! admitted {
 pub(crate) use admitted;
 
 /// What a message did to the session, besides the actions queued.
+// Returned and unpacked at once, never kept: boxing would only add an
+// allocation a message.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub enum Heard {
     /// Answered here (a clock exchange, a handshake still waited for).
