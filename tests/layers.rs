@@ -67,6 +67,7 @@ const PROTOCOL: &[&str] = &[
     "udp::marks",
     "udp::outflow",
     "udp::setup",
+    "udp::session",
     "udp::sum",
     "udp::pace",
     "udp::profile",

@@ -19,9 +19,9 @@ use uuid::Uuid;
 
 use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::proto::{Message, ProtoError, SessionSummary};
-use crate::refusal::{Limit, Refusal};
+use crate::refusal::Refusal;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload};
-use crate::udp::setup::{Probe, Setup};
+use crate::udp::session::{Heard, Opening, acts, admitted, unexpected};
 
 pub use crate::udp::setup::{HANDSHAKE_WAIT, PROBES};
 
@@ -66,6 +66,8 @@ pub enum Action {
     Close,
 }
 
+acts!(Action);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Accepted; the client's address is not known yet.
@@ -83,10 +85,8 @@ enum Phase {
 pub struct Answerer {
     t: Terms,
     phase: Phase,
-    setup_ends: Instant,
-    ends: Instant,
-    /// The handshake, probes and nonce.
-    setup: Setup,
+    /// The acceptance, handshake, probes and nonce, and the deadlines.
+    open: Opening,
     /// Whether requests are still answered (not after a stop, a send limit,
     /// or the last announced request).
     answering: bool,
@@ -101,20 +101,11 @@ pub struct Answerer {
 impl Answerer {
     /// A session accepted at `now`: its acceptance is the first action.
     pub fn new(t: Terms, now: Instant) -> Answerer {
-        let ends = now + t.deadline;
-        let setup_ends = (now + t.setup).min(ends);
         let rl = t.reply.max(UDP_REPLY_MIN) as usize;
         let mut actions = VecDeque::new();
-        actions.push_back(Action::Send(Box::new(Message::UdpAccept {
-            session: t.session,
-            port: t.port,
-            token: t.token,
-        })));
         Answerer {
             phase: Phase::Setup,
-            setup_ends,
-            ends,
-            setup: Setup::new(t.token, t.nonce),
+            open: Opening::new(admitted!(t), now, &mut actions),
             answering: t.iterations > 0,
             seen: SeqWindow::default(),
             place: 0,
@@ -164,33 +155,21 @@ impl Answerer {
     pub fn deadline(&self) -> Option<Instant> {
         match self.phase {
             Phase::Over => None,
-            Phase::Running(_) => Some(self.ends),
-            Phase::Setup | Phase::Proven(_) => Some(self.setup.deadline(self.setup_ends)),
+            Phase::Running(_) => Some(self.open.ends()),
+            Phase::Setup | Phase::Proven(_) => Some(self.open.setup_deadline()),
         }
     }
 
     /// Time has passed.
     pub fn on_timeout(&mut self, now: Instant) {
-        match self.phase {
-            Phase::Over => {}
-            Phase::Running(_) if now >= self.ends => self.duration_reached(),
-            Phase::Running(_) => {}
-            Phase::Setup | Phase::Proven(_) => {
-                if self.setup.handshake_missed(now) {
-                    self.refuse(Refusal::NoHandshake(HANDSHAKE_WAIT));
-                } else if now >= self.setup_ends {
-                    match self.setup_ends < self.ends {
-                        true => self.refuse(Refusal::NotStarted(self.t.setup)),
-                        false => self.duration_reached(),
-                    }
-                }
-            }
+        let why = match self.phase {
+            Phase::Over => None,
+            Phase::Running(_) => self.open.timeout(now),
+            Phase::Setup | Phase::Proven(_) => self.open.setup_timeout(now),
+        };
+        if let Some(why) = why {
+            self.refuse(why);
         }
-    }
-
-    fn duration_reached(&mut self) {
-        let max = self.t.max_duration;
-        self.refuse(Limit::DurationReached { max }.into());
     }
 
     fn refuse(&mut self, why: Refusal) {
@@ -217,23 +196,24 @@ impl Answerer {
     /// CLOCK_REALTIME, for clock exchanges).
     pub fn on_message(&mut self, m: Message, now: Instant, real_ns: u64) {
         let send = |s: &mut Self, m| s.actions.push_back(Action::Send(Box::new(m)));
-        match (self.phase, m) {
-            (Phase::Over, _) => {}
-            (_, Message::TimeRequest { t1 }) => send(
-                self,
-                Message::TimeReply {
-                    t1,
-                    t2: real_ns,
-                    t3: real_ns,
-                },
-            ),
-            (Phase::Setup, Message::UdpHandshake { token }) if self.setup.expects(token) => {
-                if let Some(p) = self.setup.on_handshake_message(now, real_ns) {
-                    self.prove(p);
-                }
+        if self.phase == Phase::Over {
+            return;
+        }
+        let in_setup = self.phase == Phase::Setup;
+        let m = match self
+            .open
+            .on_message(m, in_setup, now, real_ns, &mut self.actions)
+        {
+            Heard::Done => return,
+            Heard::Proven(to) => {
+                self.phase = Phase::Proven(to);
+                return;
             }
+            Heard::Other(m) => m,
+        };
+        match (self.phase, m) {
             (Phase::Setup | Phase::Proven(_), Message::UdpReady { nonce, .. }) => {
-                match self.setup.ready(nonce) {
+                match self.open.ready(nonce) {
                     Ok(peer) => {
                         self.phase = Phase::Running(peer);
                         send(self, Message::UdpGo);
@@ -253,21 +233,8 @@ impl Answerer {
                 self.phase = Phase::Over;
                 self.actions.push_back(Action::Close);
             }
-            (_, other) => self.refuse(Refusal::Unexpected {
-                got: format!("{other:?}"),
-                context: "in a UDP session",
-            }),
+            (_, other) => self.refuse(unexpected(&other)),
         }
-    }
-
-    fn prove(&mut self, p: Probe) {
-        self.phase = Phase::Proven(p.to);
-        self.actions.push_back(Action::Connect(p.to));
-        for _ in 0..PROBES {
-            self.actions.push_back(Action::Datagram(p.datagram));
-        }
-        self.actions
-            .push_back(Action::Send(Box::new(Message::UdpProbed)));
     }
 
     /// A datagram `d` from `from`, received at `real_ns` (the server's
@@ -278,9 +245,9 @@ impl Answerer {
         let h = Header::read(d).ok()?;
         if h.flags & FLAG_HANDSHAKE != 0 {
             if self.phase == Phase::Setup
-                && let Some(p) = self.setup.on_datagram(d, from, real_ns)
+                && let Some(to) = self.open.on_datagram(d, from, real_ns, &mut self.actions)
             {
-                self.prove(p);
+                self.phase = Phase::Proven(to);
             }
             return None;
         }
@@ -343,6 +310,11 @@ impl Answerer {
         self.answering = false;
     }
 }
+
+// The tests name these as the machine did before its shared part moved
+// to `udp::session`.
+#[cfg(test)]
+use crate::refusal::Limit;
 
 #[cfg(test)]
 #[path = "answer_tests.rs"]

@@ -7,7 +7,11 @@ use std::fmt;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use std::os::fd::AsRawFd;
+
 use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
 use uuid::Uuid;
 
 use super::State;
@@ -24,10 +28,8 @@ const BUFFER: usize = 4 << 20;
 
 /// Opens the session's socket and names its port: bound to the address the
 /// client reached, on a port the kernel picks, with `opts` as a server
-/// applies the client's options ([`SockOpts::for_server`]). Blocking: the
-/// caller adds what its kind needs (stamps, GRO) before making it
-/// non-blocking.
-pub(super) fn open(control: &TcpStream, opts: &SockOpts) -> Result<(UdpSocket, u16), Refusal> {
+/// applies the client's options ([`SockOpts::for_server`]). Blocking.
+fn open(control: &TcpStream, opts: &SockOpts) -> Result<(UdpSocket, u16), Refusal> {
     let local = control.local_addr().map_err(|source| Refusal::Resource {
         what: "a descriptor for the control connection",
         source,
@@ -44,6 +46,25 @@ pub(super) fn open(control: &TcpStream, opts: &SockOpts) -> Result<(UdpSocket, u
             SockOptFailed::Refused { option, source } => Refusal::SockOptRefused { option, source },
         }
     })?;
+    Ok((sock, port))
+}
+
+/// Opens the session's socket as [`open`] does, `prepared` as its kind
+/// needs (stamps, GRO), non-blocking and joined to the loop's `registry`
+/// as `token`, readable.
+pub(super) fn join(
+    control: &TcpStream,
+    opts: &SockOpts,
+    prepared: impl FnOnce(&UdpSocket),
+    registry: &Registry,
+    token: Token,
+) -> Result<(UdpSocket, u16), Refusal> {
+    let (sock, port) = open(control, opts)?;
+    prepared(&sock);
+    sock.set_nonblocking(true).map_err(unusable)?;
+    registry
+        .register(&mut SourceFd(&sock.as_raw_fd()), token, Interest::READABLE)
+        .map_err(unusable)?;
     Ok((sock, port))
 }
 

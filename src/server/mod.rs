@@ -32,6 +32,7 @@ pub mod limits;
 mod lines;
 mod log;
 mod loop_session;
+mod loop_turn;
 pub(crate) mod metrics;
 mod rr_tcp;
 mod rr_udp;

@@ -22,32 +22,26 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use mio::unix::SourceFd;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 use uuid::Uuid;
 
+use super::State;
 use super::control::TestSlots;
 use super::limits::GRACE;
-use super::loop_session::Who;
+use super::loop_turn::{BUDGET, Budget, Cpu, Part, Session};
 use super::metrics::{Kind, Moved};
-use super::rr_udp::{BUDGET, Turn};
-use super::{State, log_refusal};
 use crate::auth::DatagramKey;
-use crate::cpu::{CpuSample, CpuUsage};
 use crate::guard::SendGuard;
-use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::net::realtime_ns;
-use crate::proto::{Message, ReadError, UdpSpec, encode};
+use crate::proto::UdpSpec;
 use crate::refusal::Refusal;
-use crate::tcp::drive::Socket;
 use crate::udp::outflow::{Action, Outflow, Terms};
 use crate::udp::send::{Departures, Gate, SenderConfig, run_sender};
 use crate::udp::sent::SenderReport;
@@ -60,9 +54,6 @@ pub(super) const LOOP_MAX_PPS: f64 = 1000.0;
 const POOL_LOOK: Duration = Duration::from_millis(10);
 /// Batches one turn sends at most before the loop's other connections.
 const SEND_TURNS: usize = 4;
-/// Control frames queued to a client that does not read them, past which
-/// its messages are not read either.
-const OUT_HIGH: usize = 64 * 1024;
 
 /// Threads the sender pool holds at most: `min(max_tests, 2 × cores)`.
 pub(super) fn pool_size(max_tests: u32) -> usize {
@@ -127,12 +118,14 @@ enum Sender {
 }
 
 /// One sending UDP stream on a loop.
-pub(super) struct UdpSend<'a> {
-    st: &'a State,
+pub(super) type UdpSend<'a> = Session<'a, Sends>;
+
+/// What a sending stream keeps of its own: its socket and its sender.
+pub(super) struct Sends {
+    /// The server's limits, which the sender's rate and bytes keep to.
+    limits: super::limits::Limits,
     peer: SocketAddr,
     sock: Arc<std::net::UdpSocket>,
-    m: Outflow,
-    out: Out,
     cfg: SenderConfig,
     duration: Duration,
     sender: Sender,
@@ -140,12 +133,6 @@ pub(super) struct UdpSend<'a> {
     pool: Option<PoolSlot>,
     /// What the sender moved: bytes and failed sends.
     moved: (u64, u64),
-    cpu_start: Option<CpuSample>,
-    armed: Option<Instant>,
-    id: Uuid,
-    began: Instant,
-    ended: Option<crate::proto::ErrorCode>,
-    _slots: TestSlots<'a>,
 }
 
 impl<'a> UdpSend<'a> {
@@ -171,12 +158,7 @@ impl<'a> UdpSend<'a> {
             true => None,
             false => PoolSlot::take(&st.senders, pool_size(limits.max_tests)),
         };
-        let (sock, port) = super::loop_session::open(stream, &spec.sock)?;
-        let udp = super::loop_session::unusable;
-        sock.set_nonblocking(true).map_err(udp)?;
-        registry
-            .register(&mut SourceFd(&sock.as_raw_fd()), token, Interest::READABLE)
-            .map_err(udp)?;
+        let (sock, port) = super::loop_session::join(stream, &spec.sock, |_| {}, registry, token)?;
         let id = Uuid::new_v4();
         let terms = Terms {
             session: id,
@@ -189,125 +171,87 @@ impl<'a> UdpSend<'a> {
         };
         let mut cfg = crate::udp::serve::sender_config(spec, key);
         cfg.pacing = cfg.pacing.on_server();
-        super::loop_session::started(
-            st,
-            Who {
-                kind: Kind::Udp,
-                id,
-                peer,
-            },
-            format_args!("{}", crate::udp::serve::label(spec)),
-        );
-        Ok(UdpSend {
-            st,
+        let part = Sends {
+            limits,
             peer,
             sock: Arc::new(sock),
-            m: Outflow::new(terms, now),
-            out: Out::new(Vec::new()),
             duration: cfg.duration,
             cfg,
             sender: Sender::Idle,
             pool,
             moved: (0, 0),
-            cpu_start: None,
-            armed: None,
-            id,
-            began: now,
-            ended: None,
-            _slots: slots,
-        })
+        };
+        Ok(Session::new(
+            st,
+            (Kind::Udp, id, peer),
+            slots,
+            Outflow::new(terms, now),
+            part,
+            now,
+            format_args!("{}", crate::udp::serve::label(spec)),
+        ))
+    }
+}
+
+impl Part for Sends {
+    type M = Outflow;
+
+    fn sock(&self) -> socket2::SockRef<'_> {
+        socket2::SockRef::from(&*self.sock)
     }
 
-    /// Does what the machine asks, writes what is queued, sends what is
-    /// due, and feeds it the control connection's frames and the socket's
-    /// handshake datagrams, within the budget, until all would wait or the
-    /// session ends.
-    pub(super) fn turn(
-        &mut self,
-        stream: &TcpStream,
-        ahead: &mut ReadAhead,
-        buf: &mut [u8],
-        now: Instant,
-    ) -> Turn {
-        let mut frames = 0;
-        let mut datagrams = 0;
-        let mut batches = 0;
-        let mut ctl_blocked = false;
-        loop {
-            while let Some(a) = self.m.poll_action() {
-                match a {
-                    Action::Send(m) => self.out.push(&encode(&m)),
-                    // Failing, the probes fail too; the client says its
-                    // probe never arrived.
-                    Action::Connect(to) => {
-                        let _ = self.sock.connect(to);
-                    }
-                    Action::Datagram(d) => {
-                        let _ = self.sock.send(&d);
-                    }
-                    Action::Start => {
-                        self.cpu_start = Some(crate::net::cpu::sample());
-                        self.start_sender();
-                    }
-                    Action::StopSending => self.stop_sender(),
-                    Action::Summary(mut sum) => {
-                        let end = crate::net::cpu::sample();
-                        sum.cpu = self.cpu_start.as_ref().map(|a| CpuUsage::between(a, &end));
-                        self.out.push(&encode(&Message::Summary(*sum)));
-                    }
-                    Action::Refuse(why) => {
-                        self.ended = Some(why.code());
-                        log_refusal(self.st, self.peer, &why);
-                        self.out.push(&encode(&why.message()));
-                        return Turn::Last(self.take_out());
-                    }
-                    Action::Close => return Turn::Last(self.take_out()),
-                }
+    fn act(&mut self, a: Action, m: &mut Outflow, cpu: &mut Cpu, out: &mut Out) {
+        match a {
+            Action::Summary(sum) => cpu.summary(*sum, out),
+            Action::Start => {
+                cpu.start();
+                self.start_sender(m);
             }
-            if self.out.flush(stream).is_err() {
-                return Turn::Gone;
-            }
-            if self.m.deadline().is_some_and(|d| now >= d) {
-                self.m.on_timeout(now);
-                continue;
-            }
-            if let Some(rep) = self.sender_turn(&mut batches) {
-                self.m.on_sent(rep);
-                continue;
-            }
-            if self.out.pending() >= OUT_HIGH {
-                ctl_blocked = true;
-            }
-            if frames < BUDGET && !ctl_blocked {
-                let max = crate::proto::MAX_PAYLOAD;
-                let read = ahead.read_frame_within(buf, max, |b| stream.recv(b));
-                frames += 1;
-                match read {
-                    Ok(None) => {
-                        frames = BUDGET;
-                        ctl_blocked = true;
-                    }
-                    Ok(Some(m)) => self.m.on_message(m, now, realtime_ns()),
-                    Err(ReadError::Proto(e)) => self.m.on_malformed(e),
-                    Err(_) => self.m.on_closed(),
-                }
-                continue;
-            }
-            let more = self.handshakes(buf, &mut datagrams);
-            if self.m.has_actions() {
-                continue;
-            }
-            if more || batches >= SEND_TURNS || !ctl_blocked {
-                return Turn::Again;
-            }
-            return self.wait();
+            Action::StopSending => self.stop_sender(m),
+            _ => {}
         }
     }
 
+    fn work(&mut self, m: &mut Outflow, b: &mut Budget) -> bool {
+        match self.sender_turn(&mut b.batches) {
+            Some(rep) => {
+                m.on_sent(rep);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn datagrams(&mut self, m: &mut Outflow, buf: &mut [u8], _: Instant, b: &mut Budget) -> bool {
+        self.handshakes(m, buf, &mut b.datagrams)
+    }
+
+    fn spent(&self, b: &Budget) -> bool {
+        b.batches >= SEND_TURNS
+    }
+
+    fn wake(&self) -> Option<Instant> {
+        self.sender_wake()
+    }
+
+    fn moved(&self, _: &Outflow) -> Moved {
+        let (sent, network_errors) = match &self.sender {
+            Sender::Loop { d, .. } => d.moved(),
+            _ => self.moved,
+        };
+        Moved {
+            sent,
+            network_errors,
+            ..Moved::default()
+        }
+    }
+}
+
+impl Sends {
     /// Reads handshake datagrams into the machine while it wants them:
     /// true when the budget ran out with more perhaps waiting.
-    fn handshakes(&mut self, buf: &mut [u8], taken: &mut usize) -> bool {
-        while *taken < BUDGET && self.m.wants_datagrams() && !self.m.has_actions() {
+    fn handshakes(&mut self, m: &mut Outflow, buf: &mut [u8], taken: &mut usize) -> bool {
+        while *taken < BUDGET && m.wants_datagrams() && !m.has_actions() {
             let (n, from) = match self.sock.recv_from(buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
@@ -317,15 +261,15 @@ impl<'a> UdpSend<'a> {
                 }
             };
             *taken += 1;
-            self.m.on_datagram(&buf[..n], from, realtime_ns());
+            m.on_datagram(&buf[..n], from, realtime_ns());
         }
-        *taken >= BUDGET && self.m.wants_datagrams()
+        *taken >= BUDGET && m.wants_datagrams()
     }
 
-    fn start_sender(&mut self) {
+    fn start_sender(&mut self, m: &mut Outflow) {
         let epoch = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
-        let guard = self.st.cfg.limits.guard(&stop);
+        let guard = self.limits.guard(&stop);
         let Some(slot) = self.pool.take() else {
             self.sender = Sender::Loop {
                 d: Box::new(Departures::new(self.cfg.clone())),
@@ -369,18 +313,18 @@ impl<'a> UdpSend<'a> {
             Err(e) => {
                 eprintln!("cannot start a sender thread for {}: {e}", self.peer);
                 let empty = Departures::new(self.cfg.clone()).finish(0);
-                self.m.on_sent(empty);
+                m.on_sent(empty);
             }
         }
     }
 
-    fn stop_sender(&mut self) {
+    fn stop_sender(&mut self, m: &mut Outflow) {
         match std::mem::replace(&mut self.sender, Sender::Idle) {
             Sender::Idle => {}
             Sender::Loop { d, epoch, .. } => {
                 let rep = d.finish(epoch.elapsed().as_nanos() as u64);
                 self.moved = (rep.bytes, rep.send_errors);
-                self.m.on_sent(rep);
+                m.on_sent(rep);
             }
             Sender::Pool {
                 stop,
@@ -480,53 +424,14 @@ impl<'a> UdpSend<'a> {
             Sender::Pool { look, .. } => Some(*look),
         }
     }
-
-    fn wait(&mut self) -> Turn {
-        let at = [self.m.deadline(), self.sender_wake()]
-            .into_iter()
-            .flatten()
-            .min();
-        match at {
-            Some(at) if self.armed != Some(at) => {
-                self.armed = Some(at);
-                Turn::Wait(Some(at))
-            }
-            _ => Turn::Wait(None),
-        }
-    }
-
-    fn take_out(&mut self) -> Out {
-        std::mem::replace(&mut self.out, Out::new(Vec::new()))
-    }
 }
 
-impl Drop for UdpSend<'_> {
+impl Drop for Sends {
     fn drop(&mut self) {
         // A pool thread ends within its wait's slice; it gives its place
         // in the pool back itself.
         if let Sender::Pool { stop, .. } = &self.sender {
             stop.store(true, SeqCst);
         }
-        if let Sender::Loop { d, .. } = &self.sender {
-            self.moved = d.moved();
-        }
-        let took = self.began.elapsed();
-        let (sent, network_errors) = self.moved;
-        super::loop_session::ended(
-            self.st,
-            Who {
-                kind: Kind::Udp,
-                id: self.id,
-                peer: self.peer,
-            },
-            took,
-            self.ended,
-            Moved {
-                sent,
-                network_errors,
-                ..Moved::default()
-            },
-            format_args!(""),
-        );
     }
 }

@@ -21,6 +21,7 @@ pub mod scenario;
 pub mod send;
 pub mod sent;
 pub mod serve;
+pub mod session;
 pub mod setup;
 pub mod streams;
 pub mod sum;

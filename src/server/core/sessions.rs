@@ -11,8 +11,9 @@ use mio::Token;
 use super::{Loop, Next, Slot2, Stage, UDP_TOKEN, refuse};
 use crate::net::out::Out;
 use crate::server::control::{Job, Test};
+use crate::server::loop_turn::Turn;
 use crate::server::rr_tcp::RrTcp;
-use crate::server::rr_udp::{self, RrUdp};
+use crate::server::rr_udp::RrUdp;
 use crate::server::udp_recv::UdpRecv;
 use crate::server::udp_send::UdpSend;
 
@@ -122,20 +123,20 @@ impl<'a> Loop<'a> {
     /// What a loop-side session's turn (rr or a received UDP stream) means
     /// for its slot `k`: kept (a timer set, or another turn after the
     /// others), closed, or (Err) its last frames to write.
-    pub(super) fn settle(&mut self, t: rr_udp::Turn, k: usize) -> Result<Next<'static>, Out> {
+    pub(super) fn settle(&mut self, t: Turn, k: usize) -> Result<Next<'static>, Out> {
         match t {
-            rr_udp::Turn::Wait(at) => {
+            Turn::Wait(at) => {
                 if let Some(at) = at {
                     self.timers.push(at, k);
                 }
                 Ok(Next::Keep)
             }
-            rr_udp::Turn::Again => {
+            Turn::Again => {
                 self.again(k);
                 Ok(Next::Keep)
             }
-            rr_udp::Turn::Last(out) => Err(out),
-            rr_udp::Turn::Gone => Ok(Next::Close),
+            Turn::Last(out) => Err(out),
+            Turn::Gone => Ok(Next::Close),
         }
     }
 }
