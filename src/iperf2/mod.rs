@@ -264,11 +264,10 @@ impl UdpCount {
             if seq > self.highest {
                 // Forget the slots the window moves past.
                 let from = self.highest.max(seq.saturating_sub(WINDOW)) + 1;
+                // At most WINDOW - 1 slots: a jump past the whole window
+                // clears every slot but seq's own, which is set below.
                 for s in from..seq {
                     self.seen[((s % WINDOW) / 64) as usize] &= !(1 << (s % 64));
-                }
-                if seq - self.highest > WINDOW {
-                    self.seen.iter_mut().for_each(|w| *w = 0);
                 }
             } else if self.seen[word] & (1 << bit) != 0 {
                 self.duplicates += 1;

@@ -269,3 +269,69 @@ fn no_amount_is_unset_and_a_flagless_header_has_none() {
     let one = ClientHeader::parse(&tcp_header(0x4001_0078, 0, -1)).unwrap();
     assert_eq!(one.amount, Amount::Centis(1));
 }
+
+#[test]
+fn a_number_a_whole_window_behind_is_late_not_a_duplicate() {
+    let mut c = UdpCount::default();
+    c.datagram(1 + WINDOW, 1, 0.0);
+    // Same slot as the newest, too old to tell apart from it.
+    c.datagram(1, 1, 0.0);
+    assert_eq!((c.duplicates, c.out_of_order), (0, 1));
+    // One inside the window that never came is neither.
+    c.datagram(2, 1, 0.0);
+    assert_eq!((c.duplicates, c.out_of_order), (0, 2));
+}
+
+#[test]
+fn slots_the_window_moves_past_are_freed_for_the_numbers_that_reuse_them() {
+    let mut c = UdpCount::default();
+    c.datagram(5, 1, 0.0);
+    // A jump of less than the window: the slots up to it are forgotten,
+    // 5's among them (5 + WINDOW uses it).
+    c.datagram(WINDOW + 6, 1, 0.0);
+    c.datagram(WINDOW + 5, 1, 0.0);
+    assert_eq!((c.duplicates, c.out_of_order), (0, 1));
+    c.datagram(WINDOW + 5, 1, 0.0);
+    assert_eq!(c.duplicates, 1);
+}
+
+#[test]
+fn recent_numbers_stay_remembered_as_the_count_moves_on() {
+    let mut c = UdpCount::default();
+    for s in 1..=(WINDOW / 2 + 10) {
+        c.datagram(s, 1, 0.0);
+    }
+    // Every recent number is still known: a repeat is a duplicate.
+    c.datagram(WINDOW / 2 + 9, 1, 0.0);
+    c.datagram(1, 1, 0.0);
+    assert_eq!((c.duplicates, c.out_of_order), (2, 0));
+    assert_eq!(c.lost(None), 0);
+}
+
+#[test]
+fn a_first_datagram_numbered_zero_is_in_order() {
+    let mut c = UdpCount::default();
+    c.datagram(0, 1, 0.0);
+    assert_eq!((c.duplicates, c.out_of_order, c.highest), (0, 0, 0));
+}
+
+#[test]
+fn a_report_without_64_bit_counts_reads_only_their_low_words() {
+    let r = ServerReport {
+        bytes: 5,
+        secs: 1.0,
+        lost: (1 << 32) + 2,
+        out_of_order: (1 << 32) + 7,
+        datagrams: (2 << 32) + 9,
+        jitter: 0.0,
+    };
+    let mut d = r.encode();
+    // An older server's flags: HEADER_VERSION1 without HEADER_SEQNO64B,
+    // its words 25..27 (here left as they were) are not counts.
+    d[16..20].copy_from_slice(&HEADER_VERSION1.to_be_bytes());
+    let narrow = ServerReport::decode(&d).unwrap();
+    assert_eq!(
+        (narrow.lost, narrow.out_of_order, narrow.datagrams),
+        (2, 7, 9)
+    );
+}
