@@ -284,6 +284,34 @@ mod tests {
         assert!(LatencyStats::new(0.0, 1.0, 1, 0).log_bins().is_empty());
     }
 
+    #[test]
+    fn a_range_not_from_zero_bins_from_its_low_edge() {
+        // Bins of 1 µs over [10, 20): below, the edges, inside, above.
+        let mut h = LatencyStats::new(10.0, 20.0, 10, 5);
+        for ns in [5_000, 9_999, 10_000, 15_500, 19_999, 20_000, 31_000] {
+            h.record_ns(ns);
+        }
+        let rows = h.rows();
+        assert_eq!(rows[0], (None, Some(10.0), 2));
+        assert_eq!(rows[1], (Some(10.0), Some(11.0), 1));
+        assert_eq!(rows[6], (Some(15.0), Some(16.0), 1));
+        assert_eq!(rows[10], (Some(19.0), Some(20.0), 1));
+        assert_eq!(rows[11], (Some(20.0), None, 2));
+        assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), 7);
+        // What fell outside the range is kept, largest first.
+        assert_eq!(h.outliers_us(), vec![31.0, 20.0, 9.999, 5.0]);
+    }
+
+    #[test]
+    fn a_sample_just_below_the_top_that_rounds_to_past_the_last_bin_is_in_it() {
+        // 3 ns is below this top by one float step, yet 0.003 / (top / 5)
+        // is 5.0 in floating point: the last bin, not past it.
+        let mut h = LatencyStats::new(0.0, 0.003_000_000_000_000_000_5, 5, 0);
+        h.record_ns(3);
+        let rows = h.rows();
+        assert_eq!((rows[5].2, rows[6].2), (1, 0), "{rows:?}");
+    }
+
     proptest! {
         #[test]
         fn log_bins_count_every_sample_in_its_bin(samples in proptest::collection::vec(1u64..100_000_000_000, 1..200)) {
