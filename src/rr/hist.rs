@@ -298,6 +298,7 @@ mod tests {
         assert_eq!(rows[10], (Some(19.0), Some(20.0), 1));
         assert_eq!(rows[11], (Some(20.0), None, 2));
         assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), 7);
+        assert_eq!(h.count(), 7);
         // What fell outside the range is kept, largest first.
         assert_eq!(h.outliers_us(), vec![31.0, 20.0, 9.999, 5.0]);
     }
