@@ -21,6 +21,13 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use timing::{best_of, timed};
 
+/// This file's tests one at a time: two of them time clients against the
+/// same clients alone, which another test's 2,000 sessions would skew.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn spec(size: u32, reply: u32, iterations: u64) -> RrSpec {
     RrSpec {
         proto: RrProto::Tcp,
@@ -103,6 +110,7 @@ fn cores() -> usize {
 
 #[test]
 fn two_thousand_concurrent_rr_tcp_sessions_are_answered_exactly_on_few_threads() {
+    let _one = alone();
     // Issue 27: each rr-over-TCP session had a thread of its own; 2,000
     // concurrent ones were 2,000 threads (16k of them aborted the server).
     const FROM: usize = 8;
@@ -255,6 +263,7 @@ impl Huge {
 
 #[test]
 fn sixteen_mib_requests_do_not_hold_the_loops_from_crr_and_rr() {
+    let _one = alone();
     // Issue 27, item 4: a session served without a budget per wake-up
     // holds its loop while its client keeps up; every connection on that
     // loop (and accepting, on loop 0) waits.
@@ -269,7 +278,8 @@ fn sixteen_mib_requests_do_not_hold_the_loops_from_crr_and_rr() {
     let huge = Huge::start(addr, 2 * cores(), 64 << 20);
     let mut tries = Vec::new();
     let mut passed = false;
-    for _ in 0..3 {
+    // Five tries: a shared 2-core machine once failed all of three.
+    for _ in 0..5 {
         let c = timed(&crr);
         let r = timed(&rr);
         let ok = matches!((&c, &r), (Ok(c), Ok(r)) if *c <= crr_alone * 2 && *r <= rr_alone * 2);
@@ -294,6 +304,7 @@ fn sixteen_mib_requests_do_not_hold_the_loops_from_crr_and_rr() {
 
 #[test]
 fn pipelined_one_byte_requests_do_not_hold_the_loops_from_crr_and_rr() {
+    let _one = alone();
     // Issue 27, item 4: a client that writes megabytes of one-byte
     // requests at once and reads the replies as they come never lets its
     // session's socket run dry, so a turn that lasts until the socket would
