@@ -299,6 +299,10 @@ mod tests {
         assert_eq!(rows[11], (Some(20.0), None, 2));
         assert_eq!(rows.iter().map(|r| r.2).sum::<u64>(), 7);
         assert_eq!(h.count(), 7);
+        // One sample has no spread (not 0/0).
+        let mut one = LatencyStats::new(0.0, 1.0, 1, 0);
+        one.record_ns(2_000);
+        assert_eq!(one.summary().unwrap().variance_us2, 0.0);
         // What fell outside the range is kept, largest first.
         assert_eq!(h.outliers_us(), vec![31.0, 20.0, 9.999, 5.0]);
     }
