@@ -317,6 +317,22 @@ mod tests {
         assert_eq!((rows[5].2, rows[6].2), (1, 0), "{rows:?}");
     }
 
+    #[test]
+    fn ace_text_lists_non_empty_bins_with_their_running_total() {
+        let mut h = LatencyStats::new(0.0, 3.0, 3, 0);
+        for ns in [500, 2_500, 2_600, 9_000] {
+            h.record_ns(ns);
+        }
+        let some = h.render_ace("t", false);
+        assert!(some.contains("0.000 - 1.000 : 1 0.250 0.250\n"), "{some}");
+        assert!(some.contains("2.000 - 3.000 : 2 0.500 0.750\n"), "{some}");
+        assert!(some.contains("3.000 - above : 1 0.250 1.000\n"), "{some}");
+        assert!(!some.contains("1.000 - 2.000"), "{some}");
+        let all = h.render_ace("t", true);
+        assert!(all.contains("1.000 - 2.000 : 0 0.000 0.250\n"), "{all}");
+        assert!(all.contains("below - 0.000 : 0 0.000 0.000\n"), "{all}");
+    }
+
     proptest! {
         #[test]
         fn log_bins_count_every_sample_in_its_bin(samples in proptest::collection::vec(1u64..100_000_000_000, 1..200)) {
