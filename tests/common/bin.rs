@@ -90,28 +90,34 @@ pub fn peer_listening(what: &str, make: impl Fn(u16) -> Command) -> (Proc, u16) 
 /// process's descriptors.
 pub fn listens_on(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
-                inodes.push(format!("socket:[{}]", f[9]));
-            }
-        }
-    }
-    if inodes.is_empty() {
-        return false;
-    }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let Some(mine) = socket_inodes(pid) else {
         return false;
     };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).is_ok_and(|text| {
+            text.lines().skip(1).any(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                f.len() > 9
+                    && f[1].ends_with(&want)
+                    && f[3] == "0A"
+                    && mine.contains(&f[9].to_string())
+            })
+        })
     })
+}
+
+/// The inodes of process `pid`'s sockets, from its descriptors' links
+/// (`socket:[INODE]`), or None if they cannot be read.
+pub fn socket_inodes(pid: u32) -> Option<Vec<String>> {
+    let inodes = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().to_string();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    Some(inodes)
 }
 
 /// Starts `netrig serve` on loopback and returns once it listens. The
@@ -367,14 +373,7 @@ pub fn spawn_after_rows(args: &[&str], n: usize, secs: u64) -> (Proc, Vec<String
 pub fn udp_rx_queue(pid: u32, port: u16) -> Option<u64> {
     // The process's sockets, by inode: another process may use the same port
     // on another address.
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .ok()?
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().to_string();
-            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
-        })
-        .collect();
+    let inodes = socket_inodes(pid)?;
     let table = std::fs::read_to_string("/proc/net/udp").ok()?;
     table.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
