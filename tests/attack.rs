@@ -839,7 +839,14 @@ fn send_zeros(addr: SocketAddr, limit: Duration) -> (u64, Vec<u8>, bool) {
             Ok(n) => sent += n as u64,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             // Reset or broken pipe: the server closed with bytes unread.
-            Err(_) => return (sent, back, true),
+            // What it wrote before may still wait in the receive queue,
+            // unread if the failed write comes first.
+            Err(_) => {
+                while let Ok(n @ 1..) = (&s).read(&mut buf) {
+                    back.extend_from_slice(&buf[..n]);
+                }
+                return (sent, back, true);
+            }
         }
         match (&s).read(&mut buf) {
             Ok(0) => {}
