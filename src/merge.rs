@@ -101,6 +101,25 @@ pub enum MergeError {
     Malformed { name: String, what: String },
 }
 
+/// Why latency summaries cannot be merged into one (the merge goes on
+/// without their percentiles, and says why).
+#[derive(Debug, Error)]
+pub enum SummaryError {
+    /// An input whose summary carries no histogram.
+    #[error("{0} has no HDR histogram (a result of an older netrig)")]
+    NoHistogram(String),
+    /// An input whose histogram does not decode.
+    #[error("{who}: {source}")]
+    BadHistogram {
+        who: String,
+        #[source]
+        source: crate::hdr::HdrError,
+    },
+    /// Histograms that do not add up (ranges no histogram can hold).
+    #[error("{0}")]
+    Sum(#[source] crate::hdr::HdrError),
+}
+
 /// One input as the merged result lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct InputInfo {
@@ -306,7 +325,7 @@ fn slices(kind: &str, r: &Value) -> Vec<(f64, f64, f64)> {
 /// combined exactly, percentiles from the sum of their histograms named as
 /// the first input names them. `None` (with the reason) when a summary has
 /// no readable histogram.
-pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, String> {
+pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, SummaryError> {
     let mut hs = Vec::new();
     let (mut n, mut min, mut max, mut mean, mut m2) =
         (0u64, f64::INFINITY, f64::NEG_INFINITY, 0.0, 0.0);
@@ -316,12 +335,15 @@ pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, Stri
         if s.is_null() || s["count"].as_u64() == Some(0) || s["unique"].as_u64() == Some(0) {
             continue;
         }
-        let h = s["hdr"]
+        let text = s["hdr"]
             .as_str()
-            .ok_or_else(|| format!("{who} has no HDR histogram (a result of an older netrig)"))
-            .and_then(|t| crate::hdr::decode(t).map_err(|e| format!("{who}: {e}")))?;
+            .ok_or_else(|| SummaryError::NoHistogram(who.to_string()))?;
+        let h = crate::hdr::decode(text).map_err(|source| SummaryError::BadHistogram {
+            who: who.to_string(),
+            source,
+        })?;
         // UDP totals name their figures delay_*_us and keep no count or
-        // variance: the histogram's count, and its variance (to its 0.1 %).
+        // variance: the histogram's count, and its spread (to its 0.1 %).
         let c = s["count"].as_u64().unwrap_or_else(|| h.len());
         if c == 0 {
             continue;
@@ -329,14 +351,18 @@ pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, Stri
         let g = |a: &str, b: &str| s[a].as_f64().or_else(|| s[b].as_f64());
         let f = |a: &str, b: &str| g(a, b).unwrap_or(0.0);
         let m = g("mean_us", "delay_avg_us").unwrap_or(h.mean() / 1e3);
-        let var = s["variance_us2"]
-            .as_f64()
-            .unwrap_or_else(|| (h.stdev() / 1e3).powi(2));
+        // This part's sum of squared deviations: a summary's variance is
+        // the samples' (divided by c − 1), a histogram's spread is the
+        // population's (divided by c).
+        let part_m2 = match s["variance_us2"].as_f64() {
+            Some(var) => var * c.saturating_sub(1) as f64,
+            None => (h.stdev() / 1e3).powi(2) * c as f64,
+        };
         hs.push(h);
         // Chan et al.'s pairwise update of the sum of squared deviations.
         let total = n + c;
         let d = m - mean;
-        m2 += var * (c.saturating_sub(1)) as f64 + d * d * (n as f64 * c as f64) / total as f64;
+        m2 += part_m2 + d * d * (n as f64 * c as f64) / total as f64;
         mean += d * c as f64 / total as f64;
         n = total;
         min = min.min(f("min_us", "delay_min_us"));
@@ -355,7 +381,7 @@ pub fn merge_summaries(parts: &[(&str, &Value)]) -> Result<Option<Summary>, Stri
     if n == 0 {
         return Ok(None);
     }
-    let all = crate::hdr::sum(&hs).map_err(|e| e.to_string())?;
+    let all = crate::hdr::sum(&hs).map_err(SummaryError::Sum)?;
     let which: Vec<(&str, f64)> = names
         .iter()
         .filter_map(|n| crate::hdr::quantile_of(n).map(|q| (n.as_str(), q)))
