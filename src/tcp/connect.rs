@@ -7,11 +7,47 @@ use mio::net::TcpStream;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+use crate::net::sockopt::SockOptFailed;
 use crate::sockopts::SockOpts;
 
+/// Why a data connection could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConnectError {
+    /// The socket, its binding or the connect call failed.
+    #[error("{}", explain(*to, *from, *port, dev.as_deref(), source))]
+    Connect {
+        to: SocketAddr,
+        from: Option<IpAddr>,
+        port: Option<u16>,
+        dev: Option<String>,
+        source: io::Error,
+    },
+    /// A socket option the test asked for was refused.
+    #[error(transparent)]
+    Options(#[from] SockOptFailed),
+}
+
+impl ConnectError {
+    fn at(to: SocketAddr, local: &Local<'_>, source: io::Error) -> Self {
+        ConnectError::Connect {
+            to,
+            from: local.ip,
+            port: local.port,
+            dev: local.dev.map(str::to_string),
+            source,
+        }
+    }
+}
+
 /// A failed connect's detail; a used-up port range says what to do.
-fn connect_error(to: SocketAddr, from: Option<IpAddr>, local: &Local<'_>, e: &io::Error) -> String {
-    match (e.raw_os_error(), from, local.port, local.dev) {
+fn explain(
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    port: Option<u16>,
+    dev: Option<&str>,
+    e: &io::Error,
+) -> String {
+    match (e.raw_os_error(), from, port, dev) {
         (Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL), _, Some(port), _) => format!(
             "connect to {to} from local port {port}: {e} (a connection of this test or another \
              holds it, or its address pair is still in TIME_WAIT; widen --cport or add \
@@ -46,14 +82,13 @@ pub(super) fn connect(
     to: SocketAddr,
     local: &Local<'_>,
     opts: &SockOpts,
-) -> Result<TcpStream, String> {
-    let from = local.ip;
-    let socket = new_socket(to, local).map_err(|e| connect_error(to, from, local, &e))?;
-    crate::net::sockopt::apply(&socket, opts, to.is_ipv6(), true).map_err(|e| e.to_string())?;
+) -> Result<TcpStream, ConnectError> {
+    let socket = new_socket(to, local).map_err(|e| ConnectError::at(to, local, e))?;
+    crate::net::sockopt::apply(&socket, opts, to.is_ipv6(), true)?;
     match socket.connect(&to.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(connect_error(to, from, local, &e)),
+        Err(e) => return Err(ConnectError::at(to, local, e)),
     }
     Ok(TcpStream::from_std(socket.into()))
 }

@@ -318,10 +318,10 @@ impl Worker<'_> {
         };
         let stream = match connect(addr, &local, &self.sh.cfg.sock) {
             Ok(s) => s,
-            Err(detail) => {
+            Err(e) => {
                 self.sh.throttle_release();
                 let span = self.span(started);
-                return self.finish_record(rec, span, Ended::Failed(detail));
+                return self.finish_record(rec, span, Ended::Failed(e.to_string()));
             }
         };
         let k = self.free.pop().unwrap_or_else(|| {

@@ -96,7 +96,7 @@ pub(super) fn run(
         Ok(p) => p,
         Err(why) => {
             let _ = server_error(&mut ctrl, IE_RECV_PARAMS);
-            return super::refuse_line(st, peer, ErrorCode::Malformed, &why);
+            return super::refuse_line(st, peer, ErrorCode::Malformed, &why.to_string());
         }
     };
     if let Err((code, ours, why)) = check(st, &params) {
@@ -211,27 +211,40 @@ fn server_error(ctrl: &mut std::net::TcpStream, code: u32) -> io::Result<()> {
     ctrl.write_all(&b)
 }
 
+/// Why an iperf3 client's parameters were not read.
+#[derive(Debug, thiserror::Error)]
+enum ParamsError {
+    #[error("no parameters in time")]
+    Late,
+    #[error("closed before its parameters")]
+    Closed,
+    #[error("reading parameters: {0}")]
+    Read(#[source] io::Error),
+    #[error(transparent)]
+    Wire(#[from] crate::iperf3::Iperf3Error),
+}
+
 fn read_params(
     ctrl: &mut std::net::TcpStream,
     ctl: &mut Control,
     until: Instant,
-) -> Result<Params, String> {
+) -> Result<Params, ParamsError> {
     let mut buf = vec![0u8; 4096];
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("iperf3: no parameters in time".into());
+            return Err(ParamsError::Late);
         }
         let _ = ctrl.set_read_timeout(Some(left));
         let want = ctl.wants().min(buf.len());
         let n = match ctrl.read(&mut buf[..want]) {
-            Ok(0) => return Err("iperf3: closed before its parameters".into()),
+            Ok(0) => return Err(ParamsError::Closed),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("iperf3: reading parameters: {e}")),
+            Err(e) => return Err(ParamsError::Read(e)),
         };
         match ctl.feed(&buf[..n]) {
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
             Ok(ev) => {
                 if let Some(Event::Params(p)) = ev.into_iter().next() {
                     return Ok(*p);
