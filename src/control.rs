@@ -92,6 +92,10 @@ pub enum ClientError {
     /// A socket option the test asks for cannot be applied here.
     #[error(transparent)]
     SockOpt(#[from] crate::net::sockopt::SockOptFailed),
+    /// A test no server would run as asked (the server's own check, made
+    /// before asking).
+    #[error("{0}")]
+    Invalid(#[from] crate::refusal::Invalid),
     /// This host lacks a transport the test needs.
     #[error(transparent)]
     Unsupported(#[from] crate::refusal::Unsupported),

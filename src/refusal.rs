@@ -213,6 +213,21 @@ impl std::fmt::Display for Share {
     }
 }
 
+impl From<crate::spec::TcpSpecError> for Invalid {
+    fn from(e: crate::spec::TcpSpecError) -> Self {
+        use crate::spec::TcpSpecError as E;
+        match e {
+            E::ZeroTransfer => Invalid::ZeroTransfer,
+            E::TransferRange => Invalid::TransferRange,
+            E::PushPullZero => Invalid::PushPullZero,
+            E::BurstPattern => Invalid::BurstPattern,
+            E::BurstZero => Invalid::BurstZero,
+            E::RateLimit => Invalid::RateLimit,
+            E::Sock(e) => Invalid::SockOpt(e),
+        }
+    }
+}
+
 /// A test no server would run as asked: the request itself is wrong.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum Invalid {

@@ -143,6 +143,52 @@ impl TcpSpec {
             .unwrap_or(self.transfer)
             .max(self.transfer)
     }
+
+    /// What no end could run, whatever its limits: the one check both the
+    /// client (before it asks) and the server (before it admits) make.
+    pub fn check(&self) -> Result<(), TcpSpecError> {
+        use crate::proto::IoPattern::{Pull, Push, Pushpull};
+        if self.transfer == 0 {
+            return Err(TcpSpecError::ZeroTransfer);
+        }
+        if self.transfer_max.is_some_and(|hi| hi < self.transfer) {
+            return Err(TcpSpecError::TransferRange);
+        }
+        if self.pattern == Pushpull && (self.push_bytes == 0 || self.pull_bytes == 0) {
+            return Err(TcpSpecError::PushPullZero);
+        }
+        if self.burst.is_some() && !matches!(self.pattern, Push | Pull) {
+            return Err(TcpSpecError::BurstPattern);
+        }
+        if self.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
+            return Err(TcpSpecError::BurstZero);
+        }
+        self.sock.validate()?;
+        if self.rate.is_some_and(|r| !r.is_valid()) {
+            return Err(TcpSpecError::RateLimit);
+        }
+        Ok(())
+    }
+}
+
+/// What is wrong with a TCP spec in itself; each end words it its own way
+/// (the client names its flags, the server its refusal codes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TcpSpecError {
+    #[error("transfer must be greater than zero")]
+    ZeroTransfer,
+    #[error("transfer range's upper end is below its lower end")]
+    TransferRange,
+    #[error("pushpull needs non-zero push and pull bytes")]
+    PushPullZero,
+    #[error("bursts need pattern push or pull")]
+    BurstPattern,
+    #[error("burst size and period must be positive")]
+    BurstZero,
+    #[error("rate limit must be positive, with a valid period")]
+    RateLimit,
+    #[error(transparent)]
+    Sock(#[from] crate::sockopts::SockOptError),
 }
 
 /// One TCP burst as one end saw it.
@@ -521,6 +567,59 @@ pub enum TestSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tcp_spec_either_end_could_run_passes_and_each_fault_is_named() {
+        use IoPattern::{Duplex, Pull, Push, Pushpull};
+        let ok = TcpSpec::plain(Push, 1, 0, 0);
+        assert_eq!(ok.check(), Ok(()));
+        let with = |f: &dyn Fn(&mut TcpSpec)| {
+            let mut t = ok.clone();
+            f(&mut t);
+            t.check()
+        };
+        assert_eq!(with(&|t| t.transfer = 0), Err(TcpSpecError::ZeroTransfer));
+        assert_eq!(with(&|t| t.transfer_max = Some(1)), Ok(()));
+        assert_eq!(
+            with(&|t| {
+                t.transfer = 2;
+                t.transfer_max = Some(1)
+            }),
+            Err(TcpSpecError::TransferRange)
+        );
+        let pp = |push, pull| TcpSpec::plain(Pushpull, 1, push, pull).check();
+        assert_eq!(pp(1, 1), Ok(()));
+        assert_eq!(pp(0, 1), Err(TcpSpecError::PushPullZero));
+        assert_eq!(pp(1, 0), Err(TcpSpecError::PushPullZero));
+        assert_eq!(TcpSpec::plain(Duplex, 1, 0, 0).check(), Ok(()));
+        let burst = |pattern, size, period_ms| {
+            let mut t = TcpSpec::plain(pattern, 1, 1, 1);
+            t.burst = Some(BurstSpec { size, period_ms });
+            t.check()
+        };
+        assert_eq!(burst(Push, 1, 1), Ok(()));
+        assert_eq!(burst(Pull, 1, 1), Ok(()));
+        assert_eq!(burst(Duplex, 1, 1), Err(TcpSpecError::BurstPattern));
+        assert_eq!(burst(Pushpull, 1, 1), Err(TcpSpecError::BurstPattern));
+        assert_eq!(burst(Push, 0, 1), Err(TcpSpecError::BurstZero));
+        assert_eq!(burst(Push, 1, 0), Err(TcpSpecError::BurstZero));
+        let rate = |bps, period_ms| {
+            with(&|t| {
+                t.rate = Some(RateLimit {
+                    bps,
+                    period_ms,
+                    bps_max: None,
+                })
+            })
+        };
+        assert_eq!(rate(1, 1), Ok(()));
+        assert_eq!(rate(0, 1), Err(TcpSpecError::RateLimit));
+        assert_eq!(rate(1, 0), Err(TcpSpecError::RateLimit));
+        assert!(matches!(
+            with(&|t| t.sock.mss = Some(1)),
+            Err(TcpSpecError::Sock(_))
+        ));
+    }
 
     #[test]
     fn a_media_frame_is_its_datagrams_and_its_slot() {

@@ -414,6 +414,28 @@ fn bad_usage_is_explained() {
 }
 
 #[test]
+fn a_request_no_server_would_run_is_a_usage_error_before_connecting() {
+    // The server's own spec check, made by the client: exit 2 naming the
+    // bound, not "cannot reach" (exit 3) or a server's refusal (exit 5).
+    for (args, needle) in [
+        (
+            vec!["rr", "127.0.0.1:1", "--size", "20000000"],
+            "1..=16777216 bytes for tcp",
+        ),
+        (
+            vec!["rr", "127.0.0.1:1", "--proto", "udp", "--size", "70000"],
+            "1..=65475 bytes for udp",
+        ),
+    ] {
+        let out = netrig(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("cannot reach"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn closed_stdout_neither_panics_nor_loses_the_json() {
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("r.json");

@@ -102,6 +102,7 @@ pub fn run(
             }
         },
     };
+    crate::rr::serve::validate(&spec)?;
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg
             .bind

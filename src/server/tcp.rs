@@ -202,25 +202,13 @@ impl Session {
 }
 
 pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal> {
-    if t.transfer == 0 {
-        return Err(Invalid::ZeroTransfer.into());
-    }
+    t.check().map_err(Invalid::from)?;
     if t.server_interval_ms > 0 && t.server_interval_ms < crate::proto::MIN_SERVER_INTERVAL_MS {
         return Err(Invalid::ServerInterval {
             ms: t.server_interval_ms,
             min_ms: crate::proto::MIN_SERVER_INTERVAL_MS,
         }
         .into());
-    }
-    if t.transfer_max.is_some_and(|hi| hi < t.transfer) {
-        return Err(Invalid::TransferRange.into());
-    }
-    if t.pattern == crate::proto::IoPattern::Pushpull && (t.push_bytes == 0 || t.pull_bytes == 0) {
-        return Err(Invalid::PushPullZero.into());
-    }
-    t.sock.validate().map_err(Invalid::from)?;
-    if t.rate.is_some_and(|r| !r.is_valid()) {
-        return Err(Invalid::RateLimit.into());
     }
     if let Some(name) = &t.sock.congestion
         && crate::net::sockopt::check_congestion(name).is_err()
@@ -231,15 +219,6 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
         });
     }
     if let Some(b) = t.burst {
-        if !matches!(
-            t.pattern,
-            crate::proto::IoPattern::Push | crate::proto::IoPattern::Pull
-        ) {
-            return Err(Invalid::BurstPattern.into());
-        }
-        if b.size == 0 || b.period_ms == 0 {
-            return Err(Invalid::BurstZero.into());
-        }
         // Each burst costs a record on both ends, and the whole train must
         // fit the longest test this server runs.
         let bursts = t.transfer_hi().div_ceil(b.size);

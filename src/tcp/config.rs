@@ -13,6 +13,21 @@ use crate::units::{UnitError, parse_size};
 /// Largest buffer accepted for one send/receive call (and by the server).
 pub const MAX_BUFFER: u64 = 64 << 20;
 
+impl From<crate::spec::TcpSpecError> for ConfigError {
+    fn from(e: crate::spec::TcpSpecError) -> Self {
+        use crate::spec::TcpSpecError as E;
+        match e {
+            E::ZeroTransfer => ConfigError::Zero("--transfer"),
+            E::TransferRange => ConfigError::TransferRange,
+            E::PushPullZero => ConfigError::Zero("--push-bytes and --pull-bytes"),
+            E::BurstPattern => ConfigError::BurstPattern,
+            E::BurstZero => ConfigError::Zero("--burst-size and --burst-period"),
+            E::RateLimit => ConfigError::RateLimit,
+            E::Sock(e) => ConfigError::SockOpt(e),
+        }
+    }
+}
+
 /// Why a client configuration is not usable.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -236,25 +251,9 @@ impl TcpClientConfig {
         if self.iterations == Some(0) {
             return Err(ConfigError::Zero("--iterations"));
         }
-        if self.transfer == 0 {
-            return Err(ConfigError::Zero("--transfer"));
-        }
-        if self.transfer_max.is_some_and(|hi| hi < self.transfer) {
-            return Err(ConfigError::TransferRange);
-        }
-        if self.pattern == IoPattern::Pushpull && (self.push_bytes == 0 || self.pull_bytes == 0) {
-            return Err(ConfigError::Zero("--push-bytes and --pull-bytes"));
-        }
-        if self.burst.is_some() && !matches!(self.pattern, IoPattern::Push | IoPattern::Pull) {
-            return Err(ConfigError::BurstPattern);
-        }
-        if self.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
-            return Err(ConfigError::Zero("--burst-size and --burst-period"));
-        }
+        // The client's own socket options (the spec carries the server's).
         self.sock.validate()?;
-        if self.rate.is_some_and(|r| !r.is_valid()) {
-            return Err(ConfigError::RateLimit);
-        }
+        self.spec().check()?;
         if let Some((lo, hi)) = self.local_ports {
             if lo == 0 || lo > hi {
                 return Err(ConfigError::LocalPorts(lo, hi));

@@ -51,72 +51,7 @@ pub const MAX_BUFFER_DEPTH_MS: u64 = 60_000;
 /// Checks a UDP spec against sanity and the server's limits before anything
 /// is allocated for it; the error names the problem.
 pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
-    let sizes = HEADER_LEN..=MAX_DATAGRAM;
-    if !sizes.contains(&(s.size as usize)) {
-        return Err(Invalid::DatagramSize {
-            size: s.size,
-            min: HEADER_LEN,
-            max: MAX_DATAGRAM,
-        }
-        .into());
-    }
-    if s.duration_ms == 0 || s.duration_ms > MAX_DURATION_MS {
-        return Err(Invalid::Duration {
-            ms: s.duration_ms,
-            max_ms: MAX_DURATION_MS,
-        }
-        .into());
-    }
-    if s.gap_ps == 0 {
-        return Err(Invalid::ZeroGap.into());
-    }
-    if s.interval_ms == 0 || s.hist_bin_ns == 0 || !(1..=MAX_HIST_BINS).contains(&s.hist_bins) {
-        return Err(Invalid::Histogram {
-            max_bins: MAX_HIST_BINS,
-        }
-        .into());
-    }
-    if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
-        return Err(Invalid::BurstZero.into());
-    }
-    if s.omit_ms > 0 && (s.omit_ms >= s.duration_ms || s.profile.is_some()) {
-        return Err(Invalid::Omit.into());
-    }
-    if s.group.is_some_and(|g| {
-        g.streams == 0 || g.streams > crate::spec::MAX_STREAMS || g.index >= g.streams
-    }) {
-        return Err(Invalid::Streams {
-            max: crate::spec::MAX_STREAMS,
-        }
-        .into());
-    }
-    if s.media
-        .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
-    {
-        return Err(Invalid::Media {
-            max_buffer_ms: MAX_BUFFER_DEPTH_MS,
-        }
-        .into());
-    }
-    if let Some(p) = &s.profile {
-        p.check().map_err(Invalid::Profile)?;
-        if !sizes.contains(&(p.min_size() as usize)) || !sizes.contains(&(p.max_size() as usize)) {
-            return Err(Invalid::ProfileSizes {
-                lo: p.min_size(),
-                hi: p.max_size(),
-                min: HEADER_LEN,
-                max: MAX_DATAGRAM,
-            }
-            .into());
-        }
-        if p.duration_ns() > s.duration_ms.saturating_mul(1_000_000) {
-            return Err(Invalid::ProfileLonger {
-                profile: Duration::from_nanos(p.duration_ns()),
-                test: Duration::from_millis(s.duration_ms),
-            }
-            .into());
-        }
-    }
+    sane(s)?;
     // A group's streams share the limit: each carries the group's size.
     let streams = f64::from(s.group.map_or(1, |g| g.streams.max(1)));
     if rate_bps(s) * streams > limits.max_rate_bps as f64 * 1.000_001 {
@@ -132,6 +67,77 @@ pub fn validate(s: &UdpSpec, limits: Limits) -> Result<(), Refusal> {
         None => rate_bps(s) / 8.0 * s.duration_ms as f64 / 1e3,
     };
     Ok(limits.check_bytes(bytes as u64)?)
+}
+
+/// What no server would run whatever its limits: the one check the client
+/// makes before it asks and the server before it admits.
+pub fn sane(s: &UdpSpec) -> Result<(), Invalid> {
+    let sizes = HEADER_LEN..=MAX_DATAGRAM;
+    if !sizes.contains(&(s.size as usize)) {
+        return Err(Invalid::DatagramSize {
+            size: s.size,
+            min: HEADER_LEN,
+            max: MAX_DATAGRAM,
+        });
+    }
+    if s.duration_ms == 0 || s.duration_ms > MAX_DURATION_MS {
+        return Err(Invalid::Duration {
+            ms: s.duration_ms,
+            max_ms: MAX_DURATION_MS,
+        });
+    }
+    if s.gap_ps == 0 {
+        return Err(Invalid::ZeroGap);
+    }
+    if s.interval_ms == 0 || s.hist_bin_ns == 0 || !(1..=MAX_HIST_BINS).contains(&s.hist_bins) {
+        return Err(Invalid::Histogram {
+            max_bins: MAX_HIST_BINS,
+        });
+    }
+    if s.burst.is_some_and(|b| b.size == 0 || b.period_ms == 0) {
+        return Err(Invalid::BurstZero);
+    }
+    if s.omit_ms > 0 && (s.omit_ms >= s.duration_ms || s.profile.is_some()) {
+        return Err(Invalid::Omit);
+    }
+    if s.group.is_some_and(|g| {
+        g.streams == 0 || g.streams > crate::spec::MAX_STREAMS || g.index >= g.streams
+    }) {
+        return Err(Invalid::Streams {
+            max: crate::spec::MAX_STREAMS,
+        });
+    }
+    if s.media
+        .is_some_and(|m| m.fps == 0 || m.buffer_depth_ms > MAX_BUFFER_DEPTH_MS)
+    {
+        return Err(Invalid::Media {
+            max_buffer_ms: MAX_BUFFER_DEPTH_MS,
+        });
+    }
+    if let Some(p) = &s.profile {
+        p.check().map_err(Invalid::Profile)?;
+        if !sizes.contains(&(p.min_size() as usize)) || !sizes.contains(&(p.max_size() as usize)) {
+            return Err(Invalid::ProfileSizes {
+                lo: p.min_size(),
+                hi: p.max_size(),
+                min: HEADER_LEN,
+                max: MAX_DATAGRAM,
+            });
+        }
+        if p.duration_ns() > s.duration_ms.saturating_mul(1_000_000) {
+            return Err(Invalid::ProfileLonger {
+                profile: Duration::from_nanos(p.duration_ns()),
+                test: Duration::from_millis(s.duration_ms),
+            });
+        }
+    }
+    s.sock.validate()?;
+    if s.auth_datagrams && (s.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
+        return Err(Invalid::DatagramAuthSize {
+            min: HEADER_LEN + crate::auth::TAG_LEN,
+        });
+    }
+    Ok(())
 }
 
 /// Receiver configuration both ends derive from the spec.
@@ -231,15 +237,8 @@ impl Outbound {
 /// needs (a key for tagged datagrams).
 pub fn check(spec: &UdpSpec, limits: Limits, tag_key: Option<DatagramKey>) -> Result<(), Refusal> {
     validate(spec, limits)?;
-    spec.sock.validate().map_err(Invalid::from)?;
     if spec.auth_datagrams && tag_key.is_none() {
         return Err(Invalid::DatagramAuthWithoutKey.into());
-    }
-    if spec.auth_datagrams && (spec.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
-        return Err(Invalid::DatagramAuthSize {
-            min: HEADER_LEN + crate::auth::TAG_LEN,
-        }
-        .into());
     }
     Ok(())
 }

@@ -177,6 +177,8 @@ impl UdpArgs {
             parallel: self.parallel,
             bidir: self.bidir,
         };
+        // What a server would refuse as nonsense, refused here as usage.
+        netrig::udp::serve::sane(&spec).map_err(|e| usage(e.to_string()))?;
         self.check_streams(&streams, &spec)?;
         banner.push(netrig::report::udp_banner(&spec));
         let cfg = UdpClientConfig {
