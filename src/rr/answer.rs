@@ -21,7 +21,7 @@ use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::proto::{Message, ProtoError, SessionSummary};
 use crate::refusal::Refusal;
 use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload};
-use crate::udp::session::{Heard, Opening, acts, admitted, unexpected};
+use crate::udp::session::{Opening, acts, admitted, unexpected};
 
 pub use crate::udp::setup::{HANDSHAKE_WAIT, PROBES};
 
@@ -78,6 +78,18 @@ enum Phase {
     Running(SocketAddr),
     /// Ended: nothing more is done.
     Over,
+}
+
+impl crate::udp::session::Phased for Phase {
+    fn is_over(&self) -> bool {
+        *self == Phase::Over
+    }
+    fn in_setup(&self) -> bool {
+        *self == Phase::Setup
+    }
+    fn proven(to: SocketAddr) -> Self {
+        Phase::Proven(to)
+    }
 }
 
 /// One session's server side.
@@ -196,20 +208,11 @@ impl Answerer {
     /// CLOCK_REALTIME, for clock exchanges).
     pub fn on_message(&mut self, m: Message, now: Instant, real_ns: u64) {
         let send = |s: &mut Self, m| s.actions.push_back(Action::Send(Box::new(m)));
-        if self.phase == Phase::Over {
-            return;
-        }
-        let in_setup = self.phase == Phase::Setup;
-        let m = match self
+        let Some(m) = self
             .open
-            .on_message(m, in_setup, now, real_ns, &mut self.actions)
-        {
-            Heard::Done => return,
-            Heard::Proven(to) => {
-                self.phase = Phase::Proven(to);
-                return;
-            }
-            Heard::Other(m) => m,
+            .hear(&mut self.phase, m, now, real_ns, &mut self.actions)
+        else {
+            return;
         };
         match (self.phase, m) {
             (Phase::Setup | Phase::Proven(_), Message::UdpReady { nonce, .. }) => {

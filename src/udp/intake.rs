@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::header::HEADER_LEN;
 use super::reception::{ReceiverConfig, ReceiverSink, Reception};
-use super::session::{Heard, Opening, acts, admitted, unexpected};
+use super::session::{Opening, acts, admitted, unexpected};
 use super::track::{BurstReport, ReceiverStats, UdpInterval};
 use crate::proto::{Message, ProtoError, SessionSummary, udp_result_frames};
 use crate::refusal::{AuthFailure, Refusal};
@@ -88,6 +88,18 @@ enum Phase {
     Reported,
     /// Ended: nothing more is done.
     Over,
+}
+
+impl crate::udp::session::Phased for Phase {
+    fn is_over(&self) -> bool {
+        *self == Phase::Over
+    }
+    fn in_setup(&self) -> bool {
+        *self == Phase::Setup
+    }
+    fn proven(to: SocketAddr) -> Self {
+        Phase::Proven(to)
+    }
 }
 
 /// One session's server side.
@@ -280,20 +292,11 @@ impl Intake {
     /// CLOCK_REALTIME, for clock exchanges and probes).
     pub fn on_message(&mut self, m: Message, now: Instant, real_ns: u64) {
         let send = |s: &mut Self, m| s.actions.push_back(Action::Send(Box::new(m)));
-        if self.phase == Phase::Over {
-            return;
-        }
-        let in_setup = self.phase == Phase::Setup;
-        let m = match self
+        let Some(m) = self
             .open
-            .on_message(m, in_setup, now, real_ns, &mut self.actions)
-        {
-            Heard::Done => return,
-            Heard::Proven(to) => {
-                self.phase = Phase::Proven(to);
-                return;
-            }
-            Heard::Other(m) => m,
+            .hear(&mut self.phase, m, now, real_ns, &mut self.actions)
+        else {
+            return;
         };
         match (self.phase, m) {
             (Phase::Setup | Phase::Proven(_), Message::UdpReady { nonce, offset_ns }) => {

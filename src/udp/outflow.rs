@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::header::HEADER_LEN;
 use super::sent::SenderReport;
-use super::session::{Heard, Opening, acts, admitted, unexpected};
+use super::session::{Opening, acts, admitted, unexpected};
 use crate::proto::{Message, ProtoError, SessionSummary};
 use crate::refusal::Refusal;
 
@@ -86,6 +86,18 @@ enum Phase {
     Sent,
     /// Ended: nothing more is done.
     Over,
+}
+
+impl crate::udp::session::Phased for Phase {
+    fn is_over(&self) -> bool {
+        *self == Phase::Over
+    }
+    fn in_setup(&self) -> bool {
+        *self == Phase::Setup
+    }
+    fn proven(_: SocketAddr) -> Self {
+        Phase::Proven
+    }
 }
 
 /// One sending session's server side.
@@ -192,20 +204,11 @@ impl Outflow {
     /// A message from the client at `now` (`real_ns`: the server's
     /// CLOCK_REALTIME, for clock exchanges and probes).
     pub fn on_message(&mut self, m: Message, now: Instant, real_ns: u64) {
-        if self.phase == Phase::Over {
-            return;
-        }
-        let in_setup = self.phase == Phase::Setup;
-        let m = match self
+        let Some(m) = self
             .open
-            .on_message(m, in_setup, now, real_ns, &mut self.actions)
-        {
-            Heard::Done => return,
-            Heard::Proven(_) => {
-                self.phase = Phase::Proven;
-                return;
-            }
-            Heard::Other(m) => m,
+            .hear(&mut self.phase, m, now, real_ns, &mut self.actions)
+        else {
+            return;
         };
         match (self.phase, m) {
             (Phase::Setup | Phase::Proven, Message::UdpReady { nonce, .. }) => {

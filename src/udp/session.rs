@@ -123,6 +123,16 @@ pub enum Heard {
     Other(Message),
 }
 
+/// What [`Opening::hear`] needs of a machine's own phases.
+pub trait Phased {
+    /// Over: nothing more is heard.
+    fn is_over(&self) -> bool;
+    /// Still in its setup (the handshake may come).
+    fn in_setup(&self) -> bool;
+    /// The phase once the probes went to `to`.
+    fn proven(to: SocketAddr) -> Self;
+}
+
 /// The part of a session every kind shares: its setup and its deadlines.
 #[derive(Debug, Clone)]
 pub struct Opening {
@@ -218,6 +228,30 @@ impl Opening {
                 }
             }
             other => Heard::Other(other),
+        }
+    }
+
+    /// A message from the client to a machine in `phase`: nothing when the
+    /// session is over or the message was answered here (the phase moved
+    /// on when it proved the client), else the machine's own to handle.
+    pub fn hear<P: Phased, A: Act>(
+        &mut self,
+        phase: &mut P,
+        m: Message,
+        now: Instant,
+        real_ns: u64,
+        q: &mut VecDeque<A>,
+    ) -> Option<Message> {
+        if phase.is_over() {
+            return None;
+        }
+        match self.on_message(m, phase.in_setup(), now, real_ns, q) {
+            Heard::Done => None,
+            Heard::Proven(to) => {
+                *phase = P::proven(to);
+                None
+            }
+            Heard::Other(m) => Some(m),
         }
     }
 
