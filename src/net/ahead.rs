@@ -24,9 +24,24 @@ const KEEP: usize = 512;
 pub struct ReadAhead {
     bytes: Vec<u8>,
     at: usize,
+    /// The socket said it would block, and no readiness came since: a
+    /// read now would only say so again (epoll is edge-triggered: the next
+    /// arrival is reported, see [`ReadAhead::stir`]).
+    drained: bool,
 }
 
 impl ReadAhead {
+    /// Readiness came for the socket: the next read may find something.
+    pub fn stir(&mut self) {
+        self.drained = false;
+    }
+
+    /// Whether a read could find anything: bytes wait here, or the socket
+    /// did not say it would block since its last readiness.
+    pub fn may_read(&self) -> bool {
+        !self.drained || !self.is_empty()
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.at == self.bytes.len()
@@ -125,7 +140,10 @@ impl ReadAhead {
                 Ok(0) if had == 0 => return Err(ReadError::Eof),
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.drained = true;
+                    return Ok(None);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
@@ -162,6 +180,29 @@ mod tests {
         encode(&Message::DataAck {
             connection: uuid::Uuid::from_u128(n),
         })
+    }
+
+    #[test]
+    fn a_socket_that_said_it_would_block_is_not_read_again_until_stirred() {
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([ack(1)].into(), 0);
+        let mut scratch = [0u8; 8192];
+        assert!(a.may_read(), "a new connection is read");
+        let m = a.read_frame_within(&mut scratch, 1024, |b| s.recv(b));
+        assert!(matches!(m, Ok(Some(_))));
+        assert!(a.may_read(), "a whole frame read: more may wait");
+        assert!(matches!(
+            a.read_frame_within(&mut scratch, 1024, |b| s.recv(b)),
+            Ok(None)
+        ));
+        assert!(!a.may_read(), "would block: no read until readiness");
+        a.stir();
+        assert!(a.may_read());
+        // Bytes kept here are always worth a look, whatever the socket said.
+        let _ = a.read_frame_within(&mut scratch, 1024, |b| s.recv(b));
+        assert!(!a.may_read());
+        a.stash(&ack(2)[..3]);
+        assert!(a.may_read());
     }
 
     #[test]

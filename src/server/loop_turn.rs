@@ -274,6 +274,9 @@ impl<'a, P: Part> Session<'a, P> {
                 // Its messages wait for it to read its answers.
                 ctl_blocked = true;
             }
+            if !ahead.may_read() {
+                ctl_blocked = true;
+            }
             if b.frames < BUDGET && !ctl_blocked {
                 let max = crate::proto::MAX_PAYLOAD;
                 let read = ahead.read_frame_within(buf, max, |b| stream.recv(b));

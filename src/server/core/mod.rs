@@ -331,7 +331,18 @@ impl<'a> Loop<'a> {
                 match ev.token() {
                     WAKE => self.take_incoming(),
                     Token(k) if k > LISTEN - self.listeners.len() => self.accept(LISTEN - k),
-                    Token(k) => self.advance(k & !UDP_TOKEN),
+                    Token(k) => {
+                        // The control connection's readiness: its next read
+                        // may find a frame (a session's turn skips reading
+                        // it otherwise).
+                        if k & UDP_TOKEN == 0
+                            && (ev.is_readable() || ev.is_read_closed() || ev.is_error())
+                            && let Some(Some(slot)) = self.slots.get_mut(k)
+                        {
+                            slot.ahead.stir();
+                        }
+                        self.advance(k & !UDP_TOKEN)
+                    }
                 }
             }
             let now = Instant::now();
