@@ -869,3 +869,20 @@ proptest! {
         check(&t, &plan)?;
     }
 }
+
+#[test]
+fn a_reply_is_reordered_only_behind_a_later_place() {
+    let t0 = Instant::now();
+    let mut p = Prober::new(plan(3, Some(ms(1)), ms(100)), t0);
+    for i in 0..3 {
+        assert_eq!(p.poll(t0 + ms(i)), Next::Send);
+        p.request(REAL0);
+        p.sent(t0 + ms(i), REAL0);
+    }
+    // Places 2, 2 (not behind: the same place), then 1 (behind).
+    for (seq, place) in [(0, 2), (1, 2), (2, 1)] {
+        p.on_datagram(&reply(seq, REAL0, place, 24), at(t0, ms(3)));
+    }
+    let c = p.counts();
+    assert_eq!((c.received, c.reordered_down), (3, 1));
+}
