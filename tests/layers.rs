@@ -39,6 +39,7 @@ const PROTOCOL: &[&str] = &[
     "relay::impair",
     "rr::hist",
     "rr::answer",
+    "rr::probe",
     "rr::stream_answer",
     "rr::echo",
     "rr::interval",

@@ -7,6 +7,7 @@ pub mod crr;
 pub mod echo;
 pub mod hist;
 pub mod interval;
+pub mod probe;
 mod run;
 pub mod serve;
 pub mod stream_answer;

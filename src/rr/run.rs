@@ -121,38 +121,7 @@ fn count_or_null<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error>
     (*n != UNBOUNDED).then_some(*n).serialize(s)
 }
 
-/// One request's outcome, for ping-style printing.
-#[derive(Debug, Clone, Serialize)]
-pub struct Probe {
-    /// Sequence number.
-    pub seq: u64,
-    /// Round trip, µs (None: lost).
-    pub rtt_us: Option<f64>,
-    /// Estimated client-to-server delay, µs (UDP).
-    pub up_us: Option<f64>,
-    /// Estimated server-to-client delay, µs (UDP).
-    pub down_us: Option<f64>,
-    /// The one-way split is right to within ± this, µs (the clock offset's
-    /// bound); `None` when the clocks are trusted (`--synced`) or over TCP.
-    pub split_error_us: Option<f64>,
-    /// A reply that came after its request had timed out (and was reported lost).
-    pub late: bool,
-    /// A second (or later) reply to a request already answered: counted
-    /// once, and not as another probe's reply.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub duplicate: bool,
-    /// Part of the warm-up.
-    pub warmup: bool,
-}
-
-impl Probe {
-    /// Whether this is the probe's fate (answered in time, or lost when its
-    /// timeout passed), told once per probe; a late or duplicate reply comes
-    /// after that and is counted apart.
-    pub fn is_fate(&self) -> bool {
-        !self.late && !self.duplicate
-    }
-}
+pub use super::probe::Probe;
 
 /// What a request/response run measured.
 #[derive(Debug, Clone, Serialize)]
