@@ -3,7 +3,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{RowWriter, opt_us};
+use super::{RowWriter, aligned, opt_us};
 use crate::units::format_bits_per_sec;
 
 /// Columns of the sweep (rate bin) table.
@@ -35,20 +35,25 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
     ]
 }
 
-/// Prints the rate-bin table and the analysis of a profile/sweep run.
-pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
-    crate::out!();
-    crate::out!(
+/// The rate-bin table and the analysis of a profile/sweep run.
+pub fn analysis_lines(
+    bins: &[crate::udp::analyze::Bin],
+    a: &crate::udp::analyze::Analysis,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_line!(lines);
+    push_line!(
+        lines,
         "Per asked-rate bin (UDP payload, Mbit/s: asked by the profile, offered = what left the sender; on the wire add the headers below):"
     );
-    let mut w = RowWriter::console(crate::output::console(), &BIN_WIDTHS);
-    let _ = w.row(&BIN_HEADERS);
+    lines.push(aligned(&BIN_HEADERS, &BIN_WIDTHS));
     for b in bins {
-        let _ = w.row(&bin_cells(b));
+        lines.push(aligned(&bin_cells(b), &BIN_WIDTHS));
     }
-    crate::out!();
+    push_line!(lines);
     match (a.congestion_bps, a.limiter) {
-        (Some(c), Some(l)) => crate::out!(
+        (Some(c), Some(l)) => push_line!(
+            lines,
             "Analysis: congestion from t={:.2} s at {} of UDP payload ({} on the wire with {} B of UDP/IPv4/Ethernet headers per {:.0} B datagram); limiter: {:?}{}; confidence {:.0}%",
             a.congestion_at.unwrap_or(0.0),
             format_bits_per_sec(c),
@@ -60,14 +65,16 @@ pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze
                 .map_or(String::new(), |b| format!(", committed burst ~{b:.0} B")),
             100.0 * a.confidence
         ),
-        _ => crate::out!(
+        _ => push_line!(
+            lines,
             "Analysis: no congestion point found (confidence {:.0}%)",
             100.0 * a.confidence
         ),
     }
     for e in &a.evidence {
-        crate::out!("  - {e}");
+        push_line!(lines, "  - {e}");
     }
+    lines
 }
 
 /// Writes the rate-bin table as CSV (or aligned text).

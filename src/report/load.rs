@@ -75,9 +75,11 @@ fn phase_line(p: &PhaseReport) -> String {
 }
 
 /// The summary after the run.
-pub fn print_load(rep: &LoadReport) {
-    crate::out!("");
-    crate::out!(
+pub fn load_lines(rep: &LoadReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_line!(lines, "");
+    push_line!(
+        lines,
         "{:<8} {:>14} {:>14} {:>5} {:>22} {:>22} {:>22} {:>8} {:>7}",
         "Phase",
         "Down",
@@ -90,10 +92,11 @@ pub fn print_load(rep: &LoadReport) {
         "RPM"
     );
     for p in &rep.phases {
-        crate::out!("{}", phase_line(p));
+        push_line!(lines, "{}", phase_line(p));
     }
     if let Some(p) = rep.phases.iter().find(|p| p.interrupted) {
-        crate::out!(
+        push_line!(
+            lines,
             "({:?} was cut short by the stop after {:.1} s: no responsiveness for it)",
             p.phase,
             p.end - p.start
@@ -111,11 +114,12 @@ pub fn print_load(rep: &LoadReport) {
             )
         })
         .collect();
-    crate::out!("UDP one-way p50, up/down ms: {}", one_way.join(", "));
+    push_line!(lines, "UDP one-way p50, up/down ms: {}", one_way.join(", "));
     for p in rep.phases.iter().filter(|p| p.responsiveness.is_some()) {
         if let Some(r) = p.responsiveness {
             let f = r.from_ms;
-            crate::out!(
+            push_line!(
+                lines,
                 "{:?}: responsiveness {:.0} RPM (new connections {:.0} from connect {:.2} ms and request {:.2} ms, load connections {} from their RTT {} ms; trimmed means, draft-ietf-ippm-responsiveness-06, TCP-only, last {} s){}",
                 p.phase,
                 r.rpm,
@@ -137,12 +141,16 @@ pub fn print_load(rep: &LoadReport) {
     let (up, down) = (rep.udp_lost_up, rep.udp_lost_down);
     if let (Some(u), Some(d)) = (up, down) {
         let sent: u64 = rep.phases.iter().map(|p| p.udp.count + p.udp.lost).sum();
-        crate::out!("UDP probes: {sent} sent, lost {u} on the way up, {d} on the way down");
+        push_line!(
+            lines,
+            "UDP probes: {sent} sent, lost {u} on the way up, {d} on the way down"
+        );
     }
     for e in &rep.errors {
-        crate::out!("Error: {e}");
+        push_line!(lines, "Error: {e}");
     }
-    crate::out!("Verdict: {}", rep.verdict);
+    push_line!(lines, "Verdict: {}", rep.verdict);
+    lines
 }
 
 #[cfg(test)]

@@ -95,64 +95,81 @@ impl MultiReporter {
             {
                 self.errors.push(e);
             }
-            if self.verbosity == 0 {
-                continue;
-            }
-            match (&s.report, &s.error) {
-                (Some(r), _) => {
-                    let secs = r
-                        .sender
-                        .as_ref()
-                        .map_or(r.duration_secs, |x| x.duration_secs);
-                    if let Some(t) = &r.totals {
-                        crate::out!(
-                            "stream {:>3} {:>4}: {}",
-                            s.index,
-                            dir(s.reverse),
-                            totals_line(t, secs)
-                        );
-                    }
-                }
-                (None, Some(e)) => {
-                    crate::out!("stream {:>3} {:>4}: failed: {e}", s.index, dir(s.reverse))
-                }
-                (None, None) => {}
-            }
         }
         if self.verbosity == 0 {
             return;
         }
-        if let Some(o) = &rep.offset {
-            crate::out!(
-                "Clocks: not synchronised; one server-client offset for every stream, estimated in band as {:.1} us +/- {:.1} us (delays carry that uncertainty)",
-                o.server_minus_client_ns as f64 / 1e3,
-                o.uncertainty_ns as f64 / 1e3
-            );
+        for l in finish_lines(rep) {
+            let _ = self.console.line(&l);
         }
-        for (rev, sum) in [(false, &rep.sum_up), (true, &rep.sum_down)] {
-            if let Some(t) = sum {
-                let mine = || rep.streams.iter().filter(|s| s.reverse == rev);
-                // The streams' own time (their senders'), not the drain after.
-                let secs = mine()
-                    .filter_map(|s| s.report.as_ref())
-                    .map(|r| {
-                        r.sender
-                            .as_ref()
-                            .map_or(r.duration_secs, |x| x.duration_secs)
-                    })
-                    .fold(0.0, f64::max);
-                crate::out!(
-                    "SUM {:>4} ({} streams): {}",
-                    dir(rev),
-                    mine().count(),
-                    totals_line(t, secs)
-                );
-                if let Some(note) = super::udp::early_note(t, rep.offset.as_ref()) {
-                    crate::out!("SUM {:>4} {note}", dir(rev));
+    }
+}
+
+/// The end's console lines: a line per stream, the clock offset, a sum
+/// per direction.
+fn finish_lines(rep: &StreamsReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for s in &rep.streams {
+        match (&s.report, &s.error) {
+            (Some(r), _) => {
+                let secs = r
+                    .sender
+                    .as_ref()
+                    .map_or(r.duration_secs, |x| x.duration_secs);
+                if let Some(t) = &r.totals {
+                    push_line!(
+                        lines,
+                        "stream {:>3} {:>4}: {}",
+                        s.index,
+                        dir(s.reverse),
+                        totals_line(t, secs)
+                    );
                 }
+            }
+            (None, Some(e)) => {
+                push_line!(
+                    lines,
+                    "stream {:>3} {:>4}: failed: {e}",
+                    s.index,
+                    dir(s.reverse)
+                )
+            }
+            (None, None) => {}
+        }
+    }
+    if let Some(o) = &rep.offset {
+        push_line!(
+            lines,
+            "Clocks: not synchronised; one server-client offset for every stream, estimated in band as {:.1} us +/- {:.1} us (delays carry that uncertainty)",
+            o.server_minus_client_ns as f64 / 1e3,
+            o.uncertainty_ns as f64 / 1e3
+        );
+    }
+    for (rev, sum) in [(false, &rep.sum_up), (true, &rep.sum_down)] {
+        if let Some(t) = sum {
+            let mine = || rep.streams.iter().filter(|s| s.reverse == rev);
+            // The streams' own time (their senders'), not the drain after.
+            let secs = mine()
+                .filter_map(|s| s.report.as_ref())
+                .map(|r| {
+                    r.sender
+                        .as_ref()
+                        .map_or(r.duration_secs, |x| x.duration_secs)
+                })
+                .fold(0.0, f64::max);
+            push_line!(
+                lines,
+                "SUM {:>4} ({} streams): {}",
+                dir(rev),
+                mine().count(),
+                totals_line(t, secs)
+            );
+            if let Some(note) = super::udp::early_note(t, rep.offset.as_ref()) {
+                push_line!(lines, "SUM {:>4} {note}", dir(rev));
             }
         }
     }
+    lines
 }
 
 /// A stream's or a sum's totals in one line.
