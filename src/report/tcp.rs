@@ -494,3 +494,7 @@ pub(super) fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
         i.sndbuf_limited_us as f64 / 1e6,
     )
 }
+
+#[cfg(test)]
+#[path = "tcp_tests.rs"]
+mod tests;
