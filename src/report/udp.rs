@@ -572,3 +572,7 @@ mod tests {
         assert_eq!(h[4], "Drops");
     }
 }
+
+#[cfg(test)]
+#[path = "udp_tests.rs"]
+mod console_tests;
