@@ -575,4 +575,4 @@ mod tests {
 
 #[cfg(test)]
 #[path = "udp_tests.rs"]
-mod console_tests;
+pub(super) mod console_tests;

@@ -6,7 +6,7 @@ use crate::udp::client::{UdpClientConfig, UdpObserver, UdpReport};
 use crate::udp::receive::PacketRow;
 use crate::udp::track::{BurstReport, UdpInterval, UdpTotals};
 
-pub(super) fn config(spec: UdpSpec) -> UdpClientConfig {
+pub(crate) fn config(spec: UdpSpec) -> UdpClientConfig {
     UdpClientConfig {
         target: "h".into(),
         port: 4794,
@@ -24,7 +24,7 @@ pub(super) fn config(spec: UdpSpec) -> UdpClientConfig {
     }
 }
 
-pub(super) fn udp_report(totals: Option<UdpTotals>) -> UdpReport {
+pub(crate) fn udp_report(totals: Option<UdpTotals>) -> UdpReport {
     UdpReport {
         start_unix: 0.0,
         offset: None,
