@@ -375,6 +375,10 @@ pub fn crr_lines(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) -> 
 }
 
 #[cfg(test)]
+#[path = "rr_tests.rs"]
+mod lines_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
