@@ -85,3 +85,75 @@ pub fn write_bins(path: &Path, bins: &[crate::udp::analyze::Bin]) -> io::Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::analyze::{Analysis, Bin, Limiter};
+
+    fn bin() -> Bin {
+        Bin {
+            from_bps: 1e6,
+            asked_bps: 1.5e6,
+            offered_bps: 1.25e6,
+            received_bps: 1_000_500.0,
+            loss_pct: 12.345,
+            delay_min_us: Some(10.0),
+            delay_avg_us: None,
+            delay_max_us: Some(30.25),
+            intervals: 4,
+        }
+    }
+
+    fn analysis() -> Analysis {
+        Analysis {
+            congestion_bps: Some(8e6),
+            congestion_wire_bps: Some(8.4e6),
+            frame_overhead_bytes: 42,
+            congestion_size: Some(1000.0),
+            congestion_at: Some(3.5),
+            settled_bps: None,
+            limiter: Some(Limiter::Policing),
+            burst_bytes: Some(15000.0),
+            confidence: 0.8,
+            evidence: vec!["loss rose".into()],
+        }
+    }
+
+    #[test]
+    fn the_table_gives_each_bin_in_mbits_and_the_analysis_its_point_and_limiter() {
+        let l = analysis_lines(&[bin()], &analysis());
+        assert_eq!(l[0], "");
+        assert_eq!(l[2].split_whitespace().next(), Some("FromMbps"));
+        assert_eq!(
+            l[3].split_whitespace().collect::<Vec<_>>(),
+            [
+                "1.000", "1.500", "1.250", "1.000", "12.35", "10.0", "-", "30.2", "4"
+            ]
+        );
+        assert_eq!(l[3].len(), l[2].len(), "{l:?}");
+        assert_eq!(l[4], "");
+        assert_eq!(
+            l[5],
+            "Analysis: congestion from t=3.50 s at 8.00 Mbit/s of UDP payload (8.40 Mbit/s on the wire with 42 B of UDP/IPv4/Ethernet headers per 1000 B datagram); limiter: Policing, committed burst ~15000 B; confidence 80%"
+        );
+        assert_eq!(l[6], "  - loss rose");
+        assert_eq!(l.len(), 7);
+        let mut a = analysis();
+        a.limiter = None;
+        let l = analysis_lines(&[], &a);
+        assert_eq!(l[4], "Analysis: no congestion point found (confidence 80%)");
+    }
+
+    #[test]
+    fn the_bin_file_has_the_header_and_a_row_per_bin() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bins.csv");
+        write_bins(&p, &[bin(), bin()]).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("FromMbps,AskedMbps,"), "{text}");
+        assert_eq!(lines[1], "1.000,1.500,1.250,1.000,12.35,10.0,-,30.2,4");
+    }
+}
