@@ -261,6 +261,10 @@ fn burst(index: u64, side: &str) -> TcpBurst {
 fn bursts_print_a_line_each_with_both_ends_and_the_trip() {
     let mut rec = record(ResultKind::Success, "");
     rec.bursts = vec![burst(0, "send"), burst(0, "recv"), burst(1, "recv")];
+    // Each end's clock stamps differ, so the trip shows which pair it used.
+    rec.bursts[0].end_rt_ns = 2_000_000;
+    rec.bursts[1].start_rt_ns = 1_200_000;
+    rec.bursts[2].end_rt_ns = 9_000_000;
     let id = rec.connection_id;
     let send = " send 3 writes, 1 errors, retransmits 2, cwnd 10, rtt - us;";
     let recv = " recv 0.500000-0.750000 s, 4096 bytes in 3 reads, transfer 250.000 ms, 131.07 kbit/s, duty 25.0%, reads 1024+B x2 2048+B x1";
