@@ -3,7 +3,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{RowWriter, opt_us};
+use super::{RowWriter, aligned, opt_us};
 use crate::units::format_bits_per_sec;
 
 /// Columns of the sweep (rate bin) table.
@@ -35,20 +35,25 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
     ]
 }
 
-/// Prints the rate-bin table and the analysis of a profile/sweep run.
-pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
-    crate::out!();
-    crate::out!(
+/// The rate-bin table and the analysis of a profile/sweep run.
+pub fn analysis_lines(
+    bins: &[crate::udp::analyze::Bin],
+    a: &crate::udp::analyze::Analysis,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_line!(lines);
+    push_line!(
+        lines,
         "Per asked-rate bin (UDP payload, Mbit/s: asked by the profile, offered = what left the sender; on the wire add the headers below):"
     );
-    let mut w = RowWriter::console(crate::output::console(), &BIN_WIDTHS);
-    let _ = w.row(&BIN_HEADERS);
+    lines.push(aligned(&BIN_HEADERS, &BIN_WIDTHS));
     for b in bins {
-        let _ = w.row(&bin_cells(b));
+        lines.push(aligned(&bin_cells(b), &BIN_WIDTHS));
     }
-    crate::out!();
+    push_line!(lines);
     match (a.congestion_bps, a.limiter) {
-        (Some(c), Some(l)) => crate::out!(
+        (Some(c), Some(l)) => push_line!(
+            lines,
             "Analysis: congestion from t={:.2} s at {} of UDP payload ({} on the wire with {} B of UDP/IPv4/Ethernet headers per {:.0} B datagram); limiter: {:?}{}; confidence {:.0}%",
             a.congestion_at.unwrap_or(0.0),
             format_bits_per_sec(c),
@@ -60,14 +65,16 @@ pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze
                 .map_or(String::new(), |b| format!(", committed burst ~{b:.0} B")),
             100.0 * a.confidence
         ),
-        _ => crate::out!(
+        _ => push_line!(
+            lines,
             "Analysis: no congestion point found (confidence {:.0}%)",
             100.0 * a.confidence
         ),
     }
     for e in &a.evidence {
-        crate::out!("  - {e}");
+        push_line!(lines, "  - {e}");
     }
+    lines
 }
 
 /// Writes the rate-bin table as CSV (or aligned text).
@@ -77,4 +84,76 @@ pub fn write_bins(path: &Path, bins: &[crate::udp::analyze::Bin]) -> io::Result<
         w.row(&bin_cells(b))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::analyze::{Analysis, Bin, Limiter};
+
+    fn bin() -> Bin {
+        Bin {
+            from_bps: 1e6,
+            asked_bps: 1.5e6,
+            offered_bps: 1.25e6,
+            received_bps: 1_000_500.0,
+            loss_pct: 12.345,
+            delay_min_us: Some(10.0),
+            delay_avg_us: None,
+            delay_max_us: Some(30.25),
+            intervals: 4,
+        }
+    }
+
+    fn analysis() -> Analysis {
+        Analysis {
+            congestion_bps: Some(8e6),
+            congestion_wire_bps: Some(8.4e6),
+            frame_overhead_bytes: 42,
+            congestion_size: Some(1000.0),
+            congestion_at: Some(3.5),
+            settled_bps: None,
+            limiter: Some(Limiter::Policing),
+            burst_bytes: Some(15000.0),
+            confidence: 0.8,
+            evidence: vec!["loss rose".into()],
+        }
+    }
+
+    #[test]
+    fn the_table_gives_each_bin_in_mbits_and_the_analysis_its_point_and_limiter() {
+        let l = analysis_lines(&[bin()], &analysis());
+        assert_eq!(l[0], "");
+        assert_eq!(l[2].split_whitespace().next(), Some("FromMbps"));
+        assert_eq!(
+            l[3].split_whitespace().collect::<Vec<_>>(),
+            [
+                "1.000", "1.500", "1.250", "1.000", "12.35", "10.0", "-", "30.2", "4"
+            ]
+        );
+        assert_eq!(l[3].len(), l[2].len(), "{l:?}");
+        assert_eq!(l[4], "");
+        assert_eq!(
+            l[5],
+            "Analysis: congestion from t=3.50 s at 8.00 Mbit/s of UDP payload (8.40 Mbit/s on the wire with 42 B of UDP/IPv4/Ethernet headers per 1000 B datagram); limiter: Policing, committed burst ~15000 B; confidence 80%"
+        );
+        assert_eq!(l[6], "  - loss rose");
+        assert_eq!(l.len(), 7);
+        let mut a = analysis();
+        a.limiter = None;
+        let l = analysis_lines(&[], &a);
+        assert_eq!(l[4], "Analysis: no congestion point found (confidence 80%)");
+    }
+
+    #[test]
+    fn the_bin_file_has_the_header_and_a_row_per_bin() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bins.csv");
+        write_bins(&p, &[bin(), bin()]).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("FromMbps,AskedMbps,"), "{text}");
+        assert_eq!(lines[1], "1.000,1.500,1.250,1.000,12.35,10.0,-,30.2,4");
+    }
 }

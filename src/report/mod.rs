@@ -12,6 +12,18 @@ use serde::Serialize;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+/// Appends a line to a list of console lines, in `crate::out!`'s form: the
+/// summaries are built as lines (which unit tests read) and printed at the
+/// edge by the `print_*` functions below.
+macro_rules! push_line {
+    ($v:expr) => {
+        $v.push(String::new())
+    };
+    ($v:expr, $($t:tt)*) => {
+        $v.push(format!($($t)*))
+    };
+}
+
 mod analysis;
 mod connection_row;
 mod load;
@@ -37,6 +49,65 @@ pub use udp_cells::{
     UDP_HEADERS, interval_loss_pct,
 };
 pub use udp_multi::MultiReporter;
+
+/// Prints console lines (the edge of the `*_lines` functions).
+fn print_lines(lines: impl IntoIterator<Item = String>) {
+    for l in lines {
+        crate::out!("{l}");
+    }
+}
+
+/// Prints the TCP run's final summary ([`summary_lines`]).
+pub fn print_summary(rep: &crate::tcp::client::RunReport) {
+    print_lines(summary_lines(rep));
+}
+
+/// Prints the UDP run's final summary ([`udp_summary_lines`]).
+pub fn print_udp_summary(
+    cfg: &crate::udp::client::UdpClientConfig,
+    rep: &crate::udp::client::UdpReport,
+    verbose: bool,
+) {
+    print_lines(udp_summary_lines(cfg, rep, verbose));
+}
+
+/// Prints the rate-bin table and the analysis ([`analysis_lines`]).
+pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
+    print_lines(analysis_lines(bins, a));
+}
+
+/// Prints `netrig load`'s summary ([`load_lines`]).
+pub fn print_load(rep: &crate::load::run::LoadReport) {
+    print_lines(load_lines(rep));
+}
+
+/// Prints a request/response run's results ([`rr_lines`]), then its ACE
+/// histogram when it measured any round trip.
+pub fn print_rr(
+    r: &crate::rr::client::RrReport,
+    stats: &crate::rr::hist::LatencyStats,
+    all_bins: bool,
+) {
+    print_lines(rr_lines(r));
+    if r.latency.is_some() {
+        let title = rr_ace_title(r);
+        let _ = write!(
+            crate::output::console(),
+            "{}",
+            stats.render_ace(&title, all_bins)
+        );
+    }
+}
+
+/// Prints ping's closing summary ([`ping_summary_lines`]).
+pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::client::RrReport) {
+    print_lines(ping_summary_lines(cfg, r));
+}
+
+/// Prints a crr run's results ([`crr_lines`]).
+pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
+    print_lines(crr_lines(r, first_failure));
+}
 
 /// Serde helper: an optional duration as integer milliseconds.
 pub mod duration_ms {
@@ -106,6 +177,21 @@ impl RowWriter {
         }
     }
 
+    /// Writes a line as it is (no columns) and flushes it.
+    pub fn line(&mut self, line: &str) -> io::Result<()> {
+        self.out.write_all(line.as_bytes())?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    /// Sends what this writer writes to memory, for a test to read.
+    #[cfg(test)]
+    pub(crate) fn capture(&mut self) -> Capture {
+        let c = Capture::default();
+        self.out = Box::new(c.clone());
+        c
+    }
+
     /// Writes one row and flushes it.
     pub fn row<S: AsRef<str>>(&mut self, cells: &[S]) -> io::Result<()> {
         let line = if self.csv {
@@ -115,20 +201,51 @@ impl RowWriter {
             w.into_inner()
                 .map_err(|e| io::Error::other(e.to_string()))?
         } else {
-            let mut s = String::new();
-            for (i, c) in cells.iter().enumerate() {
-                let w = self.widths.get(i).copied().unwrap_or(0);
-                if i > 0 {
-                    s.push(' ');
-                }
-                s.push_str(&format!("{:>w$}", c.as_ref()));
-            }
+            let mut s = aligned(cells, &self.widths);
             s.push('\n');
             s.into_bytes()
         };
         self.out.write_all(&line)?;
         self.out.flush()
     }
+}
+
+/// What a console writer wrote, in memory (tests).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Capture {
+    /// The text written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Cells right-aligned in their widths, one space apart (a console row
+/// without its newline).
+fn aligned<S: AsRef<str>>(cells: &[S], widths: &[usize]) -> String {
+    let mut s = String::new();
+    for (i, c) in cells.iter().enumerate() {
+        let w = widths.get(i).copied().unwrap_or(0);
+        if i > 0 {
+            s.push(' ');
+        }
+        s.push_str(&format!("{:>w$}", c.as_ref()));
+    }
+    s
 }
 
 /// Version of the JSON envelope every command writes (`netrig` in the

@@ -1,7 +1,7 @@
 //! Request/response output: rr reports and spectra, ACE histograms, ping
 //! lines and summaries, crr.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use super::RowWriter;
@@ -82,16 +82,12 @@ pub fn write_hist_csv(path: &Path, stats: &crate::rr::hist::LatencyStats) -> io:
     w.flush()
 }
 
-fn print_summary_line(label: &str, s: &crate::rr::hist::Summary) {
-    crate::out!(
+/// A latency summary's line.
+fn summary_line(label: &str, s: &crate::rr::hist::Summary) -> String {
+    format!(
         "{label}: count {} min {:.3} mean {:.3} max {:.3} stddev {:.3} variance {:.3} (us)",
-        s.count,
-        s.min_us,
-        s.mean_us,
-        s.max_us,
-        s.stddev_us,
-        s.variance_us2
-    );
+        s.count, s.min_us, s.mean_us, s.max_us, s.stddev_us, s.variance_us2
+    )
 }
 
 /// The line a request/response run starts with, printed before its first
@@ -139,66 +135,70 @@ pub fn transport_name(t: crate::rr::client::Transport) -> &'static str {
     }
 }
 
-/// Prints a request/response run's results (its banner went first):
-/// summary, percentiles, TPS, ACE histogram.
-pub fn print_rr(
-    r: &crate::rr::client::RrReport,
-    stats: &crate::rr::hist::LatencyStats,
-    all_bins: bool,
-) {
+/// A request/response run's results (its banner went first): summary,
+/// percentiles, TPS, losses; the ACE histogram follows them.
+pub fn rr_lines(r: &crate::rr::client::RrReport) -> Vec<String> {
+    let mut lines = Vec::new();
     if r.interrupted {
-        crate::out!(
+        push_line!(
+            lines,
             "Interrupted after {} requests: the figures cover what was measured.",
             r.sent
         );
     }
     if let Some(w) = &r.warmup {
-        print_summary_line("Warm-up round trip", w);
+        lines.push(summary_line("Warm-up round trip", w));
     }
     let Some(l) = &r.latency else {
-        crate::out!("No measured round trips.");
-        return;
+        push_line!(lines, "No measured round trips.");
+        return lines;
     };
-    print_summary_line("Round trip", l);
+    lines.push(summary_line("Round trip", l));
     let p: Vec<String> = l
         .percentiles_us
         .iter()
         .map(|(n, v)| format!("{n} {v:.3}"))
         .collect();
-    crate::out!("Percentiles (us): {}", p.join(", "));
-    crate::out!("Transactions per second: {:.0}", r.transactions_per_sec);
+    push_line!(lines, "Percentiles (us): {}", p.join(", "));
+    push_line!(
+        lines,
+        "Transactions per second: {:.0}",
+        r.transactions_per_sec
+    );
     if let (Some(up), Some(down)) = (r.lost_up, r.lost_down) {
-        crate::out!(
+        push_line!(
+            lines,
             "Lost: {up} requests on the way up, {down} replies on the way down; {} late replies",
             r.late
         );
     }
     if let Some(line) = dup_reorder_line(r) {
-        crate::out!("{line}");
+        push_line!(lines, "{line}");
     }
     if r.corrupt > 0 {
-        crate::out!("Corrupt replies: {}", r.corrupt);
+        push_line!(lines, "Corrupt replies: {}", r.corrupt);
     }
     if r.rx_stamped > 0 {
-        crate::out!(
+        push_line!(
+            lines,
             "Kernel receive timestamps timed {} of {} replies",
             r.rx_stamped,
             r.received
         );
     }
-    print_reply_marking(r);
-    crate::out!();
-    let title = format!(
+    lines.extend(reply_marking_line(r));
+    push_line!(lines);
+    lines
+}
+
+/// The title of a run's ACE histogram.
+pub fn rr_ace_title(r: &crate::rr::client::RrReport) -> String {
+    format!(
         "netrig {} Synchronous Latency Test (Message Size {}, Reply Size {})",
         transport_name(r.transport),
         r.size,
         r.reply
-    );
-    let _ = write!(
-        crate::output::console(),
-        "{}",
-        stats.render_ace(&title, all_bins)
-    );
+    )
 }
 
 /// Duplicates and reordering each way (UDP), or `None` over a transport that
@@ -263,12 +263,17 @@ pub fn ping_line(size: u64, target: &str, p: &crate::rr::client::Probe) -> Strin
     line
 }
 
-/// Prints ping's closing summary.
-pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::client::RrReport) {
+/// Ping's closing summary.
+pub fn ping_summary_lines(
+    cfg: &crate::rr::client::RrConfig,
+    r: &crate::rr::client::RrReport,
+) -> Vec<String> {
+    let mut lines = Vec::new();
     let lost = r.sent.saturating_sub(r.received);
-    crate::out!();
-    crate::out!("--- {} netrig ping statistics ---", cfg.target);
-    crate::out!(
+    push_line!(lines);
+    push_line!(lines, "--- {} netrig ping statistics ---", cfg.target);
+    push_line!(
+        lines,
         "{} probes sent, {} received, {:.1}% loss (up {}, down {}), {} late",
         r.sent,
         r.received,
@@ -282,13 +287,14 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
         r.late
     );
     if let Some(line) = dup_reorder_line(r) {
-        crate::out!("{line}");
+        push_line!(lines, "{line}");
     }
     if r.interrupted && cfg.iterations != crate::rr::client::UNBOUNDED {
-        crate::out!("interrupted before its {} probes", cfg.iterations);
+        push_line!(lines, "interrupted before its {} probes", cfg.iterations);
     }
     if let Some(l) = &r.latency {
-        crate::out!(
+        push_line!(
+            lines,
             "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
             l.min_us / 1e3,
             l.mean_us / 1e3,
@@ -297,20 +303,23 @@ pub fn print_ping_summary(cfg: &crate::rr::client::RrConfig, r: &crate::rr::clie
         );
     }
     if let Some(o) = &r.offset {
-        crate::out!(
+        push_line!(
+            lines,
             "one-way split uses a clock offset of {:.1} us +/- {:.1} us (estimated in band)",
             o.server_minus_client_ns as f64 / 1e3,
             o.uncertainty_ns as f64 / 1e3
         );
     }
-    print_reply_marking(r);
+    lines.extend(reply_marking_line(r));
+    lines
 }
 
 /// The marking UDP replies arrived with, where any was set or seen.
-fn print_reply_marking(r: &crate::rr::client::RrReport) {
-    if let Some(m) = r.reply_marking.as_ref().filter(|m| !m.is_plain()) {
-        crate::out!("{}", super::marking_line("Reply marking", m));
-    }
+fn reply_marking_line(r: &crate::rr::client::RrReport) -> Option<String> {
+    r.reply_marking
+        .as_ref()
+        .filter(|m| !m.is_plain())
+        .map(|m| super::marking_line("Reply marking", m))
 }
 
 /// Writes request/response reports as JSON.
@@ -321,9 +330,11 @@ pub fn crr_banner(size: u64, reply: u64, parallel: u32) -> String {
     )
 }
 
-/// Prints a crr run's results (its banner went first).
-pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
-    crate::out!(
+/// A crr run's results (its banner went first).
+pub fn crr_lines(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_line!(
+        lines,
         "Transactions: {} succeeded, {} failed in {:.3} s = {:.0} connections/s",
         r.transactions,
         r.failed,
@@ -335,31 +346,37 @@ pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
         ("Transaction (connect to agreed result)", &r.transaction),
     ] {
         if let Some(s) = s {
-            print_summary_line(label, s);
+            lines.push(summary_line(label, s));
             let p: Vec<String> = s
                 .percentiles_us
                 .iter()
                 .map(|(n, v)| format!("{n} {v:.3}"))
                 .collect();
-            crate::out!("  percentiles (us): {}", p.join(", "));
+            push_line!(lines, "  percentiles (us): {}", p.join(", "));
         }
     }
     if let Some(i) = &r.tcp_info {
-        crate::out!("{}", super::tcp::tcp_info_line("client", i));
+        push_line!(lines, "{}", super::tcp::tcp_info_line("client", i));
     }
     if let Some(i) = &r.server_tcp_info {
-        crate::out!("{}", super::tcp::tcp_info_line("server", i));
+        push_line!(lines, "{}", super::tcp::tcp_info_line("server", i));
     }
     if let Some(f) = first_failure {
-        crate::out!("First failure: {f}");
+        push_line!(lines, "First failure: {f}");
     }
     if r.interrupted {
-        crate::out!(
+        push_line!(
+            lines,
             "Interrupted: stopped before its count or time; {} transactions in flight were cancelled",
             r.cancelled
         );
     }
+    lines
 }
+
+#[cfg(test)]
+#[path = "rr_tests.rs"]
+mod lines_tests;
 
 #[cfg(test)]
 mod tests {

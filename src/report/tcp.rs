@@ -92,85 +92,8 @@ impl Reporter {
         if self.verbosity == 0 {
             return;
         }
-        if cfg.iterations.is_none() && cfg.time_limit.is_none() {
-            crate::out!("Runs until Ctrl-C: no --iterations or --time (ctsTraffic's default).");
-        }
-        let buffer = match cfg.buffer {
-            crate::tcp::config::BufferSpec::Fixed(b) => crate::units::format_bytes(u64::from(b)),
-            crate::tcp::config::BufferSpec::Range(a, b) => format!(
-                "{}..{} (random per connection)",
-                crate::units::format_bytes(u64::from(a)),
-                crate::units::format_bytes(u64::from(b))
-            ),
-        };
-        let total = match (cfg.iterations, cfg.time_limit) {
-            (Some(i), _) => {
-                crate::units::count_of(i * u64::from(cfg.connections), "connection") + " in all"
-            }
-            (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
-            (None, None) => "until Ctrl-C".into(),
-        };
-        let each = match cfg.transfer_max {
-            Some(hi) => format!(
-                "{}..{} (by connection)",
-                crate::units::format_bytes(cfg.transfer),
-                crate::units::format_bytes(hi)
-            ),
-            None => crate::units::format_bytes(cfg.transfer),
-        };
-        let limit = match cfg.rate {
-            Some(r) => match r.bps_max {
-                Some(hi) => format!(
-                    ", at most {}..{} (by connection)",
-                    format_bits_per_sec(r.bps as f64),
-                    format_bits_per_sec(hi as f64)
-                ),
-                None => format!(", at most {} each", format_bits_per_sec(r.bps as f64)),
-            },
-            None => String::new(),
-        };
-        crate::out!(
-            "TCP {:?} to {}: {} at a time x {} each{}, {} buffers, verify {:?}; {}",
-            cfg.pattern,
-            targets.join(", "),
-            cfg.connections,
-            each,
-            limit,
-            buffer,
-            cfg.verify,
-            total
-        );
-        if self.verbosity >= 2 {
-            // ctsTraffic's own settings block and legend, for those who know it.
-            crate::out!("Configured Settings");
-            crate::out!("    Protocol: TCP");
-            crate::out!("    IoPattern: {:?}", cfg.pattern);
-            crate::out!("    Level of verification: {:?}", cfg.verify);
-            crate::out!("    Buffer used for each IO request: {buffer}");
-            crate::out!("    Total transfer per connection: {} bytes", cfg.transfer);
-            crate::out!("    Connecting out to: {}", targets.join(", "));
-            crate::out!(
-                "    Connection limit (maximum established connections): {}",
-                cfg.connections
-            );
-            crate::out!(
-                "    Connection throttling rate (maximum pended connection attempts): {}",
-                cfg.throttle
-            );
-            crate::out!();
-            crate::out!("Legend:");
-            crate::out!("* TimeSlice - (seconds) cumulative runtime");
-            crate::out!(
-                "* Send & Recv - bit/s transferred within the TimeSlice period (files: SendBps/RecvBps, bytes/s)"
-            );
-            crate::out!(
-                "* In-Flight - count of established connections transmitting IO pattern data"
-            );
-            crate::out!("* Completed - cumulative count of successfully completed IO patterns");
-            crate::out!(
-                "* NetError - cumulative count of failed IO patterns due to network errors"
-            );
-            crate::out!("* DataError - cumulative count of failed IO patterns due to data errors");
+        for l in banner_lines(cfg, targets, self.verbosity) {
+            let _ = self.console.line(&l);
         }
         let h = IntervalRow::CONSOLE_HEADERS;
         // The console is not an output file: a closed stdout is not an error.
@@ -228,21 +151,12 @@ impl Observer for Reporter {
             _ => self.verbosity >= 2,
         };
         if show {
-            crate::out!(
-                "[{:.3}] {} {} -> {} sent {} recv {} in {:.3} ms: {} {}",
-                rec.time_slice,
-                rec.connection_id,
-                rec.local.map_or_else(|| "-".to_string(), |a| a.to_string()),
-                rec.remote,
-                rec.sent,
-                rec.received,
-                rec.time_ms,
-                rec.result.kind,
-                rec.result.detail
-            );
+            let _ = self.console.line(&connection_line(rec));
         }
         if self.verbosity >= 1 {
-            print_tcp_bursts(rec, self.trip_times);
+            for l in burst_lines(rec, self.trip_times) {
+                let _ = self.console.line(&l);
+            }
         }
         if self.connections.is_some() {
             let cells = connection_cells(rec);
@@ -256,9 +170,132 @@ impl Observer for Reporter {
     }
 }
 
-/// Prints a connection's bursts: the receiver's timing and read sizes, the
+/// The settings banner (and with `-vv` ctsTraffic's settings block and
+/// legend) printed before the table.
+fn banner_lines(cfg: &TcpClientConfig, targets: &[String], verbosity: u8) -> Vec<String> {
+    let mut lines = Vec::new();
+    if cfg.iterations.is_none() && cfg.time_limit.is_none() {
+        push_line!(
+            lines,
+            "Runs until Ctrl-C: no --iterations or --time (ctsTraffic's default)."
+        );
+    }
+    let buffer = match cfg.buffer {
+        crate::tcp::config::BufferSpec::Fixed(b) => crate::units::format_bytes(u64::from(b)),
+        crate::tcp::config::BufferSpec::Range(a, b) => format!(
+            "{}..{} (random per connection)",
+            crate::units::format_bytes(u64::from(a)),
+            crate::units::format_bytes(u64::from(b))
+        ),
+    };
+    let total = match (cfg.iterations, cfg.time_limit) {
+        (Some(i), _) => {
+            crate::units::count_of(i * u64::from(cfg.connections), "connection") + " in all"
+        }
+        (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
+        (None, None) => "until Ctrl-C".into(),
+    };
+    let each = match cfg.transfer_max {
+        Some(hi) => format!(
+            "{}..{} (by connection)",
+            crate::units::format_bytes(cfg.transfer),
+            crate::units::format_bytes(hi)
+        ),
+        None => crate::units::format_bytes(cfg.transfer),
+    };
+    let limit = match cfg.rate {
+        Some(r) => match r.bps_max {
+            Some(hi) => format!(
+                ", at most {}..{} (by connection)",
+                format_bits_per_sec(r.bps as f64),
+                format_bits_per_sec(hi as f64)
+            ),
+            None => format!(", at most {} each", format_bits_per_sec(r.bps as f64)),
+        },
+        None => String::new(),
+    };
+    push_line!(
+        lines,
+        "TCP {:?} to {}: {} at a time x {} each{}, {} buffers, verify {:?}; {}",
+        cfg.pattern,
+        targets.join(", "),
+        cfg.connections,
+        each,
+        limit,
+        buffer,
+        cfg.verify,
+        total
+    );
+    if verbosity >= 2 {
+        // ctsTraffic's own settings block and legend, for those who know it.
+        push_line!(lines, "Configured Settings");
+        push_line!(lines, "    Protocol: TCP");
+        push_line!(lines, "    IoPattern: {:?}", cfg.pattern);
+        push_line!(lines, "    Level of verification: {:?}", cfg.verify);
+        push_line!(lines, "    Buffer used for each IO request: {buffer}");
+        push_line!(
+            lines,
+            "    Total transfer per connection: {} bytes",
+            cfg.transfer
+        );
+        push_line!(lines, "    Connecting out to: {}", targets.join(", "));
+        push_line!(
+            lines,
+            "    Connection limit (maximum established connections): {}",
+            cfg.connections
+        );
+        push_line!(
+            lines,
+            "    Connection throttling rate (maximum pended connection attempts): {}",
+            cfg.throttle
+        );
+        push_line!(lines);
+        push_line!(lines, "Legend:");
+        push_line!(lines, "* TimeSlice - (seconds) cumulative runtime");
+        push_line!(
+            lines,
+            "* Send & Recv - bit/s transferred within the TimeSlice period (files: SendBps/RecvBps, bytes/s)"
+        );
+        push_line!(
+            lines,
+            "* In-Flight - count of established connections transmitting IO pattern data"
+        );
+        push_line!(
+            lines,
+            "* Completed - cumulative count of successfully completed IO patterns"
+        );
+        push_line!(
+            lines,
+            "* NetError - cumulative count of failed IO patterns due to network errors"
+        );
+        push_line!(
+            lines,
+            "* DataError - cumulative count of failed IO patterns due to data errors"
+        );
+    }
+    lines
+}
+
+/// A connection's line as it ends (`-vv` for failures, `-vvv` for all).
+fn connection_line(rec: &ConnectionRecord) -> String {
+    format!(
+        "[{:.3}] {} {} -> {} sent {} recv {} in {:.3} ms: {} {}",
+        rec.time_slice,
+        rec.connection_id,
+        rec.local.map_or_else(|| "-".to_string(), |a| a.to_string()),
+        rec.remote,
+        rec.sent,
+        rec.received,
+        rec.time_ms,
+        rec.result.kind,
+        rec.result.detail
+    )
+}
+
+/// A connection's bursts: the receiver's timing and read sizes, the
 /// sender's writes and TCP_INFO, side by side per burst.
-fn print_tcp_bursts(rec: &ConnectionRecord, trip_times: bool) {
+fn burst_lines(rec: &ConnectionRecord, trip_times: bool) -> Vec<String> {
+    let mut lines = Vec::new();
     let mut i = 0;
     while i < rec.bursts.len() {
         let idx = rec.bursts[i].index;
@@ -312,18 +349,24 @@ fn print_tcp_bursts(rec: &ConnectionRecord, trip_times: bool) {
                 (r.end_rt_ns as f64 - s.start_rt_ns as f64) / 1e6
             );
         }
-        crate::out!("{}", line.trim_end_matches(';'));
+        lines.push(line.trim_end_matches(';').to_string());
     }
+    lines
 }
 
-/// Prints the final summary (ctsTraffic's "Historic Connection Statistics").
-pub fn print_summary(rep: &RunReport) {
+/// The final summary (ctsTraffic's "Historic Connection Statistics").
+pub fn summary_lines(rep: &RunReport) -> Vec<String> {
+    let mut lines = Vec::new();
     let t = &rep.totals;
     let secs = rep.duration_secs.max(1e-9);
-    crate::out!();
-    crate::out!("Historic Connection Statistics (all connections over the complete lifetime)");
-    crate::out!();
-    crate::out!(
+    push_line!(lines);
+    push_line!(
+        lines,
+        "Historic Connection Statistics (all connections over the complete lifetime)"
+    );
+    push_line!(lines);
+    push_line!(
+        lines,
         "SuccessfulConnections [{}] NetworkErrors [{}] DataErrors [{}] Cancelled [{}]",
         t.completed,
         t.net_errors,
@@ -332,19 +375,26 @@ pub fn print_summary(rep: &RunReport) {
     );
     for r in &rep.refusals {
         let (n, why) = (r.connections, &r.message);
-        crate::out!("Server refused {n} connection(s): {why}");
+        push_line!(lines, "Server refused {n} connection(s): {why}");
     }
     for (addr, why) in &rep.server_errors {
-        crate::out!("Server {addr} stopped the test: {why}");
+        push_line!(lines, "Server {addr} stopped the test: {why}");
     }
-    crate::out!();
-    crate::out!(
+    push_line!(lines);
+    push_line!(
+        lines,
         "Total Bytes Recv : {} ({})",
         t.received,
         format_bytes(t.received)
     );
-    crate::out!("Total Bytes Sent : {} ({})", t.sent, format_bytes(t.sent));
-    crate::out!(
+    push_line!(
+        lines,
+        "Total Bytes Sent : {} ({})",
+        t.sent,
+        format_bytes(t.sent)
+    );
+    push_line!(
+        lines,
         "Total Time : {} ms.",
         (rep.duration_secs * 1e3).round() as u64
     );
@@ -359,14 +409,16 @@ pub fn print_summary(rep: &RunReport) {
     } else {
         t.sent
     };
-    crate::out!(
+    push_line!(
+        lines,
         "Goodput (received at the far end) : client->server {} / server->client {}",
         format_bits_per_sec(c2s as f64 * 8.0 / secs),
         format_bits_per_sec(t.received as f64 * 8.0 / secs)
     );
     if let Some(o) = &rep.omitted {
         let (sent, recv, secs) = after_omit(rep, o);
-        crate::out!(
+        push_line!(
+            lines,
             "Goodput after the {:.3} s warm-up (-O; counted at the client) : client->server {} / server->client {}",
             o.secs,
             format_bits_per_sec(sent as f64 * 8.0 / secs),
@@ -375,7 +427,8 @@ pub fn print_summary(rep: &RunReport) {
     }
     for (addr, sum) in &rep.servers {
         match sum {
-            Some(s) => crate::out!(
+            Some(s) => push_line!(
+                lines,
                 "Server {addr}: {}, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
                 crate::units::count_of(s.connections, "connection"),
                 s.success,
@@ -385,35 +438,41 @@ pub fn print_summary(rep: &RunReport) {
                 s.bytes_received,
                 s.bytes_sent
             ),
-            None => crate::out!("Server {addr}: no summary (control connection lost)"),
+            None => push_line!(lines, "Server {addr}: no summary (control connection lost)"),
         }
     }
     if let Some(i) = &rep.tcp_info {
-        crate::out!("{}", tcp_info_line("client", i));
+        push_line!(lines, "{}", tcp_info_line("client", i));
     }
     if let Some(i) = &rep.server_tcp_info {
-        crate::out!("{}", tcp_info_line("server", i));
+        push_line!(lines, "{}", tcp_info_line("server", i));
     }
-    crate::out!("{}", rep.cpu.line("client", "server"));
+    push_line!(lines, "{}", rep.cpu.line("client", "server"));
     if let Some(v) = rep.cpu.verdict() {
-        crate::out!("{v}");
+        push_line!(lines, "{v}");
     }
     if let Some(g) = &rep.granted {
-        crate::out!("{}", granted_line("Socket", g));
+        push_line!(lines, "{}", granted_line("Socket", g));
     }
     for (addr, sum) in &rep.servers {
         if let Some(g) = sum.as_ref().and_then(|s| s.granted.as_ref()) {
-            crate::out!("{}", granted_line(&format!("Server {addr} socket"), g));
+            push_line!(
+                lines,
+                "{}",
+                granted_line(&format!("Server {addr} socket"), g)
+            );
         }
     }
     for addr in &rep.lost_servers {
-        crate::out!(
+        push_line!(
+            lines,
             "Server {addr} closed the control connection mid-test: no new connections were started"
         );
     }
     if rep.interrupted {
-        crate::out!("(interrupted: in-flight connections were cancelled)");
+        push_line!(lines, "(interrupted: in-flight connections were cancelled)");
     }
+    lines
 }
 
 /// The client ends' TCP_INFO over the run, as iperf3's `Retr` and RTT.
@@ -435,3 +494,7 @@ pub(super) fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
         i.sndbuf_limited_us as f64 / 1e6,
     )
 }
+
+#[cfg(test)]
+#[path = "tcp_tests.rs"]
+mod tests;

@@ -225,7 +225,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     fn started(&mut self) {
         if self.verbosity >= 1 {
             for l in &self.banner {
-                crate::out!("{l}");
+                let _ = self.console.line(l);
             }
             // The console is not an output file: a closed stdout is not an error.
             let _ = self.console.row(&self.header);
@@ -265,29 +265,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         if self.verbosity == 0 {
             return;
         }
-        let sizes: Vec<String> = b
-            .read_sizes
-            .iter()
-            .map(|(s, n)| format!("{s}B x{n}"))
-            .collect();
-        crate::out!(
-            "burst {:>4}: {:.6}-{:.6} s, {} bytes in {} datagrams ({} lost), transfer {:.3} ms, {}, duty {:.1}%{}; reads {}",
-            b.index,
-            b.start_s,
-            b.end_s,
-            b.bytes,
-            b.datagrams,
-            b.lost,
-            b.transfer_ms,
-            format_bits_per_sec(b.rate_bps),
-            b.duty_pct,
-            if self.trip_times {
-                format!(", trip {:.3} ms", b.trip_ms)
-            } else {
-                String::new()
-            },
-            sizes.join(" ")
-        );
+        let _ = self.console.line(&burst_line(b, self.trip_times));
     }
 
     fn packet(&mut self, p: &crate::udp::receive::PacketRow) {
@@ -298,32 +276,64 @@ impl crate::udp::client::UdpObserver for UdpReporter {
     }
 }
 
-/// Prints the UDP run's final summary; `verbose` adds the delay histogram (which the
+/// A burst's line: the receiver's timing, loss and read sizes.
+fn burst_line(b: &crate::udp::track::BurstReport, trip_times: bool) -> String {
+    let sizes: Vec<String> = b
+        .read_sizes
+        .iter()
+        .map(|(s, n)| format!("{s}B x{n}"))
+        .collect();
+    format!(
+        "burst {:>4}: {:.6}-{:.6} s, {} bytes in {} datagrams ({} lost), transfer {:.3} ms, {}, duty {:.1}%{}; reads {}",
+        b.index,
+        b.start_s,
+        b.end_s,
+        b.bytes,
+        b.datagrams,
+        b.lost,
+        b.transfer_ms,
+        format_bits_per_sec(b.rate_bps),
+        b.duty_pct,
+        if trip_times {
+            format!(", trip {:.3} ms", b.trip_ms)
+        } else {
+            String::new()
+        },
+        sizes.join(" ")
+    )
+}
+
+/// The UDP run's final summary; `verbose` adds the delay histogram (which the
 /// JSON report always has).
-pub fn print_udp_summary(
+pub fn udp_summary_lines(
     cfg: &crate::udp::client::UdpClientConfig,
     rep: &crate::udp::client::UdpReport,
     verbose: bool,
-) {
-    crate::out!();
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    push_line!(lines);
     match &rep.offset {
-        Some(o) => crate::out!(
+        Some(o) => push_line!(
+            lines,
             "Clocks: not synchronised; server-client offset estimated in band as {:.1} us +/- {:.1} us (delays below carry that uncertainty)",
             o.server_minus_client_ns as f64 / 1e3,
             o.uncertainty_ns as f64 / 1e3
         ),
-        None => crate::out!(
+        None => push_line!(
+            lines,
             "Clocks: trusted as synchronised (--synced, or --trip-times, which implies it); delays are absolute"
         ),
     }
     if cfg.spec.offset_comp_ns != 0 {
-        crate::out!(
+        push_line!(
+            lines,
             "Delay compensation: {:+.1} us added",
             cfg.spec.offset_comp_ns as f64 / 1e3
         );
     }
     if let Some(s) = &rep.sender {
-        crate::out!(
+        push_line!(
+            lines,
             "Sender: {} datagrams, {} bytes in {:.3} s = {}; departure lateness p50 {:.1} us, p99 {:.1} us, max {:.1} us; mean inter-departure error {:.2} us; {} stalls re-anchored; {} send errors",
             s.packets,
             s.bytes,
@@ -342,14 +352,14 @@ pub fn print_udp_summary(
             true => ("receiver", "sender"),
             false => ("sender", "receiver"),
         };
-        crate::out!("{}", c.line(me, peer));
+        push_line!(lines, "{}", c.line(me, peer));
         if let Some(v) = c.verdict() {
-            crate::out!("{v}");
+            push_line!(lines, "{v}");
         }
     }
     let Some(t) = &rep.totals else {
-        crate::out!("Receiver: no totals (the stream did not finish)");
-        return;
+        push_line!(lines, "Receiver: no totals (the stream did not finish)");
+        return lines;
     };
     // The stream's own duration (the sender's), not the drain after it,
     // nor the --omit warm-up.
@@ -361,12 +371,14 @@ pub fn print_udp_summary(
         - omit)
         .max(1e-9);
     if t.omitted > 0 {
-        crate::out!(
+        push_line!(
+            lines,
             "Omitted: the first {omit:.3} s ({} datagrams received) are a warm-up, left out of everything below",
             t.omitted
         );
     }
-    crate::out!(
+    push_line!(
+        lines,
         "Receiver: {} datagrams ({} unique), {} bytes, {}; lost {} ({:.3}%), longest loss run {}, duplicates {}, reordered {}, corrupt {}, late {}",
         t.packets,
         t.unique,
@@ -384,7 +396,8 @@ pub fn print_udp_summary(
         t.corrupt,
         t.late
     );
-    crate::out!(
+    push_line!(
+        lines,
         "One-way delay (us): min {} avg {} max {}; jitter {:.1} us",
         opt_us(t.delay_min_us),
         opt_us(t.delay_avg_us),
@@ -392,7 +405,7 @@ pub fn print_udp_summary(
         t.jitter_us
     );
     if let Some(note) = early_note(t, rep.offset.as_ref()) {
-        crate::out!("{note}");
+        push_line!(lines, "{note}");
     }
     if !t.percentiles_us.is_empty() {
         let p: Vec<String> = t
@@ -400,16 +413,20 @@ pub fn print_udp_summary(
             .iter()
             .map(|(n, v)| format!("{n} {v:.1}"))
             .collect();
-        crate::out!("Delay percentiles (us): {}", p.join(", "));
+        push_line!(lines, "Delay percentiles (us): {}", p.join(", "));
     }
     if verbose && !t.histogram.is_empty() {
-        crate::out!("Delay histogram (us, datagrams; the buckets that hold any):");
+        push_line!(
+            lines,
+            "Delay histogram (us, datagrams; the buckets that hold any):"
+        );
         for (lo, hi, n) in &t.histogram {
-            crate::out!("  {lo:>10.1} - {hi:<10.1} {n}");
+            push_line!(lines, "  {lo:>10.1} - {hi:<10.1} {n}");
         }
     }
     if let Some(f) = &t.frames {
-        crate::out!(
+        push_line!(
+            lines,
             "Frames: {} completed, {} dropped, {} repeated, {} errors",
             f.completed,
             f.dropped,
@@ -418,17 +435,18 @@ pub fn print_udp_summary(
         );
     }
     if let Some(m) = t.marking.as_ref().filter(|m| !m.is_plain()) {
-        crate::out!("{}", marking_line("Marking", m));
+        push_line!(lines, "{}", marking_line("Marking", m));
     }
     if !cfg.spec.sock.is_default() {
-        crate::out!("{}", super::granted_line("Socket", &rep.granted));
+        push_line!(lines, "{}", super::granted_line("Socket", &rep.granted));
     }
     if rep.server_lost {
-        crate::out!("(the server was lost before the test finished)");
+        push_line!(lines, "(the server was lost before the test finished)");
     }
     if rep.interrupted {
-        crate::out!("(interrupted)");
+        push_line!(lines, "(interrupted)");
     }
+    lines
 }
 
 /// What datagrams that arrived "before" they were sent say about the
@@ -554,3 +572,7 @@ mod tests {
         assert_eq!(h[4], "Drops");
     }
 }
+
+#[cfg(test)]
+#[path = "udp_tests.rs"]
+pub(super) mod console_tests;
