@@ -147,7 +147,7 @@ impl TcpSpec {
     /// What no end could run, whatever its limits: the one check both the
     /// client (before it asks) and the server (before it admits) make.
     pub fn check(&self) -> Result<(), TcpSpecError> {
-        use crate::proto::IoPattern::{Pull, Push, Pushpull};
+        use IoPattern::{Pull, Push, Pushpull};
         if self.transfer == 0 {
             return Err(TcpSpecError::ZeroTransfer);
         }
