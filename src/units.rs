@@ -200,6 +200,20 @@ pub fn count_of(n: u64, noun: &str) -> String {
     }
 }
 
+/// Serde helper: an optional duration as integer milliseconds.
+pub mod duration_ms {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    /// Serializes `Some(d)` as milliseconds, `None` as null.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(d.as_millis() as u64),
+            None => s.serialize_none(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,7 +53,7 @@ pub struct LoadConfig {
     /// (`--connect-timeout`): the probes' control connection and the load
     /// connections.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,

@@ -109,20 +109,6 @@ pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
     print_lines(crr_lines(r, first_failure));
 }
 
-/// Serde helper: an optional duration as integer milliseconds.
-pub mod duration_ms {
-    use serde::Serializer;
-    use std::time::Duration;
-
-    /// Serializes `Some(d)` as milliseconds, `None` as null.
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_u64(d.as_millis() as u64),
-            None => s.serialize_none(),
-        }
-    }
-}
-
 /// What the kernel granted `whose` sockets (`--window`, `--mss`, ...):
 /// the TCP-only fields only where the socket has them.
 fn granted_line(whose: &str, g: &crate::sockopts::Granted) -> String {

@@ -66,10 +66,10 @@ pub struct RrConfig {
     #[serde(default)]
     pub rx_timestamps: bool,
     /// UDP: a reply later than this counts as lost.
-    #[serde(with = "crate::report::duration_ms")]
+    #[serde(with = "crate::units::duration_ms")]
     pub timeout: Option<Duration>,
     /// Send requests on this schedule instead of back to back.
-    #[serde(with = "crate::report::duration_ms")]
+    #[serde(with = "crate::units::duration_ms")]
     pub interval: Option<Duration>,
     /// Histogram lower bound, µs.
     pub hist_min_us: f64,
@@ -100,14 +100,14 @@ pub struct RrConfig {
     /// Stop sending requests this long after the first (`-t`); with
     /// [`UNBOUNDED`] iterations, this is what ends the run.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub duration: Option<Duration>,
     /// Give up on the control connection's TCP handshake after this
     /// (`--connect-timeout`); none: 10 s.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,

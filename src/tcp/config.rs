@@ -146,7 +146,7 @@ pub struct TcpClientConfig {
     /// Verification level.
     pub verify: VerifyLevel,
     /// Stop after this long.
-    #[serde(with = "crate::report::duration_ms")]
+    #[serde(with = "crate::units::duration_ms")]
     pub time_limit: Option<Duration>,
     /// At the time limit, connections end their data at a chunk boundary
     /// and agree on what they moved (iperf's `-t`: a success) rather than
@@ -155,22 +155,22 @@ pub struct TcpClientConfig {
     pub time_bound: bool,
     /// `-O`: this long first is a warm-up, left out of the goodput.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub omit: Option<Duration>,
     /// Local addresses to connect from, round-robin per family.
     pub bind: Vec<IpAddr>,
     /// Status interval.
-    #[serde(with = "crate::report::duration_ms")]
+    #[serde(with = "crate::units::duration_ms")]
     pub interval: Option<Duration>,
     /// A connection making no progress for this long fails.
-    #[serde(with = "crate::report::duration_ms")]
+    #[serde(with = "crate::units::duration_ms")]
     pub idle_timeout: Option<Duration>,
     /// Give up on a connection (control or data) whose TCP handshake takes
     /// longer than this (`--connect-timeout`); none: the idle timeout.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,

@@ -55,7 +55,7 @@ pub struct UdpClientConfig {
     /// Give up on the control connection's TCP handshake after this
     /// (`--connect-timeout`); none: 10 s.
     #[serde(
-        with = "crate::report::duration_ms",
+        with = "crate::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
