@@ -744,3 +744,51 @@ fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     assert_eq!(conn.skippable(), 0);
     assert_eq!(conn.read_room(), chunk);
 }
+
+#[test]
+fn a_tcp_stream_reads_drops_writes_and_shuts_as_pump_expects() {
+    // The real socket's calls over loopback: what each moves, and how each
+    // tells an empty queue and the peer's close apart.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    // A bound on the blocking reads below, should a FIN never come.
+    b.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    b.set_nonblocking(true).unwrap();
+    let (a, b) = (
+        mio::net::TcpStream::from_std(a),
+        mio::net::TcpStream::from_std(b),
+    );
+    let mut buf = [0u8; 64];
+    // Nothing arrived: a read and a drop both would block (neither is
+    // the peer's close, nor a count of bytes).
+    let kind = |r: io::Result<usize>| r.map_err(|e| e.kind());
+    assert_eq!(kind(b.recv(&mut buf)), Err(io::ErrorKind::WouldBlock));
+    assert_eq!(kind(b.discard(&mut buf)), Err(io::ErrorKind::WouldBlock));
+    // Each write says how much it took; the held bytes leave with the FIN.
+    assert_eq!(a.send(b"hello").unwrap(), 5);
+    assert_eq!(a.send_more(b", world").unwrap(), 7);
+    a.close_write().unwrap();
+    // Blocking from here: each call waits for what the peer sent.
+    socket2::SockRef::from(&b).set_nonblocking(false).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let n = b.recv(&mut buf[..5 - got.len()]).unwrap();
+        assert!(n > 0, "the peer's close before its bytes");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"hello");
+    // The rest is dropped unread, counted; then the close reads as 0.
+    buf.fill(0);
+    let mut dropped = 0;
+    while dropped < 7 {
+        let n = b.discard(&mut buf).unwrap();
+        assert!(n > 0, "the peer's close before its bytes");
+        dropped += n;
+    }
+    assert_eq!(dropped, 7);
+    assert_eq!(buf, [0; 64], "dropped bytes are not copied");
+    assert_eq!(kind(b.discard(&mut buf)), Ok(0));
+    assert_eq!(kind(b.recv(&mut buf)), Ok(0));
+}
