@@ -23,7 +23,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/server/metrics.rs src/report/tcp.rs src/report/udp.rs src/report/udp_multi.rs
            src/report/rr.rs src/report/load.rs src/report/merge.rs src/report/analysis.rs
            src/report/connection_row.rs src/greeting.rs src/names.rs
-           src/udp/setup.rs src/udp/outflow.rs src/rr/stream_answer.rs)
+           src/udp/setup.rs src/udp/outflow.rs src/rr/stream_answer.rs src/tcp/drive.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
