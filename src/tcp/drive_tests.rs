@@ -31,6 +31,8 @@ struct Mock {
     /// Reads that dropped their bytes unread, and the bytes they dropped.
     discarded: std::cell::Cell<usize>,
     dropped: std::cell::Cell<usize>,
+    /// What writes fail with, when set (before `broken`).
+    write_error: Option<io::ErrorKind>,
 }
 
 impl AsRawFd for Mock {
@@ -60,6 +62,9 @@ impl Socket for Mock {
     }
 
     fn send(&self, b: &[u8]) -> io::Result<usize> {
+        if let Some(kind) = self.write_error {
+            return Err(kind.into());
+        }
         if self.broken {
             return Err(io::ErrorKind::ConnectionReset.into());
         }
@@ -902,4 +907,22 @@ fn a_turn_that_wrote_all_it_had_and_found_nothing_to_read_ends() {
     let ran = client.run(&s, &env(&c, true), &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!((s.recvs.get(), s.writes.borrow().len()), (1, 1));
+}
+
+#[test]
+fn an_interrupted_large_write_is_tried_again_not_taken_for_a_failure() {
+    let c = Counters::default();
+    let e = env(&c, false);
+    let mut conn = pusher(1 << 20, 2 * GATHER);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = Mock {
+        write_error: Some(io::ErrorKind::Interrupted),
+        ..mock(1 << 20)
+    };
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
+    assert_eq!(kind(&conn), None);
+    // Tried again, the write goes out.
+    let s = mock(1 << 20);
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
+    assert_eq!(conn.progress().0, 2 * GATHER as u64);
 }
