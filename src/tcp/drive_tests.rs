@@ -893,18 +893,22 @@ fn a_short_drop_ends_the_turn_and_a_full_one_does_not() {
 
 #[test]
 fn a_turn_that_wrote_all_it_had_and_found_nothing_to_read_ends() {
-    // A crr client's hello and request leave in one write, the reply is
-    // not there yet: the turn ends without another read that would block.
+    // A crr server reads the request (a short read: nothing more is
+    // there) and writes its ack, reply and report in one write: the turn
+    // ends without another read that would block.
     let id = Uuid::from_u128(7);
     let c = Counters::default();
-    let hello = proto::encode(&Message::DataAck { connection: id });
-    let mut client = End::new(
-        Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now()),
-        hello,
+    let ack = proto::encode(&Message::DataAck { connection: id });
+    let mut server = End::new(
+        Conn::new(&crr_spec(), id, Role::Server, 64, Instant::now()),
+        ack,
     );
     let s = mock(1 << 20);
+    s.reads
+        .borrow_mut()
+        .push_back(pattern(id, Direction::ClientToServer, 64));
     let mut last = Instant::now();
-    let ran = client.run(&s, &env(&c, true), &mut last);
+    let ran = server.run(&s, &env(&c, true), &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!((s.recvs.get(), s.writes.borrow().len()), (1, 1));
 }
