@@ -183,6 +183,21 @@ mod tests {
     }
 
     #[test]
+    fn duplicates_of_older_probes_far_along_the_run_are_told() {
+        let mut a = Answerer::default();
+        for seq in 100..=103 {
+            a.answer(addr(1), &probe(7, seq), at(0), 0, 0);
+        }
+        // 101 again, two behind the newest: a duplicate, not counted; of
+        // what came before it, 100 did.
+        let r = a.answer(addr(1), &probe(7, 101), at(0), 0, 0);
+        assert_eq!((r.received, r.before, r.duplicate), (4, 1, true));
+        let r = a.answer(addr(1), &probe(7, 103), at(0), 0, 0);
+        assert_eq!((r.received, r.before, r.duplicate), (4, 0b111, true));
+        assert_eq!(a.answered, 6);
+    }
+
+    #[test]
     fn a_new_run_or_another_address_starts_afresh() {
         let mut a = Answerer::default();
         a.answer(addr(1), &probe(7, 0), at(0), 0, 0);
@@ -198,7 +213,9 @@ mod tests {
     #[test]
     fn probers_in_the_window_and_the_bound() {
         let mut a = Answerer::default();
+        assert!(a.is_empty());
         a.answer(addr(1), &probe(1, 0), at(10), 0, 0);
+        assert!(!a.is_empty());
         a.answer(addr(2), &probe(1, 0), at(20), 0, 0);
         a.answer(addr(2), &probe(1, 1), at(25), 0, 0);
         a.answer(addr(3), &probe(1, 0), at(30), 0, 0);

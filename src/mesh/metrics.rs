@@ -329,4 +329,82 @@ mod tests {
         assert!(text.contains("# TYPE netrig_mesh_probes_sent counter\n"));
         assert!(text.contains("# UNIT netrig_mesh_rtt_seconds seconds\n"));
     }
+
+    #[test]
+    fn clock_offset_one_way_delays_and_round_trips_past_the_last_bucket() {
+        let a: SocketAddr = "10.0.0.1:4795".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:4795".parse().unwrap();
+        let cfg = Config {
+            k: 1,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(5),
+            tcp: false,
+        };
+        let mut na = Node::new(cfg, a, 1);
+        let mut nb = Node::new(cfg, b, 2);
+        na.set_peers(&[a, b], Duration::ZERO);
+        nb.set_peers(&[a, b], Duration::ZERO);
+        // b's clock is 3 ms ahead of a's; each way takes 1 ms, but the
+        // second reply comes back 1.5 s late (still within the timeout).
+        let real_a = |ms: u64| 1_000_000_000_000 + ms * 1_000_000;
+        let real_b = |ms: u64| real_a(ms) + 3_000_000;
+        let mut replies: Vec<(u64, [u8; crate::mesh::wire::LEN])> = Vec::new();
+        let (mut sent, mut back, mut t) = (0, 0, 0u64);
+        while back < 2 {
+            let now = Duration::from_millis(t);
+            for (when, reply) in std::mem::take(&mut replies) {
+                match when == t {
+                    true => {
+                        assert!(na.datagram(b, &reply, now, real_a(t)).is_none());
+                        back += 1;
+                    }
+                    false => replies.push((when, reply)),
+                }
+            }
+            for (_, probe) in na.due(now, real_a(t)) {
+                sent += 1;
+                if sent <= 2 {
+                    let at = Duration::from_millis(t + 1);
+                    let reply = nb.datagram(a, &probe, at, real_b(t + 1)).unwrap();
+                    let down = if sent == 1 { 1 } else { 1500 };
+                    replies.push((t + 1 + down, reply));
+                }
+            }
+            t += 1;
+        }
+        let r = Readings {
+            now: Duration::from_millis(t),
+            window: Duration::from_secs(60),
+            refreshes: 0,
+            refresh_errors: 0,
+            send_errors: 0,
+        };
+        let text = render(&na, &r, false);
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        let p = "peer=\"10.0.0.2:4795\"";
+        // From the 2 ms exchange: offset 3 ms, right to within 1 ms; the
+        // one-way medians (the lower of two) 1 ms each way.
+        has(&format!("netrig_mesh_clock_offset_seconds{{{p}}} 0.003"));
+        has(&format!(
+            "netrig_mesh_clock_offset_bound_seconds{{{p}}} 0.001"
+        ));
+        has(&format!(
+            "netrig_mesh_one_way_delay_seconds{{{p},direction=\"up\"}} 0.001"
+        ));
+        has(&format!(
+            "netrig_mesh_one_way_delay_seconds{{{p},direction=\"down\"}} 0.001"
+        ));
+        // 2 ms and 1.502 s: one within the last bound, one past it.
+        has(&format!(
+            "netrig_mesh_rtt_seconds_bucket{{{p},le=\"0.0025\"}} 1"
+        ));
+        has(&format!(
+            "netrig_mesh_rtt_seconds_bucket{{{p},le=\"1.0\"}} 1"
+        ));
+        has(&format!(
+            "netrig_mesh_rtt_seconds_bucket{{{p},le=\"+Inf\"}} 2"
+        ));
+        has(&format!("netrig_mesh_rtt_seconds_count{{{p}}} 2"));
+        has(&format!("netrig_mesh_probes_lost_total{{{p}}} 0"));
+    }
 }

@@ -205,3 +205,57 @@ fn jitter_stays_within_a_fifth() {
     assert!(jittered(b, 0.999_999) < Duration::from_secs(12));
     assert_eq!(jittered(b, 7.0), Duration::from_secs(12));
 }
+
+#[test]
+fn a_new_address_for_this_node_starts_the_probing_over() {
+    let list: Vec<SocketAddr> = (1..=6).map(addr).collect();
+    let mut n = Node::new(cfg(2), addr(1), 0);
+    n.set_peers(&list, ms(0));
+    let first = n.next_wake().unwrap();
+    assert_eq!(n.due(first, 0).len(), 1);
+    let sent = |n: &Node| n.probed().map(|(_, p)| p.counts.sent).sum::<u64>();
+    // The same address: nothing changes.
+    n.set_me(addr(1));
+    assert_eq!(n.me(), addr(1));
+    assert_eq!((n.probed().count(), sent(&n)), (2, 1));
+    // Another: its choice is another, so the old accounting goes.
+    n.set_me(addr(6));
+    assert_eq!(n.me(), addr(6));
+    assert_eq!(n.probed().count(), 0);
+    n.set_peers(&list, ms(5000));
+    let probed: Vec<SocketAddr> = n.probed().map(|(a, _)| *a).collect();
+    let mut want = choose(addr(6), &list, 2);
+    want.sort();
+    assert_eq!(probed, want);
+    assert_eq!((n.known(), sent(&n)), (5, 0));
+}
+
+#[test]
+fn a_peer_dropped_and_chosen_again_is_probed_in_a_new_run() {
+    let (a, b) = (addr(1), addr(2));
+    let mut na = Node::new(cfg(1), a, 7);
+    let mut nb = Node::new(cfg(1), b, 9);
+    nb.set_peers(&[a, b], ms(0));
+    // Probes from a to b until `until`, each answered at once.
+    let exchange = |na: &mut Node, nb: &mut Node, until: Duration| {
+        while let Some(t) = na.next_wake().filter(|&t| t < until) {
+            for (to, probe) in na.due(t, 0) {
+                assert_eq!(to, b);
+                let reply = nb.datagram(a, &probe, t, 0).unwrap();
+                assert!(na.datagram(b, &reply, t, 0).is_none());
+            }
+        }
+    };
+    na.set_peers(&[a, b], ms(0));
+    exchange(&mut na, &mut nb, ms(5000));
+    let counts = |na: &Node| na.probed().map(|(_, p)| p.counts).next().unwrap();
+    assert_eq!(counts(&na).answered, 5);
+    // b leaves the list and comes back: its probes start over, and b
+    // tells them from those of the earlier run (not duplicates of them).
+    na.set_peers(&[a], ms(5000));
+    assert_eq!(na.probed().count(), 0);
+    na.set_peers(&[a, b], ms(5000));
+    exchange(&mut na, &mut nb, ms(8000));
+    let c = counts(&na);
+    assert_eq!((c.sent, c.answered, c.duplicates_up), (3, 3, 0));
+}

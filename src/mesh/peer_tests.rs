@@ -219,3 +219,38 @@ fn tcp_connects() {
     assert_eq!((peer.counts.tcp_connects, peer.counts.tcp_failures), (1, 2));
     assert_eq!(peer.tcp_last, Some(ms(2)));
 }
+
+#[test]
+fn a_later_reply_places_each_lost_probe_by_its_own_bit() {
+    // 0 and 1 lost; 2's reply says 1 reached the peer (bit 0) and 0 did
+    // not (bit 1): 1 was lost on the way down, 0 on the way up.
+    let mut peer = Peer::new(1, ms(100));
+    peer.probe(ms(0), 0);
+    peer.probe(ms(10), 10);
+    peer.expire(ms(200));
+    let p2 = peer.probe(ms(200), 200);
+    peer.reply(&reply_to(&p2, 0, 0, 0, 0b01), ms(201), 0);
+    assert_eq!((peer.counts.lost_up, peer.counts.lost_down), (1, 1));
+    // One lost, and the next reply says it came: down.
+    let mut peer = Peer::new(1, ms(100));
+    peer.probe(ms(0), 0);
+    peer.expire(ms(100));
+    let p1 = peer.probe(ms(100), 100);
+    peer.reply(&reply_to(&p1, 0, 0, 0, 0b1), ms(101), 0);
+    assert_eq!((peer.counts.lost_up, peer.counts.lost_down), (0, 1));
+}
+
+#[test]
+fn the_deadline_is_when_the_oldest_probe_in_flight_times_out() {
+    let mut peer = Peer::new(1, ms(300));
+    assert_eq!(peer.deadline(), None);
+    let p0 = peer.probe(ms(100), 0);
+    peer.probe(ms(200), 0);
+    assert_eq!(peer.deadline(), Some(ms(400)));
+    // Answered: the next in flight's.
+    peer.reply(&reply_to(&p0, 0, 0, 0, 0), ms(150), 0);
+    assert_eq!(peer.deadline(), Some(ms(500)));
+    // Lost: nothing in flight.
+    peer.expire(ms(500));
+    assert_eq!(peer.deadline(), None);
+}

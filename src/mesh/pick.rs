@@ -108,6 +108,21 @@ mod tests {
     }
 
     #[test]
+    fn weights_are_the_same_on_every_build() {
+        // Nodes of different builds must rank peers alike: FNV-1a 64 of
+        // "ME|PEER", then SplitMix64's finaliser, as computed by an
+        // independent implementation (Python, checked against FNV-1a's
+        // published vector for "a", 0xaf63dc4c8601ec8c).
+        let a: SocketAddr = "10.0.0.1:4795".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:4795".parse().unwrap();
+        let c: SocketAddr = "[fd00::1]:4795".parse().unwrap();
+        let d: SocketAddr = "10.0.0.2:9000".parse().unwrap();
+        assert_eq!(weight(a, b), 0x19d8_ece4_0eee_a1cb);
+        assert_eq!(weight(b, a), 0x4a93_d2a0_31ed_e67b);
+        assert_eq!(weight(c, d), 0xa4ff_2d20_2a5b_23e2);
+    }
+
+    #[test]
     fn choice_is_the_top_k_without_self() {
         let list = nodes(16);
         let me = list[5];

@@ -28,8 +28,11 @@ struct Mock {
     /// block unless set).
     recvs: std::cell::Cell<usize>,
     read_error: Option<io::ErrorKind>,
-    /// Reads that dropped their bytes unread.
+    /// Reads that dropped their bytes unread, and the bytes they dropped.
     discarded: std::cell::Cell<usize>,
+    dropped: std::cell::Cell<usize>,
+    /// What writes fail with, when set (before `broken`).
+    write_error: Option<io::ErrorKind>,
 }
 
 impl AsRawFd for Mock {
@@ -59,6 +62,9 @@ impl Socket for Mock {
     }
 
     fn send(&self, b: &[u8]) -> io::Result<usize> {
+        if let Some(kind) = self.write_error {
+            return Err(kind.into());
+        }
         if self.broken {
             return Err(io::ErrorKind::ConnectionReset.into());
         }
@@ -79,7 +85,10 @@ impl Socket for Mock {
 
     fn discard(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.discarded.set(self.discarded.get() + 1);
-        self.recv(buf)
+        // As with MSG_TRUNC, `buf` is not written.
+        let n = self.recv(&mut vec![0; buf.len()])?;
+        self.dropped.set(self.dropped.get() + n);
+        Ok(n)
     }
 
     fn close_write(&self) -> io::Result<()> {
@@ -743,4 +752,181 @@ fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     let conn = bounded_receiver(proto::VerifyLevel::Data, 2 * chunk);
     assert_eq!(conn.skippable(), 0);
     assert_eq!(conn.read_room(), chunk);
+}
+
+#[test]
+fn a_tcp_stream_reads_drops_writes_and_shuts_as_pump_expects() {
+    // The real socket's calls over loopback: what each moves, and how each
+    // tells an empty queue and the peer's close apart.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    // A bound on the blocking reads below, should a FIN never come.
+    b.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    b.set_nonblocking(true).unwrap();
+    let (a, b) = (
+        mio::net::TcpStream::from_std(a),
+        mio::net::TcpStream::from_std(b),
+    );
+    let mut buf = [0u8; 64];
+    // Nothing arrived: a read and a drop both would block (neither is
+    // the peer's close, nor a count of bytes).
+    let kind = |r: io::Result<usize>| r.map_err(|e| e.kind());
+    assert_eq!(kind(b.recv(&mut buf)), Err(io::ErrorKind::WouldBlock));
+    assert_eq!(kind(b.discard(&mut buf)), Err(io::ErrorKind::WouldBlock));
+    // Each write says how much it took; the held bytes leave with the FIN.
+    assert_eq!(a.send(b"hello").unwrap(), 5);
+    assert_eq!(a.send_more(b", world").unwrap(), 7);
+    a.close_write().unwrap();
+    // Blocking from here: each call waits for what the peer sent.
+    socket2::SockRef::from(&b).set_nonblocking(false).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let n = b.recv(&mut buf[..5 - got.len()]).unwrap();
+        assert!(n > 0, "the peer's close before its bytes");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"hello");
+    // The rest is dropped unread, counted; then the close reads as 0.
+    buf.fill(0);
+    let mut dropped = 0;
+    while dropped < 7 {
+        let n = b.discard(&mut buf).unwrap();
+        assert!(n > 0, "the peer's close before its bytes");
+        dropped += n;
+    }
+    assert_eq!(dropped, 7);
+    assert_eq!(buf, [0; 64], "dropped bytes are not copied");
+    assert_eq!(kind(b.discard(&mut buf)), Ok(0));
+    assert_eq!(kind(b.recv(&mut buf)), Ok(0));
+}
+
+#[test]
+fn one_step_drops_every_waiting_chunk_but_its_first_bytes() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let chunk = crate::tcp::machine::CHUNK as usize;
+    let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    let start = stream_start(Uuid::from_u128(5), Direction::ClientToServer);
+    let mut data = Vec::new();
+    while data.len() < 2 * chunk {
+        let more = 2 * chunk - data.len();
+        data.extend_from_slice(Pattern::get().slice(start, data.len() as u64, more));
+    }
+    s.reads.borrow_mut().push_back(data);
+    let mut buf = vec![0; 2 * chunk];
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    // Both chunks in one step, each read as far as its header and the
+    // rest dropped, all counted received.
+    assert_eq!(conn.progress().1, 2 * chunk as u64);
+    assert_eq!(c.received.load(Relaxed), 2 * chunk as u64);
+    let unread = 2 * (chunk - proto::HEADER_LEN);
+    assert_eq!((s.discarded.get(), s.dropped.get()), (2, unread));
+    assert!(ahead.is_empty() && !conn.is_done());
+}
+
+#[test]
+fn an_interrupted_read_is_tried_again_not_taken_for_a_failure() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let (mut conn, mut out, _) = waiting_receiver();
+    let mut ahead = ReadAhead::default();
+    let s = Mock {
+        read_error: Some(io::ErrorKind::Interrupted),
+        ..mock(1 << 20)
+    };
+    let mut buf = vec![0; 1024];
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    assert_eq!(kind(&conn), None);
+    assert_eq!(s.recvs.get(), SHORT_READS);
+    // What then arrives is read.
+    s.reads.borrow_mut().push_back(sent(1000));
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    assert_eq!(conn.progress().1, 1000);
+}
+
+/// `n` chunks of connection 5's data.
+fn chunks(n: usize) -> Vec<u8> {
+    let len = n * crate::tcp::machine::CHUNK as usize;
+    let start = stream_start(Uuid::from_u128(5), Direction::ClientToServer);
+    let mut data = Vec::new();
+    while data.len() < len {
+        let more = len - data.len();
+        data.extend_from_slice(Pattern::get().slice(start, data.len() as u64, more));
+    }
+    data
+}
+
+#[test]
+fn a_short_drop_ends_the_turn_and_a_full_one_does_not() {
+    let c = Counters::default();
+    let e = env(&c, true);
+    let chunk = crate::tcp::machine::CHUNK as usize;
+    let mut last = Instant::now();
+    let mut buf = vec![0; 2 * chunk];
+    // A chunk and 1000 bytes of the next: the drop of the rest of that
+    // one comes back short, so the socket is drained: no read that would
+    // block follows.
+    let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = mock(1 << 20);
+    s.reads
+        .borrow_mut()
+        .push_back(chunks(2)[..chunk + 1000].to_vec());
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(conn.progress().1, chunk as u64 + 1000);
+    assert_eq!((s.recvs.get(), s.discarded.get()), (4, 2));
+    // Five chunks: a step's reads (a head and a drop per chunk) end with
+    // a full drop after four, and the turn goes on to the fifth.
+    let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
+    let s = mock(1 << 20);
+    s.reads.borrow_mut().push_back(chunks(5));
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(conn.progress().1, 5 * chunk as u64);
+    assert_eq!((s.recvs.get(), s.discarded.get()), (11, 5));
+}
+
+#[test]
+fn a_turn_that_wrote_all_it_had_and_found_nothing_to_read_ends() {
+    // A crr server reads the request (a short read: nothing more is
+    // there) and writes its ack, reply and report in one write: the turn
+    // ends without another read that would block.
+    let id = Uuid::from_u128(7);
+    let c = Counters::default();
+    let ack = proto::encode(&Message::DataAck { connection: id });
+    let mut server = End::new(
+        Conn::new(&crr_spec(), id, Role::Server, 64, Instant::now()),
+        ack,
+    );
+    let s = mock(1 << 20);
+    s.reads
+        .borrow_mut()
+        .push_back(pattern(id, Direction::ClientToServer, 64));
+    let mut last = Instant::now();
+    let ran = server.run(&s, &env(&c, true), &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!((s.recvs.get(), s.writes.borrow().len()), (1, 1));
+}
+
+#[test]
+fn an_interrupted_large_write_is_tried_again_not_taken_for_a_failure() {
+    let c = Counters::default();
+    let e = env(&c, false);
+    let mut conn = pusher(1 << 20, 2 * GATHER);
+    let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
+    let s = Mock {
+        write_error: Some(io::ErrorKind::Interrupted),
+        ..mock(1 << 20)
+    };
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
+    assert_eq!(kind(&conn), None);
+    // Tried again, the write goes out.
+    let s = mock(1 << 20);
+    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
+    assert_eq!(conn.progress().0, 2 * GATHER as u64);
 }
