@@ -33,6 +33,8 @@ struct Mock {
     dropped: std::cell::Cell<usize>,
     /// What writes fail with, when set (before `broken`).
     write_error: Option<io::ErrorKind>,
+    /// Send calls made, the ones that would block included.
+    sends: std::cell::Cell<usize>,
 }
 
 impl AsRawFd for Mock {
@@ -62,6 +64,7 @@ impl Socket for Mock {
     }
 
     fn send(&self, b: &[u8]) -> io::Result<usize> {
+        self.sends.set(self.sends.get() + 1);
         if let Some(kind) = self.write_error {
             return Err(kind.into());
         }
@@ -707,6 +710,7 @@ fn a_short_read_ends_the_turn_without_a_read_that_would_block() {
     let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!(s.writes.borrow().len(), 2);
+    assert_eq!(s.sends.get(), 2, "no send after the short one");
     assert_eq!(conn.progress().0, 20000);
 }
 
