@@ -537,6 +537,17 @@ fn one_sample_has_no_variance() {
     assert_eq!((h.variance_us2, h.stddev_us), (0.0, 0.0));
 }
 
+/// UDP totals as a result holds them: the delays' histogram and extremes
+/// (ns recorded, µs written), no mean and no variance.
+fn udp_totals(ns: &[u64]) -> Value {
+    let mut h = crate::hdr::empty();
+    for &v in ns {
+        h.record(v).unwrap();
+    }
+    json!({"unique": ns.len(), "hdr": crate::hdr::encode(&h),
+           "delay_min_us": ns[0] as f64 / 1e3, "delay_max_us": ns[ns.len() - 1] as f64 / 1e3})
+}
+
 #[test]
 fn udp_totals_without_mean_or_variance_take_them_from_the_histogram() {
     // UDP totals of older results carry neither delay_avg_us nor a
@@ -545,15 +556,7 @@ fn udp_totals_without_mean_or_variance_take_them_from_the_histogram() {
     // samples' for 1000 of them).
     let a: Vec<u64> = (0..1000).map(|i| 10_000 + 37 * i).collect();
     let b: Vec<u64> = (0..1000).map(|i| 50_000 + 11 * i).collect();
-    let totals = |ns: &[u64]| {
-        let mut h = crate::hdr::empty();
-        for &v in ns {
-            h.record(v).unwrap();
-        }
-        json!({"unique": ns.len(), "hdr": crate::hdr::encode(&h),
-               "delay_min_us": ns[0] as f64 / 1e3, "delay_max_us": ns[ns.len() - 1] as f64 / 1e3})
-    };
-    let (ta, tb) = (totals(&a), totals(&b));
+    let (ta, tb) = (udp_totals(&a), udp_totals(&b));
     let m = merge_summaries(&[("a", &ta), ("b", &tb)]).unwrap().unwrap();
     let all: Vec<f64> = a.iter().chain(&b).map(|&v| v as f64 / 1e3).collect();
     let n = all.len() as f64;
@@ -577,16 +580,8 @@ fn udp_totals_of_few_datagrams_merge_to_the_samples_variance() {
     // Values a histogram holds exactly (below 2048 ns), three a side: a
     // histogram's spread is the population's, so taking it as the samples'
     // would leave each part's squared deviations short by a third.
-    let totals = |ns: &[u64]| {
-        let mut h = crate::hdr::empty();
-        for &v in ns {
-            h.record(v).unwrap();
-        }
-        json!({"unique": ns.len(), "hdr": crate::hdr::encode(&h),
-               "delay_min_us": ns[0] as f64 / 1e3, "delay_max_us": ns[ns.len() - 1] as f64 / 1e3})
-    };
     let (a, b) = ([100u64, 200, 300], [1000u64, 1100, 1200]);
-    let m = merge_summaries(&[("a", &totals(&a)), ("b", &totals(&b))])
+    let m = merge_summaries(&[("a", &udp_totals(&a)), ("b", &udp_totals(&b))])
         .unwrap()
         .unwrap();
     let all: Vec<f64> = a.iter().chain(&b).map(|&v| v as f64 / 1e3).collect();

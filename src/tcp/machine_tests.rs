@@ -646,3 +646,26 @@ fn the_report_counts_as_sent_once_its_last_byte_is_written() {
 
 #[path = "machine_time_tests.rs"]
 mod time_bounded;
+
+#[test]
+fn only_the_frame_lead_with_a_readable_header_can_end_a_chunk() {
+    // A chunk's first bytes that are not the pattern's are the end marker
+    // only if they begin like a frame and, once a whole header is there,
+    // it parses; anything else is corrupt data.
+    let mut good = [0u8; proto::HEADER_LEN];
+    good[..2].copy_from_slice(&proto::MAGIC);
+    good[2] = proto::FRAME_VERSION;
+    assert!(super::starts_a_frame(&good));
+    assert!(
+        super::starts_a_frame(&good[..2]),
+        "a short head that may still be a frame"
+    );
+    assert!(!super::starts_a_frame(b"NQ"), "a short head that cannot be");
+    assert!(!super::starts_a_frame(&[0u8; 3]));
+    let mut oversized = good;
+    oversized[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert!(
+        !super::starts_a_frame(&oversized),
+        "the lead, but no header"
+    );
+}
