@@ -24,7 +24,8 @@ if [ ${#files[@]} -eq 0 ]; then
            src/report/rr.rs src/report/load.rs src/report/merge.rs src/report/analysis.rs
            src/report/connection_row.rs src/greeting.rs src/names.rs
            src/udp/setup.rs src/udp/outflow.rs src/rr/stream_answer.rs
-           src/rr/probe.rs src/tcp/drive.rs)
+           src/rr/probe.rs src/tcp/drive.rs src/tcp/machine.rs src/tcp/schedule.rs
+           src/tcp/session.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
