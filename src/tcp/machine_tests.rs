@@ -669,3 +669,41 @@ fn only_the_frame_lead_with_a_readable_header_can_end_a_chunk() {
         "the lead, but no header"
     );
 }
+
+#[test]
+fn a_burst_whose_first_write_would_block_is_opened_once() {
+    // The socket takes nothing at a burst's start (the driver asks again
+    // once it is writable): still one record per burst.
+    let mut s = spec(IoPattern::Pull, 25_000);
+    s.burst = Some(BurstSpec {
+        size: 10_000,
+        period_ms: 10,
+    });
+    let t0 = Instant::now();
+    let mut server = Conn::new(&s, Uuid::from_u128(7), Role::Server, 1 << 20, t0);
+    let mut now = t0;
+    loop {
+        let clock = Now {
+            mono: now,
+            real_ns: 0,
+        };
+        match server.transmit(clock) {
+            Transmit::Bytes(_) => {}
+            Transmit::WaitUntil(t) => {
+                now = t;
+                continue;
+            }
+            Transmit::Nothing => break,
+        }
+        match server.transmit(clock) {
+            Transmit::Bytes(b) => {
+                let n = b.len();
+                server.on_written(n, clock);
+            }
+            other => panic!("asked again, it wants {other:?}"),
+        }
+    }
+    let log = &server.bursts.as_ref().unwrap().log.done;
+    let sizes: Vec<(u64, u64)> = log.iter().map(|b| (b.index, b.bytes)).collect();
+    assert_eq!(sizes, [(0, 10_000), (1, 10_000), (2, 5_000)]);
+}
