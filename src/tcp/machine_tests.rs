@@ -707,3 +707,23 @@ fn a_burst_whose_first_write_would_block_is_opened_once() {
     let sizes: Vec<(u64, u64)> = log.iter().map(|b| (b.index, b.bytes)).collect();
     assert_eq!(sizes, [(0, 10_000), (1, 10_000), (2, 5_000)]);
 }
+
+#[test]
+fn an_end_that_gives_up_reports_the_verdict_it_gave_up_with() {
+    // A server limit reached mid-transfer: this end's report carries the
+    // limit's verdict, not "cancelled", and the connection is over.
+    let t0 = Instant::now();
+    let mut c = Conn::new(
+        &spec(IoPattern::Push, 1 << 20),
+        Uuid::from_u128(9),
+        Role::Client,
+        1 << 16,
+        t0,
+    );
+    let v = Verdict::NetworkError {
+        detail: "limit reached".into(),
+    };
+    c.abort(v.clone());
+    let (_, mine, _) = c.into_result();
+    assert_eq!(mine.verdict, v);
+}
