@@ -27,7 +27,8 @@ if [ ${#files[@]} -eq 0 ]; then
            src/rr/probe.rs src/tcp/drive.rs src/tcp/machine.rs src/tcp/schedule.rs
            src/tcp/session.rs src/rr/run.rs src/load/run.rs src/report/mod.rs
            src/report/stream.rs src/report/tcp_info_file.rs src/html/kinds.rs
-           src/udp/profile.rs src/udp/scenario.rs src/relay/impair.rs)
+           src/udp/profile.rs src/udp/scenario.rs src/relay/impair.rs
+           src/udp/client_machine.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

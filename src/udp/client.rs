@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use super::client_machine::{Action, Bounds, ClientMachine, Input, Shown};
 use super::clock::{ClockSample, Offset, estimate};
 use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
@@ -362,7 +363,6 @@ pub fn run_with_offset(
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Arc::new(AtomicU64::new(0));
     let cpu_start = crate::net::cpu::sample();
-    let mut server_cpu = None;
     {
         let (sock, stop, tx) = (Arc::clone(&sock), Arc::clone(&stop), tx.clone());
         let spec = spec.clone();
@@ -415,150 +415,114 @@ pub fn run_with_offset(
     }
     drop(tx);
 
+    let local_addr = sock.local_addr().ok();
+    let mut machine = ClientMachine::new(
+        spec.reverse,
+        Bounds {
+            limit: Duration::from_millis(spec.duration_ms)
+                + drain_for(spec)
+                + Duration::from_secs(10),
+            drain: drain_for(spec),
+            grace: crate::control::STOP_GRACE,
+        },
+    );
+    let mut actions = Vec::new();
+    while !machine.is_over() {
+        machine.tick(
+            epoch.elapsed(),
+            interrupt.load(SeqCst),
+            crate::control::hurried(),
+            &mut actions,
+        );
+        perform(
+            &mut actions,
+            &mut machine,
+            epoch,
+            &mut c,
+            &stop,
+            &deadline,
+            obs,
+        );
+        if machine.is_over() {
+            break;
+        }
+        let input = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(Arrived::Packet(p)) => {
+                obs.packet(&p);
+                continue;
+            }
+            Ok(Arrived::Interval(iv)) => Input::Interval(iv),
+            Ok(Arrived::Burst(b)) => Input::Burst(b),
+            Ok(Arrived::Control(Ok(m))) => Input::Message(m),
+            Ok(Arrived::Control(Err(_))) => Input::ControlLost,
+            Ok(Arrived::SenderDone(s)) => Input::SenderDone(s),
+            Ok(Arrived::ReceiverDone(s)) => Input::ReceiverDone(s),
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                machine.worker_gone();
+                break;
+            }
+        };
+        machine.on(epoch.elapsed(), input, &mut actions);
+        perform(
+            &mut actions,
+            &mut machine,
+            epoch,
+            &mut c,
+            &stop,
+            &deadline,
+            obs,
+        );
+    }
+    let end = machine.finish();
+    let server_cpu = end.server_cpu;
     let mut rep = UdpReport {
         start_unix,
         offset,
-        sender: None,
-        totals: None,
-        intervals: Vec::new(),
-        interrupted: false,
-        server_lost: false,
-        duration_secs: 0.0,
+        sender: end.sender,
+        totals: end.totals,
+        intervals: end.intervals,
+        interrupted: end.interrupted,
+        server_lost: end.server_lost,
+        duration_secs: end.duration_secs,
         bins: None,
         analysis: None,
-        bursts: Vec::new(),
+        bursts: end.bursts,
         granted,
-        local: sock.local_addr().ok(),
+        local: local_addr,
         remote: server_udp,
         session,
         cpu: None,
     };
-    let mut stats: Option<Box<ReceiverStats>> = None;
-    let mut histogram: Vec<super::hist::Bucket> = Vec::new();
-    let mut goodbye_sent = false;
-    // When this end started waiting for the server to finish (after Ctrl-C,
-    // or past the test's time): a stuck server gets STOP_GRACE, then the run
-    // ends with what was measured.
-    let mut waiting_since: Option<Instant> = None;
-    let mut worker_done = false;
-    let limit = Duration::from_millis(spec.duration_ms) + drain_for(spec) + Duration::from_secs(10);
-    loop {
-        let done = rep.totals.is_some() || rep.server_lost;
-        if done && !goodbye_sent {
-            goodbye_sent = true;
-            // With the server gone, keep looping until the local worker has
-            // stopped and handed over what it measured.
-            if !rep.server_lost && c.send(&Message::Goodbye).is_err() {
-                break;
-            }
-        }
-        if interrupt.load(SeqCst) && !rep.interrupted {
-            rep.interrupted = true;
-            waiting_since.get_or_insert_with(Instant::now);
-            if spec.reverse {
-                // The local receiver keeps reading: what the server sent before it
-                // stopped is still arriving, and its `udp_done` sets the drain deadline.
-                let _ = c.send(&Message::Stop);
-            } else {
-                stop.store(true, SeqCst);
-            }
-        }
-        if epoch.elapsed() > limit && !stop.load(SeqCst) {
-            // The far end never finished: stop with what we have.
-            stop.store(true, SeqCst);
-            rep.server_lost = true;
-            waiting_since.get_or_insert_with(Instant::now);
-        }
-        if crate::control::hurried() && waiting_since.is_some() {
-            break;
-        }
-        if let Some(t) = waiting_since {
-            let waited = t.elapsed();
-            if waited > crate::control::STOP_GRACE && rep.totals.is_none() {
-                rep.server_lost = true;
-            }
-            if waited > crate::control::STOP_GRACE {
-                // A server that never said it stopped: stop receiving anyway.
-                stop.store(true, SeqCst);
-            }
-            // The control reader may be blocked on a silent server: end once
-            // the local worker has handed over, or after a second grace.
-            if waited > crate::control::STOP_GRACE
-                && (worker_done || waited > 2 * crate::control::STOP_GRACE)
-            {
-                break;
-            }
-        }
-        let ev = match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(ev) => ev,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        match ev {
-            Arrived::Interval(iv) => {
-                obs.interval(&iv);
-                rep.intervals.push(iv);
-            }
-            Arrived::Packet(p) => obs.packet(&p),
-            Arrived::Burst(b) | Arrived::Control(Ok(Message::UdpBurst(b))) => {
-                obs.burst(&b);
-                rep.bursts.push(b);
-            }
-            Arrived::SenderDone(s) => {
-                worker_done = true;
-                rep.duration_secs = epoch.elapsed().as_secs_f64();
-                if c.send(&Message::UdpDone(s.clone())).is_err() {
-                    rep.server_lost = true;
-                }
-                rep.sender = Some(s);
-            }
-            Arrived::ReceiverDone(s) => {
-                worker_done = true;
-                rep.duration_secs = epoch.elapsed().as_secs_f64();
-                rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
-                stats = Some(s);
-            }
-            Arrived::Control(Ok(Message::UdpInterval(iv))) => {
-                obs.interval(&iv);
-                rep.intervals.push(iv);
-            }
-            Arrived::Control(Ok(Message::UdpHistogram { bins })) => {
-                // Never more than a histogram can hold, whatever the server sends.
-                let room = super::hist::MAX_BUCKETS.saturating_sub(histogram.len());
-                histogram.extend(bins.into_iter().take(room));
-            }
-            Arrived::Control(Ok(Message::UdpResult(mut t))) => {
-                if t.histogram.is_empty() {
-                    t.histogram = std::mem::take(&mut histogram);
-                }
-                rep.totals = Some(t);
-            }
-            Arrived::Control(Ok(Message::UdpDone(s))) => {
-                rep.sender = Some(s);
-                let at = epoch.elapsed() + drain_for(spec);
-                deadline.store(at.as_nanos() as u64, SeqCst);
-            }
-            Arrived::Control(Ok(Message::Summary(s))) => {
-                server_cpu = s.cpu;
-                break;
-            }
-            Arrived::Control(Ok(Message::StopAck)) => {}
-            Arrived::Control(Ok(_)) | Arrived::Control(Err(_)) => {
-                if !goodbye_sent {
-                    rep.server_lost = true;
-                    stop.store(true, SeqCst);
-                } else {
-                    break;
-                }
-            }
-        }
-    }
-    if rep.totals.is_none()
-        && let Some(s) = stats
-    {
-        rep.totals = Some(s.totals(rep.sender.as_ref().map(|r| r.packets)));
-    }
     let local = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
     rep.cpu = Some(crate::cpu::CpuBoth::new(local, server_cpu));
     Ok(rep)
+}
+
+/// Carries out what the machine asked for; a control write that fails is
+/// fed back to it.
+fn perform(
+    actions: &mut Vec<Action>,
+    machine: &mut ClientMachine,
+    epoch: Instant,
+    c: &mut Control,
+    stop: &AtomicBool,
+    deadline: &AtomicU64,
+    obs: &mut dyn UdpObserver,
+) {
+    while !actions.is_empty() {
+        for a in std::mem::take(actions) {
+            match a {
+                Action::Send(m) => {
+                    if c.send(&m).is_err() {
+                        machine.on(epoch.elapsed(), Input::ControlLost, actions);
+                    }
+                }
+                Action::Show(Shown::Interval(iv)) => obs.interval(&iv),
+                Action::Show(Shown::Burst(b)) => obs.burst(&b),
+                Action::StopWorker => stop.store(true, SeqCst),
+                Action::DrainUntil(at) => deadline.store(at.as_nanos() as u64, SeqCst),
+            }
+        }
+    }
 }

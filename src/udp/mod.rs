@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod client;
+pub mod client_machine;
 pub mod clock;
 pub mod frames;
 pub mod gro;
