@@ -65,6 +65,11 @@ pub struct SockOpts {
     /// IP_TOS / IPV6_TCLASS byte: DSCP in the upper six bits, ECN in the
     /// lower two.
     pub tos: Option<u8>,
+    /// TCP_NOTSENT_LOWAT, bytes: the most not-yet-sent data a socket
+    /// queues before a write would block (on loopback, data copied closer
+    /// to its sending stays in cache for the receiver). Sent only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notsent_lowat: Option<u32>,
     /// UDP: no segmentation offload (`UDP_SEGMENT` on the sender,
     /// `UDP_GRO` on the receiver); every datagram crosses into and out of
     /// the kernel on its own. Sent only when set, so older peers read the

@@ -58,6 +58,11 @@ pub struct TcpFlags {
     /// iperf3 -N).
     #[arg(short = 'N', long)]
     pub no_delay: bool,
+    /// Most unsent bytes a socket queues before a write waits
+    /// (TCP_NOTSENT_LOWAT): less buffered data, data copied closer to its
+    /// sending; applied by the server to its end too.
+    #[arg(long, value_name = "BYTES", value_parser = notsent_lowat)]
+    pub notsent_lowat: Option<u32>,
     /// TCP keepalive probes after this idle time (ctsTraffic
     /// -KeepAliveValue; at least 1s).
     #[arg(long, value_name = "D", value_parser = positive_duration)]
@@ -101,6 +106,16 @@ pub(super) fn ports(s: &str) -> Result<(u16, u16)> {
     Ok((lo, hi))
 }
 
+fn notsent_lowat(s: &str) -> Result<u32> {
+    match u32::try_from(size(s)?) {
+        Ok(0) => anyhow::bail!(
+            "--notsent-lowat {s}: at least 1 byte (0 would mean the system's default)"
+        ),
+        Ok(v) => Ok(v),
+        Err(_) => anyhow::bail!("--notsent-lowat {s}: at most 4G"),
+    }
+}
+
 fn window(s: &str) -> Result<u32> {
     let v = size(s)?;
     u32::try_from(v).map_err(|_| anyhow::anyhow!("--window {s}: at most 4G"))
@@ -134,6 +149,7 @@ impl TcpFlags {
             mss: self.mss,
             congestion: self.congestion.clone(),
             no_delay: self.no_delay,
+            notsent_lowat: self.notsent_lowat,
             keepalive_ms: self.keepalive.map(|d| d.as_millis() as u64),
             shutdown: self.shutdown,
             ..self.ip.opts()

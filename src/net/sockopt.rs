@@ -129,6 +129,11 @@ pub fn apply<S: AsFd + AsRawFd>(
     if o.no_delay {
         r.set_tcp_nodelay(true).map_err(refused("--no-delay"))?;
     }
+    if let Some(b) = o.notsent_lowat {
+        let b = b.min(i32::MAX as u32) as libc::c_int;
+        set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, b)
+            .map_err(refused("--notsent-lowat"))?;
+    }
     if let Some(ms) = o.keepalive_ms {
         let idle = Duration::from_millis(ms.max(1000));
         r.set_tcp_keepalive(&TcpKeepalive::new().with_time(idle))
@@ -232,6 +237,7 @@ mod tests {
             dont_fragment: true,
             fq_rate_bps: Some(80_000_000),
             tos: Some(0xb8),
+            notsent_lowat: Some(131_072),
             no_offload: false,
         };
         apply(&s, &o, false, true).unwrap();
@@ -246,6 +252,19 @@ mod tests {
         assert!(s.tcp_nodelay().unwrap());
         assert!(s.keepalive().unwrap());
         assert_eq!(s.tcp_keepalive_time().unwrap(), Duration::from_secs(5));
+        let mut lowat: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid descriptor and an int-sized buffer with its size.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&mut lowat as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((r, lowat), (0, 131_072));
     }
 
     #[test]
