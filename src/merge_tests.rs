@@ -1,3 +1,8 @@
+//! Unit tests of `merge`: results of each kind merged whole — counters
+//! added, intervals and transactions on one wall-clock grid, latencies
+//! exact over every sample, errors kept with their origin, and inputs that
+//! do not merge named. udp results of streams are in `merge/udp_tests.rs`.
+
 use super::*;
 use crate::rr::hist::LatencyStats;
 use proptest::prelude::*;
@@ -147,54 +152,6 @@ fn totals_add_and_intervals_share_one_wall_clock_grid() {
     assert_eq!(m.errors.len(), 2);
     assert_eq!(m.errors[1].input, "c1.json");
     assert_eq!(m.errors[1].error, "server 127.0.0.1:1: limit");
-}
-
-#[test]
-fn a_grid_slice_ends_where_the_last_input_does() {
-    let slices = align(
-        &[
-            (Some(10.0), vec![(0.0, 0.5, 100.0), (0.5, 1.5, 300.0)]),
-            (None, vec![(0.0, 9.0, 1e9)]),
-            (Some(10.25), vec![(0.0, 0.0, 7.0)]),
-        ],
-        1.0,
-    );
-    assert_eq!(slices.len(), 2);
-    assert_eq!(slices[0].per_input, vec![250, 0, 7]);
-    assert_eq!(slices[1].per_input, vec![150, 0, 0]);
-    assert_eq!((slices[1].start_secs, slices[1].end_secs), (1.0, 1.5));
-    assert_eq!(slices[1].goodput_bps, 150.0 * 8.0 / 0.5);
-    assert_eq!(slices[0].bytes, 257);
-    assert!(align(&[], 1.0).is_empty());
-    assert!(align(&[(Some(1.0), vec![(0.0, 1.0, 5.0)])], 0.0).is_empty());
-}
-
-proptest! {
-    #[test]
-    fn aligned_bytes_add_up_to_the_inputs(
-        inputs in proptest::collection::vec(
-            (0.0f64..5.0, proptest::collection::vec((0.01f64..2.0, 0u32..1_000_000), 1..10)),
-            1..6),
-        step in 0.1f64..3.0,
-    ) {
-        let timed: Vec<Timed> = inputs
-            .iter()
-            .map(|(start, rows)| {
-                let mut t = 0.0;
-                let sl = rows.iter().map(|&(d, b)| { let a = t; t += d; (a, t, f64::from(b)) }).collect();
-                (Some(*start), sl)
-            })
-            .collect();
-        let slices = align(&timed, step);
-        let want: f64 = timed.iter().flat_map(|t| t.1.iter().map(|s| s.2)).sum();
-        let got: u64 = slices.iter().map(|s| s.bytes).sum();
-        prop_assert!((got as f64 - want).abs() <= slices.len() as f64, "{} vs {}", got, want);
-        for (i, t) in timed.iter().enumerate() {
-            let own: f64 = t.1.iter().map(|s| s.2).sum();
-            let got: u64 = slices.iter().map(|s| s.per_input[i]).sum();
-            prop_assert!((got as f64 - own).abs() <= slices.len() as f64);
-        }
-    }
 }
 
 #[test]
@@ -413,248 +370,12 @@ fn rr_ping_and_crr_transactions_share_the_wall_clock_grid() {
     assert_eq!(m.totals["transactions"], 13);
 }
 
-/// A one-stream udp result as a stream's report: `start`, datagrams of
-/// 100 B received with delays `ns`, one interval of 1 s.
-fn udp_report(start: f64, ns: &[u64]) -> Value {
-    let mut h = crate::hdr::empty();
-    for &v in ns {
-        h.record(v).unwrap();
-    }
-    let s = stats(ns).summary().unwrap();
-    let n = ns.len() as u64;
-    json!({"start_unix": start, "duration_secs": 1.0,
-           "totals": {"sent": 10, "unique": n, "packets": n, "bytes": 100 * n, "lost": 10 - n,
-                      "duplicates": 0, "reordered": 0, "corrupt": 0, "late": 0,
-                      "delay_min_us": s.min_us, "delay_max_us": s.max_us, "delay_avg_us": s.mean_us,
-                      "percentiles_us": [["p50", 0.0], ["max", 0.0]], "hdr": crate::hdr::encode(&h)},
-           "intervals": [{"time_slice": 1.0, "bytes": 100 * n}]})
-}
-
-/// A udp result of streams: (reverse, report) each.
-fn udp_streams(streams: Vec<(bool, Value)>) -> Value {
-    let streams: Vec<Value> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, (rev, report))| json!({"index": i, "reverse": rev, "report": report, "error": null}))
-        .collect();
-    json!({"netrig": 1, "test": "udp", "config": {"spec": {"reverse": false}},
-           "result": {"streams": streams, "duration_secs": 1.5}})
-}
-
-#[test]
-fn udp_streams_merge_per_direction_and_each_input_sums_its_streams() {
-    let a = udp_streams(vec![
-        (false, udp_report(100.0, &[10_000, 20_000])),
-        (true, udp_report(100.5, &[40_000])),
-    ]);
-    let mut b = udp_streams(vec![
-        (false, udp_report(101.0, &[30_000])),
-        (true, udp_report(101.0, &[50_000, 60_000, 70_000])),
-    ]);
-    b["result"]["streams"][1]["error"] = json!("server lost");
-    let m = merge(&named(vec![a, b]), 1.0).unwrap();
-    assert_eq!(
-        (m.totals["bytes"], m.totals["unique"], m.totals["lost"]),
-        (300, 3, 17)
-    );
-    assert_eq!(
-        (
-            m.totals["bytes_bidir_reverse"],
-            m.totals["unique_bidir_reverse"],
-            m.totals["sent_bidir_reverse"]
-        ),
-        (400, 4, 20)
-    );
-    assert_eq!(m.inputs[1].totals["bytes_bidir_reverse"], 300);
-    assert_eq!(m.inputs[0].start_unix, Some(100.0));
-    let one_way = |ns: &[u64]| stats(ns).summary().unwrap();
-    let fwd = &m.latency["one_way_delay"];
-    assert_eq!(fwd.count, 3);
-    assert_eq!(fwd.hdr, one_way(&[10_000, 20_000, 30_000]).hdr);
-    let back = &m.latency["one_way_delay_bidir_reverse"];
-    assert_eq!(back.count, 4);
-    assert_eq!(back.hdr, one_way(&[40_000, 50_000, 60_000, 70_000]).hdr);
-    // On the grid from 100.0: input 0's streams add into its column.
-    let got: Vec<_> = m
-        .intervals
-        .iter()
-        .map(|s| (s.bytes, s.per_input.clone()))
-        .collect();
-    assert_eq!(
-        got,
-        [(250, vec![250, 0]), (450, vec![50, 400])],
-        "{:?}",
-        m.intervals
-    );
-    assert_eq!(m.goodput_bps, Some(700.0 * 8.0 / 2.0));
-    assert_eq!(m.errors.len(), 1);
-    assert_eq!(m.errors[0].input, "c1.json");
-    assert_eq!(m.errors[0].error, "stream 1: server lost");
-
-    // Both ways and one way do not merge; -P one way and one stream do.
-    let one_way_p = udp_streams(vec![
-        (false, udp_report(1.0, &[1_000])),
-        (false, udp_report(1.0, &[2_000])),
-    ]);
-    let both = udp_streams(vec![
-        (false, udp_report(1.0, &[1_000])),
-        (true, udp_report(1.0, &[2_000])),
-    ]);
-    let err = merge(&named(vec![one_way_p.clone(), both]), 1.0).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "c1.json: config --bidir is both ways, c0.json has one way: only runs of one configuration merge"
-    );
-    let mut single = udp_streams(vec![]);
-    single["result"] = udp_report(1.0, &[3_000]);
-    let m = merge(&named(vec![one_way_p, single]), 1.0).unwrap();
-    assert_eq!(m.totals["unique"], 3);
-    assert!(!m.totals.contains_key("unique_bidir_reverse"));
-    assert_eq!(m.intervals[0].per_input, vec![200, 100]);
-}
-
-#[test]
-fn summaries_of_nothing_merge_to_none_even_without_a_histogram() {
-    // A summary of no samples, and UDP totals of no datagram: nothing to
-    // merge, not an input without a histogram.
-    let none = json!({"count": 0});
-    let no_datagram = json!({"unique": 0, "delay_min_us": 0.0});
-    assert!(matches!(
-        merge_summaries(&[("a", &none), ("b", &no_datagram), ("c", &Value::Null)]),
-        Ok(None)
-    ));
-    assert!(matches!(
-        merge_summaries(&[("d", &json!({"count": 3}))]),
-        Err(SummaryError::NoHistogram(who)) if who == "d"
-    ));
-}
-
 #[test]
 fn one_sample_has_no_variance() {
     let m = merge(&named(vec![crr(&[250_000], 1)]), 1.0).unwrap();
     let h = &m.latency["handshake"];
     assert_eq!(h.count, 1);
     assert_eq!((h.variance_us2, h.stddev_us), (0.0, 0.0));
-}
-
-/// UDP totals as a result holds them: the delays' histogram and extremes
-/// (ns recorded, µs written), no mean and no variance.
-fn udp_totals(ns: &[u64]) -> Value {
-    let mut h = crate::hdr::empty();
-    for &v in ns {
-        h.record(v).unwrap();
-    }
-    json!({"unique": ns.len(), "hdr": crate::hdr::encode(&h),
-           "delay_min_us": ns[0] as f64 / 1e3, "delay_max_us": ns[ns.len() - 1] as f64 / 1e3})
-}
-
-#[test]
-fn udp_totals_without_mean_or_variance_take_them_from_the_histogram() {
-    // UDP totals of older results carry neither delay_avg_us nor a
-    // variance: both come from the histogram, to its precision (0.1 %;
-    // the histogram's spread is the population's, within 0.1 % of the
-    // samples' for 1000 of them).
-    let a: Vec<u64> = (0..1000).map(|i| 10_000 + 37 * i).collect();
-    let b: Vec<u64> = (0..1000).map(|i| 50_000 + 11 * i).collect();
-    let (ta, tb) = (udp_totals(&a), udp_totals(&b));
-    let m = merge_summaries(&[("a", &ta), ("b", &tb)]).unwrap().unwrap();
-    let all: Vec<f64> = a.iter().chain(&b).map(|&v| v as f64 / 1e3).collect();
-    let n = all.len() as f64;
-    let mean = all.iter().sum::<f64>() / n;
-    let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    assert_eq!(m.count, 2000);
-    assert!(
-        (m.mean_us - mean).abs() < 1e-3 * mean,
-        "{} {mean}",
-        m.mean_us
-    );
-    assert!(
-        (m.variance_us2 - var).abs() < 1e-2 * var,
-        "{} {var}",
-        m.variance_us2
-    );
-}
-
-#[test]
-fn udp_totals_of_few_datagrams_merge_to_the_samples_variance() {
-    // Values a histogram holds exactly (below 2048 ns), three a side: a
-    // histogram's spread is the population's, so taking it as the samples'
-    // would leave each part's squared deviations short by a third.
-    let (a, b) = ([100u64, 200, 300], [1000u64, 1100, 1200]);
-    let m = merge_summaries(&[("a", &udp_totals(&a)), ("b", &udp_totals(&b))])
-        .unwrap()
-        .unwrap();
-    let all: Vec<f64> = a.iter().chain(&b).map(|&v| v as f64 / 1e3).collect();
-    let mean = all.iter().sum::<f64>() / 6.0;
-    let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 5.0;
-    assert_eq!(m.count, 6);
-    assert!((m.mean_us - mean).abs() < 1e-9, "{} {mean}", m.mean_us);
-    assert!(
-        (m.variance_us2 - var).abs() < 1e-9,
-        "{} {var}",
-        m.variance_us2
-    );
-    assert!((m.stddev_us - var.sqrt()).abs() < 1e-9);
-}
-
-#[test]
-fn a_slice_of_no_length_lands_in_the_grid_slice_of_its_time() {
-    let step = 0.5;
-    let slices = align(
-        &[(
-            Some(0.0),
-            vec![(0.0, 2.0, 400.0), (1.0, 1.0, 7.0), (2.0, 2.0, 9.0)],
-        )],
-        step,
-    );
-    let even = 400 / 4;
-    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
-    // At 1.0 s: the grid slice from 1.0 s; at the very end: the last one.
-    assert_eq!(got, [even, even, even + 7, even + 9]);
-}
-
-#[test]
-fn a_grid_slice_of_no_width_has_a_rate_of_zero() {
-    // 0.1 + 0.2 is a hair above 0.3: ceil gives a fourth grid slice that
-    // starts where the input ends (3 × 0.1 is that same hair above 0.3).
-    let end = 0.1 + 0.2;
-    let slices = align(&[(Some(0.0), vec![(0.0, end, 300.0)])], 0.1);
-    let last = slices.last().unwrap();
-    assert_eq!((last.start_secs, last.end_secs), (end, end));
-    assert!(slices.iter().all(|s| s.goodput_bps.is_finite()));
-    assert_eq!(last.goodput_bps, 0.0);
-}
-
-#[test]
-fn a_slice_ending_at_the_grid_end_whose_start_rounds_onto_it_stays_in_the_last_grid_slice() {
-    // 3.4999999999999996 is the float just below 3.5, yet divided by 0.7
-    // it rounds up to 5.0, the number of grid slices (3.5 / 0.7 is 5.0):
-    // its grid slice must still be the last one, 4.
-    let (step, end) = (0.7, 3.5);
-    let a = 3.499_999_999_999_999_6;
-    assert!(a < end && a / step == 5.0 && end / step == 5.0);
-    let slices = align(&[(Some(0.0), vec![(0.0, a, 500.0), (a, end, 7.0)])], step);
-    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
-    assert_eq!(got, [100, 100, 100, 100, 107]);
-}
-
-#[test]
-fn a_slice_narrower_than_a_float_step_keeps_its_bytes() {
-    // 0.9 and the next float up, 0.9000000000000001, both divide by 0.1
-    // to exactly 9.0: the slice from one to the other starts and ends on
-    // grid line 9, and its bytes belong to grid slice 9.
-    let step = 0.1;
-    let (a, b) = (0.9, 0.900_000_000_000_000_1);
-    assert!(b > a && a / step == 9.0 && b / step == 9.0);
-    let slices = align(
-        &[(
-            Some(0.0),
-            vec![(0.0, a, 900.0), (a, b, 5.0), (b, 1.0, 100.0)],
-        )],
-        step,
-    );
-    let got: Vec<u64> = slices.iter().map(|s| s.per_input[0]).collect();
-    assert_eq!(got, [100, 100, 100, 100, 100, 100, 100, 100, 100, 105]);
 }
 
 #[test]
@@ -738,25 +459,6 @@ fn several_runs_latencies_are_named_by_position_and_size() {
 }
 
 #[test]
-fn a_failed_udp_input_does_not_decide_the_direction() {
-    // The first input measured nothing: the both-ways inputs after it
-    // merge, and it is no one-way run beside them.
-    let both = || {
-        udp_streams(vec![
-            (false, udp_report(1.0, &[1_000])),
-            (true, udp_report(1.0, &[2_000])),
-        ])
-    };
-    let mut failed = both();
-    failed["result"] = Value::Null;
-    failed["error"] = json!("refused");
-    let m = merge(&named(vec![failed, both(), both()]), 1.0).unwrap();
-    assert_eq!(m.totals["unique"], 2);
-    assert_eq!(m.totals["unique_bidir_reverse"], 2);
-    assert_eq!(m.errors.len(), 1);
-}
-
-#[test]
 fn tcp_connection_times_merge_from_every_input() {
     let with_times = |start: f64, ns: &[u64]| {
         let mut d = tcp(start, &[(1.0, 10)], 10);
@@ -803,19 +505,5 @@ fn a_crr_run_with_a_negative_duration_is_left_off_the_grid() {
     assert_eq!(m.totals["transactions"], 13);
 }
 
-#[test]
-fn a_grid_of_half_seconds_has_half_second_slices() {
-    let slices = align(&[(Some(4.0), vec![(0.0, 1.5, 300.0)])], 0.5);
-    let got: Vec<(f64, f64, u64, f64)> = slices
-        .iter()
-        .map(|s| (s.start_secs, s.end_secs, s.bytes, s.goodput_bps))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (0.0, 0.5, 100, 1600.0),
-            (0.5, 1.0, 100, 1600.0),
-            (1.0, 1.5, 100, 1600.0)
-        ]
-    );
-}
+#[path = "merge/udp_tests.rs"]
+mod udp;

@@ -16,7 +16,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/udp/marks.rs src/spec.rs src/udp/frames.rs src/udp/sum.rs src/udp/iso.rs src/load/model.rs src/html/svg.rs
            src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
            src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs
-           src/server/sources.rs src/merge.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
+           src/server/sources.rs src/merge.rs src/merge/read.rs src/merge/summary.rs src/merge/grid.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
            src/html/merge.rs src/rr/answer.rs src/udp/gro.rs src/udp/reception.rs src/udp/intake.rs
            src/iperf3/client.rs src/iperf2/mod.rs src/mesh/peer.rs src/mesh/pick.rs src/mesh/answer.rs
            src/mesh/node.rs src/iperf3_client/report.rs src/rr/hist.rs src/mesh/metrics.rs

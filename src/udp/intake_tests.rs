@@ -2,13 +2,14 @@
 //! scripted client in memory, on a simulated clock, through a path that
 //! loses, duplicates, reorders, truncates and corrupts datagrams, with the
 //! client leaving at every step; a property test against a model of the
-//! receiver's counts.
+//! receiver's counts. The handshake and session control are tested in
+//! `intake_control_tests.rs`, the path and the leaving client in
+//! `intake_path_tests.rs`.
 
 use super::*;
 use crate::udp::header::{FLAG_HANDSHAKE, Header, fill_payload};
 use crate::udp::sent::SenderReport;
 use crate::udp::track::UdpTotals;
-use proptest::prelude::*;
 use std::collections::HashSet;
 
 const TOKEN: u64 = 0x7070_7070;
@@ -306,145 +307,6 @@ fn intervals_end_on_the_timer_and_add_up_to_the_totals() {
 }
 
 #[test]
-fn a_wrong_nonce_or_a_start_before_the_proof_is_refused() {
-    let t0 = Instant::now();
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    let ready = |nonce| Message::UdpReady {
-        nonce,
-        offset_ns: 0,
-    };
-    a.on_message(ready(NONCE), t0, 1);
-    drain(&mut a, &mut s);
-    assert!(matches!(
-        s.refused,
-        Some(Refusal::Auth(AuthFailure::ProbeNonce))
-    ));
-    assert!(a.is_over() && !s.started);
-
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    // The datagram first, then the message: the address heard is proven.
-    a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
-    a.on_datagram(&handshake(TOKEN), "127.0.0.3:1".parse().unwrap(), at(t0, 1));
-    a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-    drain(&mut a, &mut s);
-    assert_eq!(s.connect, Some(client()), "the first address heard");
-    a.on_message(ready(NONCE ^ 1), t0, 1);
-    drain(&mut a, &mut s);
-    assert!(matches!(
-        s.refused,
-        Some(Refusal::Auth(AuthFailure::ProbeNonce))
-    ));
-    assert!(!s.started);
-}
-
-#[test]
-fn a_wrong_token_proves_nothing_and_the_handshake_wait_ends() {
-    let t0 = Instant::now();
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-    a.on_datagram(&handshake(TOKEN ^ 1), client(), at(t0, 1));
-    a.on_datagram(&datagram(0, 0), client(), at(t0, 1));
-    drain(&mut a, &mut s);
-    assert_eq!((s.connect, s.probes.len()), (None, 0));
-    assert_eq!(a.deadline(), Some(t0 + HANDSHAKE_WAIT));
-    a.on_timeout(t0 + HANDSHAKE_WAIT - Duration::from_nanos(1));
-    drain(&mut a, &mut s);
-    assert!(s.refused.is_none());
-    a.on_timeout(t0 + HANDSHAKE_WAIT);
-    drain(&mut a, &mut s);
-    assert!(matches!(s.refused, Some(Refusal::NoHandshake(_))));
-}
-
-#[test]
-fn setup_and_the_session_deadline_are_enforced() {
-    let t0 = Instant::now();
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    assert_eq!(a.deadline(), Some(t0 + Duration::from_secs(10)));
-    a.on_timeout(t0 + Duration::from_secs(10));
-    drain(&mut a, &mut s);
-    assert!(matches!(s.refused, Some(Refusal::NotStarted(_))));
-
-    // Running: the interval ends, then the deadline, even when the
-    // client never says it is done.
-    let (mut a, mut s) = started(t0);
-    run_clock(&mut a, &mut s, t0 + Duration::from_secs(64));
-    assert!(s.refused.is_none());
-    assert_eq!(s.intervals().len(), 64);
-    run_clock(&mut a, &mut s, t0 + Duration::from_secs(66));
-    assert!(matches!(
-        s.refused,
-        Some(Refusal::Limit(Limit::DurationReached { max })) if max == Duration::from_secs(60)
-    ));
-    assert!(s.totals().is_empty(), "the refusal ends it");
-
-    // Reported, and no goodbye: the deadline still ends it.
-    let (mut a, mut s) = started(t0);
-    a.on_message(done(0), t0, 1);
-    run_clock(&mut a, &mut s, t0 + Duration::from_secs(1));
-    assert_eq!(s.totals().len(), 1);
-    assert_eq!(a.deadline(), Some(t0 + Duration::from_secs(65)));
-    run_clock(&mut a, &mut s, t0 + Duration::from_secs(65));
-    assert!(matches!(
-        s.refused,
-        Some(Refusal::Limit(Limit::DurationReached { .. }))
-    ));
-}
-
-#[test]
-fn a_stop_reports_at_once_and_time_requests_are_answered_throughout() {
-    let t0 = Instant::now();
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    a.on_message(Message::TimeRequest { t1: 3 }, t0, 44);
-    drain(&mut a, &mut s);
-    assert!(matches!(
-        s.sent.last(),
-        Some(Message::TimeReply {
-            t1: 3,
-            t2: 44,
-            t3: 44
-        })
-    ));
-    let (mut a, mut s) = started(t0);
-    a.on_datagram(&datagram(0, 0), client(), at(t0, 1));
-    a.on_message(Message::Stop, t0 + Duration::from_millis(300), 1);
-    drain(&mut a, &mut s);
-    assert!(matches!(s.sent[0], Message::StopAck));
-    assert_eq!(s.totals().len(), 1);
-    assert_eq!(s.totals()[0].packets, 1);
-    // Nothing is counted after the totals.
-    assert!(!a.wants_datagrams());
-    a.on_datagram(&datagram(1, 0), client(), at(t0, 1));
-    a.on_message(Message::TimeRequest { t1: 4 }, t0, 45);
-    a.on_message(Message::Goodbye, t0, 1);
-    drain(&mut a, &mut s);
-    assert_eq!(s.totals().len(), 1, "the totals once");
-    assert!(s.summary.is_some() && s.closed);
-
-    // A stop before the start: the totals follow the start at once.
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    a.on_message(Message::Stop, t0, 1);
-    a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-    a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
-    a.on_message(
-        Message::UdpReady {
-            nonce: NONCE,
-            offset_ns: 0,
-        },
-        t0,
-        1,
-    );
-    drain(&mut a, &mut s);
-    assert!(s.started && !a.is_running());
-    assert_eq!(s.totals().len(), 1);
-}
-
-#[test]
 fn datagrams_from_elsewhere_or_of_another_stream_are_not_counted() {
     let t0 = Instant::now();
     let (mut a, mut s) = started(t0);
@@ -481,22 +343,6 @@ fn an_offset_from_the_start_corrects_the_delays() {
     a.on_message(Message::Goodbye, t0, 1);
     drain(&mut a, &mut s);
     assert_eq!(s.totals()[0].delay_min_us, Some(1000.0));
-}
-
-#[test]
-fn unexpected_and_malformed_messages_are_refused() {
-    let t0 = Instant::now();
-    let (mut a, mut s) = started(t0);
-    a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-    drain(&mut a, &mut s);
-    assert!(matches!(s.refused, Some(Refusal::Unexpected { .. })));
-    let (mut a, mut s) = started(t0);
-    a.on_malformed(ProtoError::Oversized(1 << 30));
-    drain(&mut a, &mut s);
-    assert!(s.refused.is_some() && a.is_over());
-    a.on_closed();
-    a.on_message(Message::Goodbye, t0, 1);
-    assert!(!a.has_actions());
 }
 
 #[test]
@@ -611,215 +457,6 @@ fn the_kernels_receive_time_and_marking_are_what_count() {
     assert_eq!((marking.sent_tos, marking.ecn_other), (0, 1));
 }
 
-/// One step of a client's session, for leaving after any of them.
-fn step(a: &mut Intake, k: usize, t0: Instant) {
-    let t = t0 + Duration::from_millis(k as u64);
-    match k {
-        0 => a.on_message(Message::TimeRequest { t1: 1 }, t, 1),
-        1 => a.on_message(Message::UdpHandshake { token: TOKEN }, t, 1),
-        2 => a.on_datagram(&handshake(TOKEN), client(), at(t, 1)),
-        3 => a.on_message(
-            Message::UdpReady {
-                nonce: NONCE,
-                offset_ns: 0,
-            },
-            t,
-            1,
-        ),
-        4 => a.on_datagram(&datagram(0, 0), client(), at(t, 1)),
-        5 => a.on_timeout(t0 + Duration::from_secs(1)),
-        6 => a.on_message(done(1), t0 + Duration::from_secs(1), 1),
-        7 => a.on_timeout(t0 + Duration::from_secs(2)),
-        _ => a.on_message(Message::Goodbye, t0 + Duration::from_secs(2), 1),
-    }
-}
-
-#[test]
-fn a_client_gone_at_every_step_closes_it_and_nothing_follows() {
-    for gone in 0..=9 {
-        let t0 = Instant::now();
-        let mut a = intake(t0);
-        let mut s = Said::default();
-        for k in 0..gone {
-            step(&mut a, k, t0);
-            drain(&mut a, &mut s);
-        }
-        let was_over = a.is_over();
-        a.on_closed();
-        drain(&mut a, &mut s);
-        assert!(a.is_over() && a.deadline().is_none(), "gone after {gone}");
-        assert!(s.refused.is_none(), "gone after {gone}: {:?}", s.refused);
-        // Over already (after the goodbye) or closed now: once either way.
-        assert!(s.closed, "gone after {gone}");
-        let before = s.sent.len();
-        for k in 0..=8 {
-            step(&mut a, k, t0);
-        }
-        a.on_closed();
-        assert!(!a.has_actions(), "gone after {gone}");
-        assert_eq!(s.sent.len(), before);
-        assert_eq!(was_over, gone == 9, "over only after the goodbye");
-    }
-}
-
-/// What the path does to one datagram.
-#[derive(Debug, Clone)]
-enum Fate {
-    Deliver,
-    Lose,
-    Duplicate,
-    /// Held back and delivered this many datagrams later.
-    Delay(usize),
-    /// Cut to this many bytes.
-    Truncate(usize),
-    /// A payload byte flipped.
-    Flip(usize),
-    /// Replaced by bytes that are no datagram.
-    Garbage(Vec<u8>),
-}
-
-fn fate() -> impl Strategy<Value = Fate> {
-    prop_oneof![
-        6 => Just(Fate::Deliver),
-        2 => Just(Fate::Lose),
-        1 => Just(Fate::Duplicate),
-        1 => (1usize..6).prop_map(Fate::Delay),
-        1 => (0usize..HEADER_LEN + PAYLOAD).prop_map(Fate::Truncate),
-        1 => (0usize..PAYLOAD).prop_map(Fate::Flip),
-        1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(|mut g| {
-            // Never the header's magic.
-            if let Some(b) = g.first_mut() {
-                *b = 0;
-            }
-            Fate::Garbage(g)
-        }),
-    ]
-}
-
-/// The receiver's counts as a model: what arrives at or above the next
-/// expected number is new, a missing one arriving is reordered, anything
-/// else a duplicate; unreadable datagrams count as corrupt packets.
-#[derive(Debug, Default, PartialEq)]
-struct Model {
-    packets: u64,
-    bytes: u64,
-    unique: u64,
-    duplicates: u64,
-    reordered: u64,
-    corrupt: u64,
-}
-
-impl Model {
-    fn arrive(&mut self, d: &[u8], seen: &mut HashSet<u64>, next: &mut u64) {
-        self.packets += 1;
-        self.bytes += d.len() as u64;
-        let Ok(h) = Header::read(d) else {
-            self.corrupt += 1;
-            return;
-        };
-        if verify_payload(&d[HEADER_LEN..], h.seq) {
-            self.corrupt += 1;
-        }
-        if h.seq >= *next {
-            self.unique += 1;
-            *next = h.seq + 1;
-        } else if !seen.contains(&h.seq) {
-            self.unique += 1;
-            self.reordered += 1;
-        } else {
-            self.duplicates += 1;
-        }
-        seen.insert(h.seq);
-    }
-}
-
-fn verify_payload(p: &[u8], seq: u64) -> bool {
-    crate::udp::header::verify_payload(1, seq, p).is_err()
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
-    #[test]
-    fn counts_equal_a_model_of_the_path(
-        fates in proptest::collection::vec(fate(), 0..120),
-        tell in any::<bool>(),
-        gap_ms in 1u64..400,
-    ) {
-        let t0 = Instant::now();
-        let (mut a, mut s) = started(t0);
-        let mut arrivals: Vec<Vec<u8>> = Vec::new();
-        let mut held: Vec<(usize, Vec<u8>)> = Vec::new();
-        for (seq, f) in fates.iter().enumerate() {
-            let d = datagram(seq as u64, 0);
-            match f {
-                Fate::Deliver => arrivals.push(d),
-                Fate::Lose => {}
-                Fate::Duplicate => {
-                    arrivals.push(d.clone());
-                    arrivals.push(d);
-                }
-                Fate::Delay(n) => held.push((arrivals.len() + n, d)),
-                Fate::Truncate(n) => arrivals.push(d[..*n].to_vec()),
-                Fate::Flip(i) => {
-                    let mut d = d;
-                    d[HEADER_LEN + i] ^= 0x40;
-                    arrivals.push(d);
-                }
-                Fate::Garbage(g) => arrivals.push(g.clone()),
-            }
-            held.sort_by_key(|(at, _)| *at);
-            while held.first().is_some_and(|(at, _)| *at <= arrivals.len()) {
-                arrivals.push(held.remove(0).1);
-            }
-        }
-        arrivals.extend(held.into_iter().map(|(_, d)| d));
-        let mut model = Model::default();
-        let (mut seen, mut next) = (HashSet::new(), 0);
-        let mut now = t0;
-        for d in &arrivals {
-            now += Duration::from_millis(gap_ms);
-            run_clock(&mut a, &mut s, now);
-            a.on_datagram(d, client(), at(now, 7));
-            model.arrive(d, &mut seen, &mut next);
-        }
-        let sent = fates.len() as u64;
-        if tell {
-            a.on_message(done(sent), now, 1);
-            run_clock(&mut a, &mut s, now + Duration::from_secs(1));
-            prop_assert!(!a.is_running());
-        }
-        a.on_message(Message::Goodbye, now + Duration::from_secs(1), 1);
-        drain(&mut a, &mut s);
-        let tot = s.totals();
-        prop_assert_eq!(tot.len(), 1);
-        let t = tot[0];
-        let got = Model {
-            packets: t.packets,
-            bytes: t.bytes,
-            unique: t.unique,
-            duplicates: t.duplicates,
-            reordered: t.reordered,
-            corrupt: t.corrupt,
-        };
-        prop_assert_eq!(&got, &model);
-        let lost = match tell {
-            true => sent - model.unique,
-            // Without the sender's account: the gaps below the highest seen.
-            false => next - model.unique,
-        };
-        prop_assert_eq!(t.lost, lost);
-        prop_assert_eq!(t.sent, tell.then_some(sent));
-        // The intervals add up to the totals, each ended in order.
-        let ivs = s.intervals();
-        let sum: u64 = ivs.iter().map(|iv| iv.packets).sum();
-        prop_assert_eq!(sum, model.packets);
-        let sum: u64 = ivs.iter().map(|iv| iv.duplicates).sum();
-        prop_assert_eq!(sum, model.duplicates);
-        prop_assert!(ivs.windows(2).all(|w| w[0].time_slice <= w[1].time_slice));
-        prop_assert!(s.closed && s.refused.is_none());
-    }
-}
-
 #[test]
 fn the_acceptance_is_queued_at_once_and_the_slot_fits_the_largest_datagram() {
     let t0 = Instant::now();
@@ -829,63 +466,6 @@ fn the_acceptance_is_queued_at_once_and_the_slot_fits_the_largest_datagram() {
     assert!(!a.has_actions());
     // One byte more than the largest datagram: a longer one shows as longer.
     assert_eq!(a.slot(), HEADER_LEN + PAYLOAD + 1);
-}
-
-#[test]
-fn once_reported_only_the_deadline_ends_the_session() {
-    let t0 = Instant::now();
-    let (mut a, mut s) = started(t0);
-    a.on_message(done(0), t0, 1);
-    run_clock(&mut a, &mut s, t0 + Duration::from_secs(1));
-    assert_eq!(s.totals().len(), 1);
-    // A look before the deadline (another session's timer) ends nothing.
-    a.on_timeout(t0 + Duration::from_secs(30));
-    drain(&mut a, &mut s);
-    assert!(s.refused.is_none() && !a.is_over());
-    a.on_message(Message::Goodbye, t0 + Duration::from_secs(31), 1);
-    drain(&mut a, &mut s);
-    assert!(s.summary.is_some() && s.closed);
-}
-
-#[test]
-fn a_setup_as_long_as_the_deadline_ends_as_the_duration_limit() {
-    // Setup may last to the session's deadline: past it the duration limit
-    // is what was reached, not the setup's.
-    let t0 = Instant::now();
-    for setup in [65, 70] {
-        let t = Terms {
-            setup: Duration::from_secs(setup),
-            ..terms()
-        };
-        let mut a = Intake::new(t, config(), ReceiverStats::new(1000, 100), t0);
-        let mut s = Said::default();
-        a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-        a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
-        drain(&mut a, &mut s);
-        assert_eq!(a.deadline(), Some(t0 + Duration::from_secs(65)));
-        a.on_timeout(t0 + Duration::from_secs(65));
-        drain(&mut a, &mut s);
-        assert!(
-            matches!(
-                s.refused,
-                Some(Refusal::Limit(Limit::DurationReached { .. }))
-            ),
-            "setup {setup} s: {:?}",
-            s.refused
-        );
-    }
-}
-
-#[test]
-fn a_handshake_message_with_another_token_is_refused() {
-    let t0 = Instant::now();
-    let mut a = intake(t0);
-    let mut s = Said::default();
-    a.on_datagram(&handshake(TOKEN), client(), at(t0, 1));
-    a.on_message(Message::UdpHandshake { token: TOKEN ^ 1 }, t0, 1);
-    drain(&mut a, &mut s);
-    assert!(matches!(s.refused, Some(Refusal::Unexpected { .. })));
-    assert_eq!((s.connect, s.probes.len()), (None, 0), "nothing is proven");
 }
 
 #[test]
@@ -924,3 +504,9 @@ fn a_datagram_arrived_when_the_kernel_stamped_it_not_when_its_batch_was_read() {
         b[0].transfer_ms
     );
 }
+
+#[path = "intake_control_tests.rs"]
+mod control;
+
+#[path = "intake_path_tests.rs"]
+mod path;

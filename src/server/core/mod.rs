@@ -18,35 +18,34 @@
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+mod accept;
 mod ends;
 mod sessions;
+mod step;
 
 use super::State;
-use super::control::{Control, Job, Turn, WorkerTest, run_job};
-use super::limits::{Slot, take_slot};
+use super::control::{Control, Job, WorkerTest};
+use super::limits::Slot;
 use super::rr_tcp::RrTcp;
 use super::rr_udp::RrUdp;
 use super::sources::SourceSlot;
-use super::tcp::{Admitted, Session, admit, burst_frames, machine};
+use super::tcp::{Admitted, Session};
 use super::udp_recv::UdpRecv;
 use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
-use crate::net::sockopt::apply;
 use crate::net::timers::Timers;
 use crate::outcome::ResultKind;
-use crate::proto::{DataHello, MAX_FIRST_PAYLOAD, Message, ReadError};
-use crate::refusal::{Limit, Refusal};
-use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
+use crate::refusal::Refusal;
 use crate::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
@@ -197,7 +196,8 @@ struct Loop<'a> {
     slots: Vec<Option<Box<Slot2<'a>>>>,
     free: Vec<usize>,
     timers: Timers,
-    /// Connections that used up their turn ([`Ran::Yielded`]) and could go
+    /// Connections that used up their turn
+    /// ([`Ran::Yielded`](crate::tcp::drive::Ran::Yielded)) and could go
     /// on: run again after the next poll's events and timers, so that
     /// every other connection, and accepting, comes first. Edge-triggered
     /// readiness reports nothing new for them, so this list is what
@@ -257,54 +257,6 @@ impl<'a> Loop<'a> {
             accept_log: super::RateLimitedLog::default(),
             unnamed: VecDeque::new(),
             sessions: HashMap::new(),
-        }
-    }
-
-    /// Accepts what is pending on listener `i` (loop 0).
-    fn accept(&mut self, i: usize) {
-        let now = Instant::now();
-        if self.st.stop.load(SeqCst) || self.paused.is_some_and(|t| now < t) {
-            return;
-        }
-        self.paused = None;
-        loop {
-            let Some(l) = self.listeners.get(i) else {
-                return;
-            };
-            match l.accept() {
-                Ok((s, peer)) => {
-                    // SAFETY: the descriptor was just accepted and is owned
-                    // by `s`, which gives it up here.
-                    let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-                    let k = self.loops.least_busy(self.index);
-                    if k == self.index {
-                        self.loops.arrived(k);
-                        self.add(stream, peer);
-                    } else {
-                        self.loops.hand_to(k, Incoming::Conn { stream, peer });
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Per-connection failures (ECONNABORTED) must not stop
-                    // the server. Out of descriptors, the pending connection
-                    // stays queued: pause, and try again when the timer is due.
-                    self.accept_log.note(&e, self.st.cfg.verbosity);
-                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        // The loop's sleep ends by then (`run`).
-                        self.paused = Some(now + super::ACCEPT_BACKOFF);
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Loop 0 stops accepting once the server stops.
-    fn stop_listening(&mut self) {
-        for mut l in self.listeners.drain(..) {
-            let _ = self.poll.registry().deregister(&mut l);
         }
     }
 
@@ -397,50 +349,6 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
-        let st = self.st;
-        let ip = peer.ip().to_canonical();
-        let max = st.cfg.limits.max_conns_per_client;
-        // Non-blocking and without Nagle already: accept4 and the
-        // listener (Server::new) made TCP connections so on loop 0, and
-        // Core::hand the SCTP associations accepted elsewhere.
-        let (source, stage) =
-            match super::take_source(&st.per_client, ip, max, crate::refusal::Share::Connections) {
-                Ok(source) => (Some(source), None),
-                Err(why) => (None, Some(refuse(st, peer, &why.into()))),
-            };
-        let now = Instant::now();
-        let stage = stage.unwrap_or(Stage::First {
-            setup: now + st.cfg.handshake_timeout,
-        });
-        let k = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
-        let mut slot = Box::new(Slot2 {
-            stream: TcpStream::from_std(stream),
-            peer,
-            stage,
-            ahead: ReadAhead::default(),
-            last_progress: now,
-            born: now,
-            open: None,
-            _source: source,
-        });
-        // A client sends its hello (and its first data) right behind the
-        // handshake: the answer goes out before the socket joins the poll,
-        // so that registering it is not between the request and the
-        // reply. What arrives meanwhile shows in the registration's first
-        // readiness report.
-        let next = self.step(&mut slot, k);
-        let unnamed = matches!(slot.stage, Stage::First { .. });
-        self.put_back(k, slot, next, true);
-        if unnamed && self.slots.get(k).is_some_and(Option::is_some) {
-            self.evict_unnamed(now);
-            self.unnamed.push_back((k, now));
-        }
-    }
-
     fn advance(&mut self, k: usize) {
         let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
             return;
@@ -492,266 +400,6 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// A connection whose first bytes may be an iperf3 cookie
-    /// (`--iperf3-detect`): reads the rest of the cookie, as netrig's first
-    /// frame is read, within the setup deadline and in the queue of
-    /// unnamed connections. A client says nothing past its cookie until
-    /// asked (`iperf_connect`, `iperf_tcp_connect`), so more is refused.
-    fn iperf3_first(&mut self, slot: &mut Slot2<'a>) -> Next<'a> {
-        use crate::iperf3::{COOKIE_LEN, Cookie};
-        let stream = &slot.stream;
-        while slot.ahead.bytes().len() < COOKIE_LEN {
-            match slot.ahead.fill(&mut self.buf, |b| (&*stream).read(b)) {
-                Ok(0) => return Next::Close,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Keep,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Next::Close,
-            }
-        }
-        let b = slot.ahead.bytes();
-        let why = match Cookie::parse(&b[..COOKIE_LEN]) {
-            Ok(c) if b.len() == COOKIE_LEN => return Next::Iperf3(c),
-            Ok(_) => "bytes from an iperf3 client past its cookie, before the server asked".into(),
-            Err(e) => e.to_string(),
-        };
-        let code = crate::proto::ErrorCode::Malformed;
-        super::iperf3::refuse_line(self.st, slot.peer, code, &why);
-        Next::Close
-    }
-
-    /// Moves `slot` until it blocks, ends, or turns out to be a control
-    /// connection.
-    fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next<'a> {
-        let st = self.st;
-        loop {
-            match &mut slot.stage {
-                Stage::First { .. } => {
-                    if st.cfg.iperf3_detect && crate::iperf3::Cookie::may_start(slot.ahead.bytes())
-                    {
-                        return self.iperf3_first(slot);
-                    }
-                    let stream = &slot.stream;
-                    let ahead = &mut slot.ahead;
-                    let hello =
-                        match ahead
-                            .read_frame_within(&mut self.buf, MAX_FIRST_PAYLOAD, |b| stream.recv(b))
-                        {
-                            Ok(None) => return Next::Keep,
-                            Ok(Some(m)) => m,
-                            // Not netrig's magic: iperf3's cookie, maybe.
-                            Err(ReadError::Proto(_))
-                                if st.cfg.iperf3_detect
-                                    && crate::iperf3::Cookie::may_start(slot.ahead.bytes()) =>
-                            {
-                                continue;
-                            }
-                            Err(ReadError::Proto(e)) => {
-                                slot.stage = refuse(st, slot.peer, &e.into());
-                                continue;
-                            }
-                            Err(e) => {
-                                if st.cfg.verbosity >= 2 {
-                                    eprintln!("{}: no hello: {e}", slot.peer);
-                                }
-                                return Next::Close;
-                            }
-                        };
-                    slot.last_progress = Instant::now();
-                    // Said who it is: from here on it counts in
-                    // `--max-conns`, which refused and silent connections
-                    // never take.
-                    if matches!(hello, Message::Hello(_) | Message::DataHello(_)) {
-                        let max = st.cfg.limits.max_conns;
-                        match take_slot(&st.open, u64::from(max)) {
-                            Some(open) => slot.open = Some(open),
-                            None => {
-                                let why = Limit::OpenConnections { max };
-                                slot.stage = refuse(st, slot.peer, &why.into());
-                                continue;
-                            }
-                        }
-                    }
-                    match hello {
-                        Message::Hello(h) => {
-                            let setup = match slot.stage {
-                                Stage::First { setup, .. } => setup,
-                                _ => Instant::now(),
-                            };
-                            let _ = crate::net::keepalive(&slot.stream);
-                            let c = Control::new(st, slot.peer, &h, setup);
-                            slot.stage = Stage::Control(Box::new(c));
-                        }
-                        Message::DataHello(h) => {
-                            slot.stage = self.data(slot.peer, &h);
-                            if let Stage::Data { a, .. } = &slot.stage {
-                                self.joined(&a.sess);
-                                // The client's window, congestion control,
-                                // marking and pacing, on this end too.
-                                let v6 = slot.peer.is_ipv6();
-                                let _ = apply(&slot.stream, &a.sess.spec.sock, v6, true);
-                                a.sess.granted.get_or_init(|| {
-                                    crate::net::sockopt::granted(&slot.stream, v6, true)
-                                });
-                            }
-                        }
-                        m => {
-                            slot.stage = refuse(
-                                st,
-                                slot.peer,
-                                &Refusal::Unexpected {
-                                    got: m.type_name(),
-                                    context: "where a hello or data hello belongs",
-                                },
-                            )
-                        }
-                    }
-                }
-                Stage::Refuse(out) => {
-                    match out.flush(&slot.stream) {
-                        Ok(true) => {}
-                        Ok(false) => return Next::Keep,
-                        Err(_) => return Next::Close,
-                    }
-                    // A client sends its first data right behind its hello,
-                    // and closing with unread bytes resets the connection,
-                    // which can destroy the refusal before it arrives: close
-                    // this side, and linger briefly (not until the idle
-                    // timeout, which let a sender of garbage be read from
-                    // for 30 s).
-                    let _ = slot.stream.shutdown(std::net::Shutdown::Write);
-                    slot.stage = Stage::Linger {
-                        until: Instant::now() + REFUSAL_LINGER,
-                        read: 0,
-                    };
-                }
-                Stage::Linger { until, read } => {
-                    while *read < REFUSAL_READ {
-                        let room = self.buf.len().min((REFUSAL_READ - *read) as usize);
-                        match (&slot.stream).read(&mut self.buf[..room]) {
-                            Ok(0) => return Next::Close,
-                            Ok(n) => *read += n as u64,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Err(_) => return Next::Close,
-                        }
-                    }
-                    let now = Instant::now();
-                    if now >= *until || (*read >= REFUSAL_READ && all_acked(&slot.stream)) {
-                        return Next::Close;
-                    }
-                    // Reading wakes it while it reads, and its deadline's
-                    // timer ends it at `until`; once reading is done, a
-                    // timer looks for the acknowledgement.
-                    if *read >= REFUSAL_READ {
-                        self.timers.push((now + LINGER_CHECK).min(*until), k);
-                    }
-                    return Next::Keep;
-                }
-                Stage::Data { a, conn, out } => {
-                    // The ack waits in `out` for the first write, which
-                    // carries the first answer too (drive::pump reads first).
-                    if let Some(h) = a.sess.guard.halted() {
-                        conn.abort(crate::tcp::drive::halt_verdict(h));
-                    }
-                    let sess = Arc::clone(&a.sess);
-                    let stopped = || sess.cancelled();
-                    let env = Env {
-                        counters: &a.sess.counters,
-                        guard: Some(&a.sess.guard),
-                        stopped: &stopped,
-                        may_read: true,
-                        // A burst account follows the report otherwise.
-                        fin: match a.sess.spec.burst {
-                            None => Fin::WithReport,
-                            Some(_) => Fin::OnClose,
-                        },
-                    };
-                    let before = slot.last_progress;
-                    let last = &mut slot.last_progress;
-                    let ran = run_until_blocked(
-                        conn,
-                        out,
-                        &mut slot.ahead,
-                        &slot.stream,
-                        &mut self.buf,
-                        &env,
-                        last,
-                    );
-                    // TCP_INFO for the session's status rows, from a
-                    // connection that is moving: an idle one is not read.
-                    if !matches!(ran, Ran::Blocked { .. }) || *last > before {
-                        a.sess.sample(*last, slot.stream.as_raw_fd());
-                    }
-                    match ran {
-                        Ran::Settled => {}
-                        Ran::Blocked { timer } => {
-                            if let Some(at) = timer {
-                                self.timers.push(at.min(a.sess.guard.deadline()), k);
-                            }
-                            return Next::Keep;
-                        }
-                        Ran::Yielded => {
-                            self.again(k);
-                            return Next::Keep;
-                        }
-                    }
-                    let Stage::Data { a, conn, .. } =
-                        std::mem::replace(&mut slot.stage, Stage::Refuse(Out::new(Vec::new())))
-                    else {
-                        return Next::Close;
-                    };
-                    let (result, mine, bursts) = conn.into_result();
-                    let show = match result.kind {
-                        ResultKind::Success | ResultKind::Cancelled => st.cfg.verbosity >= 3,
-                        _ => st.cfg.verbosity >= 2,
-                    };
-                    if show {
-                        crate::out!(
-                            "{} sent {} received {} {} {}",
-                            slot.peer,
-                            mine.sent,
-                            mine.received,
-                            result.kind,
-                            result.detail
-                        );
-                    }
-                    let out = Out::new(burst_frames(&a.sess.spec, result.kind, &bursts));
-                    slot.stage = Stage::Tail {
-                        a,
-                        out,
-                        kind: result.kind,
-                    };
-                }
-                Stage::Tail { out, .. } => return keep_if_blocked(out.flush(&slot.stream)),
-                Stage::Control(c) => {
-                    let now = Instant::now();
-                    match c.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
-                        Turn::Wait(at) => {
-                            if let Some(at) = at {
-                                self.timers.push(at, k);
-                            }
-                            return Next::Keep;
-                        }
-                        // Dropping the conversation ends its session.
-                        Turn::Last(out) => slot.stage = Stage::Refuse(out),
-                        Turn::Gone => return Next::Close,
-                        Turn::Run(job) => {
-                            if let Some(next) = self.start_session(slot, k, *job, now) {
-                                return next;
-                            }
-                        }
-                    }
-                }
-                Stage::UdpRecv(_) | Stage::UdpSend(_) | Stage::RrTcp(_) | Stage::RrUdp(_) => {
-                    if let Some(next) = self.session_turn(slot, k) {
-                        return next;
-                    }
-                }
-            }
-        }
-    }
-
     /// Slot `k` had its turn and could go on: it runs again on the next
     /// turn of the loop, after everything else.
     fn again(&mut self, k: usize) {
@@ -762,82 +410,10 @@ impl<'a> Loop<'a> {
             self.ready.push(k);
         }
     }
-
-    /// The stage after a data hello: admitted (the ack is queued) or refused.
-    fn data(&self, peer: SocketAddr, h: &DataHello) -> Stage<'a> {
-        match admit(self.st, peer, h) {
-            Err(why) => refuse(self.st, peer, &why),
-            Ok(a) => {
-                let conn = Box::new(machine(&a, h));
-                let out = Out::new(crate::proto::encode(&Message::DataAck {
-                    connection: h.connection,
-                }));
-                Stage::Data { a, conn, out }
-            }
-        }
-    }
-
-    /// An admitted UDP or request/response test goes to a worker thread of
-    /// its own, with its test slots (which bound the workers) and its
-    /// connection, counted in the open connections (and its client's) from
-    /// then on.
-    fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
-        let Slot2 {
-            mut stream,
-            peer,
-            open,
-            _source,
-            ..
-        } = slot;
-        let _ = self.poll.registry().deregister(&mut stream);
-        // SAFETY: the descriptor was just released by the mio stream and is
-        // owned by the std stream from here on.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
-        let st = Arc::clone(&self.arc);
-        let Job { test, slots } = *job;
-        let ip = peer.ip().to_canonical();
-        let held = slots.hand_over(ip);
-        // A control connection was counted open when it said hello.
-        std::mem::forget(open);
-        let sourced = _source.is_some();
-        std::mem::forget(_source);
-        let r = std::thread::Builder::new()
-            .name("serve-test".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let _open = Slot::adopt(&st.open);
-                let _source = sourced.then(|| st.per_client.adopt(ip));
-                let _slots = held.adopt(&st);
-                run_job(&st, &stream, peer, test);
-            });
-        if let Err(e) = r {
-            eprintln!("cannot start a thread for {peer}: {e}");
-        }
-    }
-}
-
-/// Whether the peer has acknowledged everything this end wrote (the
-/// refusal, and the FIN behind it), so a reset on closing cannot destroy
-/// it. A socket that cannot tell (SCTP) counts as acknowledged.
-fn all_acked(s: &TcpStream) -> bool {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int: bytes written and not
-    // yet acknowledged.
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-    r != 0 || queued == 0
 }
 
 /// The stage that refuses a connection, logged.
 fn refuse<'a>(st: &State, peer: SocketAddr, why: &Refusal) -> Stage<'a> {
     super::log_refusal(st, peer, why);
     Stage::Refuse(Out::new(crate::proto::encode(&why.message())))
-}
-
-/// Keep a connection whose output is still going out; close it once all
-/// is out or the write failed.
-fn keep_if_blocked<'a>(r: io::Result<bool>) -> Next<'a> {
-    match r {
-        Ok(false) => Next::Keep,
-        _ => Next::Close,
-    }
 }

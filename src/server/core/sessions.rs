@@ -4,13 +4,16 @@
 //! job, and what a turn of it means for the slot. A worker's job (rr over
 //! SCTP one-to-many) is handed on.
 
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use mio::Token;
 
 use super::{Loop, Next, Slot2, Stage, UDP_TOKEN, refuse};
 use crate::net::out::Out;
-use crate::server::control::{Job, Test};
+use crate::server::control::{Job, Test, WorkerTest, run_job};
+use crate::server::limits::Slot;
 use crate::server::loop_turn::Turn;
 use crate::server::rr_tcp::RrTcp;
 use crate::server::rr_udp::RrUdp;
@@ -137,6 +140,44 @@ impl<'a> Loop<'a> {
             }
             Turn::Last(out) => Err(out),
             Turn::Gone => Ok(Next::Close),
+        }
+    }
+
+    /// An admitted UDP or request/response test goes to a worker thread of
+    /// its own, with its test slots (which bound the workers) and its
+    /// connection, counted in the open connections (and its client's) from
+    /// then on.
+    pub(super) fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
+        let Slot2 {
+            mut stream,
+            peer,
+            open,
+            _source,
+            ..
+        } = slot;
+        let _ = self.poll.registry().deregister(&mut stream);
+        // SAFETY: the descriptor was just released by the mio stream and is
+        // owned by the std stream from here on.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        let st = Arc::clone(&self.arc);
+        let Job { test, slots } = *job;
+        let ip = peer.ip().to_canonical();
+        let held = slots.hand_over(ip);
+        // A control connection was counted open when it said hello.
+        std::mem::forget(open);
+        let sourced = _source.is_some();
+        std::mem::forget(_source);
+        let r = std::thread::Builder::new()
+            .name("serve-test".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _open = Slot::adopt(&st.open);
+                let _source = sourced.then(|| st.per_client.adopt(ip));
+                let _slots = held.adopt(&st);
+                run_job(&st, &stream, peer, test);
+            });
+        if let Err(e) = r {
+            eprintln!("cannot start a thread for {peer}: {e}");
         }
     }
 }

@@ -1,0 +1,114 @@
+//! How connections arrive on a loop: loop 0 accepts on the listeners (and
+//! keeps a connection it accepted when it is the least busy loop, else hands
+//! it on), pausing when out of descriptors; every loop takes a new
+//! connection into a slot and gives it its first step before it joins the
+//! poll.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+
+use super::{Incoming, Loop, Slot2, Stage, refuse};
+use crate::net::ahead::ReadAhead;
+
+impl<'a> Loop<'a> {
+    /// Accepts what is pending on listener `i` (loop 0).
+    pub(super) fn accept(&mut self, i: usize) {
+        let now = Instant::now();
+        if self.st.stop.load(SeqCst) || self.paused.is_some_and(|t| now < t) {
+            return;
+        }
+        self.paused = None;
+        loop {
+            let Some(l) = self.listeners.get(i) else {
+                return;
+            };
+            match l.accept() {
+                Ok((s, peer)) => {
+                    // SAFETY: the descriptor was just accepted and is owned
+                    // by `s`, which gives it up here.
+                    let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
+                    let k = self.loops.least_busy(self.index);
+                    if k == self.index {
+                        self.loops.arrived(k);
+                        self.add(stream, peer);
+                    } else {
+                        self.loops.hand_to(k, Incoming::Conn { stream, peer });
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Per-connection failures (ECONNABORTED) must not stop
+                    // the server. Out of descriptors, the pending connection
+                    // stays queued: pause, and try again when the timer is due.
+                    self.accept_log.note(&e, self.st.cfg.verbosity);
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        // The loop's sleep ends by then (`run`).
+                        self.paused = Some(now + crate::server::ACCEPT_BACKOFF);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Loop 0 stops accepting once the server stops.
+    pub(super) fn stop_listening(&mut self) {
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+    }
+
+    pub(super) fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
+        let st = self.st;
+        let ip = peer.ip().to_canonical();
+        let max = st.cfg.limits.max_conns_per_client;
+        // Non-blocking and without Nagle already: accept4 and the
+        // listener (Server::new) made TCP connections so on loop 0, and
+        // Core::hand the SCTP associations accepted elsewhere.
+        let (source, stage) = match crate::server::take_source(
+            &st.per_client,
+            ip,
+            max,
+            crate::refusal::Share::Connections,
+        ) {
+            Ok(source) => (Some(source), None),
+            Err(why) => (None, Some(refuse(st, peer, &why.into()))),
+        };
+        let now = Instant::now();
+        let stage = stage.unwrap_or(Stage::First {
+            setup: now + st.cfg.handshake_timeout,
+        });
+        let k = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let mut slot = Box::new(Slot2 {
+            stream: TcpStream::from_std(stream),
+            peer,
+            stage,
+            ahead: ReadAhead::default(),
+            last_progress: now,
+            born: now,
+            open: None,
+            _source: source,
+        });
+        // A client sends its hello (and its first data) right behind the
+        // handshake: the answer goes out before the socket joins the poll,
+        // so that registering it is not between the request and the
+        // reply. What arrives meanwhile shows in the registration's first
+        // readiness report.
+        let next = self.step(&mut slot, k);
+        let unnamed = matches!(slot.stage, Stage::First { .. });
+        self.put_back(k, slot, next, true);
+        if unnamed && self.slots.get(k).is_some_and(Option::is_some) {
+            self.evict_unnamed(now);
+            self.unnamed.push_back((k, now));
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! When a connection fails for waiting: its deadline (the connect timeout,
+//! then the idle timeout) as its one timer entry, and what a timer that
+//! comes due does to it.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use super::ending::Ended;
+use super::{Slot, Stage, Worker};
+
+impl Worker<'_> {
+    /// When connection `s` fails if nothing happens first: the connect
+    /// timeout while connecting, the idle timeout after (a wait for the next
+    /// burst is not idleness); none while reading the burst account, which
+    /// has its own timer.
+    pub(super) fn deadline(&self, s: &Slot) -> Option<Instant> {
+        let idle = self.sh.cfg.idle_timeout;
+        match &s.stage {
+            Stage::Connecting => {
+                let connect = self.sh.cfg.connect_timeout.or(idle);
+                Some(s.started + connect.unwrap_or(Duration::from_secs(30)))
+            }
+            Stage::Bursts { .. } => None,
+            Stage::Hello { .. } => Some(s.last_progress + idle?),
+            Stage::Data { conn, .. } => {
+                let from = conn
+                    .quiet_until()
+                    .map_or(s.last_progress, |q| q.max(s.last_progress));
+                Some(from + idle?)
+            }
+        }
+    }
+
+    /// Connection `k`'s timer came due at `now`: failed if past its
+    /// deadline (connect or idle), stepped otherwise. Its one timer entry
+    /// is its deadline unless something earlier was asked for, so an idle
+    /// connection costs its loop one look per deadline, not one per tick.
+    pub(super) fn expire(&mut self, k: usize, now: Instant) {
+        let Some(slot) = self.slots.get(k).and_then(Option::as_ref) else {
+            return;
+        };
+        if self.deadline(slot).is_none_or(|d| now < d) {
+            return self.advance(k);
+        }
+        let Some(mut slot) = self.slots[k].take() else {
+            return;
+        };
+        let e = io::Error::new(io::ErrorKind::TimedOut, "timed out");
+        match &mut slot.stage {
+            Stage::Data { conn, out } => {
+                conn.on_error(&e);
+                // What is queued will not go out either.
+                out.clear();
+                self.slots[k] = Some(slot);
+                self.advance(k);
+            }
+            Stage::Connecting => {
+                let why = format!("connect to {}: {e}", slot.rec.remote);
+                self.close(k, slot, Ended::Failed(why));
+            }
+            _ => self.close(k, slot, Ended::Failed(format!("data hello: {e}"))),
+        }
+    }
+}

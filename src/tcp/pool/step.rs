@@ -1,0 +1,229 @@
+//! A connection's stages, run until it blocks or ends: the handshake, the
+//! data hello with the first data behind it and the server's
+//! acknowledgement, the data phase's machine, then the server's account of
+//! the bursts.
+
+use mio::net::TcpStream;
+use std::io;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Instant;
+
+use super::ending::{Ended, failed};
+use super::{BURSTS_WAIT, Slot, Stage, Worker};
+use crate::net::ahead::ReadAhead;
+use crate::net::out::Out;
+use crate::outcome::{ResultKind, after_stop};
+use crate::plan::Role;
+use crate::proto::{self, DataHello, Message};
+use crate::sockopts::ShutdownMode;
+use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
+use crate::tcp::machine::Conn;
+
+impl Worker<'_> {
+    /// Runs `slot` until it blocks (Ok) or ends with its result (Err).
+    pub(super) fn step(&mut self, slot: &mut Slot, k: usize) -> Result<(), Ended> {
+        loop {
+            match &mut slot.stage {
+                Stage::Connecting => {
+                    // A peer address means connected; only without one is
+                    // the socket asked why.
+                    match slot.stream.peer_addr() {
+                        Ok(_) => {}
+                        Err(e)
+                            if e.kind() == io::ErrorKind::NotConnected
+                                || e.raw_os_error() == Some(libc::EINPROGRESS) =>
+                        {
+                            if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
+                                let addr = slot.rec.remote;
+                                return Err(Ended::Failed(format!("connect to {addr}: {e}")));
+                            }
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            return Err(Ended::Failed(format!(
+                                "connect to {}: {e}",
+                                slot.rec.remote
+                            )));
+                        }
+                    }
+                    self.sh.throttle_release();
+                    slot.throttled = false;
+                    slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
+                    let _ = slot.stream.set_nodelay(true);
+                    self.sh.granted.get_or_init(|| {
+                        crate::net::sockopt::granted(&slot.stream, slot.rec.remote.is_ipv6(), true)
+                    });
+                    let session = &self.sh.sessions[slot.session];
+                    let id = slot.rec.connection_id;
+                    let hello = Message::DataHello(DataHello {
+                        session: session.id,
+                        connection: id,
+                        buffer: slot.rec.buffer,
+                        proof: session
+                            .data_key
+                            .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
+                    });
+                    let mut conn = Conn::new(
+                        &self.sh.spec,
+                        slot.rec.connection_id,
+                        Role::Client,
+                        slot.rec.buffer as usize,
+                        Instant::now(),
+                    );
+                    if let Some(at) = self.sh.data_deadline() {
+                        conn.set_deadline(at);
+                    }
+                    slot.stage = Stage::Hello {
+                        out: Out::new(proto::encode(&hello)),
+                        conn: Box::new(conn),
+                    };
+                    slot.last_progress = Instant::now();
+                }
+                Stage::Hello { out, conn } => {
+                    // The hello goes out with the first data behind it, in
+                    // one write when the data is small.
+                    let last = &mut slot.last_progress;
+                    let ahead = &mut slot.ahead;
+                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, false);
+                    self.wait_for(ran, k);
+                    let stream = &slot.stream;
+                    if conn.is_done() {
+                        // Nothing is read before the ack: only a write failed.
+                        // A server that refused the connection closes it once
+                        // its refusal is delivered and a little of what
+                        // follows is read, so the refusal may wait unread:
+                        // it is the reason, not the broken pipe.
+                        if let Ok(Some(Message::Error { code, message })) =
+                            slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b))
+                        {
+                            return Err(Ended::Refused(code, message));
+                        }
+                        let detail = conn.result().map(|r| r.0.detail.clone());
+                        let e = detail.unwrap_or_default();
+                        return Err(Ended::Failed(format!("data hello: {e}")));
+                    }
+                    match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
+                        Ok(None) => return Ok(()),
+                        Err(e) => return Err(Ended::Failed(format!("data hello: {e}"))),
+                        Ok(Some(Message::DataAck { connection }))
+                            if connection == slot.rec.connection_id => {}
+                        Ok(Some(Message::Error { code, message })) => {
+                            return Err(Ended::Refused(code, message));
+                        }
+                        Ok(Some(m)) => {
+                            return Err(Ended::Failed(format!(
+                                "unexpected reply to data hello: {m:?}"
+                            )));
+                        }
+                    }
+                    self.sh.counters.in_flight.fetch_add(1, Relaxed);
+                    if let Stage::Hello { conn, out, .. } =
+                        std::mem::replace(&mut slot.stage, Stage::Connecting)
+                    {
+                        slot.stage = Stage::Data { conn, out };
+                    }
+                    slot.last_progress = Instant::now();
+                }
+                Stage::Data { conn, out } => {
+                    let last = &mut slot.last_progress;
+                    let ahead = &mut slot.ahead;
+                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, true);
+                    if !self.wait_for(ran, k) {
+                        return Ok(());
+                    }
+                    self.sh.counters.in_flight.fetch_sub(1, Relaxed);
+                    let Stage::Data { conn, .. } = std::mem::replace(
+                        &mut slot.stage,
+                        Stage::Bursts {
+                            until: Instant::now() + BURSTS_WAIT,
+                        },
+                    ) else {
+                        return Ok(());
+                    };
+                    slot.rec.peer_tcp_info = conn.peer_tcp_info();
+                    let (result, mine, bursts) = conn.into_result();
+                    let result = after_stop(result, self.sh.stop.load(SeqCst));
+                    (slot.rec.sent, slot.rec.received) = (mine.sent, mine.received);
+                    slot.rec.bursts = bursts;
+                    let wants_bursts = self.sh.spec.burst.is_some()
+                        && matches!(result.kind, ResultKind::Success | ResultKind::DataError);
+                    if !wants_bursts {
+                        return Err(Ended::Agreed(result));
+                    }
+                    slot.result = Some(result);
+                    self.timers.push(Instant::now() + BURSTS_WAIT, k);
+                }
+                Stage::Bursts { until } => {
+                    let finished = if Instant::now() >= *until {
+                        true
+                    } else {
+                        let stream = &slot.stream;
+                        match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
+                            Ok(None) => return Ok(()),
+                            Ok(Some(Message::TcpBursts { bursts, last })) => {
+                                slot.rec.bursts.extend(bursts);
+                                last
+                            }
+                            // The server's account is optional: whatever came is kept.
+                            Ok(Some(_)) | Err(_) => true,
+                        }
+                    };
+                    if finished {
+                        let r = slot.result.take().unwrap_or_else(|| failed(String::new()));
+                        return Err(Ended::Agreed(r));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a connection's machine until it is settled or blocks; before
+    /// the server's acknowledgement it may write but not read.
+    fn run_conn(
+        &mut self,
+        conn: &mut Conn,
+        out: &mut Out,
+        ahead: &mut ReadAhead,
+        stream: &TcpStream,
+        last: &mut Instant,
+        may_read: bool,
+    ) -> Ran {
+        let stop = || self.sh.stop.load(SeqCst);
+        let env = Env {
+            counters: &self.sh.counters,
+            guard: None,
+            stopped: &stop,
+            may_read,
+            // The server's FIN comes with its report unless a burst
+            // account follows it; a rude close resets instead.
+            fin: match (&self.sh.spec.burst, self.sh.cfg.sock.shutdown) {
+                (None, ShutdownMode::Graceful) => Fin::WithLastReport,
+                _ => Fin::OnClose,
+            },
+        };
+        run_until_blocked(conn, out, ahead, stream, &mut self.buf, &env, last)
+    }
+
+    /// Whether connection `k`'s run ended settled; a blocked one's timer
+    /// is set, and one that had its turn runs again on the next.
+    fn wait_for(&mut self, ran: Ran, k: usize) -> bool {
+        match ran {
+            Ran::Settled => true,
+            Ran::Blocked { timer } => {
+                if let Some(at) = timer {
+                    self.timers.push(at, k);
+                }
+                false
+            }
+            Ran::Yielded => {
+                if self.queued.len() <= k {
+                    self.queued.resize(k + 1, false);
+                }
+                if !std::mem::replace(&mut self.queued[k], true) {
+                    self.ready.push(k);
+                }
+                false
+            }
+        }
+    }
+}
