@@ -16,6 +16,10 @@ fn pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let ours = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (theirs, _) = l.accept().unwrap();
+    // A bound on the server's reads, should the client's message never come.
+    theirs
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     (ours, theirs)
 }
 
@@ -256,6 +260,7 @@ fn fake_server(l: TcpListener, n: usize) -> std::thread::JoinHandle<Vec<(IpAddr,
         (0..n)
             .map(|i| {
                 let (mut s, from) = l.accept().unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                 assert!(matches!(read_message(&mut s), Ok(Message::Hello(_))));
                 send(&mut s, &[Message::HelloAck(Message::hello())]);
                 assert!(matches!(
