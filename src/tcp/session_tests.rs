@@ -288,7 +288,6 @@ fn each_source_address_of_the_targets_family_opens_a_session_of_its_own() {
     cfg.bind = vec![ip("::1"), ip("127.0.0.3"), ip("127.0.0.2")];
     let server = fake_server(l, 2);
     let sessions = open_sessions("127.0.0.1", &cfg).unwrap();
-    let from = server.join().unwrap();
     let got: Vec<(Option<IpAddr>, Uuid)> = sessions.iter().map(|s| (s.bind, s.id)).collect();
     let want = [ip("127.0.0.3"), ip("127.0.0.2")];
     assert_eq!(
@@ -298,6 +297,8 @@ fn each_source_address_of_the_targets_family_opens_a_session_of_its_own() {
             (Some(want[1]), Uuid::from_u128(2))
         ]
     );
+    // Joined only once both sessions are known to be open.
+    let from = server.join().unwrap();
     assert_eq!(from.iter().map(|f| f.0).collect::<Vec<_>>(), want);
     // No address of the target's family: an error, before any connect.
     cfg.bind = vec![ip("::1")];
