@@ -157,6 +157,69 @@ impl Pair {
     }
 }
 
+/// Runs a lone burst sender to the end of its data on a simulated clock
+/// that jumps to each burst's time, writing whatever it offers; with
+/// `refused_first` each offer is first refused (a write that would block)
+/// and asked for again. Returns the events it raised.
+fn drive_bursts(sender: &mut Conn, t0: Instant, refused_first: bool) -> Vec<ConnEvent> {
+    let mut events = Vec::new();
+    let mut now = t0;
+    loop {
+        let clock = Now {
+            mono: now,
+            real_ns: 0,
+        };
+        match sender.transmit(clock) {
+            Transmit::Bytes(_) if refused_first => match sender.transmit(clock) {
+                Transmit::Bytes(b) => {
+                    let n = b.len();
+                    sender.on_written(n, clock);
+                }
+                other => panic!("asked again, it wants {other:?}"),
+            },
+            Transmit::Bytes(b) => {
+                let n = b.len();
+                sender.on_written(n, clock);
+            }
+            Transmit::WaitUntil(t) => now = t,
+            Transmit::Nothing => break,
+        }
+        while let Some(e) = sender.poll_event() {
+            events.push(e);
+        }
+    }
+    events
+}
+
+/// Writes all that `c` offers, each offer taken whole, on a simulated
+/// clock from `t0` that jumps to each time it waits for; once it has sent
+/// `deadline_at` bytes its deadline is now. Stops when it offers nothing
+/// (its report is out, or it waits for the peer); returns the bytes.
+fn write_all(c: &mut Conn, t0: Instant, deadline_at: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut now = t0;
+    let mut deadline = deadline_at;
+    loop {
+        let clock = Now {
+            mono: now,
+            real_ns: 0,
+        };
+        if deadline.is_some_and(|n| c.progress().0 >= n) {
+            c.set_deadline(now);
+            deadline = None;
+        }
+        match c.transmit(clock) {
+            Transmit::Bytes(b) => {
+                out.extend_from_slice(b);
+                let n = b.len();
+                c.on_written(n, clock);
+            }
+            Transmit::WaitUntil(t) => now = t,
+            Transmit::Nothing => return out,
+        }
+    }
+}
+
 #[test]
 fn every_pattern_succeeds_with_both_ends_agreeing_on_the_counts() {
     for (pattern, c2s, s2c) in [
@@ -220,31 +283,34 @@ fn a_stream_cut_short_is_too_few_bytes_for_the_receiver() {
     assert_eq!(r.kind, ResultKind::DataError, "{r:?}");
 }
 
-#[test]
-fn extra_bytes_where_the_report_should_be_are_too_many() {
-    let mut p = Pair::new(&spec(IoPattern::Push, 10_000), 4096, 1 << 20);
-    // The client's stream carries 100 pattern bytes past the plan before its report.
+/// Writes the client's `planned` bytes of a push into its pipe, then
+/// `extra` pattern bytes past the plan, where its report should come.
+fn push_past_the_plan(p: &mut Pair, planned: u64, extra: u64) {
+    let id = Uuid::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321);
     let extra = Pattern::get()
         .slice(
-            stream_start(
-                Uuid::from_u128(0x1234_5678_9abc_def0_0fed_cba9_8765_4321),
-                Direction::ClientToServer,
-            ),
-            10_000,
-            100,
+            stream_start(id, Direction::ClientToServer),
+            planned,
+            extra as usize,
         )
         .to_vec();
     let now = p.clock();
     while let Transmit::Bytes(b) = p.ends[0].transmit(now) {
         let b = b.to_vec();
-        if p.pipes[0].pushed >= 10_000 {
+        if p.pipes[0].pushed >= planned {
             break;
         }
         let n = p.pipes[0].push(&b);
         p.ends[0].on_written(n, now);
     }
-    assert_eq!(p.pipes[0].pushed, 10_000);
+    assert_eq!(p.pipes[0].pushed, planned);
     p.pipes[0].push(&extra);
+}
+
+#[test]
+fn extra_bytes_where_the_report_should_be_are_too_many() {
+    let mut p = Pair::new(&spec(IoPattern::Push, 10_000), 4096, 1 << 20);
+    push_past_the_plan(&mut p, 10_000, 100);
     p.run();
     let (r, mine, _) = p.result(1);
     assert_eq!(mine.verdict, Verdict::TooMany { expected: 10_000 });
@@ -328,25 +394,7 @@ fn the_last_burst_carries_the_remainder_and_events_name_each_burst() {
     let t0 = Instant::now();
     let id = Uuid::from_u128(7);
     let mut server = Conn::new(&s, id, Role::Server, 1 << 20, t0);
-    let mut events = Vec::new();
-    let mut now = t0;
-    loop {
-        let clock = Now {
-            mono: now,
-            real_ns: 0,
-        };
-        match server.transmit(clock) {
-            Transmit::Bytes(b) => {
-                let n = b.len();
-                server.on_written(n, clock);
-            }
-            Transmit::WaitUntil(t) => now = t,
-            Transmit::Nothing => break,
-        }
-        while let Some(e) = server.poll_event() {
-            events.push(e);
-        }
-    }
+    let events = drive_bursts(&mut server, t0, false);
     assert_eq!(
         events,
         [
@@ -647,6 +695,12 @@ fn the_report_counts_as_sent_once_its_last_byte_is_written() {
 #[path = "machine_time_tests.rs"]
 mod time_bounded;
 
+#[path = "machine_read_tests.rs"]
+mod reads;
+
+#[path = "machine_error_tests.rs"]
+mod errors;
+
 #[test]
 fn only_the_frame_lead_with_a_readable_header_can_end_a_chunk() {
     // A chunk's first bytes that are not the pattern's are the end marker
@@ -681,28 +735,7 @@ fn a_burst_whose_first_write_would_block_is_opened_once() {
     });
     let t0 = Instant::now();
     let mut server = Conn::new(&s, Uuid::from_u128(7), Role::Server, 1 << 20, t0);
-    let mut now = t0;
-    loop {
-        let clock = Now {
-            mono: now,
-            real_ns: 0,
-        };
-        match server.transmit(clock) {
-            Transmit::Bytes(_) => {}
-            Transmit::WaitUntil(t) => {
-                now = t;
-                continue;
-            }
-            Transmit::Nothing => break,
-        }
-        match server.transmit(clock) {
-            Transmit::Bytes(b) => {
-                let n = b.len();
-                server.on_written(n, clock);
-            }
-            other => panic!("asked again, it wants {other:?}"),
-        }
-    }
+    drive_bursts(&mut server, t0, true);
     let log = &server.bursts.as_ref().unwrap().log.done;
     let sizes: Vec<(u64, u64)> = log.iter().map(|b| (b.index, b.bytes)).collect();
     assert_eq!(sizes, [(0, 10_000), (1, 10_000), (2, 5_000)]);

@@ -149,3 +149,7 @@ impl Paced {
         (next.saturating_mul(self.per_period), at)
     }
 }
+
+#[cfg(test)]
+#[path = "schedule_tests.rs"]
+mod tests;

@@ -327,3 +327,7 @@ impl Shared {
         self.abort.store(true, SeqCst);
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

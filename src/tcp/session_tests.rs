@@ -1,0 +1,312 @@
+//! Unit tests of a run's sessions over real control connections on
+//! loopback: the test end plays the server (or a fake one that greets and
+//! accepts), and checks what the client sends, what it reads back, which
+//! servers it finds lost, how a stop reaches every server, and the shared
+//! state's round robin, throttle and data deadline.
+
+use super::*;
+use std::net::{Shutdown, TcpListener};
+use std::sync::OnceLock;
+
+use crate::proto::{ErrorCode, Message, TestSpec};
+use crate::stats::IntervalRow;
+
+/// A connected pair on loopback: (the client's end, the server's end).
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ours = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (theirs, _) = l.accept().unwrap();
+    // A bound on the server's reads, should the client's message never come.
+    theirs
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    (ours, theirs)
+}
+
+fn control(stream: TcpStream) -> ServerControl {
+    ServerControl {
+        addr: stream.peer_addr().unwrap(),
+        bind: None,
+        id: Uuid::nil(),
+        control: Mutex::new(stream),
+        data_key: None,
+        unresponsive: AtomicBool::new(false),
+    }
+}
+
+fn shared(sessions: Vec<ServerControl>) -> Shared {
+    let cfg = TcpClientConfig::new(vec![]);
+    Shared {
+        spec: cfg.spec(),
+        cfg,
+        sessions,
+        counters: Counters::default(),
+        stop: AtomicBool::new(false),
+        abort: AtomicBool::new(false),
+        halt: AtomicBool::new(false),
+        next: AtomicU64::new(0),
+        throttle: AtomicU64::new(2),
+        start: Instant::now(),
+        granted: OnceLock::new(),
+        ports: None,
+    }
+}
+
+/// Waits until the server's bytes or close have reached the client's end.
+fn readable(s: &ServerControl) {
+    let c = s.control.lock().unwrap();
+    assert!(crate::net::wait_readable(&*c, Duration::from_secs(10)));
+}
+
+fn send(s: &mut TcpStream, msgs: &[Message]) {
+    for m in msgs {
+        write_message(s, m).unwrap();
+    }
+}
+
+fn error(message: &str) -> Message {
+    Message::Error {
+        code: ErrorCode::Refused,
+        message: message.into(),
+    }
+}
+
+fn rows(n: usize, truncated: bool) -> Message {
+    let c = Counters::default().snapshot();
+    Message::ServerIntervals {
+        rows: vec![IntervalRow::between(&c, 0.0, &c, 1.0); n],
+        truncated,
+    }
+}
+
+#[test]
+fn a_control_message_goes_out_whole_or_the_send_says_it_did_not() {
+    let (ours, mut theirs) = pair();
+    let s = control(ours);
+    assert!(control_send(&s, &Message::Stop));
+    assert_eq!(read_message(&mut theirs).unwrap(), Message::Stop);
+    s.control.lock().unwrap().shutdown(Shutdown::Write).unwrap();
+    assert!(!control_send(&s, &Message::Stop));
+}
+
+#[test]
+fn finishing_gathers_the_servers_rows_skips_other_replies_and_returns_the_wanted_one() {
+    let (ours, mut theirs) = pair();
+    // The server's replies are already on their way when the request goes.
+    send(
+        &mut theirs,
+        &[
+            rows(2, true),
+            Message::StopAck,
+            rows(1, false),
+            error("done"),
+        ],
+    );
+    theirs.shutdown(Shutdown::Write).unwrap();
+    let s = control(ours);
+    let mut got = ServerRows::default();
+    let reply = control_finish(
+        &s,
+        &Message::Goodbye,
+        |m| matches!(m, Message::Error { .. }),
+        &mut got,
+    );
+    assert_eq!(reply, Some(error("done")));
+    assert_eq!((got.rows.len(), got.truncated), (3, true));
+    assert_eq!(read_message(&mut theirs).unwrap(), Message::Goodbye);
+    // A request that cannot go out waits for no reply.
+    let (ours, mut theirs) = pair();
+    send(&mut theirs, &[error("done")]);
+    let s = control(ours);
+    s.control.lock().unwrap().shutdown(Shutdown::Write).unwrap();
+    let reply = control_finish(&s, &Message::Goodbye, |_| true, &mut got);
+    assert_eq!(reply, None);
+}
+
+#[test]
+fn finishing_gives_up_on_a_silent_server_after_the_grace() {
+    // Takes STOP_GRACE (5 s): the server reads the request and says nothing.
+    let (ours, _theirs) = pair();
+    let s = control(ours);
+    let reply = control_finish(&s, &Message::Goodbye, |_| true, &mut ServerRows::default());
+    assert_eq!(reply, None);
+}
+
+#[test]
+fn a_server_that_speaks_or_closes_first_is_lost_and_its_reason_read() {
+    let (ours, mut theirs) = pair();
+    let s = control(ours);
+    assert!(!control_lost(&s));
+    send(&mut theirs, &[error("server full")]);
+    readable(&s);
+    assert!(control_lost(&s));
+    assert_eq!(control_error(&s).as_deref(), Some("server full"));
+    // A close without a reason.
+    let (ours, theirs) = pair();
+    drop(theirs);
+    let s = control(ours);
+    readable(&s);
+    assert!(control_lost(&s));
+    assert_eq!(control_error(&s), None);
+    // A message that is no reason.
+    let (ours, mut theirs) = pair();
+    send(&mut theirs, &[Message::StopAck]);
+    let s = control(ours);
+    readable(&s);
+    assert_eq!(control_error(&s), None);
+}
+
+#[test]
+fn lost_servers_are_noted_once_with_their_reasons_and_halt_the_run() {
+    let (quiet, _keep) = pair();
+    let (gone, mut theirs) = pair();
+    send(&mut theirs, &[error("limit reached")]);
+    drop(theirs);
+    let sh = shared(vec![control(quiet), control(gone)]);
+    readable(&sh.sessions[1]);
+    let gone_addr = sh.sessions[1].addr;
+    let (mut lost, mut errors) = (Vec::new(), Vec::new());
+    note_lost_servers(&sh, &mut lost, &mut errors, Duration::ZERO);
+    assert_eq!(lost, [gone_addr]);
+    assert_eq!(errors, [(gone_addr, "limit reached".to_string())]);
+    assert!(sh.halt.load(SeqCst));
+    note_lost_servers(&sh, &mut lost, &mut errors, Duration::ZERO);
+    assert_eq!((lost.len(), errors.len()), (1, 1));
+}
+
+#[test]
+fn with_a_wait_a_server_that_closes_during_it_is_noted() {
+    // The server sends its reason and closes once the client is waiting
+    // for it: seen as the session's lock held (and kept) by the wait.
+    let (ours, mut theirs) = pair();
+    let sh = shared(vec![control(ours)]);
+    let addr = sh.sessions[0].addr;
+    let done = AtomicBool::new(false);
+    let (mut lost, mut errors) = (Vec::new(), Vec::new());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut held_since = None;
+            while !done.load(SeqCst) {
+                match sh.sessions[0].control.try_lock() {
+                    Ok(_) => held_since = None,
+                    Err(_) => {
+                        let t = *held_since.get_or_insert_with(Instant::now);
+                        if t.elapsed() >= Duration::from_millis(20) {
+                            send(&mut theirs, &[error("bye")]);
+                            theirs.shutdown(Shutdown::Both).unwrap();
+                            return;
+                        }
+                    }
+                }
+                std::thread::yield_now();
+            }
+        });
+        note_lost_servers(&sh, &mut lost, &mut errors, Duration::from_secs(30));
+        done.store(true, SeqCst);
+    });
+    assert_eq!(lost, [addr]);
+    assert_eq!(errors, [(addr, "bye".to_string())]);
+}
+
+#[test]
+fn a_stop_reaches_every_server_once_and_marks_those_that_do_not_answer() {
+    let (answers, mut theirs) = pair();
+    send(&mut theirs, &[Message::StopAck]);
+    let (silent, gone) = pair();
+    drop(gone);
+    let sh = shared(vec![control(answers), control(silent)]);
+    sh.stop_all();
+    assert!(sh.stop.load(SeqCst) && sh.abort.load(SeqCst));
+    let unresponsive: Vec<bool> = sh
+        .sessions
+        .iter()
+        .map(|s| s.unresponsive.load(SeqCst))
+        .collect();
+    assert_eq!(unresponsive, [false, true]);
+    sh.stop_all();
+    drop(sh);
+    assert_eq!(read_message(&mut theirs).unwrap(), Message::Stop);
+    assert!(read_message(&mut theirs).is_err(), "a second stop was sent");
+}
+
+#[test]
+fn connections_go_round_robin_under_the_throttle_and_end_data_at_the_time_limit() {
+    let sessions = (0..3).map(|_| control(pair().0)).collect();
+    let mut sh = shared(sessions);
+    let order: Vec<usize> = (0..7).map(|i| sh.session_for(i)).collect();
+    assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
+    // --throttle 2: two connects at once, a third when one is done.
+    assert!(sh.throttle_try_acquire() && sh.throttle_try_acquire());
+    assert!(!sh.throttle_try_acquire());
+    sh.throttle_release();
+    assert!(sh.throttle_try_acquire());
+    // A run started 3 s ago has run 3 s.
+    sh.start = Instant::now() - Duration::from_secs(3);
+    let secs = sh.elapsed();
+    assert!((3.0..3600.0).contains(&secs), "{secs}");
+    // -t: time-bounded connections end their data at the limit.
+    sh.cfg.time_limit = Some(Duration::from_secs(10));
+    assert_eq!(sh.data_deadline(), None, "not time-bounded");
+    sh.spec.time_bound_ms = 10_000;
+    assert_eq!(sh.data_deadline(), Some(sh.start + Duration::from_secs(10)));
+    sh.cfg.time_limit = None;
+    assert_eq!(sh.data_deadline(), None, "no time limit");
+}
+
+/// A server that greets and accepts `n` sessions in turn and keeps their
+/// control connections; returns each one's peer address.
+fn fake_server(l: TcpListener, n: usize) -> std::thread::JoinHandle<Vec<(IpAddr, TcpStream)>> {
+    std::thread::spawn(move || {
+        (0..n)
+            .map(|i| {
+                let (mut s, from) = l.accept().unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                assert!(matches!(read_message(&mut s), Ok(Message::Hello(_))));
+                send(&mut s, &[Message::HelloAck(Message::hello())]);
+                assert!(matches!(
+                    read_message(&mut s),
+                    Ok(Message::TestRequest {
+                        test: TestSpec::Tcp(_)
+                    })
+                ));
+                let session = Uuid::from_u128(i as u128 + 1);
+                send(&mut s, &[Message::TestAccept { session }]);
+                (from.ip(), s)
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn each_source_address_of_the_targets_family_opens_a_session_of_its_own() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut cfg = TcpClientConfig::new(vec![]);
+    cfg.port = l.local_addr().unwrap().port();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    // An IPv6 address is not the IPv4 target's; the first IPv4 one opens
+    // the first session, the other the second.
+    cfg.bind = vec![ip("::1"), ip("127.0.0.3"), ip("127.0.0.2")];
+    let server = fake_server(l, 2);
+    let sessions = open_sessions("127.0.0.1", &cfg).unwrap();
+    let got: Vec<(Option<IpAddr>, Uuid)> = sessions.iter().map(|s| (s.bind, s.id)).collect();
+    let want = [ip("127.0.0.3"), ip("127.0.0.2")];
+    assert_eq!(
+        got,
+        [
+            (Some(want[0]), Uuid::from_u128(1)),
+            (Some(want[1]), Uuid::from_u128(2))
+        ]
+    );
+    // Joined only once both sessions are known to be open.
+    let from = server.join().unwrap();
+    assert_eq!(from.iter().map(|f| f.0).collect::<Vec<_>>(), want);
+    // No address of the target's family: an error, before any connect.
+    cfg.bind = vec![ip("::1")];
+    let to = "127.0.0.1:1".parse().unwrap();
+    assert!(matches!(
+        first_bind(&cfg, to),
+        Err(ConfigError::NoBindForFamily(_))
+    ));
+    cfg.bind.clear();
+    assert_eq!(first_bind(&cfg, to), Ok(None));
+}
