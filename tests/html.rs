@@ -841,6 +841,26 @@ fn chromium_renders_the_report() {
         eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
         return;
     };
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");
+    let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
+    let shot = |url: &str, png: &Path| {
+        let o = std::process::Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(["--window-size=900,9000", "--enable-logging=stderr", "--v=0"])
+            .arg(format!("--screenshot={}", png.display()))
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!err.contains(":CONSOLE("), "console errors: {err}");
+        std::fs::metadata(png).unwrap().len()
+    };
     // A report of several kinds, two tcp runs overlaid: push and pull,
     // each from a file called tcp.json.
     let (_srv, addr) = serve_many();
@@ -869,7 +889,14 @@ fn chromium_renders_the_report() {
         .zip(&runs)
         .map(|(name, (_, args))| (name.as_str(), args.clone()))
         .collect();
-    run_and_render_all(d, &named);
+    // The blank page's screenshot (it needs no report) while the runs go.
+    let empty = std::thread::scope(|s| {
+        let empty = s.spawn(|| shot("about:blank", &blank));
+        run_and_render_all(d, &named);
+        empty
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    });
     let files: Vec<String> = names
         .iter()
         .map(|name| d.join(format!("{name}.json")).display().to_string())
@@ -881,29 +908,8 @@ fn chromium_renders_the_report() {
     run_expect(&args, 0);
     let faults = layout_faults(&std::fs::read_to_string(&html).unwrap());
     assert!(faults.is_empty(), "{faults:#?}");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");
-    let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
-    let shot = |url: &str, png: &Path| {
-        let o = std::process::Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-            ])
-            .args(["--window-size=900,9000", "--enable-logging=stderr", "--v=0"])
-            .arg(format!("--screenshot={}", png.display()))
-            .arg(url)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(!err.contains(":CONSOLE("), "console errors: {err}");
-        std::fs::metadata(png).unwrap().len()
-    };
     let page = format!("file://{}", html.display());
     let size = shot(&page, &out);
-    let empty = shot("about:blank", &blank);
     assert!(size > 4 * empty, "report {size} bytes, blank page {empty}");
     eprintln!("screenshot: {}", out.display());
 }
