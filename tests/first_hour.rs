@@ -335,22 +335,27 @@ fn flowping_scenario_files_run_with_flowpings_meaning() {
     let f = dir.path().join("scenario.txt");
     std::fs::write(&f, "0 1000 500\n0.5 5000 500\n1 5000 1000\n1.5 0 1000\n").unwrap();
     let f = f.to_str().unwrap();
-    for (duration, passes) in [(None, 1.0), (Some("3s"), 2.0)] {
-        let mut args = vec!["udp", "--profile", f, "--catch-up", "-v", "1"];
-        if let Some(d) = duration {
-            args.extend(["-d", d]);
+    // The two runs (each with an embedded server of its own) side by side.
+    std::thread::scope(|s| {
+        for (duration, passes) in [(None, 1.0), (Some("3s"), 2.0)] {
+            s.spawn(move || {
+                let mut args = vec!["udp", "--profile", f, "--catch-up", "-v", "1"];
+                if let Some(d) = duration {
+                    args.extend(["-d", d]);
+                }
+                let (v, out) = run_json(&args, 0);
+                assert!(out.contains("FlowPing format"), "{out}");
+                let sent = v["result"]["sender"]["bytes"].as_f64().unwrap();
+                let want = passes * 5.25e6 / 8.0;
+                // Within two datagrams: the schedule tracks the integral to
+                // half a datagram, and the last may fall just past the end.
+                assert!(
+                    (sent - want).abs() <= 2000.0,
+                    "sent {sent}, FlowPing sends {want}"
+                );
+            });
         }
-        let (v, out) = run_json(&args, 0);
-        assert!(out.contains("FlowPing format"), "{out}");
-        let sent = v["result"]["sender"]["bytes"].as_f64().unwrap();
-        let want = passes * 5.25e6 / 8.0;
-        // Within two datagrams: the schedule tracks the integral to half a
-        // datagram, and the last may fall just past the end.
-        assert!(
-            (sent - want).abs() <= 2000.0,
-            "sent {sent}, FlowPing sends {want}"
-        );
-    }
+    });
 }
 
 /// A sender that cannot keep up with its schedule says so: a warning on
@@ -462,14 +467,21 @@ fn console_output_for_people_and_the_iperf3_flags() {
     assert!(csv.starts_with("TimeSlice,SendBps,RecvBps,"), "{csv}");
     assert!(!csv.contains("bit/s"), "{csv}");
 
-    let out = run_expect(&["udp", "-t", "1", "-b", "8M"], 0);
+    // The two udp runs (embedded servers of their own) side by side.
+    let (out, verbose) = std::thread::scope(|s| {
+        let verbose = s.spawn(|| run_expect(&["udp", "-t", "1", "-b", "8M", "-v"], 0));
+        let out = run_expect(&["udp", "-t", "1", "-b", "8M"], 0);
+        let verbose = verbose
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (out, verbose)
+    });
     assert!(
         out.contains("Rate") && out.contains("Loss%") && out.contains("Mbit/s"),
         "{out}"
     );
     assert!(!out.contains("Delay histogram"), "{out}");
-    let out = run_expect(&["udp", "-t", "1", "-b", "8M", "-v"], 0);
-    assert!(out.contains("Delay histogram"), "{out}");
+    assert!(verbose.contains("Delay histogram"), "{verbose}");
 
     let out = netrig(&["rr", "-n", "100", "-q"]).output().unwrap();
     assert!(out.stdout.is_empty() && out.stderr.is_empty());

@@ -85,6 +85,28 @@ fn run_and_render(dir: &Path, name: &str, args: &[&str]) -> (serde_json::Value, 
     (v, std::fs::read_to_string(&html).unwrap())
 }
 
+/// [`run_and_render`] for each (name, args), all at once: the runs are
+/// time-bound (`-t`, `load`'s phases), so side by side they take about the
+/// longest one's time. The results come in the order given.
+fn run_and_render_all(dir: &Path, runs: &[(&str, Vec<&str>)]) -> Vec<(serde_json::Value, String)> {
+    std::thread::scope(|s| {
+        let started: Vec<_> = runs
+            .iter()
+            .map(|(name, args)| s.spawn(move || run_and_render(dir, name, args)))
+            .collect();
+        started
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// A server for [`run_and_render_all`]: its runs come from one address at
+/// once, more than the default four tests a client may run.
+fn serve_many() -> (Proc, std::net::SocketAddr) {
+    serve(&["-q", "--max-tests-per-client", "64"])
+}
+
 fn count(v: &serde_json::Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
@@ -206,15 +228,48 @@ fn each_connection_is_charted_and_adds_up() {
 /// chart's points matching the JSON it came from.
 #[test]
 fn every_result_kind_renders_with_its_data() {
-    let (_srv, addr) = serve(&["-q"]);
+    let (_srv, addr) = serve_many();
     let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (v, h) = run_and_render(
-        d,
-        "tcp",
-        &["tcp", &a, "-t", "1s", "-i", "100ms", "-P", "2", "-n", "64M"],
-    );
+    let load = [&["load", &a][..], &LOAD_SHORT, &["upload"]].concat();
+    let mut results = run_and_render_all(
+        dir.path(),
+        &[
+            (
+                "tcp",
+                vec!["tcp", &a, "-t", "1s", "-i", "100ms", "-P", "2", "-n", "64M"],
+            ),
+            ("udp", vec!["udp", &a, "-t", "1s", "-i", "250ms"]),
+            (
+                "bidir",
+                vec!["udp", &a, "--bidir", "-P", "2", "-t", "1s", "-i", "250ms"],
+            ),
+            (
+                "burst",
+                vec![
+                    "udp",
+                    &a,
+                    "--burst-size",
+                    "100K",
+                    "--burst-period",
+                    "200ms",
+                    "-b",
+                    "50M",
+                    "-t",
+                    "1s",
+                ],
+            ),
+            ("media", vec!["udp", &a, "--media", "-b", "4M", "-t", "1s"]),
+            ("sweep", vec!["sweep", &a, "-t", "2s", "--to-rate", "20M"]),
+            ("rr", vec!["rr", &a, "--spectrum", "0..4", "-n", "200"]),
+            ("ping", vec!["ping", &a, "-n", "5", "-i", "10ms"]),
+            ("crr", vec!["crr", &a, "-n", "200"]),
+            ("load", load),
+        ],
+    )
+    .into_iter();
+    let mut next = || results.next().unwrap();
+    let (v, h) = next();
     let rows = count(&v["result"]["intervals"]);
     assert!(rows >= 8, "{rows}");
     let s = series(&h);
@@ -230,7 +285,7 @@ fn every_result_kind_renders_with_its_data() {
         let ns = h.matches("http://www.w3.org/2000/svg").count();
         assert_eq!(n, if banned == "http://" { ns } else { 0 }, "{banned}");
     }
-    let (v, h) = run_and_render(d, "udp", &["udp", &a, "-t", "1s", "-i", "250ms"]);
+    let (v, h) = next();
     let rows = v["result"]["intervals"].as_array().unwrap();
     let with_delay = rows
         .iter()
@@ -259,11 +314,7 @@ fn every_result_kind_renders_with_its_data() {
     let want = pcts_ms(&t["percentiles_us"], &["p50", "p99", "p99.9"]);
     assert_eq!((marks(c), want.len()), (want, 3));
     // Streams each way: one series per stream, as many points as its rows.
-    let (v, h) = run_and_render(
-        d,
-        "bidir",
-        &["udp", &a, "--bidir", "-P", "2", "-t", "1s", "-i", "250ms"],
-    );
+    let (v, h) = next();
     let s = series(&h);
     for st in v["result"]["streams"].as_array().unwrap() {
         let dir = if st["reverse"] == true { "down" } else { "up" };
@@ -272,25 +323,10 @@ fn every_result_kind_renders_with_its_data() {
         assert!(s.contains(&(name.clone(), rows)), "{name}: {s:?}");
     }
     // Bursts and media frames have charts of their own.
-    let (v, h) = run_and_render(
-        d,
-        "burst",
-        &[
-            "udp",
-            &a,
-            "--burst-size",
-            "100K",
-            "--burst-period",
-            "200ms",
-            "-b",
-            "50M",
-            "-t",
-            "1s",
-        ],
-    );
+    let (v, h) = next();
     let bursts = count(&v["result"]["bursts"]);
     assert!(bursts >= 4 && series(&h).contains(&("transfer ms".into(), bursts)));
-    let (v, h) = run_and_render(d, "media", &["udp", &a, "--media", "-b", "4M", "-t", "1s"]);
+    let (v, h) = next();
     let framed = v["result"]["intervals"]
         .as_array()
         .unwrap()
@@ -298,14 +334,14 @@ fn every_result_kind_renders_with_its_data() {
         .filter(|i| i["frames"].is_object())
         .count();
     assert!(framed >= 1 && series(&h).contains(&("completed".into(), framed)));
-    let (v, h) = run_and_render(d, "sweep", &["sweep", &a, "-t", "2s", "--to-rate", "20M"]);
+    let (v, h) = next();
     let bins = count(&v["result"]["bins"]);
     assert!(series(&h).contains(&("received".into(), bins)));
     assert!(h.contains("Offered vs received rate"));
-    let (v, h) = run_and_render(d, "rr", &["rr", &a, "--spectrum", "0..4", "-n", "200"]);
+    let (v, h) = next();
     assert_eq!(count(&v["result"]["runs"]), 5);
     assert!(series(&h).contains(&("p99".into(), 5)), "{:?}", series(&h));
-    let (v, h) = run_and_render(d, "ping", &["ping", &a, "-n", "5", "-i", "10ms"]);
+    let (v, h) = next();
     assert!(h.contains("Round-trip percentiles"));
     // ACE's histogram: a bar per non-empty bin in the JSON.
     let bins = count(&v["result"]["runs"][0]["histogram"]);
@@ -329,14 +365,10 @@ fn every_result_kind_renders_with_its_data() {
         "{:?}",
         series(&h)
     );
-    let (v, h) = run_and_render(d, "crr", &["crr", &a, "-n", "200"]);
+    let (v, h) = next();
     let pcts = count(&v["result"]["handshake"]["percentiles_us"]);
     assert!(series(&h).contains(&("handshake".into(), pcts)));
-    let (v, h) = run_and_render(
-        d,
-        "load",
-        &[&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
-    );
+    let (v, h) = next();
     let udp = v["result"]["probes"]
         .as_array()
         .unwrap()
@@ -670,7 +702,7 @@ fn percentile_names(p: &serde_json::Value) -> Vec<String> {
 /// one name are told apart by their paths' last parts.
 #[test]
 fn every_chart_reads_cleanly() {
-    let (_srv, addr) = serve(&["-q"]);
+    let (_srv, addr) = serve_many();
     let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -683,30 +715,44 @@ fn every_chart_reads_cleanly() {
         }
     };
     let mut faults: Vec<String> = Vec::new();
-    let mut run = |sub: &str, args: &[&str]| -> serde_json::Value {
-        std::fs::create_dir_all(d.join(sub)).unwrap();
-        let name = format!("{sub}/{}", args[0]);
-        let (v, h) = run_and_render(d, &name, args);
+    let tcp = TCP_SHORT;
+    let runs: Vec<(&str, Vec<&str>)> = vec![
+        ("run1", [&["tcp", &a][..], &tcp, &["push"]].concat()),
+        ("run2", [&["tcp", &a][..], &tcp, &["pull"]].concat()),
+        ("run1", vec!["udp", &a, "-t", "1s", "-i", "250ms"]),
+        ("run1", vec!["sweep", &a, "-t", "2s", "--to-rate", "20M"]),
+        ("run1", vec!["rr", &a, "-n", "2000"]),
+        ("run1", vec!["ping", &a, "-n", "20", "-i", "10ms"]),
+        ("run1", vec!["crr", &a, "-n", "200"]),
+        (
+            "run1",
+            [&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
+        ),
+    ];
+    let names: Vec<String> = runs
+        .iter()
+        .map(|(sub, args)| {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+            format!("{sub}/{}", args[0])
+        })
+        .collect();
+    let named: Vec<(&str, Vec<&str>)> = names
+        .iter()
+        .zip(&runs)
+        .map(|(name, (_, args))| (name.as_str(), args.clone()))
+        .collect();
+    let mut results = Vec::new();
+    for (name, (v, h)) in names.iter().zip(run_and_render_all(d, &named)) {
         faults.extend(
             layout_faults(&h)
                 .into_iter()
                 .map(|f| format!("{name}: {f}")),
         );
         files.push((d.join(format!("{name}.json")), v.clone()));
-        v
-    };
-    let tcp = TCP_SHORT;
-    let push = run("run1", &[&["tcp", &a][..], &tcp, &["push"]].concat());
-    let pull = run("run2", &[&["tcp", &a][..], &tcp, &["pull"]].concat());
-    run("run1", &["udp", &a, "-t", "1s", "-i", "250ms"]);
-    run("run1", &["sweep", &a, "-t", "2s", "--to-rate", "20M"]);
-    let rr = run("run1", &["rr", &a, "-n", "2000"]);
-    let ping = run("run1", &["ping", &a, "-n", "20", "-i", "10ms"]);
-    let crr = run("run1", &["crr", &a, "-n", "200"]);
-    let load = run(
-        "run1",
-        &[&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
-    );
+        results.push(v);
+    }
+    let [push, pull, _udp, _sweep, rr, ping, crr, load] =
+        <[serde_json::Value; 8]>::try_from(results).unwrap();
     // All of them in one report: tcp's two overlaid.
     let out = d.join("all.html");
     let mut args = vec!["report"];
@@ -795,35 +841,6 @@ fn chromium_renders_the_report() {
         eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
         return;
     };
-    // A report of several kinds, two tcp runs overlaid: push and pull,
-    // each from a file called tcp.json.
-    let (_srv, addr) = serve(&["-q"]);
-    let a = addr.to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let tcp = TCP_SHORT;
-    let mut files = Vec::new();
-    for (sub, args) in [
-        ("push", [&["tcp", &a][..], &tcp, &["push"]].concat()),
-        ("pull", [&["tcp", &a][..], &tcp, &["pull"]].concat()),
-        ("ping", vec!["ping", &a, "-n", "50", "-i", "10ms"]),
-        (
-            "load",
-            [&["load", &a][..], &LOAD_SHORT, &["download"]].concat(),
-        ),
-    ] {
-        std::fs::create_dir_all(d.join(sub)).unwrap();
-        let name = format!("{sub}/{}", args[0]);
-        run_and_render(d, &name, &args);
-        files.push(d.join(format!("{name}.json")).display().to_string());
-    }
-    let html = d.join("report.html");
-    let mut args: Vec<&str> = vec!["report"];
-    args.extend(files.iter().map(String::as_str));
-    args.extend_from_slice(&["-o", html.to_str().unwrap()]);
-    run_expect(&args, 0);
-    let faults = layout_faults(&std::fs::read_to_string(&html).unwrap());
-    assert!(faults.is_empty(), "{faults:#?}");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report.png");
     let blank = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("blank.png");
     let shot = |url: &str, png: &Path| {
@@ -844,9 +861,55 @@ fn chromium_renders_the_report() {
         assert!(!err.contains(":CONSOLE("), "console errors: {err}");
         std::fs::metadata(png).unwrap().len()
     };
+    // A report of several kinds, two tcp runs overlaid: push and pull,
+    // each from a file called tcp.json.
+    let (_srv, addr) = serve_many();
+    let a = addr.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tcp = TCP_SHORT;
+    let runs = [
+        ("push", [&["tcp", &a][..], &tcp, &["push"]].concat()),
+        ("pull", [&["tcp", &a][..], &tcp, &["pull"]].concat()),
+        ("ping", vec!["ping", &a, "-n", "50", "-i", "10ms"]),
+        (
+            "load",
+            [&["load", &a][..], &LOAD_SHORT, &["download"]].concat(),
+        ),
+    ];
+    let names: Vec<String> = runs
+        .iter()
+        .map(|(sub, args)| {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+            format!("{sub}/{}", args[0])
+        })
+        .collect();
+    let named: Vec<(&str, Vec<&str>)> = names
+        .iter()
+        .zip(&runs)
+        .map(|(name, (_, args))| (name.as_str(), args.clone()))
+        .collect();
+    // The blank page's screenshot (it needs no report) while the runs go.
+    let empty = std::thread::scope(|s| {
+        let empty = s.spawn(|| shot("about:blank", &blank));
+        run_and_render_all(d, &named);
+        empty
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    });
+    let files: Vec<String> = names
+        .iter()
+        .map(|name| d.join(format!("{name}.json")).display().to_string())
+        .collect();
+    let html = d.join("report.html");
+    let mut args: Vec<&str> = vec!["report"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend_from_slice(&["-o", html.to_str().unwrap()]);
+    run_expect(&args, 0);
+    let faults = layout_faults(&std::fs::read_to_string(&html).unwrap());
+    assert!(faults.is_empty(), "{faults:#?}");
     let page = format!("file://{}", html.display());
     let size = shot(&page, &out);
-    let empty = shot("about:blank", &blank);
     assert!(size > 4 * empty, "report {size} bytes, blank page {empty}");
     eprintln!("screenshot: {}", out.display());
 }

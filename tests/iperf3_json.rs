@@ -179,6 +179,17 @@ fn netrig_iperf3(args: &[&str]) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
+/// iperf3's run against its server and netrig's against its own, side by
+/// side (they share nothing): (iperf3's document, netrig's).
+fn side_by_side(port: &str, theirs: &[&str], ours: &[&str]) -> (Value, Value) {
+    std::thread::scope(|s| {
+        let n = s.spawn(|| netrig_iperf3(ours));
+        let i = iperf3(port, theirs);
+        let n = n.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (i, n)
+    })
+}
+
 #[test]
 fn iperf3_and_netrig_documents_read_alike() {
     if !iperf3_installed() {
@@ -204,8 +215,7 @@ fn iperf3_and_netrig_documents_read_alike() {
             "UDP",
         ),
     ] {
-        let i = iperf3(&port, &theirs);
-        let n = netrig_iperf3(&ours);
+        let (i, n) = side_by_side(&port, &theirs, &ours);
         sane(
             &read(&i).unwrap_or_else(|e| panic!("iperf3 {theirs:?}: {e}")),
             protocol,
@@ -247,8 +257,8 @@ fn udp_streams_and_bidir_read_as_real_iperf3_writes_them() {
             1,
         ),
     ] {
-        let i = read(&iperf3(&port, &theirs)).unwrap_or_else(|e| panic!("iperf3 {theirs:?}: {e}"));
-        let n = netrig_iperf3(&ours);
+        let (i, n) = side_by_side(&port, &theirs, &ours);
+        let i = read(&i).unwrap_or_else(|e| panic!("iperf3 {theirs:?}: {e}"));
         let n = read(&n).unwrap_or_else(|e| panic!("netrig {ours:?}: {e}\n{n}"));
         for (r, who) in [(&i, "iperf3"), (&n, "netrig")] {
             sane(r, "UDP", who);
@@ -288,8 +298,11 @@ fn udp_bidir_intervals_and_cpu_have_real_iperf3s_fields() {
     let (_server, addr) = serve(&[]);
     let (_iperf3, port) = iperf3_server();
     let t = addr.to_string();
-    let theirs = iperf3(&port, &["-u", "-b", "2M", "--bidir"]);
-    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "--bidir"]);
+    let (theirs, ours) = side_by_side(
+        &port,
+        &["-u", "-b", "2M", "--bidir"],
+        &["udp", t.as_str(), "-t", "1", "-b", "2M", "--bidir"],
+    );
     for pointer in [
         "/intervals/0/sum",
         "/intervals/0/sum_bidir_reverse",
@@ -307,8 +320,11 @@ fn udp_bidir_intervals_and_cpu_have_real_iperf3s_fields() {
     let jitter = ours["intervals"][0]["sum_bidir_reverse"]["jitter_ms"].as_f64();
     assert!(jitter.is_some_and(|j| j >= 0.0), "{ours}");
     // The client receiving every stream (-R): its interval sums are a receiver's too.
-    let theirs = iperf3(&port, &["-u", "-b", "2M", "-P", "2", "-R"]);
-    let ours = netrig_iperf3(&["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2", "-R"]);
+    let (theirs, ours) = side_by_side(
+        &port,
+        &["-u", "-b", "2M", "-P", "2", "-R"],
+        &["udp", t.as_str(), "-t", "1", "-b", "2M", "-P", "2", "-R"],
+    );
     for pointer in ["/intervals/0/sum", "/intervals/0/streams/0"] {
         assert_eq!(keys(&ours, pointer), keys(&theirs, pointer), "-R {pointer}");
     }

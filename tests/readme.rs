@@ -79,7 +79,9 @@ fn every_readme_example_runs() {
         format!("# slow start{scenario}"),
     )
     .unwrap();
-    let (_srv, open_server) = serve(&["-q"]);
+    // Client examples run side by side (below): from one address, more
+    // than the default four tests at once would be refused.
+    let (_srv, open_server) = serve(&["-q", "--max-tests-per-client", "64"]);
     // Clients given the README's key need a server that proves it holds it
     // (started once the example has made the key file).
     let mut keyed = None;
@@ -88,7 +90,17 @@ fn every_readme_example_runs() {
     // something else holds it.
     let default_port_taken = listening("127.0.0.1:4794".parse().unwrap());
     let mut failures = Vec::new();
+    // Client examples (most of the time: `load`'s phases are seconds long)
+    // run in the background, a few at once; an example waits for those
+    // that name one of its files (one writes what the next reads).
+    let mut running: Vec<Background> = Vec::new();
     for line in &lines {
+        let files = files_of(line);
+        let (wait, keep): (Vec<_>, Vec<_>) = running
+            .drain(..)
+            .partition(|b| b.files.iter().any(|f| files.contains(f)));
+        running = keep;
+        failures.extend(wait.into_iter().filter_map(Background::failure));
         let words: Vec<&str> = line.split_whitespace().collect();
         let sub = if words[0] == "netrig" {
             words.get(1).copied().unwrap_or("")
@@ -99,7 +111,11 @@ fn every_readme_example_runs() {
             true => {
                 let key = dir.path().join("netrig.key");
                 let key = key.to_str().unwrap().to_string();
-                keyed.get_or_insert_with(|| serve(&["-q", "--key", &key])).1
+                keyed
+                    .get_or_insert_with(|| {
+                        serve(&["-q", "--key", &key, "--max-tests-per-client", "64"])
+                    })
+                    .1
             }
             false => open_server,
         };
@@ -120,7 +136,7 @@ fn every_readme_example_runs() {
             local.clone()
         };
         // A client through "the relay" needs one: a plain relay to the server.
-        let _relay = (sub != "relay" && cmd.contains("127.0.0.1:5000") && sub != "serve")
+        let relay = (sub != "relay" && cmd.contains("127.0.0.1:5000") && sub != "serve")
             .then(|| relay_to(server));
         if sub == "serve" {
             // A server runs until stopped: it must start and keep running.
@@ -156,23 +172,22 @@ fn every_readme_example_runs() {
             }
             continue;
         }
-        let t0 = Instant::now();
-        let out = Command::new("sh")
-            .args(["-c", &cmd])
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        let code = out.status.code();
-        // SCTP examples need a kernel with SCTP (exit 6 names what is missing).
-        let ok = code == Some(0) || (line.contains("sctp") && code == Some(6));
-        if !ok {
-            failures.push(format!(
-                "{line}\n  ran: {cmd}\n  exit {code:?} after {:?}: {}",
-                t0.elapsed(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+        let run = example(line.clone(), cmd, dir.path().to_path_buf());
+        // In the foreground: anything of the test's own (a relay above, the
+        // README's relay address) and anything not netrig's.
+        if sub == "relay" || relay.is_some() || words[0] != "netrig" {
+            failures.extend(run().err());
+            continue;
         }
+        if running.len() >= AT_ONCE {
+            failures.extend(running.remove(0).failure());
+        }
+        running.push(Background {
+            files,
+            run: std::thread::spawn(run),
+        });
     }
+    failures.extend(running.into_iter().filter_map(Background::failure));
     assert!(
         !listening(relay_addr),
         "the example relays stopped by themselves"
@@ -182,6 +197,64 @@ fn every_readme_example_runs() {
         "README examples that fail:\n{}",
         failures.join("\n")
     );
+}
+
+/// Client examples at once in the background: on 2 cores the time-bound
+/// ones (`load`'s phases, `-t` runs) overlap, and none has to win a race.
+const AT_ONCE: usize = 6;
+
+/// An example running on a thread of its own, and the files it names.
+struct Background {
+    files: Vec<String>,
+    run: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Background {
+    /// Waits for it: its failure, if it failed.
+    fn failure(self) -> Option<String> {
+        self.run.join().expect("an example's thread").err()
+    }
+}
+
+/// The words of `line` that name a file (`tcp.json`, `netrig.key`), but
+/// not the README's stand-in host.
+fn files_of(line: &str) -> Vec<String> {
+    line.split(" #")
+        .next()
+        .unwrap_or(line)
+        .split_whitespace()
+        .filter(|w| w.contains('.') && w.contains(|c: char| c.is_ascii_alphabetic()))
+        .filter(|w| !w.contains("server.example"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `cmd` (the README's `line`, scaled down) in `dir`: a failure says
+/// what and how.
+fn example(
+    line: String,
+    cmd: String,
+    dir: std::path::PathBuf,
+) -> impl FnOnce() -> Result<(), String> + Send + 'static {
+    move || {
+        let t0 = Instant::now();
+        let out = Command::new("sh")
+            .args(["-c", &cmd])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let code = out.status.code();
+        // SCTP examples need a kernel with SCTP (exit 6 names what is missing).
+        let ok = code == Some(0) || (line.contains("sctp") && code == Some(6));
+        match ok {
+            true => Ok(()),
+            false => Err(format!(
+                "{line}\n  ran: {cmd}\n  exit {code:?} after {:?}: {}",
+                t0.elapsed(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        }
+    }
 }
 
 /// A relay on the README's relay address (127.0.0.1:5000) to `server`.

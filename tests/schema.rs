@@ -78,33 +78,32 @@ fn every_commands_json_matches_the_schema() {
     let d = dir.path();
     let (_held, port) = refused_port();
     let refused = format!("127.0.0.1:{port}");
-    let mut files = vec![
-        write(d, "tcp", &["tcp", "-P", "2", "-n", "1M"], 0),
-        write(
-            d,
+    // Every command's run at once (each against an embedded server of
+    // its own): most of them are time-bound (`-t`, load's phases).
+    let runs: Vec<(&str, Vec<&str>, i32)> = vec![
+        ("tcp", vec!["tcp", "-P", "2", "-n", "1M"], 0),
+        (
             "udp",
-            &[
+            vec![
                 "udp", "-t", "300ms", "-b", "5M", "--dscp", "EF", "--ecn", "ect0",
             ],
             0,
         ),
-        write(d, "udp-reverse", &["udp", "-t", "300ms", "-R"], 0),
-        write(
-            d,
+        ("udp-reverse", vec!["udp", "-t", "300ms", "-R"], 0),
+        (
             "udp-streams",
-            &["udp", "-t", "300ms", "-P", "2", "--bidir"],
+            vec!["udp", "-t", "300ms", "-P", "2", "--bidir"],
             0,
         ),
-        write(d, "sweep", &["sweep", "--to-rate", "5M", "-t", "1s"], 0),
-        write(d, "rr", &["rr", "-n", "200"], 0),
-        write(d, "rr-udp", &["rr", "--proto", "udp", "-n", "200"], 0),
-        write(d, "spectrum", &["rr", "--spectrum", "0..3", "-n", "50"], 0),
-        write(d, "ping", &["ping", "-n", "3", "-i", "10ms"], 0),
-        write(d, "crr", &["crr", "-n", "50"], 0),
-        write(
-            d,
+        ("sweep", vec!["sweep", "--to-rate", "5M", "-t", "1s"], 0),
+        ("rr", vec!["rr", "-n", "200"], 0),
+        ("rr-udp", vec!["rr", "--proto", "udp", "-n", "200"], 0),
+        ("spectrum", vec!["rr", "--spectrum", "0..3", "-n", "50"], 0),
+        ("ping", vec!["ping", "-n", "3", "-i", "10ms"], 0),
+        ("crr", vec!["crr", "-n", "50"], 0),
+        (
             "load",
-            &[
+            vec![
                 "load",
                 "--idle",
                 "1s",
@@ -117,10 +116,9 @@ fn every_commands_json_matches_the_schema() {
             ],
             0,
         ),
-        write(
-            d,
+        (
             "relay",
-            &[
+            vec![
                 "relay",
                 "--listen",
                 "127.0.0.1:0",
@@ -131,9 +129,19 @@ fn every_commands_json_matches_the_schema() {
             ],
             0,
         ),
-        write(d, "refused", &["tcp", &refused], 3),
-        write(d, "refused-rr", &["rr", &refused], 3),
+        ("refused", vec!["tcp", &refused], 3),
+        ("refused-rr", vec!["rr", &refused], 3),
     ];
+    let mut files: Vec<PathBuf> = std::thread::scope(|s| {
+        let started: Vec<_> = runs
+            .iter()
+            .map(|(name, args, code)| s.spawn(move || write(d, name, args, *code)))
+            .collect();
+        started
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
     // netrig merge's result, of each kind that merges.
     for kind in ["tcp", "udp", "udp-streams", "ping", "crr", "rr"] {
         let input = d.join(format!("{kind}.json"));
