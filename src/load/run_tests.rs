@@ -168,6 +168,9 @@ fn a_phase_ticks_each_whole_second_to_its_end() {
     // An end a hair before a whole second still has that second.
     let t: Vec<_> = ticks(0.0, 3.0 - 1e-12).collect();
     assert_eq!(t, [(1.0, false), (2.0, false), (3.0, true)]);
+    // An end a hair short of that: the second before it is not the last.
+    let t: Vec<_> = ticks(0.0, 3.0 - 1e-9).collect();
+    assert_eq!(t, [(1.0, false), (2.0, false), (3.0, true)]);
     assert_eq!(ticks(5.2, 5.9).count(), 0);
 }
 
