@@ -217,6 +217,8 @@ fn each_phase_loads_its_direction_for_the_time_left() {
     assert_eq!(c.time_limit, Some(Duration::from_millis(2250)));
     assert_eq!(c.interval, Some(Duration::from_millis(100)));
     assert_eq!(c.connections, 4);
+    // Load connections run for the phase's time, never ending on a size.
+    assert_eq!((c.transfer, c.iterations), (1 << 40, None));
     assert!(c.server_output);
     assert!(Arc::ptr_eq(c.open_cap.as_ref().unwrap(), &cap));
     let c = load_config(&cfg, Phase::Upload, 12.0, 12.2, &cap);
