@@ -558,3 +558,7 @@ mod tests {
         assert_eq!(c.series[0].points[4], (4.0, 0.05));
     }
 }
+
+#[cfg(test)]
+#[path = "kinds_tests.rs"]
+mod view_tests;

@@ -183,6 +183,21 @@ struct LoadObs {
     sends: bool,
 }
 
+impl LoadObs {
+    /// Counts a load run of `pattern` that began `base` s into the load
+    /// run; its RTT is a self probe when this end sends.
+    fn new(samples: Samples, base: f64, pattern: IoPattern) -> LoadObs {
+        LoadObs {
+            down: Arc::new(AtomicU64::new(0)),
+            up: Arc::new(AtomicU64::new(0)),
+            samples,
+            base,
+            last: 0.0,
+            sends: pattern != IoPattern::Pull,
+        }
+    }
+}
+
 impl Observer for LoadObs {
     fn interval(&mut self, row: &IntervalRow) {
         let dt = (row.time_slice - self.last).max(0.0);
@@ -217,6 +232,152 @@ fn last_second(samples: &Samples, t: f64, span: f64, kind: ProbeKind) -> Option<
     model::percentile(&v, 50.0)
 }
 
+/// The live line's interval so far: seconds, bytes down and up.
+#[derive(Debug, Default, PartialEq)]
+struct LiveAcc {
+    secs: u32,
+    down: f64,
+    up: f64,
+}
+
+impl LiveAcc {
+    /// Adds a second's bytes. A line is due every `every` seconds and at a
+    /// phase's `last` second: then returns its span (s) and bytes down and
+    /// up, and starts the next.
+    fn add(&mut self, down: f64, up: f64, every: u32, last: bool) -> Option<(f64, f64, f64)> {
+        self.secs += 1;
+        self.down += down;
+        self.up += up;
+        if self.secs < every.max(1) && !last {
+            return None;
+        }
+        let line = (f64::from(self.secs), self.down, self.up);
+        *self = LiveAcc::default();
+        Some(line)
+    }
+}
+
+/// The live line at `t` (s since the start) of an interval of `span` s that
+/// moved `down` and `up` bytes: its rates, and its probes' medians.
+fn live_line(
+    samples: &Samples,
+    t: f64,
+    phase: Phase,
+    (span, down, up): (f64, f64, f64),
+    connections: u32,
+) -> Second {
+    Second {
+        t,
+        phase,
+        down_bps: down * 8.0 / span,
+        up_bps: up * 8.0 / span,
+        connections,
+        udp_ms: last_second(samples, t, span, ProbeKind::Udp),
+        connect_ms: last_second(samples, t, span, ProbeKind::TcpConnect),
+        self_ms: last_second(samples, t, span, ProbeKind::SelfRtt),
+    }
+}
+
+/// The ends of a phase's seconds (s since the start): the whole seconds
+/// after `from` up to `end`, each with whether it is the phase's last.
+fn ticks(from: f64, end: f64) -> impl Iterator<Item = (f64, bool)> {
+    std::iter::successors(Some(from.floor() + 1.0), |t| Some(t + 1.0))
+        .take_while(move |&t| t <= end + 1e-9)
+        .map(move |t| (t, t + 1.0 > end + 1e-9))
+}
+
+/// A loaded phase's ramp: one more connection each second until goodput
+/// is stable or `max` are open.
+struct Ramp {
+    stability: Stability,
+    saturated: bool,
+    /// Bytes down and up counted at the last second's end.
+    seen: (u64, u64),
+    max: u64,
+}
+
+impl Ramp {
+    fn new(max: u32) -> Ramp {
+        Ramp {
+            stability: Stability::default(),
+            saturated: false,
+            seen: (0, 0),
+            max: u64::from(max),
+        }
+    }
+
+    /// A second ended with `total` bytes (down, up) counted so far and
+    /// `open` connections allowed: the second's bytes, and how many
+    /// connections to allow from now if that changes.
+    fn second(&mut self, total: (u64, u64), open: u64) -> ((u64, u64), Option<u64>) {
+        let moved = (total.0 - self.seen.0, total.1 - self.seen.1);
+        self.seen = total;
+        let mut more = None;
+        if !self.saturated {
+            self.saturated = self.stability.push((moved.0 + moved.1) as f64);
+            if !self.saturated && open < self.max {
+                more = Some(open + 1);
+            }
+        }
+        (moved, more)
+    }
+}
+
+/// The load connections' settings for `phase` from `now` to `end` (s since
+/// the start), opening at most `cap` at a time.
+fn load_config(
+    cfg: &LoadConfig,
+    phase: Phase,
+    now: f64,
+    end: f64,
+    cap: &Arc<AtomicU64>,
+) -> TcpClientConfig {
+    let mut c = TcpClientConfig::new(vec![cfg.target.clone()]);
+    c.port = cfg.port;
+    c.key = cfg.key.clone();
+    c.pattern = match phase {
+        Phase::Download => IoPattern::Pull,
+        Phase::Upload => IoPattern::Push,
+        _ => IoPattern::Duplex,
+    };
+    c.connections = cfg.max_connections;
+    c.iterations = None;
+    c.transfer = 1 << 40;
+    c.time_limit = Some(Duration::from_secs_f64((end - now).max(0.5)));
+    c.interval = Some(cfg.every());
+    // The server's own rows: what it received (the upload's goodput,
+    // verified), and when it sends, its RTT.
+    c.server_output = true;
+    c.open_cap = Some(Arc::clone(cap));
+    c.sock = cfg.sock.clone();
+    c.bind_dev = cfg.bind_dev.clone();
+    c.connect_timeout = cfg.connect_timeout;
+    c
+}
+
+/// From the servers' rows of a load run of `pattern` that began `base` s
+/// into the load run: the bytes they received (none without rows), and
+/// when they sent (a download), their RTT as self probes.
+fn server_side(
+    out: &[crate::tcp::client::ServerRows],
+    pattern: IoPattern,
+    base: f64,
+) -> (Option<u64>, Vec<Sample>) {
+    let mut received = 0.0;
+    let mut selfs = Vec::new();
+    for rows in out {
+        let mut last = 0.0;
+        for row in &rows.rows {
+            received += row.recv_bps as f64 * (row.time_slice - last).max(0.0);
+            last = row.time_slice;
+            if let (IoPattern::Pull, Some(r)) = (pattern, row.rtt_us) {
+                selfs.push(ms(base + row.time_slice, ProbeKind::SelfRtt, Some(r / 1e3)));
+            }
+        }
+    }
+    ((!out.is_empty()).then_some(received as u64), selfs)
+}
+
 struct Ctx<'a> {
     cfg: &'a LoadConfig,
     t0: Instant,
@@ -224,8 +385,7 @@ struct Ctx<'a> {
     interrupt: &'a Arc<AtomicBool>,
     obs: &'a mut dyn LoadObserver,
     errors: Vec<String>,
-    /// The live line's interval so far: seconds, bytes down and up.
-    acc: (u32, f64, f64),
+    acc: LiveAcc,
 }
 
 impl Ctx<'_> {
@@ -247,108 +407,56 @@ impl Ctx<'_> {
     /// One second of a phase went by; `last`: the phase's last. A live
     /// line goes out every `interval_secs` seconds and at a phase's end.
     fn second(&mut self, phase: Phase, down: f64, up: f64, connections: u32, last: bool) {
-        let (n, d, u) = self.acc;
-        let (n, d, u) = (n + 1, d + down, u + up);
-        if n < self.cfg.interval_secs.max(1) && !last {
-            self.acc = (n, d, u);
-            return;
+        if let Some(acc) = self.acc.add(down, up, self.cfg.interval_secs, last) {
+            let s = live_line(&self.samples, self.now(), phase, acc, connections);
+            self.obs.second(&s);
         }
-        self.acc = (0, 0.0, 0.0);
-        let t = self.now();
-        let span = f64::from(n);
-        let s = Second {
-            t,
-            phase,
-            down_bps: d * 8.0 / span,
-            up_bps: u * 8.0 / span,
-            connections,
-            udp_ms: last_second(&self.samples, t, span, ProbeKind::Udp),
-            connect_ms: last_second(&self.samples, t, span, ProbeKind::TcpConnect),
-            self_ms: last_second(&self.samples, t, span, ProbeKind::SelfRtt),
-        };
-        self.obs.second(&s);
     }
 
     fn idle(&mut self, end: f64) -> PhaseLoad {
-        let mut t = self.now().floor() + 1.0;
-        while t <= end + 1e-9 && self.sleep_to(t) {
-            self.second(Phase::Idle, 0.0, 0.0, 0, t + 1.0 > end + 1e-9);
-            t += 1.0;
+        for (t, last) in ticks(self.now(), end) {
+            if !self.sleep_to(t) {
+                break;
+            }
+            self.second(Phase::Idle, 0.0, 0.0, 0, last);
         }
         PhaseLoad::default()
     }
 
     fn loaded(&mut self, phase: Phase, end: f64) -> PhaseLoad {
-        let pattern = match phase {
-            Phase::Download => IoPattern::Pull,
-            Phase::Upload => IoPattern::Push,
-            _ => IoPattern::Duplex,
-        };
         let cap = Arc::new(AtomicU64::new(1));
-        let mut c = TcpClientConfig::new(vec![self.cfg.target.clone()]);
-        c.port = self.cfg.port;
-        c.key = self.cfg.key.clone();
-        c.pattern = pattern;
-        c.connections = self.cfg.max_connections;
-        c.iterations = None;
-        c.transfer = 1 << 40;
-        c.time_limit = Some(Duration::from_secs_f64((end - self.now()).max(0.5)));
-        c.interval = Some(self.cfg.every());
-        // The server's own rows: what it received (the upload's goodput,
-        // verified), and when it sends, its RTT.
-        c.server_output = true;
-        c.open_cap = Some(Arc::clone(&cap));
-        c.sock = self.cfg.sock.clone();
-        c.bind_dev = self.cfg.bind_dev.clone();
-        c.connect_timeout = self.cfg.connect_timeout;
-        let (down, up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let base = self.now();
-        let mut o = LoadObs {
-            down: Arc::clone(&down),
-            up: Arc::clone(&up),
-            samples: Arc::clone(&self.samples),
-            base,
-            last: 0.0,
-            sends: pattern != IoPattern::Pull,
-        };
+        let c = load_config(self.cfg, phase, base, end, &cap);
+        let pattern = c.pattern;
+        let mut o = LoadObs::new(Arc::clone(&self.samples), base, pattern);
+        let (down, up) = (Arc::clone(&o.down), Arc::clone(&o.up));
         let stop = Arc::clone(self.interrupt);
         let run = std::thread::spawn(move || crate::tcp::client::run(c, stop, &mut o));
-        let mut stability = Stability::default();
-        let (mut saturated, mut seen, mut open) = (false, (0, 0), 1);
-        let mut t = base.floor() + 1.0;
-        while t <= end + 1e-9 && !run.is_finished() && self.sleep_to(t) {
+        let mut ramp = Ramp::new(self.cfg.max_connections);
+        let mut open = 1;
+        for (t, last) in ticks(base, end) {
+            if run.is_finished() || !self.sleep_to(t) {
+                break;
+            }
             let now = (down.load(SeqCst), up.load(SeqCst));
-            let (d, u) = (now.0 - seen.0, now.1 - seen.1);
-            seen = now;
             let n = cap.load(SeqCst);
             open = n;
-            if !saturated {
-                saturated = stability.push((d + u) as f64);
-                if !saturated && n < u64::from(self.cfg.max_connections) {
-                    cap.store(n + 1, SeqCst);
-                }
+            let ((d, u), more) = ramp.second(now, n);
+            if let Some(m) = more {
+                cap.store(m, SeqCst);
             }
-            self.second(phase, d as f64, u as f64, n as u32, t + 1.0 > end + 1e-9);
-            t += 1.0;
+            self.second(phase, d as f64, u as f64, n as u32, last);
         }
         match run.join() {
             Ok(Ok(rep)) => {
-                let mut received = 0.0;
-                for rows in &rep.server_output {
-                    let mut last = 0.0;
-                    for row in &rows.rows {
-                        received += row.recv_bps as f64 * (row.time_slice - last).max(0.0);
-                        last = row.time_slice;
-                        if let (IoPattern::Pull, Some(r)) = (pattern, row.rtt_us) {
-                            let s = ms(base + row.time_slice, ProbeKind::SelfRtt, Some(r / 1e3));
-                            push(&self.samples, s);
-                        }
-                    }
+                let (received, selfs) = server_side(&rep.server_output, pattern, base);
+                for s in selfs {
+                    push(&self.samples, s);
                 }
-                if !rep.server_output.is_empty() {
+                if let Some(r) = received {
                     // Goodput up is what the server received, not what
                     // the client wrote into its socket buffers.
-                    up.store(received as u64, SeqCst);
+                    up.store(r, SeqCst);
                 }
             }
             Ok(Err(e)) => self.errors.push(format!("{phase:?} load: {e}")),
@@ -360,7 +468,7 @@ impl Ctx<'_> {
             down_bytes: down.load(SeqCst),
             up_bytes: up.load(SeqCst),
             connections: open as u32,
-            saturated,
+            saturated: ramp.saturated,
         }
     }
 }
@@ -383,36 +491,7 @@ pub fn run(
         })?;
     let samples: Samples = Arc::new(Mutex::new(Vec::new()));
     let schedule = Schedule::new(cfg.idle_secs, &cfg.phases, cfg.phase_secs);
-    // One UDP probe every interval from 0 to the end: the stream ends on its
-    // own, every probe answered or timed out, so its losses add up exactly.
-    let udp_probes = (schedule.end() * 1000.0 / cfg.probe_interval_ms as f64).floor() as u64 + 1;
-    let rr = RrConfig {
-        target: cfg.target.clone(),
-        port: cfg.port,
-        key: cfg.key.clone(),
-        transport: Transport::Udp,
-        size: 64,
-        reply: 64,
-        iterations: udp_probes,
-        warmup: 0,
-        nagle: false,
-        busy_poll: false,
-        rx_timestamps: false,
-        timeout: Some(PROBE_TIMEOUT),
-        interval: Some(cfg.every()),
-        hist_min_us: 0.0,
-        hist_max_us: 1e6,
-        hist_bins: 1000,
-        outliers: 10,
-        synced: false,
-        bind: Vec::new(),
-        sock: Default::default(),
-        bind_dev: cfg.bind_dev.clone(),
-        cport: None,
-        start_at: None,
-        duration: None,
-        connect_timeout: cfg.connect_timeout,
-    };
+    let rr = probe_plan(cfg, schedule.end());
     // The run starts when the first UDP probe left (after the server
     // accepted the probes and the clock offset is known): probe k leaves k
     // intervals later, on the probes' absolute schedule.
@@ -424,30 +503,13 @@ pub fn run(
             let mut first = true;
             let mut on_probe = |p: &Probe| {
                 if std::mem::take(&mut first) {
-                    // Probe 0 left this long ago (a lost probe is told
-                    // when its timeout passes).
-                    let rtt = p.rtt_us.map_or(PROBE_TIMEOUT.as_secs_f64(), |u| u / 1e6);
-                    let took = Duration::from_secs_f64(rtt + p.seq as f64 * every_ms / 1e3);
+                    let took = since_first_probe(p, every_ms);
                     let now = Instant::now();
                     let _ = ready_tx.send(now.checked_sub(took).unwrap_or(now));
                 }
-                if !p.is_fate() {
-                    // A late reply was counted lost when its timeout
-                    // passed; a duplicate, when its first copy came.
-                    return;
+                if let Some(s) = udp_sample(p, every_ms) {
+                    push(&samples, s);
                 }
-                // Placed at its send time on the probes' absolute schedule.
-                let t = p.seq as f64 * every_ms / 1e3;
-                push(
-                    &samples,
-                    Sample {
-                        t,
-                        kind: ProbeKind::Udp,
-                        ms: p.rtt_us.map(|u| u / 1e3),
-                        up_ms: p.up_us.map(|u| u / 1e3),
-                        down_ms: p.down_us.map(|u| u / 1e3),
-                    },
-                );
             };
             crate::rr::client::run(&rr, stop, &mut on_probe)
         })
@@ -481,7 +543,7 @@ pub fn run(
         interrupt: &interrupt,
         obs,
         errors: Vec::new(),
-        acc: (0, 0.0, 0.0),
+        acc: LiveAcc::default(),
     };
     let mut loads = Vec::new();
     for &(phase, _, end) in &schedule.phases {
@@ -494,33 +556,110 @@ pub fn run(
         });
     }
     let ended_at = ctx.now();
-    let mut errors = std::mem::take(&mut ctx.errors);
+    let errors = std::mem::take(&mut ctx.errors);
     foreign_stop.store(true, SeqCst);
     let _ = foreign.join();
-    let (lost_up, lost_down, offset) = match udp.join() {
-        Ok(Ok((r, _))) => {
+    let udp = udp.join().ok();
+    let probes = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(report(
+        schedule,
+        probes,
+        &loads,
+        interrupt.load(SeqCst).then_some(ended_at),
+        udp,
+        errors,
+    ))
+}
+
+/// The UDP probes of a load run whose schedule ends `end` s after the
+/// start: one every interval from 0 to the end, so the stream ends on its
+/// own, every probe answered or timed out, and its losses add up exactly.
+fn probe_plan(cfg: &LoadConfig, end: f64) -> RrConfig {
+    let udp_probes = (end * 1000.0 / cfg.probe_interval_ms as f64).floor() as u64 + 1;
+    RrConfig {
+        target: cfg.target.clone(),
+        port: cfg.port,
+        key: cfg.key.clone(),
+        transport: Transport::Udp,
+        size: 64,
+        reply: 64,
+        iterations: udp_probes,
+        warmup: 0,
+        nagle: false,
+        busy_poll: false,
+        rx_timestamps: false,
+        timeout: Some(PROBE_TIMEOUT),
+        interval: Some(cfg.every()),
+        hist_min_us: 0.0,
+        hist_max_us: 1e6,
+        hist_bins: 1000,
+        outliers: 10,
+        synced: false,
+        bind: Vec::new(),
+        sock: Default::default(),
+        bind_dev: cfg.bind_dev.clone(),
+        cport: None,
+        start_at: None,
+        duration: None,
+        connect_timeout: cfg.connect_timeout,
+    }
+}
+
+/// How long ago probe 0 left, told by the first probe to come back (`seq`
+/// intervals of `every_ms` after it; a lost probe is told when its timeout
+/// passes).
+fn since_first_probe(p: &Probe, every_ms: f64) -> Duration {
+    let rtt = p.rtt_us.map_or(PROBE_TIMEOUT.as_secs_f64(), |u| u / 1e6);
+    Duration::from_secs_f64(rtt + p.seq as f64 * every_ms / 1e3)
+}
+
+/// A UDP probe's sample, placed at its send time on the probes' absolute
+/// schedule; none for a late reply (counted lost when its timeout passed)
+/// or a duplicate (counted when its first copy came).
+fn udp_sample(p: &Probe, every_ms: f64) -> Option<Sample> {
+    p.is_fate().then(|| Sample {
+        t: p.seq as f64 * every_ms / 1e3,
+        kind: ProbeKind::Udp,
+        ms: p.rtt_us.map(|u| u / 1e3),
+        up_ms: p.up_us.map(|u| u / 1e3),
+        down_ms: p.down_us.map(|u| u / 1e3),
+    })
+}
+
+/// The report of a run from its probes and loads; `stopped_at`: when a
+/// Ctrl-C ended it (s since the start); `udp`: how the UDP probes ended
+/// (none if their thread panicked).
+fn report(
+    schedule: Schedule,
+    mut probes: Vec<Sample>,
+    loads: &[PhaseLoad],
+    stopped_at: Option<f64>,
+    udp: Option<Result<(crate::rr::client::RrReport, crate::rr::hist::LatencyStats), ClientError>>,
+    mut errors: Vec<String>,
+) -> LoadReport {
+    let (lost_up, lost_down, offset) = match udp {
+        Some(Ok((r, _))) => {
             if let Some(e) = r.error {
                 errors.push(format!("UDP probes: {e}"));
             }
             (r.lost_up, r.lost_down, r.offset)
         }
-        Ok(Err(e)) => {
+        Some(Err(e)) => {
             errors.push(format!("UDP probes: {e}"));
             (None, None, None)
         }
-        Err(_) => (None, None, None),
+        None => (None, None, None),
     };
-    let mut probes = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
     probes.sort_by(|a, b| a.t.total_cmp(&b.t));
     let mut schedule = schedule;
-    let stopped = interrupt.load(SeqCst);
-    let cut = stopped && schedule.cut(ended_at).is_some();
-    let phases = model::summarize(&schedule, &probes, &loads, cut);
+    let stopped = stopped_at.is_some();
+    let cut = stopped_at.is_some_and(|t| schedule.cut(t).is_some());
+    let phases = model::summarize(&schedule, &probes, loads, cut);
     let verdict = match (stopped, model::verdict(&phases)) {
         (true, v) => format!("interrupted before the end of the schedule; {v}"),
         (false, v) => v,
     };
-    Ok(LoadReport {
+    LoadReport {
         verdict,
         schedule,
         phases,
@@ -530,5 +669,9 @@ pub fn run(
         interrupted: stopped,
         errors,
         probes,
-    })
+    }
 }
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;

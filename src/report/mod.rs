@@ -308,3 +308,75 @@ pub fn write_atomically(path: &Path, doc: &impl Serialize) -> io::Result<()> {
         w.write_all(b"\n")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn read(path: &Path) -> (String, Value) {
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc = serde_json::from_str(&text).unwrap();
+        (text, doc)
+    }
+
+    #[test]
+    fn the_envelope_says_what_ran_with_what_and_what_it_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        write_envelope(
+            &path,
+            "udp",
+            &json!({"rate": 5}),
+            Some(&json!({"lost": 2})),
+            None,
+        )
+        .unwrap();
+        let (_, doc) = read(&path);
+        assert_eq!(doc["netrig"], ENVELOPE_VERSION);
+        assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(doc["test"], "udp");
+        assert_eq!(doc["config"]["rate"], 5);
+        assert_eq!(doc["result"]["lost"], 2);
+        assert!(doc.get("error").is_none() && doc.get("error_code").is_none());
+        // A failed run: its error, and nothing measured.
+        write_envelope::<_, Value>(&path, "tcp", &json!({}), None, Some("refused")).unwrap();
+        let (_, doc) = read(&path);
+        assert_eq!(
+            (&doc["test"], &doc["error"]),
+            (&json!("tcp"), &json!("refused"))
+        );
+        assert_eq!(doc["result"], Value::Null);
+    }
+
+    #[test]
+    fn a_refusal_carries_its_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        write_envelope_coded::<_, Value>(
+            &path,
+            "rr",
+            &json!({}),
+            None,
+            Some("busy"),
+            Some(crate::proto::ErrorCode::Refused),
+        )
+        .unwrap();
+        let (_, doc) = read(&path);
+        assert_eq!(doc["error_code"], "refused");
+        assert_eq!(doc["error"], "busy");
+    }
+
+    #[test]
+    fn a_document_is_pretty_json_ending_in_a_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.json");
+        write_atomically(&path, &json!({"a": [1, 2]})).unwrap();
+        let (text, doc) = read(&path);
+        assert_eq!(doc, json!({"a": [1, 2]}));
+        assert!(
+            text.contains("\n  \"a\": [\n") && text.ends_with("}\n"),
+            "{text}"
+        );
+    }
+}

@@ -191,4 +191,88 @@ mod tests {
         assert_eq!(lines[2]["result"]["lost"], 0);
         assert_eq!(lines[2]["error"], "why");
     }
+
+    fn lines(path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_sink_streams_start_events_and_one_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let mut s = StreamSink::open(Some(&path), "rr", &serde_json::json!({"size": 64})).unwrap();
+        s.event("run", &serde_json::json!({"n": 1}));
+        s.end(Some(&serde_json::json!({"sent": 9})), None);
+        // The stream is closed after its end line.
+        s.event("run", &serde_json::json!({"n": 2}));
+        s.end(Some(&serde_json::json!({"sent": 10})), None);
+        let l = lines(&path);
+        let events: Vec<_> = l.iter().map(|l| l["event"].as_str().unwrap()).collect();
+        assert_eq!(events, ["start", "run", "end"]);
+        assert_eq!(l[0]["config"]["size"], 64);
+        assert_eq!(l[1]["data"]["n"], 1);
+        assert_eq!(l[2]["result"]["sent"], 9);
+        assert!(s.take_errors().is_empty());
+        // No path, no stream, no errors.
+        let mut s = StreamSink::open(None, "rr", &()).unwrap();
+        s.event("run", &1);
+        s.end(Some(&1), None);
+        assert!(s.take_errors().is_empty());
+    }
+
+    /// A sink that fails every write.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_error_stops_the_stream_and_is_told_once() {
+        let mut s = StreamSink {
+            s: Some(JsonStream {
+                w: Box::new(Full),
+                test: "udp",
+            }),
+            errors: Vec::new(),
+        };
+        s.event("interval", &1);
+        s.event("interval", &2);
+        s.end(Some(&3), None);
+        let e = s.take_errors();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].kind(), io::ErrorKind::StorageFull);
+        assert_eq!(e[0].to_string(), "--json-stream: disk full");
+        assert!(s.take_errors().is_empty());
+        // The end line alone failing is told too.
+        let mut s = StreamSink {
+            s: Some(JsonStream {
+                w: Box::new(Full),
+                test: "udp",
+            }),
+            errors: Vec::new(),
+        };
+        s.end(Some(&3), Some("why"));
+        assert_eq!(s.take_errors().len(), 1);
+    }
+
+    #[test]
+    fn a_stream_that_cannot_open_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no/such/dir/s.jsonl");
+        let e = StreamSink::open(Some(&path), "udp", &()).err().unwrap();
+        assert!(
+            e.to_string().starts_with(&path.display().to_string()),
+            "{e}"
+        );
+    }
 }

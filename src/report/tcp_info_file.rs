@@ -86,3 +86,26 @@ pub fn cells(r: &ConnectionRecord) -> Option<Vec<String>> {
     ]);
     Some(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tcp_info_column_is_as_wide_as_its_header_and_at_least_ten() {
+        let (h, w) = (headers(), widths());
+        assert_eq!(h.len(), w.len());
+        let n = super::super::CONNECTION_HEADERS.len();
+        assert_eq!(&h[..n], super::super::CONNECTION_HEADERS);
+        assert_eq!(
+            w[n..],
+            [
+                14, 18, 16, 10, 10, 10, 15, 14, 15, 15, 14, // ctsTraffic's
+                11, 10, 10, 12, 13, 10, 15, 10, 13, 15, // Linux's
+            ]
+        );
+        for (h, w) in h[n..].iter().zip(&w[n..]) {
+            assert!(*w >= h.len(), "{h}: {w}");
+        }
+    }
+}

@@ -408,3 +408,39 @@ fn the_banner_says_what_runs_and_for_how_long() {
     assert!(lines[0].starts_with("TCP Push to h1, h2"), "{text}");
     assert!(lines[1].trim_start().starts_with("TimeSlice"), "{text}");
 }
+
+#[test]
+fn the_tcp_info_row_maps_linux_fields_to_cts_columns_and_leaves_the_rest_empty() {
+    use crate::report::tcp_info_file::cells;
+    let mut r = record(ResultKind::Success, "");
+    assert_eq!(cells(&r), None, "never connected: no row");
+    r.tcp_info = Some(crate::net::tcpinfo::TcpInfo {
+        retransmits: 1,
+        bytes_retrans: 2,
+        rtt_us: 3,
+        rttvar_us: 4,
+        min_rtt_us: 5,
+        cwnd: 6,
+        snd_mss: 7,
+        reord_seen: 8,
+        dsack_dups: 9,
+        delivery_rate: 10,
+        busy_us: 11,
+        rwnd_limited_us: 12,
+        sndbuf_limited_us: 13,
+        ..Default::default()
+    });
+    let c = cells(&r).unwrap();
+    assert_eq!(c[..13], crate::report::connection_row::connection_cells(&r));
+    assert_eq!(
+        c[13..],
+        [
+            "", "2", "", "", "5", "7", "", "", "", "", "", // ctsTraffic's
+            "1", "3", "4", "6", "8", "9", "80", "11", "12", "13", // Linux's
+        ]
+    );
+    assert_eq!(c.len(), crate::report::tcp_info_file::headers().len());
+    // A delivery rate too large to be bits per second in a u64 stays at the top.
+    r.tcp_info.as_mut().unwrap().delivery_rate = u64::MAX / 4;
+    assert_eq!(cells(&r).unwrap()[13 + 11 + 6], u64::MAX.to_string());
+}

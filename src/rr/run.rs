@@ -189,7 +189,7 @@ pub struct RrReport {
 
 impl RrReport {
     /// A report with nothing measured yet.
-    pub(super) fn empty(cfg: &RrConfig) -> RrReport {
+    pub(crate) fn empty(cfg: &RrConfig) -> RrReport {
         RrReport {
             size: cfg.size,
             reply: cfg.reply,
@@ -286,16 +286,155 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn record(&mut self, seq: u64, rtt: Duration) {
+        self.record_at(seq, rtt, Instant::now());
+    }
+
+    /// Records round trip `seq`, which ended at `now`: a warm-up one apart,
+    /// a measured one also in the span transactions per second count over.
+    fn record_at(&mut self, seq: u64, rtt: Duration, now: Instant) {
         let ns = rtt.as_nanos() as u64;
         if seq < self.cfg.warmup {
             self.warm.record_ns(ns);
         } else {
             self.main.record_ns(ns);
-            let now = Instant::now();
             let first = self
                 .main_span
                 .map_or(now.checked_sub(rtt).unwrap_or(now), |s| s.0);
             self.main_span = Some((first, now));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> RrConfig {
+        RrConfig {
+            target: "h".into(),
+            port: 4794,
+            key: None,
+            transport: Transport::Udp,
+            size: 64,
+            reply: 128,
+            iterations: 4,
+            warmup: 2,
+            nagle: false,
+            busy_poll: false,
+            rx_timestamps: false,
+            timeout: None,
+            interval: None,
+            hist_min_us: 0.0,
+            hist_max_us: 1000.0,
+            hist_bins: 10,
+            outliers: 0,
+            synced: false,
+            bind: Vec::new(),
+            sock: Default::default(),
+            bind_dev: None,
+            cport: None,
+            start_at: None,
+            duration: None,
+            connect_timeout: None,
+        }
+    }
+
+    fn stats() -> LatencyStats {
+        LatencyStats::new(0.0, 1000.0, 10, 0)
+    }
+
+    #[test]
+    fn a_run_until_stopped_writes_its_count_as_null() {
+        let mut cfg = config();
+        let json = |c: &RrConfig| serde_json::to_value(c).unwrap()["iterations"].clone();
+        assert_eq!(json(&cfg), 4);
+        cfg.iterations = UNBOUNDED;
+        assert_eq!(json(&cfg), serde_json::Value::Null);
+    }
+
+    #[test]
+    fn an_empty_report_has_the_runs_sizes_and_nothing_measured() {
+        let r = RrReport::empty(&config());
+        assert_eq!((r.size, r.reply, r.transport), (64, 128, Transport::Udp));
+        assert_eq!((r.sent, r.received, r.transactions_per_sec), (0, 0, 0.0));
+        assert!(r.latency.is_none() && r.error.is_none() && !r.interrupted);
+    }
+
+    #[test]
+    fn requests_stop_at_the_count_or_the_duration_after_the_first() {
+        let stop = AtomicBool::new(false);
+        let cfg = config();
+        let mut run = Run::new(&cfg, 3, &stop, stats);
+        let t = Instant::now();
+        assert!(run.may_send(0, t) && run.may_send(2, t + Duration::from_secs(9)));
+        assert!(!run.may_send(3, t));
+        let mut cfg = config();
+        cfg.duration = Some(Duration::from_secs(2));
+        let mut run = Run::new(&cfg, UNBOUNDED, &stop, stats);
+        // The duration counts from the first request allowed out.
+        assert!(run.may_send(0, t + Duration::from_secs(5)));
+        assert!(run.may_send(1, t + Duration::from_millis(6999)));
+        assert!(!run.may_send(2, t + Duration::from_secs(7)));
+        assert!(!run.may_send(3, t + Duration::from_secs(8)));
+    }
+
+    #[test]
+    fn warm_up_is_apart_and_the_rate_is_over_the_measured_span() {
+        let stop = AtomicBool::new(false);
+        let cfg = config();
+        let mut run = Run::new(&cfg, 6, &stop, stats);
+        let t = Instant::now() + Duration::from_secs(10);
+        let ms = Duration::from_millis;
+        run.record_at(0, ms(1), t);
+        run.record_at(1, ms(3), t + ms(5));
+        // Measured: the first began 100 ms before it ended at t + 1 s; the
+        // last ended at t + 2 s: 4 round trips in 1.1 s.
+        run.record_at(2, ms(100), t + ms(1000));
+        run.record_at(3, ms(50), t + ms(1500));
+        run.record_at(4, ms(50), t + ms(1900));
+        run.record_at(5, ms(50), t + ms(2000));
+        let mut rep = RrReport::empty(&cfg);
+        let main = run.summarise(&mut rep);
+        let warm = rep.warmup.unwrap();
+        assert_eq!((warm.count, warm.min_us, warm.max_us), (2, 1000.0, 3000.0));
+        let lat = rep.latency.unwrap();
+        assert_eq!(
+            (lat.count, lat.min_us, lat.max_us),
+            (4, 50_000.0, 100_000.0)
+        );
+        assert_eq!(main.count(), 4);
+        assert!(
+            (rep.transactions_per_sec - 4.0 / 1.1).abs() < 1e-9,
+            "{}",
+            rep.transactions_per_sec
+        );
+    }
+
+    #[test]
+    fn round_trips_are_recorded_as_they_end() {
+        let stop = AtomicBool::new(false);
+        let cfg = config();
+        let mut run = Run::new(&cfg, 3, &stop, stats);
+        for seq in 0..3 {
+            run.record(seq, Duration::from_micros(500));
+        }
+        let mut rep = RrReport::empty(&cfg);
+        run.summarise(&mut rep);
+        assert_eq!(rep.warmup.unwrap().count, 2);
+        assert_eq!(rep.latency.unwrap().count, 1);
+    }
+
+    #[test]
+    fn a_rate_needs_a_span() {
+        let stop = AtomicBool::new(false);
+        let mut cfg = config();
+        cfg.warmup = 0;
+        let mut run = Run::new(&cfg, 1, &stop, stats);
+        // One round trip of zero length: no time to count over.
+        run.record_at(0, Duration::ZERO, Instant::now());
+        let mut rep = RrReport::empty(&cfg);
+        run.summarise(&mut rep);
+        assert_eq!(rep.latency.unwrap().count, 1);
+        assert_eq!(rep.transactions_per_sec, 0.0);
     }
 }
