@@ -269,3 +269,33 @@ fn a_reset_cuts_at_exactly_reset_after_bytes() {
     assert_eq!(im.apply(&mut [0u8; 10]).cut, Some(0));
     assert_eq!(im.offset(), 2500);
 }
+
+#[test]
+fn policing_drops_do_not_change_which_datagrams_a_seed_loses_or_doubles() {
+    let base = ImpairSpec {
+        loss: 0.3,
+        dup: 0.2,
+        ..Default::default()
+    };
+    // 1 byte/µs with 1000-byte datagrams every 500 µs: about half policed.
+    let policed = ImpairSpec {
+        rate_bps: 8_000_000,
+        burst: 1000,
+        ..base.clone()
+    };
+    let run = |spec: ImpairSpec| {
+        let mut im = DatagramImpairer::new(spec, 13, 0);
+        (0..2000u64)
+            .map(|i| im.decide(1000, 0, i * 500_000))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (run(base), run(policed));
+    let mut compared = 0;
+    for (x, y) in a.iter().zip(&b) {
+        if *y != Action::Drop(DropCause::Police) {
+            assert_eq!(x, y);
+            compared += 1;
+        }
+    }
+    assert!((900..1100).contains(&compared), "{compared}");
+}
