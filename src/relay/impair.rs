@@ -578,3 +578,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "impair_tests.rs"]
+mod more_tests;

@@ -493,3 +493,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "profile_tests.rs"]
+mod more_tests;

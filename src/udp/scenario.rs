@@ -360,4 +360,21 @@ mod tests {
             })
         );
     }
+
+    #[test]
+    fn only_bare_times_and_bare_rates_make_a_flowping_file() {
+        // A bare time with a unit rate is netrig's (bare = seconds).
+        let (p, f) = parse("0 1M 500\n2 3M 500\n", Format::Auto).unwrap();
+        assert_eq!((f, p.at(1_000_000_000).0), (Format::Netrig, 2e6));
+        // So is a unit time with a bare rate, which netrig then refuses.
+        assert!(matches!(
+            parse("0s 1000 500\n2s 3000 500\n", Format::Auto),
+            Err(ProfileError::BareRate { line: 1, .. })
+        ));
+        // A line of one field is netrig's, and reported as too short.
+        assert_eq!(
+            parse("0 0 500\n5\n", Format::Auto).unwrap_err(),
+            ProfileError::Fields { line: 2, found: 1 }
+        );
+    }
 }
