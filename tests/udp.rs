@@ -386,51 +386,68 @@ fn profile_drives_rate_and_size_end_to_end() {
 
 #[test]
 fn bursts_are_reported_one_by_one_and_losses_land_in_their_burst() {
-    use netrig::proto::BurstSpec;
     let srv = TestServer::start();
     for reverse in [false, true] {
-        let relay = UdpRelay::start(
-            srv.addr,
-            Impair {
-                drop_every: 20,
-                ..Default::default()
-            },
-            !reverse,
-        );
-        let mut sp = spec(reverse, 1_000_000, 1000, 1000);
-        sp.gap_ps = 1; // back to back within a burst
-        sp.burst = Some(BurstSpec {
-            size: 50_000,
-            period_ms: 200,
-        });
-        let (rep, _) = run_udp(relay.addr, sp, false);
-        let s = rep.sender.unwrap();
-        assert_eq!(s.packets, 5 * 50, "five bursts of 50 datagrams");
-        let idx: Vec<u64> = rep.bursts.iter().map(|b| b.index).collect();
-        assert_eq!(idx, [0, 1, 2, 3, 4], "reverse={reverse}");
-        let (_, dropped, ..) = relay.get();
-        assert_eq!(rep.bursts.iter().map(|b| b.lost).sum::<u64>(), dropped);
-        assert_eq!(
-            rep.bursts.iter().map(|b| b.datagrams).sum::<u64>(),
-            s.packets - dropped
-        );
-        let first = rep.bursts[0].start_s;
-        for b in &rep.bursts {
-            let secs = b.end_s - b.start_s;
-            assert!(b.datagrams >= 2 && secs > 0.0, "each burst is timed: {b:?}");
-            let rate = b.bytes as f64 * 8.0 / secs;
-            assert!((b.rate_bps / rate - 1.0).abs() < 1e-9, "{b:?}");
-            assert!(b.duty_pct < 100.0, "a burst ends within its period: {b:?}");
-            assert_eq!(b.read_sizes, vec![(1000, b.datagrams)]);
-            // The sender never starts a burst early; scheduling can only delay it.
-            let since_first = b.start_s - first;
-            assert!(
-                since_first >= 0.2 * b.index as f64 - 0.01,
-                "burst {} started early: {since_first}",
-                b.index
-            );
+        // The counts are exact on every try; the burst times are the
+        // receiver's clock, where one late first datagram (a busy host)
+        // makes a later burst look early, so that one-sided bound gets
+        // three tries.
+        let mut early = String::new();
+        for _ in 0..3 {
+            early = bursts_through_a_dropping_relay(srv.addr, reverse);
+            if early.is_empty() {
+                break;
+            }
+        }
+        assert!(early.is_empty(), "reverse={reverse}: {early}");
+    }
+}
+
+/// One burst run through a relay that drops every 20th datagram: asserts
+/// the counts, and says which burst (if any) seemed to start early.
+fn bursts_through_a_dropping_relay(server: std::net::SocketAddr, reverse: bool) -> String {
+    use netrig::proto::BurstSpec;
+    let relay = UdpRelay::start(
+        server,
+        Impair {
+            drop_every: 20,
+            ..Default::default()
+        },
+        !reverse,
+    );
+    let mut sp = spec(reverse, 1_000_000, 1000, 1000);
+    sp.gap_ps = 1; // back to back within a burst
+    sp.burst = Some(BurstSpec {
+        size: 50_000,
+        period_ms: 200,
+    });
+    let (rep, _) = run_udp(relay.addr, sp, false);
+    let s = rep.sender.unwrap();
+    assert_eq!(s.packets, 5 * 50, "five bursts of 50 datagrams");
+    let idx: Vec<u64> = rep.bursts.iter().map(|b| b.index).collect();
+    assert_eq!(idx, [0, 1, 2, 3, 4], "reverse={reverse}");
+    let (_, dropped, ..) = relay.get();
+    assert_eq!(rep.bursts.iter().map(|b| b.lost).sum::<u64>(), dropped);
+    assert_eq!(
+        rep.bursts.iter().map(|b| b.datagrams).sum::<u64>(),
+        s.packets - dropped
+    );
+    let first = rep.bursts[0].start_s;
+    let mut early = String::new();
+    for b in &rep.bursts {
+        let secs = b.end_s - b.start_s;
+        assert!(b.datagrams >= 2 && secs > 0.0, "each burst is timed: {b:?}");
+        let rate = b.bytes as f64 * 8.0 / secs;
+        assert!((b.rate_bps / rate - 1.0).abs() < 1e-9, "{b:?}");
+        assert!(b.duty_pct < 100.0, "a burst ends within its period: {b:?}");
+        assert_eq!(b.read_sizes, vec![(1000, b.datagrams)]);
+        // The sender never starts a burst early; scheduling can only delay it.
+        let since_first = b.start_s - first;
+        if since_first < 0.2 * b.index as f64 - 0.01 {
+            early = format!("burst {} started early: {since_first}", b.index);
         }
     }
+    early
 }
 
 /// The delay histogram covers what was measured, and its running count
