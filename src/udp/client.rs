@@ -427,22 +427,22 @@ pub fn run_with_offset(
         },
     );
     let mut actions = Vec::new();
-    while !machine.is_over() {
+    loop {
+        // What the last input asked for is carried out with what the time
+        // asks for, in that order.
         machine.tick(
             epoch.elapsed(),
             interrupt.load(SeqCst),
             crate::control::hurried(),
             &mut actions,
         );
-        perform(
-            &mut actions,
-            &mut machine,
-            epoch,
-            &mut c,
-            &stop,
-            &deadline,
-            obs,
-        );
+        let mut io = Io {
+            c: &mut c,
+            stop: &stop,
+            deadline: &deadline,
+            obs: &mut *obs,
+        };
+        io.perform(&mut actions, &mut machine, epoch);
         if machine.is_over() {
             break;
         }
@@ -464,15 +464,6 @@ pub fn run_with_offset(
             }
         };
         machine.on(epoch.elapsed(), input, &mut actions);
-        perform(
-            &mut actions,
-            &mut machine,
-            epoch,
-            &mut c,
-            &stop,
-            &deadline,
-            obs,
-        );
     }
     let end = machine.finish();
     let server_cpu = end.server_cpu;
@@ -499,29 +490,31 @@ pub fn run_with_offset(
     Ok(rep)
 }
 
-/// Carries out what the machine asked for; a control write that fails is
-/// fed back to it.
-fn perform(
-    actions: &mut Vec<Action>,
-    machine: &mut ClientMachine,
-    epoch: Instant,
-    c: &mut Control,
-    stop: &AtomicBool,
-    deadline: &AtomicU64,
-    obs: &mut dyn UdpObserver,
-) {
-    while !actions.is_empty() {
-        for a in std::mem::take(actions) {
-            match a {
-                Action::Send(m) => {
-                    if c.send(&m).is_err() {
-                        machine.on(epoch.elapsed(), Input::ControlLost, actions);
+/// What the machine's actions act on.
+struct Io<'a> {
+    c: &'a mut Control,
+    stop: &'a AtomicBool,
+    deadline: &'a AtomicU64,
+    obs: &'a mut dyn UdpObserver,
+}
+
+impl Io<'_> {
+    /// Carries out what the machine asked for; a control write that fails
+    /// is fed back to it.
+    fn perform(&mut self, actions: &mut Vec<Action>, machine: &mut ClientMachine, epoch: Instant) {
+        while !actions.is_empty() {
+            for a in std::mem::take(actions) {
+                match a {
+                    Action::Send(m) => {
+                        if self.c.send(&m).is_err() {
+                            machine.on(epoch.elapsed(), Input::ControlLost, actions);
+                        }
                     }
+                    Action::Show(Shown::Interval(iv)) => self.obs.interval(&iv),
+                    Action::Show(Shown::Burst(b)) => self.obs.burst(&b),
+                    Action::StopWorker => self.stop.store(true, SeqCst),
+                    Action::DrainUntil(at) => self.deadline.store(at.as_nanos() as u64, SeqCst),
                 }
-                Action::Show(Shown::Interval(iv)) => obs.interval(&iv),
-                Action::Show(Shown::Burst(b)) => obs.burst(&b),
-                Action::StopWorker => stop.store(true, SeqCst),
-                Action::DrainUntil(at) => deadline.store(at.as_nanos() as u64, SeqCst),
             }
         }
     }
