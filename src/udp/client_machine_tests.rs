@@ -473,3 +473,19 @@ proptest! {
         prop_assert!(m.is_over(), "still running at {:?}", t);
     }
 }
+
+#[test]
+fn a_worker_gone_without_a_word_ends_the_run_with_what_came_before() {
+    let mut m = machine(false);
+    on(&mut m, ms(500), Input::Interval(UdpInterval::default()));
+    assert!(!m.is_over());
+    m.worker_gone();
+    assert!(m.is_over());
+    assert!(on(&mut m, ms(600), Input::Message(summary(1))).is_empty());
+    let end = m.finish();
+    assert_eq!(end.intervals.len(), 1);
+    assert!(
+        end.server_cpu.is_none(),
+        "nothing is taken in after the end"
+    );
+}
