@@ -309,13 +309,14 @@ impl Iterator for Departures {
             let r = g.r0 + g.slope * self.u;
             let available = r * left + g.slope * left * left / 2.0;
             if available >= self.need && self.need >= 0.0 {
-                // Solve r·x + slope·x²/2 = need for the smallest x >= 0.
-                let x = if g.slope.abs() < 1e-9 {
-                    self.need / r
-                } else {
-                    let disc = (r * r + 2.0 * g.slope * self.need).max(0.0);
-                    (disc.sqrt() - r) / g.slope
-                };
+                // Solve r·x + slope·x²/2 = need for the smallest x >= 0, in
+                // the form 2·need / (r + √disc): the textbook (√disc - r) /
+                // slope cancels to nothing when slope·need is tiny next to r²
+                // (a slow ramp at a high rate), and this one is also exact
+                // at slope 0 (√(r²) = r). The floor on the divisor keeps a
+                // zero budget at a zero rate at x = 0 rather than 0/0.
+                let disc = (r * r + 2.0 * g.slope * self.need).max(0.0);
+                let x = 2.0 * self.need / (r + disc.sqrt()).max(f64::MIN_POSITIVE);
                 self.u += x.clamp(0.0, left);
                 let t_ns = g.t0_ns + self.u * 1e9;
                 let size = self.p.at(t_ns as u64).1;

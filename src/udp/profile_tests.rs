@@ -155,3 +155,34 @@ fn a_burst_train_stops_before_its_end() {
         ]
     );
 }
+
+#[test]
+fn a_slow_ramp_at_a_high_rate_leaves_as_its_constant_rate_does() {
+    // 10 Gbit/s rising by 1 bit/s over a second and falling back over the
+    // next: the bits asked for differ from a constant 10 Gbit/s by half a
+    // bit, so every 9000-byte datagram must leave within a nanosecond of
+    // the constant rate's. (The gap here is 7.2 µs, and r² = 1e20 leaves no
+    // digits for a slope·need of 1.44e5 in √(r² + 2·slope·need) - r.)
+    let ramp = Profile::new(vec![
+        step(0, 10_000_000_000, 9000, false),
+        step(1_000_000_000, 10_000_000_001, 9000, false),
+        step(2_000_000_000, 10_000_000_000, 9000, false),
+    ])
+    .unwrap();
+    let flat = Profile::new(vec![
+        step(0, 10_000_000_000, 9000, true),
+        step(2_000_000_000, 10_000_000_000, 9000, false),
+    ])
+    .unwrap();
+    let want: Vec<(u64, u32)> = flat.departures().collect();
+    assert_eq!(want.len(), 277_778);
+    // Bounded: a gap computed as zero would repeat one departure forever.
+    let got: Vec<(u64, u32)> = ramp.departures().take(want.len() + 1).collect();
+    assert_eq!(got.len(), want.len(), "count");
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            g.0.abs_diff(w.0) <= 1 && g.1 == w.1,
+            "departure {k}: got {g:?}, want {w:?}"
+        );
+    }
+}
