@@ -88,17 +88,34 @@ fn run_and_render(dir: &Path, name: &str, args: &[&str]) -> (serde_json::Value, 
 /// [`run_and_render`] for each (name, args), all at once: the runs are
 /// time-bound (`-t`, `load`'s phases), so side by side they take about the
 /// longest one's time. The results come in the order given.
-fn run_and_render_all(dir: &Path, runs: &[(&str, Vec<&str>)]) -> Vec<(serde_json::Value, String)> {
+fn run_and_render_all<N: AsRef<str> + Sync>(
+    dir: &Path,
+    runs: &[(N, Vec<&str>)],
+) -> Vec<(serde_json::Value, String)> {
     std::thread::scope(|s| {
         let started: Vec<_> = runs
             .iter()
-            .map(|(name, args)| s.spawn(move || run_and_render(dir, name, args)))
+            .map(|(name, args)| s.spawn(move || run_and_render(dir, name.as_ref(), args)))
             .collect();
         started
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
+}
+
+/// Each run named `FOLDER/COMMAND` for [`run_and_render_all`], its folder
+/// made under `dir`.
+fn in_folders<'a>(
+    dir: &Path,
+    runs: impl IntoIterator<Item = (&'a str, Vec<&'a str>)>,
+) -> Vec<(String, Vec<&'a str>)> {
+    runs.into_iter()
+        .map(|(sub, args)| {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+            (format!("{sub}/{}", args[0]), args)
+        })
+        .collect()
 }
 
 /// A server for [`run_and_render_all`]: its runs come from one address at
@@ -729,20 +746,9 @@ fn every_chart_reads_cleanly() {
             [&["load", &a][..], &LOAD_SHORT, &["upload"]].concat(),
         ),
     ];
-    let names: Vec<String> = runs
-        .iter()
-        .map(|(sub, args)| {
-            std::fs::create_dir_all(d.join(sub)).unwrap();
-            format!("{sub}/{}", args[0])
-        })
-        .collect();
-    let named: Vec<(&str, Vec<&str>)> = names
-        .iter()
-        .zip(&runs)
-        .map(|(name, (_, args))| (name.as_str(), args.clone()))
-        .collect();
+    let named = in_folders(d, runs);
     let mut results = Vec::new();
-    for (name, (v, h)) in names.iter().zip(run_and_render_all(d, &named)) {
+    for ((name, _), (v, h)) in named.iter().zip(run_and_render_all(d, &named)) {
         faults.extend(
             layout_faults(&h)
                 .into_iter()
@@ -877,18 +883,7 @@ fn chromium_renders_the_report() {
             [&["load", &a][..], &LOAD_SHORT, &["download"]].concat(),
         ),
     ];
-    let names: Vec<String> = runs
-        .iter()
-        .map(|(sub, args)| {
-            std::fs::create_dir_all(d.join(sub)).unwrap();
-            format!("{sub}/{}", args[0])
-        })
-        .collect();
-    let named: Vec<(&str, Vec<&str>)> = names
-        .iter()
-        .zip(&runs)
-        .map(|(name, (_, args))| (name.as_str(), args.clone()))
-        .collect();
+    let named = in_folders(d, runs);
     // The blank page's screenshot (it needs no report) while the runs go.
     let empty = std::thread::scope(|s| {
         let empty = s.spawn(|| shot("about:blank", &blank));
@@ -897,9 +892,9 @@ fn chromium_renders_the_report() {
             .join()
             .unwrap_or_else(|e| std::panic::resume_unwind(e))
     });
-    let files: Vec<String> = names
+    let files: Vec<String> = named
         .iter()
-        .map(|name| d.join(format!("{name}.json")).display().to_string())
+        .map(|(name, _)| d.join(format!("{name}.json")).display().to_string())
         .collect();
     let html = d.join("report.html");
     let mut args: Vec<&str> = vec!["report"];
