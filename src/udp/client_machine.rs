@@ -106,7 +106,6 @@ pub struct ClientMachine {
     goodbye_sent: bool,
     /// The control connection failed or spoke out of turn.
     control_lost: bool,
-    stop_sent: bool,
     worker_stopped: bool,
     worker_done: bool,
     /// When this end began waiting for the server to finish.
@@ -125,7 +124,6 @@ impl ClientMachine {
             histogram: Vec::new(),
             goodbye_sent: false,
             control_lost: false,
-            stop_sent: false,
             worker_stopped: false,
             worker_done: false,
             waiting_since: None,
@@ -161,10 +159,7 @@ impl ClientMachine {
                 // The local receiver keeps reading: what the server sent
                 // before it stopped is still arriving, and its `udp_done`
                 // sets the drain deadline.
-                if !self.stop_sent {
-                    self.stop_sent = true;
-                    out.push(Action::Send(Message::Stop));
-                }
+                out.push(Action::Send(Message::Stop));
             } else {
                 self.stop_worker(out);
             }
