@@ -5,10 +5,10 @@
 //! `cargo bench --no-run` builds them (CI); `cargo bench` runs them.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use netrig::proto::{Message, decode_frame, encode};
-use netrig::udp::gro;
-use netrig::udp::header::{HEADER_LEN, Header, fill_payload, verify_payload};
-use netrig::udp::track::{ReceiverStats, SeqTracker};
+use netrig::protocol::proto::{Message, decode_frame, encode};
+use netrig::protocol::udp::gro;
+use netrig::protocol::udp::header::{HEADER_LEN, Header, fill_payload, verify_payload};
+use netrig::protocol::udp::track::{ReceiverStats, SeqTracker};
 use std::hint::black_box;
 
 fn pattern(c: &mut Criterion) {

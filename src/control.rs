@@ -6,10 +6,10 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 use thiserror::Error;
 
-use crate::auth::Key;
-use crate::greeting::{Greeting, GreetingError, Next};
 use crate::net;
-use crate::proto::{
+use crate::protocol::auth::Key;
+use crate::protocol::greeting::{Greeting, GreetingError, Next};
+use crate::protocol::proto::{
     ErrorCode, Message, ProtoError, ReadError, TestSpec, foreign_server, read_message,
     write_message,
 };
@@ -95,10 +95,10 @@ pub enum ClientError {
     /// A test no server would run as asked (the server's own check, made
     /// before asking).
     #[error("{0}")]
-    Invalid(#[from] crate::refusal::Invalid),
+    Invalid(#[from] crate::protocol::refusal::Invalid),
     /// This host lacks a transport the test needs.
     #[error(transparent)]
-    Unsupported(#[from] crate::refusal::Unsupported),
+    Unsupported(#[from] crate::protocol::refusal::Unsupported),
 }
 
 impl ClientError {
@@ -136,7 +136,7 @@ pub struct Control {
     /// The connection.
     pub stream: TcpStream,
     /// Key for this session's UDP datagram tags, when the server authenticated us.
-    pub datagram_key: Option<crate::auth::DatagramKey>,
+    pub datagram_key: Option<crate::protocol::auth::DatagramKey>,
 }
 
 impl Control {
@@ -210,7 +210,7 @@ impl Control {
             stream,
             datagram_key: None,
         };
-        let (mut greeting, hello) = Greeting::new(key, crate::auth::nonce());
+        let (mut greeting, hello) = Greeting::new(key, crate::protocol::auth::nonce());
         c.send(&hello)?;
         let _ = c.stream.set_read_timeout(Some(timeout.min(HELLO_TIMEOUT)));
         let mut reply = c.hello_reply()?;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::budget::{Admit, Budget, Exceeded};
+use crate::protocol::budget::{Admit, Budget, Exceeded};
 
 /// Longest single sleep of a guarded wait.
 pub const SLICE: Duration = Duration::from_millis(100);

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::auth::{AuthError, KEY_ENV, Key};
+use crate::protocol::auth::{AuthError, KEY_ENV, Key};
 
 /// Reads a key file.
 pub fn load(path: &Path) -> Result<Key, AuthError> {

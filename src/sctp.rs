@@ -29,7 +29,7 @@ fn protocol() -> Protocol {
 
 /// Checks whether this kernel offers SCTP sockets of the given kind
 /// (one-to-many SOCK_SEQPACKET when `seqpacket`, else one-to-one).
-pub fn support(seqpacket: bool) -> Result<(), crate::refusal::Unsupported> {
+pub fn support(seqpacket: bool) -> Result<(), crate::protocol::refusal::Unsupported> {
     let ty = if seqpacket {
         Type::SEQPACKET
     } else {
@@ -37,7 +37,7 @@ pub fn support(seqpacket: bool) -> Result<(), crate::refusal::Unsupported> {
     };
     match Socket::new(Domain::IPV4, ty, Some(protocol())) {
         Ok(_) => Ok(()),
-        Err(source) => Err(crate::refusal::Unsupported { source }),
+        Err(source) => Err(crate::protocol::refusal::Unsupported { source }),
     }
 }
 

@@ -10,7 +10,7 @@ mod hand;
 
 use bin::*;
 use hand::{Logged, Raw};
-use netrig::proto::{self, Message, TestSpec};
+use netrig::protocol::proto::{self, Message, TestSpec};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -464,7 +464,7 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
         Some(&k),
     )
     .unwrap();
-    let spec: netrig::proto::TcpSpec = serde_json::from_value(json!({"pattern": "pull",
+    let spec: netrig::protocol::proto::TcpSpec = serde_json::from_value(json!({"pattern": "pull",
         "transfer": 1 << 20, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
         "connections": 1, "burst": null}))
     .unwrap();
@@ -478,7 +478,7 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let proof = proof.map(|p| {
             if p.is_empty() {
-                netrig::auth::data_proof(&dk, &session, &connection)
+                netrig::protocol::auth::data_proof(&dk, &session, &connection)
             } else {
                 p
             }

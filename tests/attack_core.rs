@@ -9,7 +9,7 @@ mod bin;
 mod hand;
 
 use bin::*;
-use netrig::proto::{self, Message};
+use netrig::protocol::proto::{self, Message};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};

@@ -10,7 +10,7 @@ mod bin;
 mod timing;
 
 use bin::*;
-use netrig::proto::{self, Message};
+use netrig::protocol::proto::{self, Message};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -9,7 +9,7 @@
 mod bin;
 
 use bin::*;
-use netrig::proto::{self, DataHello, ErrorCode, Message};
+use netrig::protocol::proto::{self, DataHello, ErrorCode, Message};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use netrig::proto::{self, ErrorCode, Message};
+use netrig::protocol::proto::{self, ErrorCode, Message};
 
 #[path = "common/bin.rs"]
 mod bin;
@@ -1829,7 +1829,7 @@ fn reflecting_server() -> SocketAddr {
                 continue;
             }
             let mut ack = Message::hello();
-            ack.nonce = Some(netrig::auth::nonce());
+            ack.nonce = Some(netrig::protocol::auth::nonce());
             let _ = proto::write_message(&mut s, &Message::HelloAck(ack));
             if let Ok(Message::Auth { proof }) = proto::read_message(&mut s) {
                 let _ = proto::write_message(&mut s, &Message::AuthOk { proof });

@@ -7,7 +7,7 @@
 mod bin;
 
 use bin::*;
-use netrig::proto::{
+use netrig::protocol::proto::{
     self, BurstSpec, DataHello, IoPattern, Message, RrProto, RrSpec, TcpSpec, TestSpec, UdpSpec,
     VerifyLevel,
 };

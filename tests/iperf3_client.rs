@@ -309,7 +309,7 @@ fn junk_from_a_fake_server_is_a_clear_error() {
     assert_eq!(err.lines().count(), 1, "{err}");
     // What it sent first was a cookie iperf3's server would take.
     let cookie = fake.join().unwrap();
-    assert!(netrig::iperf3::Cookie::parse(&cookie).is_ok());
+    assert!(netrig::protocol::iperf3::Cookie::parse(&cookie).is_ok());
 }
 
 #[test]

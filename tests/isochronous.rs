@@ -6,7 +6,7 @@
 mod bin;
 use bin::*;
 
-use netrig::udp::iso::{FrameBytes, FrameIndex, Varying};
+use netrig::protocol::udp::iso::{FrameBytes, FrameIndex, Varying};
 use std::collections::BTreeSet;
 
 /// The frame sizes a run used, from its echoed spec.

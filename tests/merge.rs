@@ -55,19 +55,19 @@ fn percentiles_of_all(parts: &[Value], pointer: &str, names: &Value) -> Vec<(Str
     let hs: Vec<_> = parts
         .iter()
         .filter_map(|p| p.pointer(pointer)?.as_str())
-        .map(|t| netrig::hdr::decode(t).unwrap())
+        .map(|t| netrig::protocol::hdr::decode(t).unwrap())
         .collect();
-    let all = netrig::hdr::sum(&hs).unwrap();
+    let all = netrig::protocol::hdr::sum(&hs).unwrap();
     let which: Vec<(&str, f64)> = names
         .as_array()
         .unwrap()
         .iter()
         .map(|p| {
             let n = p[0].as_str().unwrap();
-            (n, netrig::hdr::quantile_of(n).unwrap())
+            (n, netrig::protocol::hdr::quantile_of(n).unwrap())
         })
         .collect();
-    netrig::hdr::percentiles_us(&all, &which)
+    netrig::protocol::hdr::percentiles_us(&all, &which)
 }
 
 fn pairs(v: &Value) -> Vec<(String, f64)> {
@@ -277,20 +277,23 @@ fn udp_clients_with_streams_both_ways_merge_per_direction() {
         let hs: Vec<_> = (parts.iter())
             .flat_map(|p| p["result"]["streams"].as_array().unwrap().iter())
             .filter(|s| s["reverse"] == reverse)
-            .map(|s| netrig::hdr::decode(s["report"]["totals"]["hdr"].as_str().unwrap()).unwrap())
+            .map(|s| {
+                netrig::protocol::hdr::decode(s["report"]["totals"]["hdr"].as_str().unwrap())
+                    .unwrap()
+            })
             .collect();
         assert_eq!(hs.len(), 6, "3 clients × 2 streams");
         let owd = &r["latency"][format!("one_way_delay{suffix}")];
-        let all = netrig::hdr::sum(&hs).unwrap();
+        let all = netrig::protocol::hdr::sum(&hs).unwrap();
         assert_eq!(u(&owd["count"]), all.len());
         let which: Vec<(String, f64)> = pairs(&owd["percentiles_us"]);
         let which: Vec<(&str, f64)> = which
             .iter()
-            .map(|(n, _)| (n.as_str(), netrig::hdr::quantile_of(n).unwrap()))
+            .map(|(n, _)| (n.as_str(), netrig::protocol::hdr::quantile_of(n).unwrap()))
             .collect();
         assert_eq!(
             pairs(&owd["percentiles_us"]),
-            netrig::hdr::percentiles_us(&all, &which)
+            netrig::protocol::hdr::percentiles_us(&all, &which)
         );
     }
     // Every input's column holds its four streams' bytes.

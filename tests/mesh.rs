@@ -23,7 +23,7 @@ use fabric::{Fabric, http_get_in};
 #[path = "common/netns.rs"]
 mod netns;
 
-use netrig::mesh::pick::choose;
+use netrig::protocol::mesh::pick::choose;
 
 const N: usize = 16;
 const K: usize = 3;

@@ -231,12 +231,13 @@ fn udp_and_rr_sessions_count_the_bytes_they_moved_and_their_errors() {
     assert_eq!(grew("sent_bytes", "udp"), sent);
     // Ping: every request and reply is one datagram, netrig's header and
     // the payload (the reply at least the words it carries).
-    let header = netrig::udp::header::HEADER_LEN as f64;
+    let header = netrig::protocol::udp::header::HEADER_LEN as f64;
     let run = &ping["result"]["runs"][0];
     let answered = n(&run["server_requests"]);
     assert_eq!(answered, 3.0);
     let size = n(&ping["config"]["size"]);
-    let reply = n(&ping["config"]["reply"]).max(f64::from(netrig::rr::echo::UDP_REPLY_MIN));
+    let reply =
+        n(&ping["config"]["reply"]).max(f64::from(netrig::protocol::rr::echo::UDP_REPLY_MIN));
     assert_eq!(grew("received_bytes", "rr_udp"), answered * (header + size));
     assert_eq!(grew("sent_bytes", "rr_udp"), answered * (header + reply));
     // rr over TCP: the requests read and the replies written, warm-up too.

@@ -3,32 +3,32 @@
 # cargo-mutants on the protocol-layer files with their unit tests only, and
 # prints caught / missed per file. Slow (several seconds per mutant, about an
 # hour for everything), so not part of CI; run it after changing these files,
-# or pass the files to test, e.g. tests/mutants.sh src/units.rs.
+# or pass the files to test, e.g. tests/mutants.sh src/protocol/units.rs.
 # Exclusions (only mutants shown equivalent) live in .cargo/mutants.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    files=(src/udp/analyze.rs src/udp/track.rs src/outcome.rs src/proto.rs src/units.rs
-           src/pattern.rs src/budget.rs src/auth.rs src/relay/limits.rs
-           src/conversation.rs src/refusal.rs src/sockopts.rs src/net/tcpinfo.rs src/cpu.rs
-           src/udp/marks.rs src/spec.rs src/udp/frames.rs src/udp/sum.rs src/udp/iso.rs src/load/model.rs src/html/svg.rs
-           src/html/tcp.rs src/html/plot.rs src/html/layout.rs src/rr/echo.rs src/rr/interval.rs
-           src/stats.rs src/report/udp_cells.rs src/udp/hist.rs src/udp/clock.rs src/server/lines.rs
-           src/server/sources.rs src/merge.rs src/merge/read.rs src/merge/summary.rs src/merge/grid.rs src/hdr.rs src/iperf3/mod.rs src/iperf3/json.rs src/iperf3/udp.rs
-           src/html/merge.rs src/rr/answer.rs src/udp/gro.rs src/udp/reception.rs src/udp/intake.rs
-           src/iperf3/client.rs src/iperf2/mod.rs src/mesh/peer.rs src/mesh/pick.rs src/mesh/answer.rs
-           src/mesh/node.rs src/iperf3_client/report.rs src/rr/hist.rs src/mesh/metrics.rs
+    files=(src/protocol/udp/analyze.rs src/protocol/udp/track.rs src/protocol/outcome.rs src/protocol/proto.rs src/protocol/units.rs
+           src/protocol/pattern.rs src/protocol/budget.rs src/protocol/auth.rs src/relay/limits.rs
+           src/protocol/conversation.rs src/protocol/refusal.rs src/protocol/sockopts.rs src/net/tcpinfo.rs src/protocol/cpu.rs
+           src/protocol/udp/marks.rs src/protocol/spec.rs src/protocol/udp/frames.rs src/protocol/udp/sum.rs src/protocol/udp/iso.rs src/protocol/load/model.rs src/protocol/html/svg.rs
+           src/protocol/html/tcp.rs src/protocol/html/plot.rs src/protocol/html/layout.rs src/protocol/rr/echo.rs src/protocol/rr/interval.rs
+           src/protocol/stats.rs src/report/udp_cells.rs src/protocol/udp/hist.rs src/protocol/udp/clock.rs src/server/lines.rs
+           src/server/sources.rs src/protocol/merge.rs src/protocol/merge/read.rs src/protocol/merge/summary.rs src/protocol/merge/grid.rs src/protocol/hdr.rs src/protocol/iperf3/mod.rs src/protocol/iperf3/json.rs src/protocol/iperf3/udp.rs
+           src/protocol/html/merge.rs src/protocol/rr/answer.rs src/protocol/udp/gro.rs src/protocol/udp/reception.rs src/protocol/udp/intake.rs
+           src/protocol/iperf3/client.rs src/protocol/iperf2/mod.rs src/protocol/mesh/peer.rs src/protocol/mesh/pick.rs src/protocol/mesh/answer.rs
+           src/protocol/mesh/node.rs src/iperf3_client/report.rs src/protocol/rr/hist.rs src/mesh/metrics.rs
            src/server/metrics.rs src/report/tcp.rs src/report/udp.rs src/report/udp_multi.rs
            src/report/rr.rs src/report/load.rs src/report/merge.rs src/report/analysis.rs
-           src/report/connection_row.rs src/greeting.rs src/names.rs
-           src/udp/setup.rs src/udp/outflow.rs src/rr/stream_answer.rs
-           src/rr/probe.rs src/tcp/drive.rs src/tcp/machine.rs src/tcp/schedule.rs
+           src/report/connection_row.rs src/protocol/greeting.rs src/protocol/names.rs
+           src/protocol/udp/setup.rs src/protocol/udp/outflow.rs src/protocol/rr/stream_answer.rs
+           src/protocol/rr/probe.rs src/tcp/drive.rs src/protocol/tcp/machine.rs src/protocol/tcp/schedule.rs
            src/tcp/session.rs src/rr/run.rs src/load/run.rs src/report/mod.rs
-           src/report/stream.rs src/report/tcp_info_file.rs src/html/kinds.rs
-           src/udp/profile.rs src/udp/scenario.rs src/relay/impair.rs
-           src/udp/client_machine.rs)
+           src/report/stream.rs src/report/tcp_info_file.rs src/protocol/html/kinds.rs
+           src/protocol/udp/profile.rs src/protocol/udp/scenario.rs src/protocol/relay/impair.rs
+           src/protocol/udp/client_machine.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

@@ -211,21 +211,24 @@ fn check_merge(files: &[String], parts: &[serde_json::Value], dir: &Path) {
             let h = p["result"]["connection_times"]["hdr"]
                 .as_str()
                 .expect("an hdr");
-            netrig::hdr::decode(h).unwrap()
+            netrig::protocol::hdr::decode(h).unwrap()
         })
         .collect();
-    let all = netrig::hdr::sum(&hs).unwrap();
+    let all = netrig::protocol::hdr::sum(&hs).unwrap();
     let ct = &r["latency"]["connection_times"];
     assert_eq!(u(&ct["count"]), all.len());
     assert_eq!(all.len(), 4 * CLIENTS as u64, "-P 4 each");
     let got: Vec<(String, f64)> = serde_json::from_value(ct["percentiles_us"].clone()).unwrap();
     let which: Vec<(&str, f64)> = got
         .iter()
-        .map(|(n, _)| (n.as_str(), netrig::hdr::quantile_of(n).unwrap()))
+        .map(|(n, _)| (n.as_str(), netrig::protocol::hdr::quantile_of(n).unwrap()))
         .collect();
     assert!(!which.is_empty());
-    assert_eq!(got, netrig::hdr::percentiles_us(&all, &which));
-    assert_eq!(ct["hdr"].as_str(), Some(netrig::hdr::encode(&all).as_str()));
+    assert_eq!(got, netrig::protocol::hdr::percentiles_us(&all, &which));
+    assert_eq!(
+        ct["hdr"].as_str(),
+        Some(netrig::protocol::hdr::encode(&all).as_str())
+    );
     assert!(
         r["warnings"].as_array().unwrap().is_empty(),
         "{}",

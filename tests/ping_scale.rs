@@ -12,8 +12,8 @@ mod bin;
 mod scale;
 
 use bin::*;
-use netrig::proto::{self, Message, RrProto, RrSpec, TestSpec};
-use netrig::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use netrig::protocol::proto::{self, Message, RrProto, RrSpec, TestSpec};
+use netrig::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
 use scale::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;

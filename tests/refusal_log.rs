@@ -10,7 +10,7 @@ mod hand;
 
 use bin::*;
 use hand::{Logged, Raw};
-use netrig::proto::{Message, RrProto, RrSpec, TestSpec};
+use netrig::protocol::proto::{Message, RrProto, RrSpec, TestSpec};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

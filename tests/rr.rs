@@ -256,7 +256,7 @@ fn sctp_seqpacket_multihomed_round_trips() {
 )]
 fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
     use netrig::control::{ClientError, Control};
-    use netrig::proto::{RrProto, RrSpec, TestSpec};
+    use netrig::protocol::proto::{RrProto, RrSpec, TestSpec};
     let server = TestServer::start();
     let mut c = Control::connect(
         &server.addr.to_string(),
@@ -416,7 +416,7 @@ fn crr_counts_transactions_and_handshakes() {
 #[test]
 fn tcp_corruption_each_way_is_counted_per_reply_and_per_request() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     for up in [true, false] {
         // 100-byte requests and replies, one flipped byte every 1000 data bytes:
@@ -455,7 +455,7 @@ fn tcp_corruption_each_way_is_counted_per_reply_and_per_request() {
 #[test]
 fn tcp_reset_is_a_failed_run_that_keeps_what_was_measured() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     for up in [true, false] {
         let relay = TestRelay::one_way(
@@ -487,7 +487,7 @@ fn tcp_reset_is_a_failed_run_that_keeps_what_was_measured() {
 #[test]
 fn udp_random_loss_each_way_and_delay_through_the_relay() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     let spec = ImpairSpec {
         loss: 0.05,
@@ -584,7 +584,7 @@ fn ping_schedule_does_not_wait_for_lost_replies() {
 #[test]
 fn late_replies_are_counted_late_not_lost_twice() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     let down = ImpairSpec {
         delay_ns: 150_000_000,
@@ -668,7 +668,7 @@ fn unbounded_ping_is_accepted_and_runs_until_interrupted() {
 #[test]
 fn tcp_delay_each_way_through_the_relay_adds_to_every_round_trip() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     let ms = |n: u64| n * 1_000_000;
     let relay = TestRelay::start(
@@ -700,7 +700,7 @@ fn tcp_delay_each_way_through_the_relay_adds_to_every_round_trip() {
 #[test]
 fn udp_loss_duplicates_and_reordering_each_way_equal_the_relays() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     let spec = ImpairSpec {
         loss: 0.04,

@@ -11,8 +11,8 @@ mod bin;
 mod timing;
 
 use bin::*;
-use netrig::pattern::{Direction, Pattern, stream_start};
-use netrig::proto::{self, Message, RrProto, RrSpec, SessionSummary, TestSpec};
+use netrig::protocol::pattern::{Direction, Pattern, stream_start};
+use netrig::protocol::proto::{self, Message, RrProto, RrSpec, SessionSummary, TestSpec};
 use netrig::rr::serve::write_pattern;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};

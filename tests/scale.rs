@@ -286,7 +286,7 @@ fn too_few_open_files_for_the_connections_is_said_before_the_test() {
 /// no more than a second longer than without them; memory stays bounded.
 #[test]
 fn ten_thousand_connections_from_one_address_do_not_hold_up_another() {
-    use netrig::proto::{self, Message};
+    use netrig::protocol::proto::{self, Message};
     use socket2::{Domain, Socket, Type};
     use std::io::Write;
     use std::time::{Duration, Instant};

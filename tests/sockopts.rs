@@ -11,8 +11,8 @@ use bin::*;
 #[path = "common/mod.rs"]
 mod common;
 use common::{TestServer, run_client};
-use netrig::proto::IoPattern;
-use netrig::sockopts::SockOpts;
+use netrig::protocol::proto::IoPattern;
+use netrig::protocol::sockopts::SockOpts;
 
 #[test]
 fn window_mss_congestion_and_dscp_are_granted_and_reported() {
@@ -411,7 +411,7 @@ fn tcp_rate_range_gives_each_connection_its_own_rate() {
     let a = addr.to_string();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.csv");
-    let limit = netrig::proto::RateLimit {
+    let limit = netrig::protocol::proto::RateLimit {
         bps: 2_000_000,
         period_ms: 100,
         bps_max: Some(40_000_000),
@@ -419,7 +419,7 @@ fn tcp_rate_range_gives_each_connection_its_own_rate() {
     // 200,000 bytes: 25,000 per period at 2 Mbit/s (8 periods, >= 700 ms);
     // 500,000 at 40 Mbit/s (one period).
     let floor_ms = |bps: u64| {
-        let one = netrig::proto::RateLimit {
+        let one = netrig::protocol::proto::RateLimit {
             bps,
             bps_max: None,
             ..limit

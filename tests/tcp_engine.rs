@@ -5,10 +5,10 @@
 mod common;
 
 use common::{TestRelay, TestServer, run_client};
-use netrig::outcome::ResultKind;
-use netrig::plan::expected_bytes;
-use netrig::proto::{IoPattern, VerifyLevel};
-use netrig::relay::impair::ImpairSpec;
+use netrig::protocol::outcome::ResultKind;
+use netrig::protocol::plan::expected_bytes;
+use netrig::protocol::proto::{IoPattern, VerifyLevel};
+use netrig::protocol::relay::impair::ImpairSpec;
 use netrig::tcp::config::BufferSpec;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -304,7 +304,7 @@ fn dual_stack_server_multiple_targets_and_bind() {
 
 #[test]
 fn tcp_bursts_are_timed_by_the_receiver_and_described_by_the_sender() {
-    use netrig::proto::BurstSpec;
+    use netrig::protocol::proto::BurstSpec;
     let srv = TestServer::start();
     for pattern in [IoPattern::Push, IoPattern::Pull] {
         let (rep, got) = run_client(srv.addr, |c| {

@@ -11,7 +11,7 @@ mod bin;
 
 use bin::{run_json, serve, sigint, spawn_ready};
 use common::{TestServer, run_client};
-use netrig::proto::{IoPattern, RateLimit};
+use netrig::protocol::proto::{IoPattern, RateLimit};
 use std::time::{Duration, Instant};
 
 /// The first server's summary in a tcp report.

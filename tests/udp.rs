@@ -6,11 +6,11 @@ mod common;
 mod udp_relay;
 
 use common::TestServer;
-use netrig::proto::{MediaSpec, UdpSpec};
+use netrig::protocol::proto::{MediaSpec, UdpSpec};
+use netrig::protocol::udp::pace::{Pacing, gap_for_rate};
+use netrig::protocol::udp::track::UdpInterval;
 use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
-use netrig::udp::pace::{Pacing, gap_for_rate};
 use netrig::udp::receive::PacketRow;
-use netrig::udp::track::UdpInterval;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -174,7 +174,7 @@ fn media_stream_counts_frames_and_writes_per_datagram_rows() {
 #[test]
 fn server_refuses_a_wrong_proof_of_receipt() {
     use netrig::control::{ClientError, Control};
-    use netrig::proto::{Message, TestSpec};
+    use netrig::protocol::proto::{Message, TestSpec};
     let srv = TestServer::start();
     let mut c = Control::connect(
         &srv.addr.to_string(),
@@ -205,7 +205,7 @@ fn server_refuses_a_wrong_proof_of_receipt() {
 #[test]
 fn server_rejects_bad_udp_specs_with_reasons() {
     use netrig::control::{ClientError, Control};
-    use netrig::proto::TestSpec;
+    use netrig::protocol::proto::TestSpec;
     let srv = TestServer::start();
     for (mut sp, needle) in [
         (spec(false, 1_000_000, 10, 1000), "datagram size"),
@@ -330,7 +330,7 @@ fn a_loaded_host_sends_late_rather_than_skipping() {
 
 #[test]
 fn profile_drives_rate_and_size_end_to_end() {
-    use netrig::udp::scenario::{Format, parse};
+    use netrig::protocol::udp::scenario::{Format, parse};
     let srv = TestServer::start();
     // Ramp 0 -> 16 Mbit/s with growing datagrams, hold, then a step down.
     let (p, _) = parse(
@@ -406,7 +406,7 @@ fn bursts_are_reported_one_by_one_and_losses_land_in_their_burst() {
 /// One burst run through a relay that drops every 20th datagram: asserts
 /// the counts, and says which burst (if any) seemed to start early.
 fn bursts_through_a_dropping_relay(server: std::net::SocketAddr, reverse: bool) -> String {
-    use netrig::proto::BurstSpec;
+    use netrig::protocol::proto::BurstSpec;
     let relay = UdpRelay::start(
         server,
         Impair {
@@ -458,7 +458,7 @@ fn bursts_through_a_dropping_relay(server: std::net::SocketAddr, reverse: bool) 
 #[test]
 fn the_delay_histogram_holds_every_delay_and_agrees_with_the_percentiles() {
     use common::TestRelay;
-    use netrig::relay::impair::ImpairSpec;
+    use netrig::protocol::relay::impair::ImpairSpec;
     let srv = TestServer::start();
     for delay_us in [100u64, 5_000, 50_000] {
         let relay = TestRelay::one_way(
@@ -541,7 +541,7 @@ fn the_delay_histogram_holds_every_delay_and_agrees_with_the_percentiles() {
 /// streams below zero and left the sums with no p50).
 #[test]
 fn parallel_streams_both_ways_share_one_clock_offset_and_no_delay_is_negative() {
-    use netrig::proto::StreamGroup;
+    use netrig::protocol::proto::StreamGroup;
     use netrig::udp::streams::{StreamsObserver, run_streams};
     struct Quiet;
     impl StreamsObserver for Quiet {

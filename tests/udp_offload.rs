@@ -10,14 +10,14 @@ mod netns;
 mod udp_relay;
 
 use common::TestServer;
-use netrig::proto::{BurstSpec, UdpSpec};
+use netrig::protocol::proto::{BurstSpec, UdpSpec};
+use netrig::protocol::udp::header::{HEADER_LEN, Header, fill_payload};
+use netrig::protocol::udp::pace::Pacing;
+use netrig::protocol::udp::track::{ReceiverStats, UdpInterval};
 use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
-use netrig::udp::header::{HEADER_LEN, Header, fill_payload};
-use netrig::udp::pace::Pacing;
 use netrig::udp::receive::{
     PacketRow, ReceiverConfig, ReceiverSink, Until, enable_gro, run_receiver,
 };
-use netrig::udp::track::{ReceiverStats, UdpInterval};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;

@@ -13,10 +13,10 @@ mod bin;
 mod scale;
 
 use bin::*;
-use netrig::proto::{self, Message, TestSpec, UdpSpec};
-use netrig::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
-use netrig::udp::sent::SenderReport;
-use netrig::udp::track::UdpTotals;
+use netrig::protocol::proto::{self, Message, TestSpec, UdpSpec};
+use netrig::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use netrig::protocol::udp::sent::SenderReport;
+use netrig::protocol::udp::track::UdpTotals;
 use scale::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
@@ -297,7 +297,8 @@ fn receive(s: &mut Stream) -> (u64, u64) {
         };
         if h.flags == 0
             && n == SIZE as usize
-            && netrig::udp::header::verify_payload(h.stream, h.seq, &b[HEADER_LEN..n]).is_ok()
+            && netrig::protocol::udp::header::verify_payload(h.stream, h.seq, &b[HEADER_LEN..n])
+                .is_ok()
         {
             seen.insert(h.seq);
         }

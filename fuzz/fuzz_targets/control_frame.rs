@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::proto::{decode_frame, encode, read_message};
+use netrig::protocol::proto::{decode_frame, encode, read_message};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some((msg, used))) = decode_frame(data) {

@@ -7,9 +7,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::auth::Key;
-use netrig::conversation::{Conversation, Step};
-use netrig::proto::{Message, decode_frame};
+use netrig::protocol::auth::Key;
+use netrig::protocol::conversation::{Conversation, Step};
+use netrig::protocol::proto::{Message, decode_frame};
 use std::time::Duration;
 
 fuzz_target!(|data: &[u8]| {
@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
             answer = answer.rotate_left(1);
             all.push(match answer % 3 {
                 0 => c.accepted(uuid_of(answer)),
-                1 => c.refused(netrig::refusal::Refusal::Stopped),
+                1 => c.refused(netrig::protocol::refusal::Refusal::Stopped),
                 _ => {
                     c.handed_off();
                     Vec::new()

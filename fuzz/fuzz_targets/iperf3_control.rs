@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::iperf3::{Control, MAX_RESULTS_JSON, udp};
+use netrig::protocol::iperf3::{Control, MAX_RESULTS_JSON, udp};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&chunk, rest)) = data.split_first() else {

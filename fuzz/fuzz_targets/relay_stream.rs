@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::relay::framer::{After, Framer, Piece};
-use netrig::relay::impair::{DatagramImpairer, ImpairSpec, StreamImpairer};
+use netrig::protocol::relay::framer::{After, Framer, Piece};
+use netrig::protocol::relay::impair::{DatagramImpairer, ImpairSpec, StreamImpairer};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&ctl, rest)) = data.split_first() else {

@@ -3,10 +3,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::udp::analyze::{analyze, bins, samples};
-use netrig::udp::sent::SenderReport;
-use netrig::udp::profile::Profile;
-use netrig::udp::track::UdpInterval;
+use netrig::protocol::udp::analyze::{analyze, bins, samples};
+use netrig::protocol::udp::sent::SenderReport;
+use netrig::protocol::udp::profile::Profile;
+use netrig::protocol::udp::track::UdpInterval;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(doc) = serde_json::from_slice::<serde_json::Value>(data) else {

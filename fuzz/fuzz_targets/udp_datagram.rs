@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use netrig::udp::header::{HEADER_LEN, Header, verify_payload};
-use netrig::udp::track::ReceiverStats;
+use netrig::protocol::udp::header::{HEADER_LEN, Header, verify_payload};
+use netrig::protocol::udp::track::ReceiverStats;
 
 fuzz_target!(|data: &[u8]| {
     let mut stats = ReceiverStats::new(1000, 16);

@@ -38,7 +38,7 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
         Err(e) => return bad(format!("not JSON: {e}")),
     };
     let profile =
-        match serde_json::from_value::<netrig::udp::profile::Profile>(
+        match serde_json::from_value::<netrig::protocol::udp::profile::Profile>(
             doc["config"]["spec"]["profile"].clone(),
         ) {
             Ok(p) => p,
@@ -47,15 +47,16 @@ pub fn run(a: AnalyzeArgs) -> Result<ExitCode> {
                     .into(),
             ),
         };
-    let intervals = match serde_json::from_value::<Vec<netrig::udp::track::UdpInterval>>(
+    let intervals = match serde_json::from_value::<Vec<netrig::protocol::udp::track::UdpInterval>>(
         doc["result"]["intervals"].clone(),
     ) {
         Ok(i) => i,
         Err(e) => return bad(format!("result.intervals: {e}")),
     };
-    let sender =
-        serde_json::from_value::<netrig::udp::sent::SenderReport>(doc["result"]["sender"].clone())
-            .ok();
+    let sender = serde_json::from_value::<netrig::protocol::udp::sent::SenderReport>(
+        doc["result"]["sender"].clone(),
+    )
+    .ok();
     let (bins, analysis) = super::udp::analyse(&profile, &intervals, sender.as_ref(), a.bin);
     print_analysis(&bins, &analysis);
     if let Some(p) = &a.csv {

@@ -82,7 +82,7 @@ struct Counted {
 }
 
 impl client::Observer for Counted {
-    fn interval(&mut self, row: &netrig::stats::IntervalRow) {
+    fn interval(&mut self, row: &netrig::protocol::stats::IntervalRow) {
         self.inner.interval(row);
     }
 

@@ -186,7 +186,7 @@ pub struct KeyArg {
 
 impl KeyArg {
     /// Loads the key from the file or NETRIG_KEY (a bad key is a usage error).
-    pub fn load(&self) -> Result<Option<netrig::auth::Key>, ExitCode> {
+    pub fn load(&self) -> Result<Option<netrig::protocol::auth::Key>, ExitCode> {
         netrig::keyfile::from_file_or_env(self.key.as_deref()).map_err(|e| {
             eprintln!("netrig: {e}");
             ExitCode::from(Exit::Usage)

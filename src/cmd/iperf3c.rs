@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Exit, finish, interrupt_flag, run_code};
-use netrig::iperf3::client::{ClientError, params_json};
-use netrig::iperf3::{Mode, Params, Proto};
 use netrig::iperf3_client::{self as run, Outcome, RunError, Tick, report};
-use netrig::units::{format_bits_per_sec, format_bytes};
+use netrig::protocol::iperf3::client::{ClientError, params_json};
+use netrig::protocol::iperf3::{Mode, Params, Proto};
+use netrig::protocol::units::{format_bits_per_sec, format_bytes};
 
 /// iperf3's port (`PORT`, 5201).
 pub const IPERF3_PORT: u16 = 5201;

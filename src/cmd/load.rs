@@ -10,8 +10,8 @@ use super::{
     Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_exit, finish, interrupt_flag,
     positive_duration, run_code, target_or_embedded, usage,
 };
-use netrig::load::model::Phase;
 use netrig::load::run::{LoadConfig, LoadError, LoadObserver, Second};
+use netrig::protocol::load::model::Phase;
 
 #[derive(Args)]
 pub struct LoadArgs {

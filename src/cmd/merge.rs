@@ -1,5 +1,5 @@
 //! `netrig merge`: results of one test kind from many clients or runs as
-//! one result (see [`netrig::merge`]), written as a netrig envelope whose
+//! one result (see [`netrig::protocol::merge`]), written as a netrig envelope whose
 //! `test` is `merge`; `netrig report` draws it.
 
 use anyhow::Result;
@@ -47,7 +47,7 @@ pub fn run(a: MergeArgs) -> Result<ExitCode> {
             .collect(),
         Err(c) => return Ok(c),
     };
-    let merged = match netrig::merge::merge(&inputs, a.interval.as_secs_f64()) {
+    let merged = match netrig::protocol::merge::merge(&inputs, a.interval.as_secs_f64()) {
         Ok(m) => m,
         Err(e) => return Ok(usage(e)),
     };

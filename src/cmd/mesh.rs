@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::{Exit, interrupt_flag, positive_duration, usage};
 use netrig::mesh::source::Source;
-use netrig::mesh::{Mesh, MeshConfig, node};
+use netrig::mesh::{Mesh, MeshConfig};
+use netrig::protocol::mesh::node;
 
 /// The mesh's UDP (and TCP connect probe) port by default.
 pub const DEFAULT_MESH_PORT: u16 = 4795;

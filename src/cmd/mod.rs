@@ -80,7 +80,7 @@ pub struct Setup {
     /// `--json-stream`, checked.
     pub stream: Option<PathBuf>,
     pub verbosity: u8,
-    pub key: Option<netrig::auth::Key>,
+    pub key: Option<netrig::protocol::auth::Key>,
 }
 
 impl Setup {
@@ -188,7 +188,7 @@ fn write_outputs(
         let doc: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| (file.clone(), std::io::Error::other(e)))?;
         if let Some(ip) = iperf3 {
-            let out = netrig::iperf3::json::from_envelope(&doc)
+            let out = netrig::protocol::iperf3::json::from_envelope(&doc)
                 .map_err(|e| (ip.clone(), std::io::Error::other(e)))?;
             netrig::output::replace(ip, |w| {
                 serde_json::to_writer_pretty(&mut *w, &out)?;
@@ -197,7 +197,7 @@ fn write_outputs(
             .map_err(|e| (ip.clone(), e))?;
         }
         if let Some(html) = html {
-            let page = netrig::html::render(&[(String::from("this run"), doc)]);
+            let page = netrig::protocol::html::render(&[(String::from("this run"), doc)]);
             netrig::output::replace(html, |w| w.write_all(page.as_bytes()))
                 .map_err(|e| (html.clone(), e))?;
         }
@@ -314,7 +314,7 @@ pub struct Embedded {
 }
 
 impl Embedded {
-    pub fn start(key: Option<netrig::auth::Key>) -> Result<Embedded> {
+    pub fn start(key: Option<netrig::protocol::auth::Key>) -> Result<Embedded> {
         let server = Server::bind(ServerConfig {
             key,
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
@@ -337,7 +337,7 @@ impl Embedded {
 /// Starts an embedded server when no target is given; returns the target to use.
 pub fn target_or_embedded(
     target: &Option<String>,
-    key: &Option<netrig::auth::Key>,
+    key: &Option<netrig::protocol::auth::Key>,
     verbosity: u8,
 ) -> Result<(String, Option<Embedded>)> {
     match target {

@@ -105,7 +105,8 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         }
         None => a.interval,
     };
-    let max = (netrig::udp::header::MAX_DATAGRAM - netrig::udp::header::HEADER_LEN) as u64;
+    let max = (netrig::protocol::udp::header::MAX_DATAGRAM
+        - netrig::protocol::udp::header::HEADER_LEN) as u64;
     if a.length > max || a.length == 0 {
         return Ok(usage(format!("--length must be 1..={max} bytes")));
     }

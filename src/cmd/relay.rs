@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use super::sock::{dscp, tos};
 use super::{Json, Verbosity, duration, positive_duration, rate, size};
-use netrig::relay::impair::ImpairSpec;
+use netrig::protocol::relay::impair::ImpairSpec;
+use netrig::protocol::units;
 use netrig::relay::{DirCounts, Relay, RelayConfig, RelayCounts, RelayLimits};
-use netrig::units;
 
 /// Which directions get the impairments.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -37,7 +37,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
         }
         results.push((name_of(f, &a.files), doc));
     }
-    let page = netrig::html::render(&results);
+    let page = netrig::protocol::html::render(&results);
     if let Err(e) = netrig::output::replace(&a.output, |w| w.write_all(page.as_bytes())) {
         eprintln!("netrig: cannot write {}: {e}", a.output.display());
         return Ok(ExitCode::from(Exit::Fatal));

@@ -15,8 +15,8 @@ use super::{
     Exit, Json, KeyArg, Setup, Target, Verbosity, client_error_code, client_error_exit, duration,
     finish, interrupt_flag, positive_duration, size, target_or_embedded, usage,
 };
+use netrig::protocol::rr::interval::{Intervals, RrInterval};
 use netrig::rr::client::{RrConfig, RrReport, Transport};
-use netrig::rr::interval::{Intervals, RrInterval};
 use std::time::Instant;
 
 #[derive(Args)]

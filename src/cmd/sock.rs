@@ -7,7 +7,7 @@ use clap::Args;
 use std::time::Duration;
 
 use super::{positive_duration, rate, size};
-use netrig::sockopts::{ShutdownMode, SockOpts, parse_dscp, parse_tos};
+use netrig::protocol::sockopts::{ShutdownMode, SockOpts, parse_dscp, parse_tos};
 
 /// Options for any test socket, TCP or UDP.
 #[derive(Args, Clone, Debug, Default)]

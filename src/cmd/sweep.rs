@@ -33,7 +33,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     }
     let size = a.udp.length as u32;
     let dur = a.udp.time.unwrap_or(DEFAULT_UDP_DURATION).as_nanos() as u64;
-    match netrig::udp::profile::Profile::sweep(a.from_rate, a.to_rate, dur, size) {
+    match netrig::protocol::udp::profile::Profile::sweep(a.from_rate, a.to_rate, dur, size) {
         Ok(p) => run_with(a.udp, Some(p)),
         Err(e) => Ok(usage(format!("sweep: {e}"))),
     }

@@ -10,7 +10,7 @@ use super::{
     Embedded, Exit, Json, KeyArg, Setup, Verbosity, client_error_exit, finish, interrupt_flag,
     positive_duration, run_code, size, target_arg, usage,
 };
-use netrig::proto::{IoPattern, VerifyLevel};
+use netrig::protocol::proto::{IoPattern, VerifyLevel};
 use netrig::report::{Reporter, print_summary};
 use netrig::tcp::client;
 use netrig::tcp::config::{BufferSpec, TcpClientConfig};
@@ -261,7 +261,10 @@ impl TcpArgs {
     /// checked (the descriptors it needs included); its `targets` are empty
     /// when none was given (the embedded server's, once it has started). A
     /// config that cannot run is a usage error, already reported.
-    fn to_config(&self, key: Option<netrig::auth::Key>) -> Result<TcpClientConfig, ExitCode> {
+    fn to_config(
+        &self,
+        key: Option<netrig::protocol::auth::Key>,
+    ) -> Result<TcpClientConfig, ExitCode> {
         let mut targets = self.targets.clone();
         targets.extend(self.more_targets.iter().cloned());
         let mut cfg = TcpClientConfig {
@@ -299,17 +302,19 @@ impl TcpArgs {
             connect_timeout: Some(self.connect.connect_timeout),
             seed: self.seed,
             burst: self.burst_size.zip(self.burst_period).map(|(size, p)| {
-                netrig::proto::BurstSpec {
+                netrig::protocol::proto::BurstSpec {
                     size,
                     period_ms: p.as_millis().max(1) as u64,
                 }
             }),
             sock: self.sock.opts(),
-            rate: self.bitrate.map(|(bps, bps_max)| netrig::proto::RateLimit {
-                bps,
-                period_ms: self.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
-                bps_max,
-            }),
+            rate: self
+                .bitrate
+                .map(|(bps, bps_max)| netrig::protocol::proto::RateLimit {
+                    bps,
+                    period_ms: self.rate_limit_period.as_millis().min(u128::from(u64::MAX)) as u64,
+                    bps_max,
+                }),
         };
         // Validated before the targets are in, so --cport's check of ports
         // against connections counts one server, as it always has.
@@ -449,7 +454,7 @@ fn against_iperf3(
     key: bool,
 ) -> ExitCode {
     use super::iperf3c::{Common, first_refused, params, refuse, whole_seconds};
-    use netrig::iperf3::{Mode, Params, Proto};
+    use netrig::protocol::iperf3::{Mode, Params, Proto};
     let mode = match (a.reverse, a.bidir, a.pattern) {
         (true, _, _) | (_, _, IoPattern::Pull) => Mode::Reverse,
         (_, true, _) | (_, _, IoPattern::Duplex) => Mode::Bidir,
@@ -512,11 +517,11 @@ fn against_iperf3(
         Err(code) => return code,
     };
     let len = match a.length.unwrap_or(BufferSpec::Fixed(IPERF3_BUFFER)) {
-        BufferSpec::Fixed(l) if l <= netrig::iperf3::MAX_BLOCKSIZE => l,
+        BufferSpec::Fixed(l) if l <= netrig::protocol::iperf3::MAX_BLOCKSIZE => l,
         _ => return refuse("-l over 1M", "iperf3's largest TCP block is 1 MiB"),
     };
     let parallel = a.parallel.unwrap_or(1);
-    if parallel > netrig::iperf3::MAX_STREAMS {
+    if parallel > netrig::protocol::iperf3::MAX_STREAMS {
         return refuse("-P over 128", "iperf3 runs at most 128 streams");
     }
     let params = Params {

@@ -15,9 +15,9 @@ use super::{
     positive_duration, rate, run_code, signed_duration, size, target_arg, target_or_embedded,
     usage,
 };
+use netrig::protocol::udp::pace::Pacing;
 use netrig::report::{JitterFormat, UdpReporter, print_analysis, print_udp_summary, write_bins};
 use netrig::udp::client::UdpClientConfig;
-use netrig::udp::pace::Pacing;
 
 mod config;
 
@@ -74,7 +74,7 @@ pub struct UdpArgs {
     interval: Duration,
     /// Streams at once, each with its own data socket, each at --bitrate
     /// (iperf3 -P; ctsTraffic UDP -Connections); one test to the server.
-    #[arg(short = 'P', long, visible_alias = "connections", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(netrig::proto::MAX_STREAMS)))]
+    #[arg(short = 'P', long, visible_alias = "connections", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(netrig::protocol::proto::MAX_STREAMS)))]
     parallel: u32,
     /// Run the streams both ways at once: -P each direction (iperf3 --bidir).
     #[arg(long, conflicts_with = "reverse")]
@@ -132,8 +132,8 @@ pub struct UdpArgs {
     pub profile: Option<PathBuf>,
     /// Scenario file format: auto (bare numbers only = FlowPing), netrig
     /// (rates need units) or flowping (seconds, kbit/s, bytes).
-    #[arg(long, default_value = "auto", requires = "profile", value_parser = super::named::<netrig::udp::scenario::Format>())]
-    profile_format: netrig::udp::scenario::Format,
+    #[arg(long, default_value = "auto", requires = "profile", value_parser = super::named::<netrig::protocol::udp::scenario::Format>())]
+    profile_format: netrig::protocol::udp::scenario::Format,
     /// Media stream (ctsTraffic): the server sends frames of --bitrate / 8 /
     /// --fps bytes as --datagram-size datagrams (so no --length or --gap),
     /// always server to client; the client judges whole frames.
@@ -142,7 +142,7 @@ pub struct UdpArgs {
     /// Media: each frame leaves as datagrams of this many bytes (UDP
     /// payload, header included), the last one shorter (ctsTraffic
     /// -DatagramByteSize), so no frame is fragmented by IP.
-    #[arg(long, default_value_t = 1400, value_parser = clap::value_parser!(u32).range(netrig::udp::header::HEADER_LEN as i64..=netrig::udp::header::MAX_DATAGRAM as i64), requires = "media")]
+    #[arg(long, default_value_t = 1400, value_parser = clap::value_parser!(u32).range(netrig::protocol::udp::header::HEADER_LEN as i64..=netrig::protocol::udp::header::MAX_DATAGRAM as i64), requires = "media")]
     datagram_size: u32,
     /// Media: frames per second.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "media")]
@@ -194,8 +194,8 @@ pub struct UdpArgs {
     sock: super::sock::IpFlags,
     /// ECN codepoint on every datagram (RFC 3168: ect0, ect1, ce, not-ect),
     /// with --dscp/--tos or alone; the receiver counts what arrived.
-    #[arg(long, value_name = "CODEPOINT", value_parser = super::named::<netrig::udp::marks::Ecn>())]
-    ecn: Option<netrig::udp::marks::Ecn>,
+    #[arg(long, value_name = "CODEPOINT", value_parser = super::named::<netrig::protocol::udp::marks::Ecn>())]
+    ecn: Option<netrig::protocol::udp::marks::Ecn>,
     /// No UDP segmentation offload on either end: every datagram crosses
     /// into the kernel (sendmmsg) and out of it (recvmmsg) on its own,
     /// instead of as UDP_SEGMENT/UDP_GRO super-buffers.
@@ -229,7 +229,7 @@ pub fn run(a: UdpArgs) -> Result<ExitCode> {
 /// reported.
 pub fn run_with(
     a: UdpArgs,
-    sweep_profile: Option<netrig::udp::profile::Profile>,
+    sweep_profile: Option<netrig::protocol::udp::profile::Profile>,
 ) -> Result<ExitCode> {
     // The test's name in the JSON envelope.
     let test = if sweep_profile.is_some() {
@@ -431,24 +431,27 @@ fn report(
 
 /// Bins and analyses a profile run's intervals.
 pub fn analyse(
-    profile: &netrig::udp::profile::Profile,
-    intervals: &[netrig::udp::track::UdpInterval],
-    sender: Option<&netrig::udp::sent::SenderReport>,
+    profile: &netrig::protocol::udp::profile::Profile,
+    intervals: &[netrig::protocol::udp::track::UdpInterval],
+    sender: Option<&netrig::protocol::udp::sent::SenderReport>,
     bin: Option<u64>,
 ) -> (
-    Vec<netrig::udp::analyze::Bin>,
-    netrig::udp::analyze::Analysis,
+    Vec<netrig::protocol::udp::analyze::Bin>,
+    netrig::protocol::udp::analyze::Analysis,
 ) {
     let sent = sender
         .filter(|s| s.interval_ms > 0)
         .map(|s| (s.sent_intervals.as_slice(), s.interval_ms as f64 / 1e3));
-    let samples = netrig::udp::analyze::samples(profile, intervals, sent);
+    let samples = netrig::protocol::udp::analyze::samples(profile, intervals, sent);
     let width = bin.map_or(profile.max_rate() as f64 / 20.0, |b| b as f64);
-    let mut analysis = netrig::udp::analyze::analyze(&samples);
+    let mut analysis = netrig::protocol::udp::analyze::analyze(&samples);
     if let Some(s) = sender {
-        netrig::udp::analyze::note_sender(&mut analysis, s);
+        netrig::protocol::udp::analyze::note_sender(&mut analysis, s);
     }
-    (netrig::udp::analyze::bins(&samples, width), analysis)
+    (
+        netrig::protocol::udp::analyze::bins(&samples, width),
+        analysis,
+    )
 }
 
 /// `--iperf3 HOST[:PORT]`: the options an iperf3 server can be given, the
@@ -461,7 +464,7 @@ fn against_iperf3(
     key: bool,
 ) -> ExitCode {
     use super::iperf3c::{Common, first_refused, params, refuse, whole_seconds};
-    use netrig::iperf3::{MAX_UDP_BLOCKSIZE, MIN_UDP_BLOCKSIZE, Mode, Params, Proto};
+    use netrig::protocol::iperf3::{MAX_UDP_BLOCKSIZE, MIN_UDP_BLOCKSIZE, Mode, Params, Proto};
     let own = [
         (
             a.bidir,

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{client_error_exit, finish, interrupt_flag, run_code};
-use netrig::proto::StreamGroup;
+use netrig::protocol::proto::StreamGroup;
+use netrig::protocol::udp::track::UdpInterval;
 use netrig::report::{MultiReporter, StreamSink};
 use netrig::udp::client::UdpClientConfig;
 use netrig::udp::streams::{StreamsObserver, run_streams};
-use netrig::udp::track::UdpInterval;
 
 /// How many streams, which ways.
 pub struct Streams {

@@ -5,8 +5,8 @@ use anyhow::Result;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use netrig::names::Named;
-use netrig::units;
+use netrig::protocol::names::Named;
+use netrig::protocol::units;
 
 /// Most addresses one `-B A-B` range may name.
 pub const MAX_BIND_RANGE: u128 = 1024;

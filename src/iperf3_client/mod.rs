@@ -25,9 +25,9 @@ mod streams;
 
 use streams::{drain, receive, send, settle, wait};
 
-use crate::iperf3::client::{Client, ClientError, ClientEvent, cookie_from};
-use crate::iperf3::udp;
-use crate::iperf3::{Mode, Params, Proto, Results, StreamResult, stream_id};
+use crate::protocol::iperf3::client::{Client, ClientError, ClientEvent, cookie_from};
+use crate::protocol::iperf3::udp;
+use crate::protocol::iperf3::{Mode, Params, Proto, Results, StreamResult, stream_id};
 
 /// How long the data may take to be acknowledged and read after the last
 /// write, and the quiet that says the server's reader has caught up.
@@ -115,7 +115,7 @@ pub struct Outcome {
     pub server: Results,
     pub ticks: Vec<Tick>,
     pub interrupted: bool,
-    pub cpu: crate::cpu::CpuUsage,
+    pub cpu: crate::protocol::cpu::CpuUsage,
 }
 
 impl Outcome {
@@ -197,7 +197,7 @@ pub fn run(
         },
     )?;
     let duration_secs = began.elapsed().as_secs_f64();
-    let cpu = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
+    let cpu = crate::protocol::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
     let end = machine.test_end().map_err(proto)?;
     ctrl.write_all(&end).map_err(io("sending TEST_END"))?;
     drain(&mut streams, p.udp_counters_64bit);

@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 use serde::Serialize;
 
 use super::{Outcome, Tick};
-use crate::iperf3::{Params, Results};
-use crate::proto::SessionSummary;
-use crate::stats::{IntervalRow, Snapshot};
+use crate::protocol::iperf3::{Params, Results};
+use crate::protocol::proto::SessionSummary;
+use crate::protocol::stats::{IntervalRow, Snapshot};
+use crate::protocol::udp::sent::{SenderReport, sender_limited};
+use crate::protocol::udp::track::{UdpInterval, UdpTotals};
 use crate::tcp::client::RunReport;
 use crate::udp::client::UdpReport;
-use crate::udp::sent::{SenderReport, sender_limited};
-use crate::udp::track::{UdpInterval, UdpTotals};
 
 /// The peer's own account, kept in the result beside netrig's fields.
 #[derive(Debug, Clone, Serialize)]
@@ -181,7 +181,7 @@ pub fn tcp(o: &Outcome, server: SocketAddr) -> RunReport {
         connection_histogram: Vec::new(),
         connection_progress: Vec::new(),
         omitted: None,
-        cpu: crate::cpu::CpuBoth::new(o.cpu, []),
+        cpu: crate::protocol::cpu::CpuBoth::new(o.cpu, []),
     }
 }
 
@@ -291,7 +291,7 @@ pub fn udp(o: &Outcome, p: &Params, server: SocketAddr) -> UdpReport {
         local: None,
         remote: server,
         session: uuid::Uuid::nil(),
-        cpu: Some(crate::cpu::CpuBoth::new(o.cpu, [])),
+        cpu: Some(crate::protocol::cpu::CpuBoth::new(o.cpu, [])),
     }
 }
 
@@ -305,8 +305,8 @@ pub fn complete(r: &Results, o: &Outcome) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iperf3::{Mode, Proto, StreamResult};
     use crate::iperf3_client::StreamCount;
+    use crate::protocol::iperf3::{Mode, Proto, StreamResult};
 
     fn stream(id: u32, sends: bool, bytes: u64) -> StreamCount {
         StreamCount {
@@ -356,7 +356,7 @@ mod tests {
                 tick(2.0, 3000, 700, 30, 7),
             ],
             interrupted: false,
-            cpu: crate::cpu::CpuUsage::default(),
+            cpu: crate::protocol::cpu::CpuUsage::default(),
         }
     }
 
@@ -452,7 +452,7 @@ mod tests {
     #[test]
     fn udp_reverse_counts_this_ends_receiver() {
         let mut mine = stream(1, false, 0);
-        let h = |count| crate::iperf3::udp::Header {
+        let h = |count| crate::protocol::iperf3::udp::Header {
             sec: 10,
             usec: 0,
             count,

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::{DRAIN_MAX, Io, SETTLE_MAX, SETTLE_QUIET, Stream, UDP_DRAIN_QUIET};
-use crate::iperf3::udp::Header;
+use crate::protocol::iperf3::udp::Header;
 
 /// Waits until a stream is ready or `t` passes.
 pub(super) fn wait(streams: &[Stream], t: Duration) {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::model::{ProbeKind, Sample};
-use crate::proto::Message;
+use crate::protocol::load::model::{ProbeKind, Sample};
+use crate::protocol::proto::Message;
 
 /// Foreign probes in flight at most; a schedule tick with this many still
 /// waiting sends none (counted lost).
@@ -42,10 +42,13 @@ fn foreign_probe(
     let connect = t.elapsed().as_secs_f64() * 1e3;
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(timeout));
-    let hello = crate::proto::encode(&Message::Hello(Message::hello()));
+    let hello = crate::protocol::proto::encode(&Message::Hello(Message::hello()));
     let t = Instant::now();
     let answered = s.write_all(&hello).is_ok()
-        && matches!(crate::proto::read_message(&mut s), Ok(Message::HelloAck(_)));
+        && matches!(
+            crate::protocol::proto::read_message(&mut s),
+            Ok(Message::HelloAck(_))
+        );
     (
         Some(connect),
         answered.then(|| t.elapsed().as_secs_f64() * 1e3),

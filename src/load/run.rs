@@ -12,12 +12,14 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-use super::model::{self, Phase, PhaseLoad, PhaseReport, ProbeKind, Sample, Schedule, Stability};
 use super::probes::{Samples, foreign_probes, ms, push};
 use crate::control::ClientError;
-use crate::proto::IoPattern;
+use crate::protocol::load::model::{
+    self, Phase, PhaseLoad, PhaseReport, ProbeKind, Sample, Schedule, Stability,
+};
+use crate::protocol::proto::IoPattern;
+use crate::protocol::stats::IntervalRow;
 use crate::rr::client::{Probe, RrConfig, Transport};
-use crate::stats::IntervalRow;
 use crate::tcp::client::{ConnectionRecord, Observer};
 use crate::tcp::config::TcpClientConfig;
 
@@ -33,7 +35,7 @@ pub struct LoadConfig {
     pub port: u16,
     /// Pre-shared key.
     #[serde(skip)]
-    pub key: Option<crate::auth::Key>,
+    pub key: Option<crate::protocol::auth::Key>,
     /// Idle phase, s.
     pub idle_secs: f64,
     /// Each loaded phase, s.
@@ -45,7 +47,7 @@ pub struct LoadConfig {
     /// Most load connections a phase ramps up to.
     pub max_connections: u32,
     /// Options for the load connections (`-C`, `-w`, ...).
-    pub sock: crate::sockopts::SockOpts,
+    pub sock: crate::protocol::sockopts::SockOpts,
     /// The interface every socket of the run is bound to (`--bind-dev`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
@@ -53,7 +55,7 @@ pub struct LoadConfig {
     /// (`--connect-timeout`): the probes' control connection and the load
     /// connections.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
@@ -162,7 +164,7 @@ pub struct LoadReport {
     /// UDP replies that never came back.
     pub udp_lost_down: Option<u64>,
     /// The clock offset the one-way split used.
-    pub offset: Option<crate::udp::clock::Offset>,
+    pub offset: Option<crate::protocol::udp::clock::Offset>,
     /// Stopped by Ctrl-C.
     pub interrupted: bool,
     /// Failures of the load or the probes; what they measured is kept.
@@ -634,7 +636,15 @@ fn report(
     mut probes: Vec<Sample>,
     loads: &[PhaseLoad],
     stopped_at: Option<f64>,
-    udp: Option<Result<(crate::rr::client::RrReport, crate::rr::hist::LatencyStats), ClientError>>,
+    udp: Option<
+        Result<
+            (
+                crate::rr::client::RrReport,
+                crate::protocol::rr::hist::LatencyStats,
+            ),
+            ClientError,
+        >,
+    >,
     mut errors: Vec<String>,
 ) -> LoadReport {
     let (lost_up, lost_down, offset) = match udp {

@@ -320,8 +320,8 @@ fn udp_report(lost_up: u64, error: Option<&str>) -> crate::rr::client::RrReport 
     r
 }
 
-fn stats() -> crate::rr::hist::LatencyStats {
-    crate::rr::hist::LatencyStats::new(0.0, 1e6, 10, 1)
+fn stats() -> crate::protocol::rr::hist::LatencyStats {
+    crate::protocol::rr::hist::LatencyStats::new(0.0, 1e6, 10, 1)
 }
 
 #[test]

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use super::node::Node;
-use super::peer::RTT_BUCKETS;
+use crate::protocol::mesh::node::Node;
+use crate::protocol::mesh::peer::RTT_BUCKETS;
 use crate::server::metrics::{Type, Writer};
 
 /// Readings taken by the driver at scrape time.
@@ -98,7 +98,7 @@ pub fn render(node: &Node, r: &Readings, openmetrics: bool) -> String {
     }
 
     let peers: Vec<_> = node.probed().map(|(a, p)| (peer(*a), p)).collect();
-    type Count = fn(&super::peer::Counts) -> u64;
+    type Count = fn(&crate::protocol::mesh::peer::Counts) -> u64;
     let counters: [(&str, &str, Count); 5] = [
         (
             "netrig_mesh_probes_sent",
@@ -260,7 +260,7 @@ fn peer(a: std::net::SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::node::Config;
+    use crate::protocol::mesh::node::Config;
     use std::net::SocketAddr;
 
     #[test]
@@ -348,7 +348,7 @@ mod tests {
         // second reply comes back 1.5 s late (still within the timeout).
         let real_a = |ms: u64| 1_000_000_000_000 + ms * 1_000_000;
         let real_b = |ms: u64| real_a(ms) + 3_000_000;
-        let mut replies: Vec<(u64, [u8; crate::mesh::wire::LEN])> = Vec::new();
+        let mut replies: Vec<(u64, [u8; crate::protocol::mesh::wire::LEN])> = Vec::new();
         let (mut sent, mut back, mut t) = (0, 0, 0u64);
         while back < 2 {
             let now = Duration::from_millis(t);

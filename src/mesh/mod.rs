@@ -7,15 +7,9 @@
 //! refresh interval; one serves `/metrics` (the `serve --metrics` endpoint,
 //! [`crate::server::scrape`]). Three threads and memory bounded by k peers
 //! and [`answer::MAX_PROBERS`], whatever the mesh's size. The logic —
-//! choice, accounting, statistics — is in the I/O-free [`node`].
-
-pub mod answer;
+//! choice, accounting, statistics — is in the I/O-free [`crate::protocol::mesh::node`].
 pub mod metrics;
-pub mod node;
-pub mod peer;
-pub mod pick;
 pub mod source;
-pub mod wire;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -27,7 +21,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use thiserror::Error;
 
-use node::Node;
+use crate::protocol::mesh::node::{self, Node};
 use source::{ReadError, Source};
 
 /// How a mesh node runs.

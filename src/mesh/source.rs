@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::node::jittered;
-use super::pick::{BadPeer, parse_list};
+use crate::protocol::mesh::node::jittered;
+use crate::protocol::mesh::pick::{BadPeer, parse_list};
 
 /// Where the peers come from.
 #[derive(Debug, Clone)]

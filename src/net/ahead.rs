@@ -8,7 +8,7 @@
 
 use std::io;
 
-use crate::proto::{Message, ReadError, decode_frame};
+use crate::protocol::proto::{Message, ReadError, decode_frame};
 
 /// How much a read takes when its reader wants less (a frame, a short
 /// reply): more than a few frames, so that everything a peer sent in one
@@ -83,8 +83,8 @@ impl ReadAhead {
     }
 
     /// Takes the first whole frame that waits, if one does.
-    pub fn frame(&mut self) -> Result<Option<Message>, crate::proto::ProtoError> {
-        self.frame_within(crate::proto::MAX_PAYLOAD)
+    pub fn frame(&mut self) -> Result<Option<Message>, crate::protocol::proto::ProtoError> {
+        self.frame_within(crate::protocol::proto::MAX_PAYLOAD)
     }
 
     /// [`ReadAhead::frame`] for a frame whose payload may be at most `max`
@@ -93,14 +93,17 @@ impl ReadAhead {
     pub fn frame_within(
         &mut self,
         max: usize,
-    ) -> Result<Option<Message>, crate::proto::ProtoError> {
+    ) -> Result<Option<Message>, crate::protocol::proto::ProtoError> {
         if self.is_empty() {
             return Ok(None);
         }
-        if let Some(header) = self.bytes().first_chunk::<{ crate::proto::HEADER_LEN }>() {
-            let len = crate::proto::parse_header(header)?;
+        if let Some(header) = self
+            .bytes()
+            .first_chunk::<{ crate::protocol::proto::HEADER_LEN }>()
+        {
+            let len = crate::protocol::proto::parse_header(header)?;
             if len > max {
-                return Err(crate::proto::ProtoError::OversizedHere { len, max });
+                return Err(crate::protocol::proto::ProtoError::OversizedHere { len, max });
             }
         }
         let r = decode_frame(self.bytes())?;
@@ -120,7 +123,7 @@ impl ReadAhead {
         scratch: &mut [u8],
         recv: impl FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> Result<Option<Message>, ReadError> {
-        self.read_frame_within(scratch, crate::proto::MAX_PAYLOAD, recv)
+        self.read_frame_within(scratch, crate::protocol::proto::MAX_PAYLOAD, recv)
     }
 
     /// [`ReadAhead::read_frame`] for a frame of at most `max` payload bytes
@@ -154,7 +157,7 @@ impl ReadAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::encode;
+    use crate::protocol::proto::encode;
     use std::collections::VecDeque;
 
     /// A stream serving `chunks` one read each (cut to the read's size),
@@ -281,7 +284,7 @@ mod tests {
     #[test]
     fn a_frame_larger_than_allowed_here_is_refused_on_its_header() {
         let f = ack(4);
-        let len = f.len() - crate::proto::HEADER_LEN;
+        let len = f.len() - crate::protocol::proto::HEADER_LEN;
         let mut scratch = [0u8; 64];
         // Exactly the limit passes; one byte under it refuses on the
         // header alone, before the payload came.
@@ -292,10 +295,10 @@ mod tests {
             .unwrap();
         assert!(m.is_some());
         let mut a = ReadAhead::default();
-        let mut s = Chunks([f[..crate::proto::HEADER_LEN].to_vec()].into(), 0);
+        let mut s = Chunks([f[..crate::protocol::proto::HEADER_LEN].to_vec()].into(), 0);
         let r = a.read_frame_within(&mut scratch, len - 1, |b| s.recv(b));
         assert!(
-            matches!(&r, Err(ReadError::Proto(crate::proto::ProtoError::OversizedHere { len: l, max })) if *l == len && *max == len - 1),
+            matches!(&r, Err(ReadError::Proto(crate::protocol::proto::ProtoError::OversizedHere { len: l, max })) if *l == len && *max == len - 1),
             "{r:?}"
         );
         // A header cut short waits.

@@ -1,9 +1,9 @@
-//! Reads this process's CPU clocks for [`crate::cpu`]: `getrusage
+//! Reads this process's CPU clocks for [`crate::protocol::cpu`]: `getrusage
 //! (RUSAGE_SELF)` for the process (as iperf3's `cpu_util()`), and each
 //! thread's user + system time from `/proc/self/task/*/stat` (clock ticks,
 //! usually 10 ms: the busiest thread is a verdict, not a precise figure).
 
-use crate::cpu::CpuSample;
+use crate::protocol::cpu::CpuSample;
 use std::collections::VecDeque;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -128,7 +128,7 @@ mod tests {
         });
         t.join().expect("spinner");
         // The spinner is gone from /proc: only its note tells its time.
-        let u = crate::cpu::CpuUsage::between(&a, &sample());
+        let u = crate::protocol::cpu::CpuUsage::between(&a, &sample());
         assert!(u.wall_us >= 300_000, "{u:?}");
         // One-sided: the spinner was on a core for some of its 300 ms, and
         // the process's clock saw at least what one thread's did.

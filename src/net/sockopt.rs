@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
-use crate::sockopts::SockOpts;
+use crate::protocol::sockopts::SockOpts;
 
 /// Why an option could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +30,7 @@ pub enum SockOptFailed {
     },
 }
 
-pub use crate::sockopts::Granted;
+pub use crate::protocol::sockopts::Granted;
 
 fn refused(option: &'static str) -> impl FnOnce(io::Error) -> SockOptFailed {
     move |source| SockOptFailed::Refused { option, source }
@@ -221,7 +221,7 @@ pub fn granted<S: AsFd>(s: &S, v6: bool, tcp: bool) -> Granted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sockopts::ShutdownMode;
+    use crate::protocol::sockopts::ShutdownMode;
 
     #[test]
     fn options_reach_the_socket_and_are_read_back() {

@@ -100,8 +100,8 @@ pub fn read<S: AsRawFd>(s: &S) -> Option<TcpInfo> {
 
 impl TcpInfo {
     /// The part an end reports to the other in its final report.
-    pub fn summary(&self) -> crate::proto::TcpInfoSummary {
-        crate::proto::TcpInfoSummary {
+    pub fn summary(&self) -> crate::protocol::proto::TcpInfoSummary {
+        crate::protocol::proto::TcpInfoSummary {
             retransmits: self.retransmits,
             bytes_retrans: self.bytes_retrans,
             rtt_us: self.rtt_us,
@@ -115,8 +115,8 @@ impl TcpInfo {
     }
 }
 
-impl From<crate::proto::TcpInfoSummary> for TcpInfo {
-    fn from(s: crate::proto::TcpInfoSummary) -> TcpInfo {
+impl From<crate::protocol::proto::TcpInfoSummary> for TcpInfo {
+    fn from(s: crate::protocol::proto::TcpInfoSummary) -> TcpInfo {
         TcpInfo {
             retransmits: s.retransmits,
             bytes_retrans: s.bytes_retrans,

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 
-use super::impair::{Action, DatagramImpairer, DropCause};
 use super::limits::{self, MemBudget, entry_cost};
 use super::{Dir, Event, Shared, bind_udp, unspecified_like};
 use crate::net::loops::{LoopEnd, Mailboxes, WAKE};
 use crate::net::sockopt::send_marked;
 use crate::net::timers::Timers;
-use crate::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use crate::protocol::relay::impair::{Action, DatagramImpairer, DropCause};
+use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 
 /// The listening socket's token (flows use 2k and 2k + 1).
 const LISTEN: Token = Token(usize::MAX - 1);

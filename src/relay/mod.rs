@@ -10,13 +10,11 @@
 //! relayed and impaired as plain bytes or datagrams, so iperf3 and friends can
 //! use it too.
 //!
-//! The decisions are in [`impair`] (seeded, pure); this module only moves
+//! The decisions are in [`crate::protocol::relay::impair`] (seeded, pure); this module only moves
 //! bytes, counts, and logs every impairment it made, so tests can compare a
 //! measurement with the truth number for number.
 
 mod datagram;
-pub mod framer;
-pub mod impair;
 mod log;
 mod pumps;
 mod stream;
@@ -38,7 +36,7 @@ pub use limits::RelayLimits;
 use log::{DirCounters, EventLog};
 pub use log::{DirCounts, Event, LOG_HEADER, RelayCounts};
 
-use impair::{ImpairSpec, SharedBucket};
+use crate::protocol::relay::impair::{self, ImpairSpec, SharedBucket};
 
 /// Relay settings.
 #[derive(Debug, Clone)]
@@ -123,7 +121,7 @@ struct Shared {
     log: EventLog,
     /// TCP test sessions seen on control connections: data bytes (up, down)
     /// of each of their data connections.
-    sessions: Mutex<HashMap<Uuid, crate::proto::TcpSpec>>,
+    sessions: Mutex<HashMap<Uuid, crate::protocol::proto::TcpSpec>>,
     stop: AtomicBool,
     t0: Instant,
     /// One token bucket per direction for the whole relay (unless

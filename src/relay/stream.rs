@@ -11,12 +11,12 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use uuid::Uuid;
 
 use super::datagram::Link;
-use super::framer::{After, Framer, Piece};
-use super::impair::{SharedBucket, StreamImpairer};
 use super::limits::{MemBudget, alloc_size, entry_cost};
 use super::udp_flow;
 use super::{Dir, Event, Shared};
-use crate::proto::{Message, RrProto, TestSpec};
+use crate::protocol::proto::{Message, RrProto, TestSpec};
+use crate::protocol::relay::framer::{After, Framer, Piece};
+use crate::protocol::relay::impair::{SharedBucket, StreamImpairer};
 
 /// Memory one direction may hold waiting to leave (counted as allocated,
 /// with its partial frame); beyond it, or beyond what the relay's
@@ -31,7 +31,7 @@ const QUEUE_CAP: u64 = 16 << 20;
 const FRAME_READ: usize = 1024;
 
 /// The smallest frame: a header and a two-byte JSON value.
-const MIN_FRAME: u64 = crate::proto::HEADER_LEN as u64 + 2;
+const MIN_FRAME: u64 = crate::protocol::proto::HEADER_LEN as u64 + 2;
 
 /// How soon a direction held back by the relay's whole budget (not its own
 /// queue, whose writes wake it) tries again.
@@ -83,7 +83,12 @@ fn on_frame(sh: &Arc<Shared>, c: &mut Meta, link: &Arc<Link>, dir: Dir, m: &mut 
                 .get(&h.session)
                 .map(|t| {
                     let bytes = t.transfer_of(h.connection);
-                    crate::plan::expected_bytes(t.pattern, bytes, t.push_bytes, t.pull_bytes)
+                    crate::protocol::plan::expected_bytes(
+                        t.pattern,
+                        bytes,
+                        t.push_bytes,
+                        t.pull_bytes,
+                    )
                 });
             if let Some((up, down)) = known {
                 after.data = Some(up);
@@ -464,7 +469,7 @@ impl Shutdown for mio::net::TcpStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{Message, encode};
+    use crate::protocol::proto::{Message, encode};
 
     /// What the pieces of one push and the framer's partial frame cost.
     fn held(pieces: &[Piece], f: &Framer) -> u64 {

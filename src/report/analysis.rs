@@ -4,7 +4,7 @@ use std::io;
 use std::path::Path;
 
 use super::{RowWriter, aligned, opt_us};
-use crate::units::format_bits_per_sec;
+use crate::protocol::units::format_bits_per_sec;
 
 /// Columns of the sweep (rate bin) table.
 pub const BIN_HEADERS: [&str; 9] = [
@@ -21,7 +21,7 @@ pub const BIN_HEADERS: [&str; 9] = [
 
 const BIN_WIDTHS: [usize; 9] = [9, 10, 12, 13, 8, 11, 11, 11, 10];
 
-fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
+fn bin_cells(b: &crate::protocol::udp::analyze::Bin) -> Vec<String> {
     vec![
         format!("{:.3}", b.from_bps / 1e6),
         format!("{:.3}", b.asked_bps / 1e6),
@@ -37,8 +37,8 @@ fn bin_cells(b: &crate::udp::analyze::Bin) -> Vec<String> {
 
 /// The rate-bin table and the analysis of a profile/sweep run.
 pub fn analysis_lines(
-    bins: &[crate::udp::analyze::Bin],
-    a: &crate::udp::analyze::Analysis,
+    bins: &[crate::protocol::udp::analyze::Bin],
+    a: &crate::protocol::udp::analyze::Analysis,
 ) -> Vec<String> {
     let mut lines = Vec::new();
     push_line!(lines);
@@ -78,7 +78,7 @@ pub fn analysis_lines(
 }
 
 /// Writes the rate-bin table as CSV (or aligned text).
-pub fn write_bins(path: &Path, bins: &[crate::udp::analyze::Bin]) -> io::Result<()> {
+pub fn write_bins(path: &Path, bins: &[crate::protocol::udp::analyze::Bin]) -> io::Result<()> {
     let mut w = RowWriter::create(path, &BIN_HEADERS, &BIN_WIDTHS)?;
     for b in bins {
         w.row(&bin_cells(b))?;
@@ -89,7 +89,7 @@ pub fn write_bins(path: &Path, bins: &[crate::udp::analyze::Bin]) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::udp::analyze::{Analysis, Bin, Limiter};
+    use crate::protocol::udp::analyze::{Analysis, Bin, Limiter};
 
     fn bin() -> Bin {
         Bin {

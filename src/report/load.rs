@@ -1,9 +1,9 @@
 //! `netrig load`'s output: the banner, one line per second, the table of
 //! phases with their latency and responsiveness, and the verdict.
 
-use crate::load::model::{KindStats, PhaseReport};
 use crate::load::run::{LoadConfig, LoadReport, Second};
-use crate::units::format_bits_per_sec;
+use crate::protocol::load::model::{KindStats, PhaseReport};
+use crate::protocol::units::format_bits_per_sec;
 
 fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
@@ -45,7 +45,7 @@ pub fn load_live_line(s: &Second) -> String {
             // Downloading, the server sends on the load connections: their
             // RTT is the server's TCP_INFO, which comes with its rows at the
             // end of the phase.
-            (None, crate::load::model::Phase::Download) => "at end".into(),
+            (None, crate::protocol::load::model::Phase::Download) => "at end".into(),
             (v, _) => ms(v),
         }
     )
@@ -69,7 +69,7 @@ fn phase_line(p: &PhaseReport) -> String {
         kind(&p.tcp_connect),
         kind(&p.self_rtt),
         p.increase_ms
-            .map_or_else(|| "-".into(), crate::load::model::signed_ms),
+            .map_or_else(|| "-".into(), crate::protocol::load::model::signed_ms),
         rpm
     )
 }
@@ -129,8 +129,8 @@ pub fn load_lines(rep: &LoadReport) -> Vec<String> {
                 r.loaded_rpm
                     .map_or_else(|| "-".into(), |l| format!("{l:.0}")),
                 ms(f.load),
-                crate::load::model::MAD,
-                if p.saturated || p.phase == crate::load::model::Phase::Idle {
+                crate::protocol::load::model::MAD,
+                if p.saturated || p.phase == crate::protocol::load::model::Phase::Idle {
                     ""
                 } else {
                     "; goodput never stabilised"
@@ -156,7 +156,7 @@ pub fn load_lines(rep: &LoadReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::model::Phase;
+    use crate::protocol::load::model::Phase;
 
     fn second(phase: Phase, self_ms: Option<f64>) -> Second {
         Second {
@@ -216,7 +216,7 @@ mod tests {
 
     fn report(phases: Vec<PhaseReport>) -> LoadReport {
         LoadReport {
-            schedule: crate::load::model::Schedule::new(1.0, &[Phase::Download], 1.0),
+            schedule: crate::protocol::load::model::Schedule::new(1.0, &[Phase::Download], 1.0),
             phases,
             verdict: "fine".into(),
             udp_lost_up: Some(3),
@@ -231,11 +231,11 @@ mod tests {
     #[test]
     fn the_summary_gives_each_phase_its_rates_latencies_and_increase() {
         let mut down = phase(Phase::Download, Some(1.25));
-        down.responsiveness = Some(crate::load::model::Responsiveness {
+        down.responsiveness = Some(crate::protocol::load::model::Responsiveness {
             foreign_rpm: 1500.4,
             loaded_rpm: Some(900.0),
             rpm: 1200.0,
-            from_ms: crate::load::model::RpmInputs {
+            from_ms: crate::protocol::load::model::RpmInputs {
                 connect: 0.5,
                 request: 0.75,
                 load: Some(2.0),

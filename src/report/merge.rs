@@ -1,7 +1,7 @@
 //! The console summary of `netrig merge`.
 
-use crate::merge::Merged;
-use crate::units::format_bits_per_sec;
+use crate::protocol::merge::Merged;
+use crate::protocol::units::format_bits_per_sec;
 
 /// A few lines: what was merged, the totals, goodput (or the transaction
 /// rate of rr, ping and crr), every latency's
@@ -54,7 +54,7 @@ pub fn merge_summary(m: &Merged) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::merge::Slice;
+    use crate::protocol::merge::Slice;
 
     fn slice(start_secs: f64, end_secs: f64, tps: Option<f64>) -> Slice {
         Slice {

@@ -72,7 +72,10 @@ pub fn print_udp_summary(
 }
 
 /// Prints the rate-bin table and the analysis ([`analysis_lines`]).
-pub fn print_analysis(bins: &[crate::udp::analyze::Bin], a: &crate::udp::analyze::Analysis) {
+pub fn print_analysis(
+    bins: &[crate::protocol::udp::analyze::Bin],
+    a: &crate::protocol::udp::analyze::Analysis,
+) {
     print_lines(analysis_lines(bins, a));
 }
 
@@ -85,7 +88,7 @@ pub fn print_load(rep: &crate::load::run::LoadReport) {
 /// histogram when it measured any round trip.
 pub fn print_rr(
     r: &crate::rr::client::RrReport,
-    stats: &crate::rr::hist::LatencyStats,
+    stats: &crate::protocol::rr::hist::LatencyStats,
     all_bins: bool,
 ) {
     print_lines(rr_lines(r));
@@ -111,8 +114,8 @@ pub fn print_crr(r: &crate::rr::crr::CrrReport, first_failure: Option<&str>) {
 
 /// What the kernel granted `whose` sockets (`--window`, `--mss`, ...):
 /// the TCP-only fields only where the socket has them.
-fn granted_line(whose: &str, g: &crate::sockopts::Granted) -> String {
-    let opt = |v: Option<u64>| v.map_or("?".into(), crate::units::format_bytes);
+fn granted_line(whose: &str, g: &crate::protocol::sockopts::Granted) -> String {
+    let opt = |v: Option<u64>| v.map_or("?".into(), crate::protocol::units::format_bytes);
     let mut parts = vec![
         format!("send buffer {}", opt(g.sndbuf)),
         format!("receive buffer {}", opt(g.rcvbuf)),
@@ -262,7 +265,7 @@ pub struct Envelope<'a, C: Serialize, R: Serialize> {
     /// The code of the server's refusal, when a refusal is the error: what
     /// a monitor matches (the text may change between versions).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<crate::proto::ErrorCode>,
+    pub error_code: Option<crate::protocol::proto::ErrorCode>,
 }
 
 /// Writes a command's JSON envelope to `path` (see [`write_atomically`]).
@@ -283,7 +286,7 @@ pub fn write_envelope_coded<C: Serialize, R: Serialize>(
     config: &C,
     result: Option<&R>,
     error: Option<&str>,
-    error_code: Option<crate::proto::ErrorCode>,
+    error_code: Option<crate::protocol::proto::ErrorCode>,
 ) -> io::Result<()> {
     write_atomically(
         path,
@@ -359,7 +362,7 @@ mod tests {
             &json!({}),
             None,
             Some("busy"),
-            Some(crate::proto::ErrorCode::Refused),
+            Some(crate::protocol::proto::ErrorCode::Refused),
         )
         .unwrap();
         let (_, doc) = read(&path);

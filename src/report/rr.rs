@@ -61,7 +61,10 @@ pub fn write_spectrum_csv(path: &Path, reports: &[crate::rr::client::RrReport]) 
 }
 
 /// Writes the histogram as CSV: low, high (µs; empty for below/above), count, fraction, cumulative.
-pub fn write_hist_csv(path: &Path, stats: &crate::rr::hist::LatencyStats) -> io::Result<()> {
+pub fn write_hist_csv(
+    path: &Path,
+    stats: &crate::protocol::rr::hist::LatencyStats,
+) -> io::Result<()> {
     let mut w = csv::Writer::from_writer(crate::output::create(path)?);
     w.write_record(["LowUs", "HighUs", "Count", "Fraction", "Cumulative"])
         .map_err(io::Error::other)?;
@@ -83,7 +86,7 @@ pub fn write_hist_csv(path: &Path, stats: &crate::rr::hist::LatencyStats) -> io:
 }
 
 /// A latency summary's line.
-fn summary_line(label: &str, s: &crate::rr::hist::Summary) -> String {
+fn summary_line(label: &str, s: &crate::protocol::rr::hist::Summary) -> String {
     format!(
         "{label}: count {} min {:.3} mean {:.3} max {:.3} stddev {:.3} variance {:.3} (us)",
         s.count, s.min_us, s.mean_us, s.max_us, s.stddev_us, s.variance_us2

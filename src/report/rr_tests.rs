@@ -1,8 +1,8 @@
 //! Request/response, ping and crr output as a user reads it.
 
 use super::*;
+use crate::protocol::rr::hist::{LatencyStats, Summary};
 use crate::rr::client::{Probe, RrConfig, RrReport, Transport, UNBOUNDED};
-use crate::rr::hist::{LatencyStats, Summary};
 
 fn summary(count: u64) -> Summary {
     Summary {
@@ -212,7 +212,7 @@ fn rr_results_give_latency_rate_losses_each_way_and_the_title() {
 #[test]
 fn reply_marking_is_shown_when_any_was_set_or_seen() {
     let mut r = report();
-    r.reply_marking = Some(crate::udp::marks::Marking {
+    r.reply_marking = Some(crate::protocol::udp::marks::Marking {
         sent_tos: 0,
         seen: Vec::new(),
         dscp_changed: 0,
@@ -274,7 +274,7 @@ fn the_ping_summary_gives_loss_each_way_and_the_rtts() {
     r.lost_down = Some(7);
     r.duplicates_up = Some(1);
     r.duplicates_down = Some(0);
-    r.offset = Some(crate::udp::clock::Offset {
+    r.offset = Some(crate::protocol::udp::clock::Offset {
         server_minus_client_ns: -2500,
         uncertainty_ns: 700,
     });

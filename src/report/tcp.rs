@@ -6,11 +6,11 @@ use std::path::Path;
 
 use super::connection_row::{CONNECTION_HEADERS, CONNECTION_WIDTHS, connection_cells};
 use super::{RowWriter, granted_line};
-use crate::outcome::ResultKind;
-use crate::stats::IntervalRow;
+use crate::protocol::outcome::ResultKind;
+use crate::protocol::stats::IntervalRow;
+use crate::protocol::units::{format_bits_per_sec, format_bytes};
 use crate::tcp::client::{ConnectionRecord, Observer, RunReport};
 use crate::tcp::config::TcpClientConfig;
-use crate::units::{format_bits_per_sec, format_bytes};
 
 /// Column widths of the status table.
 pub const STATUS_WIDTHS: [usize; 7] = [10, 12, 12, 9, 9, 8, 9];
@@ -181,16 +181,19 @@ fn banner_lines(cfg: &TcpClientConfig, targets: &[String], verbosity: u8) -> Vec
         );
     }
     let buffer = match cfg.buffer {
-        crate::tcp::config::BufferSpec::Fixed(b) => crate::units::format_bytes(u64::from(b)),
+        crate::tcp::config::BufferSpec::Fixed(b) => {
+            crate::protocol::units::format_bytes(u64::from(b))
+        }
         crate::tcp::config::BufferSpec::Range(a, b) => format!(
             "{}..{} (random per connection)",
-            crate::units::format_bytes(u64::from(a)),
-            crate::units::format_bytes(u64::from(b))
+            crate::protocol::units::format_bytes(u64::from(a)),
+            crate::protocol::units::format_bytes(u64::from(b))
         ),
     };
     let total = match (cfg.iterations, cfg.time_limit) {
         (Some(i), _) => {
-            crate::units::count_of(i * u64::from(cfg.connections), "connection") + " in all"
+            crate::protocol::units::count_of(i * u64::from(cfg.connections), "connection")
+                + " in all"
         }
         (None, Some(t)) => format!("for {:.3} s", t.as_secs_f64()),
         (None, None) => "until Ctrl-C".into(),
@@ -198,10 +201,10 @@ fn banner_lines(cfg: &TcpClientConfig, targets: &[String], verbosity: u8) -> Vec
     let each = match cfg.transfer_max {
         Some(hi) => format!(
             "{}..{} (by connection)",
-            crate::units::format_bytes(cfg.transfer),
-            crate::units::format_bytes(hi)
+            crate::protocol::units::format_bytes(cfg.transfer),
+            crate::protocol::units::format_bytes(hi)
         ),
-        None => crate::units::format_bytes(cfg.transfer),
+        None => crate::protocol::units::format_bytes(cfg.transfer),
     };
     let limit = match cfg.rate {
         Some(r) => match r.bps_max {
@@ -299,7 +302,7 @@ fn burst_lines(rec: &ConnectionRecord, trip_times: bool) -> Vec<String> {
     let mut i = 0;
     while i < rec.bursts.len() {
         let idx = rec.bursts[i].index;
-        let same: Vec<&crate::proto::TcpBurst> = rec.bursts[i..]
+        let same: Vec<&crate::protocol::proto::TcpBurst> = rec.bursts[i..]
             .iter()
             .take_while(|b| b.index == idx)
             .collect();
@@ -430,7 +433,7 @@ pub fn summary_lines(rep: &RunReport) -> Vec<String> {
             Some(s) => push_line!(
                 lines,
                 "Server {addr}: {}, {} succeeded, {} network errors, {} data errors, {} cancelled; received and verified {} bytes, sent {} bytes",
-                crate::units::count_of(s.connections, "connection"),
+                crate::protocol::units::count_of(s.connections, "connection"),
                 s.success,
                 s.network_errors,
                 s.data_errors,
@@ -482,7 +485,7 @@ pub(super) fn tcp_info_line(end: &str, i: &TcpInfoTotals) -> String {
         "TCP_INFO ({end} ends, {}): Retr {} ({}), RTT mean {} max {} min {}, \
          Cwnd up to {} segments, snd_mss (smallest) {}; limited by receive window {:.3} s, \
          by send buffer {:.3} s",
-        crate::units::count_of(i.connections, "connection"),
+        crate::protocol::units::count_of(i.connections, "connection"),
         i.retransmits,
         format_bytes(i.bytes_retrans),
         ms(i.rtt_mean_us),

@@ -1,9 +1,9 @@
 //! The TCP console's lines and cells as a user reads them.
 
 use super::*;
-use crate::outcome::ConnResult;
-use crate::proto::{SessionSummary, TcpBurst};
-use crate::stats::Snapshot;
+use crate::protocol::outcome::ConnResult;
+use crate::protocol::proto::{SessionSummary, TcpBurst};
+use crate::protocol::stats::Snapshot;
 use crate::tcp::client::Omitted;
 
 fn addr(s: &str) -> std::net::SocketAddr {
@@ -37,7 +37,7 @@ fn report() -> RunReport {
         connection_histogram: Vec::new(),
         connection_progress: Vec::new(),
         omitted: None,
-        cpu: crate::cpu::CpuBoth::new(Default::default(), []),
+        cpu: crate::protocol::cpu::CpuBoth::new(Default::default(), []),
     }
 }
 
@@ -208,7 +208,10 @@ fn the_first_failure_is_the_first_network_or_data_error_not_a_refusal() {
     r.connection(&record(ResultKind::Cancelled, "stopped"));
     assert_eq!(r.first_failure(), None);
     let mut refused = record(ResultKind::NetworkError, "refused: busy");
-    refused.refused = Some((crate::proto::ErrorCode::UnknownSession, "busy".into()));
+    refused.refused = Some((
+        crate::protocol::proto::ErrorCode::UnknownSession,
+        "busy".into(),
+    ));
     r.connection(&refused);
     assert_eq!(r.first_failure(), None);
     r.connection(&record(ResultKind::DataError, "byte 7 differs"));

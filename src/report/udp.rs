@@ -6,10 +6,10 @@ use std::path::Path;
 
 use super::udp_cells::*;
 use super::{RowWriter, opt_us};
-use crate::units::format_bits_per_sec;
+use crate::protocol::units::format_bits_per_sec;
 
 /// The one-line description of a UDP stream printed before its table.
-pub fn udp_banner(s: &crate::proto::UdpSpec) -> String {
+pub fn udp_banner(s: &crate::protocol::proto::UdpSpec) -> String {
     let dir = if s.reverse {
         "server -> client"
     } else {
@@ -232,7 +232,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         }
     }
 
-    fn interval(&mut self, iv: &crate::udp::track::UdpInterval) {
+    fn interval(&mut self, iv: &crate::protocol::udp::track::UdpInterval) {
         self.stream.event("interval", iv);
         let secs = iv.time_slice - self.last_slice;
         let cells = if self.media {
@@ -260,7 +260,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
         }
     }
 
-    fn burst(&mut self, b: &crate::udp::track::BurstReport) {
+    fn burst(&mut self, b: &crate::protocol::udp::track::BurstReport) {
         self.stream.event("burst", b);
         if self.verbosity == 0 {
             return;
@@ -277,7 +277,7 @@ impl crate::udp::client::UdpObserver for UdpReporter {
 }
 
 /// A burst's line: the receiver's timing, loss and read sizes.
-fn burst_line(b: &crate::udp::track::BurstReport, trip_times: bool) -> String {
+fn burst_line(b: &crate::protocol::udp::track::BurstReport, trip_times: bool) -> String {
     let sizes: Vec<String> = b
         .read_sizes
         .iter()
@@ -453,8 +453,8 @@ pub fn udp_summary_lines(
 /// delays (`None` when none did): the clock offset is off by at least that
 /// much, so no delay above is exact to better than it.
 pub(super) fn early_note(
-    t: &crate::udp::track::UdpTotals,
-    offset: Option<&crate::udp::clock::Offset>,
+    t: &crate::protocol::udp::track::UdpTotals,
+    offset: Option<&crate::protocol::udp::clock::Offset>,
 ) -> Option<String> {
     let by = t.below_zero_by_us.filter(|_| t.delays_below_zero > 0)?;
     let clock = match offset {
@@ -472,14 +472,14 @@ pub(super) fn early_note(
 
 /// A TOS byte as DSCP and ECN, e.g. `0xba (EF, ECT(0))`.
 fn tos_label(tos: u8) -> String {
-    let dscp =
-        crate::sockopts::dscp_label(tos >> 2).unwrap_or_else(|| format!("DSCP {}", tos >> 2));
-    let ecn = crate::udp::marks::Ecn::of(tos).name();
+    let dscp = crate::protocol::sockopts::dscp_label(tos >> 2)
+        .unwrap_or_else(|| format!("DSCP {}", tos >> 2));
+    let ecn = crate::protocol::udp::marks::Ecn::of(tos).name();
     format!("0x{tos:02x} ({dscp}, {ecn})")
 }
 
 /// The receiver's account of the marking, in one line headed `what`.
-pub fn marking_line(what: &str, m: &crate::udp::marks::Marking) -> String {
+pub fn marking_line(what: &str, m: &crate::protocol::udp::marks::Marking) -> String {
     let seen: Vec<String> = m
         .seen
         .iter()
@@ -498,7 +498,7 @@ pub fn marking_line(what: &str, m: &crate::udp::marks::Marking) -> String {
 
 /// The warning for a sender that fell more than 1% short of its schedule
 /// (`None` when it kept up).
-pub fn sender_limited_warning(s: &crate::udp::sent::SenderReport) -> Option<String> {
+pub fn sender_limited_warning(s: &crate::protocol::udp::sent::SenderReport) -> Option<String> {
     s.sender_limited.then(|| {
         format!(
             "sender-limited: the schedule asked for {} bytes ({}), {} bytes ({}) left the sender, {:.1}% short; this host could not keep up, so the path was never offered the asked rate",
@@ -514,7 +514,7 @@ pub fn sender_limited_warning(s: &crate::udp::sent::SenderReport) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::udp::track::UdpInterval;
+    use crate::protocol::udp::track::UdpInterval;
 
     #[test]
     fn interval_loss_counts_drops_over_what_the_interval_accounts_for() {
@@ -549,7 +549,7 @@ mod tests {
 
     #[test]
     fn the_sender_limited_warning_gives_both_rates() {
-        use crate::udp::sent::SenderReport;
+        use crate::protocol::udp::sent::SenderReport;
         let mut s = SenderReport {
             bytes: 900,
             asked_bytes: 1000,

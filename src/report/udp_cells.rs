@@ -73,7 +73,7 @@ pub enum JitterFormat {
     Cts,
 }
 
-impl crate::names::Named for JitterFormat {
+impl crate::protocol::names::Named for JitterFormat {
     const NAMES: &'static [(Self, &'static str, &'static str)] = &[
         (
             JitterFormat::Netrig,
@@ -126,7 +126,7 @@ pub const PACKET_HEADERS: [&str; 6] = [
 ];
 pub(super) const PACKET_WIDTHS: [usize; 6] = [10, 20, 20, 12, 10, 7];
 
-pub(super) fn udp_cells(iv: &crate::udp::track::UdpInterval) -> Vec<String> {
+pub(super) fn udp_cells(iv: &crate::protocol::udp::track::UdpInterval) -> Vec<String> {
     vec![
         format!("{:.3}", iv.time_slice),
         iv.bytes.to_string(),
@@ -174,7 +174,7 @@ pub(super) fn udp_console_pick<T: Clone>(full: &[T], all: bool) -> Vec<T> {
 
 /// Loss in an interval, percent: gaps opened (net of late arrivals) over the
 /// datagrams the interval accounts for.
-pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
+pub fn interval_loss_pct(iv: &crate::protocol::udp::track::UdpInterval) -> f64 {
     let drops = iv.drops.max(0) as f64;
     let expected = iv.packets.saturating_sub(iv.duplicates) as f64 + drops;
     if expected > 0.0 {
@@ -185,13 +185,13 @@ pub fn interval_loss_pct(iv: &crate::udp::track::UdpInterval) -> f64 {
 }
 
 pub(super) fn udp_console_cells(
-    iv: &crate::udp::track::UdpInterval,
+    iv: &crate::protocol::udp::track::UdpInterval,
     interval_secs: f64,
 ) -> Vec<String> {
     let mut c = udp_cells(iv);
     c.insert(
         1,
-        crate::stats::console_rate(
+        crate::protocol::stats::console_rate(
             iv.bytes as f64 * 8.0 / interval_secs.max(1e-9),
             interval_secs,
         ),
@@ -201,20 +201,22 @@ pub(super) fn udp_console_cells(
 }
 
 pub(super) fn media_cells(
-    iv: &crate::udp::track::UdpInterval,
+    iv: &crate::protocol::udp::track::UdpInterval,
     interval_secs: f64,
     streams: u32,
 ) -> Vec<String> {
     // Frames judged in the slice; a peer without frame accounting sends
     // datagram counts, one datagram per frame.
-    let f = iv.frames.unwrap_or(crate::udp::frames::FrameCounts {
-        completed: iv
-            .packets
-            .saturating_sub(iv.duplicates + iv.corrupt + iv.late),
-        dropped: iv.drops.max(0) as u64 + iv.late,
-        repeated: iv.duplicates,
-        errors: iv.corrupt,
-    });
+    let f = iv
+        .frames
+        .unwrap_or(crate::protocol::udp::frames::FrameCounts {
+            completed: iv
+                .packets
+                .saturating_sub(iv.duplicates + iv.corrupt + iv.late),
+            dropped: iv.drops.max(0) as u64 + iv.late,
+            repeated: iv.duplicates,
+            errors: iv.corrupt,
+        });
     vec![
         format!("{:.3}", iv.time_slice),
         ((iv.bytes as f64 * 8.0 / interval_secs.max(1e-9)).round() as u64).to_string(),
@@ -244,12 +246,14 @@ pub(super) fn connection_cells(rep: &crate::udp::client::UdpReport) -> Vec<Strin
         "Succeeded"
     };
     // Frames for a media stream; datagrams, one per "frame", otherwise.
-    let f = t.frames.unwrap_or(crate::udp::frames::FrameCounts {
-        completed: t.packets.saturating_sub(t.duplicates + t.corrupt + t.late),
-        dropped: t.lost + t.late,
-        repeated: t.duplicates,
-        errors: t.corrupt,
-    });
+    let f = t
+        .frames
+        .unwrap_or(crate::protocol::udp::frames::FrameCounts {
+            completed: t.packets.saturating_sub(t.duplicates + t.corrupt + t.late),
+            dropped: t.lost + t.late,
+            repeated: t.duplicates,
+            errors: t.corrupt,
+        });
     vec![
         format!("{:.3}", rep.duration_secs),
         rep.local.map_or_else(|| "-".into(), |a| a.to_string()),
@@ -267,7 +271,7 @@ pub(super) fn connection_cells(rep: &crate::udp::client::UdpReport) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::udp::track::UdpInterval;
+    use crate::protocol::udp::track::UdpInterval;
 
     #[test]
     fn the_default_console_columns_fit_100_characters_with_the_direction() {
@@ -381,7 +385,7 @@ mod tests {
 
     #[test]
     fn media_rows_count_frames_or_else_datagrams() {
-        use crate::udp::frames::FrameCounts;
+        use crate::protocol::udp::frames::FrameCounts;
         let mut iv = UdpInterval {
             time_slice: 1.5,
             bytes: 62_500,
@@ -413,8 +417,8 @@ mod tests {
 
     #[test]
     fn a_connection_row_has_the_streams_rate_counts_and_result() {
+        use crate::protocol::udp::track::UdpTotals;
         use crate::udp::client::UdpReport;
-        use crate::udp::track::UdpTotals;
         let totals = UdpTotals {
             bytes: 250_000,
             packets: 30,
@@ -459,7 +463,7 @@ mod tests {
             ]
         );
         // The sender's own time is the stream's length when it is known.
-        rep.sender = Some(crate::udp::sent::SenderReport {
+        rep.sender = Some(crate::protocol::udp::sent::SenderReport {
             duration_secs: 0.5,
             ..Default::default()
         });

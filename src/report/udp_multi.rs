@@ -8,9 +8,9 @@ use std::path::Path;
 
 use super::RowWriter;
 use super::udp_cells::*;
+use crate::protocol::udp::track::{UdpInterval, UdpTotals};
+use crate::protocol::units::format_bits_per_sec;
 use crate::udp::streams::{StreamsObserver, StreamsReport};
-use crate::udp::track::{UdpInterval, UdpTotals};
-use crate::units::format_bits_per_sec;
 
 /// The observer of a many-stream test.
 pub struct MultiReporter {
@@ -281,7 +281,7 @@ mod tests {
     fn stream(index: u32, reverse: bool, secs: f64, bytes: u64) -> StreamResult {
         let mut rep = crate::report::udp::console_tests::udp_report(Some(totals(bytes)));
         rep.duration_secs = secs + 1.0;
-        rep.sender = Some(crate::udp::sent::SenderReport {
+        rep.sender = Some(crate::protocol::udp::sent::SenderReport {
             duration_secs: secs,
             ..Default::default()
         });
@@ -327,7 +327,7 @@ mod tests {
         );
         t.delay_avg_us = Some(12.34);
         t.percentiles_us = vec![("p25".into(), 1.0), ("p50".into(), 5.55)];
-        t.frames = Some(crate::udp::frames::FrameCounts {
+        t.frames = Some(crate::protocol::udp::frames::FrameCounts {
             completed: 7,
             dropped: 1,
             ..Default::default()
@@ -374,7 +374,7 @@ mod tests {
             below_zero_by_us: Some(2.0),
             ..totals(1_000_000)
         });
-        rep.offset = Some(crate::udp::clock::Offset {
+        rep.offset = Some(crate::protocol::udp::clock::Offset {
             server_minus_client_ns: 1500,
             uncertainty_ns: 500,
         });

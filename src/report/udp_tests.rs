@@ -1,10 +1,10 @@
 //! The UDP console's lines and the files' rows as a user reads them.
 
 use super::*;
-use crate::proto::UdpSpec;
+use crate::protocol::proto::UdpSpec;
+use crate::protocol::udp::track::{BurstReport, UdpInterval, UdpTotals};
 use crate::udp::client::{UdpClientConfig, UdpObserver, UdpReport};
 use crate::udp::receive::PacketRow;
-use crate::udp::track::{BurstReport, UdpInterval, UdpTotals};
 
 pub(crate) fn config(spec: UdpSpec) -> UdpClientConfig {
     UdpClientConfig {
@@ -65,7 +65,7 @@ fn the_banner_gives_size_gap_rate_and_length() {
         "UDP client -> server: 1000 B datagrams every 100.000 us (80.00 Mbit/s) for 2.000 s, pacing Sleep"
     );
     s.reverse = true;
-    s.burst = Some(crate::proto::BurstSpec {
+    s.burst = Some(crate::protocol::proto::BurstSpec {
         size: 64_000,
         period_ms: 20,
     });
@@ -76,16 +76,16 @@ fn the_banner_gives_size_gap_rate_and_length() {
     s.gap_ps = 1;
     assert!(udp_banner(&s).contains("(1000 B datagrams, back to back)"));
     s.burst = None;
-    s.media = Some(crate::proto::MediaSpec {
+    s.media = Some(crate::protocol::proto::MediaSpec {
         fps: 30,
         frame_bytes: 5000,
         ..Default::default()
     });
     assert!(udp_banner(&s).ends_with(", media stream"));
-    s.media = Some(crate::proto::MediaSpec {
+    s.media = Some(crate::protocol::proto::MediaSpec {
         fps: 30,
         frame_bytes: 5000,
-        varying: Some(crate::udp::iso::Varying {
+        varying: Some(crate::protocol::udp::iso::Varying {
             stdev_bytes: 700,
             seed: 1,
         }),
@@ -112,7 +112,7 @@ fn the_summary_rate_counts_the_senders_time_after_the_warm_up() {
         ..Default::default()
     };
     let mut rep = udp_report(Some(t));
-    rep.sender = Some(crate::udp::sent::SenderReport {
+    rep.sender = Some(crate::protocol::udp::sent::SenderReport {
         duration_secs: 3.0,
         ..Default::default()
     });
@@ -204,7 +204,7 @@ fn early_arrivals_are_noted_with_how_early() {
         below_zero_by_us: Some(12.5),
         ..Default::default()
     };
-    let off = crate::udp::clock::Offset {
+    let off = crate::protocol::udp::clock::Offset {
         server_minus_client_ns: 1000,
         uncertainty_ns: 4000,
     };
@@ -236,12 +236,12 @@ fn early_arrivals_are_noted_with_how_early() {
 
 #[test]
 fn the_marking_line_names_dscp_and_ecn() {
-    let m = crate::udp::marks::Marking {
+    let m = crate::protocol::udp::marks::Marking {
         sent_tos: 0xb8,
-        seen: vec![crate::udp::marks::TosSeen {
+        seen: vec![crate::protocol::udp::marks::TosSeen {
             tos: 0xbb,
             dscp: 46,
-            ecn: crate::udp::marks::Ecn::Ce,
+            ecn: crate::protocol::udp::marks::Ecn::Ce,
             datagrams: 9,
         }],
         dscp_changed: 1,

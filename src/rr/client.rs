@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use super::hist::LatencyStats;
 use super::run::Run;
 pub use super::run::{Probe, RrConfig, RrReport, Transport, UNBOUNDED};
 use super::serve::write_pattern;
 use crate::control::{ClientError, Control};
-use crate::pattern::{Direction, Pattern, stream_start};
-use crate::proto::{Message, RrProto, RrSpec, TestSpec};
+use crate::protocol::pattern::{Direction, Pattern, stream_start};
+use crate::protocol::proto::{Message, RrProto, RrSpec, TestSpec};
+use crate::protocol::rr::hist::LatencyStats;
 
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
@@ -93,9 +93,12 @@ pub fn run(
         duration_ms: {
             let by_count = match cfg.iterations {
                 UNBOUNDED => 0,
-                _ => crate::spec::schedule_ms(cfg.interval, total),
+                _ => crate::protocol::spec::schedule_ms(cfg.interval, total),
             };
-            match (cfg.duration.map(crate::spec::duration_ms), by_count) {
+            match (
+                cfg.duration.map(crate::protocol::spec::duration_ms),
+                by_count,
+            ) {
                 (Some(t), 0) => t,
                 (Some(t), c) => t.min(c),
                 (None, c) => c,

@@ -5,11 +5,11 @@
 
 use serde::Serialize;
 
-use super::hist::{LatencyStats, Summary};
 use crate::net::tcpinfo::TcpInfoTotals;
-use crate::outcome::ResultKind;
-use crate::proto::IoPattern;
-use crate::stats::IntervalRow;
+use crate::protocol::outcome::ResultKind;
+use crate::protocol::proto::IoPattern;
+use crate::protocol::rr::hist::{LatencyStats, Summary};
+use crate::protocol::stats::IntervalRow;
 use crate::tcp::client::{ConnectionRecord, Observer};
 use crate::tcp::config::{BufferSpec, TcpClientConfig};
 

@@ -1,14 +1,9 @@
 //! Round-trip latency: request/response (`rr`), ping-like probing (`ping`),
-//! connect/request/response/close churn (`crr`), and their statistics.
+//! connect/request/response/close churn (`crr`) on sockets. Their statistics
+//! and answering machines are in `protocol::rr`.
 
-pub mod answer;
 pub mod client;
 pub mod crr;
-pub mod echo;
-pub mod hist;
-pub mod interval;
-pub mod probe;
 mod run;
 pub mod serve;
-pub mod stream_answer;
 mod udp;

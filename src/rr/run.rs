@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use super::hist::{LatencyStats, Summary};
-use crate::udp::clock::Offset;
+use crate::protocol::rr::hist::{LatencyStats, Summary};
+use crate::protocol::udp::clock::Offset;
 
 /// Transport as the user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -23,7 +23,7 @@ pub enum Transport {
     SctpSeqpacket,
 }
 
-impl crate::names::Named for Transport {
+impl crate::protocol::names::Named for Transport {
     const NAMES: &'static [(Self, &'static str, &'static str)] = &[
         (Transport::Tcp, "tcp", "TCP"),
         (Transport::Udp, "udp", "UDP"),
@@ -45,7 +45,7 @@ pub struct RrConfig {
     pub port: u16,
     /// Pre-shared key for servers that require one (never written to files).
     #[serde(skip)]
-    pub key: Option<crate::auth::Key>,
+    pub key: Option<crate::protocol::auth::Key>,
     /// Transport.
     pub transport: Transport,
     /// Request payload bytes.
@@ -66,10 +66,10 @@ pub struct RrConfig {
     #[serde(default)]
     pub rx_timestamps: bool,
     /// UDP: a reply later than this counts as lost.
-    #[serde(with = "crate::units::duration_ms")]
+    #[serde(with = "crate::protocol::units::duration_ms")]
     pub timeout: Option<Duration>,
     /// Send requests on this schedule instead of back to back.
-    #[serde(with = "crate::units::duration_ms")]
+    #[serde(with = "crate::protocol::units::duration_ms")]
     pub interval: Option<Duration>,
     /// Histogram lower bound, µs.
     pub hist_min_us: f64,
@@ -85,7 +85,7 @@ pub struct RrConfig {
     /// them for an SCTP one-to-many association (multi-homed).
     pub bind: Vec<IpAddr>,
     /// IP-level options for both ends' sockets (`-w`, `--dscp`, ...).
-    pub sock: crate::sockopts::SockOpts,
+    pub sock: crate::protocol::sockopts::SockOpts,
     /// The interface this end's sockets are bound to (SO_BINDTODEVICE).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
@@ -100,14 +100,14 @@ pub struct RrConfig {
     /// Stop sending requests this long after the first (`-t`); with
     /// [`UNBOUNDED`] iterations, this is what ends the run.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub duration: Option<Duration>,
     /// Give up on the control connection's TCP handshake after this
     /// (`--connect-timeout`); none: 10 s.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
@@ -121,7 +121,7 @@ fn count_or_null<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error>
     (*n != UNBOUNDED).then_some(*n).serialize(s)
 }
 
-pub use super::probe::Probe;
+pub use crate::protocol::rr::probe::Probe;
 
 /// What a request/response run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -173,7 +173,7 @@ pub struct RrReport {
     /// UDP: the marking the replies arrived with, against what the server
     /// set (the test's `--dscp`/`--tos`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reply_marking: Option<crate::udp::marks::Marking>,
+    pub reply_marking: Option<crate::protocol::udp::marks::Marking>,
     /// ACE's histogram of the measured round trips, its non-empty bins
     /// within `--hist-min`..`--hist-max`: (low µs, high µs, count).
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -9,11 +9,13 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::guard::SendGuard;
-use crate::pattern::{Direction, Pattern, stream_start};
-use crate::proto::{Message, RrProto, RrSpec, SessionSummary, read_message, write_message};
-use crate::refusal::{Invalid, Refusal};
+use crate::protocol::pattern::{Direction, Pattern, stream_start};
+use crate::protocol::proto::{
+    Message, RrProto, RrSpec, SessionSummary, read_message, write_message,
+};
+use crate::protocol::refusal::{Invalid, Refusal};
+use crate::protocol::udp::header::{HEADER_LEN, MAX_DATAGRAM};
 use crate::server::limits::Limits;
-use crate::udp::header::{HEADER_LEN, MAX_DATAGRAM};
 
 /// Largest TCP request or reply.
 pub const MAX_TCP_MESSAGE: u32 = 16 << 20;

@@ -9,11 +9,11 @@ use std::net::UdpSocket;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use super::probe::{Arrived, Next, Plan, Prober};
 use super::run::{LIVENESS_CHECK, Probe, Run};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
-use crate::proto::Message;
+use crate::protocol::proto::Message;
+use crate::protocol::rr::probe::{Arrived, Next, Plan, Prober};
 use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
 
 /// Runs UDP round trips after the control connection has accepted them.

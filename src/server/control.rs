@@ -27,12 +27,12 @@ use super::metrics::{Kind, Moved};
 use super::sources::SourceSlot;
 use super::tcp::Session;
 use super::{Admission, State, admit_test, log_refusal, take_test_slots};
-use crate::auth::DatagramKey;
-use crate::conversation::{Conversation, Step};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
-use crate::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
-use crate::refusal::Refusal;
+use crate::protocol::auth::DatagramKey;
+use crate::protocol::conversation::{Conversation, Step};
+use crate::protocol::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
+use crate::protocol::refusal::Refusal;
 use crate::rr::serve::StreamRr;
 use crate::tcp::drive::Socket;
 use crate::udp::serve::Outbound;
@@ -156,7 +156,7 @@ impl<'a> Control<'a> {
     pub(super) fn new(
         st: &'a State,
         peer: SocketAddr,
-        hello: &crate::proto::Hello,
+        hello: &crate::protocol::proto::Hello,
         setup: Instant,
     ) -> Control<'a> {
         let exiting = st
@@ -167,7 +167,7 @@ impl<'a> Control<'a> {
             hello,
             exiting,
             st.cfg.key.clone(),
-            crate::auth::nonce_bytes(),
+            crate::protocol::auth::nonce_bytes(),
             st.cfg.limits.max_duration,
         );
         Control {
@@ -235,8 +235,8 @@ impl<'a> Control<'a> {
             // Until the client proves the key, its frames are held to the
             // first frame's size.
             let max = match self.st.cfg.key.is_some() && self.conv.datagram_key().is_none() {
-                true => crate::proto::MAX_FIRST_PAYLOAD,
-                false => crate::proto::MAX_PAYLOAD,
+                true => crate::protocol::proto::MAX_FIRST_PAYLOAD,
+                false => crate::protocol::proto::MAX_PAYLOAD,
             };
             let steps = match ahead.read_frame_within(buf, max, |b| stream.recv(b)) {
                 Ok(None) => return self.wait(self.deadline),

@@ -5,7 +5,7 @@
 //! starts with a client header and carries bytes until the client closes;
 //! a UDP test is a flow of numbered datagrams from one address, ended by a
 //! negative number, which the server answers with its report (see
-//! `crate::iperf2`). So this server only receives: a header asking it to
+//! `crate::protocol::iperf2`). So this server only receives: a header asking it to
 //! connect back or send (`-d`, `-r`, `-R`, `--full-duplex`) is refused.
 //!
 //! One thread accepts TCP and reads every UDP datagram on the port. A TCP
@@ -29,9 +29,11 @@ use serde_json::json;
 use super::limits::{Slot, take_slot};
 use super::metrics::{Kind, Moved};
 use super::{State, log};
-use crate::iperf2::{ClientHeader, DATAGRAM_LEN, Datagram, HeaderError, ServerReport, UdpCount};
-use crate::proto::ErrorCode;
-use crate::refusal::Share;
+use crate::protocol::iperf2::{
+    ClientHeader, DATAGRAM_LEN, Datagram, HeaderError, ServerReport, UdpCount,
+};
+use crate::protocol::proto::ErrorCode;
+use crate::protocol::refusal::Share;
 
 const LISTENER: Token = Token(0);
 const DATAGRAMS: Token = Token(1);
@@ -78,7 +80,7 @@ struct Flow<'a> {
     describe: String,
     _slot: Option<Slot<'a>>,
     /// The report, once the final datagram came.
-    report: Option<[u8; crate::iperf2::REPORT_LEN]>,
+    report: Option<[u8; crate::protocol::iperf2::REPORT_LEN]>,
     /// Refused: its datagrams are dropped unlogged until it falls silent.
     refused: bool,
 }
@@ -144,7 +146,7 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
                                 .register(&mut stream, Token(t), Interest::READABLE)
                                 .is_ok()
                             {
-                                let got = Vec::with_capacity(crate::iperf2::EXT_LEN);
+                                let got = Vec::with_capacity(crate::protocol::iperf2::EXT_LEN);
                                 pending.insert(
                                     t,
                                     Pending {
@@ -252,7 +254,7 @@ fn admit_tcp(
 /// checked and, if served, starts a test.
 fn read_header(st: &Arc<State>, poll: &mut Poll, pending: &mut HashMap<usize, Pending>, t: usize) {
     let Some(p) = pending.get_mut(&t) else { return };
-    let mut buf = [0u8; crate::iperf2::EXT_LEN];
+    let mut buf = [0u8; crate::protocol::iperf2::EXT_LEN];
     let verdict = loop {
         let want = match p.got.get(..4) {
             None => 4,
@@ -316,10 +318,10 @@ fn tcp_test(
     if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
         return refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
     }
-    if let crate::iperf2::Amount::Centis(c) = hdr.amount
+    if let crate::protocol::iperf2::Amount::Centis(c) = hdr.amount
         && Duration::from_millis(u64::from(c) * 10) > limits.max_duration
     {
-        let l = crate::refusal::Limit::Duration {
+        let l = crate::protocol::refusal::Limit::Duration {
             max: limits.max_duration,
             asked: Duration::from_millis(u64::from(c) * 10),
         };

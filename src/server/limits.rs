@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use crate::refusal::Limit;
+use crate::protocol::refusal::Limit;
 
 /// Caps the server enforces on every test request. A refusal names the
 /// limit ("server limit: max duration 60 s …").
@@ -100,7 +100,7 @@ impl Limits {
     /// How many requests a request/response test may have answered: all it
     /// asks for if they fit `max_bytes`, or, for a test that runs until the
     /// client stops, as many as fit.
-    pub fn rr_requests(&self, spec: &crate::proto::RrSpec) -> Result<u64, Limit> {
+    pub fn rr_requests(&self, spec: &crate::protocol::proto::RrSpec) -> Result<u64, Limit> {
         let per = (u64::from(spec.size) + u64::from(spec.reply)).max(1);
         if spec.until_stopped {
             return match self.max_bytes / per {
@@ -185,7 +185,7 @@ impl Drop for ClientSlot<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{RrProto, RrSpec};
+    use crate::protocol::proto::{RrProto, RrSpec};
 
     fn spec(iterations: u64, until_stopped: bool) -> RrSpec {
         RrSpec {

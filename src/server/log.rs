@@ -52,9 +52,13 @@ pub(super) fn event(
 
 /// Writes a refusal (or a stop, or an auth failure), or counts it when
 /// the window's budget is spent.
-pub(super) fn refusal(format: LogFormat, peer: SocketAddr, why: &crate::refusal::Refusal) {
+pub(super) fn refusal(
+    format: LogFormat,
+    peer: SocketAddr,
+    why: &crate::protocol::refusal::Refusal,
+) {
     let name = match why {
-        crate::refusal::Refusal::Auth(_) => "auth_failure",
+        crate::protocol::refusal::Refusal::Auth(_) => "auth_failure",
         _ => "refusal",
     };
     let line = Line {
@@ -71,7 +75,7 @@ pub(super) fn refusal(format: LogFormat, peer: SocketAddr, why: &crate::refusal:
 pub(super) fn foreign_refusal(
     format: LogFormat,
     peer: SocketAddr,
-    code: crate::proto::ErrorCode,
+    code: crate::protocol::proto::ErrorCode,
     why: &str,
 ) {
     let line = Line {
@@ -86,7 +90,7 @@ pub(super) fn foreign_refusal(
 struct Line<'a> {
     name: &'a str,
     verb: &'a str,
-    code: crate::proto::ErrorCode,
+    code: crate::protocol::proto::ErrorCode,
     reason: &'a dyn std::fmt::Display,
 }
 

@@ -18,9 +18,9 @@ use super::State;
 use super::log;
 use super::metrics::{Kind, Moved};
 use crate::net::sockopt::SockOptFailed;
-use crate::proto::ErrorCode;
-use crate::refusal::Refusal;
-use crate::sockopts::SockOpts;
+use crate::protocol::proto::ErrorCode;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::sockopts::SockOpts;
 
 /// Socket buffers each way: a burst at the highest rates a session may ask
 /// for waits here rather than being dropped by the kernel.

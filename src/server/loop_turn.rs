@@ -19,16 +19,16 @@ use super::control::TestSlots;
 use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::{State, log_refusal};
-use crate::cpu::{CpuSample, CpuUsage};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::net::realtime_ns;
-use crate::proto::{ErrorCode, Message, ProtoError, ReadError, SessionSummary, encode};
-use crate::rr::answer::{self, Answerer};
+use crate::protocol::cpu::{CpuSample, CpuUsage};
+use crate::protocol::proto::{ErrorCode, Message, ProtoError, ReadError, SessionSummary, encode};
+use crate::protocol::rr::answer::{self, Answerer};
+use crate::protocol::udp::intake::{self, Intake};
+use crate::protocol::udp::outflow::{self, Outflow};
+use crate::protocol::udp::session::{Act, Common};
 use crate::tcp::drive::Socket;
-use crate::udp::intake::{self, Intake};
-use crate::udp::outflow::{self, Outflow};
-use crate::udp::session::{Act, Common};
 
 /// Most datagrams, and most control frames, one session takes per wake-up.
 pub(super) const BUDGET: usize = 64;
@@ -278,7 +278,7 @@ impl<'a, P: Part> Session<'a, P> {
                 ctl_blocked = true;
             }
             if b.frames < BUDGET && !ctl_blocked {
-                let max = crate::proto::MAX_PAYLOAD;
+                let max = crate::protocol::proto::MAX_PAYLOAD;
                 let read = ahead.read_frame_within(buf, max, |b| stream.recv(b));
                 b.frames += 1;
                 match read {

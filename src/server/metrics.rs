@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::Limits;
-use crate::proto::{ErrorCode, PROTOCOL_VERSION, RrProto};
+use crate::protocol::proto::{ErrorCode, PROTOCOL_VERSION, RrProto};
 
 /// The kinds of test a server runs, the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,8 +170,8 @@ pub(crate) struct Moved {
     pub(crate) data_errors: u64,
 }
 
-impl From<&crate::proto::SessionSummary> for Moved {
-    fn from(s: &crate::proto::SessionSummary) -> Moved {
+impl From<&crate::protocol::proto::SessionSummary> for Moved {
+    fn from(s: &crate::protocol::proto::SessionSummary) -> Moved {
         Moved {
             sent: s.bytes_sent,
             received: s.bytes_received,

@@ -214,7 +214,7 @@ fn a_scrape_gets_openmetrics_only_when_it_accepts_it() {
 
 #[test]
 fn a_session_summary_moves_its_bytes_and_errors_each_to_its_own_counter() {
-    let s = crate::proto::SessionSummary {
+    let s = crate::protocol::proto::SessionSummary {
         bytes_sent: 11,
         bytes_received: 22,
         network_errors: 3,

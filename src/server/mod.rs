@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::proto::{PROTOCOL_VERSION, TestSpec};
-use crate::refusal::{Limit, Refusal, Share};
+use crate::protocol::proto::{PROTOCOL_VERSION, TestSpec};
+use crate::protocol::refusal::{Limit, Refusal, Share};
 
 mod control;
 mod core;
@@ -67,7 +67,7 @@ pub struct ServerConfig {
     /// Caps on what a client may ask this server to send or receive.
     pub limits: Limits,
     /// Require clients to prove they know this pre-shared key.
-    pub key: Option<crate::auth::Key>,
+    pub key: Option<crate::protocol::auth::Key>,
     /// Text lines or JSON objects (`--log-format`).
     pub log_format: LogFormat,
     /// Serve iperf3 clients on this port too (`--iperf3-port`).
@@ -577,7 +577,7 @@ fn admit_test(
     st: &State,
     peer: SocketAddr,
     test: TestSpec,
-    datagram_key: Option<crate::auth::DatagramKey>,
+    datagram_key: Option<crate::protocol::auth::DatagramKey>,
 ) -> Admission {
     let limits = st.cfg.limits;
     match test {
@@ -608,7 +608,7 @@ fn admit_test(
             // Over UDP and byte streams on the loop; SCTP one-to-many on
             // a worker.
             Admission::Worker(match spec.proto {
-                crate::proto::RrProto::Tcp => control::Test::RrTcp(spec),
+                crate::protocol::proto::RrProto::Tcp => control::Test::RrTcp(spec),
                 _ => match crate::rr::serve::StreamRr::new(spec) {
                     Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
                     Err(spec) => control::Test::RrUdp(spec),

@@ -28,9 +28,9 @@ use super::metrics::{Kind, Moved};
 use crate::guard::SendGuard;
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
-use crate::proto::RrSpec;
-use crate::refusal::Refusal;
-use crate::rr::stream_answer::{StreamAnswerer, Terms};
+use crate::protocol::proto::RrSpec;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::rr::stream_answer::{StreamAnswerer, Terms};
 
 /// Most bytes one session moves (read and written) per wake-up.
 pub(super) const BYTES: usize = 256 * 1024;
@@ -197,7 +197,7 @@ impl<'a> RrTcp<'a> {
     /// The session is over: its last frame (the summary) goes out, then the
     /// connection closes; a client that left is closed at once.
     fn last(&mut self) -> Turn {
-        use crate::rr::stream_answer::End;
+        use crate::protocol::rr::stream_answer::End;
         match self.m.end() {
             Some(End::Closed) => Turn::Gone,
             _ => Turn::Last(Out::new(self.m.take_frames())),

@@ -23,9 +23,9 @@ use super::loop_turn::{BUDGET, Budget, Part, Session};
 use super::metrics::{Kind, Moved};
 use crate::guard::SendGuard;
 use crate::net::realtime_ns;
-use crate::proto::RrSpec;
-use crate::refusal::Refusal;
-use crate::rr::answer::{Answerer, Terms};
+use crate::protocol::proto::RrSpec;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::rr::answer::{Answerer, Terms};
 
 /// One rr-over-UDP session on a loop.
 pub(super) type RrUdp<'a> = Session<'a, Answers>;

@@ -22,13 +22,13 @@ pub const MAX_BURSTS: u64 = 10_000;
 /// Most burst records a session's live connections may hold (a few hundred
 /// bytes each).
 pub const MAX_SESSION_BURSTS: u64 = 100_000;
-use crate::outcome::ResultKind;
-use crate::plan::Role;
-use crate::proto::{DataHello, Message, SessionSummary, TcpBurst, TcpSpec};
-use crate::refusal::{AuthFailure, Invalid, Limit, Refusal};
-use crate::stats::Counters;
+use crate::protocol::outcome::ResultKind;
+use crate::protocol::plan::Role;
+use crate::protocol::proto::{DataHello, Message, SessionSummary, TcpBurst, TcpSpec};
+use crate::protocol::refusal::{AuthFailure, Invalid, Limit, Refusal};
+use crate::protocol::stats::Counters;
+use crate::protocol::tcp::machine::Conn;
 use crate::tcp::config::MAX_BUFFER;
-use crate::tcp::machine::Conn;
 
 pub(super) struct Session {
     pub(super) peer: SocketAddr,
@@ -45,7 +45,7 @@ pub(super) struct Session {
     /// What the server may still send, and the session's stop flag.
     pub(super) guard: SendGuard,
     /// Bound to the control connection's authentication (if any).
-    pub(super) data_key: Option<crate::auth::DatagramKey>,
+    pub(super) data_key: Option<crate::protocol::auth::DatagramKey>,
     /// Set with the stop flag when the session ends at once: its data
     /// connections are reset, not wound down.
     aborted: AtomicBool,
@@ -55,12 +55,17 @@ pub(super) struct Session {
     data_start: std::sync::OnceLock<Instant>,
     /// `--get-server-output`: this end's own status rows, and when its
     /// connections' TCP_INFO is read for them.
-    log: Option<std::sync::Mutex<(crate::stats::IntervalLog, crate::stats::SampleBudget)>>,
+    log: Option<
+        std::sync::Mutex<(
+            crate::protocol::stats::IntervalLog,
+            crate::protocol::stats::SampleBudget,
+        )>,
+    >,
     /// What the kernel granted the first data connection, for the summary.
-    pub(super) granted: std::sync::OnceLock<crate::sockopts::Granted>,
+    pub(super) granted: std::sync::OnceLock<crate::protocol::sockopts::Granted>,
     /// The process's CPU clocks when the session began: the summary
     /// reports the CPU used since.
-    cpu_start: crate::cpu::CpuSample,
+    cpu_start: crate::protocol::cpu::CpuSample,
 }
 
 impl Session {
@@ -68,7 +73,7 @@ impl Session {
         peer: SocketAddr,
         spec: TcpSpec,
         limits: &Limits,
-        data_key: Option<crate::auth::DatagramKey>,
+        data_key: Option<crate::protocol::auth::DatagramKey>,
     ) -> Session {
         Session {
             guard: SendGuard::new(
@@ -92,8 +97,12 @@ impl Session {
                 let every = std::time::Duration::from_millis(spec.server_interval_ms);
                 let now = Instant::now();
                 std::sync::Mutex::new((
-                    crate::stats::IntervalLog::new(every, now, crate::proto::MAX_SERVER_ROWS),
-                    crate::stats::SampleBudget::new(every, now),
+                    crate::protocol::stats::IntervalLog::new(
+                        every,
+                        now,
+                        crate::protocol::proto::MAX_SERVER_ROWS,
+                    ),
+                    crate::protocol::stats::SampleBudget::new(every, now),
                 ))
             }),
             spec,
@@ -118,7 +127,7 @@ impl Session {
     /// A data connection of the session moved at `now`: its TCP_INFO, so
     /// the rows carry this end's RTT and window, is read only from the
     /// middle of a row and for at most a row's share of
-    /// [`crate::stats::TCP_INFO_PER_SEC`] connections: a session without
+    /// [`crate::protocol::stats::TCP_INFO_PER_SEC`] connections: a session without
     /// rows reads none, one with many connections no more than a few, and
     /// an idle connection (which does not move) none.
     pub(super) fn sample(&self, now: Instant, fd: std::os::fd::RawFd) {
@@ -150,8 +159,11 @@ impl Session {
         let (log, _) = &mut *l;
         log.take(Instant::now(), self.counters.snapshot());
         let (rows, truncated) = log.finish();
-        let n = rows.len().div_ceil(crate::proto::SERVER_ROWS_CHUNK).max(1);
-        let mut chunks = rows.chunks(crate::proto::SERVER_ROWS_CHUNK);
+        let n = rows
+            .len()
+            .div_ceil(crate::protocol::proto::SERVER_ROWS_CHUNK)
+            .max(1);
+        let mut chunks = rows.chunks(crate::protocol::proto::SERVER_ROWS_CHUNK);
         (0..n)
             .map(|_| Message::ServerIntervals {
                 rows: chunks.next().unwrap_or_default().to_vec(),
@@ -192,7 +204,7 @@ impl Session {
             bytes_sent: s.sent,
             bytes_received: s.received,
             granted: self.granted.get().cloned(),
-            cpu: Some(crate::cpu::CpuUsage::between(
+            cpu: Some(crate::protocol::cpu::CpuUsage::between(
                 &self.cpu_start,
                 &crate::net::cpu::sample(),
             )),
@@ -203,10 +215,12 @@ impl Session {
 
 pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal> {
     t.check().map_err(Invalid::from)?;
-    if t.server_interval_ms > 0 && t.server_interval_ms < crate::proto::MIN_SERVER_INTERVAL_MS {
+    if t.server_interval_ms > 0
+        && t.server_interval_ms < crate::protocol::proto::MIN_SERVER_INTERVAL_MS
+    {
         return Err(Invalid::ServerInterval {
             ms: t.server_interval_ms,
-            min_ms: crate::proto::MIN_SERVER_INTERVAL_MS,
+            min_ms: crate::protocol::proto::MIN_SERVER_INTERVAL_MS,
         }
         .into());
     }
@@ -282,7 +296,7 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
     }
     if let Some(k) = &sess.data_key {
         let proven = hello.proof.as_deref().is_some_and(|p| {
-            crate::auth::verify_data_proof(k, &hello.session, &hello.connection, p)
+            crate::protocol::auth::verify_data_proof(k, &hello.session, &hello.connection, p)
         });
         if !proven {
             return Err(AuthFailure::DataProof.into());
@@ -380,19 +394,19 @@ pub(super) fn burst_frames(spec: &TcpSpec, kind: ResultKind, bursts: &[TcpBurst]
     if spec.burst.is_none() || !matches!(kind, ResultKind::Success | ResultKind::DataError) {
         return Vec::new();
     }
-    crate::proto::in_frames(bursts, 100, |bursts, last| Message::TcpBursts {
+    crate::protocol::proto::in_frames(bursts, 100, |bursts, last| Message::TcpBursts {
         bursts,
         last,
     })
     .iter()
-    .flat_map(crate::proto::encode)
+    .flat_map(crate::protocol::proto::encode)
     .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{BurstSpec, IoPattern};
+    use crate::protocol::proto::{BurstSpec, IoPattern};
     use std::time::Duration;
 
     fn bursty(transfer: u64, size: u64, period_ms: u64) -> TcpSpec {
@@ -448,7 +462,7 @@ mod tests {
         assert!(validate(&every(0), &l).is_ok());
         assert!(validate(&every(100), &l).is_ok());
         let why = validate(&every(99), &l).unwrap_err();
-        assert_eq!(why.code(), crate::proto::ErrorCode::Invalid);
+        assert_eq!(why.code(), crate::protocol::proto::ErrorCode::Invalid);
         assert!(
             matches!(
                 why,

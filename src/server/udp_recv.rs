@@ -21,12 +21,12 @@ use super::control::TestSlots;
 use super::limits::GRACE;
 use super::loop_turn::{BUDGET, Budget, Cpu, Part, Session};
 use super::metrics::{Kind, Moved};
-use crate::auth::DatagramKey;
 use crate::net::out::Out;
 use crate::net::realtime_ns;
-use crate::proto::UdpSpec;
-use crate::refusal::Refusal;
-use crate::udp::intake::{Action, Arrived, Intake, Terms};
+use crate::protocol::auth::DatagramKey;
+use crate::protocol::proto::UdpSpec;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::udp::intake::{Action, Arrived, Intake, Terms};
 use crate::udp::receive::{BATCH, CMSG_SPACE, Received, Slots, recv_batch};
 
 /// Control frames queued, while the stream runs, to a client that does

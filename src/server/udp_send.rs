@@ -36,15 +36,15 @@ use super::control::TestSlots;
 use super::limits::GRACE;
 use super::loop_turn::{BUDGET, Budget, Cpu, Part, Session};
 use super::metrics::{Kind, Moved};
-use crate::auth::DatagramKey;
 use crate::guard::SendGuard;
 use crate::net::out::Out;
 use crate::net::realtime_ns;
-use crate::proto::UdpSpec;
-use crate::refusal::Refusal;
-use crate::udp::outflow::{Action, Outflow, Terms};
+use crate::protocol::auth::DatagramKey;
+use crate::protocol::proto::UdpSpec;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::udp::outflow::{Action, Outflow, Terms};
+use crate::protocol::udp::sent::SenderReport;
 use crate::udp::send::{Departures, Gate, SenderConfig, run_sender};
-use crate::udp::sent::SenderReport;
 
 /// Fastest stream sent on the loop's timers, datagrams a second: the
 /// loop's timers are as fine as a millisecond (epoll), so a faster stream

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use super::config::TcpClientConfig;
 use crate::net::tcpinfo::TcpInfoTotals;
-use crate::proto::{Message, SessionSummary};
-use crate::stats::{Counters, IntervalRow, Snapshot};
+use crate::protocol::proto::{Message, SessionSummary};
+use crate::protocol::stats::{Counters, IntervalRow, Snapshot};
 
 pub use super::session::{ConnectionRecord, ServerRows};
 use super::session::{Shared, control_finish, note_lost_servers, open_sessions};
@@ -73,10 +73,10 @@ pub struct RunReport {
     pub server_tcp_info: Option<TcpInfoTotals>,
     /// How long the connections took, connect to agreed result (those
     /// that connected).
-    pub connection_times: Option<crate::rr::hist::Summary>,
+    pub connection_times: Option<crate::protocol::rr::hist::Summary>,
     /// The same durations in log-2 bins from 1 µs, for a histogram.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub connection_histogram: Vec<crate::rr::hist::LogBin>,
+    pub connection_histogram: Vec<crate::protocol::rr::hist::LogBin>,
     /// The first connections' bytes over time (runs with intervals), by
     /// their order of opening: per-connection goodput.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -86,7 +86,7 @@ pub struct RunReport {
     pub omitted: Option<Omitted>,
     /// CPU use of this process over the data phase and of the busiest
     /// server's over its session (iperf3's "CPU Utilization").
-    pub cpu: crate::cpu::CpuBoth,
+    pub cpu: crate::protocol::cpu::CpuBoth,
 }
 
 /// One of the first [`super::session::TRACKED`] connections' bytes so far,
@@ -95,15 +95,15 @@ pub struct RunReport {
 pub struct ConnectionProgress {
     pub index: u64,
     pub connection_id: uuid::Uuid,
-    pub result: crate::outcome::ResultKind,
-    pub points: Vec<crate::stats::Progress>,
+    pub result: crate::protocol::outcome::ResultKind,
+    pub points: Vec<crate::protocol::stats::Progress>,
 }
 
 /// Data connections the server refused for one reason.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RefusalCount {
     /// The reason's code, as the server sent it.
-    pub code: crate::proto::ErrorCode,
+    pub code: crate::protocol::proto::ErrorCode,
     /// The server's text.
     pub message: String,
     /// How many connections it refused so.
@@ -204,7 +204,7 @@ pub fn run(
     let (tx, rx) = mpsc::channel::<ConnectionRecord>();
     let mut tcp_info = TcpInfoTotals::default();
     // Up to an hour, the longest a server runs a session by default.
-    let mut times = crate::rr::hist::LatencyStats::new(0.0, 3.6e9, 1000, 10);
+    let mut times = crate::protocol::rr::hist::LatencyStats::new(0.0, 3.6e9, 1000, 10);
     let mut server_tcp_info = TcpInfoTotals::default();
     let mut progress: Vec<ConnectionProgress> = Vec::new();
     let threads = crate::net::event_loops();
@@ -344,7 +344,7 @@ pub fn run(
     for h in handles {
         let _ = h.join();
     }
-    let cpu_local = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
+    let cpu_local = crate::protocol::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
     if !shared.stop.load(SeqCst) {
         // A server that stopped the test as the last connections ended has
         // its reason read too; after a refusal, its reason may be on the way.
@@ -396,7 +396,7 @@ pub fn run(
     }
     // One entry per server, whatever number of source addresses used it.
     let servers = merge_by_server(servers);
-    let cpu = crate::cpu::CpuBoth::new(
+    let cpu = crate::protocol::cpu::CpuBoth::new(
         cpu_local,
         servers.iter().filter_map(|(_, s)| s.as_ref()?.cpu),
     );

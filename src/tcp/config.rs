@@ -6,16 +6,16 @@ use std::str::FromStr;
 use std::time::Duration;
 use thiserror::Error;
 
-use crate::proto::{IoPattern, TcpSpec, VerifyLevel};
-use crate::sockopts::{SockOptError, SockOpts};
-use crate::units::{UnitError, parse_size};
+use crate::protocol::proto::{IoPattern, TcpSpec, VerifyLevel};
+use crate::protocol::sockopts::{SockOptError, SockOpts};
+use crate::protocol::units::{UnitError, parse_size};
 
 /// Largest buffer accepted for one send/receive call (and by the server).
 pub const MAX_BUFFER: u64 = 64 << 20;
 
-impl From<crate::spec::TcpSpecError> for ConfigError {
-    fn from(e: crate::spec::TcpSpecError) -> Self {
-        use crate::spec::TcpSpecError as E;
+impl From<crate::protocol::spec::TcpSpecError> for ConfigError {
+    fn from(e: crate::protocol::spec::TcpSpecError) -> Self {
+        use crate::protocol::spec::TcpSpecError as E;
         match e {
             E::ZeroTransfer => ConfigError::Zero("--transfer"),
             E::TransferRange => ConfigError::TransferRange,
@@ -118,7 +118,7 @@ pub struct TcpClientConfig {
     pub port: u16,
     /// Pre-shared key for servers that require one (never written to files).
     #[serde(skip)]
-    pub key: Option<crate::auth::Key>,
+    pub key: Option<crate::protocol::auth::Key>,
     /// Concurrent connections (`--connections`).
     pub connections: u32,
     /// Rounds of `connections`; `None` is unbounded.
@@ -146,7 +146,7 @@ pub struct TcpClientConfig {
     /// Verification level.
     pub verify: VerifyLevel,
     /// Stop after this long.
-    #[serde(with = "crate::units::duration_ms")]
+    #[serde(with = "crate::protocol::units::duration_ms")]
     pub time_limit: Option<Duration>,
     /// At the time limit, connections end their data at a chunk boundary
     /// and agree on what they moved (iperf's `-t`: a success) rather than
@@ -155,33 +155,33 @@ pub struct TcpClientConfig {
     pub time_bound: bool,
     /// `-O`: this long first is a warm-up, left out of the goodput.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub omit: Option<Duration>,
     /// Local addresses to connect from, round-robin per family.
     pub bind: Vec<IpAddr>,
     /// Status interval.
-    #[serde(with = "crate::units::duration_ms")]
+    #[serde(with = "crate::protocol::units::duration_ms")]
     pub interval: Option<Duration>,
     /// A connection making no progress for this long fails.
-    #[serde(with = "crate::units::duration_ms")]
+    #[serde(with = "crate::protocol::units::duration_ms")]
     pub idle_timeout: Option<Duration>,
     /// Give up on a connection (control or data) whose TCP handshake takes
     /// longer than this (`--connect-timeout`); none: the idle timeout.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
     /// Seed for random buffer sizes (random if absent).
     pub seed: Option<u64>,
     /// iperf2-style bursts (push or pull only).
-    pub burst: Option<crate::proto::BurstSpec>,
+    pub burst: Option<crate::protocol::proto::BurstSpec>,
     /// Socket and TCP options for every data connection (both ends).
     pub sock: SockOpts,
     /// Each connection's sending rate limit (whichever end sends).
-    pub rate: Option<crate::proto::RateLimit>,
+    pub rate: Option<crate::protocol::proto::RateLimit>,
     /// Open the data connections when the wall clock reads this (Unix
     /// seconds; iperf2 --txstart-time), after the sessions are set up.
     #[serde(rename = "txstart_time", skip_serializing_if = "Option::is_none")]
@@ -296,13 +296,15 @@ impl TcpClientConfig {
             transfer_max: self.transfer_max,
             server_interval_ms: match (self.server_output, self.interval) {
                 (true, Some(i)) => i.as_millis().clamp(
-                    u128::from(crate::proto::MIN_SERVER_INTERVAL_MS),
+                    u128::from(crate::protocol::proto::MIN_SERVER_INTERVAL_MS),
                     u128::from(u32::MAX),
                 ) as u64,
                 (true, None) => 1000,
                 (false, _) => 0,
             },
-            duration_ms: self.time_limit.map_or(0, crate::spec::duration_ms),
+            duration_ms: self
+                .time_limit
+                .map_or(0, crate::protocol::spec::duration_ms),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::net::sockopt::SockOptFailed;
-use crate::sockopts::SockOpts;
+use crate::protocol::sockopts::SockOpts;
 
 /// Why a data connection could not be started.
 #[derive(Debug, thiserror::Error)]

@@ -10,12 +10,12 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use super::machine::{Conn, ConnEvent, Now, Transmit};
 use crate::guard::{Halt, SendGuard};
 use crate::net::ahead::{AHEAD, ReadAhead};
 use crate::net::out::Out;
-use crate::proto::Verdict;
-use crate::stats::Counters;
+use crate::protocol::proto::Verdict;
+use crate::protocol::stats::Counters;
+use crate::protocol::tcp::machine::{Conn, ConnEvent, Now, Transmit};
 
 /// What a driven connection may use besides its socket.
 pub struct Env<'a> {
@@ -109,7 +109,7 @@ impl Socket for mio::net::TcpStream {
 
 /// A guarded send that gave up, as this end's verdict.
 pub fn halt_verdict(h: Halt) -> Verdict {
-    use crate::budget::Exceeded;
+    use crate::protocol::budget::Exceeded;
     match h {
         // The control connection tells the client why its session stopped.
         Halt::Stopped | Halt::Limit(Exceeded::Deadline) => Verdict::Cancelled,

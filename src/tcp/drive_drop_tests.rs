@@ -25,7 +25,7 @@ fn bounded_receiver(verify: proto::VerifyLevel, buffer: usize) -> Conn {
 fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     let c = Counters::default();
     let e = env(&c, true);
-    let chunk = crate::tcp::machine::CHUNK as usize;
+    let chunk = crate::protocol::tcp::machine::CHUNK as usize;
     let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
     // At a chunk's start only the bytes that tell data from the end
     // marker are read; the rest of the chunk may be dropped.
@@ -58,7 +58,10 @@ fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     while !settled(&conn, &out) {
         assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     }
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(
+        kind(&conn),
+        Some(crate::protocol::outcome::ResultKind::Success)
+    );
     // Verified data is never dropped.
     let conn = bounded_receiver(proto::VerifyLevel::Data, 2 * chunk);
     assert_eq!(conn.skippable(), 0);
@@ -117,7 +120,7 @@ fn a_tcp_stream_reads_drops_writes_and_shuts_as_pump_expects() {
 fn one_step_drops_every_waiting_chunk_but_its_first_bytes() {
     let c = Counters::default();
     let e = env(&c, true);
-    let chunk = crate::tcp::machine::CHUNK as usize;
+    let chunk = crate::protocol::tcp::machine::CHUNK as usize;
     let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
     let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
     let s = mock(1 << 20);
@@ -141,7 +144,7 @@ fn one_step_drops_every_waiting_chunk_but_its_first_bytes() {
 
 /// `n` chunks of connection 5's data.
 fn chunks(n: usize) -> Vec<u8> {
-    let len = n * crate::tcp::machine::CHUNK as usize;
+    let len = n * crate::protocol::tcp::machine::CHUNK as usize;
     let start = stream_start(Uuid::from_u128(5), Direction::ClientToServer);
     let mut data = Vec::new();
     while data.len() < len {
@@ -155,7 +158,7 @@ fn chunks(n: usize) -> Vec<u8> {
 fn a_short_drop_ends_the_turn_and_a_full_one_does_not() {
     let c = Counters::default();
     let e = env(&c, true);
-    let chunk = crate::tcp::machine::CHUNK as usize;
+    let chunk = crate::protocol::tcp::machine::CHUNK as usize;
     let mut last = Instant::now();
     let mut buf = vec![0; 2 * chunk];
     // A chunk and 1000 bytes of the next: the drop of the rest of that

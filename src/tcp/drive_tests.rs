@@ -5,9 +5,9 @@
 
 use super::*;
 use crate::net::ahead::ReadAhead;
-use crate::pattern::{Direction, Pattern, stream_start};
-use crate::plan::Role;
-use crate::proto::{self, IoPattern, Message, TcpSpec};
+use crate::protocol::pattern::{Direction, Pattern, stream_start};
+use crate::protocol::plan::Role;
+use crate::protocol::proto::{self, IoPattern, Message, TcpSpec};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use uuid::Uuid;
@@ -287,7 +287,7 @@ fn a_transaction_leaves_each_end_in_one_write() {
     assert!(*cs.shut.borrow());
     assert_eq!(
         client.conn.result().unwrap().0.kind,
-        crate::outcome::ResultKind::Success
+        crate::protocol::outcome::ResultKind::Success
     );
     // The client's request and the server's reply, each way.
     assert_eq!(c.sent.load(Relaxed), 64 + 2);
@@ -357,7 +357,10 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
         ..mock(1 << 20)
     };
     assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
+    assert_eq!(
+        kind(&conn),
+        Some(crate::protocol::outcome::ResultKind::NetworkError)
+    );
 }
 
 /// A server receiving `transfer` bytes in reads of `buffer`.
@@ -379,7 +382,7 @@ fn waiting_receiver() -> (Conn, Out, Mock) {
 }
 
 /// The agreed result's kind, once there is one.
-fn kind(conn: &Conn) -> Option<crate::outcome::ResultKind> {
+fn kind(conn: &Conn) -> Option<crate::protocol::outcome::ResultKind> {
     conn.result().map(|r| r.0.kind)
 }
 
@@ -433,7 +436,10 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
         ..mock(1 << 20)
     };
     assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::NetworkError));
+    assert_eq!(
+        kind(&conn),
+        Some(crate::protocol::outcome::ResultKind::NetworkError)
+    );
     // A machine with nothing to read makes no read, whatever is there
     // (a read of nothing would say the peer closed).
     let mut spec = crr_spec();
@@ -469,7 +475,7 @@ fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
     assert!(out.is_empty());
     assert!(settled(&conn, &out));
     let (r, _, _) = conn.into_result();
-    assert_eq!(r.kind, crate::outcome::ResultKind::NetworkError);
+    assert_eq!(r.kind, crate::protocol::outcome::ResultKind::NetworkError);
 }
 
 #[test]
@@ -498,7 +504,7 @@ fn a_client_sends_its_fin_with_its_report_only_when_the_server_closed_first() {
     assert!(!*s.shut.borrow());
     assert_eq!(
         kind(&client.conn),
-        Some(crate::outcome::ResultKind::Success)
+        Some(crate::protocol::outcome::ResultKind::Success)
     );
     // Fin::OnClose never shuts, even as the second to report.
     let conn = Conn::new(&crr_spec(), id, Role::Client, 64, Instant::now());
@@ -533,7 +539,10 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     // Its report went out and the peer's was taken: done, and what is
     // past the report is not the machine's.
     assert!(conn.is_done());
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(
+        kind(&conn),
+        Some(crate::protocol::outcome::ResultKind::Success)
+    );
     assert_eq!(ahead.bytes(), [1, 2, 3, 4, 5]);
     assert_eq!(c.received.load(Relaxed), 1000);
     // The data's end and the report's first bytes in one read, the rest
@@ -548,7 +557,10 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     assert!(!conn.is_done() && ahead.is_empty());
     s.reads.borrow_mut().push_back(report[5..].to_vec());
     pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
-    assert_eq!(kind(&conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(
+        kind(&conn),
+        Some(crate::protocol::outcome::ResultKind::Success)
+    );
     // Bytes that wait are handed over before the socket is read; the
     // read's size does not depend on them.
     let (mut conn, mut out, s) = waiting_receiver();

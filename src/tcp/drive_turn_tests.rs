@@ -31,7 +31,10 @@ fn a_run_of_steps_ends_settled_or_blocked() {
     s.reads.borrow_mut().push_back(final_frame(1000, 0));
     let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Settled);
-    assert_eq!(kind(&r.conn), Some(crate::outcome::ResultKind::Success));
+    assert_eq!(
+        kind(&r.conn),
+        Some(crate::protocol::outcome::ResultKind::Success)
+    );
 }
 
 /// A client pushing `transfer` bytes in calls of `buffer`.

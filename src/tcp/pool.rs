@@ -17,12 +17,12 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use super::config::BufferSpec;
-use super::machine::Conn;
 use super::session::{ConnectionRecord, Shared};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
 use crate::net::timers::Timers;
-use crate::outcome::ConnResult;
+use crate::protocol::outcome::ConnResult;
+use crate::protocol::tcp::machine::Conn;
 use ending::{Ended, Span};
 
 mod deadline;

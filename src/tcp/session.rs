@@ -13,9 +13,9 @@ use uuid::Uuid;
 use super::config::{ConfigError, TcpClientConfig};
 use crate::control::STOP_GRACE;
 use crate::control::{ClientError, Control};
-use crate::outcome::ConnResult;
-use crate::proto::{Message, TcpSpec, TestSpec, read_message, write_message};
-use crate::stats::Counters;
+use crate::protocol::outcome::ConnResult;
+use crate::protocol::proto::{Message, TcpSpec, TestSpec, read_message, write_message};
+use crate::protocol::stats::Counters;
 
 /// One data connection as it ended; a row of the connection file.
 #[derive(Debug, Clone, Serialize)]
@@ -41,22 +41,22 @@ pub struct ConnectionRecord {
     /// The shared connection ID.
     pub connection_id: Uuid,
     /// Burst mode: both ends' account of each burst.
-    pub bursts: Vec<crate::proto::TcpBurst>,
+    pub bursts: Vec<crate::protocol::proto::TcpBurst>,
     /// The client end's TCP_INFO when the connection ended.
     pub tcp_info: Option<crate::net::tcpinfo::TcpInfo>,
     /// The server end's, from its final report.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer_tcp_info: Option<crate::proto::TcpInfoSummary>,
+    pub peer_tcp_info: Option<crate::protocol::proto::TcpInfoSummary>,
     /// The server's reason and its code, when it refused this connection.
     #[serde(skip)]
-    pub refused: Option<(crate::proto::ErrorCode, String)>,
+    pub refused: Option<(crate::protocol::proto::ErrorCode, String)>,
     /// Its place in the run's order of opening (0 first).
     pub index: u64,
     /// The first [`TRACKED`] connections' bytes so far, sampled with
     /// TCP_INFO in the middle of each interval, from open to end (at most
-    /// [`crate::stats::PROGRESS_POINTS`]).
+    /// [`crate::protocol::stats::PROGRESS_POINTS`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub progress: Vec<crate::stats::Progress>,
+    pub progress: Vec<crate::protocol::stats::Progress>,
 }
 
 /// How many connections (the first opened) keep a [`Progress`] series: a
@@ -71,7 +71,7 @@ pub(super) struct ServerControl {
     pub(super) id: Uuid,
     control: Mutex<TcpStream>,
     /// The session's key (with a pre-shared key), for data connection proofs.
-    pub(super) data_key: Option<crate::auth::DatagramKey>,
+    pub(super) data_key: Option<crate::protocol::auth::DatagramKey>,
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     pub(super) unresponsive: AtomicBool,
@@ -136,7 +136,7 @@ pub(super) fn control_finish(
         match read_message(&mut *c) {
             Ok(Message::ServerIntervals { rows: r, truncated }) => {
                 // Bounded as the server bounds it, whatever it sends.
-                let room = crate::proto::MAX_SERVER_ROWS.saturating_sub(rows.rows.len());
+                let room = crate::protocol::proto::MAX_SERVER_ROWS.saturating_sub(rows.rows.len());
                 rows.rows.extend(r.into_iter().take(room));
                 rows.truncated |= truncated;
             }
@@ -153,7 +153,7 @@ pub struct ServerRows {
     /// The server's address.
     pub server: Option<SocketAddr>,
     /// Its rows, in order.
-    pub rows: Vec<crate::stats::IntervalRow>,
+    pub rows: Vec<crate::protocol::stats::IntervalRow>,
     /// It left rows out (past its cap).
     pub truncated: bool,
 }
@@ -170,7 +170,7 @@ pub(super) fn control_lost(s: &ServerControl) -> bool {
 pub(super) fn control_error(s: &ServerControl) -> Option<String> {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
-    let r = crate::proto::read_message(&mut &*c);
+    let r = crate::protocol::proto::read_message(&mut &*c);
     let _ = c.set_read_timeout(None);
     match r {
         Ok(Message::Error { message, .. }) => Some(message),

@@ -8,8 +8,8 @@ use super::*;
 use std::net::{Shutdown, TcpListener};
 use std::sync::OnceLock;
 
-use crate::proto::{ErrorCode, Message, TestSpec};
-use crate::stats::IntervalRow;
+use crate::protocol::proto::{ErrorCode, Message, TestSpec};
+use crate::protocol::stats::IntervalRow;
 
 /// A connected pair on loopback: (the client's end, the server's end).
 fn pair() -> (TcpStream, TcpStream) {

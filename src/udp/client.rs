@@ -9,18 +9,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use super::client_machine::{Action, Bounds, ClientMachine, Input, Shown};
-use super::clock::{ClockSample, Offset, estimate};
-use super::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
 use super::send::run_sender;
-use super::sent::SenderReport;
 use super::serve::{drain_for, receiver_config, receiver_stats, sender_config};
-use super::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
-use crate::proto::{Message, TestSpec, UdpSpec, read_message};
-use crate::sockopts::SockOpts;
+use crate::protocol::proto::{Message, TestSpec, UdpSpec, read_message};
+use crate::protocol::sockopts::SockOpts;
+use crate::protocol::udp::client_machine::{Action, Bounds, ClientMachine, Input, Shown};
+use crate::protocol::udp::clock::{ClockSample, Offset, estimate};
+use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use crate::protocol::udp::sent::SenderReport;
+use crate::protocol::udp::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
 
 /// Everything a UDP client run needs.
 #[derive(Debug, Clone, Serialize)]
@@ -31,7 +31,7 @@ pub struct UdpClientConfig {
     pub port: u16,
     /// Pre-shared key for servers that require one (never written to files).
     #[serde(skip)]
-    pub key: Option<crate::auth::Key>,
+    pub key: Option<crate::protocol::auth::Key>,
     /// The stream, as sent to the server.
     pub spec: UdpSpec,
     /// Trust the clocks (PTP): no offset estimation.
@@ -56,7 +56,7 @@ pub struct UdpClientConfig {
     /// Give up on the control connection's TCP handshake after this
     /// (`--connect-timeout`); none: 10 s.
     #[serde(
-        with = "crate::units::duration_ms",
+        with = "crate::protocol::units::duration_ms",
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
@@ -102,9 +102,9 @@ pub struct UdpReport {
     /// Burst mode: one report per burst.
     pub bursts: Vec<BurstReport>,
     /// Profile runs: the per-rate-bin table.
-    pub bins: Option<Vec<super::analyze::Bin>>,
+    pub bins: Option<Vec<crate::protocol::udp::analyze::Bin>>,
     /// Profile runs: the congestion analysis.
-    pub analysis: Option<super::analyze::Analysis>,
+    pub analysis: Option<crate::protocol::udp::analyze::Analysis>,
     /// What the kernel granted on the client's data socket.
     pub granted: crate::net::sockopt::Granted,
     /// The data socket's local address and the server's, and the session
@@ -116,14 +116,14 @@ pub struct UdpReport {
     /// its session (iperf3's "CPU Utilization"); absent when the stream
     /// never started.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<crate::cpu::CpuBoth>,
+    pub cpu: Option<crate::protocol::cpu::CpuBoth>,
 }
 
 enum Arrived {
     Interval(UdpInterval),
     Burst(BurstReport),
     Packet(PacketRow),
-    Control(Result<Message, crate::proto::ReadError>),
+    Control(Result<Message, crate::protocol::proto::ReadError>),
     SenderDone(SenderReport),
     ReceiverDone(Box<ReceiverStats>),
 }
@@ -286,7 +286,7 @@ pub fn run_with_offset(
     )?;
     if spec.auth_datagrams && c.datagram_key.is_none() {
         return Err(c.refused(
-            crate::proto::ErrorCode::Invalid,
+            crate::protocol::proto::ErrorCode::Invalid,
             "--auth-datagrams needs a server with a pre-shared key, and the key here (--key or NETRIG_KEY)"
                 .into(),
         ));
@@ -485,8 +485,8 @@ pub fn run_with_offset(
         session,
         cpu: None,
     };
-    let local = crate::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
-    rep.cpu = Some(crate::cpu::CpuBoth::new(local, server_cpu));
+    let local = crate::protocol::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
+    rep.cpu = Some(crate::protocol::cpu::CpuBoth::new(local, server_cpu));
     Ok(rep)
 }
 

@@ -52,7 +52,7 @@ pub(super) fn send_segmented(
     buf: &mut [u8],
     stride: usize,
     lens: &[usize],
-    groups: &[super::gro::Group],
+    groups: &[crate::protocol::udp::gro::Group],
 ) -> std::io::Result<usize> {
     let mut m = Mmsg::new(buf, stride, lens.len());
     for (v, &len) in m.iov.iter_mut().zip(lens) {

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 pub(crate) use super::mmsg::BATCH;
 use super::mmsg::Mmsg;
-use super::reception::Reception;
-use super::track::ReceiverStats;
 use crate::net::nothing_yet;
 use crate::net::realtime_ns;
+use crate::protocol::udp::reception::Reception;
+use crate::protocol::udp::track::ReceiverStats;
 
-pub use super::reception::{MediaPlan, PacketRow, ReceiverConfig, ReceiverSink};
+pub use crate::protocol::udp::reception::{MediaPlan, PacketRow, ReceiverConfig, ReceiverSink};
 
 /// When a receiver stops, and the time base its intervals use.
 #[derive(Clone, Copy)]
@@ -291,11 +291,13 @@ pub fn recv_batch(
         let anc = ancillary(&m.msg_hdr);
         let len = (m.msg_len as usize).min(size);
         let seg = anc.segment.map_or(0, usize::from);
-        out.extend(super::gro::split(len, seg).map(|(at, len)| Received {
-            at: k * size + at,
-            len,
-            anc,
-        }));
+        out.extend(
+            crate::protocol::udp::gro::split(len, seg).map(|(at, len)| Received {
+                at: k * size + at,
+                len,
+                anc,
+            }),
+        );
     }
     Ok(())
 }

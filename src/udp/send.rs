@@ -9,11 +9,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
-use super::header::{HEADER_LEN, Header, fill_payload};
 use super::mmsg::{BATCH, Mmsg};
-use super::pace::{GROUP_NS, Pacing, Schedule, forgive_ns};
-use super::sent::{MAX_SENT_INTERVALS, SenderReport, sender_limited};
 use crate::net::realtime_ns;
+use crate::protocol::udp::header::{HEADER_LEN, Header, fill_payload};
+use crate::protocol::udp::pace::{GROUP_NS, Pacing, Schedule, forgive_ns};
+use crate::protocol::udp::sent::{MAX_SENT_INTERVALS, SenderReport, sender_limited};
 
 /// What the sender needs.
 #[derive(Debug, Clone)]
@@ -31,16 +31,16 @@ pub struct SenderConfig {
     /// Stream ID stamped in every datagram.
     pub stream: u32,
     /// Time-varying rate and size instead of `size`/`gap_ps`.
-    pub profile: Option<super::profile::Profile>,
+    pub profile: Option<crate::protocol::udp::profile::Profile>,
     /// Compute the profile's whole schedule before the first send.
     pub precompute: bool,
     /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
     pub burst: Option<(u64, u64)>,
     /// Media frames: (each frame's size, frames per second); each frame
     /// leaves as datagrams of `size`, the last one shorter, back to back.
-    pub frames: Option<(super::iso::FrameBytes, u32)>,
+    pub frames: Option<(crate::protocol::udp::iso::FrameBytes, u32)>,
     /// Tag every datagram with this session key.
-    pub tag_key: Option<crate::auth::DatagramKey>,
+    pub tag_key: Option<crate::protocol::auth::DatagramKey>,
     /// Count the bytes sent in each interval this long (0: none), for
     /// comparing what was offered with what arrived.
     pub interval_ns: u64,
@@ -79,11 +79,11 @@ impl SendPlan {
         let size = cfg.size.max(HEADER_LEN) as u32;
         let grouped: Option<Box<dyn Iterator<Item = (u64, u32)> + Send>> =
             match (cfg.frames, cfg.burst) {
-                (Some((frame, fps)), _) => Some(Box::new(super::profile::frame_departures(
-                    frame, size, fps, end,
-                ))),
+                (Some((frame, fps)), _) => Some(Box::new(
+                    crate::protocol::udp::profile::frame_departures(frame, size, fps, end),
+                )),
                 (None, Some((per_burst, period_ns))) => {
-                    Some(Box::new(super::profile::burst_departures(
+                    Some(Box::new(crate::protocol::udp::profile::burst_departures(
                         size,
                         per_burst,
                         period_ns,
@@ -180,7 +180,7 @@ impl SendPlan {
     fn asked_bytes(&self, cfg: &SenderConfig, t_ns: u64) -> u64 {
         if let Some((per_burst, period_ns)) = cfg.burst {
             let size = cfg.size.max(HEADER_LEN) as u32;
-            return super::profile::burst_departures(
+            return crate::protocol::udp::profile::burst_departures(
                 size,
                 per_burst,
                 period_ns,
@@ -299,7 +299,8 @@ const GSO_WAKE_BYTES: usize = 256 * 1024;
 /// super-buffers.
 fn per_wake(stride: usize, gso: bool) -> usize {
     if gso {
-        (GSO_WAKE_BYTES / stride.max(1)).clamp(BATCH, BATCH * super::gro::MAX_SEGMENTS)
+        (GSO_WAKE_BYTES / stride.max(1))
+            .clamp(BATCH, BATCH * crate::protocol::udp::gro::MAX_SEGMENTS)
     } else {
         BATCH
     }
@@ -327,10 +328,10 @@ fn send_batch(
     stride: usize,
     lens: &[usize],
     gso: &mut bool,
-    groups: &mut Vec<super::gro::Group>,
+    groups: &mut Vec<crate::protocol::udp::gro::Group>,
 ) -> io::Result<usize> {
     if *gso {
-        super::gro::groups(lens, groups);
+        crate::protocol::udp::gro::groups(lens, groups);
         if groups.len() < lens.len() {
             match super::mmsg::send_segmented(sock.as_raw_fd(), buf, stride, lens, groups) {
                 Err(e) if gso_refused(&e) => *gso = false,
@@ -380,7 +381,7 @@ pub struct Departures {
     cfg: SenderConfig,
     stride: usize,
     gso: bool,
-    groups: Vec<super::gro::Group>,
+    groups: Vec<crate::protocol::udp::gro::Group>,
     buf: Vec<u8>,
     plan: SendPlan,
     /// The batch taken from the plan and not yet sent (kept while held).
@@ -495,7 +496,7 @@ impl Departures {
             }
             .write(d);
             if let Some(k) = &self.cfg.tag_key {
-                crate::auth::sign_datagram(k, d);
+                crate::protocol::auth::sign_datagram(k, d);
             }
             self.lens.push(size);
         }

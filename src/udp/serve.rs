@@ -12,13 +12,13 @@
 
 use std::time::Duration;
 
-use super::header::{HEADER_LEN, MAX_DATAGRAM};
 use super::receive::ReceiverConfig;
 use super::send::SenderConfig;
-use super::track::ReceiverStats;
-use crate::auth::DatagramKey;
-use crate::proto::UdpSpec;
-use crate::refusal::{Invalid, Limit, Refusal};
+use crate::protocol::auth::DatagramKey;
+use crate::protocol::proto::UdpSpec;
+use crate::protocol::refusal::{Invalid, Limit, Refusal};
+use crate::protocol::udp::header::{HEADER_LEN, MAX_DATAGRAM};
+use crate::protocol::udp::track::ReceiverStats;
 use crate::server::limits::Limits;
 
 /// Longest stream a client may ask for.
@@ -101,10 +101,10 @@ pub fn sane(s: &UdpSpec) -> Result<(), Invalid> {
         return Err(Invalid::Omit);
     }
     if s.group.is_some_and(|g| {
-        g.streams == 0 || g.streams > crate::spec::MAX_STREAMS || g.index >= g.streams
+        g.streams == 0 || g.streams > crate::protocol::spec::MAX_STREAMS || g.index >= g.streams
     }) {
         return Err(Invalid::Streams {
-            max: crate::spec::MAX_STREAMS,
+            max: crate::protocol::spec::MAX_STREAMS,
         });
     }
     if s.media
@@ -132,9 +132,9 @@ pub fn sane(s: &UdpSpec) -> Result<(), Invalid> {
         }
     }
     s.sock.validate()?;
-    if s.auth_datagrams && (s.size as usize) < HEADER_LEN + crate::auth::TAG_LEN {
+    if s.auth_datagrams && (s.size as usize) < HEADER_LEN + crate::protocol::auth::TAG_LEN {
         return Err(Invalid::DatagramAuthSize {
-            min: HEADER_LEN + crate::auth::TAG_LEN,
+            min: HEADER_LEN + crate::protocol::auth::TAG_LEN,
         });
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! Unit tests of `udp::serve`.
 
 use super::*;
-use crate::udp::profile::{Profile, RateStep};
+use crate::protocol::udp::profile::{Profile, RateStep};
 use std::time::Duration;
 
 fn spec() -> UdpSpec {
@@ -71,7 +71,7 @@ fn every_bound_holds_at_its_edge() {
         (
             "playout buffer",
             ok(|s| {
-                s.media = Some(crate::proto::MediaSpec {
+                s.media = Some(crate::protocol::proto::MediaSpec {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS,
                     frame_bytes: 0,
@@ -79,7 +79,7 @@ fn every_bound_holds_at_its_edge() {
                 })
             }),
             ok(|s| {
-                s.media = Some(crate::proto::MediaSpec {
+                s.media = Some(crate::protocol::proto::MediaSpec {
                     fps: 30,
                     buffer_depth_ms: MAX_BUFFER_DEPTH_MS + 1,
                     frame_bytes: 0,
@@ -90,7 +90,7 @@ fn every_bound_holds_at_its_edge() {
         (
             "fps",
             ok(|s| {
-                s.media = Some(crate::proto::MediaSpec {
+                s.media = Some(crate::protocol::proto::MediaSpec {
                     fps: 1,
                     buffer_depth_ms: 0,
                     frame_bytes: 0,
@@ -98,7 +98,7 @@ fn every_bound_holds_at_its_edge() {
                 })
             }),
             ok(|s| {
-                s.media = Some(crate::proto::MediaSpec {
+                s.media = Some(crate::protocol::proto::MediaSpec {
                     fps: 0,
                     buffer_depth_ms: 0,
                     frame_bytes: 0,
@@ -134,14 +134,14 @@ fn rates_and_burst_plans_are_exact() {
     s.gap_ps = 250_000_000;
     assert_eq!(rate_bps(&s), 32_000_000.0);
     // 10 KB every 10 ms in 1000 B datagrams: 8 Mbit/s on average.
-    s.burst = Some(crate::proto::BurstSpec {
+    s.burst = Some(crate::protocol::proto::BurstSpec {
         size: 10_000,
         period_ms: 10,
     });
     assert_eq!(burst_plan(&s), Some((10, 10_000_000)));
     assert_eq!(rate_bps(&s), 8_000_000.0);
     // A burst is whole datagrams, rounded up.
-    s.burst = Some(crate::proto::BurstSpec {
+    s.burst = Some(crate::protocol::proto::BurstSpec {
         size: 10_001,
         period_ms: 20,
     });
@@ -203,7 +203,7 @@ fn duration_bytes_and_bursts_at_their_edges() {
         Err(Refusal::Limit(Limit::Bytes { .. }))
     ));
     for (size, period_ms, good) in [(1000, 10, true), (0, 10, false), (1000, 0, false)] {
-        let r = ok(|s| s.burst = Some(crate::proto::BurstSpec { size, period_ms }));
+        let r = ok(|s| s.burst = Some(crate::protocol::proto::BurstSpec { size, period_ms }));
         assert_eq!(r.is_ok(), good, "burst {size} every {period_ms} ms: {r:?}");
     }
 }
@@ -252,7 +252,7 @@ fn the_omitted_warm_up_is_the_schedules_first_datagrams() {
     s.gap_ps = 999_000_000;
     assert_eq!(s.omit_seq(), 251);
     // Bursts of 2500 B (3 datagrams) every 100 ms: bursts begun in 250 ms.
-    s.burst = Some(crate::proto::BurstSpec {
+    s.burst = Some(crate::protocol::proto::BurstSpec {
         size: 2500,
         period_ms: 100,
     });
@@ -271,7 +271,8 @@ fn an_omit_must_leave_some_stream_and_not_meet_a_profile() {
         ok(|s| {
             s.omit_ms = 10;
             s.profile = Some(
-                crate::udp::profile::Profile::sweep(0, 1_000_000, 1_000_000_000, 1000).unwrap(),
+                crate::protocol::udp::profile::Profile::sweep(0, 1_000_000, 1_000_000_000, 1000)
+                    .unwrap(),
             );
         })
         .is_err()

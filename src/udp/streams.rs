@@ -17,10 +17,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
 use super::client::{UdpClientConfig, UdpObserver, UdpReport, run_with_offset};
-use super::clock::Offset;
 use super::receive::PacketRow;
-use super::track::{UdpInterval, UdpTotals};
 use crate::control::ClientError;
+use crate::protocol::udp::clock::Offset;
+use crate::protocol::udp::track::{UdpInterval, UdpTotals};
 
 /// One stream's outcome.
 #[derive(Debug, Serialize)]
@@ -118,7 +118,10 @@ impl Pending {
             .filter_map(|&i| self.rows[i].pop_front())
             .collect();
         let refs: Vec<&UdpInterval> = rows.iter().collect();
-        Some((super::sum::interval(&refs), rows.len() as u32))
+        Some((
+            crate::protocol::udp::sum::interval(&refs),
+            rows.len() as u32,
+        ))
     }
 }
 
@@ -249,7 +252,7 @@ fn summarise(
             .filter(|s| s.reverse == rev)
             .filter_map(|s| s.report.as_ref()?.totals.as_ref())
             .collect();
-        (!ts.is_empty()).then(|| super::sum::totals(&ts))
+        (!ts.is_empty()).then(|| crate::protocol::udp::sum::totals(&ts))
     };
     let reports = || streams.iter().filter_map(|s| s.report.as_ref());
     StreamsReport {

@@ -174,8 +174,8 @@ pub fn wait_listening(addr: SocketAddr, what: &str) {
 }
 
 /// A valid UDP test spec: 1000-byte datagrams at 8 Mbit/s for 1 s.
-pub fn udp_spec() -> netrig::proto::UdpSpec {
-    netrig::proto::UdpSpec::steady(1000, 1_000_000_000, 1000)
+pub fn udp_spec() -> netrig::protocol::proto::UdpSpec {
+    netrig::protocol::proto::UdpSpec::steady(1000, 1_000_000_000, 1000)
 }
 
 pub fn fd_count(pid: u32) -> usize {

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use crate::bin::{Proc, netrig};
-use netrig::proto::{self, Message};
+use netrig::protocol::proto::{self, Message};
 use serde_json::Value;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

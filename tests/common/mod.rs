@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::thread::JoinHandle;
 
-use netrig::relay::impair::ImpairSpec;
+use netrig::protocol::relay::impair::ImpairSpec;
 use netrig::relay::{Event, Relay, RelayConfig, RelayCounts, RelayHandle};
 
+use netrig::protocol::stats::IntervalRow;
 use netrig::server::{Server, ServerConfig};
-use netrig::stats::IntervalRow;
 use netrig::tcp::client::{self, ConnectionRecord, Observer, RunReport};
 use netrig::tcp::config::TcpClientConfig;
 

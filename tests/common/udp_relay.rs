@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use netrig::relay::impair::ImpairSpec;
+use netrig::protocol::relay::impair::ImpairSpec;
 
 use crate::common::TestRelay;
 

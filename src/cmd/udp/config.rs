@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use super::{DEFAULT_RATE, DEFAULT_UDP_DURATION, UdpArgs};
 use crate::cmd::udp_streams::Streams;
 use crate::cmd::{rate_or_zero, usage};
-use netrig::proto::{MediaSpec, UdpSpec};
+use netrig::protocol::proto::{MediaSpec, UdpSpec};
+use netrig::protocol::udp::pace::gap_for_rate;
+use netrig::protocol::units;
 use netrig::udp::client::UdpClientConfig;
-use netrig::udp::pace::gap_for_rate;
-use netrig::units;
 
 /// A frame size given as a rate at the frame rate, or in datagrams.
 #[derive(Clone, Copy, Debug)]
@@ -94,8 +94,8 @@ impl UdpArgs {
     /// error, already reported.
     pub(super) fn to_config(
         &self,
-        sweep_profile: Option<netrig::udp::profile::Profile>,
-        key: Option<netrig::auth::Key>,
+        sweep_profile: Option<netrig::protocol::udp::profile::Profile>,
+        key: Option<netrig::protocol::auth::Key>,
         verbosity: u8,
     ) -> Result<UdpConfig, ExitCode> {
         if self.profile.is_none() && sweep_profile.is_none() {
@@ -139,13 +139,12 @@ impl UdpArgs {
         };
         let omit_ms = self.omit.map_or(0, |o| o.as_millis().max(1) as u64);
         let duration_ms = duration_ms.saturating_add(omit_ms);
-        let burst = self
-            .burst_size
-            .zip(self.burst_period)
-            .map(|(b, p)| netrig::proto::BurstSpec {
+        let burst = self.burst_size.zip(self.burst_period).map(|(b, p)| {
+            netrig::protocol::proto::BurstSpec {
                 size: b,
                 period_ms: p.as_millis().max(1) as u64,
-            });
+            }
+        });
         // Without an explicit rate, a burst's datagrams go back to back.
         let gap_ps = if burst.is_some() && self.bitrate.is_none() && self.gap.is_none() {
             1
@@ -209,7 +208,7 @@ impl UdpArgs {
 
     /// The datagrams of an isochronous, a media or a plain stream.
     fn shape(&self) -> Result<Shape, ExitCode> {
-        use netrig::udp::header::{HEADER_LEN, MAX_DATAGRAM};
+        use netrig::protocol::udp::header::{HEADER_LEN, MAX_DATAGRAM};
         if let Some(iso) = self.isochronous {
             if self.length < HEADER_LEN as u64 || self.length > MAX_DATAGRAM as u64 {
                 return Err(usage(format!(
@@ -228,7 +227,7 @@ impl UdpArgs {
                 fps: iso.fps,
                 buffer_depth_ms: self.buffer_depth.as_millis() as u64,
                 frame_bytes: mean,
-                varying: Some(netrig::udp::iso::Varying {
+                varying: Some(netrig::protocol::udp::iso::Varying {
                     stdev_bytes: iso.stdev.frame_bytes(iso.fps, size),
                     seed: rand::random(),
                 }),
@@ -288,7 +287,7 @@ impl UdpArgs {
         &self,
         verbosity: u8,
         banner: &mut Vec<String>,
-    ) -> Result<Option<netrig::udp::profile::Profile>, ExitCode> {
+    ) -> Result<Option<netrig::protocol::udp::profile::Profile>, ExitCode> {
         let Some(path) = &self.profile else {
             return Ok(None);
         };
@@ -296,13 +295,15 @@ impl UdpArgs {
             eprintln!("netrig: cannot read {}: {e}", path.display());
             ExitCode::from(crate::cmd::Exit::Fatal)
         })?;
-        let parsed = netrig::udp::scenario::parse(&text, self.profile_format).and_then(|(p, f)| {
-            match self.time {
-                Some(d) => p.fit(d.as_nanos().min(u64::MAX as u128) as u64),
-                None => Ok(p),
-            }
-            .map(|p| (p, f))
-        });
+        let parsed = netrig::protocol::udp::scenario::parse(&text, self.profile_format).and_then(
+            |(p, f)| {
+                match self.time {
+                    Some(d) => p.fit(d.as_nanos().min(u64::MAX as u128) as u64),
+                    None => Ok(p),
+                }
+                .map(|p| (p, f))
+            },
+        );
         match parsed {
             Ok((p, format)) => {
                 if verbosity >= 1 {
@@ -322,11 +323,14 @@ impl UdpArgs {
     }
 
     /// The data socket's options, `--no-offload` and `--ecn` included.
-    fn sock_opts(&self) -> Result<netrig::sockopts::SockOpts, ExitCode> {
+    fn sock_opts(&self) -> Result<netrig::protocol::sockopts::SockOpts, ExitCode> {
         let mut sock = self.sock.opts();
         sock.no_offload = self.no_offload;
         if let Some(e) = self.ecn {
-            sock.tos = Some(netrig::udp::marks::with_ecn(sock.tos.unwrap_or(0), e));
+            sock.tos = Some(netrig::protocol::udp::marks::with_ecn(
+                sock.tos.unwrap_or(0),
+                e,
+            ));
         }
         sock.validate().map_err(|e| usage(e.to_string()))?;
         Ok(sock)

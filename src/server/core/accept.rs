@@ -75,7 +75,7 @@ impl<'a> Loop<'a> {
             &st.per_client,
             ip,
             max,
-            crate::refusal::Share::Connections,
+            crate::protocol::refusal::Share::Connections,
         ) {
             Ok(source) => (Some(source), None),
             Err(why) => (None, Some(refuse(st, peer, &why.into()))),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 const EVICT_AGE: Duration = Duration::from_secs(2);
 
 use super::{Here, Loop, Session, Slot2, Stage};
-use crate::outcome::ResultKind;
+use crate::protocol::outcome::ResultKind;
 use crate::server::tcp::finished;
 
 impl<'a> Loop<'a> {

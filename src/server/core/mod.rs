@@ -44,9 +44,9 @@ use crate::net::ahead::ReadAhead;
 use crate::net::loops::{Mailboxes, WAKE};
 use crate::net::out::Out;
 use crate::net::timers::Timers;
-use crate::outcome::ResultKind;
-use crate::refusal::Refusal;
-use crate::tcp::machine::Conn;
+use crate::protocol::outcome::ResultKind;
+use crate::protocol::refusal::Refusal;
+use crate::protocol::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
@@ -130,7 +130,7 @@ enum Next<'a> {
     Run(Box<Job<'a, WorkerTest>>),
     /// An iperf3 client's connection (`--iperf3-detect`), which sent this
     /// cookie: the iperf3 side takes it.
-    Iperf3(crate::iperf3::Cookie),
+    Iperf3(crate::protocol::iperf3::Cookie),
 }
 
 enum Stage<'a> {
@@ -415,5 +415,5 @@ impl<'a> Loop<'a> {
 /// The stage that refuses a connection, logged.
 fn refuse<'a>(st: &State, peer: SocketAddr, why: &Refusal) -> Stage<'a> {
     super::log_refusal(st, peer, why);
-    Stage::Refuse(Out::new(crate::proto::encode(&why.message())))
+    Stage::Refuse(Out::new(crate::protocol::proto::encode(&why.message())))
 }

@@ -14,9 +14,9 @@ use mio::net::TcpStream;
 use super::{LINGER_CHECK, Loop, Next, REFUSAL_LINGER, REFUSAL_READ, Slot2, Stage, refuse};
 use crate::net::out::Out;
 use crate::net::sockopt::apply;
-use crate::outcome::ResultKind;
-use crate::proto::{DataHello, MAX_FIRST_PAYLOAD, Message, ReadError};
-use crate::refusal::{Limit, Refusal};
+use crate::protocol::outcome::ResultKind;
+use crate::protocol::proto::{DataHello, MAX_FIRST_PAYLOAD, Message, ReadError};
+use crate::protocol::refusal::{Limit, Refusal};
 use crate::server::control::{Control, Turn};
 use crate::server::limits::take_slot;
 use crate::server::tcp::{admit, burst_frames, machine};
@@ -29,7 +29,7 @@ impl<'a> Loop<'a> {
     /// unnamed connections. A client says nothing past its cookie until
     /// asked (`iperf_connect`, `iperf_tcp_connect`), so more is refused.
     fn iperf3_first(&mut self, slot: &mut Slot2<'a>) -> Next<'a> {
-        use crate::iperf3::{COOKIE_LEN, Cookie};
+        use crate::protocol::iperf3::{COOKIE_LEN, Cookie};
         let stream = &slot.stream;
         while slot.ahead.bytes().len() < COOKIE_LEN {
             match slot.ahead.fill(&mut self.buf, |b| (&*stream).read(b)) {
@@ -46,7 +46,7 @@ impl<'a> Loop<'a> {
             Ok(_) => "bytes from an iperf3 client past its cookie, before the server asked".into(),
             Err(e) => e.to_string(),
         };
-        let code = crate::proto::ErrorCode::Malformed;
+        let code = crate::protocol::proto::ErrorCode::Malformed;
         crate::server::iperf3::refuse_line(self.st, slot.peer, code, &why);
         Next::Close
     }
@@ -58,7 +58,8 @@ impl<'a> Loop<'a> {
         loop {
             match &mut slot.stage {
                 Stage::First { .. } => {
-                    if st.cfg.iperf3_detect && crate::iperf3::Cookie::may_start(slot.ahead.bytes())
+                    if st.cfg.iperf3_detect
+                        && crate::protocol::iperf3::Cookie::may_start(slot.ahead.bytes())
                     {
                         return self.iperf3_first(slot);
                     }
@@ -73,7 +74,9 @@ impl<'a> Loop<'a> {
                             // Not netrig's magic: iperf3's cookie, maybe.
                             Err(ReadError::Proto(_))
                                 if st.cfg.iperf3_detect
-                                    && crate::iperf3::Cookie::may_start(slot.ahead.bytes()) =>
+                                    && crate::protocol::iperf3::Cookie::may_start(
+                                        slot.ahead.bytes(),
+                                    ) =>
                             {
                                 continue;
                             }
@@ -289,7 +292,7 @@ impl<'a> Loop<'a> {
             Err(why) => refuse(self.st, peer, &why),
             Ok(a) => {
                 let conn = Box::new(machine(&a, h));
-                let out = Out::new(crate::proto::encode(&Message::DataAck {
+                let out = Out::new(crate::protocol::proto::encode(&Message::DataAck {
                     connection: h.connection,
                 }));
                 Stage::Data { a, conn, out }

@@ -12,7 +12,7 @@
 //! it holds one of `--max-tests` — so threads are bounded by `--max-tests`
 //! like the server's UDP and rr workers, never by clients.
 //!
-//! The protocol itself (`crate::iperf3`) is pure; this is its I/O.
+//! The protocol itself (`crate::protocol::iperf3`) is pure; this is its I/O.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -27,8 +27,8 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::State;
 use super::limits::{Slot, take_slot};
-use crate::iperf3::{COOKIE_LEN, Cookie, State as Wire, udp};
-use crate::proto::ErrorCode;
+use crate::protocol::iperf3::{COOKIE_LEN, Cookie, State as Wire, udp};
+use crate::protocol::proto::ErrorCode;
 
 mod streams;
 mod test;

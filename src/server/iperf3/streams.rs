@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 
 use super::Arrival;
-use crate::iperf3::udp::{self, Header};
-use crate::iperf3::{Params, Proto, stream_id};
+use crate::protocol::iperf3::udp::{self, Header};
+use crate::protocol::iperf3::{Params, Proto, stream_id};
 
 /// How long the receivers are drained after TEST_END: the control
 /// connection is not ordered with the data ones, so the last bytes may

@@ -23,12 +23,12 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::streams::{Io, Stream, drain, gather, receive, send, totals};
 use super::{Arrival, Registry};
-use crate::cpu::{CpuSample, CpuUsage};
-use crate::iperf3::{
+use crate::protocol::cpu::{CpuSample, CpuUsage};
+use crate::protocol::iperf3::{
     Control, Cookie, Event, Mode, Params, Proto, Results, State as Wire, StreamResult, frame_json,
 };
-use crate::proto::ErrorCode;
-use crate::refusal::Share;
+use crate::protocol::proto::ErrorCode;
+use crate::protocol::refusal::Share;
 use crate::server::State;
 use crate::server::log;
 use crate::server::metrics::{Kind, Moved};
@@ -67,7 +67,7 @@ pub(super) fn run(
 ) {
     let ip = peer.ip().to_canonical();
     let limits = st.cfg.limits;
-    let refuse = |ctrl: &mut std::net::TcpStream, l: crate::refusal::Limit| {
+    let refuse = |ctrl: &mut std::net::TcpStream, l: crate::protocol::refusal::Limit| {
         let _ = ctrl.write_all(&[Wire::AccessDenied.byte()]);
         super::refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
     };
@@ -221,7 +221,7 @@ enum ParamsError {
     #[error("reading parameters: {0}")]
     Read(#[source] io::Error),
     #[error(transparent)]
-    Wire(#[from] crate::iperf3::Iperf3Error),
+    Wire(#[from] crate::protocol::iperf3::Iperf3Error),
 }
 
 fn read_params(
@@ -516,7 +516,7 @@ fn server_text(p: &Params, streams: &[Stream], r: &Results, secs: f64) -> String
             "[{:3}] {dir} {} bytes in {secs:.2} s, {}",
             s.id,
             s.bytes,
-            crate::units::format_bits_per_sec(bps)
+            crate::protocol::units::format_bits_per_sec(bps)
         ));
         if p.proto == Proto::Udp && dir == "received" {
             t.push_str(&format!(

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
 use super::{Slot, Stage, Worker};
-use crate::outcome::{ConnResult, ResultKind};
-use crate::sockopts::ShutdownMode;
-use crate::stats::{Progress, push_progress};
+use crate::protocol::outcome::{ConnResult, ResultKind};
+use crate::protocol::sockopts::ShutdownMode;
+use crate::protocol::stats::{Progress, push_progress};
 use crate::tcp::session::ConnectionRecord;
 
 /// When a connection started and ended, and whether the run was stopping
@@ -28,7 +28,7 @@ pub(super) enum Ended {
     /// At this end (connect, data hello, I/O), for this reason.
     Failed(String),
     /// The server refused the data connection, with this code and reason.
-    Refused(crate::proto::ErrorCode, String),
+    Refused(crate::protocol::proto::ErrorCode, String),
 }
 
 pub(super) fn failed(detail: String) -> ConnResult {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::ending::{Ended, failed};
 use super::{Slot, Stage, Worker};
 use crate::net::ahead::ReadAhead;
-use crate::stats::Progress;
+use crate::protocol::stats::Progress;
 use crate::tcp::config::BufferSpec;
 use crate::tcp::connect::{Local, connect};
 use crate::tcp::session::{ConnectionRecord, TRACKED};

@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::{Stage, Worker};
-use crate::stats::{Progress, push_progress};
+use crate::protocol::stats::{Progress, push_progress};
 
 impl Worker<'_> {
     /// Samples the TCP_INFO (RTT and window, and the retransmissions
     /// since a socket's last sample) of connections that moved since their
     /// last sample, at most a row's share of
-    /// [`crate::stats::TCP_INFO_PER_SEC`], oldest first (one not sampled
+    /// [`crate::protocol::stats::TCP_INFO_PER_SEC`], oldest first (one not sampled
     /// in a row waits for a later one; its retransmissions count then or
     /// when it ends); and the tracked connections' bytes so far. An idle
     /// connection is not read at all.
@@ -32,7 +32,7 @@ impl Worker<'_> {
                 push_progress(&mut slot.rec.progress, now);
             }
         }
-        let left = crate::stats::samples_per_row(every);
+        let left = crate::protocol::stats::samples_per_row(every);
         let moved = std::mem::take(&mut self.moved);
         let mut taken = 0;
         for (i, &k) in moved.iter().enumerate() {

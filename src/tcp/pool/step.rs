@@ -12,12 +12,12 @@ use super::ending::{Ended, failed};
 use super::{BURSTS_WAIT, Slot, Stage, Worker};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
-use crate::outcome::{ResultKind, after_stop};
-use crate::plan::Role;
-use crate::proto::{self, DataHello, Message};
-use crate::sockopts::ShutdownMode;
+use crate::protocol::outcome::{ResultKind, after_stop};
+use crate::protocol::plan::Role;
+use crate::protocol::proto::{self, DataHello, Message};
+use crate::protocol::sockopts::ShutdownMode;
+use crate::protocol::tcp::machine::Conn;
 use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
-use crate::tcp::machine::Conn;
 
 impl Worker<'_> {
     /// Runs `slot` until it blocks (Ok) or ends with its result (Err).
@@ -61,7 +61,7 @@ impl Worker<'_> {
                         buffer: slot.rec.buffer,
                         proof: session
                             .data_key
-                            .map(|key| crate::auth::data_proof(&key, &session.id, &id)),
+                            .map(|key| crate::protocol::auth::data_proof(&key, &session.id, &id)),
                     });
                     let mut conn = Conn::new(
                         &self.sh.spec,

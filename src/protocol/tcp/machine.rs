@@ -1,0 +1,852 @@
+//! The data phase of one TCP connection as a state machine, with no socket
+//! and no clock inside (the shape of quinn-proto): the I/O layer tells it what
+//! was read, what was written and what time it is; it says what to write
+//! next, how much to read, when it next needs the time, and finally the
+//! verdict both ends agree on. One machine serves either end: it runs the
+//! plan (send from the pattern, receive and verify against it, or both at
+//! once for duplex), then sends its [`FinalReport`], reads the peer's and
+//! combines them with [`agree`].
+//!
+//! Reads are never larger than what the plan still expects, so the peer's
+//! final report is never consumed as data; pattern bytes where that report
+//! should be mean the peer sent more than planned.
+//!
+//! A time-bounded connection (`-t`: [`TcpSpec::time_bound_ms`]) may end its
+//! data before the plan does. Its data is a run of chunks of a size both
+//! ends derive from the spec ([`chunk_of`]); once the sender's deadline has
+//! passed it finishes the chunk in progress and sends a
+//! [`Message::DataEnd`] frame where the next chunk would begin. The
+//! receiver looks at the first bytes of every chunk: it knows which
+//! pattern bytes belong there, so bytes that differ and start like a frame
+//! are the end marker, and bytes that differ otherwise are corrupt data
+//! (with count-only verification too). In the rare case that the marker's
+//! first bytes equal the pattern at that offset, the sender sends one more
+//! chunk instead. Both ends then exchange their reports as after a full
+//! plan and agree on the bytes actually moved: a success, not a
+//! cancellation, verified to the last byte.
+
+use std::io;
+
+pub use super::schedule::Now;
+use super::schedule::{BurstLog, Bursts, Paced};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+use crate::protocol::outcome::{ConnResult, NoReport, agree};
+use crate::protocol::pattern::{Direction, Pattern, stream_start};
+use crate::protocol::plan::{Plan, Role, Step};
+use crate::protocol::proto::{
+    self, FRAME_VERSION, FinalReport, HEADER_LEN, IoPattern, MAGIC, Message, TcpBurst, TcpSpec,
+    Verdict, VerifyLevel,
+};
+
+/// A time-bounded connection's chunk when nothing slows its sender: at
+/// 1 Gbit/s about a millisecond past the deadline, at 10 Mbit/s a tenth
+/// of a second; a multiple of the default 64 KiB buffer, so reads that
+/// stop at each chunk's start cost no extra call.
+pub const CHUNK: u64 = 128 << 10;
+
+/// The chunk connection `id` of `spec` sends its data in, which both ends
+/// derive alike; 0 when the connection is not time-bounded. With bursts a
+/// chunk is a burst (the burst in progress is finished), with a rate limit
+/// what one period allows (so the deadline is passed by about a period),
+/// otherwise [`CHUNK`]; and at least a frame header, so the bytes that
+/// tell data from the end marker lie in one chunk. Pushpull is never
+/// time-bounded: its turns are its plan.
+pub fn chunk_of(spec: &TcpSpec, id: Uuid) -> u64 {
+    if spec.time_bound_ms == 0 || spec.pattern == IoPattern::Pushpull {
+        return 0;
+    }
+    let base = match (spec.burst, spec.rate) {
+        (Some(b), _) => b.size,
+        (None, Some(r)) => r.for_connection(id).bytes_per_period().min(CHUNK),
+        (None, None) => CHUNK,
+    }
+    .max(1);
+    base * (HEADER_LEN as u64).div_ceil(base)
+}
+
+/// Whether `head`, the first bytes at a chunk's start that are not the
+/// pattern's, can begin a frame (the end marker) rather than be corrupt data.
+fn starts_a_frame(head: &[u8]) -> bool {
+    let lead = [MAGIC[0], MAGIC[1], FRAME_VERSION];
+    let n = head.len().min(lead.len());
+    head[..n] == lead[..n]
+        && head
+            .first_chunk::<HEADER_LEN>()
+            .is_none_or(|h| proto::parse_header(h).is_ok())
+}
+
+/// What the machine wants written next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Transmit<'a> {
+    /// Write (a prefix of) these bytes, then call [`Conn::on_written`].
+    Bytes(&'a [u8]),
+    /// Nothing to write before this time (the next burst is due).
+    WaitUntil(Instant),
+    /// Nothing to write now.
+    Nothing,
+}
+
+/// Something the I/O layer may act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnEvent {
+    /// Burst `index` has been written in full: a good moment to read
+    /// TCP_INFO for it ([`Conn::set_burst_info`]).
+    BurstSent(usize),
+}
+
+/// Turns a socket error into a verdict, naming timeouts for what they are.
+pub fn net_verdict(e: &io::Error) -> Verdict {
+    let detail = match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            format!("no progress within the idle timeout ({e})")
+        }
+        _ => e.to_string(),
+    };
+    Verdict::NetworkError { detail }
+}
+
+/// This end's verdict: corruption seen wins, then the I/O outcome.
+fn verdict_of(failure: Option<Verdict>, corrupt: Option<u64>) -> Verdict {
+    match (failure, corrupt) {
+        (_, Some(offset)) => Verdict::Corrupt { offset },
+        (Some(v), None) => v,
+        (None, None) => Verdict::Ok,
+    }
+}
+
+/// Where the connection is.
+#[derive(Debug)]
+enum Phase {
+    /// Running the plan.
+    Data,
+    /// Exchanging final reports: this end's goes out (`at` bytes of `out`
+    /// written) while the peer's comes in (`inbuf`, then `peer` once read);
+    /// the two directions are independent, so neither waits on the other.
+    Final {
+        out: Vec<u8>,
+        at: usize,
+        inbuf: Vec<u8>,
+        peer: Option<Result<FinalReport, NoReport>>,
+    },
+    /// Finished with this result.
+    Done(ConnResult),
+}
+
+/// One end of one data connection.
+#[derive(Debug)]
+pub struct Conn {
+    plan: Plan,
+    verify: bool,
+    buffer: usize,
+    send_start: u64,
+    recv_start: u64,
+    /// Bytes of the current step still to send and to receive.
+    send_left: u64,
+    recv_left: u64,
+    sent: u64,
+    received: u64,
+    corrupt: Option<u64>,
+    failure: Option<Verdict>,
+    mine: Option<FinalReport>,
+    phase: Phase,
+    bursts: Option<Bursts>,
+    /// Index of the current burst and bytes of it left (burst mode).
+    burst_at: u64,
+    events: Vec<ConnEvent>,
+    transfer: u64,
+    paced: Option<Paced>,
+    /// The report is about to go out: the I/O layer may add this end's
+    /// TCP_INFO to it ([`Conn::take_info_request`]).
+    info_wanted: bool,
+    /// The TCP_INFO the peer reported.
+    peer_info: Option<proto::TcpInfoSummary>,
+    /// This end's final report has been written in full.
+    report_out: bool,
+    /// Time-bounded: the chunk size ([`chunk_of`]; 0: not time-bounded).
+    chunk: u64,
+    /// Time-bounded: when this end's data ends (at the next chunk start).
+    deadline: Option<Instant>,
+    /// The end marker going out, and how much of it is written.
+    end_out: Option<(Vec<u8>, usize)>,
+    /// The first bytes of a chunk, fewer than decide what they are.
+    head: Vec<u8>,
+    /// The peer's data ended: its end marker is coming in here, and what
+    /// follows it (its report) waits here for the final exchange.
+    tail: Vec<u8>,
+    /// Whether the bytes at a chunk's start were a frame (`tail` collects it).
+    ending_in: bool,
+}
+
+impl Conn {
+    /// A machine for `role`'s end of `connection` under `spec`, moving at
+    /// most `buffer` bytes per call, whose data phase starts `now`.
+    pub fn new(spec: &TcpSpec, connection: Uuid, role: Role, buffer: usize, now: Instant) -> Conn {
+        let transfer = spec.transfer_of(connection);
+        let (mine, theirs) = match role {
+            Role::Client => (Direction::ClientToServer, Direction::ServerToClient),
+            Role::Server => (Direction::ServerToClient, Direction::ClientToServer),
+        };
+        let bursts = match (spec.burst, spec.pattern) {
+            (Some(b), IoPattern::Push | IoPattern::Pull) => Some(Bursts {
+                spec: b,
+                sending: matches!(
+                    (spec.pattern, role),
+                    (IoPattern::Push, Role::Client) | (IoPattern::Pull, Role::Server)
+                ),
+                t0: now,
+                log: BurstLog::default(),
+            }),
+            _ => None,
+        };
+        let mut c = Conn {
+            plan: Plan::new(
+                spec.pattern,
+                transfer,
+                spec.push_bytes,
+                spec.pull_bytes,
+                role,
+            ),
+            verify: spec.verify == VerifyLevel::Data,
+            buffer: buffer.max(1),
+            send_start: stream_start(connection, mine),
+            recv_start: stream_start(connection, theirs),
+            send_left: 0,
+            recv_left: 0,
+            sent: 0,
+            received: 0,
+            corrupt: None,
+            failure: None,
+            mine: None,
+            phase: Phase::Data,
+            bursts,
+            burst_at: 0,
+            events: Vec::new(),
+            transfer,
+            paced: spec
+                .rate
+                .map(|r| r.for_connection(connection))
+                .map(|r| Paced {
+                    per_period: r.bytes_per_period(),
+                    period: Duration::from_millis(r.period_ms.max(1)),
+                    t0: now,
+                }),
+            info_wanted: false,
+            peer_info: None,
+            report_out: false,
+            chunk: chunk_of(spec, connection),
+            deadline: None,
+            end_out: None,
+            head: Vec::new(),
+            tail: Vec::new(),
+            ending_in: false,
+        };
+        c.advance();
+        c
+    }
+
+    /// A time-bounded connection's data ends at the first chunk start at
+    /// or after `at` (each sending end has its own: the client's run and
+    /// the server's session began at slightly different times). Nothing
+    /// changes for a connection that is not time-bounded.
+    pub fn set_deadline(&mut self, at: Instant) {
+        self.deadline = Some(at);
+    }
+
+    /// Whether the end marker's first bytes, as many as the receiver will
+    /// look at here, equal the pattern the next chunk would start with.
+    fn end_looks_like_data(&self, marker: &[u8]) -> bool {
+        let k = (HEADER_LEN as u64).min(self.send_left) as usize;
+        marker[..k] == *Pattern::get().slice(self.send_start, self.sent, k)
+    }
+
+    /// The burst at `k` carries this many bytes (0: past the end).
+    fn burst_bytes(&self, k: u64) -> u64 {
+        let size = self.bursts.as_ref().map_or(0, |b| b.spec.size.max(1));
+        self.transfer
+            .saturating_sub(k.saturating_mul(size))
+            .min(size)
+    }
+
+    /// Moves to the next step when the current one is done, and to the
+    /// final exchange when the plan is.
+    fn advance(&mut self) {
+        while matches!(self.phase, Phase::Data) && self.send_left == 0 && self.recv_left == 0 {
+            if self.failure.is_some() {
+                return self.finish_data();
+            }
+            match self.plan.next() {
+                Some(Step::Send(n)) => self.send_left = n,
+                Some(Step::Recv(n)) => self.recv_left = n,
+                Some(Step::Both { send, recv }) => (self.send_left, self.recv_left) = (send, recv),
+                None => return self.finish_data(),
+            }
+        }
+    }
+
+    /// The plan is over (done or failed): this end's report goes out,
+    /// unless the connection is already known to be broken.
+    fn finish_data(&mut self) {
+        let mine = FinalReport {
+            sent: self.sent,
+            received: self.received,
+            verdict: verdict_of(self.failure.take(), self.corrupt),
+            tcp_info: None,
+        };
+        self.info_wanted = true;
+        if let Some(b) = &mut self.bursts
+            && b.log.done.len() as u64 > self.burst_at
+        {
+            // A burst cut short by the failure is reported as far as it got.
+            b.close(true);
+        }
+        self.end_out = None;
+        self.phase = if matches!(
+            mine.verdict,
+            Verdict::NetworkError { .. } | Verdict::Cancelled
+        ) {
+            Phase::Done(agree(&mine, Err(&NoReport::Failed)))
+        } else {
+            Phase::Final {
+                // Encoded when first offered: its TCP_INFO is set before.
+                out: Vec::new(),
+                at: 0,
+                // What came behind the peer's end marker: its report.
+                inbuf: std::mem::take(&mut self.tail),
+                peer: None,
+            }
+        };
+        self.mine = Some(mine);
+        self.parse_final();
+    }
+
+    /// What to write now.
+    pub fn transmit(&mut self, now: Now) -> Transmit<'_> {
+        if let (Phase::Final { out, .. }, Some(mine)) = (&mut self.phase, &self.mine)
+            && out.is_empty()
+        {
+            *out = proto::encode(&Message::Final(mine.clone()));
+        }
+        match &self.phase {
+            Phase::Final { out, at, .. } if !self.report_out => {
+                return Transmit::Bytes(&out[*at..]);
+            }
+            Phase::Data if self.send_left > 0 => {}
+            _ => return Transmit::Nothing,
+        }
+        let mut want = self.send_left;
+        // Time-bounded: past the deadline, the data ends at the next chunk start.
+        let deadline = self.deadline.filter(|_| self.chunk > 0);
+        if deadline.is_some_and(|d| now.mono >= d) && self.end_out.is_none() {
+            let into = self.sent % self.chunk;
+            let marker = (into == 0).then(|| proto::encode(&Message::DataEnd));
+            match marker {
+                Some(m) if !self.end_looks_like_data(&m) => self.end_out = Some((m, 0)),
+                // One more chunk, and no write past its end.
+                _ => want = want.min(self.chunk - into),
+            }
+        }
+        if let Some((marker, at)) = &self.end_out {
+            return Transmit::Bytes(&marker[*at..]);
+        }
+        // A wait for a burst or the rate ends early at the deadline.
+        let wake = |t: Instant| match deadline {
+            Some(d) if d > now.mono => t.min(d),
+            _ => t,
+        };
+        let burst_bytes = self.burst_bytes(self.burst_at);
+        if let Some(b) = &mut self.bursts {
+            let due = b.due(self.burst_at);
+            if now.mono < due {
+                return Transmit::WaitUntil(wake(due));
+            }
+            let into = self.sent - self.burst_at * b.spec.size.max(1);
+            if into == 0 && b.log.done.len() as u64 == self.burst_at {
+                b.open(self.burst_at, burst_bytes, now);
+            }
+            want = want.min(burst_bytes - into);
+        }
+        if let Some(p) = &self.paced {
+            let (allowed, next) = p.allowance(now.mono);
+            if self.sent >= allowed {
+                return Transmit::WaitUntil(wake(next));
+            }
+            want = want.min(allowed - self.sent);
+        }
+        let n = (want as usize).min(self.buffer);
+        Transmit::Bytes(Pattern::get().slice(self.send_start, self.sent, n))
+    }
+
+    /// `n` bytes of what [`Conn::transmit`] offered were written at `now`.
+    pub fn on_written(&mut self, n: usize, now: Now) {
+        if let Phase::Final { out, at, .. } = &mut self.phase {
+            *at = (*at + n).min(out.len());
+            self.report_out = !out.is_empty() && *at == out.len();
+            return self.maybe_done();
+        }
+        if !matches!(self.phase, Phase::Data) || n == 0 {
+            return;
+        }
+        if let Some((marker, at)) = &mut self.end_out {
+            *at = (*at + n).min(marker.len());
+            if *at == marker.len() {
+                // This direction's data is over.
+                self.end_out = None;
+                self.send_left = 0;
+                self.advance();
+            }
+            return;
+        }
+        let n64 = (n as u64).min(self.send_left);
+        self.sent += n64;
+        self.send_left -= n64;
+        let size = self.bursts.as_ref().map(|b| b.spec.size.max(1));
+        if let (Some(b), Some(size)) = (&mut self.bursts, size) {
+            b.call(n, now);
+            if self.sent == (self.burst_at * size + size).min(self.transfer) {
+                b.close(false);
+                self.events
+                    .push(ConnEvent::BurstSent(b.log.done.len().saturating_sub(1)));
+                self.burst_at += 1;
+            }
+        }
+        self.advance();
+    }
+
+    /// How many bytes to read now, at most (0: do not read).
+    pub fn want_read(&self) -> usize {
+        match &self.phase {
+            Phase::Data => {
+                if self.recv_left == 0 {
+                    return 0;
+                }
+                if self.ending_in {
+                    return proto::frame_remaining(&self.tail);
+                }
+                let held = self.head.len() as u64;
+                let mut n = (self.recv_left - held).min(self.buffer as u64);
+                if let Some(b) = &self.bursts {
+                    // A read never spans two bursts, so each is timed alone.
+                    let size = b.spec.size.max(1);
+                    let end = (self.burst_at * size + size).min(self.transfer);
+                    n = n.min(end.saturating_sub(self.received + held));
+                }
+                if self.chunk > 0 {
+                    // A read never spans a chunk's start, which is looked at
+                    // first; and gets at least the bytes that decide it.
+                    n = n.min(self.chunk - self.received % self.chunk - held);
+                    if self.received.is_multiple_of(self.chunk) {
+                        let k = (HEADER_LEN as u64).min(self.recv_left);
+                        n = n.max(k.saturating_sub(held));
+                    }
+                }
+                n as usize
+            }
+            Phase::Final {
+                inbuf, peer: None, ..
+            } => proto::frame_remaining(inbuf),
+            _ => 0,
+        }
+    }
+
+    /// How many bytes one read may take now: what [`Conn::want_read`]
+    /// says, except that with count-only verification (the I/O layer
+    /// drops data unread, [`Conn::skippable`]) a read at a chunk's start
+    /// takes only the bytes that tell data from the end marker, and the
+    /// rest of the chunk is dropped. (Reads of the whole buffer across
+    /// chunk starts were measured and dropped: with verification at 8
+    /// connections they cost 0.63x the goodput.)
+    pub fn read_room(&self) -> usize {
+        let want = self.want_read();
+        if !self.verify
+            && self.bursts.is_none()
+            && self.chunk > 0
+            && matches!(self.phase, Phase::Data)
+            && !self.ending_in
+            && self.received.is_multiple_of(self.chunk)
+        {
+            let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
+            return want.min(k.saturating_sub(self.head.len()).max(1));
+        }
+        want
+    }
+
+    /// How many of the next bytes may be dropped unread (`MSG_TRUNC`): with
+    /// count-only verification, data that is not at a chunk's start (whose
+    /// first bytes tell data from the end marker) nor timed burst by burst.
+    /// 0 when the bytes must be read.
+    pub fn skippable(&self) -> usize {
+        let plain = !self.verify
+            && self.bursts.is_none()
+            && matches!(self.phase, Phase::Data)
+            && !self.ending_in
+            && self.head.is_empty();
+        if !plain || (self.chunk > 0 && self.received.is_multiple_of(self.chunk)) {
+            return 0;
+        }
+        self.want_read()
+    }
+
+    /// `n` bytes (no more than [`Conn::skippable`] said) were dropped
+    /// unread: counted as received.
+    pub fn on_skipped(&mut self, n: usize) {
+        let n = (n as u64).min(self.skippable() as u64);
+        self.received += n;
+        self.recv_left -= n;
+        self.advance();
+    }
+
+    /// `data` arrived at `now` (never more than [`Conn::want_read`] said).
+    pub fn on_read(&mut self, data: &[u8], now: Now) {
+        match &mut self.phase {
+            Phase::Data => {}
+            Phase::Final {
+                inbuf, peer: None, ..
+            } => {
+                inbuf.extend_from_slice(data);
+                self.parse_final();
+                return self.maybe_done();
+            }
+            _ => return,
+        }
+        if self.chunk == 0 {
+            return self.take_data(data, now);
+        }
+        if self.ending_in {
+            self.tail.extend_from_slice(data);
+            return self.parse_end();
+        }
+        if self.received.is_multiple_of(self.chunk) && self.recv_left > 0 {
+            // A chunk's start: data, or the peer's end marker?
+            let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
+            let mut held = std::mem::take(&mut self.head);
+            let need = k - held.len().min(k);
+            if data.len() < need {
+                held.extend_from_slice(data);
+                self.head = held;
+                return;
+            }
+            let expected = Pattern::get().slice(self.recv_start, self.received, k);
+            let (before, now_in) = expected.split_at(held.len());
+            if held != before || data[..need] != *now_in {
+                let mut head = held.clone();
+                head.extend_from_slice(&data[..need]);
+                if starts_a_frame(&head) {
+                    self.ending_in = true;
+                    held.extend_from_slice(data);
+                    self.tail = held;
+                    return self.parse_end();
+                }
+                // Count-only verification sees it here too.
+                let at = head.iter().zip(expected).position(|(a, b)| a != b);
+                self.corrupt
+                    .get_or_insert(self.received + at.unwrap_or(0) as u64);
+            }
+            // Bytes held from an earlier read are taken as that read's.
+            self.take_data(&held, now);
+        }
+        self.take_data(data, now)
+    }
+
+    /// The peer's end marker, once it is all in: the data this way is over.
+    /// Any other frame, or none, where data or the marker belongs is data
+    /// gone wrong at this offset.
+    fn parse_end(&mut self) {
+        let used = match proto::decode_frame(&self.tail) {
+            Ok(None) => return,
+            Ok(Some((Message::DataEnd, used))) => used,
+            Ok(Some(_)) | Err(_) => {
+                self.corrupt.get_or_insert(self.received);
+                self.tail.len()
+            }
+        };
+        self.tail.drain(..used);
+        self.ending_in = false;
+        self.recv_left = 0;
+        self.advance();
+    }
+
+    /// Takes `data` as this direction's next bytes: verified, counted and
+    /// timed burst by burst.
+    fn take_data(&mut self, mut data: &[u8], now: Now) {
+        while !data.is_empty() && matches!(self.phase, Phase::Data) && self.recv_left > 0 {
+            let mut k = (data.len() as u64).min(self.recv_left);
+            if let Some(b) = &self.bursts {
+                let size = b.spec.size.max(1);
+                let end = (self.burst_at * size + size).min(self.transfer);
+                k = k.min(end - self.received).max(1);
+            }
+            let (piece, rest) = data.split_at(k as usize);
+            self.take_piece(piece, now);
+            data = rest;
+        }
+    }
+
+    /// Takes `data`, within one burst and the plan's step.
+    fn take_piece(&mut self, data: &[u8], now: Now) {
+        let k = data.len();
+        if let Some(b) = &mut self.bursts {
+            let size = b.spec.size.max(1);
+            let into = self.received - self.burst_at * size;
+            if into == 0 {
+                let bytes = self.transfer.saturating_sub(self.burst_at * size).min(size);
+                b.open(self.burst_at, bytes, now);
+            }
+        }
+        if self.verify
+            && self.corrupt.is_none()
+            && let Err(at) = Pattern::get().verify(self.recv_start, self.received, data)
+        {
+            self.corrupt = Some(at);
+        }
+        self.received += k as u64;
+        self.recv_left -= k as u64;
+        let size = self.bursts.as_ref().map(|b| b.spec.size.max(1));
+        if let (Some(b), Some(size)) = (&mut self.bursts, size) {
+            b.call(k, now);
+            if self.received == (self.burst_at * size + size).min(self.transfer) {
+                b.close(false);
+                self.burst_at += 1;
+            }
+        }
+        self.advance();
+    }
+
+    fn parse_final(&mut self) {
+        let (
+            Phase::Final {
+                inbuf,
+                peer: slot @ None,
+                ..
+            },
+            Some(mine),
+        ) = (&mut self.phase, &mut self.mine)
+        else {
+            return;
+        };
+        let peer = match proto::decode_frame(inbuf) {
+            Ok(None) => return,
+            Ok(Some((Message::Final(p), _))) => Ok(p),
+            Ok(Some((other, _))) => Err(NoReport::Unexpected(format!("{other:?}"))),
+            Err(_) if mine.verdict == Verdict::Ok => {
+                // Pattern bytes where the report should be: the peer sent more than planned.
+                mine.verdict = Verdict::TooMany {
+                    expected: mine.received,
+                };
+                Err(NoReport::ExtraData)
+            }
+            Err(e) => Err(NoReport::Malformed(e)),
+        };
+        *slot = Some(peer);
+    }
+
+    /// Done once this end's report is out and the peer's is in.
+    fn maybe_done(&mut self) {
+        if let (
+            Phase::Final {
+                peer: Some(peer), ..
+            },
+            Some(mine),
+        ) = (&self.phase, &self.mine)
+            && self.report_out
+        {
+            self.peer_info = peer.as_ref().ok().and_then(|p| p.tcp_info);
+            let r = agree(mine, peer.as_ref());
+            self.phase = Phase::Done(r);
+        }
+    }
+
+    /// Whether this end's report is ready and not yet started: the moment
+    /// to read TCP_INFO for it. True once.
+    pub fn take_info_request(&mut self) -> bool {
+        std::mem::take(&mut self.info_wanted)
+    }
+
+    /// Adds this end's TCP_INFO to its report, if none of it is written yet.
+    pub fn set_final_tcp_info(&mut self, info: proto::TcpInfoSummary) {
+        if let (Phase::Final { out, at: 0, .. }, Some(mine)) = (&mut self.phase, &mut self.mine) {
+            mine.tcp_info = Some(info);
+            // Encoded again when next offered.
+            out.clear();
+        }
+    }
+
+    /// Whether this end's final report has been written in full: nothing
+    /// more of the machine's is to go out on this connection.
+    pub fn report_sent(&self) -> bool {
+        self.report_out
+    }
+
+    /// The TCP_INFO the peer put in its report.
+    pub fn peer_tcp_info(&self) -> Option<proto::TcpInfoSummary> {
+        self.peer_info
+    }
+
+    /// The peer closed its side (a read returned 0 bytes).
+    pub fn on_eof(&mut self) {
+        match &mut self.phase {
+            Phase::Data if self.recv_left > 0 => {
+                self.failure.get_or_insert(Verdict::TooFew {
+                    expected: self.received + self.recv_left,
+                    received: self.received,
+                });
+                self.abandon_data();
+            }
+            Phase::Final {
+                inbuf,
+                peer: slot @ None,
+                ..
+            } => {
+                *slot = Some(Err(if inbuf.is_empty() {
+                    NoReport::Closed
+                } else {
+                    NoReport::Truncated
+                }));
+                self.maybe_done();
+            }
+            _ => {}
+        }
+    }
+
+    /// A read or write failed with `e`.
+    pub fn on_error(&mut self, e: &io::Error) {
+        match (&self.phase, &mut self.mine) {
+            (Phase::Final { .. }, Some(mine)) if !self.report_out => {
+                // This end's report could not go out.
+                mine.verdict = net_verdict(e);
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
+            }
+            (Phase::Final { .. }, Some(mine)) => {
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Io(clone_error(e)))));
+            }
+            _ => self.fail(net_verdict(e)),
+        }
+    }
+
+    /// This end stops (the run was stopped): a cancellation, not a finding.
+    pub fn cancel(&mut self) {
+        self.fail(Verdict::Cancelled);
+    }
+
+    /// This end gives up with `v` (e.g. a server limit reached).
+    pub fn abort(&mut self, v: Verdict) {
+        self.fail(v);
+    }
+
+    /// Whether what [`Conn::transmit`] offers is data (not the final
+    /// report, nor an end marker already offered).
+    pub fn sending_data(&self) -> bool {
+        matches!(self.phase, Phase::Data) && self.end_out.is_none()
+    }
+
+    /// Ends the connection with `v` as this end's verdict unless it has
+    /// already ended (corruption seen before still wins).
+    fn fail(&mut self, v: Verdict) {
+        match &self.phase {
+            Phase::Data => {
+                self.failure = Some(v);
+                self.abandon_data();
+            }
+            Phase::Final { .. } => {
+                let Some(mine) = &mut self.mine else {
+                    return;
+                };
+                if !matches!(mine.verdict, Verdict::Corrupt { .. }) {
+                    mine.verdict = v;
+                }
+                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
+            }
+            Phase::Done(_) => {}
+        }
+    }
+
+    /// Drops what is left of the plan after a failure.
+    fn abandon_data(&mut self) {
+        self.send_left = 0;
+        self.recv_left = 0;
+        self.tail.clear();
+        self.finish_data();
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        (!self.events.is_empty()).then(|| self.events.remove(0))
+    }
+
+    /// Adds TCP_INFO readings to a burst this end sent.
+    pub fn set_burst_info(&mut self, index: usize, retransmits: u32, cwnd: u32, rtt_us: u32) {
+        if let Some(b) = self.bursts.as_mut().and_then(|b| b.log.done.get_mut(index)) {
+            (b.retransmits, b.cwnd, b.rtt_us) = (Some(retransmits), Some(cwnd), Some(rtt_us));
+        }
+    }
+
+    /// Whether the connection has its result.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done(_))
+    }
+
+    /// The agreed result, this end's report and its account of each burst,
+    /// once done.
+    pub fn result(&self) -> Option<(&ConnResult, &FinalReport, &[TcpBurst])> {
+        match (&self.phase, &self.mine) {
+            (Phase::Done(r), Some(mine)) => Some((
+                r,
+                mine,
+                self.bursts.as_ref().map_or(&[][..], |b| &b.log.done[..]),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The agreed result, this end's report and its bursts; a machine not
+    /// yet done is cancelled first, so there always is one.
+    pub fn into_result(mut self) -> (ConnResult, FinalReport, Vec<TcpBurst>) {
+        if !self.is_done() {
+            self.cancel();
+        }
+        let bursts = self.bursts.map(|b| b.log.done).unwrap_or_default();
+        let mine = self.mine.unwrap_or(FinalReport {
+            sent: self.sent,
+            received: self.received,
+            verdict: Verdict::Cancelled,
+            tcp_info: None,
+        });
+        match self.phase {
+            Phase::Done(r) => (r, mine, bursts),
+            _ => (agree(&mine, Err(&NoReport::Failed)), mine, bursts),
+        }
+    }
+
+    /// Bytes of the plan sent and received so far.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.sent, self.received)
+    }
+
+    /// Until when the burst schedule says nothing moves on this
+    /// connection: between two bursts, the next one's start on this end's
+    /// clock (the sender waits for it, the receiver for its first bytes).
+    /// An idle clock counts from there, so a period longer than the idle
+    /// timeout is not taken for a stall. `None` outside a gap.
+    pub fn quiet_until(&self) -> Option<Instant> {
+        let b = self.bursts.as_ref()?;
+        if !matches!(self.phase, Phase::Data) {
+            return None;
+        }
+        let next = self.burst_at.saturating_mul(b.spec.size.max(1));
+        let moved = if b.sending { self.sent } else { self.received };
+        (next < self.transfer && moved == next).then(|| b.due(self.burst_at))
+    }
+}
+
+/// A copy of `e` for the result's detail (io::Error is not Clone).
+fn clone_error(e: &io::Error) -> io::Error {
+    e.raw_os_error().map_or_else(
+        || io::Error::new(e.kind(), e.to_string()),
+        io::Error::from_raw_os_error,
+    )
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;
