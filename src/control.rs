@@ -45,6 +45,9 @@ pub enum ClientError {
     /// The configuration is unusable.
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// The request/response configuration is unusable.
+    #[error("{0}")]
+    RrConfig(#[from] crate::rr::run::RrConfigError),
     /// A target did not resolve or could not be reached.
     #[error("cannot reach {target}: {source}")]
     Connect {

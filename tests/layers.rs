@@ -226,3 +226,47 @@ fn the_checker_sees_references() {
     assert!(g["udp::send"].contains("udp::mmsg"), "{:?}", g["udp::send"]);
     assert!(modules()["udp::send"].contains("libc::"));
 }
+
+/// Flags become a configuration in one place per command (issue 27 item 8):
+/// each command that runs an engine, a server, a relay or a mesh node builds
+/// its config in one `to_config` method, and nowhere else in its file, so
+/// the checks a configuration gets are found in one place.
+#[test]
+fn every_command_turns_its_flags_into_a_config_in_one_place() {
+    for (file, literal) in [
+        ("tcp.rs", "TcpClientConfig {"),
+        ("udp/config.rs", "Ok(UdpConfig {"),
+        ("rr.rs", "RrConfig {"),
+        ("ping.rs", "RrConfig {"),
+        ("crr.rs", "crr::config("),
+        ("load.rs", "LoadConfig {"),
+        ("serve.rs", "ServerConfig {"),
+        ("relay.rs", "RelayConfig {"),
+        ("mesh.rs", "MeshConfig {"),
+    ] {
+        let path = Path::new("src/cmd").join(file);
+        let text = std::fs::read_to_string(&path).expect("read command source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let start = code
+            .find("fn to_config(")
+            .unwrap_or_else(|| panic!("{file}: no to_config"));
+        // The method's body ends where the next item at its depth begins.
+        let rest = &code[start + 1..];
+        let end = ["\n    fn ", "\n    pub", "\nfn ", "\npub ", "\nimpl "]
+            .iter()
+            .filter_map(|m| rest.find(m))
+            .min()
+            .map_or(code.len(), |i| start + 1 + i);
+        // A struct literal, not a return type.
+        let at: Vec<usize> = code
+            .match_indices(literal)
+            .map(|(i, _)| i)
+            .filter(|&i| !code[..i].ends_with("-> "))
+            .collect();
+        assert_eq!(at.len(), 1, "{file}: `{literal}` {} times", at.len());
+        assert!(
+            (start..end).contains(&at[0]),
+            "{file}: `{literal}` outside to_config"
+        );
+    }
+}

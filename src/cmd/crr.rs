@@ -95,6 +95,49 @@ impl client::Observer for Counted {
     }
 }
 
+impl CrrArgs {
+    /// The flags turned into the engine's config (the TCP engine with one
+    /// request and reply per connection), in this one place, and checked
+    /// (`TcpClientConfig::validate`); its targets are empty until the
+    /// embedded server (if none was given) has started. A config that
+    /// cannot run is a usage error, already reported.
+    fn to_config(
+        &self,
+        key: Option<netrig::protocol::auth::Key>,
+    ) -> Result<netrig::tcp::config::TcpClientConfig, ExitCode> {
+        if self.length == 0 || self.length > 1 << 20 || self.reply > 1 << 20 {
+            return Err(usage("--length must be 1..=1M and --reply at most 1M"));
+        }
+        let mut cfg = netrig::rr::crr::config(
+            String::new(),
+            self.to.port,
+            self.length as u32,
+            self.reply as u32,
+            self.count.unwrap_or(DEFAULT_COUNT),
+            self.parallel,
+        );
+        cfg.targets.clear();
+        cfg.time_limit = self.time;
+        if self.count.is_none() && self.time.is_some() {
+            // The deadline ends the run, not a count it would finish early.
+            cfg.iterations = None;
+        }
+        cfg.connect_timeout = Some(self.connect.connect_timeout);
+        if self.get_server_output {
+            cfg.server_output = true;
+            cfg.interval = Some(self.interval);
+        }
+        cfg.bind = self.bind.addrs();
+        cfg.sock = self.sock.opts();
+        cfg.start_at = self.start.at;
+        cfg.bind_dev = self.sock.ip.bind_dev.clone();
+        cfg.local_ports = self.sock.cport;
+        cfg.key = key;
+        cfg.validate().map_err(usage)?;
+        Ok(cfg)
+    }
+}
+
 pub fn run(a: CrrArgs) -> Result<ExitCode> {
     let Setup {
         json,
@@ -105,35 +148,13 @@ pub fn run(a: CrrArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    if a.length == 0 || a.length > 1 << 20 || a.reply > 1 << 20 {
-        return Ok(usage("--length must be 1..=1M and --reply at most 1M"));
-    }
+    let mut cfg = match a.to_config(key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
     let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
+    cfg.targets = vec![target];
     let count = a.count.unwrap_or(DEFAULT_COUNT);
-    let mut cfg = netrig::rr::crr::config(
-        target,
-        a.to.port,
-        a.length as u32,
-        a.reply as u32,
-        count,
-        a.parallel,
-    );
-    cfg.time_limit = a.time;
-    if a.count.is_none() && a.time.is_some() {
-        // The deadline ends the run, not a count it would finish early.
-        cfg.iterations = None;
-    }
-    cfg.connect_timeout = Some(a.connect.connect_timeout);
-    if a.get_server_output {
-        cfg.server_output = true;
-        cfg.interval = Some(a.interval);
-    }
-    cfg.bind = a.bind.addrs();
-    cfg.sock = a.sock.opts();
-    cfg.start_at = a.start.at;
-    cfg.bind_dev = a.sock.ip.bind_dev.clone();
-    cfg.local_ports = a.sock.cport;
-    cfg.key = key;
     let mut col = Counted {
         banner: (verbosity >= 1).then(|| netrig::report::crr_banner(a.length, a.reply, a.parallel)),
         inner: netrig::rr::crr::CrrCollector::default(),

@@ -89,6 +89,44 @@ impl LoadObserver for Live {
     }
 }
 
+impl LoadArgs {
+    /// The flags turned into the run's config, in this one place, and
+    /// checked (`LoadConfig::validate`); its target is empty until the
+    /// embedded server (if none was given) has started. A config that
+    /// cannot run is a usage error, already reported.
+    fn to_config(&self, key: Option<netrig::protocol::auth::Key>) -> Result<LoadConfig, ExitCode> {
+        if self.sock.cport.is_some() {
+            return Err(usage(
+                "--cport names one port; load opens many connections and probes",
+            ));
+        }
+        let cfg = LoadConfig {
+            target: String::new(),
+            port: self.to.port,
+            key,
+            idle_secs: self.idle.as_secs_f64(),
+            phase_secs: self.phase_time.as_secs_f64(),
+            phases: self
+                .phases
+                .iter()
+                .map(|p| match p {
+                    LoadPhase::Download => Phase::Download,
+                    LoadPhase::Upload => Phase::Upload,
+                    LoadPhase::Both => Phase::Both,
+                })
+                .collect(),
+            probe_interval_ms: self.probe_interval.as_millis().min(u128::from(u64::MAX)) as u64,
+            max_connections: self.max_connections,
+            sock: self.sock.opts(),
+            bind_dev: self.sock.ip.bind_dev.clone(),
+            connect_timeout: Some(self.connect.connect_timeout),
+            interval_secs: self.interval,
+        };
+        cfg.validate().map_err(|e| usage(e.to_string()))?;
+        Ok(cfg)
+    }
+}
+
 pub fn run(a: LoadArgs) -> Result<ExitCode> {
     let Setup {
         json,
@@ -99,40 +137,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    if a.sock.cport.is_some() {
-        return Ok(usage(
-            "--cport names one port; load opens many connections and probes",
-        ));
-    }
-    let sock = a.sock.opts();
-    if let Err(e) = sock.validate() {
-        return Ok(usage(e.to_string()));
-    }
-    let mut cfg = LoadConfig {
-        target: String::new(),
-        port: a.to.port,
-        key: key.clone(),
-        idle_secs: a.idle.as_secs_f64(),
-        phase_secs: a.phase_time.as_secs_f64(),
-        phases: a
-            .phases
-            .iter()
-            .map(|p| match p {
-                LoadPhase::Download => Phase::Download,
-                LoadPhase::Upload => Phase::Upload,
-                LoadPhase::Both => Phase::Both,
-            })
-            .collect(),
-        probe_interval_ms: a.probe_interval.as_millis().min(u128::from(u64::MAX)) as u64,
-        max_connections: a.max_connections,
-        sock,
-        bind_dev: a.sock.ip.bind_dev.clone(),
-        connect_timeout: Some(a.connect.connect_timeout),
-        interval_secs: a.interval,
+    let mut cfg = match a.to_config(key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
-    if let Err(e) = cfg.validate() {
-        return Ok(usage(e.to_string()));
-    }
     let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
     cfg.target = target.clone();
     if verbosity >= 1 {

@@ -64,61 +64,71 @@ pub struct MeshArgs {
     metrics: SocketAddr,
 }
 
+impl MeshArgs {
+    /// The flags turned into the node's config, in this one place, and
+    /// checked (the peers file read once: a file that cannot be read at the
+    /// start is a mistake in the command, while DNS may not answer yet, pods
+    /// still starting, so it is retried). A config that cannot run is a
+    /// usage error, already reported.
+    fn to_config(&self) -> Result<MeshConfig, ExitCode> {
+        if !(1..=MAX_K).contains(&self.peers) {
+            return Err(usage(format!(
+                "-k {} is out of range: probe 1 to {MAX_K} peers",
+                self.peers
+            )));
+        }
+        let timeout = self.timeout.unwrap_or(self.interval / 2);
+        // The ring of probes in flight holds 64: a probe must be settled
+        // before its slot is reused.
+        if timeout > self.interval * 32 {
+            return Err(usage(format!(
+                "--timeout {timeout:?} is more than 32 intervals ({:?})",
+                self.interval * 32
+            )));
+        }
+        let source = match (&self.peers_file, &self.peers_dns) {
+            (Some(f), _) => Source::File(f.clone()),
+            (None, Some(d)) => match dns_target(d) {
+                Some((name, port)) => Source::Dns { name, port },
+                None => {
+                    return Err(usage(format!(
+                        "--peers-dns {d}: expected NAME:PORT (e.g. netrig-mesh.netrig.svc:4795)"
+                    )));
+                }
+            },
+            (None, None) => return Err(usage("give --peers-file or --peers-dns")),
+        };
+        if let Source::File(_) = &source
+            && let Err(e) = source.read(self.listen.port())
+        {
+            return Err(usage(format!("--peers-file: {e}")));
+        }
+        Ok(MeshConfig {
+            listen: self.listen,
+            me: self.me,
+            source,
+            node: node::Config {
+                k: self.peers,
+                interval: self.interval,
+                timeout,
+                tcp: self.tcp_connect,
+            },
+            refresh: self.refresh,
+            window: self.window,
+        })
+    }
+}
+
 pub fn run(a: MeshArgs) -> Result<ExitCode> {
-    if !(1..=MAX_K).contains(&a.peers) {
-        return Ok(usage(format!(
-            "-k {} is out of range: probe 1 to {MAX_K} peers",
-            a.peers
-        )));
-    }
-    let timeout = a.timeout.unwrap_or(a.interval / 2);
-    // The ring of probes in flight holds 64: a probe must be settled
-    // before its slot is reused.
-    if timeout > a.interval * 32 {
-        return Ok(usage(format!(
-            "--timeout {timeout:?} is more than 32 intervals ({:?})",
-            a.interval * 32
-        )));
-    }
-    let source = match (a.peers_file, a.peers_dns) {
-        (Some(f), _) => Source::File(f),
-        (None, Some(d)) => match dns_target(&d) {
-            Some((name, port)) => Source::Dns { name, port },
-            None => {
-                return Ok(usage(format!(
-                    "--peers-dns {d}: expected NAME:PORT (e.g. netrig-mesh.netrig.svc:4795)"
-                )));
-            }
-        },
-        (None, None) => return Ok(usage("give --peers-file or --peers-dns")),
+    let cfg = match a.to_config() {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
-    // A file that cannot be read at the start is a mistake in the command;
-    // DNS may not answer yet (pods still starting), so it is retried.
-    if let Source::File(_) = &source
-        && let Err(e) = source.read(a.listen.port())
-    {
-        return Ok(usage(format!("--peers-file: {e}")));
-    }
     let metrics = std::net::TcpListener::bind(a.metrics)
         .with_context(|| format!("cannot listen for --metrics on {}", a.metrics))?;
     let metrics_at = metrics.local_addr()?;
     let stop = interrupt_flag();
-    let mesh = Mesh::bind(
-        MeshConfig {
-            listen: a.listen,
-            me: a.me,
-            source,
-            node: node::Config {
-                k: a.peers,
-                interval: a.interval,
-                timeout,
-                tcp: a.tcp_connect,
-            },
-            refresh: a.refresh,
-            window: a.window,
-        },
-        std::sync::Arc::clone(&stop),
-    )?;
+    let mesh = Mesh::bind(cfg, std::sync::Arc::clone(&stop))?;
     mesh.serve_metrics(metrics)?;
     netrig::out!(
         "netrig mesh: probing up to {} peers every {:?} from UDP {}, metrics at http://{metrics_at}/metrics",

@@ -234,7 +234,10 @@ pub fn client_error_code(e: &ClientError) -> Exit {
         ClientError::Connect { .. }
         | ClientError::Control { .. }
         | ClientError::NotNetrig { .. } => Exit::NetworkError,
-        ClientError::Config(_) | ClientError::SockOpt(_) | ClientError::Invalid(_) => Exit::Usage,
+        ClientError::Config(_)
+        | ClientError::RrConfig(_)
+        | ClientError::SockOpt(_)
+        | ClientError::Invalid(_) => Exit::Usage,
         ClientError::Unsupported(_) => Exit::Unsupported,
     }
 }

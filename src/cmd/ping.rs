@@ -86,6 +86,54 @@ pub struct PingArgs {
     connect: super::ConnectTimeout,
 }
 
+impl PingArgs {
+    /// The flags turned into the engine's config (rr over UDP on a
+    /// schedule), in this one place, and checked (`RrConfig::validate`); its
+    /// target is empty until the embedded server (if none was given) has
+    /// started. A config that cannot run is a usage error, already reported.
+    fn to_config(&self, key: Option<netrig::protocol::auth::Key>) -> Result<RrConfig, ExitCode> {
+        let interval = match self.rate {
+            Some(r) if r > 0.0 && r.is_finite() => Duration::from_secs_f64(1.0 / r),
+            Some(_) => {
+                return Err(usage(
+                    "--rate must be a positive number of probes per second",
+                ));
+            }
+            None => self.interval,
+        };
+        let length = u32::try_from(self.length).unwrap_or(u32::MAX);
+        let cfg = RrConfig {
+            bind_dev: self.sock.bind_dev.clone(),
+            cport: self.cport,
+            start_at: self.start.at,
+            sock: self.sock.opts(),
+            key,
+            target: String::new(),
+            port: self.to.port,
+            transport: Transport::Udp,
+            size: length,
+            reply: length,
+            iterations: self.count.unwrap_or(netrig::rr::client::UNBOUNDED),
+            warmup: 0,
+            nagle: false,
+            busy_poll: self.busy_poll,
+            rx_timestamps: self.rx_timestamps,
+            timeout: Some(self.timeout),
+            interval: Some(interval),
+            hist_min_us: 0.0,
+            hist_max_us: 1e6,
+            hist_bins: 1000,
+            outliers: 10,
+            synced: self.synced,
+            bind: self.bind.into_iter().collect(),
+            duration: self.time,
+            connect_timeout: Some(self.connect.connect_timeout),
+        };
+        cfg.validate().map_err(|e| usage(e.to_string()))?;
+        Ok(cfg)
+    }
+}
+
 pub fn run(a: PingArgs) -> Result<ExitCode> {
     let Setup {
         json,
@@ -96,52 +144,12 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    let interval = match a.rate {
-        Some(r) if r > 0.0 && r.is_finite() => Duration::from_secs_f64(1.0 / r),
-        Some(_) => {
-            return Ok(usage(
-                "--rate must be a positive number of probes per second",
-            ));
-        }
-        None => a.interval,
+    let mut cfg = match a.to_config(key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
-    let max = (netrig::protocol::udp::header::MAX_DATAGRAM
-        - netrig::protocol::udp::header::HEADER_LEN) as u64;
-    if a.length > max || a.length == 0 {
-        return Ok(usage(format!("--length must be 1..={max} bytes")));
-    }
-    let sock = a.sock.opts();
-    if let Err(e) = sock.validate() {
-        return Ok(usage(e.to_string()));
-    }
     let (target, embedded) = target_or_embedded(&a.to.target, &key, verbosity)?;
-    let cfg = RrConfig {
-        bind_dev: a.sock.bind_dev.clone(),
-        cport: a.cport,
-        start_at: a.start.at,
-        sock,
-        key,
-        target: target.clone(),
-        port: a.to.port,
-        transport: Transport::Udp,
-        size: a.length as u32,
-        reply: a.length as u32,
-        iterations: a.count.unwrap_or(netrig::rr::client::UNBOUNDED),
-        warmup: 0,
-        nagle: false,
-        busy_poll: a.busy_poll,
-        rx_timestamps: a.rx_timestamps,
-        timeout: Some(a.timeout),
-        interval: Some(interval),
-        hist_min_us: 0.0,
-        hist_max_us: 1e6,
-        hist_bins: 1000,
-        outliers: 10,
-        synced: a.synced,
-        bind: a.bind.into_iter().collect(),
-        duration: a.time,
-        connect_timeout: Some(a.connect.connect_timeout),
-    };
+    cfg.target = target.clone();
     let size = a.length;
     let mut sink = match netrig::report::StreamSink::open(stream.as_deref(), "ping", &cfg) {
         Ok(s) => s,

@@ -145,6 +145,40 @@ fn probability(s: &str) -> Result<f64, units::UnitError> {
 }
 
 impl RelayArgs {
+    /// The flags turned into the relay's config, in this one place, for
+    /// the upstream `to` (resolved); the relay checks its impairments when
+    /// it binds.
+    fn to_config(&self, to: std::net::SocketAddr) -> RelayConfig {
+        let spec = self.spec();
+        let none = ImpairSpec::default();
+        let (up, down) = match self.dir {
+            Which::Both => (spec.clone(), spec),
+            Which::Up => (spec, none),
+            Which::Down => (none, spec),
+        };
+        RelayConfig {
+            listen: self.listen,
+            to,
+            up,
+            down,
+            seed: self.seed.unwrap_or_else(rand::random),
+            tcp: !self.udp_only,
+            udp: !self.tcp_only,
+            log: self.log.clone(),
+            keep_events: false,
+            verbosity: self.verbosity.level().min(1),
+            rate_per_flow: self.rate_per_flow,
+            limits: RelayLimits {
+                max_conns: self.max_conns,
+                max_conns_per_addr: self.max_conns_per_addr,
+                max_flows: self.max_flows,
+                idle_timeout: self.idle_timeout,
+                max_queue_bytes: self.max_queue,
+            },
+        }
+    }
+
+    /// The impairments of one direction, as the flags give them.
     fn spec(&self) -> ImpairSpec {
         let rate = self.rate.unwrap_or(0);
         ImpairSpec {
@@ -231,37 +265,11 @@ pub fn run(a: RelayArgs) -> Result<ExitCode> {
         .into_iter()
         .next()
         .with_context(|| format!("--to {} has no address", a.to))?;
-    let spec = a.spec();
-    let none = ImpairSpec::default();
-    let (up, down) = match a.dir {
-        Which::Both => (spec.clone(), spec),
-        Which::Up => (spec, none),
-        Which::Down => (none, spec),
-    };
-    let seed = a.seed.unwrap_or_else(rand::random);
-    let (up_spec, down_spec) = (up.clone(), down.clone());
-    let relay = Relay::bind(RelayConfig {
-        listen: a.listen,
-        to,
-        up,
-        down,
-        seed,
-        tcp: !a.udp_only,
-        udp: !a.tcp_only,
-        log: a.log.clone(),
-        keep_events: false,
-        verbosity: a.verbosity.level().min(1),
-        rate_per_flow: a.rate_per_flow,
-        limits: RelayLimits {
-            max_conns: a.max_conns,
-            max_conns_per_addr: a.max_conns_per_addr,
-            max_flows: a.max_flows,
-            idle_timeout: a.idle_timeout,
-            max_queue_bytes: a.max_queue,
-        },
-    })
-    // The error says its cause once; anyhow's chain would repeat it.
-    .map_err(|e| anyhow::anyhow!("cannot start the relay: {e}"))?;
+    let cfg = a.to_config(to);
+    let (seed, up_spec, down_spec) = (cfg.seed, cfg.up.clone(), cfg.down.clone());
+    let relay = Relay::bind(cfg)
+        // The error says its cause once; anyhow's chain would repeat it.
+        .map_err(|e| anyhow::anyhow!("cannot start the relay: {e}"))?;
     let h = relay.handle();
     netrig::out!(
         "netrig relay {} -> {to} ({}), seed {seed}",

@@ -286,6 +286,63 @@ fn parse_spectrum(s: &str) -> Result<(u32, u32)> {
     Ok((a, b))
 }
 
+impl RrArgs {
+    /// The flags turned into the engine's config, in this one place, and
+    /// checked (`RrConfig::validate`), with the sizes of a `--spectrum`; its
+    /// target is empty until the embedded server (if none was given) has
+    /// started. A config that cannot run is a usage error, already reported.
+    fn to_config(
+        &self,
+        key: Option<netrig::protocol::auth::Key>,
+    ) -> Result<(RrConfig, Option<(u32, u32)>), ExitCode> {
+        let spectrum = self
+            .spectrum
+            .as_deref()
+            .map(parse_spectrum)
+            .transpose()
+            .map_err(|e| usage(format!("--spectrum: {e}")))?;
+        let max = u64::from(u32::MAX);
+        if self.length > max || self.reply > max {
+            return Err(usage(format!(
+                "--length and --reply must be at most {max} bytes"
+            )));
+        }
+        let cfg = RrConfig {
+            bind_dev: self.sock.bind_dev.clone(),
+            cport: self.cport,
+            start_at: self.start.at,
+            sock: self.sock.opts(),
+            key,
+            target: String::new(),
+            port: self.to.port,
+            transport: self.proto,
+            size: self.length as u32,
+            reply: self.reply as u32,
+            iterations: match (self.count, self.time) {
+                (Some(n), _) => n,
+                (None, Some(_)) => netrig::rr::client::UNBOUNDED,
+                (None, None) => DEFAULT_COUNT,
+            },
+            warmup: self.warmup,
+            nagle: self.nagle,
+            busy_poll: self.busy_poll,
+            rx_timestamps: self.rx_timestamps,
+            timeout: Some(self.timeout),
+            interval: None,
+            hist_min_us: self.hist.hist_min.as_secs_f64() * 1e6,
+            hist_max_us: self.hist.hist_max.as_secs_f64() * 1e6,
+            hist_bins: self.hist.hist_bins as usize,
+            outliers: self.hist.outliers,
+            synced: false,
+            bind: self.bind.clone(),
+            duration: self.time,
+            connect_timeout: Some(self.connect.connect_timeout),
+        };
+        cfg.validate().map_err(|e| usage(e.to_string()))?;
+        Ok((cfg, spectrum))
+    }
+}
+
 pub fn run(a: RrArgs) -> Result<ExitCode> {
     let outputs = [
         ("--csv", a.csv.as_deref()),
@@ -300,68 +357,18 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
-    let spectrum = match a.spectrum.as_deref().map(parse_spectrum).transpose() {
-        Ok(s) => s,
-        Err(e) => return Ok(usage(format!("--spectrum: {e}"))),
-    };
-    if a.cport.is_some() && a.proto == Transport::SctpSeqpacket {
-        return Ok(usage(
-            "--cport does not apply to --proto sctp-seqpacket: its association takes a port the kernel picks",
-        ));
-    }
     if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
         && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
     {
         eprintln!("netrig: {e}");
         return Ok(ExitCode::from(Exit::Unsupported));
     }
-    if a.length == 0 || a.length > u32::MAX as u64 || a.reply > u32::MAX as u64 {
-        return Ok(usage("--length must be at least 1 byte"));
-    }
-    if a.bind.len() > 1 && a.proto != Transport::SctpSeqpacket {
-        return Ok(usage(
-            "several --bind addresses need --proto sctp-seqpacket (multi-homing)",
-        ));
-    }
-    if a.bind.iter().any(|b| b.is_ipv4() != a.bind[0].is_ipv4()) {
-        return Ok(usage("--bind addresses must all be IPv4 or all IPv6"));
-    }
-    let sock = a.sock.opts();
-    if let Err(e) = sock.validate() {
-        return Ok(usage(e.to_string()));
-    }
-    let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
-    let base = RrConfig {
-        bind_dev: a.sock.bind_dev.clone(),
-        cport: a.cport,
-        start_at: a.start.at,
-        sock,
-        key,
-        target,
-        port: a.to.port,
-        transport: a.proto,
-        size: a.length as u32,
-        reply: a.reply as u32,
-        iterations: match (a.count, a.time) {
-            (Some(n), _) => n,
-            (None, Some(_)) => netrig::rr::client::UNBOUNDED,
-            (None, None) => DEFAULT_COUNT,
-        },
-        warmup: a.warmup,
-        nagle: a.nagle,
-        busy_poll: a.busy_poll,
-        rx_timestamps: a.rx_timestamps,
-        timeout: Some(a.timeout),
-        interval: None,
-        hist_min_us: a.hist.hist_min.as_secs_f64() * 1e6,
-        hist_max_us: a.hist.hist_max.as_secs_f64() * 1e6,
-        hist_bins: a.hist.hist_bins as usize,
-        outliers: a.hist.outliers,
-        synced: false,
-        bind: a.bind.clone(),
-        duration: a.time,
-        connect_timeout: Some(a.connect.connect_timeout),
+    let (mut base, spectrum) = match a.to_config(key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
     };
+    let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
+    base.target = target;
     let sizes: Vec<u32> = match spectrum {
         Some((lo, hi)) => (lo..=hi).map(|k| 1u32 << k).collect(),
         None => vec![base.size],
@@ -398,10 +405,8 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         if interrupt.load(SeqCst) {
             break;
         }
-        let cfg = RrConfig {
-            size,
-            ..base.clone()
-        };
+        let mut cfg = base.clone();
+        cfg.size = size;
         let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |p| {
             if let Some(b) = banner.take() {
                 netrig::out!("{b}");

@@ -106,6 +106,49 @@ enum LogFormatArg {
     Json,
 }
 
+impl ServeArgs {
+    /// The flags turned into the server's config, in this one place; `fds`
+    /// is how many files this process may open, which `--max-conns`
+    /// defaults to (less a margin).
+    fn to_config(&self, key: Option<netrig::protocol::auth::Key>, fds: u64) -> ServerConfig {
+        let log_format = match self.log_format {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        };
+        // -v and -vv add text lines; a JSON log keeps to its events.
+        let verbosity = match log_format {
+            LogFormat::Text => self.verbosity.level(),
+            LogFormat::Json => self.verbosity.level().min(1),
+        };
+        ServerConfig {
+            log_format,
+            key,
+            iperf3_port: self.iperf3_port,
+            iperf3_allow_unauthenticated: self.iperf3_allow_unauthenticated,
+            iperf3_detect: self.iperf3_detect,
+            iperf2_port: self.iperf2_port,
+            iperf2_allow_unauthenticated: self.iperf2_allow_unauthenticated,
+            listen: self.listen.clone(),
+            port: self.port,
+            exit_after: self.exit_after,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            verbosity,
+            limits: Limits {
+                max_rate_bps: self.max_rate,
+                max_duration: self.max_duration,
+                max_bytes: self.max_bytes,
+                max_tests: self.max_tests,
+                max_conns_per_client: self.max_conns_per_client,
+                max_tests_per_client: self.max_tests_per_client,
+                max_conns: self.max_conns.unwrap_or_else(|| default_max_conns(fds)),
+                max_memory: self.max_memory.unwrap_or_else(default_max_memory),
+                setup: self.handshake_timeout,
+            },
+        }
+    }
+}
+
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
     if let Err(c) =
         super::check_outputs([("--logfile", a.console.logfile())]).and_then(|_| a.console.apply())
@@ -119,25 +162,17 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     // The default soft limit (1024 under systemd) is far below what a busy
     // server needs; the hard limit is the real ceiling.
     let fds = netrig::net::raise_fd_limit().unwrap_or(1024);
-    let max_conns = a.max_conns.unwrap_or_else(|| default_max_conns(fds));
+    let cfg = a.to_config(key, fds);
+    let verbosity = cfg.verbosity;
     // Named in the error: a port in use says nothing about which.
-    let at = if a.listen.is_empty() {
-        format!("[::]:{} (every address)", a.port)
+    let at = if cfg.listen.is_empty() {
+        format!("[::]:{} (every address)", cfg.port)
     } else {
-        a.listen
+        cfg.listen
             .iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(", ")
-    };
-    let log_format = match a.log_format {
-        LogFormatArg::Text => LogFormat::Text,
-        LogFormatArg::Json => LogFormat::Json,
-    };
-    // -v and -vv add text lines; a JSON log keeps to its events.
-    let verbosity = match log_format {
-        LogFormat::Text => a.verbosity.level(),
-        LogFormat::Json => a.verbosity.level().min(1),
     };
     // Bound first: a metrics address in use fails before the server starts.
     let metrics = match a.metrics {
@@ -147,33 +182,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot listen for --metrics on {m}"))?,
         ),
     };
-    let mut server = Server::bind(ServerConfig {
-        log_format,
-        key,
-        iperf3_port: a.iperf3_port,
-        iperf3_allow_unauthenticated: a.iperf3_allow_unauthenticated,
-        iperf3_detect: a.iperf3_detect,
-        iperf2_port: a.iperf2_port,
-        iperf2_allow_unauthenticated: a.iperf2_allow_unauthenticated,
-        listen: a.listen,
-        port: a.port,
-        exit_after: a.exit_after,
-        handshake_timeout: a.handshake_timeout,
-        idle_timeout: a.idle_timeout,
-        verbosity,
-        limits: Limits {
-            max_rate_bps: a.max_rate,
-            max_duration: a.max_duration,
-            max_bytes: a.max_bytes,
-            max_tests: a.max_tests,
-            max_conns_per_client: a.max_conns_per_client,
-            max_tests_per_client: a.max_tests_per_client,
-            max_conns,
-            max_memory: a.max_memory.unwrap_or_else(default_max_memory),
-            setup: a.handshake_timeout,
-        },
-    })
-    .with_context(|| format!("cannot listen on {at}"))?;
+    let mut server = Server::bind(cfg).with_context(|| format!("cannot listen on {at}"))?;
     if let Some(l) = metrics {
         server
             .serve_metrics(l)

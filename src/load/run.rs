@@ -84,6 +84,9 @@ pub enum LoadConfigError {
     /// Connections.
     #[error("--max-connections must be 1..=64")]
     Connections,
+    /// A socket option value is not usable.
+    #[error("{0}")]
+    SockOpt(#[from] crate::protocol::sockopts::SockOptError),
 }
 
 impl LoadConfig {
@@ -104,6 +107,7 @@ impl LoadConfig {
         if !(1..=64).contains(&self.max_connections) {
             return Err(LoadConfigError::Connections);
         }
+        self.sock.validate()?;
         Ok(())
     }
 

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::run::Run;
-pub use super::run::{Probe, RrConfig, RrReport, Transport, UNBOUNDED};
+pub use super::run::{Probe, RrConfig, RrConfigError, RrReport, Transport, UNBOUNDED};
 use super::serve::write_pattern;
 use crate::control::{ClientError, Control};
 use crate::protocol::pattern::{Direction, Pattern, stream_start};
-use crate::protocol::proto::{Message, RrProto, RrSpec, TestSpec};
+use crate::protocol::proto::{Message, RrProto, TestSpec};
 use crate::protocol::rr::hist::LatencyStats;
 
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
@@ -68,44 +68,19 @@ pub fn run(
     interrupt: Arc<AtomicBool>,
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(RrReport, LatencyStats), ClientError> {
+    cfg.validate()?;
     if matches!(cfg.transport, Transport::Sctp | Transport::SctpSeqpacket) {
         crate::sctp::support(cfg.transport == Transport::SctpSeqpacket)?;
     }
-    let (proto, stream_kind) = match cfg.transport {
-        Transport::Tcp => (RrProto::Tcp, crate::net::Stream::Tcp),
-        Transport::Udp => (RrProto::Udp, crate::net::Stream::Tcp),
-        // SCTP one-to-one runs the stream protocol, exactly like TCP.
-        Transport::Sctp => (RrProto::Tcp, crate::net::Stream::Sctp),
-        // One-to-many: control over TCP, messages on an association of their own.
-        Transport::SctpSeqpacket => (RrProto::SctpSeqpacket, crate::net::Stream::Tcp),
+    let stream_kind = match cfg.transport {
+        // SCTP one-to-one runs the stream protocol over its own socket.
+        Transport::Sctp => crate::net::Stream::Sctp,
+        // UDP and one-to-many SCTP: control over TCP, messages apart.
+        Transport::Tcp | Transport::Udp | Transport::SctpSeqpacket => crate::net::Stream::Tcp,
     };
-    let total = cfg.warmup.saturating_add(cfg.iterations);
-    let spec = RrSpec {
-        proto,
-        size: cfg.size,
-        reply: cfg.reply,
-        iterations: total,
-        nagle: cfg.nagle,
-        until_stopped: cfg.iterations == UNBOUNDED,
-        sock: cfg.sock.clone(),
-        // The shorter of what the count on its schedule takes and `-t`;
-        // 0 (not known) for a count back to back with no `-t`.
-        duration_ms: {
-            let by_count = match cfg.iterations {
-                UNBOUNDED => 0,
-                _ => crate::protocol::spec::schedule_ms(cfg.interval, total),
-            };
-            match (
-                cfg.duration.map(crate::protocol::spec::duration_ms),
-                by_count,
-            ) {
-                (Some(t), 0) => t,
-                (Some(t), c) => t.min(c),
-                (None, c) => c,
-            }
-        },
-    };
-    crate::rr::serve::validate(&spec)?;
+    let spec = cfg.spec();
+    let proto = spec.proto;
+    let total = spec.iterations;
     let bind = |a: std::net::SocketAddr| {
         Ok(cfg
             .bind

@@ -4,6 +4,6 @@
 
 pub mod client;
 pub mod crr;
-mod run;
+pub mod run;
 pub mod serve;
 mod udp;

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use crate::protocol::proto::{RrProto, RrSpec};
 use crate::protocol::rr::hist::{LatencyStats, Summary};
 use crate::protocol::udp::clock::Offset;
 
@@ -111,6 +112,92 @@ pub struct RrConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub connect_timeout: Option<Duration>,
+}
+
+/// Why a request/response configuration cannot run.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RrConfigError {
+    /// What the server would refuse: the spec check both ends make.
+    #[error("{0}")]
+    Spec(#[from] crate::protocol::refusal::Invalid),
+    /// `--cport` with an SCTP one-to-many association, whose port the
+    /// kernel picks.
+    #[error(
+        "--cport does not apply to --proto sctp-seqpacket: its association takes a port the kernel picks"
+    )]
+    CportSeqpacket,
+    /// Several local addresses without a transport that uses them.
+    #[error("several --bind addresses need --proto sctp-seqpacket (multi-homing)")]
+    MultiHoming,
+    /// Local addresses of both families.
+    #[error("--bind addresses must all be IPv4 or all IPv6")]
+    MixedFamilies,
+    /// A schedule of no time between requests.
+    #[error("the interval between requests must be positive")]
+    Interval,
+}
+
+impl RrConfig {
+    /// Whether this configuration can run: local addresses and ports the
+    /// transport can use, a schedule, and the spec the server would accept
+    /// (`rr::serve::validate`, the check the server makes: sizes within what
+    /// the transport carries, a count, socket options in range). The engine checks it before it connects; the
+    /// command line checks it before it starts an embedded server.
+    pub fn validate(&self) -> Result<(), RrConfigError> {
+        if self.cport.is_some() && self.transport == Transport::SctpSeqpacket {
+            return Err(RrConfigError::CportSeqpacket);
+        }
+        if self.bind.len() > 1 && self.transport != Transport::SctpSeqpacket {
+            return Err(RrConfigError::MultiHoming);
+        }
+        if self
+            .bind
+            .iter()
+            .any(|b| b.is_ipv4() != self.bind[0].is_ipv4())
+        {
+            return Err(RrConfigError::MixedFamilies);
+        }
+        if self.interval.is_some_and(|i| i.is_zero()) {
+            return Err(RrConfigError::Interval);
+        }
+        crate::rr::serve::validate(&self.spec())?;
+        Ok(())
+    }
+
+    /// The spec the server is sent for this run: the transport's protocol,
+    /// sizes, the count with the warm-up, and how long the run may last.
+    pub fn spec(&self) -> RrSpec {
+        let proto = match self.transport {
+            Transport::Tcp | Transport::Sctp => RrProto::Tcp,
+            Transport::Udp => RrProto::Udp,
+            Transport::SctpSeqpacket => RrProto::SctpSeqpacket,
+        };
+        let total = self.warmup.saturating_add(self.iterations);
+        // The shorter of what the count on its schedule takes and `-t`;
+        // 0 (not known) for a count back to back with no `-t`.
+        let by_count = match self.iterations {
+            UNBOUNDED => 0,
+            _ => crate::protocol::spec::schedule_ms(self.interval, total),
+        };
+        let duration_ms = match (
+            self.duration.map(crate::protocol::spec::duration_ms),
+            by_count,
+        ) {
+            (Some(t), 0) => t,
+            (Some(t), c) => t.min(c),
+            (None, c) => c,
+        };
+        RrSpec {
+            proto,
+            size: self.size,
+            reply: self.reply,
+            iterations: total,
+            nagle: self.nagle,
+            until_stopped: self.iterations == UNBOUNDED,
+            sock: self.sock.clone(),
+            duration_ms,
+        }
+    }
 }
 
 /// `RrConfig::iterations` for a run that goes on until it is interrupted.
@@ -341,6 +428,135 @@ mod tests {
 
     fn stats() -> LatencyStats {
         LatencyStats::new(0.0, 1000.0, 10, 0)
+    }
+
+    #[test]
+    fn a_config_is_checked_as_the_server_checks_its_spec() {
+        use crate::protocol::refusal::Invalid;
+        let udp_max = (crate::protocol::udp::header::MAX_DATAGRAM
+            - crate::protocol::udp::header::HEADER_LEN) as u32;
+        let check = |f: &dyn Fn(&mut RrConfig)| {
+            let mut c = config();
+            f(&mut c);
+            c.validate()
+        };
+        assert_eq!(check(&|_| {}), Ok(()));
+        let too_big = Err(RrConfigError::Spec(Invalid::RequestSize {
+            max: udp_max,
+            proto: "udp",
+        }));
+        assert_eq!(check(&|c| c.size = 0), too_big);
+        assert_eq!(check(&|c| c.size = udp_max), Ok(()));
+        assert_eq!(check(&|c| c.reply = udp_max), Ok(()));
+        assert_eq!(check(&|c| c.size = udp_max + 1), too_big);
+        assert_eq!(check(&|c| c.reply = udp_max + 1), too_big);
+        // Over TCP, what one message may hold.
+        let tcp_max = crate::rr::serve::MAX_TCP_MESSAGE;
+        let tcp = |c: &mut RrConfig| c.transport = Transport::Tcp;
+        assert_eq!(
+            check(&|c| {
+                tcp(c);
+                c.size = tcp_max;
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            check(&|c| {
+                tcp(c);
+                c.size = tcp_max + 1;
+            }),
+            Err(RrConfigError::Spec(Invalid::RequestSize {
+                max: tcp_max,
+                proto: "tcp"
+            }))
+        );
+        assert_eq!(
+            check(&|c| {
+                c.iterations = 0;
+                c.warmup = 0;
+            }),
+            Err(RrConfigError::Spec(Invalid::ZeroIterations))
+        );
+    }
+
+    #[test]
+    fn the_spec_carries_the_count_with_its_warm_up_and_the_shorter_limit() {
+        let mut c = config();
+        c.transport = Transport::Sctp;
+        let s = c.spec();
+        assert_eq!(
+            s.proto,
+            RrProto::Tcp,
+            "SCTP one-to-one speaks the stream protocol"
+        );
+        assert_eq!((s.size, s.reply, s.iterations), (64, 128, 6));
+        assert!(!s.until_stopped);
+        assert_eq!(s.duration_ms, 0, "a count back to back has no known length");
+        c.interval = Some(Duration::from_millis(10));
+        assert_eq!(
+            c.spec().duration_ms,
+            crate::protocol::spec::schedule_ms(c.interval, 6)
+        );
+        c.duration = Some(Duration::from_millis(20));
+        assert_eq!(c.spec().duration_ms, 20, "-t shorter than the schedule");
+        c.duration = Some(Duration::from_secs(20));
+        assert_eq!(
+            c.spec().duration_ms,
+            crate::protocol::spec::schedule_ms(c.interval, 6)
+        );
+        c.iterations = UNBOUNDED;
+        let s = c.spec();
+        assert!(s.until_stopped);
+        assert_eq!(s.duration_ms, 20_000, "until stopped: -t alone");
+        c.transport = Transport::Udp;
+        assert_eq!(c.spec().proto, RrProto::Udp);
+        c.transport = Transport::SctpSeqpacket;
+        assert_eq!(c.spec().proto, RrProto::SctpSeqpacket);
+    }
+
+    #[test]
+    fn local_addresses_and_ports_must_suit_the_transport() {
+        let v4: IpAddr = "127.0.0.1".parse().unwrap();
+        let v4b: IpAddr = "127.0.0.2".parse().unwrap();
+        let v6: IpAddr = "::1".parse().unwrap();
+        let with = |t: Transport, bind: Vec<IpAddr>, cport: Option<u16>| {
+            let mut c = config();
+            c.transport = t;
+            c.bind = bind;
+            c.cport = cport;
+            c.validate()
+        };
+        assert_eq!(with(Transport::Udp, vec![v4], Some(5000)), Ok(()));
+        assert_eq!(
+            with(Transport::Tcp, vec![v4, v4b], None),
+            Err(RrConfigError::MultiHoming)
+        );
+        assert_eq!(with(Transport::SctpSeqpacket, vec![v4, v4b], None), Ok(()));
+        assert_eq!(
+            with(Transport::SctpSeqpacket, vec![v4, v6], None),
+            Err(RrConfigError::MixedFamilies)
+        );
+        assert_eq!(
+            with(Transport::SctpSeqpacket, vec![v4], Some(5000)),
+            Err(RrConfigError::CportSeqpacket)
+        );
+        assert_eq!(with(Transport::Sctp, vec![v4], Some(5000)), Ok(()));
+    }
+
+    #[test]
+    fn a_schedule_needs_time_between_requests_and_options_in_range() {
+        let mut c = config();
+        c.interval = Some(Duration::ZERO);
+        assert_eq!(c.validate(), Err(RrConfigError::Interval));
+        c.interval = Some(Duration::from_nanos(1));
+        assert_eq!(c.validate(), Ok(()));
+        c.sock.mss = Some(1);
+        assert!(matches!(
+            c.validate(),
+            Err(RrConfigError::Spec(
+                crate::protocol::refusal::Invalid::SockOpt(_)
+            ))
+        ));
     }
 
     #[test]
