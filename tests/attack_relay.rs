@@ -272,3 +272,40 @@ fn a_udp_rr_run_longer_than_the_idle_timeout_completes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A netrig UDP test's flow ends when its control connection closes, not
+/// at the idle timeout (the UDP loop is told, it does not scan for it):
+/// with room for one flow, tests one after another all pass through the
+/// relay (a refused flow would leave the port unrewritten, counted).
+#[test]
+fn a_udp_tests_flow_ends_with_its_control_connection() {
+    let (_srv, to) = serve(&["-q"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("relay.json");
+    let json_arg = json.to_str().unwrap();
+    let (rl, addr) = relay(
+        to,
+        &[
+            "--max-flows",
+            "1",
+            "--idle-timeout",
+            "300s",
+            "--json",
+            json_arg,
+        ],
+    );
+    let t = addr.to_string();
+    for i in 0..3 {
+        let out = netrig(&["udp", &t, "-b", "1M", "-t", "1", "-q"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "test {i}: {err}");
+    }
+    let (code, _) = interrupt(rl);
+    assert_eq!(code, Some(130));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["result"]["udp_refused"], 0, "{v}");
+    assert_eq!(v["result"]["udp_flows"], 3, "{v}");
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub mod ahead;
 pub mod cpu;
+pub mod event_loop;
 pub mod loops;
 pub mod out;
 pub mod sockopt;

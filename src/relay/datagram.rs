@@ -4,30 +4,37 @@
 //! queue, duplication, reordering, corruption) and counted in both
 //! directions. Delayed datagrams wait in a queue per direction, on the
 //! loop's timers, and their memory is taken from the relay's `--max-queue`.
+//! The loop is the shared skeleton's ([`crate::net::event_loop`]): a flow's
+//! one timer entry is its next departure, a held datagram's release or its
+//! idle deadline, whichever is first; a test's flow ends when its control
+//! connection's loop says so ([`Link::end`]); nothing scans the flows.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use mio::event::Event as Ready;
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Token};
+use mio::{Interest, Token};
 
 use super::limits::{self, MemBudget, entry_cost};
 use super::{Dir, Event, Shared, bind_udp, unspecified_like};
-use crate::net::loops::{LoopEnd, Mailboxes, WAKE};
+use crate::net::event_loop::{self, Core, Flow as Go, Handler};
+use crate::net::loops::Mailboxes;
 use crate::net::sockopt::send_marked;
-use crate::net::timers::Timers;
 use crate::protocol::relay::impair::{Action, DatagramImpairer, DropCause};
 use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 
-/// The listening socket's token (flows use 2k and 2k + 1).
+/// The listening socket's token (a flow's sockets are its slot's: the
+/// client side 0, the server side 1).
 const LISTEN: Token = Token(usize::MAX - 1);
 
-/// How often the loop looks for idle and ended flows.
+/// How often the loop looks whether the relay stopped (idle flows are
+/// found by their own timers, ended ones by a message).
 const TICK: Duration = Duration::from_millis(100);
 
 /// A datagram held back for `--reorder` leaves in order if nothing
@@ -40,12 +47,51 @@ const BATCH: usize = 256;
 /// What a netrig UDP flow shares with the control connection that set it up:
 /// when to end, and when it last carried anything (so the control connection,
 /// silent during the test, is not idle while its flow is busy).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Link {
     /// The control connection closed: end the flow.
-    pub(super) stop: AtomicBool,
+    stop: AtomicBool,
+    /// The flow's token on the UDP loop once it runs there ([`NO_FLOW`]
+    /// before): where the control connection's end is sent.
+    flow: AtomicUsize,
     /// When the flow last carried a datagram (relay clock, ns).
     pub(super) last_ns: AtomicU64,
+}
+
+/// A link whose flow is not (yet) on the loop.
+const NO_FLOW: usize = usize::MAX;
+
+impl Default for Link {
+    fn default() -> Link {
+        Link {
+            stop: AtomicBool::new(false),
+            flow: AtomicUsize::new(NO_FLOW),
+            last_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Link {
+    /// The control connection closed: its flow, if any, ends. Either the
+    /// loop has named the flow, and is sent its end, or it sees `stop`
+    /// when it takes the flow in (both stores come before both loads).
+    pub(super) fn end(&self, sh: &Shared) {
+        self.stop.store(true, SeqCst);
+        let flow = self.flow.load(SeqCst);
+        if flow != NO_FLOW
+            && let Some(b) = sh.udp_box.get()
+        {
+            b.send(0, UdpMsg::End(Token(flow)));
+        }
+    }
+}
+
+/// What reaches the UDP loop from the control connections' loops.
+pub(super) enum UdpMsg {
+    /// A netrig UDP test to relay.
+    Test(NewTest),
+    /// The control connection of the test whose flow has this token closed.
+    End(Token),
 }
 
 /// A netrig UDP test's two sockets, for the loop.
@@ -57,7 +103,7 @@ pub(super) struct NewTest {
 }
 
 /// The way into the UDP loop.
-pub(super) type UdpBox = Mailboxes<NewTest>;
+pub(super) type UdpBox = Mailboxes<UdpMsg>;
 
 /// Starts the UDP loop with the listening socket `sock`.
 pub(super) fn start(sh: &Arc<Shared>, sock: UdpSocket) -> io::Result<()> {
@@ -74,18 +120,18 @@ pub(super) fn start(sh: &Arc<Shared>, sock: UdpSocket) -> io::Result<()> {
     let _ = sh.udp_box.set(boxes);
     let mut l = UdpLoop {
         sh: Arc::clone(sh),
-        end,
+        core: Core::new(end.poll, Some(end.rx), TICK),
         listener: sock,
-        flows: Vec::new(),
-        free: Vec::new(),
         by_src: HashMap::new(),
-        timers: Timers::default(),
-        again: Vec::new(),
         buf: vec![0u8; 65536],
     };
     std::thread::Builder::new()
         .name("relay-udp".into())
-        .spawn(move || l.run())?;
+        .spawn(move || {
+            if let Err(e) = event_loop::run(&mut l) {
+                eprintln!("netrig relay: UDP loop failed: {e}");
+            }
+        })?;
     Ok(())
 }
 
@@ -109,7 +155,7 @@ pub(super) fn udp_flow(sh: &Arc<Shared>, port: u16, link: &Arc<Link>) -> io::Res
         link: Arc::clone(link),
         place,
     };
-    let sent = sh.udp_box.get().is_some_and(|b| b.send(0, t));
+    let sent = sh.udp_box.get().is_some_and(|b| b.send(0, UdpMsg::Test(t)));
     if !sent {
         return Err(io::Error::other("the relay's UDP loop is not running"));
     }
@@ -136,8 +182,6 @@ struct Flow {
     /// Up, then down.
     pipes: [Pipe; 2],
     last: Instant,
-    /// The earliest wake-up asked of the timers, so each is asked once.
-    armed: Option<Instant>,
     _place: limits::Place,
 }
 
@@ -152,80 +196,88 @@ impl Flow {
 
 struct UdpLoop {
     sh: Arc<Shared>,
-    end: LoopEnd<NewTest>,
+    core: Core<Flow, UdpMsg>,
     listener: UdpSocket,
-    flows: Vec<Option<Flow>>,
-    free: Vec<usize>,
     by_src: HashMap<SocketAddr, usize>,
-    timers: Timers,
-    /// Sockets that delivered a whole batch and may hold more.
-    again: Vec<Token>,
     buf: Vec<u8>,
 }
 
-impl UdpLoop {
-    fn run(&mut self) {
-        let mut events = Events::with_capacity(256);
-        let mut next_scan = Instant::now();
-        loop {
-            let now = Instant::now();
-            let timeout = if self.again.is_empty() {
-                self.timers.timeout(now, TICK)
-            } else {
-                Duration::ZERO
-            };
-            if let Err(e) = self.end.poll.poll(&mut events, Some(timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                eprintln!("netrig relay: UDP loop failed: {e}");
-                return;
-            }
-            let mut ready: Vec<Token> = std::mem::take(&mut self.again);
-            ready.extend(events.iter().map(|e| e.token()));
-            for t in ready {
-                match t {
-                    WAKE => self.take_incoming(),
-                    LISTEN => self.read_listener(),
-                    Token(t) => self.read_flow(t / 2, t % 2 == 0),
-                }
-            }
-            let now = Instant::now();
-            for k in self.timers.due(now) {
-                if let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) {
-                    f.armed = None;
-                }
-                self.wake(k);
-            }
-            if now >= next_scan {
-                next_scan = now + TICK;
-                self.close_ended(now);
-                if self.sh.stop.load(SeqCst) {
-                    return;
+impl Handler for UdpLoop {
+    type Slot = Flow;
+    type Msg = UdpMsg;
+
+    fn core(&mut self) -> &mut Core<Flow, UdpMsg> {
+        &mut self.core
+    }
+
+    fn on_ready(&mut self, k: usize, sub: usize, _ev: Option<&Ready>) {
+        self.read_flow(k, sub == 0);
+    }
+
+    fn on_token(&mut self, t: Token, _ev: Option<&Ready>) {
+        if t == LISTEN {
+            self.read_listener();
+        }
+    }
+
+    /// Flow `k`'s timer: closed if idle for `--idle-timeout`, otherwise
+    /// what is due is sent and its next times (departure, held datagram,
+    /// idle deadline) are armed.
+    fn on_timer(&mut self, k: usize, now: Instant) {
+        let Some(f) = self.core.slots.get(k) else {
+            return;
+        };
+        if now >= f.last + self.sh.cfg.limits.idle_timeout {
+            self.sh.idle_closed.fetch_add(1, SeqCst);
+            return self.close(k);
+        }
+        self.wake(k);
+    }
+
+    fn on_message(&mut self, m: UdpMsg) {
+        match m {
+            UdpMsg::Test(t) => self.take_test(t),
+            UdpMsg::End(t) => {
+                if let Some((k, _)) = self.core.slots.resolve(t) {
+                    self.close(k);
                 }
             }
         }
     }
 
-    fn take_incoming(&mut self) {
-        while let Ok(t) = self.end.rx.try_recv() {
-            let flow = self.sh.next_flow.fetch_add(1, SeqCst);
-            self.sh.udp_flows.fetch_add(1, SeqCst);
-            let kind = Kind::Test {
-                client: t.client,
-                server: t.server,
-                peer: None,
-                link: t.link,
-            };
-            self.add(flow, kind, t.place);
+    /// Once the relay stops every flow ends (dropped with the loop).
+    fn on_tick(&mut self, _now: Instant) -> Go {
+        match self.sh.stop.load(SeqCst) {
+            true => Go::Stop,
+            false => Go::Go,
+        }
+    }
+}
+
+impl UdpLoop {
+    fn take_test(&mut self, t: NewTest) {
+        let flow = self.sh.next_flow.fetch_add(1, SeqCst);
+        self.sh.udp_flows.fetch_add(1, SeqCst);
+        let link = Arc::clone(&t.link);
+        let kind = Kind::Test {
+            client: t.client,
+            server: t.server,
+            peer: None,
+            link: t.link,
+        };
+        let Some(k) = self.add(flow, kind, t.place) else {
+            return;
+        };
+        link.flow.store(self.core.token(k, 0).0, SeqCst);
+        // Its control connection may have closed before the flow was named.
+        if link.stop.load(SeqCst) {
+            self.close(k);
         }
     }
 
     /// Registers a new flow's sockets; false if they could not be.
     fn add(&mut self, flow: u64, kind: Kind, place: limits::Place) -> Option<usize> {
-        let k = self.free.pop().unwrap_or_else(|| {
-            self.flows.push(None);
-            self.flows.len() - 1
-        });
+        let k = self.core.slots.vacant();
         let f = Flow {
             kind,
             pipes: [
@@ -233,34 +285,46 @@ impl UdpLoop {
                 Pipe::new(&self.sh, flow, Dir::Down),
             ],
             last: Instant::now(),
-            armed: None,
             _place: place,
         };
-        let reg = self.end.poll.registry();
         let socks = f.sockets();
-        // A plain flow's one socket is the upstream one (odd token).
+        // A plain flow's one socket is the upstream one (sub 1).
         let first = if socks.len() == 1 { 1 } else { 0 };
         for (i, s) in socks.iter().enumerate() {
             let ok = s.set_nonblocking(true).is_ok()
-                && reg
+                && (self.core)
                     .register(
                         &mut SourceFd(&s.as_raw_fd()),
-                        Token(2 * k + first + i),
+                        k,
+                        first + i,
                         Interest::READABLE,
                     )
                     .is_ok();
             if !ok {
                 for s in &socks[..i] {
-                    let _ = reg.deregister(&mut SourceFd(&s.as_raw_fd()));
+                    self.core.deregister(&mut SourceFd(&s.as_raw_fd()));
                 }
-                self.free.push(k);
+                self.core.close(k);
                 return None;
             }
             crate::udp::receive::enable_rx_timestamps(s);
             crate::udp::receive::enable_rx_tos(s);
         }
-        self.flows[k] = Some(f);
+        self.core.arm(k, f.last + self.sh.cfg.limits.idle_timeout);
+        self.core.slots.put(k, f);
         Some(k)
+    }
+
+    /// Ends flow `k`: its sockets out of the poll, its slot and timer freed.
+    fn close(&mut self, k: usize) {
+        if let Some(f) = self.core.close(k) {
+            for s in f.sockets() {
+                self.core.deregister(&mut SourceFd(&s.as_raw_fd()));
+            }
+            if let Kind::Plain { src, .. } = &f.kind {
+                self.by_src.remove(src);
+            }
+        }
     }
 
     /// Datagrams on the listening port: plain UDP, one flow per client address.
@@ -285,7 +349,7 @@ impl UdpLoop {
             let at = self.sh.arrival_ns(got.stamp);
             self.arrive(k, Dir::Up, n, at, got.tos);
         }
-        self.again.push(LISTEN);
+        self.core.again_token(LISTEN);
     }
 
     /// Opens the upstream socket for a new client address.
@@ -308,7 +372,7 @@ impl UdpLoop {
     /// the server.
     fn read_flow(&mut self, k: usize, client_side: bool) {
         for _ in 0..BATCH {
-            let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+            let Some(f) = self.core.slots.get_mut(k) else {
                 return;
             };
             let got = match (&mut f.kind, client_side) {
@@ -335,12 +399,12 @@ impl UdpLoop {
                 Err(_) => {}
             }
         }
-        self.again.push(Token(2 * k + usize::from(!client_side)));
+        self.core.again(k, usize::from(!client_side));
     }
 
     /// One datagram of `n` bytes (in `buf`) arrived at `at` on flow `k`.
     fn arrive(&mut self, k: usize, dir: Dir, n: usize, at: u64, tos: Option<u8>) {
-        let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+        let Some(f) = self.core.slots.get_mut(k) else {
             return;
         };
         let now = Instant::now();
@@ -360,9 +424,10 @@ impl UdpLoop {
     }
 
     /// Sends what is due on flow `k`, releases a held datagram nothing
-    /// followed, and asks the timers for the next time.
+    /// followed, and asks the timers for the next time (or its idle
+    /// deadline: the flow's one entry keeps the earliest).
     fn wake(&mut self, k: usize) {
-        let Some(f) = self.flows.get_mut(k).and_then(Option::as_mut) else {
+        let Some(f) = self.core.slots.get_mut(k) else {
             return;
         };
         let now = Instant::now();
@@ -371,7 +436,7 @@ impl UdpLoop {
             kind: &f.kind,
             listener: &self.listener,
         };
-        let mut next: Option<Instant> = None;
+        let mut next = f.last + self.sh.cfg.limits.idle_timeout;
         for (i, dir) in [Dir::Up, Dir::Down].into_iter().enumerate() {
             let p = &mut f.pipes[i];
             let mut out = |d: &[u8], tos: u8| view.send(dir, d, tos);
@@ -384,51 +449,10 @@ impl UdpLoop {
             let at = [
                 due.map(|ns| self.sh.t0 + Duration::from_nanos(ns)),
                 p.held_since.map(|s| s + HOLD),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            next = [next, at].into_iter().flatten().min();
+            ];
+            next = at.into_iter().flatten().fold(next, Instant::min);
         }
-        if let Some(at) = next
-            && f.armed.is_none_or(|a| at < a)
-        {
-            f.armed = Some(at);
-            self.timers.push(at, k);
-        }
-    }
-
-    /// Closes flows idle for `--idle-timeout`, and the flows of tests whose
-    /// control connection closed; all of them once the relay stops.
-    fn close_ended(&mut self, now: Instant) {
-        let idle = self.sh.cfg.limits.idle_timeout;
-        let stopping = self.sh.stop.load(SeqCst);
-        for k in 0..self.flows.len() {
-            let Some(f) = &self.flows[k] else {
-                continue;
-            };
-            let idled = now.duration_since(f.last) >= idle;
-            let ended = match &f.kind {
-                Kind::Test { link, .. } => link.stop.load(SeqCst),
-                Kind::Plain { .. } => false,
-            };
-            if !(idled || ended || stopping) {
-                continue;
-            }
-            if idled {
-                self.sh.idle_closed.fetch_add(1, SeqCst);
-            }
-            if let Some(f) = self.flows[k].take() {
-                let reg = self.end.poll.registry();
-                for s in f.sockets() {
-                    let _ = reg.deregister(&mut SourceFd(&s.as_raw_fd()));
-                }
-                if let Kind::Plain { src, .. } = &f.kind {
-                    self.by_src.remove(src);
-                }
-                self.free.push(k);
-            }
-        }
+        self.core.arm(k, next);
     }
 }
 

@@ -3,10 +3,14 @@
 //! and its queued bytes, never a thread, whatever the delay line holds.
 //! The accepting thread hands each connection to the least busy loop, which
 //! connects upstream without blocking and moves both directions ([`Half`])
-//! as the sockets and the departure times allow.
+//! as the sockets and the departure times allow. The loops are the shared
+//! skeleton's ([`crate::net::event_loop`]): a pair's one timer entry is its
+//! next departure or its deadline (connect, then idle), so an idle pair is
+//! found by its own timer, never by a scan of every pair.
 
+use mio::Interest;
+use mio::event::Event;
 use mio::net::TcpStream;
-use mio::{Events, Interest, Token};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -16,13 +20,14 @@ use super::datagram::Link;
 use super::limits::{AddrPlace, Place};
 use super::stream::{Half, Meta, Turn};
 use super::{Dir, Shared};
-use crate::net::loops::{LoopEnd, Mailboxes, WAKE};
-use crate::net::timers::Timers;
+use crate::net::event_loop::{self, Core, Flow, Handler};
+use crate::net::loops::{LoopEnd, Mailboxes};
 
 /// How long connecting upstream may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often a loop looks for idle connections and a stopped relay.
+/// How often a loop looks whether the relay stopped (idle connections
+/// are found by their own timers).
 const TICK: Duration = Duration::from_millis(100);
 
 /// An accepted client connection and its places under `--max-conns` and
@@ -84,13 +89,38 @@ enum Next {
 
 struct Loop {
     sh: Arc<Shared>,
-    end: LoopEnd<Accepted>,
+    core: Core<Pair, Accepted>,
     index: usize,
     boxes: Arc<Mailboxes<Accepted>>,
-    pairs: Vec<Option<Pair>>,
-    free: Vec<usize>,
-    timers: Timers,
     buf: Vec<u8>,
+}
+
+impl Handler for Loop {
+    type Slot = Pair;
+    type Msg = Accepted;
+
+    fn core(&mut self) -> &mut Core<Pair, Accepted> {
+        &mut self.core
+    }
+
+    fn on_ready(&mut self, k: usize, _sub: usize, _ev: Option<&Event>) {
+        self.advance(k);
+    }
+
+    fn on_timer(&mut self, k: usize, _now: Instant) {
+        self.expire(k);
+    }
+
+    fn on_message(&mut self, Accepted(client, place, from): Accepted) {
+        self.add(client, (place, from));
+    }
+
+    fn on_tick(&mut self, _now: Instant) -> Flow {
+        match self.sh.stop.load(SeqCst) && self.core.slots.is_empty() {
+            true => Flow::Stop,
+            false => Flow::Go,
+        }
+    }
 }
 
 impl Loop {
@@ -102,51 +132,16 @@ impl Loop {
     ) -> Loop {
         Loop {
             sh,
-            end,
+            core: Core::new(end.poll, Some(end.rx), TICK),
             index,
             boxes,
-            pairs: Vec::new(),
-            free: Vec::new(),
-            timers: Timers::default(),
             buf: vec![0u8; 256 * 1024],
         }
     }
 
     fn run(&mut self) {
-        let mut events = Events::with_capacity(1024);
-        let mut next_scan = Instant::now();
-        loop {
-            let timeout = self.timers.timeout(Instant::now(), TICK);
-            if let Err(e) = self.end.poll.poll(&mut events, Some(timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                eprintln!("netrig relay: event loop failed: {e}");
-                return;
-            }
-            for ev in &events {
-                match ev.token() {
-                    WAKE => self.take_incoming(),
-                    Token(t) => self.advance(t / 2),
-                }
-            }
-            let now = Instant::now();
-            for k in self.timers.due(now) {
-                self.advance(k);
-            }
-            if now >= next_scan {
-                self.close_idle();
-                next_scan = now + TICK;
-                if self.sh.stop.load(SeqCst) && self.pairs.iter().all(Option::is_none) {
-                    return;
-                }
-            }
-        }
-    }
-
-    fn take_incoming(&mut self) {
-        while let Ok(Accepted(client, place, from)) = self.end.rx.try_recv() {
-            let place = (place, from);
-            self.add(client, place);
+        if let Err(e) = event_loop::run(self) {
+            eprintln!("netrig relay: event loop failed: {e}");
         }
     }
 
@@ -162,23 +157,19 @@ impl Loop {
         };
         sh.remark(&server, super::Dir::Up);
         sh.remark(&client, super::Dir::Down);
-        let k = self.free.pop().unwrap_or_else(|| {
-            self.pairs.push(None);
-            self.pairs.len() - 1
-        });
+        let k = self.core.slots.vacant();
         let both = Interest::READABLE | Interest::WRITABLE;
-        let reg = self.end.poll.registry();
-        if reg.register(&mut client, Token(2 * k), both).is_err()
-            || reg.register(&mut server, Token(2 * k + 1), both).is_err()
+        if self.core.register(&mut client, k, 0, both).is_err()
+            || self.core.register(&mut server, k, 1, both).is_err()
         {
             crate::net::reset(&client);
-            self.free.push(k);
+            self.core.close(k);
             self.boxes.left(self.index);
             return;
         }
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        self.timers.push(deadline, k);
-        self.pairs[k] = Some(Pair {
+        self.core.arm(k, deadline);
+        let pair = Pair {
             flow,
             client,
             server,
@@ -188,20 +179,24 @@ impl Loop {
             meta: Meta::new(sh.now_ns()),
             link: Arc::default(),
             _place: place,
-        });
+        };
+        self.core.slots.put(k, pair);
         self.advance(k);
     }
 
     fn advance(&mut self, k: usize) {
-        let Some(mut pair) = self.pairs.get_mut(k).and_then(Option::take) else {
+        let Some(mut pair) = self.core.slots.take(k) else {
             return;
         };
         match self.turn(&mut pair) {
             Next::Keep(at) => {
-                if let Some(at) = at {
-                    self.timers.push(at, k);
+                // One timer entry: the earlier of the next departure and
+                // the deadline (connect, then idle).
+                let deadline = self.deadline(&pair);
+                if let Some(at) = [at, Some(deadline)].into_iter().flatten().min() {
+                    self.core.arm(k, at);
                 }
-                self.pairs[k] = Some(pair);
+                self.core.slots.put(k, pair);
             }
             Next::Close => self.close(k, pair),
             Next::Reset => {
@@ -209,6 +204,37 @@ impl Loop {
                 crate::net::reset(&pair.server);
                 self.close(k, pair);
             }
+        }
+    }
+
+    /// When pair `p` is to be looked at if nothing moves: its connect
+    /// deadline while connecting, then when it has been quiet either way
+    /// for `--idle-timeout` (a control connection is not idle while its
+    /// UDP test's datagrams pass).
+    fn deadline(&self, p: &Pair) -> Instant {
+        if let Some(d) = p.connecting {
+            return d;
+        }
+        let last = p.meta.last_ns.max(p.link.last_ns.load(SeqCst));
+        self.sh.t0 + Duration::from_nanos(last) + self.sh.cfg.limits.idle_timeout
+    }
+
+    /// Pair `k`'s timer came due: reset if it has been idle for
+    /// `--idle-timeout`, moved on (and its deadline re-armed) otherwise;
+    /// an idle pair costs one look per idle period, never a scan.
+    fn expire(&mut self, k: usize) {
+        let Some(p) = self.core.slots.get(k) else {
+            return;
+        };
+        let idle = p.connecting.is_none() && Instant::now() >= self.deadline(p);
+        if !idle {
+            return self.advance(k);
+        }
+        if let Some(p) = self.core.slots.take(k) {
+            self.sh.idle_closed.fetch_add(1, SeqCst);
+            crate::net::reset(&p.client);
+            crate::net::reset(&p.server);
+            self.close(k, p);
         }
     }
 
@@ -261,31 +287,11 @@ impl Loop {
         }
     }
 
-    /// Resets connections with no traffic either way for `--idle-timeout`
-    /// (a control connection is not idle while its UDP test's datagrams
-    /// pass), and upstream connections that never came up.
-    fn close_idle(&mut self) {
-        let now = self.sh.now_ns();
-        let idle = self.sh.cfg.limits.idle_timeout.as_nanos() as u64;
-        for k in 0..self.pairs.len() {
-            let quiet = self.pairs[k].as_ref().is_some_and(|p| {
-                let last = p.meta.last_ns.max(p.link.last_ns.load(SeqCst));
-                p.connecting.is_none() && now.saturating_sub(last) >= idle
-            });
-            if quiet && let Some(p) = self.pairs[k].take() {
-                self.sh.idle_closed.fetch_add(1, SeqCst);
-                crate::net::reset(&p.client);
-                crate::net::reset(&p.server);
-                self.close(k, p);
-            }
-        }
-    }
-
     fn close(&mut self, k: usize, mut p: Pair) {
-        let reg = self.end.poll.registry();
-        let _ = reg.deregister(&mut p.client);
-        let _ = reg.deregister(&mut p.server);
-        p.link.stop.store(true, SeqCst);
+        self.core.deregister(&mut p.client);
+        self.core.deregister(&mut p.server);
+        self.core.close(k);
+        p.link.end(&self.sh);
         if let Some(id) = p.meta.session {
             self.sh
                 .sessions
@@ -293,7 +299,6 @@ impl Loop {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&id);
         }
-        self.free.push(k);
         self.boxes.left(self.index);
     }
 }

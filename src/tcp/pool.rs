@@ -6,8 +6,9 @@
 //! server's account of the bursts. Reads go into one buffer per thread, so
 //! memory does not grow with the buffer size times the connections.
 
+use mio::Poll;
+use mio::event::Event;
 use mio::net::TcpStream;
-use mio::{Events, Poll};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use std::io;
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 use super::config::BufferSpec;
 use super::session::{ConnectionRecord, Shared};
 use crate::net::ahead::ReadAhead;
+use crate::net::event_loop::{self, Core, Flow, Handler};
 use crate::net::out::Out;
-use crate::net::timers::Timers;
 use crate::protocol::outcome::ConnResult;
 use crate::protocol::tcp::machine::Conn;
 use ending::{Ended, Span};
@@ -80,23 +81,16 @@ struct Slot {
 /// One event loop's connections and what they share.
 struct Worker<'a> {
     sh: &'a Shared,
-    poll: Poll,
-    /// Boxed: a slot is taken out for each step and put back, and a
-    /// connection's record makes it some 600 bytes to copy each way.
-    slots: Vec<Option<Box<Slot>>>,
-    free: Vec<usize>,
-    live: usize,
+    /// The loop's poll, connections and their timers (the shared
+    /// skeleton). Slots are boxed: a slot is taken out for each step and
+    /// put back, and a connection's record makes it some 600 bytes to copy
+    /// each way. A connection that used up its turn
+    /// ([`Ran::Yielded`](crate::tcp::drive::Ran::Yielded)) runs again
+    /// after the next poll's events and timers ([`Core::again`]), so that
+    /// the other connections come first.
+    core: Core<Box<Slot>>,
     /// Concurrent connections this loop keeps.
     quota: usize,
-    timers: Timers,
-    /// Connections that used up their turn
-    /// ([`Ran::Yielded`](crate::tcp::drive::Ran::Yielded)) and could go
-    /// on: run again after the next poll's events and timers, so that the
-    /// other connections come first. Edge-triggered readiness reports
-    /// nothing new for them; `queued` marks the slots in the list, each
-    /// at most once.
-    ready: Vec<usize>,
-    queued: Vec<bool>,
     buf: Vec<u8>,
     tx: Sender<ConnectionRecord>,
     rng: SmallRng,
@@ -147,14 +141,8 @@ pub(super) fn spawn(
                 } as usize;
                 let mut wk = Worker {
                     sh: &sh,
-                    poll,
-                    slots: Vec::new(),
-                    free: Vec::new(),
-                    live: 0,
+                    core: Core::new(poll, None, TICK),
                     quota,
-                    timers: Timers::default(),
-                    ready: Vec::new(),
-                    queued: Vec::new(),
                     // At least a frame's worth, so a peer's report is read
                     // whole (the machine reads data in its own buffer's steps).
                     buf: vec![0u8; buf_len.max(crate::net::ahead::AHEAD)],
@@ -174,47 +162,49 @@ pub(super) fn spawn(
     Ok(handles)
 }
 
+impl Handler for Worker<'_> {
+    type Slot = Box<Slot>;
+    type Msg = ();
+
+    fn core(&mut self) -> &mut Core<Box<Slot>> {
+        &mut self.core
+    }
+
+    fn on_ready(&mut self, k: usize, _sub: usize, _ev: Option<&Event>) {
+        self.advance(k);
+    }
+
+    fn on_timer(&mut self, k: usize, now: Instant) {
+        self.expire(k, now);
+    }
+
+    /// Between two polls: a stopped run's connections cancelled, a due
+    /// status row sampled, new connections opened, ended ones finished;
+    /// the loop ends once it holds none and will open none.
+    fn on_turn(&mut self, now: Instant) -> Flow {
+        if self.sh.abort.load(SeqCst) {
+            self.cancel_all();
+        }
+        if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
+            && now >= at
+        {
+            self.sample(iv);
+            self.next_sample = Some(at + iv);
+        }
+        self.start_more();
+        self.finish_ending();
+        match self.core.slots.is_empty() && (self.no_more || self.stopping()) {
+            true => Flow::Stop,
+            false => Flow::Go,
+        }
+    }
+}
+
 impl Worker<'_> {
     fn run(&mut self) {
-        let mut events = Events::with_capacity(1024);
-        loop {
-            self.start_more();
+        if let Err(e) = event_loop::run(self) {
+            self.fail_all(&e.to_string());
             self.finish_ending();
-            if self.live == 0 && (self.no_more || self.stopping()) {
-                return;
-            }
-            let timeout = match self.ready.is_empty() {
-                true => self.timers.timeout(Instant::now(), TICK),
-                false => Duration::ZERO,
-            };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                self.fail_all(&e.to_string());
-                self.finish_ending();
-                return;
-            }
-            for ev in &events {
-                self.advance(ev.token().0);
-            }
-            let now = Instant::now();
-            for k in self.timers.due(now) {
-                self.expire(k, now);
-            }
-            // Last, the connections that had their turn: one more turn each.
-            for k in std::mem::take(&mut self.ready) {
-                self.queued[k] = false;
-                self.advance(k);
-            }
-            if self.sh.abort.load(SeqCst) {
-                self.cancel_all();
-            }
-            if let (Some(at), Some(iv)) = (self.next_sample, self.sh.cfg.interval)
-                && now >= at
-            {
-                self.sample(iv);
-                self.next_sample = Some(at + iv);
-            }
         }
     }
 
@@ -224,7 +214,7 @@ impl Worker<'_> {
 
     /// Moves connection `k` as far as it can go without blocking.
     fn advance(&mut self, k: usize) {
-        let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
+        let Some(mut slot) = self.core.slots.take(k) else {
             return;
         };
         let outcome = self.step(&mut slot, k);
@@ -237,13 +227,13 @@ impl Worker<'_> {
         match outcome {
             Ok(()) => {
                 if let Some(at) = self.deadline(&slot) {
-                    self.timers.push(at, k);
+                    self.core.arm(k, at);
                 }
                 if !slot.listed && self.next_sample.is_some() {
                     slot.listed = true;
                     self.moved.push(k);
                 }
-                self.slots[k] = Some(slot)
+                self.core.slots.put(k, slot)
             }
             Err(result) => self.close(k, slot, result),
         }
@@ -251,14 +241,14 @@ impl Worker<'_> {
 
     /// The run was stopped: every connection ends now, cancelled.
     fn cancel_all(&mut self) {
-        for k in 0..self.slots.len() {
-            let Some(mut slot) = self.slots[k].take() else {
+        for k in self.core.slots.keys() {
+            let Some(mut slot) = self.core.slots.take(k) else {
                 continue;
             };
             if let Stage::Data { conn, out } = &mut slot.stage {
                 conn.cancel();
                 out.clear();
-                self.slots[k] = Some(slot);
+                self.core.slots.put(k, slot);
                 self.advance(k);
             } else {
                 self.close(k, slot, Ended::Failed("stopped".into()));
@@ -268,8 +258,8 @@ impl Worker<'_> {
 
     /// The event loop failed: every connection ends with `why`.
     fn fail_all(&mut self, why: &str) {
-        for k in 0..self.slots.len() {
-            if let Some(s) = self.slots[k].take() {
+        for k in self.core.slots.keys() {
+            if let Some(s) = self.core.slots.take(k) {
                 self.close(k, s, Ended::Failed(why.to_string()));
             }
         }

@@ -36,13 +36,13 @@ impl Worker<'_> {
     /// is its deadline unless something earlier was asked for, so an idle
     /// connection costs its loop one look per deadline, not one per tick.
     pub(super) fn expire(&mut self, k: usize, now: Instant) {
-        let Some(slot) = self.slots.get(k).and_then(Option::as_ref) else {
+        let Some(slot) = self.core.slots.get(k) else {
             return;
         };
         if self.deadline(slot).is_none_or(|d| now < d) {
             return self.advance(k);
         }
-        let Some(mut slot) = self.slots[k].take() else {
+        let Some(mut slot) = self.core.slots.take(k) else {
             return;
         };
         let e = io::Error::new(io::ErrorKind::TimedOut, "timed out");
@@ -51,7 +51,7 @@ impl Worker<'_> {
                 conn.on_error(&e);
                 // What is queued will not go out either.
                 out.clear();
-                self.slots[k] = Some(slot);
+                self.core.slots.put(k, slot);
                 self.advance(k);
             }
             Stage::Connecting => {

@@ -52,10 +52,8 @@ impl Worker<'_> {
         if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage {
             (slot.rec.sent, slot.rec.received) = conn.progress();
         }
-        self.timers.cancel(k);
+        self.core.close(k);
         self.tracked.retain(|&t| t != k);
-        self.free.push(k);
-        self.live -= 1;
         let span = self.span(slot.started);
         self.ending.push((slot, span, result));
     }

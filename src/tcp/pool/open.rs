@@ -3,7 +3,7 @@
 //! each with its record, its `--cport` lease and its first step taken
 //! before it joins the poll.
 
-use mio::{Interest, Token};
+use mio::Interest;
 use rand::RngExt;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
@@ -20,7 +20,7 @@ impl Worker<'_> {
     /// Opens connections until this loop holds its quota (or the run has
     /// started all it will, or the connects in progress are at `--throttle`).
     pub(super) fn start_more(&mut self) {
-        while self.live < self.quota && !self.no_more && !self.stopping() {
+        while self.core.slots.live() < self.quota && !self.no_more && !self.stopping() {
             if self.sh.data_deadline().is_some_and(|d| Instant::now() >= d) {
                 // A time-bounded run's connections end now; none starts.
                 self.no_more = true;
@@ -96,7 +96,7 @@ impl Worker<'_> {
         // holds at most its quota and one descriptor (the fd check's
         // margin) even when connections end within their first step, and a
         // --cport port comes back only once its socket is closed.
-        if self.sh.ports.is_some() || self.live + self.ending.len() > self.quota {
+        if self.sh.ports.is_some() || self.core.slots.live() + self.ending.len() > self.quota {
             self.finish_ending();
         }
         let lease = self.sh.ports.as_ref().and_then(|p| p.take());
@@ -119,10 +119,7 @@ impl Worker<'_> {
                 return self.finish_record(rec, span, Ended::Failed(e.to_string()));
             }
         };
-        let k = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
+        let k = self.core.slots.vacant();
         let mut slot = Box::new(Slot {
             stream,
             _port: lease,
@@ -137,7 +134,6 @@ impl Worker<'_> {
             retrans_counted: 0,
             listed: false,
         });
-        self.live += 1;
         if !slot.rec.progress.is_empty() {
             self.tracked.push(k);
         }
@@ -149,8 +145,8 @@ impl Worker<'_> {
         let outcome = self.step(&mut slot, k);
         let outcome = outcome.and_then(|()| {
             let both = Interest::READABLE | Interest::WRITABLE;
-            (self.poll.registry())
-                .register(&mut slot.stream, Token(k), both)
+            (self.core)
+                .register(&mut slot.stream, k, 0, both)
                 .map_err(|e| Ended::Failed(e.to_string()))
         });
         self.put_back(k, slot, outcome);

@@ -19,7 +19,7 @@ impl Worker<'_> {
     pub(super) fn sample(&mut self, every: Duration) {
         let secs = self.sh.elapsed();
         for &k in &self.tracked {
-            let Some(slot) = self.slots.get_mut(k).and_then(Option::as_mut) else {
+            let Some(slot) = self.core.slots.get_mut(k) else {
                 continue;
             };
             if let Stage::Data { conn, .. } | Stage::Hello { conn, .. } = &slot.stage {
@@ -38,14 +38,15 @@ impl Worker<'_> {
         for (i, &k) in moved.iter().enumerate() {
             if taken == left {
                 // The rest wait for the next row, first in line.
-                self.moved.extend(moved[i..].iter().copied().filter(|&k| {
-                    self.slots
-                        .get(k)
-                        .is_some_and(|s| s.as_ref().is_some_and(|s| s.listed))
-                }));
+                self.moved.extend(
+                    moved[i..]
+                        .iter()
+                        .copied()
+                        .filter(|&k| self.core.slots.get(k).is_some_and(|s| s.listed)),
+                );
                 break;
             }
-            let Some(slot) = self.slots.get_mut(k).and_then(Option::as_mut) else {
+            let Some(slot) = self.core.slots.get_mut(k) else {
                 continue;
             };
             if !slot.listed {

@@ -151,7 +151,7 @@ impl Worker<'_> {
                         return Err(Ended::Agreed(result));
                     }
                     slot.result = Some(result);
-                    self.timers.push(Instant::now() + BURSTS_WAIT, k);
+                    self.core.arm(k, Instant::now() + BURSTS_WAIT);
                 }
                 Stage::Bursts { until } => {
                     let finished = if Instant::now() >= *until {
@@ -211,17 +211,12 @@ impl Worker<'_> {
             Ran::Settled => true,
             Ran::Blocked { timer } => {
                 if let Some(at) = timer {
-                    self.timers.push(at, k);
+                    self.core.arm(k, at);
                 }
                 false
             }
             Ran::Yielded => {
-                if self.queued.len() <= k {
-                    self.queued.resize(k + 1, false);
-                }
-                if !std::mem::replace(&mut self.queued[k], true) {
-                    self.ready.push(k);
-                }
+                self.core.again(k, 0);
                 false
             }
         }
