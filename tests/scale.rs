@@ -415,3 +415,89 @@ fn holding_ten_thousand_idle_connections_costs_almost_no_cpu() {
     let (code, _) = interrupt(big);
     assert_eq!(code, Some(130));
 }
+
+/// Copies what arrives on `a` to `b` and the other way, each direction on
+/// its own thread, passing a close on as a shutdown.
+fn pipe(a: std::net::TcpStream, b: std::net::TcpStream) {
+    for (mut from, mut to) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+}
+
+/// A server that answers nothing for a while (a CPU-starved one, at its
+/// worst): the client holds at most `--throttle` connections waiting for
+/// their data hello's answer, and opens the next ones only as those are
+/// answered (it once opened every connection at once, and on a starved
+/// machine the last ones waited past the idle timeout: bench/scale.sh's
+/// 500,000). A front forwards the control connection at once and holds
+/// the data connections unanswered until it has seen the throttle's worth;
+/// no more arrive meanwhile; then it forwards them all, and every
+/// connection completes.
+#[test]
+fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    const N: usize = 120;
+    const THROTTLE: usize = 10;
+    let (_srv, addr) = serve(&["-q"]);
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let t = front.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in front.incoming() {
+            if s.map(|s| tx.send(s)).is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("t.json");
+    let (n, th) = (N.to_string(), THROTTLE.to_string());
+    let args = [
+        "tcp",
+        &t,
+        "-c",
+        &n,
+        "--iterations",
+        "1",
+        "-n",
+        "64K",
+        "--throttle",
+        &th,
+        "-q",
+        "--json",
+        js.to_str().unwrap(),
+    ];
+    let mut client = Proc(netrig(&args).spawn().unwrap());
+    let forward = |s: TcpStream| pipe(s, TcpStream::connect(addr).unwrap());
+    // The control connection comes first and is answered.
+    forward(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    let held: Vec<TcpStream> = (0..THROTTLE)
+        .map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+    // None answered: no further connection is opened (all N were at once).
+    let more = rx.recv_timeout(Duration::from_millis(500));
+    assert!(
+        more.is_err(),
+        "a connection past --throttle {THROTTLE} opened while none was answered"
+    );
+    held.into_iter().for_each(forward);
+    let mut opened = 1 + THROTTLE;
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while opened < N + 1 && std::time::Instant::now() < until {
+        if let Ok(s) = rx.recv_timeout(Duration::from_millis(100)) {
+            forward(s);
+            opened += 1;
+        }
+    }
+    assert_eq!(wait_exit(&mut client, 60).code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    let totals = &v["result"]["totals"];
+    assert_eq!(totals["completed"], N, "{totals}");
+    assert_eq!(totals["net_errors"], 0, "{totals}");
+}
