@@ -18,10 +18,13 @@
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
 # Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]
-#        [BASE_CONNS=3000] [PARTS="churn one many"] bench/scale.sh [SECONDS]   (default 5)
+#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...]
+#        bench/scale.sh [SECONDS]   (default 5)
 # PARTS picks the runs: churn, one (one process a side), many (CLIENTS x
 # PER_CLIENT over SERVERS); e.g. PARTS=many CLIENTS=30 PER_CLIENT=16667
-# SERVERS=30 for 500,000.
+# SERVERS=30 for 500,000. The machine is shared: a run stops (its clients
+# killed) when the memory available falls under MIN_AVAIL_MB. CLIENT_FLAGS go
+# to every client of the concurrency runs (e.g. --throttle 500).
 # (100,000 connections need six processes a side here: 20,000 descriptors each.
 # HOLD, the time between a connection's two bursts, may exceed the idle
 # timeouts, which do not count a wait for the next burst; it must exceed the
@@ -37,6 +40,7 @@ SERVERS=${SERVERS:-6}
 HOLD=${HOLD:-$(( CLIENTS * PER_CLIENT / 5000 > 20 ? CLIENTS * PER_CLIENT / 5000 : 20 ))s}
 BASE_CONNS=${BASE_CONNS:-3000}
 PARTS=" ${PARTS:-churn one many} "
+MIN_AVAIL_MB=${MIN_AVAIL_MB:-3072}
 
 . bench/lib.sh
 cc -O2 -o "$WORK/churn" bench/churn.c
@@ -112,14 +116,21 @@ concurrency() {
         # server port. (A session is bound to one client address.)
         binds=127.0.$c.1
         "$bin" tcp "${targets[@]}" -B "$binds" -P "$per" --iterations 1 -n 64K --burst-size 32K \
-            --burst-period "$hold" --interval 500ms --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
+            --burst-period "$hold" --interval 500ms ${CLIENT_FLAGS:-} --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
         cpids+=($!); PIDS+=($!)
     done
     local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0
     local -A cpu=()
     t0=$(date +%s.%N)
     while kill -0 "${cpids[@]}" 2>/dev/null; do
-        local now=0 t
+        local now=0 t avail
+        # The machine is shared: the run stops before it runs out of memory.
+        avail=$(awk '$1 == "MemAvailable:" {print int($2 / 1024)}' /proc/meminfo)
+        if [ "$avail" -lt "$MIN_AVAIL_MB" ]; then
+            echo "   stopped: $avail MiB of memory left (MIN_AVAIL_MB=$MIN_AVAIL_MB), after a peak of $peak connections"
+            kill "${cpids[@]}" 2>/dev/null || true
+            break
+        fi
         # CPU of every process, last seen (a client's is gone once it exits).
         for q in "${cpids[@]}" "${spids[@]}"; do
             t=$(cpu_of "$q")
