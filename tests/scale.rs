@@ -501,3 +501,76 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
     assert_eq!(totals["completed"], N, "{totals}");
     assert_eq!(totals["net_errors"], 0, "{totals}");
 }
+
+/// Sends `sig` (STOP, CONT) to process `pid`.
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// A server starved of CPU past its handshake timeout (stopped: the worst
+/// case) while the hellos of thousands of accepted connections arrive:
+/// every setup deadline comes due with its hello already in the socket, and
+/// the loop looks at the socket once more before it closes the connection.
+/// It once closed them unread: all 6,000 here (a poll resumed after a stop
+/// returns EINTR with no readiness, and the timers ran first), and past
+/// the 1,024 readiness reports a poll returns, those of a loop's wake-up
+/// beyond them. Every connection gets its answer (a refusal: the session
+/// is unknown), none is closed silently.
+#[test]
+fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() {
+    use netrig::proto::{self, Message};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+    let _one = one_at_a_time();
+    const N: usize = 6000;
+    let (srv, addr) = serve(&[
+        "-q",
+        "--handshake-timeout",
+        "1s",
+        "--max-conns",
+        "100000",
+        "--max-conns-per-client",
+        "10000",
+    ]);
+    let spid = srv.0.id();
+    let base = fd_count(spid);
+    let mut conns: Vec<TcpStream> = (0..N).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // All accepted (each a descriptor of the server) and waiting for a hello.
+    let t0 = Instant::now();
+    while fd_count(spid) < base + N {
+        assert!(t0.elapsed() < Duration::from_secs(30), "not all accepted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(spid, "STOP");
+    let stopped = Instant::now();
+    for s in &mut conns {
+        let hello = Message::DataHello(proto::DataHello {
+            session: uuid::Uuid::new_v4(),
+            connection: uuid::Uuid::new_v4(),
+            buffer: 65536,
+            proof: None,
+        });
+        proto::write_message(s, &hello).unwrap();
+    }
+    // Starved past every setup deadline (1 s from its accept).
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(stopped.elapsed()));
+    signal(spid, "CONT");
+    let mut unanswered = 0;
+    for s in &mut conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match proto::read_message(s) {
+            Ok(Message::Error { message, .. }) => {
+                assert!(message.contains("unknown session"), "{message}")
+            }
+            _ => unanswered += 1,
+        }
+    }
+    assert_eq!(
+        unanswered, 0,
+        "of {N} hellos waiting, {unanswered} got no answer"
+    );
+}
