@@ -145,11 +145,11 @@ concurrency() {
             mused=$(awk '$1 == "MemTotal:" {t=$2} $1 == "MemAvailable:" {a=$2} END {print int((t-a)/1024)}' /proc/meminfo)
             for q in "${cpids[@]}"; do
                 cth=$((cth + $(status_of "$q" Threads))); crss=$((crss + $(status_of "$q" VmRSS)))
-                cfd=$((cfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+                cfd=$((cfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
             for q in "${spids[@]}"; do
                 sth=$((sth + $(status_of "$q" Threads))); srss=$((srss + $(status_of "$q" VmRSS)))
-                sfd=$((sfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+                sfd=$((sfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
             [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N)
         fi
