@@ -64,10 +64,6 @@ pub struct ConnectionRecord {
 /// long connection each) fit.
 pub const TRACKED: u64 = 32;
 
-/// The fewest `--throttle` places a server's connections may hold however
-/// many servers share the throttle.
-const MIN_SHARE: u64 = 16;
-
 pub(super) struct ServerControl {
     pub(super) addr: SocketAddr,
     /// The `-B` address this session's connections come from.
@@ -79,9 +75,6 @@ pub(super) struct ServerControl {
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     pub(super) unresponsive: AtomicBool,
-    /// This server's connections being set up (holding a `--throttle`
-    /// place): at most its share of the throttle ([`Shared::target_full`]).
-    pub(super) setting_up: AtomicU64,
 }
 
 pub(super) struct Shared {
@@ -268,7 +261,6 @@ fn open_session(
         data_key: c.datagram_key,
         control: Mutex::new(c.stream),
         unresponsive: AtomicBool::new(false),
-        setting_up: AtomicU64::new(0),
     })
 }
 
@@ -303,31 +295,6 @@ impl Shared {
 
     pub(super) fn throttle_release(&self) {
         self.throttle.fetch_add(1, SeqCst);
-    }
-
-    /// Whether server `session` holds its share of the `--throttle` places
-    /// (the throttle over the servers, at least [`MIN_SHARE`]): without a
-    /// share the places gather on the slowest server, the one whose
-    /// connections do not complete (bench/scale.sh, 1,000,000 connections
-    /// over 60 + 60 processes: a starved server's listen queue of 4,096
-    /// overflowed and connections failed their connect timeout).
-    pub(super) fn target_full(&self, session: usize) -> bool {
-        let share =
-            (u64::from(self.cfg.throttle) / self.sessions.len().max(1) as u64).max(MIN_SHARE);
-        self.sessions[session].setting_up.load(SeqCst) >= share
-    }
-
-    /// A connection to server `session` started its setup (its throttle
-    /// place taken).
-    pub(super) fn setup_started(&self, session: usize) {
-        self.sessions[session].setting_up.fetch_add(1, SeqCst);
-    }
-
-    /// A connection to server `session` is set up or gone: its throttle
-    /// place is free.
-    pub(super) fn setup_done(&self, session: usize) {
-        self.sessions[session].setting_up.fetch_sub(1, SeqCst);
-        self.throttle_release();
     }
 
     /// When a time-bounded run's connections end their data (`-t`).

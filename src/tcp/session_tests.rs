@@ -31,7 +31,6 @@ fn control(stream: TcpStream) -> ServerControl {
         control: Mutex::new(stream),
         data_key: None,
         unresponsive: AtomicBool::new(false),
-        setting_up: AtomicU64::new(0),
     }
 }
 

@@ -26,14 +26,6 @@ impl Worker<'_> {
                 self.no_more = true;
                 return;
             }
-            // The next connection's server holds its share of the places:
-            // wait for one of its connections to be set up.
-            let next = self.sh.next.load(SeqCst);
-            if next < self.sh.cfg.total_connections()
-                && self.sh.target_full(self.sh.session_for(next))
-            {
-                return;
-            }
             if !self.sh.throttle_try_acquire() {
                 return;
             }
@@ -145,7 +137,6 @@ impl Worker<'_> {
             retrans_counted: 0,
             listed: false,
         });
-        self.sh.setup_started(session);
         self.live += 1;
         if !slot.rec.progress.is_empty() {
             self.tracked.push(k);
