@@ -9,12 +9,27 @@
 # With BASE=<git revision>, the same runs of that revision are measured in
 # the same run and the ratios printed (e.g. BASE=4f4668d, the last main with
 # a thread per connection in the client).
+# Runs with netrig's default timeouts and --throttle: on this 2-core machine
+# 60 processes starve each other of CPU while the connections open, and the
+# runs hold because opening keeps pace with what the servers admit (a
+# connection holds a --throttle place until its data hello is answered) and
+# a deadline that comes due looks at its socket once more before it fails
+# (README, "Timeouts on a busy machine").
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
 # Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]
-#        [BASE_CONNS=3000] bench/scale.sh [SECONDS]   (default 5)
+#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...]
+#        bench/scale.sh [SECONDS]   (default 5)
+# PARTS picks the runs: churn, one (one process a side), many (CLIENTS x
+# PER_CLIENT over SERVERS); e.g. PARTS=many CLIENTS=30 PER_CLIENT=16667
+# SERVERS=30 for 500,000. The machine is shared: a run stops (its clients
+# killed) when the memory available falls under MIN_AVAIL_MB. CLIENT_FLAGS go
+# to every client of the concurrency runs (e.g. --throttle 500).
 # (100,000 connections need six processes a side here: 20,000 descriptors each.
-# HOLD must stay under the server's --idle-timeout, 30 s by default.)
+# HOLD, the time between a connection's two bursts, may exceed the idle
+# timeouts, which do not count a wait for the next burst; it must exceed the
+# time to open them all for all to be open at once: by default 20 s, or one
+# second per 5,000 connections when that is longer.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-5}
@@ -22,8 +37,10 @@ CONNS=${CONNS:-19500}
 CLIENTS=${CLIENTS:-6}
 PER_CLIENT=${PER_CLIENT:-16667}
 SERVERS=${SERVERS:-6}
-HOLD=${HOLD:-20s}
+HOLD=${HOLD:-$(( CLIENTS * PER_CLIENT / 5000 > 20 ? CLIENTS * PER_CLIENT / 5000 : 20 ))s}
 BASE_CONNS=${BASE_CONNS:-3000}
+PARTS=" ${PARTS:-churn one many} "
+MIN_AVAIL_MB=${MIN_AVAIL_MB:-3072}
 
 . bench/lib.sh
 cc -O2 -o "$WORK/churn" bench/churn.c
@@ -39,10 +56,14 @@ fi
 
 port=15300
 next_port() { port=$((port + 1)); P=$port; }  # sets P (no subshell: the count must persist)
+cpu_of() { # $1 pid: user + system CPU ticks so far
+    awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
 status_of() { # $1 pid, $2 field of /proc/PID/status (kB or count)
     awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status" 2>/dev/null || echo 0
 }
 
+if [[ $PARTS == *" churn "* ]]; then
 echo "== churn: completed connections per second, one at a time, ${T}s each"
 next_port
 "$WORK/churn" server "$P" & PIDS+=($!)
@@ -64,6 +85,7 @@ for i in "${!BINS[@]}"; do
     printf '%-28s %10s %8s\n' "crr ($name)" "$crr" "$(ratio "$crr" "$c_rate")"
     printf '%-28s %10s %8s\n' "tcp -n 64 -P 1 ($name)" "$t64" "$(ratio "$t64" "$c_rate")"
 done
+fi
 
 echo
 # concurrency NAME BIN CLIENTS PER_CLIENT SERVERS HOLD: CLIENTS client processes,
@@ -94,25 +116,40 @@ concurrency() {
         # server port. (A session is bound to one client address.)
         binds=127.0.$c.1
         "$bin" tcp "${targets[@]}" -B "$binds" -P "$per" --iterations 1 -n 64K --burst-size 32K \
-            --burst-period "$hold" --interval 500ms --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
-        cpids+=($!)
+            --burst-period "$hold" --interval 500ms ${CLIENT_FLAGS:-} --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
+        cpids+=($!); PIDS+=($!)
     done
-    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0
+    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0
+    local -A cpu=()
     t0=$(date +%s.%N)
     while kill -0 "${cpids[@]}" 2>/dev/null; do
-        local now=0
+        local now=0 t avail
+        # The machine is shared: the run stops before it runs out of memory.
+        avail=$(awk '$1 == "MemAvailable:" {print int($2 / 1024)}' /proc/meminfo)
+        if [ "$avail" -lt "$MIN_AVAIL_MB" ]; then
+            echo "   stopped: $avail MiB of memory left (MIN_AVAIL_MB=$MIN_AVAIL_MB), after a peak of $peak connections"
+            kill "${cpids[@]}" 2>/dev/null || true
+            break
+        fi
+        # CPU of every process, last seen (a client's is gone once it exits).
+        for q in "${cpids[@]}" "${spids[@]}"; do
+            t=$(cpu_of "$q")
+            if [ "${t:-0}" -gt "${cpu[$q]:-0}" ]; then cpu[$q]=$t; fi
+        done
         for c in $(seq "$clients"); do
             now=$((now + $(awk '$1 ~ /^[0-9.]+$/ && NF >= 8 {v=$6} END {print v+0}' "$WORK/conc$c.out")))
         done
         if [ "$now" -gt "$peak" ]; then
             peak=$now cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0
+            # The whole machine's memory in use, the kernel's sockets included.
+            mused=$(awk '$1 == "MemTotal:" {t=$2} $1 == "MemAvailable:" {a=$2} END {print int((t-a)/1024)}' /proc/meminfo)
             for q in "${cpids[@]}"; do
                 cth=$((cth + $(status_of "$q" Threads))); crss=$((crss + $(status_of "$q" VmRSS)))
-                cfd=$((cfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+                cfd=$((cfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
             for q in "${spids[@]}"; do
                 sth=$((sth + $(status_of "$q" Threads))); srss=$((srss + $(status_of "$q" VmRSS)))
-                sfd=$((sfd + $(ls /proc/$q/fd 2>/dev/null | wc -l)))
+                sfd=$((sfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
             [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N)
         fi
@@ -132,15 +169,32 @@ concurrency() {
     echo "   highest concurrency $peak of $want (all after ${secs}s); completed $ok, errors $errs; exit codes $codes"
     echo "   clients: $cth threads, $cfd descriptors, RSS $((crss / 1024)) MiB: $cper KiB per connection beyond the process's own"
     echo "   servers: $sth threads, $sfd descriptors, RSS $((srss / 1024)) MiB: $sper KiB per connection beyond the process's own"
+    echo "   machine: $mused MiB in use at the peak (processes and kernel)"
     python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('   500,000 connections at this rate: %.1f GiB in clients, %.1f GiB in servers (plus the kernel\'s socket memory)' % (a*500000/1048576, b*500000/1048576))" "$cper" "$sper"
+    local hz ccpu=0 scpu=0 t
+    hz=$(getconf CLK_TCK)
+    for q in "${cpids[@]}"; do ccpu=$((ccpu + ${cpu[$q]:-0})); done
+    for q in "${spids[@]}"; do
+        t=$(cpu_of "$q")
+        if [ "${t:-0}" -gt "${cpu[$q]:-0}" ]; then cpu[$q]=$t; fi
+        scpu=$((scpu + ${cpu[$q]:-0}))
+    done
+    python3 -c "import sys,time; c,s,hz,t0=map(float,sys.argv[1:]); print('   CPU: clients %.1f s, servers %.1f s, over %.0f s' % (c/hz, s/hz, time.time()-t0))" "$ccpu" "$scpu" "$hz" "$t0"
+    # The first failures' reasons, most common first.
+    # Each client's first failure, as it said it.
+    grep -hiE 'timed out|refused|reset|broken|failed' "$WORK"/conc*.out \
+        | grep -vE ' burst |succeeded|SuccessfulConnections|TimeSlice' \
+        | sed -E 's/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c | sort -rn | head -5 || true
     for q in "${spids[@]}"; do kill "$q" 2>/dev/null || true; wait "$q" 2>/dev/null || true; done
 }
 
 # One process each side up to this machine's 20,000 descriptors, then
 # 100,000 across processes (200,000 sockets in one kernel).
-concurrency this "$NETRIG" 1 "$CONNS" 1 "${T}s"
-concurrency this "$NETRIG" "$CLIENTS" "$PER_CLIENT" "$SERVERS" "$HOLD"
-if [ -n "${BASE:-}" ]; then
+if [[ $PARTS == *" one "* ]]; then concurrency this "$NETRIG" 1 "$CONNS" 1 "${T}s"; fi
+if [[ $PARTS == *" many "* ]]; then
+    concurrency this "$NETRIG" "$CLIENTS" "$PER_CLIENT" "$SERVERS" "$HOLD"
+fi
+if [ -n "${BASE:-}" ] && [[ $PARTS == *" one "* ]]; then
     # A thread per connection: as many as its threads allow, for the ratios.
     concurrency "$BASE" "${BINS[1]}" 1 "$BASE_CONNS" 1 "${T}s"
 fi

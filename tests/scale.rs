@@ -415,3 +415,162 @@ fn holding_ten_thousand_idle_connections_costs_almost_no_cpu() {
     let (code, _) = interrupt(big);
     assert_eq!(code, Some(130));
 }
+
+/// Copies what arrives on `a` to `b` and the other way, each direction on
+/// its own thread, passing a close on as a shutdown.
+fn pipe(a: std::net::TcpStream, b: std::net::TcpStream) {
+    for (mut from, mut to) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+}
+
+/// A server that answers nothing for a while (a CPU-starved one, at its
+/// worst): the client holds at most `--throttle` connections waiting for
+/// their data hello's answer, and opens the next ones only as those are
+/// answered (it once opened every connection at once, and on a starved
+/// machine the last ones waited past the idle timeout: bench/scale.sh's
+/// 500,000). A front forwards the control connection at once and holds
+/// the data connections unanswered until it has seen the throttle's worth;
+/// no more arrive meanwhile; then it forwards them all, and every
+/// connection completes.
+#[test]
+fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    const N: usize = 120;
+    const THROTTLE: usize = 10;
+    let (_srv, addr) = serve(&["-q"]);
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let t = front.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in front.incoming() {
+            if s.map(|s| tx.send(s)).is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("t.json");
+    let (n, th) = (N.to_string(), THROTTLE.to_string());
+    let args = [
+        "tcp",
+        &t,
+        "-c",
+        &n,
+        "--iterations",
+        "1",
+        "-n",
+        "64K",
+        "--throttle",
+        &th,
+        "-q",
+        "--json",
+        js.to_str().unwrap(),
+    ];
+    let mut client = Proc(netrig(&args).spawn().unwrap());
+    let forward = |s: TcpStream| pipe(s, TcpStream::connect(addr).unwrap());
+    // The control connection comes first and is answered.
+    forward(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    let held: Vec<TcpStream> = (0..THROTTLE)
+        .map(|_| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+    // None answered: no further connection is opened (all N were at once).
+    let more = rx.recv_timeout(Duration::from_millis(500));
+    assert!(
+        more.is_err(),
+        "a connection past --throttle {THROTTLE} opened while none was answered"
+    );
+    held.into_iter().for_each(forward);
+    let mut opened = 1 + THROTTLE;
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while opened < N + 1 && std::time::Instant::now() < until {
+        if let Ok(s) = rx.recv_timeout(Duration::from_millis(100)) {
+            forward(s);
+            opened += 1;
+        }
+    }
+    assert_eq!(wait_exit(&mut client, 60).code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    let totals = &v["result"]["totals"];
+    assert_eq!(totals["completed"], N, "{totals}");
+    assert_eq!(totals["net_errors"], 0, "{totals}");
+}
+
+/// Sends `sig` (STOP, CONT) to process `pid`.
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// A server starved of CPU past its handshake timeout (stopped: the worst
+/// case) while the hellos of thousands of accepted connections arrive:
+/// every setup deadline comes due with its hello already in the socket, and
+/// the loop looks at the socket once more before it closes the connection.
+/// It once closed them unread: all 6,000 here (a poll resumed after a stop
+/// returns EINTR with no readiness, and the timers ran first), and past
+/// the 1,024 readiness reports a poll returns, those of a loop's wake-up
+/// beyond them. Every connection gets its answer (a refusal: the session
+/// is unknown), none is closed silently.
+#[test]
+fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() {
+    use netrig::proto::{self, Message};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+    let _one = one_at_a_time();
+    const N: usize = 6000;
+    let (srv, addr) = serve(&[
+        "-q",
+        "--handshake-timeout",
+        "1s",
+        "--max-conns",
+        "100000",
+        "--max-conns-per-client",
+        "10000",
+    ]);
+    let spid = srv.0.id();
+    let base = fd_count(spid);
+    let mut conns: Vec<TcpStream> = (0..N).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // All accepted (each a descriptor of the server) and waiting for a hello.
+    let t0 = Instant::now();
+    while fd_count(spid) < base + N {
+        assert!(t0.elapsed() < Duration::from_secs(30), "not all accepted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(spid, "STOP");
+    let stopped = Instant::now();
+    for s in &mut conns {
+        let hello = Message::DataHello(proto::DataHello {
+            session: uuid::Uuid::new_v4(),
+            connection: uuid::Uuid::new_v4(),
+            buffer: 65536,
+            proof: None,
+        });
+        proto::write_message(s, &hello).unwrap();
+    }
+    // Starved past every setup deadline (1 s from its accept).
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(stopped.elapsed()));
+    signal(spid, "CONT");
+    let mut unanswered = 0;
+    for s in &mut conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        match proto::read_message(s) {
+            Ok(Message::Error { message, .. }) => {
+                assert!(message.contains("unknown session"), "{message}")
+            }
+            _ => unanswered += 1,
+        }
+    }
+    assert_eq!(
+        unanswered, 0,
+        "of {N} hellos waiting, {unanswered} got no answer"
+    );
+}

@@ -48,7 +48,9 @@ pub struct TcpArgs {
     /// given.
     #[arg(long, value_parser = super::count)]
     iterations: Option<u64>,
-    /// Maximum connection attempts in progress at once.
+    /// Most connections being set up at once: connecting, or waiting for
+    /// the server to acknowledge the data hello (ctsTraffic -Throttle counts
+    /// connects only). Opening then keeps pace with what the server admits.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     throttle: u32,
     /// Bytes per connection, both directions together, or a range each

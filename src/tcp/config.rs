@@ -123,7 +123,8 @@ pub struct TcpClientConfig {
     pub connections: u32,
     /// Rounds of `connections`; `None` is unbounded.
     pub iterations: Option<u64>,
-    /// Maximum connects in progress at once.
+    /// Most connections being set up at once: from connect until the
+    /// server acknowledges the data hello.
     pub throttle: u32,
     /// A ramp: at most this many connections are started, a number the
     /// caller raises as the run goes (`netrig load`); none: all at once.

@@ -67,7 +67,8 @@ struct Slot {
     ahead: ReadAhead,
     rec: ConnectionRecord,
     started: Instant,
-    /// Holds one of the `--throttle` connects in progress.
+    /// Holds one of the `--throttle` places: from connect until the data
+    /// hello is acknowledged.
     throttled: bool,
     last_progress: Instant,
     /// The agreed result once the data phase is over.

@@ -92,7 +92,8 @@ pub(super) struct Shared {
     /// ones fail on their own so their errors count as errors.
     pub(super) halt: AtomicBool,
     pub(super) next: AtomicU64,
-    /// Connects that may still start (`--throttle` minus those in progress).
+    /// Connections that may still start (`--throttle` minus those being
+    /// set up: connecting, or waiting for the data hello's answer).
     pub(super) throttle: AtomicU64,
     pub(super) start: Instant,
     /// What the kernel granted the first data connection (`--window`,
@@ -284,7 +285,8 @@ impl Shared {
         (index % self.sessions.len() as u64) as usize
     }
 
-    /// Takes one of the `--throttle` connects in progress, if one is free.
+    /// Takes one of the `--throttle` places of connections being set up, if
+    /// one is free.
     pub(super) fn throttle_try_acquire(&self) -> bool {
         self.throttle
             .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))

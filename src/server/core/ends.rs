@@ -146,12 +146,26 @@ impl<'a> Loop<'a> {
 
     /// Slot `k`'s timer came due at `now`: ended if past its deadline,
     /// stepped otherwise (and re-armed as it is put back).
+    ///
+    /// One past its deadline is first stepped once more: a loop starved of
+    /// CPU sees its timers come due with, or before, the readiness of the
+    /// sockets they wait on (a poll reports a bounded number of events), and
+    /// a hello already in the socket is not a silent client. The deadline
+    /// itself does not move (the setup deadline is fixed at accept), so a
+    /// hostile client gains one read, not time.
     pub(super) fn expire(&mut self, k: usize, now: Instant) {
         let Some(s) = self.slots.get(k).and_then(Option::as_ref) else {
             return;
         };
         if self.deadline(s).is_none_or(|d| now < d) {
             return self.advance(k);
+        }
+        self.advance(k);
+        let Some(s) = self.slots.get(k).and_then(Option::as_ref) else {
+            return;
+        };
+        if self.deadline(s).is_none_or(|d| now < d) {
+            return;
         }
         let Some(mut s) = self.slots[k].take() else {
             return;

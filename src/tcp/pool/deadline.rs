@@ -35,12 +35,25 @@ impl Worker<'_> {
     /// deadline (connect or idle), stepped otherwise. Its one timer entry
     /// is its deadline unless something earlier was asked for, so an idle
     /// connection costs its loop one look per deadline, not one per tick.
+    ///
+    /// A connection past its deadline is first stepped once more: a loop
+    /// that was starved of CPU sees its timers come due together with, or
+    /// before, the readiness of the sockets they wait on (a poll reports a
+    /// bounded number of events), and an answer already in the socket is
+    /// not a timeout.
     pub(super) fn expire(&mut self, k: usize, now: Instant) {
         let Some(slot) = self.core.slots.get(k) else {
             return;
         };
         if self.deadline(slot).is_none_or(|d| now < d) {
             return self.advance(k);
+        }
+        self.advance(k);
+        let Some(slot) = self.core.slots.get(k) else {
+            return;
+        };
+        if self.deadline(slot).is_none_or(|d| now < d) {
+            return;
         }
         let Some(mut slot) = self.core.slots.take(k) else {
             return;

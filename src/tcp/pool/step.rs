@@ -46,8 +46,14 @@ impl Worker<'_> {
                             )));
                         }
                     }
-                    self.sh.throttle_release();
-                    slot.throttled = false;
+                    // The `--throttle` place is held until the server
+                    // acknowledges the data hello, not only through the
+                    // handshake: a client then opens connections as fast as
+                    // the server admits them, and on a CPU-starved machine
+                    // at most --throttle hellos wait for their answer per
+                    // client instead of every connection it holds (500,000
+                    // connections over 30 + 30 processes: the ones queued
+                    // last outwaited the idle timeout).
                     slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
                     let _ = slot.stream.set_nodelay(true);
                     self.sh.granted.get_or_init(|| {
@@ -116,6 +122,8 @@ impl Worker<'_> {
                             )));
                         }
                     }
+                    self.sh.throttle_release();
+                    slot.throttled = false;
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
                     if let Stage::Hello { conn, out, .. } =
                         std::mem::replace(&mut slot.stage, Stage::Connecting)
