@@ -274,7 +274,26 @@ PROBES = {
 }
 probe_cost = {ph: {k: [] for k in PROBES} for ph in ("calm", "attack")}
 probe_failed = {k: 0 for k in PROBES}
+# Every probe's (start s, phase, kind, wall s, inner s): inner is what the run
+# measured itself (rr: round trips x mean; crr: its duration), so a step in
+# the wall time shows as inside the run or around it (setup, teardown).
+probe_log = []
 attack_on = threading.Event()
+
+def timed_run(argv, limit):
+    """Runs argv, killed after `limit` s; returns its exit code and wall time.
+    Waits in one blocking waitpid: subprocess.run(timeout=...) polls the child
+    with sleeps that double up to 50 ms, which rounded every probe's wall time
+    up to 63 ms + k x 50 ms (issue 27's "50 ms step" in rr and crr)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killer = threading.Timer(limit, p.kill)
+    killer.start()
+    try:
+        rc = p.wait()
+    finally:
+        killer.cancel()
+    return rc, time.monotonic() - t0
 
 def prober():
     n = 0
@@ -285,24 +304,31 @@ def prober():
             n += 1
             t0 = time.monotonic()
             try:
-                r = subprocess.run([BIN] + args + ["-q", "--json", js], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, timeout=120)
-                wall = time.monotonic() - t0
+                rc, wall = timed_run([BIN] + args + ["-q", "--json", js], 120)
                 with open(js) as f:
                     doc = json.load(f)
                 os.unlink(js)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 probe_failed[kind] += 1
                 continue
-            if r.returncode != 0:
+            if rc != 0:
                 probe_failed[kind] += 1
                 continue
+            inner = None
             if kind == "udp":
                 got = doc["result"]["totals"]["bytes"]
                 cost = 1e9 / got if got else float("inf")
             else:
                 cost = wall
+                res = doc["result"]
+                if kind == "crr":
+                    inner = res.get("duration_secs")
+                elif kind == "rr":
+                    lat = (res["runs"][0] if "runs" in res else res).get("latency") or {}
+                    if lat.get("mean_us") is not None:
+                        inner = lat["count"] * lat["mean_us"] / 1e6
             probe_cost[phase][kind].append(cost)
+            probe_log.append((t0 - deadline + SECONDS, phase, kind, wall, inner))
 
 def median(xs):
     xs = sorted(xs)
@@ -326,6 +352,10 @@ def monitor():
 
 print(f"soak: {SECONDS} s, {CLIENTS} concurrent clients, server 127.0.0.1:{sport}"
       + (", attack mix from 127.0.0.2-9" if ATTACK else ""), flush=True)
+# The probe timer's own error, so a step in the probes' times can be told
+# from one in how they are taken: a 70 ms child should measure about 0.07 s.
+_, t70 = timed_run(["sleep", "0.07"], 10)
+print(f"probe timer: a 70 ms child measured {t70:.3f} s", flush=True)
 # Warm up every kind of legit test once, so lazily made state is in the baseline.
 for w in range(7):
     job(w, random.Random(w))
@@ -415,6 +445,12 @@ for k in PROBES:
     fmt = lambda x: f"{x:9.3f}" if x is not None else f"{'-':>9}"
     print(f"  {k:<5} {fmt(c)} {fmt(a)} {fmt(ratio)} {runs_k:>6} {probe_failed[k]:>6}")
 slow_ok = slow_ok and sum(probe_failed.values()) == 0
+if os.environ.get("SOAK_PROBE_LOG"):
+    with open(os.environ["SOAK_PROBE_LOG"], "w") as f:
+        f.write("t_s,phase,kind,wall_s,inner_s\n")
+        for t, ph, k, w, i in probe_log:
+            f.write(f"{t:.3f},{ph},{k},{w:.4f},{'' if i is None else f'{i:.4f}'}\n")
+    print(f"probe log: {os.environ['SOAK_PROBE_LOG']}")
 if ATTACK:
     print(f"legit slowdown under attack <= 1.5x and no probe failed: {slow_ok}")
 alive = server.poll() is None
