@@ -522,7 +522,7 @@ fn signal(pid: u32, sig: &str) {
 /// is unknown), none is closed silently.
 #[test]
 fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() {
-    use netrig::proto::{self, Message};
+    use netrig::protocol::proto::{self, Message};
     use std::net::TcpStream;
     use std::time::{Duration, Instant};
     let _one = one_at_a_time();
