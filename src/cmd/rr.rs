@@ -357,16 +357,17 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         Ok(s) => s,
         Err(c) => return Ok(c),
     };
+    // A usage error first: it is one whatever the kernel supports.
+    let (mut base, spectrum) = match a.to_config(key.clone()) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
     if matches!(a.proto, Transport::Sctp | Transport::SctpSeqpacket)
         && let Err(e) = netrig::sctp::support(a.proto == Transport::SctpSeqpacket)
     {
         eprintln!("netrig: {e}");
         return Ok(ExitCode::from(Exit::Unsupported));
     }
-    let (mut base, spectrum) = match a.to_config(key.clone()) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
     let (target, embedded) = target_or_embedded(&a.to.host(), &key, verbosity)?;
     base.target = target;
     let sizes: Vec<u32> = match spectrum {
