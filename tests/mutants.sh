@@ -24,7 +24,8 @@ if [ ${#files[@]} -eq 0 ]; then
            src/report/rr.rs src/report/load.rs src/report/merge.rs src/report/analysis.rs
            src/report/connection_row.rs src/protocol/greeting.rs src/protocol/names.rs
            src/protocol/udp/setup.rs src/protocol/udp/outflow.rs src/protocol/rr/stream_answer.rs
-           src/protocol/rr/probe.rs src/tcp/drive.rs src/protocol/tcp/machine.rs src/protocol/tcp/schedule.rs
+           src/protocol/rr/probe.rs src/tcp/drive.rs src/protocol/tcp/machine.rs src/protocol/tcp/machine/read_plan.rs
+           src/protocol/tcp/machine/ending.rs src/protocol/tcp/schedule.rs
            src/tcp/session.rs src/rr/run.rs src/load/run.rs src/report/mod.rs
            src/report/stream.rs src/report/tcp_info_file.rs src/protocol/html/kinds.rs
            src/protocol/udp/profile.rs src/protocol/udp/scenario.rs src/protocol/relay/impair.rs

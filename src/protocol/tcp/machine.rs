@@ -414,89 +414,6 @@ impl Conn {
         self.advance();
     }
 
-    /// How many bytes to read now, at most (0: do not read).
-    pub fn want_read(&self) -> usize {
-        match &self.phase {
-            Phase::Data => {
-                if self.recv_left == 0 {
-                    return 0;
-                }
-                if self.ending_in {
-                    return proto::frame_remaining(&self.tail);
-                }
-                let held = self.head.len() as u64;
-                let mut n = (self.recv_left - held).min(self.buffer as u64);
-                if let Some(b) = &self.bursts {
-                    // A read never spans two bursts, so each is timed alone.
-                    let size = b.spec.size.max(1);
-                    let end = (self.burst_at * size + size).min(self.transfer);
-                    n = n.min(end.saturating_sub(self.received + held));
-                }
-                if self.chunk > 0 {
-                    // A read never spans a chunk's start, which is looked at
-                    // first; and gets at least the bytes that decide it.
-                    n = n.min(self.chunk - self.received % self.chunk - held);
-                    if self.received.is_multiple_of(self.chunk) {
-                        let k = (HEADER_LEN as u64).min(self.recv_left);
-                        n = n.max(k.saturating_sub(held));
-                    }
-                }
-                n as usize
-            }
-            Phase::Final {
-                inbuf, peer: None, ..
-            } => proto::frame_remaining(inbuf),
-            _ => 0,
-        }
-    }
-
-    /// How many bytes one read may take now: what [`Conn::want_read`]
-    /// says, except that with count-only verification (the I/O layer
-    /// drops data unread, [`Conn::skippable`]) a read at a chunk's start
-    /// takes only the bytes that tell data from the end marker, and the
-    /// rest of the chunk is dropped. (Reads of the whole buffer across
-    /// chunk starts were measured and dropped: with verification at 8
-    /// connections they cost 0.63x the goodput.)
-    pub fn read_room(&self) -> usize {
-        let want = self.want_read();
-        if !self.verify
-            && self.bursts.is_none()
-            && self.chunk > 0
-            && matches!(self.phase, Phase::Data)
-            && !self.ending_in
-            && self.received.is_multiple_of(self.chunk)
-        {
-            let k = (HEADER_LEN as u64).min(self.recv_left) as usize;
-            return want.min(k.saturating_sub(self.head.len()).max(1));
-        }
-        want
-    }
-
-    /// How many of the next bytes may be dropped unread (`MSG_TRUNC`): with
-    /// count-only verification, data that is not at a chunk's start (whose
-    /// first bytes tell data from the end marker) nor timed burst by burst.
-    /// 0 when the bytes must be read.
-    pub fn skippable(&self) -> usize {
-        let plain = !self.verify
-            && self.bursts.is_none()
-            && matches!(self.phase, Phase::Data)
-            && !self.ending_in
-            && self.head.is_empty();
-        if !plain || (self.chunk > 0 && self.received.is_multiple_of(self.chunk)) {
-            return 0;
-        }
-        self.want_read()
-    }
-
-    /// `n` bytes (no more than [`Conn::skippable`] said) were dropped
-    /// unread: counted as received.
-    pub fn on_skipped(&mut self, n: usize) {
-        let n = (n as u64).min(self.skippable() as u64);
-        self.received += n;
-        self.recv_left -= n;
-        self.advance();
-    }
-
     /// `data` arrived at `now` (never more than [`Conn::want_read`] said).
     pub fn on_read(&mut self, data: &[u8], now: Now) {
         match &mut self.phase {
@@ -683,90 +600,10 @@ impl Conn {
         self.peer_info
     }
 
-    /// The peer closed its side (a read returned 0 bytes).
-    pub fn on_eof(&mut self) {
-        match &mut self.phase {
-            Phase::Data if self.recv_left > 0 => {
-                self.failure.get_or_insert(Verdict::TooFew {
-                    expected: self.received + self.recv_left,
-                    received: self.received,
-                });
-                self.abandon_data();
-            }
-            Phase::Final {
-                inbuf,
-                peer: slot @ None,
-                ..
-            } => {
-                *slot = Some(Err(if inbuf.is_empty() {
-                    NoReport::Closed
-                } else {
-                    NoReport::Truncated
-                }));
-                self.maybe_done();
-            }
-            _ => {}
-        }
-    }
-
-    /// A read or write failed with `e`.
-    pub fn on_error(&mut self, e: &io::Error) {
-        match (&self.phase, &mut self.mine) {
-            (Phase::Final { .. }, Some(mine)) if !self.report_out => {
-                // This end's report could not go out.
-                mine.verdict = net_verdict(e);
-                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
-            }
-            (Phase::Final { .. }, Some(mine)) => {
-                self.phase = Phase::Done(agree(mine, Err(&NoReport::Io(clone_error(e)))));
-            }
-            _ => self.fail(net_verdict(e)),
-        }
-    }
-
-    /// This end stops (the run was stopped): a cancellation, not a finding.
-    pub fn cancel(&mut self) {
-        self.fail(Verdict::Cancelled);
-    }
-
-    /// This end gives up with `v` (e.g. a server limit reached).
-    pub fn abort(&mut self, v: Verdict) {
-        self.fail(v);
-    }
-
     /// Whether what [`Conn::transmit`] offers is data (not the final
     /// report, nor an end marker already offered).
     pub fn sending_data(&self) -> bool {
         matches!(self.phase, Phase::Data) && self.end_out.is_none()
-    }
-
-    /// Ends the connection with `v` as this end's verdict unless it has
-    /// already ended (corruption seen before still wins).
-    fn fail(&mut self, v: Verdict) {
-        match &self.phase {
-            Phase::Data => {
-                self.failure = Some(v);
-                self.abandon_data();
-            }
-            Phase::Final { .. } => {
-                let Some(mine) = &mut self.mine else {
-                    return;
-                };
-                if !matches!(mine.verdict, Verdict::Corrupt { .. }) {
-                    mine.verdict = v;
-                }
-                self.phase = Phase::Done(agree(mine, Err(&NoReport::Failed)));
-            }
-            Phase::Done(_) => {}
-        }
-    }
-
-    /// Drops what is left of the plan after a failure.
-    fn abandon_data(&mut self) {
-        self.send_left = 0;
-        self.recv_left = 0;
-        self.tail.clear();
-        self.finish_data();
     }
 
     /// The next event, if any.
@@ -846,6 +683,9 @@ fn clone_error(e: &io::Error) -> io::Error {
         io::Error::from_raw_os_error,
     )
 }
+
+mod ending;
+mod read_plan;
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]
