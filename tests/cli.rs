@@ -506,6 +506,13 @@ fn udp_from_the_command_line() {
     let sender = &doc["result"]["sender"];
     assert_eq!(sender["packets"].as_u64(), Some(received), "{sender}");
     assert_eq!(sender["bytes"].as_u64(), Some(received * 1200), "{sender}");
+    // The rate travels as asked, beside the gap it gives (480 µs).
+    let spec = &doc["config"]["spec"];
+    assert_eq!(
+        (spec["rate_bps"].as_u64(), spec["gap_ps"].as_u64()),
+        (Some(20_000_000), Some(480_000_000)),
+        "{spec}"
+    );
     // 20 Mbit/s of 1200-byte datagrams for 1 s asks for 2083.
     let asked = sender["asked_bytes"].as_u64().unwrap() / 1200;
     assert!((2083..=2085).contains(&asked), "{sender}");

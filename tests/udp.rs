@@ -7,7 +7,7 @@ mod udp_relay;
 
 use common::TestServer;
 use netrig::protocol::proto::{MediaSpec, UdpSpec};
-use netrig::protocol::udp::pace::{Pacing, gap_for_rate};
+use netrig::protocol::udp::pace::Pacing;
 use netrig::protocol::udp::track::UdpInterval;
 use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
 use netrig::udp::receive::PacketRow;
@@ -37,7 +37,7 @@ fn spec(reverse: bool, rate_bps: u64, size: u32, ms: u64) -> UdpSpec {
         pacing: Pacing::Hybrid,
         interval_ms: 200,
         hist_bins: 40,
-        ..UdpSpec::steady(size, gap_for_rate(size, rate_bps), ms)
+        ..UdpSpec::at_rate(size, rate_bps, ms)
     }
 }
 
@@ -242,7 +242,7 @@ fn every_pacing_mode_holds_its_rate() {
         let cfg = SenderConfig {
             tag_key: None,
             size: 200,
-            gap_ps: 500_000_000, // 500 us: 2000 datagrams/s
+            gap: 500_000_000.into(), // 500 us: 2000 datagrams/s
             duration: std::time::Duration::from_millis(500),
             pacing,
             catch_up: true, // stalls on a shared machine delay, not skip
@@ -305,7 +305,7 @@ fn a_loaded_host_sends_late_rather_than_skipping() {
     let cfg = SenderConfig {
         tag_key: None,
         size: 200,
-        gap_ps: 1_000_000_000, // 1 ms
+        gap: 1_000_000_000.into(), // 1 ms
         duration: Duration::from_secs(1),
         pacing: Pacing::Hybrid,
         catch_up: false,
@@ -417,6 +417,7 @@ fn bursts_through_a_dropping_relay(server: std::net::SocketAddr, reverse: bool) 
     );
     let mut sp = spec(reverse, 1_000_000, 1000, 1000);
     sp.gap_ps = 1; // back to back within a burst
+    sp.rate_bps = None;
     sp.burst = Some(BurstSpec {
         size: 50_000,
         period_ms: 200,

@@ -257,6 +257,14 @@ pub enum Invalid {
     Duration { ms: u64, max_ms: u64 },
     #[error("gap between datagrams must be positive")]
     ZeroGap,
+    #[error(
+        "rate {rate_bps} bit/s does not give the gap of {gap_ps} ps asked for {size}-byte datagrams"
+    )]
+    RateGap {
+        rate_bps: u64,
+        gap_ps: u64,
+        size: u32,
+    },
     #[error("interval and histogram bin width must be positive, and histogram bins 1..={max_bins}")]
     Histogram { max_bins: u32 },
     #[error("media frame rate must be positive and the playout buffer at most {max_buffer_ms} ms")]

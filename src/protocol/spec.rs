@@ -353,8 +353,15 @@ pub struct UdpSpec {
     pub reverse: bool,
     /// Datagram size (UDP payload, netrig header included).
     pub size: u32,
-    /// Gap between datagrams, picoseconds.
+    /// Gap between datagrams, picoseconds (rounded down when `rate_bps`
+    /// gives the stream's rate: the rate is then what both ends go by).
     pub gap_ps: u64,
+    /// The rate asked for, bit/s, when the stream was asked for by rate
+    /// (`-b`): the sender's schedule is the exact fraction
+    /// `size × 8 / rate`, not a sum of rounded gaps. Absent with `--gap`,
+    /// frames, bursts and profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
     /// How long to send, ms.
     pub duration_ms: u64,
     /// Sender pacing mode.
@@ -430,6 +437,7 @@ impl UdpSpec {
             reverse: false,
             size,
             gap_ps,
+            rate_bps: None,
             duration_ms,
             pacing: crate::protocol::udp::pace::Pacing::Sleep,
             catch_up: false,
@@ -446,6 +454,38 @@ impl UdpSpec {
             sock: crate::protocol::sockopts::SockOpts::default(),
             omit_ms: 0,
             group: None,
+        }
+    }
+
+    /// A steady stream of `size`-byte datagrams at `rate_bps` bit/s: its
+    /// gap is the exact fraction of the rate (a zero rate: no rate, and
+    /// [`gap_for_rate`](crate::protocol::udp::pace::gap_for_rate)'s "never").
+    pub fn at_rate(size: u32, rate_bps: u64, duration_ms: u64) -> UdpSpec {
+        UdpSpec {
+            rate_bps: Some(rate_bps).filter(|r| *r > 0),
+            ..UdpSpec::steady(
+                size,
+                crate::protocol::udp::pace::gap_for_rate(size, rate_bps),
+                duration_ms,
+            )
+        }
+    }
+
+    /// The time between departures the sender keeps: the rate's exact
+    /// fraction when the stream was asked for by rate, else `gap_ps`.
+    pub fn gap(&self) -> crate::protocol::udp::pace::Gap {
+        use crate::protocol::udp::pace::Gap;
+        match self.rate_bps {
+            Some(r) if r > 0 => Gap::for_rate(self.size, r),
+            _ => Gap::from_ps(self.gap_ps),
+        }
+    }
+
+    /// The steady rate, bit/s: the rate asked for, or the gap's.
+    pub fn steady_rate_bps(&self) -> f64 {
+        match self.rate_bps {
+            Some(r) if r > 0 => r as f64,
+            _ => f64::from(self.size) * 8.0 * 1e12 / self.gap_ps.max(1) as f64,
         }
     }
 
@@ -470,7 +510,10 @@ impl UdpSpec {
                 let period_ns = u128::from(b.period_ms.max(1)) * 1_000_000;
                 omit_ns.div_ceil(period_ns) * u128::from(per)
             }
-            None => (omit_ns * 1000).div_ceil(u128::from(self.gap_ps.max(1))),
+            None => u128::from(
+                self.gap()
+                    .count_before(omit_ns.try_into().unwrap_or(u64::MAX)),
+            ),
         };
         u64::try_from(n).unwrap_or(u64::MAX)
     }

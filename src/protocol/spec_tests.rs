@@ -81,6 +81,7 @@ fn a_media_warm_up_is_whole_frames_of_datagrams() {
         reverse: true,
         size: 1400,
         gap_ps: 1_000_000_000_000 / 50,
+        rate_bps: None,
         duration_ms: 2000,
         pacing: crate::protocol::udp::pace::Pacing::Sleep,
         catch_up: false,

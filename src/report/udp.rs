@@ -45,7 +45,7 @@ pub fn udp_banner(s: &crate::protocol::proto::UdpSpec) -> String {
             "UDP {dir}: {} B datagrams every {:.3} us ({}) for {:.3} s, pacing {:?}{}",
             s.size,
             s.gap_ps as f64 / 1e6,
-            format_bits_per_sec(s.size as f64 * 8.0 * 1e12 / s.gap_ps as f64),
+            format_bits_per_sec(s.steady_rate_bps()),
             s.duration_ms as f64 / 1e3,
             s.pacing,
             if s.media.is_some() {

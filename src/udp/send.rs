@@ -20,8 +20,8 @@ use crate::protocol::udp::sent::{MAX_SENT_INTERVALS, SenderReport, sender_limite
 pub struct SenderConfig {
     /// Datagram size (UDP payload), header included.
     pub size: usize,
-    /// Gap between datagrams, ps.
-    pub gap_ps: u64,
+    /// Time between datagrams (the exact fraction of the rate asked for).
+    pub gap: crate::protocol::udp::pace::Gap,
     /// How long to send.
     pub duration: Duration,
     /// How to wait.
@@ -30,11 +30,11 @@ pub struct SenderConfig {
     pub catch_up: bool,
     /// Stream ID stamped in every datagram.
     pub stream: u32,
-    /// Time-varying rate and size instead of `size`/`gap_ps`.
+    /// Time-varying rate and size instead of `size`/`gap`.
     pub profile: Option<crate::protocol::udp::profile::Profile>,
     /// Compute the profile's whole schedule before the first send.
     pub precompute: bool,
-    /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap_ps` apart.
+    /// Bursts: (datagrams per burst, period ns); datagrams within a burst are `gap` apart.
     pub burst: Option<(u64, u64)>,
     /// Media frames: (each frame's size, frames per second); each frame
     /// leaves as datagrams of `size`, the last one shorter, back to back.
@@ -87,7 +87,7 @@ impl SendPlan {
                         size,
                         per_burst,
                         period_ns,
-                        cfg.gap_ps / 1000,
+                        cfg.gap.ps() / 1000,
                         end,
                     )))
                 }
@@ -106,7 +106,7 @@ impl SendPlan {
         }
         match &cfg.profile {
             None => SendPlan::Fixed {
-                sched: Schedule::new(0, cfg.gap_ps, forgive_ns(end, cfg.catch_up)),
+                sched: Schedule::new(0, cfg.gap, forgive_ns(end, cfg.catch_up)),
                 size: cfg.size.max(HEADER_LEN),
             },
             Some(p) => {
@@ -184,7 +184,7 @@ impl SendPlan {
                 size,
                 per_burst,
                 period_ns,
-                cfg.gap_ps / 1000,
+                cfg.gap.ps() / 1000,
                 t_ns,
             )
             .map(|(_, s)| u64::from(s))
@@ -193,8 +193,7 @@ impl SendPlan {
         match (self, &cfg.profile) {
             (_, Some(p)) => p.bytes_until(t_ns).round() as u64,
             (SendPlan::Fixed { size, .. }, None) => {
-                let due = (u128::from(t_ns) * 1000).div_ceil(u128::from(cfg.gap_ps.max(1)));
-                (due as u64).saturating_mul(*size as u64)
+                cfg.gap.count_before(t_ns).saturating_mul(*size as u64)
             }
             (SendPlan::Profile { .. }, None) => 0,
         }
@@ -434,7 +433,7 @@ impl Departures {
             end_ns,
             first_ns: None,
             last_ns: 0,
-            last_gap_ns: cfg.gap_ps as f64 / 1000.0,
+            last_gap_ns: cfg.gap.ps() as f64 / 1000.0,
             cfg,
         }
     }

@@ -38,7 +38,7 @@ pub fn rate_bps(s: &UdpSpec) -> f64 {
     }
     match &s.profile {
         Some(p) => p.max_rate() as f64,
-        None => s.size as f64 * 8.0 * 1e12 / s.gap_ps.max(1) as f64,
+        None => s.steady_rate_bps(),
     }
 }
 
@@ -88,6 +88,18 @@ pub fn sane(s: &UdpSpec) -> Result<(), Invalid> {
     }
     if s.gap_ps == 0 {
         return Err(Invalid::ZeroGap);
+    }
+    // Both ends must read the same schedule from the spec: a rate and a
+    // gap that disagree would have the sender go by one and a report by
+    // the other.
+    if let Some(rate_bps) = s.rate_bps
+        && (rate_bps == 0 || crate::protocol::udp::pace::gap_for_rate(s.size, rate_bps) != s.gap_ps)
+    {
+        return Err(Invalid::RateGap {
+            rate_bps,
+            gap_ps: s.gap_ps,
+            size: s.size,
+        });
     }
     if s.interval_ms == 0 || s.hist_bin_ns == 0 || !(1..=MAX_HIST_BINS).contains(&s.hist_bins) {
         return Err(Invalid::Histogram {
@@ -182,7 +194,7 @@ pub fn sender_config(s: &UdpSpec, tag_key: Option<DatagramKey>) -> SenderConfig 
     SenderConfig {
         tag_key: tag_key.filter(|_| s.auth_datagrams),
         size: s.size as usize,
-        gap_ps: s.gap_ps,
+        gap: s.gap(),
         duration: Duration::from_millis(s.duration_ms),
         pacing: s.pacing,
         catch_up: s.catch_up,

@@ -64,6 +64,17 @@ fn every_bound_holds_at_its_edge() {
             ok(|s| s.gap_ps = 0),
         ),
         (
+            "rate and gap agree",
+            // 1000 B at 8 Mbit/s is the spec's 1 ms gap; 9 Mbit/s is not.
+            ok(|s| s.rate_bps = Some(8_000_000)),
+            ok(|s| s.rate_bps = Some(9_000_000)),
+        ),
+        (
+            "a rate is positive",
+            ok(|s| s.rate_bps = None),
+            ok(|s| s.rate_bps = Some(0)),
+        ),
+        (
             "duration",
             ok(|s| s.duration_ms = 1),
             ok(|s| s.duration_ms = 0),
@@ -276,5 +287,32 @@ fn an_omit_must_leave_some_stream_and_not_meet_a_profile() {
             );
         })
         .is_err()
+    );
+}
+
+#[test]
+fn a_stream_asked_for_by_rate_is_limited_and_sent_at_that_rate() {
+    // 1000 B at 3 Gbit/s: the gap is 2,666,666.6 ps, rounded down on the wire.
+    let s = UdpSpec::at_rate(1000, 3_000_000_000, 1000);
+    assert_eq!(s.gap_ps, 2_666_666);
+    assert_eq!(rate_bps(&s), 3e9);
+    assert_eq!(sender_config(&s, None).gap, s.gap());
+    assert_eq!(s.gap().count_before(1_000_000_000), 375_000);
+    let limits = Limits {
+        max_rate_bps: 3_000_000_000,
+        ..Limits::default()
+    };
+    assert!(validate(&s, limits).is_ok());
+    let over = UdpSpec::at_rate(1000, 3_000_010_000, 1000);
+    assert!(validate(&over, limits).is_err());
+    // A spec from an older client, with no rate, goes by its gap.
+    let old = UdpSpec {
+        rate_bps: None,
+        ..s.clone()
+    };
+    assert!((rate_bps(&old) - 3e9).abs() < 3e9 * 1e-6);
+    assert_eq!(
+        old.gap(),
+        crate::protocol::udp::pace::Gap::from_ps(2_666_666)
     );
 }

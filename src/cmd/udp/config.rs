@@ -84,6 +84,8 @@ pub(super) struct UdpConfig {
 struct Shape {
     size: u64,
     gap_ps: u64,
+    /// The rate the gap comes from, when the stream is asked for by rate.
+    rate_bps: Option<u64>,
     reverse: bool,
     media: Option<MediaSpec>,
 }
@@ -125,15 +127,17 @@ impl UdpArgs {
             Some(p) => Some(p),
             None => self.profile(verbosity, &mut banner)?,
         };
-        let (size, gap_ps, duration_ms) = match &profile {
+        let (size, gap_ps, rate_bps, duration_ms) = match &profile {
             Some(p) => (
                 u64::from(p.max_size()),
                 gap_for_rate(p.max_size(), p.max_rate().max(1)),
+                None,
                 (p.duration_ns() / 1_000_000).max(1),
             ),
             None => (
                 shape.size,
                 shape.gap_ps,
+                shape.rate_bps,
                 self.time.unwrap_or(DEFAULT_UDP_DURATION).as_millis().max(1) as u64,
             ),
         };
@@ -146,15 +150,17 @@ impl UdpArgs {
             }
         });
         // Without an explicit rate, a burst's datagrams go back to back.
-        let gap_ps = if burst.is_some() && self.bitrate.is_none() && self.gap.is_none() {
-            1
+        let (gap_ps, rate_bps) = if burst.is_some() && self.bitrate.is_none() && self.gap.is_none()
+        {
+            (1, None)
         } else {
-            gap_ps
+            (gap_ps, rate_bps)
         };
         let spec = UdpSpec {
             reverse: shape.reverse,
             size: size as u32,
             gap_ps,
+            rate_bps,
             duration_ms,
             pacing: self.pacing,
             catch_up: self.catch_up,
@@ -235,6 +241,7 @@ impl UdpArgs {
             Ok(Shape {
                 size: u64::from(size),
                 gap_ps: 1_000_000_000_000 / u64::from(iso.fps),
+                rate_bps: None,
                 reverse: self.reverse,
                 media: Some(media),
             })
@@ -258,6 +265,7 @@ impl UdpArgs {
             Ok(Shape {
                 size: frame.min(dsize),
                 gap_ps: 1_000_000_000_000 / u64::from(self.fps),
+                rate_bps: None,
                 reverse: true,
                 media: Some(media),
             })
@@ -267,13 +275,18 @@ impl UdpArgs {
                     "-l/--length must be {HEADER_LEN}..={MAX_DATAGRAM} bytes"
                 )));
             }
-            let gap_ps = match (self.bitrate, self.gap) {
+            let rate_bps = match self.gap {
+                Some(_) => None,
+                None => Some(self.bitrate.unwrap_or(DEFAULT_RATE)),
+            };
+            let gap_ps = match (rate_bps, self.gap) {
                 (_, Some(g)) => g.as_nanos() as u64 * 1000,
                 (r, None) => gap_for_rate(self.length as u32, r.unwrap_or(DEFAULT_RATE)),
             };
             Ok(Shape {
                 size: self.length,
                 gap_ps,
+                rate_bps: rate_bps.filter(|r| *r > 0),
                 reverse: self.reverse,
                 media: None,
             })

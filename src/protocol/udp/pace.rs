@@ -75,10 +75,68 @@ impl Pacing {
     }
 }
 
+/// The time between two departures, kept as the exact fraction it is:
+/// `num_ps / den` picoseconds. A stream asked for in bit/s keeps its rate
+/// (`size × 8 × 10¹² / rate`), so the k-th departure is where the rate puts
+/// it however long the run, rather than k times a gap rounded once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    num_ps: u128,
+    den: u64,
+}
+
+impl Gap {
+    /// A gap of `ps` picoseconds (at least 1).
+    pub fn from_ps(ps: u64) -> Gap {
+        Gap {
+            num_ps: u128::from(ps.max(1)),
+            den: 1,
+        }
+    }
+
+    /// The gap between `size`-byte datagrams sent at `rate_bps` bit/s (a
+    /// zero rate is [`gap_for_rate`]'s "never").
+    pub fn for_rate(size: u32, rate_bps: u64) -> Gap {
+        if rate_bps == 0 {
+            return Gap::from_ps(gap_for_rate(size, 0));
+        }
+        Gap {
+            num_ps: (u128::from(size) * 8 * 1_000_000_000_000).max(1),
+            den: rate_bps,
+        }
+    }
+
+    /// The gap rounded down to whole picoseconds (at least 1).
+    pub fn ps(self) -> u64 {
+        u64::try_from(self.num_ps / u128::from(self.den))
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// How long `k` gaps last, ns (rounded down).
+    pub fn span_ns(self, k: u64) -> u64 {
+        let ps = u128::from(k).saturating_mul(self.num_ps) / u128::from(self.den);
+        u64::try_from(ps / 1000).unwrap_or(u64::MAX)
+    }
+
+    /// How many departures a schedule starting at 0 makes before `t_ns`:
+    /// the smallest k with `span_ns(k) >= t_ns`.
+    pub fn count_before(self, t_ns: u64) -> u64 {
+        let scaled = u128::from(t_ns) * 1000 * u128::from(self.den);
+        u64::try_from(scaled.div_ceil(self.num_ps)).unwrap_or(u64::MAX)
+    }
+}
+
+impl From<u64> for Gap {
+    fn from(ps: u64) -> Gap {
+        Gap::from_ps(ps)
+    }
+}
+
 /// The absolute departure schedule.
 #[derive(Debug, Clone)]
 pub struct Schedule {
-    gap_ps: u64,
+    gap: Gap,
     anchor_ns: u64,
     anchor_index: u64,
     next: u64,
@@ -87,11 +145,12 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// A schedule starting at `start_ns` with one datagram every `gap_ps`
-    /// picoseconds, forgiving lateness past `forgive_ns` ([`forgive_ns`]).
-    pub fn new(start_ns: u64, gap_ps: u64, forgive_ns: u64) -> Self {
+    /// A schedule starting at `start_ns` with one datagram every `gap`
+    /// (a [`Gap`], or picoseconds), forgiving lateness past `forgive_ns`
+    /// ([`forgive_ns`]).
+    pub fn new(start_ns: u64, gap: impl Into<Gap>, forgive_ns: u64) -> Self {
         Schedule {
-            gap_ps: gap_ps.max(1),
+            gap: gap.into(),
             anchor_ns: start_ns,
             anchor_index: 0,
             next: 0,
@@ -102,8 +161,8 @@ impl Schedule {
 
     /// When datagram `index` is due, ns.
     pub fn due_of(&self, index: u64) -> u64 {
-        let k = index.saturating_sub(self.anchor_index) as u128;
-        self.anchor_ns + (k * self.gap_ps as u128 / 1000) as u64
+        let k = index.saturating_sub(self.anchor_index);
+        self.anchor_ns.saturating_add(self.gap.span_ns(k))
     }
 
     /// When the next datagram is due, ns.
@@ -133,13 +192,13 @@ impl Schedule {
         if now_ns < self.next_due() {
             return (self.next, 0);
         }
-        let stall = self.forgive_ns.max(STALL_NS).max(2 * self.gap_ps / 1000);
+        let stall = self.forgive_ns.max(STALL_NS).max(self.gap.span_ns(2));
         if now_ns >= self.next_due().saturating_add(stall) {
             // Stalled: forget the missed datagrams and start again from now,
             // keeping only what the batching tolerance allows (at most
             // STALL_NS worth, at most one batch), so a sender that cannot keep
             // up still sends full batches while a slow stream sends one.
-            let window = STALL_NS.min((max.max(1) - 1).saturating_mul(self.gap_ps) / 1000);
+            let window = STALL_NS.min(self.gap.span_ns(max.max(1) - 1));
             self.anchor_ns = now_ns - window.min(now_ns);
             self.anchor_index = self.next;
             self.slips += 1;
@@ -251,6 +310,27 @@ mod tests {
         assert_eq!(s.take_due_within(150_000, 0, 64), (15, 1));
     }
 
+    #[test]
+    fn a_rate_keeps_its_schedule_exact_however_long_the_run() {
+        // 1000-byte datagrams at 3 Gbit/s: 2,666,666.6 ps apart, 375,000 a second.
+        let exact = Schedule::new(0, Gap::for_rate(1000, 3_000_000_000), u64::MAX);
+        assert_eq!(exact.due_of(375_000), 1_000_000_000);
+        assert_eq!(exact.due_of(375_000 * 3600), 3_600_000_000_000);
+        assert_eq!(exact.due_of(1), 2_666);
+        assert_eq!(exact.due_of(3), 8_000);
+        // The gap rounded once to whole picoseconds drifts: 250 ns a second.
+        let rounded = Schedule::new(0, gap_for_rate(1000, 3_000_000_000), u64::MAX);
+        assert_eq!(rounded.due_of(375_000), 999_999_750);
+        let g = Gap::for_rate(1000, 3_000_000_000);
+        assert_eq!(g.ps(), 2_666_666);
+        assert_eq!(g.count_before(1_000_000_000), 375_000);
+        assert_eq!(g.count_before(1_000_000_001), 375_001);
+        assert_eq!(g.count_before(0), 0);
+        assert_eq!(Gap::from_ps(0), Gap::from_ps(1));
+        assert_eq!(Gap::for_rate(1000, 0).ps(), gap_for_rate(1000, 0));
+        assert_eq!(Gap::from(5_000u64).span_ns(3), 15);
+    }
+
     proptest! {
         /// Polled often enough, the schedule sends the profile's bytes within one datagram.
         #[test]
@@ -267,6 +347,18 @@ mod tests {
             }
             let expected = (end as u128 * 1000 / gap as u128) as u64;
             prop_assert!(sent.abs_diff(expected) <= 1, "sent {} expected {}", sent, expected);
+        }
+
+        /// `count_before` is the inverse of `span_ns`: the departures before
+        /// a time are those whose due time is earlier.
+        #[test]
+        fn count_before_inverts_the_span(size in 1u32..65_536, rate in 1u64..400_000_000_000, t in 0u64..10_000_000_000_000) {
+            let g = Gap::for_rate(size, rate);
+            let k = g.count_before(t);
+            prop_assert!(g.span_ns(k) >= t || k == u64::MAX);
+            if k > 0 {
+                prop_assert!(g.span_ns(k - 1) < t, "k {} span {} t {}", k, g.span_ns(k - 1), t);
+            }
         }
     }
 }
