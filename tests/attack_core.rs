@@ -301,3 +301,62 @@ fn an_accepted_udp_session_that_goes_silent_gives_its_slot_back_at_the_setup_dea
         0,
     );
 }
+
+/// Issue 27 item 6: one memory account. Every test is charged what its
+/// session may hold before it is admitted (here a precomputed schedule the
+/// server would send: a million departures, 16 MB); past `--max-memory` the
+/// next is refused by name and code, however little resident memory the
+/// server has yet, and a session that ends gives its share back.
+#[test]
+fn tests_draw_from_one_memory_account_and_give_their_share_back() {
+    use netrig::protocol::proto::{ErrorCode, TestSpec};
+    use netrig::protocol::udp::profile::{Profile, RateStep};
+    let (_srv, addr) = serve(&["-q", "--max-memory", "24M"]);
+    let step = |at_ns| RateStep {
+        at_ns,
+        rate_bps: 8_000_000_000,
+        size: 1000,
+        hold: false,
+    };
+    let mut spec = udp_spec();
+    spec.reverse = true;
+    spec.precompute = true;
+    spec.profile = Some(Profile::new(vec![step(0), step(1_000_000_000)]).unwrap());
+    let request = Message::TestRequest {
+        test: TestSpec::Udp(spec),
+    };
+    let ask = |raw: &mut hand::Raw| {
+        raw.send(&request);
+        raw.recv()
+    };
+    // Accepted and held in setup: the server has allocated nothing for it yet.
+    let mut first = hand::Raw::hello(addr);
+    let got = ask(&mut first);
+    assert!(matches!(got, Ok(Message::UdpAccept { .. })), "{got:?}");
+    let mut second = hand::Raw::hello(addr);
+    match ask(&mut second) {
+        Ok(Message::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::LimitMemory, "{message}");
+            assert!(
+                message.contains("server limit: max memory 24.00 MiB held by running tests"),
+                "{message}"
+            );
+        }
+        other => panic!("a second 16 MB test was let in: {other:?}"),
+    }
+    // The first session ends with its connection; its share comes back as
+    // soon as the server has seen that (each try is a round trip).
+    drop(first);
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut again = hand::Raw::hello(addr);
+        match ask(&mut again) {
+            Ok(Message::UdpAccept { .. }) => break,
+            Ok(Message::Error {
+                code: ErrorCode::LimitMemory,
+                ..
+            }) if t0.elapsed() < Duration::from_secs(10) => {}
+            other => panic!("the ended test's share was not given back: {other:?}"),
+        }
+    }
+}

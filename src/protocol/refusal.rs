@@ -150,6 +150,10 @@ pub enum Limit {
     OpenConnections { max: u32 },
     #[error("max memory {} in use ({} now); try again later", crate::protocol::units::format_bytes(*.max), crate::protocol::units::format_bytes(*.used))]
     Memory { max: u64, used: u64 },
+    /// The tests running hold the memory account: this one's share would
+    /// pass it.
+    #[error("max memory {} held by running tests ({} held, this test needs {}); try again later", crate::protocol::units::format_bytes(*.max), crate::protocol::units::format_bytes(*.held), crate::protocol::units::format_bytes(*.asked))]
+    MemoryBudget { max: u64, held: u64, asked: u64 },
     #[error("max {max} concurrent tests reached; try again later")]
     Tests { max: u32 },
     /// One address holds its share (tests, UDP streams, connections).
@@ -183,7 +187,7 @@ impl Limit {
             Limit::Rate { .. } => ErrorCode::LimitRate,
             Limit::BurstRecords { .. } => ErrorCode::LimitBurstRecords,
             Limit::OpenConnections { .. } => ErrorCode::LimitConnections,
-            Limit::Memory { .. } => ErrorCode::LimitMemory,
+            Limit::Memory { .. } | Limit::MemoryBudget { .. } => ErrorCode::LimitMemory,
             Limit::Tests { .. } => ErrorCode::LimitTests,
             Limit::PerClient { what, .. } => match what {
                 Share::Connections => ErrorCode::LimitConnectionsPerClient,

@@ -98,6 +98,8 @@ pub(super) struct TestSlots<'a> {
     pub(super) test: Slot<'a>,
     pub(super) client: Option<SourceSlot<'a>>,
     pub(super) streams: Option<SourceSlot<'a>>,
+    /// Its share of the memory account.
+    pub(super) memory: super::account::Charge,
 }
 
 impl TestSlots<'_> {
@@ -107,6 +109,7 @@ impl TestSlots<'_> {
         let held = Held {
             client: self.client.as_ref().map(|_| ip),
             streams: self.streams.as_ref().map(|_| ip),
+            memory: self.memory,
         };
         std::mem::forget(self.test);
         std::mem::forget(self.client);
@@ -119,6 +122,7 @@ impl TestSlots<'_> {
 pub(super) struct Held {
     client: Option<IpAddr>,
     streams: Option<IpAddr>,
+    memory: super::account::Charge,
 }
 
 impl Held {
@@ -128,6 +132,7 @@ impl Held {
             test: Slot::adopt(&st.tests),
             client: self.client.map(|ip| st.tests_per_client.adopt(ip)),
             streams: self.streams.map(|ip| st.streams_per_client.adopt(ip)),
+            memory: self.memory,
         }
     }
 }

@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::protocol::proto::{PROTOCOL_VERSION, TestSpec};
 use crate::protocol::refusal::{Limit, Refusal, Share};
 
+pub mod account;
 mod control;
 mod core;
 mod groups;
@@ -122,6 +123,8 @@ pub(crate) struct State {
     open: AtomicU64,
     /// Resident memory, bytes, as loop 0 last read it (`--max-memory`).
     resident: AtomicU64,
+    /// What running tests have drawn of `--max-memory` ([`account`]).
+    memory: account::Account,
     /// UDP stream groups open for more streams.
     groups: groups::Groups,
     /// What `--metrics` reports.
@@ -192,6 +195,7 @@ impl Server {
             streams_per_client: PerSource::default(),
             open: AtomicU64::new(0),
             resident: AtomicU64::new(crate::net::resident_bytes()),
+            memory: account::Account::default(),
             groups: groups::Groups::default(),
             metrics: metrics::Metrics::default(),
             iperf3: Arc::default(),
@@ -507,7 +511,8 @@ fn max_streams_per_client(limits: &Limits) -> u32 {
     (limits.max_tests / 2).max(1)
 }
 
-/// Takes the slots `test` needs, or names the limit reached: one of the
+/// Takes the slots `test` needs, or says why not (a request no server would
+/// run, or the limit reached): one of the
 /// server's `--max-tests` for every test and every UDP stream (a sent one
 /// runs on a worker thread of its own); one of its address's
 /// `--max-tests-per-client` for a test, or for a UDP group as a whole (as
@@ -518,9 +523,19 @@ fn take_test_slots<'a>(
     ip: IpAddr,
     test: &TestSpec,
     now: Instant,
-) -> Result<control::TestSlots<'a>, Limit> {
+) -> Result<control::TestSlots<'a>, Refusal> {
     let limits = st.cfg.limits;
     limits.check_memory(st.resident.load(SeqCst))?;
+    // A request no server would run is refused as such, not charged for
+    // (its charge could be anything).
+    match test {
+        TestSpec::Udp(u) => crate::udp::serve::sane(u)?,
+        TestSpec::Rr(r) => crate::rr::serve::validate(r)?,
+        TestSpec::Tcp(_) => {}
+    }
+    let memory = st
+        .memory
+        .take(account::test_bytes(test), limits.max_memory)?;
     let group = match test {
         TestSpec::Udp(u) => Some(u.group),
         _ => None,
@@ -547,6 +562,7 @@ fn take_test_slots<'a>(
             test,
             client: None,
             streams,
+            memory,
         });
     }
     let max = limits.max_tests_per_client;
@@ -558,6 +574,7 @@ fn take_test_slots<'a>(
         test,
         client: Some(mine),
         streams,
+        memory,
     })
 }
 

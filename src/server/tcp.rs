@@ -262,6 +262,9 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
 pub(super) struct Admitted {
     pub(super) sess: Arc<Session>,
     bursts: u64,
+    /// The records' share of the memory account, held as long as the
+    /// connection (and its queued records) is.
+    _memory: super::account::Charge,
 }
 
 impl Admitted {
@@ -332,9 +335,14 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
         .spec
         .burst
         .map_or(0, |b| transfer.div_ceil(b.size.max(1)));
+    let memory = st.memory.take(
+        super::account::burst_bytes(bursts),
+        st.cfg.limits.max_memory,
+    )?;
     let admitted = Admitted {
         bursts,
         sess: Arc::clone(&sess),
+        _memory: memory,
     };
     if sess.burst_records.fetch_add(bursts, SeqCst) + bursts > MAX_SESSION_BURSTS {
         admitted.release();

@@ -305,6 +305,12 @@ fn per_wake(stride: usize, gso: bool) -> usize {
     }
 }
 
+/// The batch buffer a sender of `stride`-byte datagrams allocates, bytes
+/// (what the server's memory account charges for it).
+pub(crate) fn buffer_bytes(stride: usize, gso: bool) -> usize {
+    stride.saturating_mul(per_wake(stride, gso))
+}
+
 /// Whether an error from a segmented send means this path or kernel will
 /// not segment (EIO: no checksum offload; EMSGSIZE or EINVAL, by kernel
 /// version: a segment larger than the path MTU; the others: a kernel

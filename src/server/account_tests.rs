@@ -1,0 +1,158 @@
+//! Unit tests of the memory account and of what each test is charged.
+
+use super::*;
+use crate::protocol::proto::{IoPattern, RrProto};
+use crate::protocol::udp::profile::{Profile, RateStep};
+
+#[test]
+fn the_account_draws_within_its_max_and_gives_back_on_drop() {
+    let a = Account::default();
+    let one = a.take(600, 1000).unwrap();
+    assert_eq!((one.bytes(), a.held()), (600, 600));
+    // Exactly to the max is within it; one byte past is not.
+    let two = a.take(400, 1000).unwrap();
+    assert_eq!(a.held(), 1000);
+    assert_eq!(
+        a.take(1, 1000).unwrap_err(),
+        Limit::MemoryBudget {
+            max: 1000,
+            held: 1000,
+            asked: 1
+        }
+    );
+    assert_eq!(a.held(), 1000, "a refused draw holds nothing");
+    // Nothing asked is always drawn, even when the account is full.
+    let none = a.take(0, 1000).unwrap();
+    assert_eq!(none.bytes(), 0);
+    drop(two);
+    assert_eq!(a.held(), 600);
+    let again = a.take(400, 1000).unwrap();
+    drop((one, again, none));
+    assert_eq!(a.held(), 0);
+    // A clone is the same account.
+    let b = a.clone();
+    let _c = b.take(10, 1000).unwrap();
+    assert_eq!(a.held(), 10);
+}
+
+#[test]
+fn a_refusal_names_the_account_with_the_memory_code() {
+    let why = Account::default().take(3 << 20, 2 << 20).unwrap_err();
+    assert_eq!(
+        why.code(),
+        crate::protocol::proto::ErrorCode::LimitMemory,
+        "{why}"
+    );
+    assert_eq!(
+        why.to_string(),
+        "max memory 2.00 MiB held by running tests (0 B held, this test needs 3.00 MiB); try again later"
+    );
+}
+
+fn tcp() -> TcpSpec {
+    TcpSpec::plain(IoPattern::Push, 1 << 20, 0, 0)
+}
+
+#[test]
+fn a_tcp_test_is_charged_its_session_and_the_rows_it_keeps() {
+    let row = size_of::<crate::protocol::stats::IntervalRow>() as u64;
+    assert_eq!(test_bytes(&TestSpec::Tcp(tcp())), SESSION_BYTES);
+    let rows = |interval_ms, duration_ms| {
+        test_bytes(&TestSpec::Tcp(TcpSpec {
+            server_interval_ms: interval_ms,
+            duration_ms,
+            ..tcp()
+        })) - SESSION_BYTES
+    };
+    // 10 s of 1 s rows: ten, the first and the last partial ones.
+    assert_eq!(rows(1000, 10_000), 12 * row);
+    assert_eq!(rows(1000, 999), 2 * row);
+    // Unbounded in time, or longer than the rows kept: all of them.
+    assert_eq!(rows(1000, 0), MAX_SERVER_ROWS as u64 * row);
+    assert_eq!(rows(100, 3_600_000), MAX_SERVER_ROWS as u64 * row);
+    assert_eq!(rows(0, 10_000), 0);
+    assert_eq!(burst_bytes(3), 3 * BURST_RECORD_BYTES);
+    assert_eq!(burst_bytes(u64::MAX), u64::MAX);
+}
+
+#[test]
+fn a_udp_stream_is_charged_what_its_end_on_the_server_holds() {
+    let recv = UdpSpec {
+        hist_bins: 1000,
+        ..UdpSpec::steady(1000, 1_000_000_000, 1000)
+    };
+    assert_eq!(
+        test_bytes(&TestSpec::Udp(recv.clone())),
+        SESSION_BYTES + HDR_BYTES + 8000
+    );
+    let mut send = UdpSpec {
+        reverse: true,
+        ..recv.clone()
+    };
+    send.sock.no_offload = true;
+    // 64 datagrams a batch without offload; with it, 256 KiB of them.
+    let fixed = SESSION_BYTES + HDR_BYTES + 4096 * 8;
+    assert_eq!(test_bytes(&TestSpec::Udp(send.clone())), fixed + 64 * 1000);
+    send.sock.no_offload = false;
+    assert_eq!(test_bytes(&TestSpec::Udp(send.clone())), fixed + 262 * 1000);
+    // A profile's largest datagram sets the stride; precomputed, each of
+    // its departures is held.
+    let step = |at_ns, rate_bps, size| RateStep {
+        at_ns,
+        rate_bps,
+        size,
+        hold: false,
+    };
+    // 8 Mbit/s of 1000-byte datagrams for 1 s: 1,000 departures.
+    let p = Profile::new(vec![
+        step(0, 8_000_000, 1000),
+        step(1_000_000_000, 8_000_000, 1000),
+    ])
+    .unwrap();
+    send.profile = Some(p);
+    assert_eq!(test_bytes(&TestSpec::Udp(send.clone())), fixed + 262 * 1000);
+    send.precompute = true;
+    assert_eq!(
+        test_bytes(&TestSpec::Udp(send.clone())),
+        fixed + 262 * 1000 + (1000 + 2) * 16
+    );
+    // However long, never more than the sender keeps.
+    let long = Profile::new(vec![
+        step(0, 8_000_000_000, 64),
+        step(10_000_000_000, 8_000_000_000, 64),
+    ])
+    .unwrap();
+    send.profile = Some(long);
+    let stride = 64 * 4096;
+    assert_eq!(
+        test_bytes(&TestSpec::Udp(send)),
+        fixed + stride + (crate::udp::send::MAX_PRECOMPUTED as u64 + 1) * 16
+    );
+    // Received, a precomputed profile is the sender's business.
+    let recv = UdpSpec {
+        precompute: true,
+        ..recv
+    };
+    assert_eq!(
+        test_bytes(&TestSpec::Udp(recv)),
+        SESSION_BYTES + HDR_BYTES + 8000
+    );
+}
+
+#[test]
+fn a_request_response_test_is_charged_its_buffers_and_histograms() {
+    let spec = RrSpec {
+        proto: RrProto::Tcp,
+        size: 100,
+        reply: 70_000,
+        iterations: 10,
+        nagle: false,
+        until_stopped: false,
+        sock: Default::default(),
+        duration_ms: 0,
+    };
+    assert_eq!(
+        test_bytes(&TestSpec::Rr(spec)),
+        SESSION_BYTES + 70_100 + 2 * HDR_BYTES
+    );
+}
