@@ -307,7 +307,7 @@ impl<'a> Control<'a> {
         let slots = match take_test_slots(st, ip, &test, Instant::now()) {
             Ok(slots) => slots,
             Err(why) => {
-                let steps = self.conv.refused(why.into());
+                let steps = self.conv.refused(why);
                 self.steps.extend(steps);
                 return None;
             }
