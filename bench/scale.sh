@@ -19,13 +19,17 @@
 # against tcp_mem's pressure threshold, and the TCP counters (listen
 # overflows, prunes, timeouts) that moved: what stops a run that loses
 # connections. No sysctl is changed: the runs use the kernel's defaults.
-# Measured (843ff3e, PARTS=many CLIENTS=60 PER_CLIENT=16667 SERVERS=60, own
+# Measured (PARTS=many CLIENTS=60 PER_CLIENT=16667 SERVERS=60, own
 # autogroup): 1,000,020 of 1,000,020 at once after 108 s, 0 errors, kernel
-# TCP memory at most 1,332 of 1,499 MiB.
+# TCP memory at most 1,332 of 1,499 MiB with whole bursts behind the hellos
+# (843ff3e); with at most 8 KiB before the ack (708e5d0) once after 116 s
+# with 0 errors and at most 390 MiB, once 1,000,015 with 5 'data hello:
+# timed out' and at most 158 MiB. CLIENTS=30 SERVERS=30: 500,010 after
+# 43 s, 0 errors.
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
 # Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]
-#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...]
+#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...] [KEEP=dir]
 #        bench/scale.sh [SECONDS]   (default 5)
 # PARTS picks the runs: churn, one (one process a side), many (CLIENTS x
 # PER_CLIENT over SERVERS); e.g. PARTS=many CLIENTS=30 PER_CLIENT=16667
@@ -136,7 +140,7 @@ concurrency() {
             --burst-period "$hold" --interval 500ms ${CLIENT_FLAGS:-} --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
         cpids+=($!); PIDS+=($!)
     done
-    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0 kpeak=0 kp
+    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0 kpeak=0 kp kat=0 kopen=
     local -A cpu=()
     local kbefore
     kbefore=$(tcp_counters)
@@ -156,7 +160,9 @@ concurrency() {
             if [ "${t:-0}" -gt "${cpu[$q]:-0}" ]; then cpu[$q]=$t; fi
         done
         kp=$(tcp_pages)
-        if [ "${kp:-0}" -gt "$kpeak" ]; then kpeak=$kp; fi
+        if [ "${kp:-0}" -gt "$kpeak" ]; then
+            kpeak=$kp kat=$(python3 -c "import sys,time; print('%.0f' % (time.time() - float(sys.argv[1])))" "$t0")
+        fi
         for c in $(seq "$clients"); do
             now=$((now + $(awk '$1 ~ /^[0-9.]+$/ && NF >= 8 {v=$6} END {print v+0}' "$WORK/conc$c.out")))
         done
@@ -172,7 +178,7 @@ concurrency() {
                 sth=$((sth + $(status_of "$q" Threads))); srss=$((srss + $(status_of "$q" VmRSS)))
                 sfd=$((sfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
-            [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N)
+            [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N) kopen=$kpeak
         fi
         sleep 0.5
     done
@@ -194,7 +200,7 @@ concurrency() {
     local pg
     pg=$(getconf PAGESIZE)
     read -r _ kpress _ < /proc/sys/net/ipv4/tcp_mem
-    echo "   kernel TCP memory: at most $((kpeak * pg / 1048576)) MiB (tcp_mem's pressure threshold: $((kpress * pg / 1048576)) MiB)"
+    echo "   kernel TCP memory: at most $((kpeak * pg / 1048576)) MiB, ${kat}s in${kopen:+; at most $((kopen * pg / 1048576)) MiB until all were open} (tcp_mem's pressure threshold: $((kpress * pg / 1048576)) MiB)"
     # What the kernel counted during the run, where not 0 (other processes'
     # loopback traffic in this namespace counts too).
     local kd
@@ -218,6 +224,9 @@ concurrency() {
         | grep -vE ' burst |succeeded|SuccessfulConnections|TimeSlice' \
         | sed -E 's/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c | sort -rn | head -5 || true
     for q in "${spids[@]}"; do kill "$q" 2>/dev/null || true; wait "$q" 2>/dev/null || true; done
+    # KEEP=<dir>: every client's output and JSON kept there (their status
+    # rows say when connections failed).
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$WORK"/conc*.out "$WORK"/conc*.json "$KEEP"/ 2>/dev/null || true; fi
 }
 
 # One process each side up to this machine's 20,000 descriptors, then
