@@ -22,10 +22,10 @@
 # Measured (PARTS=many CLIENTS=60 PER_CLIENT=16667 SERVERS=60, own
 # autogroup): 1,000,020 of 1,000,020 at once after 108 s, 0 errors, kernel
 # TCP memory at most 1,332 of 1,499 MiB with whole bursts behind the hellos
-# (843ff3e); with at most 8 KiB before the ack (708e5d0) once after 116 s
-# with 0 errors and at most 390 MiB, once 1,000,015 with 5 'data hello:
-# timed out' and at most 158 MiB. CLIENTS=30 SERVERS=30: 500,010 after
-# 43 s, 0 errors.
+# (843ff3e). With at most 8 KiB before the ack (708e5d0, reverted: it
+# halved tcp -n 32K -P 1's connections per second) once after 116 s with 0
+# errors and at most 390 MiB, once 1,000,015 with 5 'data hello: timed out'
+# and at most 158 MiB; CLIENTS=30 SERVERS=30: 500,010 after 43 s, 0 errors.
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
 # Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]

@@ -26,8 +26,8 @@ pub struct Env<'a> {
     /// Whether the run was stopped: a failure after that is a cancellation.
     pub stopped: &'a dyn Fn() -> bool,
     /// Whether the machine may read: a client that sent its data hello
-    /// writes its first data at once (at most [`PRE_ACK`] bytes), but
-    /// reads nothing before the server's acknowledgement.
+    /// writes its first data at once, but reads nothing before the
+    /// server's acknowledgement.
     pub may_read: bool,
     /// When this end's FIN goes out.
     pub fin: Fin,
@@ -146,18 +146,6 @@ pub struct Pumped {
 /// that a hello, a short request or reply and a final report leave in one
 /// write; larger ones are written straight from the pattern.
 pub const GATHER: usize = 8192;
-
-/// Most data bytes a client connection writes before the server has
-/// acknowledged its data hello (while it may not read), all in the hello's
-/// write: what one gathered write carries, so that a small request still
-/// leaves with its hello (a larger transfer's rest follows the ack),
-/// while the data waiting in servers' sockets for their hellos to be read
-/// is at most this times the `--throttle` places. With whole 32 KiB bursts
-/// behind the hellos, bench/scale.sh's 1,000,000 connections (60 clients,
-/// 1,000 places each) could put 1.9 GB in the servers' receive queues,
-/// over the kernel's TCP memory pressure threshold (`tcp_mem`, 1.5 GB
-/// here), where it prunes receive queues.
-pub const PRE_ACK: u64 = GATHER as u64;
 
 /// Reads of at most [`GATHER`] bytes one step may make in a row.
 const SHORT_READS: usize = 8;
@@ -437,20 +425,6 @@ fn gather<S: Socket>(
         }
         let room = GATHER - out.pending().min(GATHER);
         let data = conn.sending_data();
-        // Before the acknowledgement, data rides only in the hello's write
-        // (behind what is queued), and at most PRE_ACK bytes of it: a
-        // second write of the bound's last bytes would cost a system call
-        // and save nothing.
-        let sent = conn.progress().0;
-        let left = match (env.may_read || !data, out.is_empty() && sent > 0) {
-            (true, _) => usize::MAX,
-            (false, true) => 0,
-            (false, false) => PRE_ACK.saturating_sub(sent) as usize,
-        };
-        if left == 0 {
-            p.write_idle = true;
-            return None;
-        }
         let b = match conn.transmit(at) {
             Transmit::Bytes(b) => b,
             Transmit::WaitUntil(at) => {
@@ -463,7 +437,6 @@ fn gather<S: Socket>(
                 return None;
             }
         };
-        let b = &b[..b.len().min(left)];
         let big = out.is_empty() && b.len() > GATHER;
         let n = if big { b.len() } else { b.len().min(room) };
         if n == 0 {

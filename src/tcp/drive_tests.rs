@@ -363,63 +363,6 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     );
 }
 
-/// Before the server acknowledges its hello a client writes its hello and
-/// at most PRE_ACK bytes of data behind it, in one write; the rest once it
-/// may read. Whole 32 KiB bursts behind 60,000 hellos waiting to be read
-/// (bench/scale.sh, 1,000,000 connections) neared the kernel's TCP memory
-/// pressure threshold.
-#[test]
-fn before_the_acknowledgement_a_client_writes_its_hello_and_at_most_pre_ack_bytes_with_it() {
-    let id = Uuid::from_u128(11);
-    let c = Counters::default();
-    let mut spec = crr_spec();
-    spec.pattern = IoPattern::Push;
-    spec.transfer = 4 * PRE_ACK;
-    let hello = proto::encode(&Message::DataAck { connection: id });
-    let conn = Conn::new(&spec, id, Role::Client, 4 * GATHER, Instant::now());
-    let mut client = End::new(conn, hello.clone());
-    let s = mock(1 << 20);
-    let mut last = Instant::now();
-    let before = env(&c, false);
-    assert_eq!(
-        client.run(&s, &before, &mut last),
-        Ran::Blocked { timer: None }
-    );
-    let w = s.writes.take();
-    let data = GATHER - hello.len();
-    assert_eq!(
-        w.len(),
-        1,
-        "{:?}",
-        w.iter().map(Vec::len).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        parts(&w[0], &[data]),
-        ["data_ack", &format!("{data} bytes")]
-    );
-    // Stepped again before the acknowledgement: nothing more.
-    assert!(!client.step(&s, &before).moved);
-    assert!(s.writes.borrow().is_empty());
-    // A socket that took part of the first write: the rest of the bound
-    // joins what is queued, and no more.
-    let mut client = End::new(
-        Conn::new(&spec, id, Role::Client, 4 * GATHER, Instant::now()),
-        hello.clone(),
-    );
-    let s = mock(100);
-    assert!(client.step(&s, &before).moved);
-    *s.room.borrow_mut() = 1 << 20;
-    while client.step(&s, &before).moved {}
-    assert_eq!(client.conn.progress().0, PRE_ACK);
-    let all: usize = s.writes.take().iter().map(Vec::len).sum();
-    assert_eq!(all, hello.len() + GATHER);
-    // Acknowledged: the rest goes out.
-    let after = env(&c, true);
-    while client.conn.progress().0 < 4 * PRE_ACK {
-        assert!(client.step(&s, &after).moved);
-    }
-}
-
 /// A server receiving `transfer` bytes in reads of `buffer`.
 fn receiver(transfer: u64, buffer: usize) -> Conn {
     let spec = TcpSpec::plain(IoPattern::Push, transfer, 0, 0);

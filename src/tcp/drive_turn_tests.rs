@@ -183,7 +183,7 @@ fn a_turn_that_wrote_all_it_had_and_found_nothing_to_read_ends() {
 #[test]
 fn an_interrupted_large_write_is_tried_again_not_taken_for_a_failure() {
     let c = Counters::default();
-    let e = env(&c, true);
+    let e = env(&c, false);
     let mut conn = pusher(1 << 20, 2 * GATHER);
     let (mut out, mut ahead) = (Out::new(Vec::new()), ReadAhead::default());
     let s = Mock {
