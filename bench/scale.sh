@@ -15,10 +15,21 @@
 # connection holds a --throttle place until its data hello is answered) and
 # a deadline that comes due looks at its socket once more before it fails
 # (README, "Timeouts on a busy machine").
+# Each concurrency run also prints the kernel's TCP memory at its highest
+# against tcp_mem's pressure threshold, and the TCP counters (listen
+# overflows, prunes, timeouts) that moved: what stops a run that loses
+# connections. No sysctl is changed: the runs use the kernel's defaults.
+# Measured (PARTS=many CLIENTS=60 PER_CLIENT=16667 SERVERS=60, own
+# autogroup): 1,000,020 of 1,000,020 at once after 108 s, 0 errors, kernel
+# TCP memory at most 1,332 of 1,499 MiB with whole bursts behind the hellos
+# (843ff3e). With at most 8 KiB before the ack (708e5d0, reverted: it
+# halved tcp -n 32K -P 1's connections per second) once after 116 s with 0
+# errors and at most 390 MiB, once 1,000,015 with 5 'data hello: timed out'
+# and at most 158 MiB; CLIENTS=30 SERVERS=30: 500,010 after 43 s, 0 errors.
 # Not a test: figures on a shared machine are noisy; compare ratios.
 #
 # Usage: [BASE=rev] [CONNS=19500] [CLIENTS=6 PER_CLIENT=16667 SERVERS=6 HOLD=20s]
-#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...]
+#        [BASE_CONNS=3000] [PARTS="churn one many"] [MIN_AVAIL_MB=3072] [CLIENT_FLAGS=...] [KEEP=dir]
 #        bench/scale.sh [SECONDS]   (default 5)
 # PARTS picks the runs: churn, one (one process a side), many (CLIENTS x
 # PER_CLIENT over SERVERS); e.g. PARTS=many CLIENTS=30 PER_CLIENT=16667
@@ -62,6 +73,16 @@ cpu_of() { # $1 pid: user + system CPU ticks so far
 status_of() { # $1 pid, $2 field of /proc/PID/status (kB or count)
     awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status" 2>/dev/null || echo 0
 }
+# The kernel's TCP counters that say why connections were lost under load
+# (this network namespace's): listen queues overflowing, receive queues
+# pruned under TCP memory pressure, retransmission timeouts. "name value" a line.
+KCOUNTERS="ListenOverflows ListenDrops TCPMemoryPressures PruneCalled RcvPruned TCPRcvQDrop TCPAbortOnMemory TCPTimeouts TCPBacklogDrop"
+tcp_counters() {
+    awk -v want=" $KCOUNTERS " '$1 == "TcpExt:" { if (!h) { for (i = 2; i <= NF; i++) n[i] = $i; h = 1 }
+        else for (i = 2; i <= NF; i++) if (index(want, " " n[i] " ")) print n[i], $i }' /proc/net/netstat
+}
+# Pages of memory the kernel's TCP sockets hold (all namespaces).
+tcp_pages() { awk '$1 == "TCP:" {for (i = 2; i < NF; i++) if ($i == "mem") print $(i + 1)}' /proc/net/sockstat; }
 
 if [[ $PARTS == *" churn "* ]]; then
 echo "== churn: completed connections per second, one at a time, ${T}s each"
@@ -119,8 +140,10 @@ concurrency() {
             --burst-period "$hold" --interval 500ms ${CLIENT_FLAGS:-} --json "$WORK/conc$c.json" > "$WORK/conc$c.out" 2>&1 &
         cpids+=($!); PIDS+=($!)
     done
-    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0
+    local peak=0 t0 reached= cth=0 crss=0 cfd=0 sth=0 srss=0 sfd=0 mused=0 kpeak=0 kp kat=0 kopen=
     local -A cpu=()
+    local kbefore
+    kbefore=$(tcp_counters)
     t0=$(date +%s.%N)
     while kill -0 "${cpids[@]}" 2>/dev/null; do
         local now=0 t avail
@@ -136,6 +159,10 @@ concurrency() {
             t=$(cpu_of "$q")
             if [ "${t:-0}" -gt "${cpu[$q]:-0}" ]; then cpu[$q]=$t; fi
         done
+        kp=$(tcp_pages)
+        if [ "${kp:-0}" -gt "$kpeak" ]; then
+            kpeak=$kp kat=$(python3 -c "import sys,time; print('%.0f' % (time.time() - float(sys.argv[1])))" "$t0")
+        fi
         for c in $(seq "$clients"); do
             now=$((now + $(awk '$1 ~ /^[0-9.]+$/ && NF >= 8 {v=$6} END {print v+0}' "$WORK/conc$c.out")))
         done
@@ -151,7 +178,7 @@ concurrency() {
                 sth=$((sth + $(status_of "$q" Threads))); srss=$((srss + $(status_of "$q" VmRSS)))
                 sfd=$((sfd + $({ ls /proc/$q/fd 2>/dev/null || true; } | wc -l)))
             done
-            [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N)
+            [ "$now" -ge "$want" ] && [ -z "$reached" ] && reached=$(date +%s.%N) kopen=$kpeak
         fi
         sleep 0.5
     done
@@ -170,6 +197,17 @@ concurrency() {
     echo "   clients: $cth threads, $cfd descriptors, RSS $((crss / 1024)) MiB: $cper KiB per connection beyond the process's own"
     echo "   servers: $sth threads, $sfd descriptors, RSS $((srss / 1024)) MiB: $sper KiB per connection beyond the process's own"
     echo "   machine: $mused MiB in use at the peak (processes and kernel)"
+    local pg
+    pg=$(getconf PAGESIZE)
+    read -r _ kpress _ < /proc/sys/net/ipv4/tcp_mem
+    echo "   kernel TCP memory: at most $((kpeak * pg / 1048576)) MiB, ${kat}s in${kopen:+; at most $((kopen * pg / 1048576)) MiB until all were open} (tcp_mem's pressure threshold: $((kpress * pg / 1048576)) MiB)"
+    # What the kernel counted during the run, where not 0 (other processes'
+    # loopback traffic in this namespace counts too).
+    local kd
+    kd=$(join -a 2 <(sort <<<"$kbefore") <(tcp_counters | sort) \
+        | awk 'NF == 3 && $3 != $2 {printf "%s %d, ", $1, $3 - $2} NF == 2 && $2 != 0 {printf "%s %d, ", $1, $2}')
+    kd=${kd%, }
+    echo "   kernel counters: ${kd:-none of $KCOUNTERS}"
     python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('   500,000 connections at this rate: %.1f GiB in clients, %.1f GiB in servers (plus the kernel\'s socket memory)' % (a*500000/1048576, b*500000/1048576))" "$cper" "$sper"
     local hz ccpu=0 scpu=0 t
     hz=$(getconf CLK_TCK)
@@ -186,6 +224,9 @@ concurrency() {
         | grep -vE ' burst |succeeded|SuccessfulConnections|TimeSlice' \
         | sed -E 's/[0-9]+(\.[0-9]+)*/N/g' | sort | uniq -c | sort -rn | head -5 || true
     for q in "${spids[@]}"; do kill "$q" 2>/dev/null || true; wait "$q" 2>/dev/null || true; done
+    # KEEP=<dir>: every client's output and JSON kept there (their status
+    # rows say when connections failed).
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$WORK"/conc*.out "$WORK"/conc*.json "$KEEP"/ 2>/dev/null || true; fi
 }
 
 # One process each side up to this machine's 20,000 descriptors, then

@@ -502,6 +502,97 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
     assert_eq!(totals["net_errors"], 0, "{totals}");
 }
 
+/// Two servers, one stalled (its data connections held unanswered, as a
+/// starved server's listen queue holds them): the client goes on opening
+/// the other server's connections. Each server's connections hold at most
+/// its share of the `--throttle` places (the throttle over the servers),
+/// so the stalled one's cannot take them all. Once every place gathered on
+/// the slowest server, and at 1,000,000 connections over 60 + 60 processes
+/// (bench/scale.sh) its listen queue overflowed and connects timed out.
+#[test]
+fn a_client_with_a_stalled_server_still_opens_on_the_other() {
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+    const PER_SERVER: usize = 100;
+    const THROTTLE: usize = 40;
+    let (_srv, addr) = serve(&["-q"]);
+    // The stalled front: its connections come to this thread, which
+    // forwards the control connection and holds the rest.
+    let stalled = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = stalled.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in stalled.incoming() {
+            if s.map(|s| tx.send(s)).is_err() {
+                return;
+            }
+        }
+    });
+    // The live front forwards every connection at once, and counts them.
+    let live = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = live.local_addr().unwrap().to_string();
+    let through = Arc::new(AtomicUsize::new(0));
+    let n = Arc::clone(&through);
+    std::thread::spawn(move || {
+        for s in live.incoming() {
+            let Ok(s) = s else { return };
+            pipe(s, TcpStream::connect(addr).unwrap());
+            n.fetch_add(1, SeqCst);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("t.json");
+    let (c, th) = ((2 * PER_SERVER).to_string(), THROTTLE.to_string());
+    let args = [
+        "tcp",
+        &a,
+        &b,
+        "-c",
+        &c,
+        "--iterations",
+        "1",
+        "-n",
+        "64K",
+        "--throttle",
+        &th,
+        "-q",
+        "--json",
+        js.to_str().unwrap(),
+    ];
+    let mut client = Proc(netrig(&args).spawn().unwrap());
+    let forward = move |s: TcpStream| pipe(s, TcpStream::connect(addr).unwrap());
+    forward(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+    // Every one of the live server's connections (and its control
+    // connection) while the stalled one's wait.
+    let until = Instant::now() + Duration::from_secs(30);
+    while through.load(SeqCst) < 1 + PER_SERVER && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut held: Vec<TcpStream> = rx.try_iter().collect();
+    assert_eq!(
+        through.load(SeqCst),
+        1 + PER_SERVER,
+        "the live server's connections waited behind the stalled one's ({} held there)",
+        held.len()
+    );
+    assert!(
+        held.len() <= THROTTLE / 2,
+        "{} connections wait on the stalled server, over its share of --throttle {THROTTLE}",
+        held.len()
+    );
+    // Then the stalled server's connections go through, the rest as they come.
+    held.drain(..).for_each(forward);
+    std::thread::spawn(move || rx.into_iter().for_each(forward));
+    assert_eq!(wait_exit(&mut client, 60).code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
+    let totals = &v["result"]["totals"];
+    assert_eq!(totals["completed"], 2 * PER_SERVER, "{totals}");
+    assert_eq!(totals["net_errors"], 0, "{totals}");
+}
+
 /// Sends `sig` (STOP, CONT) to process `pid`.
 fn signal(pid: u32, sig: &str) {
     let status = std::process::Command::new("kill")

@@ -64,6 +64,10 @@ pub struct ConnectionRecord {
 /// long connection each) fit.
 pub const TRACKED: u64 = 32;
 
+/// The fewest `--throttle` places a server's connections may hold however
+/// many servers share the throttle.
+const MIN_SHARE: u64 = 16;
+
 pub(super) struct ServerControl {
     pub(super) addr: SocketAddr,
     /// The `-B` address this session's connections come from.
@@ -75,6 +79,22 @@ pub(super) struct ServerControl {
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     pub(super) unresponsive: AtomicBool,
+    /// This server's connections being set up (each holding a `--throttle`
+    /// place): at most its share ([`Shared::claim_session`]).
+    pub(super) setting_up: AtomicU64,
+    /// How many of its connections have been opened: the k-th is the
+    /// run's connection `k * servers + this one's place` (round robin).
+    pub(super) opened: AtomicU64,
+}
+
+/// Why no server can take a new connection now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NoServer {
+    /// Every server that has connections left to open holds its share of
+    /// the `--throttle` places: one must finish a setup first.
+    Full,
+    /// Every server has opened all its connections.
+    Done,
 }
 
 pub(super) struct Shared {
@@ -91,6 +111,7 @@ pub(super) struct Shared {
     /// Set when a server is lost: start no new connections, but let in-flight
     /// ones fail on their own so their errors count as errors.
     pub(super) halt: AtomicBool,
+    /// Connections started so far (what an `--open-cap` bounds).
     pub(super) next: AtomicU64,
     /// Connections that may still start (`--throttle` minus those being
     /// set up: connecting, or waiting for the data hello's answer).
@@ -261,6 +282,8 @@ fn open_session(
         data_key: c.datagram_key,
         control: Mutex::new(c.stream),
         unresponsive: AtomicBool::new(false),
+        setting_up: AtomicU64::new(0),
+        opened: AtomicU64::new(0),
     })
 }
 
@@ -295,6 +318,69 @@ impl Shared {
 
     pub(super) fn throttle_release(&self) {
         self.throttle.fetch_add(1, SeqCst);
+    }
+
+    /// How many `--throttle` places one server's connections may hold: the
+    /// throttle over the servers, at least [`MIN_SHARE`]. Without a share
+    /// the places gather on the slowest server, the one whose connections
+    /// do not complete, and the others wait behind it: bench/scale.sh at
+    /// 1,000,000 connections over 60 + 60 processes had a starved server's
+    /// listen queue (4,096) overflow and connects time out, while 60
+    /// clients x 16 places per server stay under it.
+    fn share(&self) -> u64 {
+        (u64::from(self.cfg.throttle) / self.sessions.len().max(1) as u64).max(MIN_SHARE)
+    }
+
+    /// How many of the run's connections go to server `session` (round
+    /// robin: connection `i` to `i % servers`).
+    fn quota_of(&self, session: usize) -> u64 {
+        let (total, n) = (self.cfg.total_connections(), self.sessions.len() as u64);
+        total / n + u64::from((session as u64) < total % n)
+    }
+
+    /// Counts a setup on the first server from `from` on (round robin)
+    /// that has connections left to open and holds fewer than its share of
+    /// the `--throttle` places, and returns it; the setup ends with
+    /// [`Shared::setup_done`]. A stalled server then holds only its share,
+    /// and the others' connections go on opening.
+    pub(super) fn claim_session(&self, from: u64) -> Result<usize, NoServer> {
+        let n = self.sessions.len();
+        let share = self.share();
+        let mut why = NoServer::Done;
+        for i in 0..n as u64 {
+            let s = ((from % n as u64 + i) % n as u64) as usize;
+            let c = &self.sessions[s];
+            if c.opened.load(SeqCst) >= self.quota_of(s) {
+                continue;
+            }
+            why = NoServer::Full;
+            let took = c
+                .setting_up
+                .fetch_update(SeqCst, SeqCst, |k| (k < share).then_some(k + 1));
+            if took.is_ok() {
+                return Ok(s);
+            }
+        }
+        Err(why)
+    }
+
+    /// The run's index of server `session`'s next connection, if it has one
+    /// left to open (it may have opened its last since [`claim_session`]).
+    ///
+    /// [`claim_session`]: Shared::claim_session
+    pub(super) fn claim_index(&self, session: usize) -> Option<u64> {
+        let quota = self.quota_of(session);
+        let k = (self.sessions[session].opened)
+            .fetch_update(SeqCst, SeqCst, |k| (k < quota).then_some(k + 1))
+            .ok()?;
+        // k < quota: within the run's count, so no overflow.
+        Some(k * self.sessions.len() as u64 + session as u64)
+    }
+
+    /// A setup counted by [`Shared::claim_session`] ended (connected and
+    /// acknowledged, or failed), or never started.
+    pub(super) fn setup_done(&self, session: usize) {
+        self.sessions[session].setting_up.fetch_sub(1, SeqCst);
     }
 
     /// When a time-bounded run's connections end their data (`-t`).

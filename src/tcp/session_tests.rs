@@ -31,6 +31,8 @@ fn control(stream: TcpStream) -> ServerControl {
         control: Mutex::new(stream),
         data_key: None,
         unresponsive: AtomicBool::new(false),
+        setting_up: AtomicU64::new(0),
+        opened: AtomicU64::new(0),
     }
 }
 
@@ -251,6 +253,52 @@ fn connections_go_round_robin_under_the_throttle_and_end_data_at_the_time_limit(
     assert_eq!(sh.data_deadline(), Some(sh.start + Duration::from_secs(10)));
     sh.cfg.time_limit = None;
     assert_eq!(sh.data_deadline(), None, "no time limit");
+}
+
+#[test]
+fn a_stalled_server_holds_only_its_share_of_the_throttle_and_each_gets_its_round_robin_connections()
+{
+    let sessions = (0..2).map(|_| control(pair().0)).collect();
+    let mut sh = shared(sessions);
+    (sh.cfg.throttle, sh.cfg.connections, sh.cfg.iterations) = (40, 51, Some(1));
+    // Server 0 stalls: its share (40 / 2) of setups never ends.
+    for k in 0..20 {
+        assert_eq!(sh.claim_session(0), Ok(0));
+        assert_eq!(sh.claim_index(0), Some(2 * k));
+    }
+    // Server 1 gets every connection of its round robin meanwhile (each
+    // set up at once), in the run's order.
+    let mut got = Vec::new();
+    while let Ok(s) = sh.claim_session(0) {
+        assert_eq!(s, 1);
+        got.extend(sh.claim_index(s));
+        sh.setup_done(s);
+    }
+    assert_eq!(got, (0..25).map(|k| 2 * k + 1).collect::<Vec<_>>());
+    assert_eq!(sh.claim_session(1), Err(NoServer::Full));
+    // Once server 0 answers, the rest of its 26 (of 51) open, then none.
+    sh.setup_done(0);
+    let mut got = Vec::new();
+    while let Ok(s) = sh.claim_session(1) {
+        got.extend(sh.claim_index(s));
+        sh.setup_done(s);
+    }
+    assert_eq!(got, [40, 42, 44, 46, 48, 50]);
+    assert_eq!(sh.claim_index(0), None);
+    for _ in 0..19 {
+        sh.setup_done(0);
+    }
+    assert_eq!(sh.claim_session(0), Err(NoServer::Done));
+    // Many servers: each holds at least 16 places, however small the share.
+    sh.cfg.throttle = 10;
+    for _ in 0..16 {
+        assert_eq!(sh.claim_session(0), Err(NoServer::Done));
+    }
+    sh.cfg.iterations = Some(2);
+    for _ in 0..16 {
+        assert_eq!(sh.claim_session(0), Ok(0));
+    }
+    assert_eq!(sh.claim_session(0), Ok(1));
 }
 
 /// A server that greets and accepts `n` sessions in turn and keeps their

@@ -42,7 +42,7 @@ impl Worker<'_> {
     /// Ends connection `k` with `result` and frees its slot.
     pub(super) fn close(&mut self, k: usize, mut slot: Box<Slot>, result: Ended) {
         if slot.throttled {
-            self.sh.throttle_release();
+            self.release(slot.session);
         }
         if matches!(slot.stage, Stage::Data { .. }) {
             self.sh.counters.in_flight.fetch_sub(1, Relaxed);

@@ -1,5 +1,6 @@
 //! Starting connections: a loop opens new ones while it holds fewer than
-//! its quota, within `--throttle`, the run's count and an `--open-cap`,
+//! its quota, within `--throttle` (and each server's share of it), the
+//! run's count and an `--open-cap`,
 //! each with its record, its `--cport` lease and its first step taken
 //! before it joins the poll.
 
@@ -14,11 +15,12 @@ use crate::net::ahead::ReadAhead;
 use crate::protocol::stats::Progress;
 use crate::tcp::config::BufferSpec;
 use crate::tcp::connect::{Local, connect};
-use crate::tcp::session::{ConnectionRecord, TRACKED};
+use crate::tcp::session::{ConnectionRecord, NoServer, TRACKED};
 
 impl Worker<'_> {
     /// Opens connections until this loop holds its quota (or the run has
-    /// started all it will, or the connects in progress are at `--throttle`).
+    /// started all it will, or the connects in progress are at `--throttle`
+    /// or, for every server with connections left, at its share of it).
     pub(super) fn start_more(&mut self) {
         while self.core.slots.live() < self.quota && !self.no_more && !self.stopping() {
             if self.sh.data_deadline().is_some_and(|d| Instant::now() >= d) {
@@ -26,38 +28,44 @@ impl Worker<'_> {
                 self.no_more = true;
                 return;
             }
-            if !self.sh.throttle_try_acquire() {
-                return;
-            }
-            let index = match &self.sh.cfg.open_cap {
-                None => self.sh.next.fetch_add(1, SeqCst),
-                Some(cap) => {
-                    let cap = cap.load(SeqCst);
-                    match self
-                        .sh
-                        .next
-                        .fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1))
-                    {
-                        Ok(n) => n,
-                        Err(_) => {
-                            // Not yet: the loop looks again every tick.
-                            self.sh.throttle_release();
-                            return;
-                        }
-                    }
+            let session = match self.sh.claim_session(self.sh.next.load(SeqCst)) {
+                Ok(s) => s,
+                Err(NoServer::Full) => return,
+                Err(NoServer::Done) => {
+                    self.no_more = true;
+                    return;
                 }
             };
-            if index >= self.sh.cfg.total_connections() {
-                self.sh.throttle_release();
-                self.no_more = true;
+            if !self.sh.throttle_try_acquire() {
+                self.sh.setup_done(session);
                 return;
             }
-            self.open(index);
+            let cap = match &self.sh.cfg.open_cap {
+                None => u64::MAX,
+                Some(cap) => cap.load(SeqCst),
+            };
+            let started = self
+                .sh
+                .next
+                .fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1));
+            let index = started.ok().and_then(|_| self.sh.claim_index(session));
+            let Some(index) = index else {
+                self.release(session);
+                if started.is_ok() {
+                    // The server opened its last connection meanwhile:
+                    // another may have some left.
+                    self.sh.next.fetch_sub(1, SeqCst);
+                    continue;
+                }
+                // --open-cap: not yet; the loop looks again every tick.
+                return;
+            };
+            self.open(index, session);
         }
     }
 
-    fn open(&mut self, index: u64) {
-        let session = self.sh.session_for(index);
+    fn open(&mut self, index: u64, session: usize) {
+        debug_assert_eq!(self.sh.session_for(index), session);
         let addr = self.sh.sessions[session].addr;
         let buffer = match self.sh.cfg.buffer {
             BufferSpec::Fixed(b) => b,
@@ -101,7 +109,7 @@ impl Worker<'_> {
         }
         let lease = self.sh.ports.as_ref().and_then(|p| p.take());
         if self.sh.ports.is_some() && lease.is_none() {
-            self.sh.throttle_release();
+            self.release(session);
             let why = "no --cport port is free: every one is held by an open connection";
             let span = self.span(Instant::now());
             return self.finish_record(rec, span, Ended::Failed(why.into()));
@@ -114,7 +122,7 @@ impl Worker<'_> {
         let stream = match connect(addr, &local, &self.sh.cfg.sock) {
             Ok(s) => s,
             Err(e) => {
-                self.sh.throttle_release();
+                self.release(session);
                 let span = self.span(started);
                 return self.finish_record(rec, span, Ended::Failed(e.to_string()));
             }
@@ -150,5 +158,12 @@ impl Worker<'_> {
                 .map_err(|e| Ended::Failed(e.to_string()))
         });
         self.put_back(k, slot, outcome);
+    }
+
+    /// Gives back a connection's `--throttle` place and its server's share
+    /// of it.
+    pub(super) fn release(&self, session: usize) {
+        self.sh.setup_done(session);
+        self.sh.throttle_release();
     }
 }

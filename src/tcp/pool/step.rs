@@ -122,7 +122,7 @@ impl Worker<'_> {
                             )));
                         }
                     }
-                    self.sh.throttle_release();
+                    self.release(slot.session);
                     slot.throttled = false;
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
                     if let Stage::Hello { conn, out, .. } =
