@@ -217,6 +217,8 @@ pub struct Core<T, M = ()> {
     mail: bool,
     tick: Duration,
     next_tick: Instant,
+    /// A wake-up outside the slots' timers, for the next poll only.
+    by: Option<Instant>,
 }
 
 impl<T, M> Core<T, M> {
@@ -235,6 +237,7 @@ impl<T, M> Core<T, M> {
             mail: false,
             tick,
             next_tick: Instant::now(),
+            by: None,
         }
     }
 
@@ -290,6 +293,14 @@ impl<T, M> Core<T, M> {
         }
     }
 
+    /// The next poll returns by `at` at the latest: a loop-wide wake-up,
+    /// not a slot's (the server's accepting, paused after running out of
+    /// descriptors). It holds for one poll: a loop that still wants it asks
+    /// again from [`Handler::on_turn`].
+    pub fn wake_by(&mut self, at: Instant) {
+        self.by = Some(self.by.map_or(at, |b| b.min(at)));
+    }
+
     /// Closes slot `k`: its timer cancelled, its "again" entries and
     /// tokens stale, its index free for the next connection. What it held
     /// is returned; deregistering its sockets is the caller's (closing
@@ -311,7 +322,11 @@ impl<T, M> Core<T, M> {
             return Duration::ZERO;
         }
         let t = self.timers.timeout(now, self.tick);
-        t.min(self.next_tick.saturating_duration_since(now))
+        let t = t.min(self.next_tick.saturating_duration_since(now));
+        match self.by {
+            Some(at) => t.min(at.saturating_duration_since(now)),
+            None => t,
+        }
     }
 }
 
@@ -367,6 +382,7 @@ pub fn turn<H: Handler>(h: &mut H) -> io::Result<Flow> {
     }
     let core = h.core();
     let timeout = core.timeout(Instant::now());
+    core.by = None;
     let mut events = core
         .events
         .take()
