@@ -1,6 +1,6 @@
-//! The one event-loop skeleton the client pool and the relay (TCP pumps and
-//! UDP flows) run on, so that each loop is only what it does with a
-//! connection, not its own copy of the plumbing around it.
+//! The one event-loop skeleton the client pool, the server core and the
+//! relay (TCP pumps and UDP flows) run on, so that each loop is only what it
+//! does with a connection, not its own copy of the plumbing around it.
 //!
 //! Every loop had the same parts, written once per loop:
 //! - **a slot table**: connections in a `Vec` of options with a free list,
@@ -8,7 +8,8 @@
 //!   slot's sockets, e.g. the relay's client and upstream sides), a slot
 //!   taken out for its step and put back or closed;
 //! - **poll and events**: one mio poll per thread, its events dispatched
-//!   by token, a few tokens outside the slots (the waker, listeners);
+//!   by token, a few tokens outside the slots (the waker, listeners), and
+//!   a loop-wide wake-up outside the slots' timers ([`Core::wake_by`]);
 //! - **timers**: [`Timers`], one entry per slot (its earliest wish), for
 //!   departure times, connect/setup deadlines and idle deadlines alike;
 //! - **a mailbox**: a channel and a waker ([`super::loops`]) that new
