@@ -1,6 +1,6 @@
-//! The one event-loop skeleton the client pool and the relay (TCP pumps and
-//! UDP flows) run on, so that each loop is only what it does with a
-//! connection, not its own copy of the plumbing around it.
+//! The one event-loop skeleton the client pool, the server core and the
+//! relay (TCP pumps and UDP flows) run on, so that each loop is only what it
+//! does with a connection, not its own copy of the plumbing around it.
 //!
 //! Every loop had the same parts, written once per loop:
 //! - **a slot table**: connections in a `Vec` of options with a free list,
@@ -8,7 +8,8 @@
 //!   slot's sockets, e.g. the relay's client and upstream sides), a slot
 //!   taken out for its step and put back or closed;
 //! - **poll and events**: one mio poll per thread, its events dispatched
-//!   by token, a few tokens outside the slots (the waker, listeners);
+//!   by token, a few tokens outside the slots (the waker, listeners), and
+//!   a loop-wide wake-up outside the slots' timers ([`Core::wake_by`]);
 //! - **timers**: [`Timers`], one entry per slot (its earliest wish), for
 //!   departure times, connect/setup deadlines and idle deadlines alike;
 //! - **a mailbox**: a channel and a waker ([`super::loops`]) that new
@@ -217,6 +218,8 @@ pub struct Core<T, M = ()> {
     mail: bool,
     tick: Duration,
     next_tick: Instant,
+    /// A wake-up outside the slots' timers, for the next poll only.
+    by: Option<Instant>,
 }
 
 impl<T, M> Core<T, M> {
@@ -235,6 +238,7 @@ impl<T, M> Core<T, M> {
             mail: false,
             tick,
             next_tick: Instant::now(),
+            by: None,
         }
     }
 
@@ -290,6 +294,14 @@ impl<T, M> Core<T, M> {
         }
     }
 
+    /// The next poll returns by `at` at the latest: a loop-wide wake-up,
+    /// not a slot's (the server's accepting, paused after running out of
+    /// descriptors). It holds for one poll: a loop that still wants it asks
+    /// again from [`Handler::on_turn`].
+    pub fn wake_by(&mut self, at: Instant) {
+        self.by = Some(self.by.map_or(at, |b| b.min(at)));
+    }
+
     /// Closes slot `k`: its timer cancelled, its "again" entries and
     /// tokens stale, its index free for the next connection. What it held
     /// is returned; deregistering its sockets is the caller's (closing
@@ -311,7 +323,11 @@ impl<T, M> Core<T, M> {
             return Duration::ZERO;
         }
         let t = self.timers.timeout(now, self.tick);
-        t.min(self.next_tick.saturating_duration_since(now))
+        let t = t.min(self.next_tick.saturating_duration_since(now));
+        match self.by {
+            Some(at) => t.min(at.saturating_duration_since(now)),
+            None => t,
+        }
     }
 }
 
@@ -367,6 +383,7 @@ pub fn turn<H: Handler>(h: &mut H) -> io::Result<Flow> {
     }
     let core = h.core();
     let timeout = core.timeout(Instant::now());
+    core.by = None;
     let mut events = core
         .events
         .take()

@@ -240,3 +240,20 @@ fn a_tick_is_called_and_can_stop_the_loop() {
     run(&mut t).unwrap();
     assert_eq!(t.ticks, 3);
 }
+
+/// A loop-wide wake-up shortens the next poll (past no timer and well
+/// before the tick), once: the poll after it sleeps as before.
+#[test]
+fn wake_by_holds_for_the_next_poll_only() {
+    let mut p = Probe::new(None, Poll::new().unwrap());
+    p.core.tick = Duration::from_secs(10);
+    turn(&mut p).unwrap();
+    let now = Instant::now();
+    p.core.wake_by(now + Duration::from_secs(5));
+    p.core.wake_by(now + Duration::from_millis(30));
+    assert!(p.core.timeout(now) <= Duration::from_millis(30));
+    let t0 = Instant::now();
+    turn(&mut p).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(p.core.timeout(Instant::now()) > Duration::from_secs(5));
+}

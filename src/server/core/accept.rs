@@ -48,7 +48,7 @@ impl<'a> Loop<'a> {
                     // stays queued: pause, and try again when the timer is due.
                     self.accept_log.note(&e, self.st.cfg.verbosity);
                     if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        // The loop's sleep ends by then (`run`).
+                        // The loop's sleep ends by then (`on_turn`).
                         self.paused = Some(now + crate::server::ACCEPT_BACKOFF);
                     }
                     return;
@@ -59,8 +59,8 @@ impl<'a> Loop<'a> {
 
     /// Loop 0 stops accepting once the server stops.
     pub(super) fn stop_listening(&mut self) {
-        for mut l in self.listeners.drain(..) {
-            let _ = self.poll.registry().deregister(&mut l);
+        for mut l in std::mem::take(&mut self.listeners) {
+            self.core.deregister(&mut l);
         }
     }
 
@@ -84,10 +84,9 @@ impl<'a> Loop<'a> {
         let stage = stage.unwrap_or(Stage::First {
             setup: now + st.cfg.handshake_timeout,
         });
-        let k = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
+        // Taken before the first step, which may arm its timer or ask
+        // for another turn; filled as the step puts it back.
+        let k = self.core.slots.vacant();
         let mut slot = Box::new(Slot2 {
             stream: TcpStream::from_std(stream),
             peer,
@@ -106,7 +105,7 @@ impl<'a> Loop<'a> {
         let next = self.step(&mut slot, k);
         let unnamed = matches!(slot.stage, Stage::First { .. });
         self.put_back(k, slot, next, true);
-        if unnamed && self.slots.get(k).is_some_and(Option::is_some) {
+        if unnamed && self.core.slots.get(k).is_some() {
             self.evict_unnamed(now);
             self.unnamed.push_back((k, now));
         }

@@ -46,7 +46,7 @@ impl<'a> Loop<'a> {
                 break;
             }
             self.unnamed.pop_front();
-            if let Some(s) = self.slots[k].take() {
+            if let Some(s) = self.core.slots.take(k) {
                 if self.st.cfg.verbosity >= 2 {
                     eprintln!("{}: closed: silent while {share} others waited", s.peer);
                 }
@@ -55,7 +55,7 @@ impl<'a> Loop<'a> {
         }
         // Entries of connections that have since said who they are, or
         // gone, are dropped before they outnumber the live ones.
-        if self.unnamed.len() > 2 * self.slots.len().max(64) {
+        if self.unnamed.len() > 2 * self.core.slots.live().max(64) {
             let mut q = std::mem::take(&mut self.unnamed);
             q.retain(|&(k, born)| self.is_unnamed(k, born));
             self.unnamed = q;
@@ -65,11 +65,13 @@ impl<'a> Loop<'a> {
     /// Whether slot `k` still holds the connection accepted at `born`, not
     /// yet identified.
     fn is_unnamed(&self, k: usize, born: Instant) -> bool {
-        matches!(self.slots.get(k), Some(Some(s)) if s.born == born && matches!(s.stage, Stage::First { .. }))
+        matches!(self.core.slots.get(k), Some(s) if s.born == born && matches!(s.stage, Stage::First { .. }))
     }
 
     pub(super) fn close(&mut self, k: usize, slot: Slot2<'a>) {
-        // Dropping the socket closes it, which takes it out of the poll.
+        // Dropping the socket closes it, which takes it out of the poll
+        // (its session's UDP socket too); closing the slot cancels its
+        // timer and makes its tokens and "again" entry stale.
         match &slot.stage {
             Stage::Data { a, .. } => finished(self.st, a, ResultKind::NetworkError),
             Stage::Tail { a, kind, .. } => finished(self.st, a, *kind),
@@ -81,8 +83,7 @@ impl<'a> Loop<'a> {
             }
             self.parted(&a.sess);
         }
-        self.timers.cancel(k);
-        self.free.push(k);
+        self.core.close(k);
         self.loops.left(self.index);
     }
 
@@ -140,7 +141,7 @@ impl<'a> Loop<'a> {
     /// wake-up per idle timeout at most, and none per step.
     pub(super) fn arm(&mut self, k: usize, s: &Slot2<'a>) {
         if let Some(at) = self.deadline(s) {
-            self.timers.push(at, k);
+            self.core.arm(k, at);
         }
     }
 
@@ -154,27 +155,27 @@ impl<'a> Loop<'a> {
     /// itself does not move (the setup deadline is fixed at accept), so a
     /// hostile client gains one read, not time.
     pub(super) fn expire(&mut self, k: usize, now: Instant) {
-        let Some(s) = self.slots.get(k).and_then(Option::as_ref) else {
+        let Some(s) = self.core.slots.get(k) else {
             return;
         };
         if self.deadline(s).is_none_or(|d| now < d) {
             return self.advance(k);
         }
         self.advance(k);
-        let Some(s) = self.slots.get(k).and_then(Option::as_ref) else {
+        let Some(s) = self.core.slots.get(k) else {
             return;
         };
         if self.deadline(s).is_none_or(|d| now < d) {
             return;
         }
-        let Some(mut s) = self.slots[k].take() else {
+        let Some(mut s) = self.core.slots.take(k) else {
             return;
         };
         if let Stage::Data { conn, out, .. } = &mut s.stage {
             // A peer that reads nothing will not take what is queued.
             out.clear();
             conn.on_error(&io::Error::new(io::ErrorKind::TimedOut, "no progress"));
-            self.slots[k] = Some(s);
+            self.core.slots.put(k, s);
             return self.advance(k);
         }
         self.close(k, *s);
@@ -204,16 +205,14 @@ impl<'a> Loop<'a> {
             return;
         }
         // Rare (a session stopped with connections still open): one pass.
-        let of_stopped: Vec<usize> = (self.slots.iter().enumerate())
-            .filter_map(|(k, s)| match &s.as_ref()?.stage {
-                Stage::Data { a, .. } if stopped.contains(&(Arc::as_ptr(&a.sess) as usize)) => {
-                    Some(k)
-                }
-                _ => None,
+        let of_stopped: Vec<usize> = (self.core.slots.keys().into_iter())
+            .filter(|&k| match &self.core.slots.get(k).map(|s| &s.stage) {
+                Some(Stage::Data { a, .. }) => stopped.contains(&(Arc::as_ptr(&a.sess) as usize)),
+                _ => false,
             })
             .collect();
         for k in of_stopped {
-            if let Some(Some(s)) = self.slots.get_mut(k)
+            if let Some(s) = self.core.slots.get_mut(k)
                 && let Stage::Data { conn, .. } = &mut s.stage
             {
                 conn.cancel();

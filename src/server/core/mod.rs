@@ -14,9 +14,16 @@
 //! Until it says who it is, a connection counts in its loop's queue of
 //! unnamed connections, not in `--max-conns`; past their bound each loop closes its
 //! oldest such connection, so silent ones cannot keep a client out.
+//!
+//! Each loop runs on the shared skeleton ([`crate::net::event_loop`]): its
+//! slots, their tokens and timers, the "again" list and the mailbox are the
+//! skeleton's [`Core`](event_loop::Core); this module is the
+//! [`Handler`]: what a connection's readiness, timer and tick mean, and
+//! the listeners (tokens outside the slots) loop 0 accepts on.
 
+use mio::event::Event;
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Poll, Token};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -41,9 +48,9 @@ use super::tcp::{Admitted, Session};
 use super::udp_recv::UdpRecv;
 use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
-use crate::net::loops::{Mailboxes, WAKE};
+use crate::net::event_loop::{self, Flow, Handler};
+use crate::net::loops::Mailboxes;
 use crate::net::out::Out;
-use crate::net::timers::Timers;
 use crate::protocol::outcome::ResultKind;
 use crate::protocol::refusal::Refusal;
 use crate::protocol::tcp::machine::Conn;
@@ -51,11 +58,13 @@ use crate::protocol::tcp::machine::Conn;
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
 
-/// First token of the listeners loop 0 accepts on (counting down).
+/// First token of the listeners loop 0 accepts on (counting down, outside
+/// the slots' tokens: the skeleton hands them to [`Handler::on_token`]).
 const LISTEN: usize = usize::MAX - 1;
-/// Set in the token of a slot's UDP socket (an rr/ping session's or a
-/// received stream's): the slot is the token without it.
-const UDP_TOKEN: usize = 1 << (usize::BITS - 2);
+/// A slot's sockets: its connection, and a loop-side session's UDP socket
+/// (an rr/ping session's, a UDP stream's).
+const CONN: usize = 0;
+const UDP: usize = 1;
 
 /// Longest a refused connection stays open after its error frame: long
 /// enough for the frame to reach a client that reads it, short enough that
@@ -187,29 +196,28 @@ struct Slot2<'a> {
     _source: Option<SourceSlot<'a>>,
 }
 
+/// A loop's poll, connections, their timers and its mailbox.
+type LoopCore<'a> = event_loop::Core<Box<Slot2<'a>>, Incoming>;
+
 struct Loop<'a> {
     st: &'a State,
     arc: Arc<State>,
-    poll: Poll,
-    rx: Receiver<Incoming>,
-    /// Boxed: a slot is taken out for each step and put back.
-    slots: Vec<Option<Box<Slot2<'a>>>>,
-    free: Vec<usize>,
-    timers: Timers,
-    /// Connections that used up their turn
-    /// ([`Ran::Yielded`](crate::tcp::drive::Ran::Yielded)) and could go
-    /// on: run again after the next poll's events and timers, so that
-    /// every other connection, and accepting, comes first. Edge-triggered
-    /// readiness reports nothing new for them, so this list is what
-    /// resumes them. `queued` marks the slots in it, each at most once.
-    ready: Vec<usize>,
-    queued: Vec<bool>,
+    /// The loop's poll, its connections (boxed: a slot is taken out for
+    /// each step and put back), their timers (each connection's deadline
+    /// is its one entry), the mailbox, and the connections that used up
+    /// their turn ([`Ran::Yielded`](crate::tcp::drive::Ran::Yielded), a
+    /// session's budget) and could go on: those run again after the next
+    /// poll's events and timers ([`event_loop::Core::again`]), so that
+    /// every other connection, and accepting, comes first (edge-triggered
+    /// readiness reports nothing new for them).
+    core: LoopCore<'a>,
     buf: Vec<u8>,
     /// This loop's number, and every loop's.
     index: usize,
     loops: Arc<Loops>,
     /// Loop 0: the listeners it accepts on, and until when accepting
-    /// pauses after running out of descriptors.
+    /// pauses after running out of descriptors (a loop-wide wake-up,
+    /// [`event_loop::Core::wake_by`], ends the loop's sleep by then).
     listeners: Vec<mio::net::TcpListener>,
     paused: Option<Instant>,
     accept_log: super::RateLimitedLog,
@@ -242,13 +250,7 @@ impl<'a> Loop<'a> {
         Loop {
             st,
             arc: Arc::clone(st),
-            poll,
-            rx,
-            slots: Vec::new(),
-            free: Vec::new(),
-            timers: Timers::default(),
-            ready: Vec::new(),
-            queued: Vec::new(),
+            core: LoopCore::new(poll, Some(rx), TICK),
             buf: vec![0u8; super::tcp::SERVER_BUFFER],
             index,
             loops,
@@ -261,96 +263,31 @@ impl<'a> Loop<'a> {
     }
 
     fn run(&mut self) {
-        let mut events = Events::with_capacity(1024);
-        let mut next_scan = Instant::now();
-        loop {
-            let now = Instant::now();
-            let timeout = match self.ready.is_empty() {
-                true => self.timers.timeout(now, TICK),
-                false => Duration::ZERO,
-            };
-            let timeout = match self.paused {
-                Some(at) => timeout.min(at.saturating_duration_since(now)),
-                None => timeout,
-            };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
-                && e.kind() != io::ErrorKind::Interrupted
-            {
-                eprintln!("netrig serve: event loop failed: {e}");
-                return;
-            }
-            for ev in &events {
-                match ev.token() {
-                    WAKE => self.take_incoming(),
-                    Token(k) if k > LISTEN - self.listeners.len() => self.accept(LISTEN - k),
-                    Token(k) => {
-                        // The control connection's readiness: its next read
-                        // may find a frame (a session's turn skips reading
-                        // it otherwise).
-                        if k & UDP_TOKEN == 0
-                            && (ev.is_readable() || ev.is_read_closed() || ev.is_error())
-                            && let Some(Some(slot)) = self.slots.get_mut(k)
-                        {
-                            slot.ahead.stir();
-                        }
-                        self.advance(k & !UDP_TOKEN)
-                    }
-                }
-            }
-            let now = Instant::now();
-            if self.paused.is_some_and(|at| now >= at) {
-                for i in 0..self.listeners.len() {
-                    self.accept(i);
-                }
-            }
-            for k in self.timers.due(now) {
-                self.expire(k, now);
-            }
-            // Last, the connections that had their turn: one more turn each.
-            for k in std::mem::take(&mut self.ready) {
-                self.queued[k] = false;
-                self.advance(k);
-            }
-            if now >= next_scan {
-                if self.st.stop.load(SeqCst) && !self.listeners.is_empty() {
-                    self.stop_listening();
-                }
-                self.tick(now);
-                next_scan = now + TICK;
-                if self.st.stop.load(SeqCst) && self.slots.iter().all(Option::is_none) {
-                    return;
-                }
-            }
+        if let Err(e) = event_loop::run(self) {
+            eprintln!("netrig serve: event loop failed: {e}");
         }
     }
 
-    fn take_incoming(&mut self) {
-        while let Ok(m) = self.rx.try_recv() {
-            match m {
-                Incoming::Conn { stream, peer } => self.add(stream, peer),
-                Incoming::Listen(ls) => {
-                    for l in ls {
-                        let mut l = mio::net::TcpListener::from_std(l);
-                        let token = Token(LISTEN - self.listeners.len());
-                        if self
-                            .poll
-                            .registry()
-                            .register(&mut l, token, Interest::READABLE)
-                            .is_ok()
-                        {
-                            self.listeners.push(l);
-                        }
-                    }
-                    for i in 0..self.listeners.len() {
-                        self.accept(i);
-                    }
-                }
+    /// The TCP listeners reached loop 0: they join its poll (as tokens
+    /// outside the slots), and what is already pending is accepted.
+    fn listen(&mut self, ls: Vec<std::net::TcpListener>) {
+        for l in ls {
+            let mut l = mio::net::TcpListener::from_std(l);
+            let token = Token(LISTEN - self.listeners.len());
+            if (self.core.poll.registry())
+                .register(&mut l, token, Interest::READABLE)
+                .is_ok()
+            {
+                self.listeners.push(l);
             }
+        }
+        for i in 0..self.listeners.len() {
+            self.accept(i);
         }
     }
 
     fn advance(&mut self, k: usize) {
-        let Some(mut slot) = self.slots.get_mut(k).and_then(Option::take) else {
+        let Some(mut slot) = self.core.slots.take(k) else {
             return;
         };
         let next = self.step(&mut slot, k);
@@ -363,32 +300,26 @@ impl<'a> Loop<'a> {
         match next {
             Next::Keep => {
                 let both = Interest::READABLE | Interest::WRITABLE;
-                if new
-                    && (self.poll.registry())
-                        .register(&mut slot.stream, Token(k), both)
-                        .is_err()
-                {
+                if new && (self.core.register(&mut slot.stream, k, CONN, both)).is_err() {
                     return self.close(k, *slot);
                 }
                 self.arm(k, &slot);
-                self.slots[k] = Some(slot)
+                self.core.slots.put(k, slot)
             }
             Next::Close => self.close(k, *slot),
             Next::Run(job) => {
-                self.timers.cancel(k);
-                self.free.push(k);
+                self.core.close(k);
                 self.loops.left(self.index);
                 self.spawn_worker(*slot, job);
             }
             Next::Iperf3(cookie) => {
-                self.timers.cancel(k);
-                self.free.push(k);
+                self.core.close(k);
                 self.loops.left(self.index);
                 let Slot2 {
                     mut stream, peer, ..
                 } = *slot;
                 if !new {
-                    let _ = self.poll.registry().deregister(&mut stream);
+                    self.core.deregister(&mut stream);
                 }
                 // SAFETY: the descriptor was just released by the mio
                 // stream and is owned by the std stream from here on.
@@ -403,11 +334,78 @@ impl<'a> Loop<'a> {
     /// Slot `k` had its turn and could go on: it runs again on the next
     /// turn of the loop, after everything else.
     fn again(&mut self, k: usize) {
-        if self.queued.len() <= k {
-            self.queued.resize(k + 1, false);
+        self.core.again(k, CONN);
+    }
+}
+
+impl<'a> Handler for Loop<'a> {
+    type Slot = Box<Slot2<'a>>;
+    type Msg = Incoming;
+
+    fn core(&mut self) -> &mut LoopCore<'a> {
+        &mut self.core
+    }
+
+    /// Slot `k`'s connection or its session's UDP socket is ready, or the
+    /// slot runs again after its turn: it is stepped.
+    fn on_ready(&mut self, k: usize, sub: usize, ev: Option<&Event>) {
+        // The control connection's readiness: its next read may find a
+        // frame (a session's turn skips reading it otherwise).
+        if sub == CONN
+            && ev.is_some_and(|ev| ev.is_readable() || ev.is_read_closed() || ev.is_error())
+            && let Some(slot) = self.core.slots.get_mut(k)
+        {
+            slot.ahead.stir();
         }
-        if !std::mem::replace(&mut self.queued[k], true) {
-            self.ready.push(k);
+        self.advance(k);
+    }
+
+    fn on_timer(&mut self, k: usize, now: Instant) {
+        self.expire(k, now);
+    }
+
+    fn on_message(&mut self, m: Incoming) {
+        match m {
+            Incoming::Conn { stream, peer } => self.add(stream, peer),
+            Incoming::Listen(ls) => self.listen(ls),
+        }
+    }
+
+    /// A listener (loop 0) has connections to accept.
+    fn on_token(&mut self, t: Token, _ev: Option<&Event>) {
+        if let Some(i) = LISTEN.checked_sub(t.0)
+            && i < self.listeners.len()
+        {
+            self.accept(i);
+        }
+    }
+
+    /// Accepting, paused after running out of descriptors, resumes when
+    /// its time comes; until then no poll sleeps past it.
+    fn on_turn(&mut self, now: Instant) -> Flow {
+        if self.paused.is_some_and(|at| now >= at) {
+            for i in 0..self.listeners.len() {
+                self.accept(i);
+            }
+        }
+        if let Some(at) = self.paused {
+            self.core.wake_by(at);
+        }
+        Flow::Go
+    }
+
+    /// Every tick: loop 0 stops accepting once the server stops, the
+    /// loop's loop-wide checks run ([`Loop::tick`]), and a stopped server's
+    /// loop ends once it holds no connection.
+    fn on_tick(&mut self, now: Instant) -> Flow {
+        let stop = self.st.stop.load(SeqCst);
+        if stop && !self.listeners.is_empty() {
+            self.stop_listening();
+        }
+        self.tick(now);
+        match stop && self.core.slots.is_empty() {
+            true => Flow::Stop,
+            false => Flow::Go,
         }
     }
 }

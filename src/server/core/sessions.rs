@@ -8,9 +8,7 @@ use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mio::Token;
-
-use super::{Loop, Next, Slot2, Stage, UDP_TOKEN, refuse};
+use super::{Loop, Next, Slot2, Stage, UDP, refuse};
 use crate::net::out::Out;
 use crate::server::control::{Job, Test, WorkerTest, run_job};
 use crate::server::limits::Slot;
@@ -37,8 +35,8 @@ impl<'a> Loop<'a> {
                 test: Test::RrUdp(spec),
                 slots,
             } => {
-                let token = Token(k | UDP_TOKEN);
-                let reg = self.poll.registry();
+                let token = self.core.token(k, UDP);
+                let reg = self.core.poll.registry();
                 let peer = slot.peer;
                 let s = RrUdp::start(st, peer, &slot.stream, &spec, slots, reg, token, now);
                 slot.stage = match s {
@@ -61,8 +59,8 @@ impl<'a> Loop<'a> {
                 test: Test::UdpRecv(spec, key),
                 slots,
             } => {
-                let token = Token(k | UDP_TOKEN);
-                let reg = self.poll.registry();
+                let token = self.core.token(k, UDP);
+                let reg = self.core.poll.registry();
                 let peer = slot.peer;
                 let s =
                     UdpRecv::start(st, peer, &slot.stream, (&spec, key), slots, reg, token, now);
@@ -75,8 +73,8 @@ impl<'a> Loop<'a> {
                 test: Test::UdpSend(out, key),
                 slots,
             } => {
-                let token = Token(k | UDP_TOKEN);
-                let reg = self.poll.registry();
+                let token = self.core.token(k, UDP);
+                let reg = self.core.poll.registry();
                 let peer = slot.peer;
                 let s = UdpSend::start(
                     st,
@@ -130,7 +128,7 @@ impl<'a> Loop<'a> {
         match t {
             Turn::Wait(at) => {
                 if let Some(at) = at {
-                    self.timers.push(at, k);
+                    self.core.arm(k, at);
                 }
                 Ok(Next::Keep)
             }
@@ -155,7 +153,7 @@ impl<'a> Loop<'a> {
             _source,
             ..
         } = slot;
-        let _ = self.poll.registry().deregister(&mut stream);
+        self.core.deregister(&mut stream);
         // SAFETY: the descriptor was just released by the mio stream and is
         // owned by the std stream from here on.
         let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };

@@ -178,7 +178,7 @@ impl<'a> Loop<'a> {
                     // timer ends it at `until`; once reading is done, a
                     // timer looks for the acknowledgement.
                     if *read >= REFUSAL_READ {
-                        self.timers.push((now + LINGER_CHECK).min(*until), k);
+                        self.core.arm(k, (now + LINGER_CHECK).min(*until));
                     }
                     return Next::Keep;
                 }
@@ -221,7 +221,7 @@ impl<'a> Loop<'a> {
                         Ran::Settled => {}
                         Ran::Blocked { timer } => {
                             if let Some(at) = timer {
-                                self.timers.push(at.min(a.sess.guard.deadline()), k);
+                                self.core.arm(k, at.min(a.sess.guard.deadline()));
                             }
                             return Next::Keep;
                         }
@@ -263,7 +263,7 @@ impl<'a> Loop<'a> {
                     match c.turn(&slot.stream, &mut slot.ahead, &mut self.buf, now) {
                         Turn::Wait(at) => {
                             if let Some(at) = at {
-                                self.timers.push(at, k);
+                                self.core.arm(k, at);
                             }
                             return Next::Keep;
                         }
