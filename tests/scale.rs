@@ -427,6 +427,22 @@ fn pipe(a: std::net::TcpStream, b: std::net::TcpStream) {
     }
 }
 
+/// A front the test stands behind: a listener whose accepted connections
+/// come to the test in order, for it to forward or hold.
+fn front() -> (String, std::sync::mpsc::Receiver<std::net::TcpStream>) {
+    let front = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = front.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for s in front.incoming() {
+            if s.map(|s| tx.send(s)).is_err() {
+                return;
+            }
+        }
+    });
+    (at, rx)
+}
+
 /// A server that answers nothing for a while (a CPU-starved one, at its
 /// worst): the client holds at most `--throttle` connections waiting for
 /// their data hello's answer, and opens the next ones only as those are
@@ -438,22 +454,12 @@ fn pipe(a: std::net::TcpStream, b: std::net::TcpStream) {
 /// connection completes.
 #[test]
 fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
-    use std::net::{TcpListener, TcpStream};
-    use std::sync::mpsc;
+    use std::net::TcpStream;
     use std::time::Duration;
     const N: usize = 120;
     const THROTTLE: usize = 10;
     let (_srv, addr) = serve(&["-q"]);
-    let front = TcpListener::bind("127.0.0.1:0").unwrap();
-    let t = front.local_addr().unwrap().to_string();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for s in front.incoming() {
-            if s.map(|s| tx.send(s)).is_err() {
-                return;
-            }
-        }
-    });
+    let (t, rx) = front();
     let dir = tempfile::tempdir().unwrap();
     let js = dir.path().join("t.json");
     let (n, th) = (N.to_string(), THROTTLE.to_string());
@@ -513,23 +519,14 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
 fn a_client_with_a_stalled_server_still_opens_on_the_other() {
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::sync::{Arc, mpsc};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
     const PER_SERVER: usize = 100;
     const THROTTLE: usize = 40;
     let (_srv, addr) = serve(&["-q"]);
     // The stalled front: its connections come to this thread, which
     // forwards the control connection and holds the rest.
-    let stalled = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = stalled.local_addr().unwrap().to_string();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for s in stalled.incoming() {
-            if s.map(|s| tx.send(s)).is_err() {
-                return;
-            }
-        }
-    });
+    let (a, rx) = front();
     // The live front forwards every connection at once, and counts them.
     let live = TcpListener::bind("127.0.0.1:0").unwrap();
     let b = live.local_addr().unwrap().to_string();

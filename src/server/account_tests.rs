@@ -24,6 +24,9 @@ fn the_account_draws_within_its_max_and_gives_back_on_drop() {
     // Nothing asked is always drawn, even when the account is full.
     let none = a.take(0, 1000).unwrap();
     assert_eq!(none.bytes(), 0);
+    // Even past a smaller max (a data connection without burst records,
+    // say, on a server whose tests hold the whole account).
+    assert_eq!(a.take(0, 10).unwrap().bytes(), 0);
     drop(two);
     assert_eq!(a.held(), 600);
     let again = a.take(400, 1000).unwrap();
@@ -154,5 +157,22 @@ fn a_request_response_test_is_charged_its_buffers_and_histograms() {
     assert_eq!(
         test_bytes(&TestSpec::Rr(spec)),
         SESSION_BYTES + 70_100 + 2 * HDR_BYTES
+    );
+}
+
+#[test]
+fn the_fixed_charges_cover_what_they_stand_for() {
+    // A session's control side queues up to 64 KiB of answers and reads a
+    // first frame of up to 4 KiB; its records come on top.
+    let control = (64 << 10) + crate::protocol::proto::MAX_FIRST_PAYLOAD as u64;
+    assert!(SESSION_BYTES >= control + (16 << 10), "{SESSION_BYTES}");
+    // An hdrhistogram of three significant digits grown to its widest.
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    h.record(1).unwrap();
+    h.record(u64::MAX / 2).unwrap();
+    let counts = h.distinct_values() as u64 * 8;
+    assert!(
+        counts <= HDR_BYTES && counts * 5 / 4 > HDR_BYTES,
+        "{counts} bytes of counts against {HDR_BYTES}"
     );
 }

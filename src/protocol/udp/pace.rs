@@ -256,6 +256,7 @@ mod tests {
         // 3.5 ms late for datagram 1: it and the two due since leave now.
         assert_eq!(s.take_due(4_500_000, 64), (1, 4));
         assert_eq!(s.slips(), 0);
+        assert_eq!(s.next_index(), 5);
         assert_eq!(s.next_due(), 5_000_000, "the schedule did not move");
         // Just under the bound is still sent late; at it, forgiven.
         assert_eq!(s.take_due(9_999_999, 64), (5, 5));
@@ -282,6 +283,13 @@ mod tests {
         let mut m = Schedule::new(0, 5_000, 1_000_000);
         assert_eq!(m.take_due(1_000_000, 64), (0, 64));
         assert_eq!(m.slips(), 1);
+        // Re-anchored one batch back (63 gaps of 5 ns), so the next is due a gap on.
+        assert_eq!(m.next_due(), 1_000_000 + 5);
+        // A slow stream keeps one gap's worth at most (under 200 µs): a
+        // stalled 10 µs stream re-anchors 30 µs back for a batch of 4.
+        let mut w = Schedule::new(0, 10_000_000, 1_000_000);
+        assert_eq!(w.take_due(2_000_000, 4), (0, 4));
+        assert_eq!(w.next_due(), 2_000_000 + 10_000);
         // Small lateness at a high rate is batched, not a stall.
         let mut f = Schedule::new(0, 1_000_000, 1_000_000); // 1 µs
         assert_eq!(f.take_due(10_500, 64), (0, 11));
@@ -327,6 +335,8 @@ mod tests {
         assert_eq!(g.count_before(1_000_000_001), 375_001);
         assert_eq!(g.count_before(0), 0);
         assert_eq!(Gap::from_ps(0), Gap::from_ps(1));
+        // No rate: a gap of about 146 years, never due in any run.
+        assert_eq!(gap_for_rate(1000, 0), 4_611_686_018_427_387_903);
         assert_eq!(Gap::for_rate(1000, 0).ps(), gap_for_rate(1000, 0));
         assert_eq!(Gap::from(5_000u64).span_ns(3), 15);
     }
