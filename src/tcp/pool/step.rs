@@ -35,8 +35,12 @@ impl Worker<'_> {
                     // socket still connecting would block; one whose
                     // connect failed says why), which saves asking the
                     // socket (getpeername) first. A schedule starts once
-                    // the connection is up, so the socket is asked first.
-                    let scheduled = self.sh.spec.burst.is_some() || self.sh.spec.rate.is_some();
+                    // the connection is up, and the run's first connection
+                    // reports its socket as granted at setup (the MSS
+                    // grows once data moves), so those ask first.
+                    let scheduled = self.sh.spec.burst.is_some()
+                        || self.sh.spec.rate.is_some()
+                        || self.sh.granted.get().is_none();
                     if scheduled {
                         // A peer address means connected; only without one
                         // is the socket asked why.
