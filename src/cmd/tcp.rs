@@ -271,6 +271,7 @@ impl TcpArgs {
         targets.extend(self.more_targets.iter().cloned());
         let mut cfg = TcpClientConfig {
             server_output: self.get_server_output,
+            local_addrs: true,
             bind_dev: self.sock.ip.bind_dev.clone(),
             local_ports: self.sock.cport,
             start_at: self.start.at,

@@ -32,6 +32,8 @@ pub fn config(
     c.connections = parallel.max(1);
     c.iterations = Some(transactions.div_ceil(u64::from(parallel.max(1))).max(1));
     c.interval = None;
+    // Its report has no per-connection rows.
+    c.local_addrs = false;
     c
 }
 
@@ -48,7 +50,8 @@ pub struct CrrCollector {
     pub cancelled: u64,
     /// The first failure's detail.
     pub first_failure: Option<String>,
-    /// The client end's TCP_INFO at the end of each transaction.
+    /// The client end's TCP_INFO at the end of each transaction (as its
+    /// final report went out).
     pub tcp_info: TcpInfoTotals,
     /// The server end's, from its final reports.
     pub server_tcp_info: TcpInfoTotals,

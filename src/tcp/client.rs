@@ -279,7 +279,9 @@ pub fn run(
                     if let Some(i) = &rec.tcp_info {
                         tcp_info.add(i);
                     }
-                    if rec.local.is_some() {
+                    // A connection that came up (it has a handshake time;
+                    // crr records no local addresses).
+                    if rec.connect_ms > 0.0 {
                         times.record_ns((rec.time_ms * 1e6) as u64);
                     }
                     if !rec.progress.is_empty() {

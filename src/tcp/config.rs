@@ -197,6 +197,10 @@ pub struct TcpClientConfig {
     /// ctsTraffic -LocalPort lo-hi); the kernel picks when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_ports: Option<(u16, u16)>,
+    /// Whether each connection's record has its local address and port
+    /// (a `getsockname` per connection; crr reports none).
+    #[serde(skip)]
+    pub local_addrs: bool,
 }
 
 impl TcpClientConfig {
@@ -232,6 +236,7 @@ impl TcpClientConfig {
             bind_dev: None,
             local_ports: None,
             server_output: false,
+            local_addrs: true,
         }
     }
 

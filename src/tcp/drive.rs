@@ -70,6 +70,16 @@ pub trait Socket: AsRawFd {
     /// Drops up to `buf.len()` bytes of what arrived without copying them
     /// (`MSG_TRUNC`, which TCP takes as "discard"; `buf` is not written).
     fn discard(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// This end's TCP_INFO for its final report. A socket may keep the
+    /// reading too: the client's record of the connection takes it rather
+    /// than read it a second time (each read is a `getsockopt` that locks
+    /// the socket, a few percent of a crr transaction's CPU).
+    fn final_tcp_info(&self) -> Option<crate::net::tcpinfo::TcpInfo>
+    where
+        Self: Sized,
+    {
+        crate::net::tcpinfo::read(self)
+    }
 }
 
 impl Socket for mio::net::TcpStream {
@@ -418,7 +428,7 @@ fn gather<S: Socket>(
     let at = now();
     loop {
         if conn.take_info_request()
-            && let Some(i) = crate::net::tcpinfo::read(stream)
+            && let Some(i) = stream.final_tcp_info()
         {
             // This end's report is next: its TCP_INFO as the data phase ended.
             conn.set_final_tcp_info(i.summary());

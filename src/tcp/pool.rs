@@ -39,15 +39,17 @@ const BURSTS_WAIT: Duration = Duration::from_secs(2);
 
 /// Where one connection is.
 enum Stage {
-    /// The TCP handshake is in progress.
+    /// The TCP handshake is in progress (a connection with bursts or a
+    /// rate, whose schedule starts once it is up).
     Connecting,
     /// Sending the data hello, then reading the acknowledgement. The data
     /// does not wait for it: it follows the hello at once, in the same
     /// write when it is small (the server reads the hello and the data
     /// behind it together, and hands the data to the connection once it
     /// has admitted it), which saves a round trip per connection; only
-    /// reading waits.
-    Hello { out: Out, conn: Box<Conn> },
+    /// reading waits. Until `up`, the handshake may still be in progress:
+    /// the first write that goes through says it is over.
+    Hello { out: Out, conn: Box<Conn>, up: bool },
     /// The data phase, and what is queued to be written.
     Data { conn: Box<Conn>, out: Out },
     /// Reading the server's account of the bursts until `until`.
@@ -77,6 +79,13 @@ struct Slot {
     retrans_counted: u32,
     /// In the worker's `moved` list (moved since its TCP_INFO was last read).
     listed: bool,
+    /// Registered with the poll, whose first report says whether anything
+    /// arrived before: no read is tried until then.
+    polled: bool,
+    /// Watched for room to write. Only while it has something to write
+    /// ([`Slot::wants_write`]): otherwise every acknowledgement of what it
+    /// sent would wake its loop for nothing.
+    writable: bool,
 }
 
 /// One event loop's connections and what they share.
@@ -171,11 +180,23 @@ impl Handler for Worker<'_> {
         &mut self.core
     }
 
-    fn on_ready(&mut self, k: usize, _sub: usize, _ev: Option<&Event>) {
+    fn on_ready(&mut self, k: usize, _sub: usize, ev: Option<&Event>) {
+        // Only readiness to read (or a connection's end) makes a read worth
+        // trying again after one would have blocked.
+        if ev.is_none_or(|e| e.is_readable() || e.is_read_closed() || e.is_error())
+            && let Some(slot) = self.core.slots.get_mut(k)
+        {
+            slot.ahead.stir();
+        }
         self.advance(k);
     }
 
     fn on_timer(&mut self, k: usize, now: Instant) {
+        // A deadline's last look reads whatever came, even if its
+        // readiness is not among this turn's events yet.
+        if let Some(slot) = self.core.slots.get_mut(k) {
+            slot.ahead.stir();
+        }
         self.expire(k, now);
     }
 
@@ -197,6 +218,20 @@ impl Handler for Worker<'_> {
         match self.core.slots.is_empty() && (self.no_more || self.stopping()) {
             true => Flow::Stop,
             false => Flow::Go,
+        }
+    }
+}
+
+impl Slot {
+    /// Whether the connection has bytes to write, or waits for its
+    /// handshake (a socket becomes writable when it is up).
+    fn wants_write(&self) -> bool {
+        match &self.stage {
+            Stage::Connecting | Stage::Hello { up: false, .. } => true,
+            Stage::Hello { out, conn, .. } | Stage::Data { out, conn } => {
+                !out.is_empty() || conn.has_to_send()
+            }
+            Stage::Bursts { .. } => false,
         }
     }
 }
@@ -227,6 +262,20 @@ impl Worker<'_> {
     fn put_back(&mut self, k: usize, mut slot: Box<Slot>, outcome: Result<(), Ended>) {
         match outcome {
             Ok(()) => {
+                if !slot.writable && slot.wants_write() {
+                    // Something to write that did not all go out: watch for room.
+                    let both = mio::Interest::READABLE | mio::Interest::WRITABLE;
+                    let token = self.core.token(k, 0);
+                    let r = self
+                        .core
+                        .poll
+                        .registry()
+                        .reregister(&mut slot.stream, token, both);
+                    if let Err(e) = r {
+                        return self.close(k, slot, Ended::Failed(e.to_string()));
+                    }
+                    slot.writable = true;
+                }
                 if let Some(at) = self.deadline(&slot) {
                     self.core.arm(k, at);
                 }

@@ -42,7 +42,8 @@ pub struct ConnectionRecord {
     pub connection_id: Uuid,
     /// Burst mode: both ends' account of each burst.
     pub bursts: Vec<crate::protocol::proto::TcpBurst>,
-    /// The client end's TCP_INFO when the connection ended.
+    /// The client end's TCP_INFO as its final report went out (the reading
+    /// that report carries), or when the connection ended if it sent none.
     pub tcp_info: Option<crate::net::tcpinfo::TcpInfo>,
     /// The server end's, from its final report.
     #[serde(skip_serializing_if = "Option::is_none")]

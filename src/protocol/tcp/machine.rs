@@ -606,6 +606,20 @@ impl Conn {
         matches!(self.phase, Phase::Data) && self.end_out.is_none()
     }
 
+    /// Whether this end still has bytes to write: data of the plan's
+    /// current step (perhaps not due yet: a burst or the rate limit waits),
+    /// its end marker, or its final report. An event loop that watches a
+    /// socket for room to write only while this holds is not woken by every
+    /// acknowledgement of what it sent (a crr client, which writes its
+    /// request and its report each in one go, never needs to be).
+    pub fn has_to_send(&self) -> bool {
+        match &self.phase {
+            Phase::Data => self.send_left > 0 || self.end_out.is_some(),
+            Phase::Final { .. } => !self.report_out,
+            Phase::Done(_) => false,
+        }
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
         (!self.events.is_empty()).then(|| self.events.remove(0))

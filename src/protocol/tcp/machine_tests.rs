@@ -107,7 +107,15 @@ impl Pair {
             let mut wake: Option<Instant> = None;
             for e in 0..2 {
                 let now = self.clock();
-                match self.ends[e].transmit(now) {
+                let to_send = self.ends[e].has_to_send();
+                let offer = self.ends[e].transmit(now);
+                // Whatever an end offers to write, it said it had to send
+                // (an event loop watches for room to write only then).
+                assert!(
+                    to_send || offer == Transmit::Nothing,
+                    "offered {offer:?} with nothing to send"
+                );
+                match offer {
                     Transmit::Bytes(_) if self.pipes[e].closed => {
                         self.ends[e].on_error(&io::Error::from(io::ErrorKind::BrokenPipe));
                         moved = true;
@@ -690,6 +698,23 @@ fn the_report_counts_as_sent_once_its_last_byte_is_written() {
     server.on_written(1, now);
     assert!(server.report_sent());
     assert!(!server.is_done(), "the client's report is still to come");
+}
+
+#[test]
+fn a_crr_client_has_nothing_to_send_between_its_request_and_its_report() {
+    // crr: a 64-byte request, a 2-byte reply.
+    let mut s = spec(IoPattern::Pushpull, 66);
+    (s.push_bytes, s.pull_bytes) = (64, 2);
+    let mut p = Pair::new(&s, 64, 1 << 16);
+    assert!(p.ends[0].has_to_send(), "the request");
+    assert!(!p.ends[1].has_to_send(), "the server waits for it");
+    p.run_until(|p| p.pipes[0].pushed == 64);
+    assert!(!p.ends[0].has_to_send(), "the request is out: it waits");
+    p.run_until(|p| p.ends[0].progress().1 == 2);
+    assert!(p.ends[0].has_to_send(), "the reply is in: its report");
+    p.run();
+    assert!(!p.ends[0].has_to_send() && !p.ends[1].has_to_send());
+    assert_eq!(p.result(0).0.kind, ResultKind::Success);
 }
 
 #[path = "machine_time_tests.rs"]

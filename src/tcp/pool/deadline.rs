@@ -16,7 +16,7 @@ impl Worker<'_> {
     pub(super) fn deadline(&self, s: &Slot) -> Option<Instant> {
         let idle = self.sh.cfg.idle_timeout;
         match &s.stage {
-            Stage::Connecting => {
+            Stage::Connecting | Stage::Hello { up: false, .. } => {
                 let connect = self.sh.cfg.connect_timeout.or(idle);
                 Some(s.started + connect.unwrap_or(Duration::from_secs(30)))
             }
@@ -67,7 +67,7 @@ impl Worker<'_> {
                 self.core.slots.put(k, slot);
                 self.advance(k);
             }
-            Stage::Connecting => {
+            Stage::Connecting | Stage::Hello { up: false, .. } => {
                 let why = format!("connect to {}: {e}", slot.rec.remote);
                 self.close(k, slot, Ended::Failed(why));
             }

@@ -78,10 +78,19 @@ impl Worker<'_> {
         for (mut slot, span, result) in std::mem::take(&mut self.ending) {
             // Only a connection that came up has an address and TCP_INFO
             // worth reporting (both asked for here, off the way from one
-            // connection to the next).
-            if !matches!(slot.stage, Stage::Connecting) {
-                slot.rec.local = slot.stream.local_addr().ok();
-                slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
+            // connection to the next; one that sent its final report has
+            // the reading that report carries, see `step::Watched`).
+            let up = !matches!(
+                slot.stage,
+                Stage::Connecting | Stage::Hello { up: false, .. }
+            );
+            if up {
+                if self.sh.cfg.local_addrs {
+                    slot.rec.local = slot.stream.local_addr().ok();
+                }
+                if slot.rec.tcp_info.is_none() {
+                    slot.rec.tcp_info = crate::net::tcpinfo::read(&slot.stream);
+                }
                 if let Some(i) = &slot.rec.tcp_info {
                     let more = i.retransmits.saturating_sub(slot.retrans_counted);
                     self.sh

@@ -141,6 +141,8 @@ impl Worker<'_> {
             result: None,
             retrans_counted: 0,
             listed: false,
+            polled: false,
+            writable: false,
         });
         if !slot.rec.progress.is_empty() {
             self.tracked.push(k);
@@ -150,11 +152,18 @@ impl Worker<'_> {
         // before the socket joins the poll, so that registering it is not
         // between connecting and the request. What happens meanwhile shows
         // in the registration's first readiness report.
+        // It is watched for room to write only if it has something left to
+        // write (a crr request and its hello are out in the first write).
         let outcome = self.step(&mut slot, k);
         let outcome = outcome.and_then(|()| {
-            let both = Interest::READABLE | Interest::WRITABLE;
+            slot.writable = slot.wants_write();
+            let interest = match slot.writable {
+                true => Interest::READABLE | Interest::WRITABLE,
+                false => Interest::READABLE,
+            };
+            slot.polled = true;
             (self.core)
-                .register(&mut slot.stream, k, 0, both)
+                .register(&mut slot.stream, k, 0, interest)
                 .map_err(|e| Ended::Failed(e.to_string()))
         });
         self.put_back(k, slot, outcome);

@@ -4,7 +4,9 @@
 //! the bursts.
 
 use mio::net::TcpStream;
+use std::cell::Cell;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::Instant;
 
@@ -12,6 +14,7 @@ use super::ending::{Ended, failed};
 use super::{BURSTS_WAIT, Slot, Stage, Worker};
 use crate::net::ahead::ReadAhead;
 use crate::net::out::Out;
+use crate::net::tcpinfo::TcpInfo;
 use crate::protocol::outcome::{ResultKind, after_stop};
 use crate::protocol::plan::Role;
 use crate::protocol::proto::{self, DataHello, Message};
@@ -25,40 +28,44 @@ impl Worker<'_> {
         loop {
             match &mut slot.stage {
                 Stage::Connecting => {
-                    // A peer address means connected; only without one is
-                    // the socket asked why.
-                    match slot.stream.peer_addr() {
-                        Ok(_) => {}
-                        Err(e)
-                            if e.kind() == io::ErrorKind::NotConnected
-                                || e.raw_os_error() == Some(libc::EINPROGRESS) =>
-                        {
-                            if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
-                                let addr = slot.rec.remote;
-                                return Err(Ended::Failed(format!("connect to {addr}: {e}")));
+                    // Without bursts or a rate the machine's clock does not
+                    // depend on when the handshake ended: the hello and the
+                    // first data are queued at once, and the first write
+                    // that goes through says the connection is up (one on a
+                    // socket still connecting would block; one whose
+                    // connect failed says why), which saves asking the
+                    // socket (getpeername) first. A schedule starts once
+                    // the connection is up, and the run's first connection
+                    // reports its socket as granted at setup (the MSS
+                    // grows once data moves), so those ask first.
+                    let scheduled = self.sh.spec.burst.is_some()
+                        || self.sh.spec.rate.is_some()
+                        || self.sh.granted.get().is_none();
+                    if scheduled {
+                        // A peer address means connected; only without one
+                        // is the socket asked why.
+                        match slot.stream.peer_addr() {
+                            Ok(_) => {}
+                            Err(e)
+                                if e.kind() == io::ErrorKind::NotConnected
+                                    || e.raw_os_error() == Some(libc::EINPROGRESS) =>
+                            {
+                                if let Ok(Some(e)) | Err(e) = slot.stream.take_error() {
+                                    let addr = slot.rec.remote;
+                                    return Err(Ended::Failed(format!("connect to {addr}: {e}")));
+                                }
+                                return Ok(());
                             }
-                            return Ok(());
+                            Err(e) => {
+                                return Err(Ended::Failed(format!(
+                                    "connect to {}: {e}",
+                                    slot.rec.remote
+                                )));
+                            }
                         }
-                        Err(e) => {
-                            return Err(Ended::Failed(format!(
-                                "connect to {}: {e}",
-                                slot.rec.remote
-                            )));
-                        }
+                        self.came_up(slot, Instant::now());
                     }
-                    // The `--throttle` place is held until the server
-                    // acknowledges the data hello, not only through the
-                    // handshake: a client then opens connections as fast as
-                    // the server admits them, and on a CPU-starved machine
-                    // at most --throttle hellos wait for their answer per
-                    // client instead of every connection it holds (500,000
-                    // connections over 30 + 30 processes: the ones queued
-                    // last outwaited the idle timeout).
-                    slot.rec.connect_ms = slot.started.elapsed().as_secs_f64() * 1e3;
                     let _ = slot.stream.set_nodelay(true);
-                    self.sh.granted.get_or_init(|| {
-                        crate::net::sockopt::granted(&slot.stream, slot.rec.remote.is_ipv6(), true)
-                    });
                     let session = &self.sh.sessions[slot.session];
                     let id = slot.rec.connection_id;
                     let hello = Message::DataHello(DataHello {
@@ -82,18 +89,38 @@ impl Worker<'_> {
                     slot.stage = Stage::Hello {
                         out: Out::new(proto::encode(&hello)),
                         conn: Box::new(conn),
+                        up: scheduled,
                     };
                     slot.last_progress = Instant::now();
                 }
-                Stage::Hello { out, conn } => {
+                Stage::Hello { out, conn, up } => {
                     // The hello goes out with the first data behind it, in
                     // one write when the data is small.
+                    let at = Instant::now();
                     let last = &mut slot.last_progress;
                     let ahead = &mut slot.ahead;
-                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, false);
+                    let sock = Watched::new(&slot.stream);
+                    let ran = self.run_conn(conn, out, ahead, &sock, last, false);
+                    if let Some(i) = sock.info.take() {
+                        slot.rec.tcp_info = Some(i);
+                    }
                     self.wait_for(ran, k);
+                    let was_up = *up;
+                    let wrote = sock.wrote.get();
+                    *up |= wrote;
+                    let failed = conn.is_done();
+                    let detail = conn.result().map(|r| r.0.detail.clone());
+                    if !was_up && wrote {
+                        self.came_up(slot, at);
+                    }
                     let stream = &slot.stream;
-                    if conn.is_done() {
+                    if failed {
+                        let e = detail.unwrap_or_default();
+                        if !was_up && !wrote {
+                            // No write went through: the connect failed.
+                            let addr = slot.rec.remote;
+                            return Err(Ended::Failed(format!("connect to {addr}: {e}")));
+                        }
                         // Nothing is read before the ack: only a write failed.
                         // A server that refused the connection closes it once
                         // its refusal is delivered and a little of what
@@ -104,9 +131,14 @@ impl Worker<'_> {
                         {
                             return Err(Ended::Refused(code, message));
                         }
-                        let detail = conn.result().map(|r| r.0.detail.clone());
-                        let e = detail.unwrap_or_default();
                         return Err(Ended::Failed(format!("data hello: {e}")));
+                    }
+                    // Nothing can have come before the connection is up, and
+                    // before the socket is in the poll its first report says
+                    // whether anything did; after a read that would block,
+                    // only readiness brings more.
+                    if !was_up && !wrote || !slot.polled || !slot.ahead.may_read() {
+                        return Ok(());
                     }
                     match slot.ahead.read_frame(&mut self.buf, |b| stream.recv(b)) {
                         Ok(None) => return Ok(()),
@@ -135,7 +167,11 @@ impl Worker<'_> {
                 Stage::Data { conn, out } => {
                     let last = &mut slot.last_progress;
                     let ahead = &mut slot.ahead;
-                    let ran = self.run_conn(conn, out, ahead, &slot.stream, last, true);
+                    let sock = Watched::new(&slot.stream);
+                    let ran = self.run_conn(conn, out, ahead, &sock, last, true);
+                    if let Some(i) = sock.info.take() {
+                        slot.rec.tcp_info = Some(i);
+                    }
                     if !self.wait_for(ran, k) {
                         return Ok(());
                     }
@@ -192,7 +228,7 @@ impl Worker<'_> {
         conn: &mut Conn,
         out: &mut Out,
         ahead: &mut ReadAhead,
-        stream: &TcpStream,
+        stream: &Watched,
         last: &mut Instant,
         may_read: bool,
     ) -> Ran {
@@ -212,6 +248,15 @@ impl Worker<'_> {
         run_until_blocked(conn, out, ahead, stream, &mut self.buf, &env, last)
     }
 
+    /// The handshake of `slot` was found over at `at`: its time, and what
+    /// the kernel granted the run's first connection.
+    fn came_up(&self, slot: &mut Slot, at: Instant) {
+        slot.rec.connect_ms = at.duration_since(slot.started).as_secs_f64() * 1e3;
+        self.sh.granted.get_or_init(|| {
+            crate::net::sockopt::granted(&slot.stream, slot.rec.remote.is_ipv6(), true)
+        });
+    }
+
     /// Whether connection `k`'s run ended settled; a blocked one's timer
     /// is set, and one that had its turn runs again on the next.
     fn wait_for(&mut self, ran: Ran, k: usize) -> bool {
@@ -228,5 +273,66 @@ impl Worker<'_> {
                 false
             }
         }
+    }
+}
+
+/// A client connection's socket as [`run_until_blocked`] sees it: it notes
+/// that a write went through (the handshake is over), and keeps the
+/// TCP_INFO read for the final report as the connection's record's, so
+/// that the record costs no second read.
+pub(super) struct Watched<'a> {
+    stream: &'a TcpStream,
+    wrote: Cell<bool>,
+    info: Cell<Option<TcpInfo>>,
+}
+
+impl<'a> Watched<'a> {
+    fn new(stream: &'a TcpStream) -> Self {
+        Watched {
+            stream,
+            wrote: Cell::new(false),
+            info: Cell::new(None),
+        }
+    }
+
+    fn note(&self, r: io::Result<usize>) -> io::Result<usize> {
+        if matches!(r, Ok(n) if n > 0) {
+            self.wrote.set(true);
+        }
+        r
+    }
+}
+
+impl AsRawFd for Watched<'_> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+impl Socket for Watched<'_> {
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.recv(buf)
+    }
+
+    fn send(&self, b: &[u8]) -> io::Result<usize> {
+        self.note(self.stream.send(b))
+    }
+
+    fn send_more(&self, b: &[u8]) -> io::Result<usize> {
+        self.note(self.stream.send_more(b))
+    }
+
+    fn close_write(&self) -> io::Result<()> {
+        self.stream.close_write()
+    }
+
+    fn discard(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.discard(buf)
+    }
+
+    fn final_tcp_info(&self) -> Option<TcpInfo> {
+        let i = crate::net::tcpinfo::read(self.stream);
+        self.info.set(i);
+        i
     }
 }
