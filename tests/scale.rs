@@ -518,8 +518,8 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
 #[test]
 fn a_client_with_a_stalled_server_still_opens_on_the_other() {
     use std::net::{TcpListener, TcpStream};
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::time::{Duration, Instant};
     const PER_SERVER: usize = 100;
     const THROTTLE: usize = 40;

@@ -154,6 +154,14 @@ impl Worker<'_> {
                             )));
                         }
                     }
+                    // The `--throttle` place is held until the server
+                    // acknowledges the data hello, not only through the
+                    // handshake: a client then opens connections as fast as
+                    // the server admits them, and on a CPU-starved machine
+                    // at most --throttle hellos wait for their answer per
+                    // client instead of every connection it holds (500,000
+                    // connections over 30 + 30 processes: the ones queued
+                    // last outwaited the idle timeout).
                     self.release(slot.session);
                     slot.throttled = false;
                     self.sh.counters.in_flight.fetch_add(1, Relaxed);
