@@ -443,6 +443,51 @@ fn front() -> (String, std::sync::mpsc::Receiver<std::net::TcpStream>) {
     (at, rx)
 }
 
+/// A `tcp` client of `count` 64 KiB connections to `targets` in one
+/// iteration under `--throttle`, writing its JSON report.
+struct Throttled {
+    client: Proc,
+    _dir: tempfile::TempDir,
+    js: std::path::PathBuf,
+}
+
+impl Throttled {
+    fn spawn(targets: &[&str], count: usize, throttle: usize) -> Throttled {
+        let dir = tempfile::tempdir().unwrap();
+        let js = dir.path().join("t.json");
+        let (c, th) = (count.to_string(), throttle.to_string());
+        let mut args = vec!["tcp"];
+        args.extend_from_slice(targets);
+        let rest = [
+            "-c",
+            &c,
+            "--iterations",
+            "1",
+            "-n",
+            "64K",
+            "--throttle",
+            &th,
+            "-q",
+        ];
+        args.extend_from_slice(&rest);
+        args.extend_from_slice(&["--json", js.to_str().unwrap()]);
+        let client = Proc(netrig(&args).spawn().unwrap());
+        Throttled {
+            client,
+            _dir: dir,
+            js,
+        }
+    }
+
+    /// Waits for the client to succeed and returns its report's totals.
+    fn totals(&mut self) -> serde_json::Value {
+        assert_eq!(wait_exit(&mut self.client, 60).code(), Some(0));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&self.js).unwrap()).unwrap();
+        v["result"]["totals"].clone()
+    }
+}
+
 /// A server that answers nothing for a while (a CPU-starved one, at its
 /// worst): the client holds at most `--throttle` connections waiting for
 /// their data hello's answer, and opens the next ones only as those are
@@ -460,25 +505,7 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
     const THROTTLE: usize = 10;
     let (_srv, addr) = serve(&["-q"]);
     let (t, rx) = front();
-    let dir = tempfile::tempdir().unwrap();
-    let js = dir.path().join("t.json");
-    let (n, th) = (N.to_string(), THROTTLE.to_string());
-    let args = [
-        "tcp",
-        &t,
-        "-c",
-        &n,
-        "--iterations",
-        "1",
-        "-n",
-        "64K",
-        "--throttle",
-        &th,
-        "-q",
-        "--json",
-        js.to_str().unwrap(),
-    ];
-    let mut client = Proc(netrig(&args).spawn().unwrap());
+    let mut client = Throttled::spawn(&[&t], N, THROTTLE);
     let forward = |s: TcpStream| pipe(s, TcpStream::connect(addr).unwrap());
     // The control connection comes first and is answered.
     forward(rx.recv_timeout(Duration::from_secs(30)).unwrap());
@@ -500,10 +527,7 @@ fn a_client_waiting_on_a_stalled_server_opens_no_more_than_its_throttle() {
             opened += 1;
         }
     }
-    assert_eq!(wait_exit(&mut client, 60).code(), Some(0));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
-    let totals = &v["result"]["totals"];
+    let totals = client.totals();
     assert_eq!(totals["completed"], N, "{totals}");
     assert_eq!(totals["net_errors"], 0, "{totals}");
 }
@@ -539,26 +563,7 @@ fn a_client_with_a_stalled_server_still_opens_on_the_other() {
             n.fetch_add(1, SeqCst);
         }
     });
-    let dir = tempfile::tempdir().unwrap();
-    let js = dir.path().join("t.json");
-    let (c, th) = ((2 * PER_SERVER).to_string(), THROTTLE.to_string());
-    let args = [
-        "tcp",
-        &a,
-        &b,
-        "-c",
-        &c,
-        "--iterations",
-        "1",
-        "-n",
-        "64K",
-        "--throttle",
-        &th,
-        "-q",
-        "--json",
-        js.to_str().unwrap(),
-    ];
-    let mut client = Proc(netrig(&args).spawn().unwrap());
+    let mut client = Throttled::spawn(&[&a, &b], 2 * PER_SERVER, THROTTLE);
     let forward = move |s: TcpStream| pipe(s, TcpStream::connect(addr).unwrap());
     forward(rx.recv_timeout(Duration::from_secs(30)).unwrap());
     // Every one of the live server's connections (and its control
@@ -582,10 +587,7 @@ fn a_client_with_a_stalled_server_still_opens_on_the_other() {
     // Then the stalled server's connections go through, the rest as they come.
     held.drain(..).for_each(forward);
     std::thread::spawn(move || rx.into_iter().for_each(forward));
-    assert_eq!(wait_exit(&mut client, 60).code(), Some(0));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&js).unwrap()).unwrap();
-    let totals = &v["result"]["totals"];
+    let totals = client.totals();
     assert_eq!(totals["completed"], 2 * PER_SERVER, "{totals}");
     assert_eq!(totals["net_errors"], 0, "{totals}");
 }
