@@ -589,7 +589,9 @@ enum Admission {
     Tcp(Uuid, Arc<Session>),
 }
 
-/// Runs or registers the test `test` asks for, within the server's limits.
+/// Runs or registers the test `test` asks for, within the server's limits
+/// (its slots taken, and its request's sanity checked, by
+/// [`take_test_slots`]).
 fn admit_test(
     st: &State,
     peer: SocketAddr,
@@ -612,9 +614,8 @@ fn admit_test(
             })
         }
         TestSpec::Rr(mut spec) => {
-            if let Err(why) = crate::rr::serve::validate(&spec) {
-                return Admission::Refused(why.into());
-            }
+            // Its sizes were checked by `take_test_slots`, before any
+            // memory was charged for them.
             match limits
                 .check_duration(spec.duration_ms)
                 .and_then(|()| limits.rr_requests(&spec))
