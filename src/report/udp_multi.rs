@@ -157,11 +157,20 @@ fn finish_lines(rep: &StreamsReport) -> Vec<String> {
                         .map_or(r.duration_secs, |x| x.duration_secs)
                 })
                 .fold(0.0, f64::max);
+            // The sum is over the streams that ran: one the server refused
+            // is named apart, not counted in it.
+            let (ran, all) = (
+                mine().filter(|s| s.report.is_some()).count(),
+                mine().count(),
+            );
+            let streams = match ran == all {
+                true => format!("{all} streams"),
+                false => format!("{ran} of {all} streams"),
+            };
             push_line!(
                 lines,
-                "SUM {:>4} ({} streams): {}",
+                "SUM {:>4} ({streams}): {}",
                 dir(rev),
-                mine().count(),
                 totals_line(t, secs)
             );
             if let Some(note) = super::udp::early_note(t, rep.offset.as_ref()) {
@@ -380,9 +389,9 @@ mod tests {
         });
         let l = finish_lines(&rep);
         assert!(l[4].starts_with("Clocks: not synchronised; one server-client offset for every stream, estimated in band as 1.5 us +/- 0.5 us"), "{l:?}");
-        // Down: stream 2's 1 s (stream 3 has no report).
+        // Down: stream 2's 1 s, and only stream 2 (stream 3 has no report).
         assert!(
-            l[6].starts_with("SUM down (2 streams): 92 datagrams (90 unique), 8.00 Mbit/s;"),
+            l[6].starts_with("SUM down (1 of 2 streams): 92 datagrams (90 unique), 8.00 Mbit/s;"),
             "{l:?}"
         );
         assert!(l[7].starts_with("SUM down Early: 1 datagrams"), "{l:?}");
