@@ -338,7 +338,8 @@ fn tests_draw_from_one_memory_account_and_give_their_share_back() {
         Ok(Message::Error { code, message }) => {
             assert_eq!(code, ErrorCode::LimitMemory, "{message}");
             assert!(
-                message.contains("server limit: max memory 24.00 MiB held by running tests"),
+                message
+                    .contains("server limit: max memory 24.00 MiB held by tests and connections"),
                 "{message}"
             );
         }
@@ -357,6 +358,51 @@ fn tests_draw_from_one_memory_account_and_give_their_share_back() {
                 ..
             }) if t0.elapsed() < Duration::from_secs(10) => {}
             other => panic!("the ended test's share was not given back: {other:?}"),
+        }
+    }
+}
+
+/// Issue 27 item 6: connections draw from the same account. A control
+/// connection that said hello may be reading a 64 KiB frame and have 64 KiB
+/// of answers queued to it, so it is charged that much
+/// (`account::CONTROL_BYTES`): a client holding idle control connections is
+/// refused by name and code once they fill `--max-memory`, the refused
+/// connection is closed, and one that closes gives its share back.
+#[test]
+fn control_connections_draw_from_the_memory_account_and_give_it_back() {
+    use netrig::protocol::proto::ErrorCode;
+    use netrig::server::account::CONTROL_BYTES;
+    let (_srv, addr) = serve(&["-q", "--max-memory", "1M"]);
+    let fit = (1 << 20) / CONTROL_BYTES;
+    assert!(fit >= 2, "the test needs room for two control connections");
+    let mut held: Vec<_> = (0..fit).map(|_| hand::Raw::hello(addr)).collect();
+    let (mut over, said) = hand::Raw::try_hello(addr);
+    match said {
+        Ok(Message::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::LimitMemory, "{message}");
+            assert!(
+                message.contains("held by tests and connections")
+                    && message.contains("this connection needs"),
+                "{message}"
+            );
+        }
+        other => panic!(
+            "control connection {} of {fit} was let in: {other:?}",
+            fit + 1
+        ),
+    }
+    assert!(over.recv().is_err(), "the refused connection is closed");
+    // One closes: its share comes back as soon as the server has seen that.
+    drop(held.pop());
+    let t0 = std::time::Instant::now();
+    loop {
+        match hand::Raw::try_hello(addr).1 {
+            Ok(Message::HelloAck(_)) => break,
+            Ok(Message::Error {
+                code: ErrorCode::LimitMemory,
+                ..
+            }) if t0.elapsed() < Duration::from_secs(10) => {}
+            other => panic!("the closed connection's share was not given back: {other:?}"),
         }
     }
 }

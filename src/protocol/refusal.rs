@@ -150,10 +150,15 @@ pub enum Limit {
     OpenConnections { max: u32 },
     #[error("max memory {} in use ({} now); try again later", crate::protocol::units::format_bytes(*.max), crate::protocol::units::format_bytes(*.used))]
     Memory { max: u64, used: u64 },
-    /// The tests running hold the memory account: this one's share would
-    /// pass it.
-    #[error("max memory {} held by running tests ({} held, this test needs {}); try again later", crate::protocol::units::format_bytes(*.max), crate::protocol::units::format_bytes(*.held), crate::protocol::units::format_bytes(*.asked))]
-    MemoryBudget { max: u64, held: u64, asked: u64 },
+    /// The tests and connections the server holds fill the memory
+    /// account: this one's share would pass it.
+    #[error("max memory {} held by tests and connections ({} held, this {what} needs {}); try again later", crate::protocol::units::format_bytes(*.max), crate::protocol::units::format_bytes(*.held), crate::protocol::units::format_bytes(*.asked))]
+    MemoryBudget {
+        max: u64,
+        held: u64,
+        asked: u64,
+        what: Drawn,
+    },
     #[error("max {max} concurrent tests reached; try again later")]
     Tests { max: u32 },
     /// One address holds its share (tests, UDP streams, connections).
@@ -196,6 +201,28 @@ impl Limit {
             },
             Limit::PerPrefix { .. } => ErrorCode::LimitPerNetwork,
         }
+    }
+}
+
+/// What draws from the server's memory account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drawn {
+    /// A test's session, charged when it is admitted.
+    Test,
+    /// A connection that said who it is: a control connection at its
+    /// hello, a data connection when it is admitted.
+    Connection,
+    /// A test of iperf2's or iperf3's protocol.
+    IperfTest,
+}
+
+impl std::fmt::Display for Drawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Drawn::Test => "test",
+            Drawn::Connection => "connection",
+            Drawn::IperfTest => "iperf test",
+        })
     }
 }
 

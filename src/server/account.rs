@@ -1,37 +1,75 @@
-//! The server's one memory account (`serve --max-memory`): what a test may
-//! allocate is charged before it is admitted, and given back when it ends.
+//! The server's one memory account (`serve --max-memory`): what a test or
+//! a connection may allocate is charged before it is admitted, and given
+//! back when it ends.
 //!
 //! `--max-memory` bounds two things. The resident memory loop 0 reads every
 //! 20 ms is a backstop (`Limits::check_memory`); this account is the budget
-//! every test draws from before it allocates, so a burst of admissions can
-//! never be let in together while the resident figure still lags behind.
-//! A test is charged the most its session can hold, computed from its spec
-//! by the same constants its code allocates by:
-//! - every test: [`SESSION_BYTES`] (its control connection's state and the
-//!   answers queued to it, capped at 64 KiB, its conversation, its record);
+//! every test and every identified connection draws from before it
+//! allocates, so a burst of admissions can never be let in together while
+//! the resident figure still lags behind. Each is charged the most it can
+//! hold, by the same constants its code allocates by:
+//! - a control connection, at its hello: [`CONTROL_BYTES`] (the frame it
+//!   may be reading, the answers queued to a client that does not read);
+//! - a data connection, when it is admitted: [`DATA_CONN_BYTES`] (its
+//!   slot, its machine, what it read ahead) and [`BURST_RECORD_BYTES`] for
+//!   each burst record it holds;
+//! - every test: [`SESSION_BYTES`] (its session, conversation and record);
 //! - TCP: the server's own status rows when `--get-server-output` asks for
-//!   them, and [`BURST_RECORD_BYTES`] for each burst record a data connection
-//!   holds, charged when the connection is admitted;
+//!   them;
 //! - UDP, each stream of a group alike: the delay histogram ([`HDR_BYTES`])
 //!   and its fixed bins when it receives; when it sends, its batch buffer,
 //!   its lateness histogram, its per-interval counts and, precomputed, the
 //!   whole departure schedule;
-//! - request/response: its request and reply buffers and two histograms.
+//! - request/response: its request and reply buffers and two histograms;
+//! - a test of iperf3's or iperf2's protocol: its worker thread, its buffer,
+//!   its streams and the results it exchanges ([`iperf3_bytes`],
+//!   [`IPERF2_TCP_BYTES`]).
 //!
-//! Connections are bounded by count instead (`--max-conns`, the pending
-//! cap, a first frame of at most 4 KiB), each holding a few KiB.
+//! Connections yet to say who they are, and refused ones, are bounded by
+//! count instead (`Limits::max_pending`), each holding its slot and at
+//! most a 4 KiB first frame.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::SeqCst;
 
 use crate::protocol::proto::{MAX_SERVER_ROWS, RrSpec, TcpSpec, TestSpec, UdpSpec};
-use crate::protocol::refusal::Limit;
+use crate::protocol::refusal::{Drawn, Limit};
 
-/// Charged for every test: its control connection (state, read-ahead and
-/// the answers queued to a client that does not read, at most 64 KiB), its
-/// conversation and its session's record.
-pub const SESSION_BYTES: u64 = 96 << 10;
+/// Charged for every test: its session (shared by its connections), its
+/// conversation and its record. Its control connection is charged apart
+/// ([`CONTROL_BYTES`]).
+pub const SESSION_BYTES: u64 = 16 << 10;
+
+/// A control connection once it said hello: the frame it may be reading
+/// (a payload of at most 64 KiB, its header, and one read past it), the
+/// answers queued to a client that does not read (its messages wait past
+/// 64 KiB, and the answers to the last one may be a whole frame more), and
+/// its slot and state.
+pub const CONTROL_BYTES: u64 = {
+    use crate::protocol::proto::{HEADER_LEN, MAX_PAYLOAD};
+    let frame = (MAX_PAYLOAD + HEADER_LEN) as u64;
+    let reading = frame + crate::net::ahead::AHEAD as u64;
+    let queued = crate::server::limits::OUT_HIGH as u64 + frame;
+    reading + queued + (8 << 10)
+};
+
+/// A data connection once admitted: its slot and stage, its machine, the
+/// bytes it read ahead of its machine (one read, [`crate::net::ahead::AHEAD`])
+/// and the small writes queued behind its acknowledgement. Its burst
+/// records are charged apart ([`burst_bytes`]); its buffer is its loop's.
+pub const DATA_CONN_BYTES: u64 = 8 << 10;
+
+/// An iperf2 TCP test: its worker thread's stack as it runs (what it
+/// touches of it), its 128 KiB buffer and its record.
+pub const IPERF2_TCP_BYTES: u64 = THREAD_BYTES + (128 << 10) + SESSION_BYTES;
+
+/// What a worker thread of a test holds of its stack: the pages its calls
+/// touch, not the reservation.
+const THREAD_BYTES: u64 = 64 << 10;
+
+/// One stream of an iperf3 test: its socket's state and counts.
+const IPERF3_STREAM_BYTES: u64 = 1 << 10;
 
 /// One `hdrhistogram` of three significant digits that may grow to cover
 /// the whole u64 range: 2,048 sub-buckets, half of them again for each of
@@ -64,9 +102,9 @@ impl Account {
         self.held.load(SeqCst)
     }
 
-    /// Draws `bytes` if the account stays within `max`, or names the limit
-    /// (nothing, as nothing is asked, is always drawn).
-    pub fn take(&self, bytes: u64, max: u64) -> Result<Charge, Limit> {
+    /// Draws `bytes` for `what` if the account stays within `max`, or names
+    /// the limit (nothing, as nothing is asked, is always drawn).
+    pub fn take(&self, bytes: u64, max: u64, what: Drawn) -> Result<Charge, Limit> {
         let before = self.held.fetch_add(bytes, SeqCst);
         let charge = Charge {
             held: Arc::clone(&self.held),
@@ -78,6 +116,7 @@ impl Account {
                 max,
                 held: before,
                 asked: bytes,
+                what,
             });
         }
         Ok(charge)
@@ -161,6 +200,20 @@ fn precomputed(p: &crate::protocol::udp::profile::Profile) -> u64 {
     let smallest = f64::from(p.min_size().max(1));
     let n = (bytes / smallest).ceil().min(most as f64) as u64;
     n.saturating_add(p.steps().len() as u64).min(most)
+}
+
+/// An iperf3 test of `streams` streams whose blocks are `len` bytes: its
+/// worker thread, its buffer (at least 64 KiB), its streams, and the
+/// results it reads from the client and writes back (each at most
+/// [`crate::protocol::iperf3::MAX_RESULTS_JSON`]).
+pub fn iperf3_bytes(len: u32, streams: u32) -> u64 {
+    let results = 2 * u64::from(crate::protocol::iperf3::MAX_RESULTS_JSON);
+    let buffer = u64::from(len).max(64 << 10);
+    SESSION_BYTES
+        + THREAD_BYTES
+        + results
+        + buffer
+        + u64::from(streams).saturating_mul(IPERF3_STREAM_BYTES)
 }
 
 /// A request/response session: its request and reply buffers and its

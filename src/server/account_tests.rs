@@ -7,40 +7,43 @@ use crate::protocol::udp::profile::{Profile, RateStep};
 #[test]
 fn the_account_draws_within_its_max_and_gives_back_on_drop() {
     let a = Account::default();
-    let one = a.take(600, 1000).unwrap();
+    let one = a.take(600, 1000, Drawn::Test).unwrap();
     assert_eq!((one.bytes(), a.held()), (600, 600));
     // Exactly to the max is within it; one byte past is not.
-    let two = a.take(400, 1000).unwrap();
+    let two = a.take(400, 1000, Drawn::Test).unwrap();
     assert_eq!(a.held(), 1000);
     assert_eq!(
-        a.take(1, 1000).unwrap_err(),
+        a.take(1, 1000, Drawn::Test).unwrap_err(),
         Limit::MemoryBudget {
             max: 1000,
             held: 1000,
-            asked: 1
+            asked: 1,
+            what: Drawn::Test,
         }
     );
     assert_eq!(a.held(), 1000, "a refused draw holds nothing");
     // Nothing asked is always drawn, even when the account is full.
-    let none = a.take(0, 1000).unwrap();
+    let none = a.take(0, 1000, Drawn::Test).unwrap();
     assert_eq!(none.bytes(), 0);
     // Even past a smaller max (a data connection without burst records,
     // say, on a server whose tests hold the whole account).
-    assert_eq!(a.take(0, 10).unwrap().bytes(), 0);
+    assert_eq!(a.take(0, 10, Drawn::Test).unwrap().bytes(), 0);
     drop(two);
     assert_eq!(a.held(), 600);
-    let again = a.take(400, 1000).unwrap();
+    let again = a.take(400, 1000, Drawn::Test).unwrap();
     drop((one, again, none));
     assert_eq!(a.held(), 0);
     // A clone is the same account.
     let b = a.clone();
-    let _c = b.take(10, 1000).unwrap();
+    let _c = b.take(10, 1000, Drawn::Test).unwrap();
     assert_eq!(a.held(), 10);
 }
 
 #[test]
 fn a_refusal_names_the_account_with_the_memory_code() {
-    let why = Account::default().take(3 << 20, 2 << 20).unwrap_err();
+    let why = Account::default()
+        .take(3 << 20, 2 << 20, Drawn::Test)
+        .unwrap_err();
     assert_eq!(
         why.code(),
         crate::protocol::proto::ErrorCode::LimitMemory,
@@ -48,7 +51,7 @@ fn a_refusal_names_the_account_with_the_memory_code() {
     );
     assert_eq!(
         why.to_string(),
-        "max memory 2.00 MiB held by running tests (0 B held, this test needs 3.00 MiB); try again later"
+        "max memory 2.00 MiB held by tests and connections (0 B held, this test needs 3.00 MiB); try again later"
     );
 }
 
@@ -162,10 +165,25 @@ fn a_request_response_test_is_charged_its_buffers_and_histograms() {
 
 #[test]
 fn the_fixed_charges_cover_what_they_stand_for() {
-    // A session's control side queues up to 64 KiB of answers and reads a
-    // first frame of up to 4 KiB; its records come on top.
-    let control = (64 << 10) + crate::protocol::proto::MAX_FIRST_PAYLOAD as u64;
-    assert!(SESSION_BYTES >= control + (16 << 10), "{SESSION_BYTES}");
+    use crate::protocol::proto::{HEADER_LEN, MAX_PAYLOAD};
+    // A control connection reads a frame of up to 64 KiB, one read past
+    // it, and queues 64 KiB of answers and one frame more, beside its state.
+    let frame = (MAX_PAYLOAD + HEADER_LEN) as u64;
+    let reading = frame + crate::net::ahead::AHEAD as u64;
+    let queued = crate::server::limits::OUT_HIGH as u64 + frame;
+    let state = size_of::<crate::server::control::Control<'static>>() as u64;
+    assert!(CONTROL_BYTES >= reading + queued + state, "{CONTROL_BYTES}");
+    assert!(
+        CONTROL_BYTES < reading + queued + (16 << 10),
+        "{CONTROL_BYTES}"
+    );
+    // A session's state, the first of its records, and room for what
+    // they point to (names, the connection numbers it saw at the start).
+    let session = size_of::<crate::server::tcp::Session>() as u64;
+    assert!(
+        SESSION_BYTES >= 4 * session,
+        "{session} against {SESSION_BYTES}"
+    );
     // An hdrhistogram of three significant digits grown to its widest.
     let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     h.record(1).unwrap();
@@ -175,4 +193,34 @@ fn the_fixed_charges_cover_what_they_stand_for() {
         counts <= HDR_BYTES && counts * 5 / 4 > HDR_BYTES,
         "{counts} bytes of counts against {HDR_BYTES}"
     );
+}
+
+#[test]
+fn an_iperf_test_is_charged_its_thread_buffer_streams_and_results() {
+    let results = 2 * u64::from(crate::protocol::iperf3::MAX_RESULTS_JSON);
+    let fixed = SESSION_BYTES + THREAD_BYTES + results;
+    // A block under 64 KiB still reads into 64 KiB; a larger one is its size.
+    assert_eq!(
+        iperf3_bytes(1000, 1),
+        fixed + (64 << 10) + IPERF3_STREAM_BYTES
+    );
+    assert_eq!(
+        iperf3_bytes(1 << 20, 256),
+        fixed + (1 << 20) + 256 * IPERF3_STREAM_BYTES
+    );
+    assert_eq!(IPERF2_TCP_BYTES, THREAD_BYTES + (128 << 10) + SESSION_BYTES);
+}
+
+#[test]
+fn a_connection_refused_by_the_account_says_it_is_a_connection() {
+    let a = Account::default();
+    let _t = a.take(900, 1000, Drawn::Test).unwrap();
+    let why = a.take(200, 1000, Drawn::Connection).unwrap_err();
+    assert!(
+        why.to_string()
+            .contains("(900 B held, this connection needs 200 B)"),
+        "{why}"
+    );
+    let why = a.take(200, 1000, Drawn::IperfTest).unwrap_err();
+    assert!(why.to_string().contains("this iperf test needs"), "{why}");
 }

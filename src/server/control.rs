@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use uuid::Uuid;
 
-use super::limits::Slot;
+use super::limits::{OUT_HIGH, Slot};
 use super::log::{self, LogFormat};
 use super::metrics::{Kind, Moved};
 use super::sources::SourceSlot;
@@ -37,11 +37,6 @@ use crate::rr::serve::StreamRr;
 use crate::tcp::drive::Socket;
 use crate::udp::serve::Outbound;
 use serde_json::json;
-
-/// Answers queued to a client that does not read them, past which the
-/// server stops reading its messages until they are out: a client cannot
-/// make the server queue without bound by sending faster than it reads.
-const OUT_HIGH: usize = 64 * 1024;
 
 /// Longest the summary waits for the session's last connections to be
 /// counted after the client's goodbye.

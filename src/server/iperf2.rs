@@ -33,7 +33,7 @@ use crate::protocol::iperf2::{
     ClientHeader, DATAGRAM_LEN, Datagram, HeaderError, ServerReport, UdpCount,
 };
 use crate::protocol::proto::ErrorCode;
-use crate::protocol::refusal::Share;
+use crate::protocol::refusal::{Drawn, Share};
 
 const LISTENER: Token = Token(0);
 const DATAGRAMS: Token = Token(1);
@@ -318,6 +318,11 @@ fn tcp_test(
     if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
         return refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
     }
+    let bytes = super::account::IPERF2_TCP_BYTES;
+    let _memory = match st.memory.take(bytes, limits.max_memory, Drawn::IperfTest) {
+        Ok(charge) => charge,
+        Err(l) => return refuse_line(st, peer, l.code(), &format!("server limit: {l}")),
+    };
     if let crate::protocol::iperf2::Amount::Centis(c) = hdr.amount
         && Duration::from_millis(u64::from(c) * 10) > limits.max_duration
     {

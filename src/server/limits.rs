@@ -74,6 +74,13 @@ impl Limits {
     }
 }
 
+/// Answers queued to a control client that does not read them, past which
+/// the server stops reading its messages until they are out: a client
+/// cannot make the server queue without bound by sending faster than it
+/// reads (the control thread's conversations and the loop-side sessions
+/// alike).
+pub(crate) const OUT_HIGH: usize = 64 * 1024;
+
 /// How long past `max_duration` a session may take to wind down (setup,
 /// draining, final reports) before everything it runs is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);

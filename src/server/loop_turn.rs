@@ -16,6 +16,7 @@ use mio::net::TcpStream;
 use uuid::Uuid;
 
 use super::control::TestSlots;
+use super::limits::OUT_HIGH;
 use super::loop_session::Who;
 use super::metrics::{Kind, Moved};
 use super::{State, log_refusal};
@@ -32,9 +33,6 @@ use crate::tcp::drive::Socket;
 
 /// Most datagrams, and most control frames, one session takes per wake-up.
 pub(super) const BUDGET: usize = 64;
-/// Control frames queued to a client that does not read them, past which
-/// its messages are not read either.
-const OUT_HIGH: usize = 64 * 1024;
 
 /// What the loop does with the session after a turn.
 pub(super) enum Turn {

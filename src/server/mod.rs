@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::protocol::proto::{PROTOCOL_VERSION, TestSpec};
-use crate::protocol::refusal::{Limit, Refusal, Share};
+use crate::protocol::refusal::{Drawn, Limit, Refusal, Share};
 
 pub mod account;
 mod control;
@@ -535,7 +535,7 @@ fn take_test_slots<'a>(
     }
     let memory = st
         .memory
-        .take(account::test_bytes(test), limits.max_memory)?;
+        .take(account::test_bytes(test), limits.max_memory, Drawn::Test)?;
     let group = match test {
         TestSpec::Udp(u) => Some(u.group),
         _ => None,

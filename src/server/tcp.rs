@@ -25,7 +25,7 @@ pub const MAX_SESSION_BURSTS: u64 = 100_000;
 use crate::protocol::outcome::ResultKind;
 use crate::protocol::plan::Role;
 use crate::protocol::proto::{DataHello, Message, SessionSummary, TcpBurst, TcpSpec};
-use crate::protocol::refusal::{AuthFailure, Invalid, Limit, Refusal};
+use crate::protocol::refusal::{AuthFailure, Drawn, Invalid, Limit, Refusal};
 use crate::protocol::stats::Counters;
 use crate::protocol::tcp::machine::Conn;
 use crate::tcp::config::MAX_BUFFER;
@@ -262,8 +262,8 @@ pub(super) fn validate(t: &TcpSpec, limits: &Limits) -> Result<TcpSpec, Refusal>
 pub(super) struct Admitted {
     pub(super) sess: Arc<Session>,
     bursts: u64,
-    /// The records' share of the memory account, held as long as the
-    /// connection (and its queued records) is.
+    /// The connection's and its records' share of the memory account,
+    /// held as long as the connection (and its queued records) is.
     _memory: super::account::Charge,
 }
 
@@ -336,8 +336,9 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
         .burst
         .map_or(0, |b| transfer.div_ceil(b.size.max(1)));
     let memory = st.memory.take(
-        super::account::burst_bytes(bursts),
+        super::account::DATA_CONN_BYTES.saturating_add(super::account::burst_bytes(bursts)),
         st.cfg.limits.max_memory,
+        Drawn::Connection,
     )?;
     let admitted = Admitted {
         bursts,

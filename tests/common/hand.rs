@@ -16,13 +16,19 @@ pub struct Raw(pub TcpStream);
 impl Raw {
     /// Connects and says hello (no key).
     pub fn hello(addr: SocketAddr) -> Raw {
+        let (r, ack) = Raw::try_hello(addr);
+        assert!(matches!(ack, Ok(Message::HelloAck(_))), "{ack:?}");
+        r
+    }
+
+    /// Connects, says hello (no key) and reads the answer, whatever it is.
+    pub fn try_hello(addr: SocketAddr) -> (Raw, Result<Message, proto::ReadError>) {
         let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut r = Raw(s);
         r.send(&Message::Hello(Message::hello()));
         let ack = r.recv();
-        assert!(matches!(ack, Ok(Message::HelloAck(_))), "{ack:?}");
-        r
+        (r, ack)
     }
 
     pub fn send(&mut self, m: &Message) {

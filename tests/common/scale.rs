@@ -37,6 +37,11 @@ pub fn scale_server(sessions: usize, per_source: usize) -> (Proc, SocketAddr) {
         &per_source,
         "--max-conns",
         &(sessions + 256).to_string(),
+        // Each session is charged the most it could hold (two histograms
+        // grown to their widest for rr), far past what these hold: the
+        // account must not depend on this machine's memory.
+        "--max-memory",
+        &format!("{}M", sessions * 2),
     ])
 }
 

@@ -39,6 +39,7 @@ mod sessions;
 mod step;
 
 use super::State;
+use super::account::Charge;
 use super::control::{Control, Job, WorkerTest};
 use super::limits::Slot;
 use super::rr_tcp::RrTcp;
@@ -194,6 +195,9 @@ struct Slot2<'a> {
     open: Option<Slot<'a>>,
     /// Its place in its address's and network's connections.
     _source: Option<SourceSlot<'a>>,
+    /// What it draws from `--max-memory`'s account as a control connection
+    /// (a data connection's charge is its admission's).
+    memory: Option<Charge>,
 }
 
 /// A loop's poll, connections, their timers and its mailbox.
@@ -414,4 +418,22 @@ impl<'a> Handler for Loop<'a> {
 fn refuse<'a>(st: &State, peer: SocketAddr, why: &Refusal) -> Stage<'a> {
     super::log_refusal(st, peer, why);
     Stage::Refuse(Out::new(crate::protocol::proto::encode(&why.message())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_connections_charge_covers_its_slot_machine_and_what_it_holds() {
+        // Its slot (boxed), its machine (boxed), one read ahead of the
+        // machine, and its acknowledgement and final report queued.
+        let held = size_of::<Slot2<'static>>()
+            + size_of::<Conn>()
+            + crate::net::ahead::AHEAD
+            + 2 * crate::protocol::proto::MAX_FIRST_PAYLOAD / 4;
+        let charged = crate::server::account::DATA_CONN_BYTES;
+        assert!(held as u64 <= charged, "{held} bytes against {charged}");
+        assert!(held as u64 * 2 > charged, "{held} bytes against {charged}");
+    }
 }

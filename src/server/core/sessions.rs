@@ -151,6 +151,7 @@ impl<'a> Loop<'a> {
             peer,
             open,
             _source,
+            memory,
             ..
         } = slot;
         self.core.deregister(&mut stream);
@@ -172,6 +173,7 @@ impl<'a> Loop<'a> {
                 let _open = Slot::adopt(&st.open);
                 let _source = sourced.then(|| st.per_client.adopt(ip));
                 let _slots = held.adopt(&st);
+                let _memory = memory;
                 run_job(&st, &stream, peer, test);
             });
         if let Err(e) = r {

@@ -16,7 +16,8 @@ use crate::net::out::Out;
 use crate::net::sockopt::apply;
 use crate::protocol::outcome::ResultKind;
 use crate::protocol::proto::{DataHello, MAX_FIRST_PAYLOAD, Message, ReadError};
-use crate::protocol::refusal::{Limit, Refusal};
+use crate::protocol::refusal::{Drawn, Limit, Refusal};
+use crate::server::account::CONTROL_BYTES;
 use crate::server::control::{Control, Turn};
 use crate::server::limits::take_slot;
 use crate::server::tcp::{admit, burst_frames, machine};
@@ -101,6 +102,20 @@ impl<'a> Loop<'a> {
                             Some(open) => slot.open = Some(open),
                             None => {
                                 let why = Limit::OpenConnections { max };
+                                slot.stage = refuse(st, slot.peer, &why.into());
+                                continue;
+                            }
+                        }
+                    }
+                    // A control connection may now read frames of 64 KiB
+                    // and have answers queued: drawn from the account (a
+                    // data connection draws when its test admits it).
+                    if matches!(hello, Message::Hello(_)) {
+                        let max = st.cfg.limits.max_memory;
+                        match st.memory.take(CONTROL_BYTES, max, Drawn::Connection) {
+                            Ok(charge) => slot.memory = Some(charge),
+                            Err(why) => {
+                                slot.open = None;
                                 slot.stage = refuse(st, slot.peer, &why.into());
                                 continue;
                             }

@@ -28,10 +28,10 @@ use crate::protocol::iperf3::{
     Control, Cookie, Event, Mode, Params, Proto, Results, State as Wire, StreamResult, frame_json,
 };
 use crate::protocol::proto::ErrorCode;
-use crate::protocol::refusal::Share;
-use crate::server::State;
+use crate::protocol::refusal::{Drawn, Share};
 use crate::server::log;
 use crate::server::metrics::{Kind, Moved};
+use crate::server::{State, account};
 use serde_json::json;
 
 const CTRL: Token = Token(0);
@@ -103,6 +103,13 @@ pub(super) fn run(
         let _ = server_error(&mut ctrl, code);
         return super::refuse_line(st, peer, ours, &why);
     }
+    // Its share of `--max-memory`, known once its block size and streams
+    // are; iperf3 clients take ACCESS_DENIED at any state.
+    let bytes = account::iperf3_bytes(params.len, params.streams());
+    let _memory = match st.memory.take(bytes, limits.max_memory, Drawn::IperfTest) {
+        Ok(charge) => charge,
+        Err(l) => return refuse(&mut ctrl, l),
+    };
     let _listed = Listed {
         reg,
         cookie,
