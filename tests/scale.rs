@@ -601,6 +601,48 @@ fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill -{sig} {pid}");
 }
 
+/// Loop 0 accepts at most a budget of connections a turn, so that a flood
+/// of connections cannot hold its other connections back; what waits in the
+/// listen queue past the budget is accepted on the next turns, with no new
+/// event from the listener (epoll is edge-triggered). Here 600 connections
+/// and their hellos queue while the server is stopped; once it runs again,
+/// every hello is answered.
+#[test]
+fn connections_queued_past_the_accept_budget_are_all_accepted() {
+    use netrig::protocol::proto::{self, Message};
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let _one = one_at_a_time();
+    const N: usize = 600;
+    let (srv, addr) = serve(&["-q", "--max-conns-per-client", "1000"]);
+    let spid = srv.0.id();
+    signal(spid, "STOP");
+    let mut conns: Vec<TcpStream> = (0..N)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            proto::write_message(&mut s, &Message::Hello(Message::hello())).unwrap();
+            s
+        })
+        .collect();
+    signal(spid, "CONT");
+    // One deadline for all: a connection never accepted fails the test in
+    // 20 s, not 10 s each.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut unanswered = 0;
+    for s in &mut conns {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        if !matches!(proto::read_message(s), Ok(Message::HelloAck(_))) {
+            unanswered += 1;
+        }
+    }
+    assert_eq!(
+        unanswered, 0,
+        "of {N} queued connections, {unanswered} got no answer"
+    );
+}
+
 /// A server starved of CPU past its handshake timeout (stopped: the worst
 /// case) while the hellos of thousands of accepted connections arrive:
 /// every setup deadline comes due with its hello already in the socket, and

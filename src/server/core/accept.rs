@@ -15,15 +15,22 @@ use mio::net::TcpStream;
 use super::{Incoming, Loop, Slot2, Stage, refuse};
 use crate::net::ahead::ReadAhead;
 
+/// Most connections loop 0 accepts from one listener per turn: a flood of
+/// connections waits in the listen queue while the loop's connections
+/// (each with its first step on arrival) get their turn, rather than the
+/// loop accepting until the queue is empty.
+const ACCEPT_BUDGET: usize = 64;
+
 impl<'a> Loop<'a> {
-    /// Accepts what is pending on listener `i` (loop 0).
+    /// Accepts what is pending on listener `i` (loop 0), at most
+    /// [`ACCEPT_BUDGET`] connections a turn.
     pub(super) fn accept(&mut self, i: usize) {
         let now = Instant::now();
         if self.st.stop.load(SeqCst) || self.paused.is_some_and(|t| now < t) {
             return;
         }
         self.paused = None;
-        loop {
+        for _ in 0..ACCEPT_BUDGET {
             let Some(l) = self.listeners.get(i) else {
                 return;
             };
@@ -55,6 +62,9 @@ impl<'a> Loop<'a> {
                 }
             }
         }
+        // More may wait (edge-triggered: no new event says so): the
+        // listener goes on after the loop's other connections had a turn.
+        self.core.again_token(mio::Token(super::LISTEN - i));
     }
 
     /// Loop 0 stops accepting once the server stops.
