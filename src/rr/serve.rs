@@ -1,7 +1,7 @@
 //! The server's side of request/response tests: answer exactly the requests
 //! the client announced, verifying each request's bytes.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -62,44 +62,28 @@ pub fn write_pattern(
     Ok(())
 }
 
-/// The transports a worker thread serves request/response over: a byte
-/// stream (TCP) or an SCTP one-to-many socket. rr over UDP runs on the
-/// server's loops (`rr::answer`), and has no value here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamProto {
-    /// One TCP connection, the control connection itself.
-    Tcp,
-    /// An SCTP one-to-many socket of the session's own.
-    SctpSeqpacket,
-}
-
-/// A request/response spec whose transport is one a worker serves: made
-/// only by [`StreamRr::new`], so a UDP spec cannot reach [`serve`].
+/// A request/response spec a worker thread serves: rr over an SCTP
+/// one-to-many socket of the session's own. rr over TCP (on its control
+/// connection) and over UDP run on the server's loops (`server::rr_tcp`,
+/// `rr::answer`). Made only by [`StreamRr::new`], so no other spec can
+/// reach [`serve`].
 #[derive(Debug, Clone)]
 pub struct StreamRr {
     spec: RrSpec,
-    proto: StreamProto,
 }
 
 impl StreamRr {
-    /// The spec, if a worker serves its transport; a UDP spec comes back.
+    /// The spec, if a worker serves its transport; any other comes back.
     pub fn new(spec: RrSpec) -> Result<StreamRr, RrSpec> {
-        let proto = match spec.proto {
-            RrProto::Tcp => StreamProto::Tcp,
-            RrProto::SctpSeqpacket => StreamProto::SctpSeqpacket,
-            RrProto::Udp => return Err(spec),
-        };
-        Ok(StreamRr { spec, proto })
+        match spec.proto {
+            RrProto::SctpSeqpacket => Ok(StreamRr { spec }),
+            RrProto::Tcp | RrProto::Udp => Err(spec),
+        }
     }
 
     /// The spec.
     pub fn spec(&self) -> &RrSpec {
         &self.spec
-    }
-
-    /// Its transport.
-    pub fn proto(&self) -> StreamProto {
-        self.proto
     }
 }
 
@@ -116,19 +100,14 @@ pub fn serve(
     limits: Limits,
 ) -> (SessionSummary, Result<(), Refusal>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let StreamRr { spec, proto } = rr;
+    let StreamRr { spec } = rr;
     if let Err(why) = validate(&spec) {
         return (SessionSummary::default(), refuse(stream, why.into()));
     }
     let guard = limits.guard(&stop);
-    match proto {
-        StreamProto::Tcp => (tcp(stream, peer, &spec, verbosity, idle, &guard), Ok(())),
-        StreamProto::SctpSeqpacket => {
-            let mut moved = SessionSummary::default();
-            let ended = seqpacket(stream, peer, &spec, verbosity, idle, &guard, &mut moved);
-            (moved, ended)
-        }
-    }
+    let mut moved = SessionSummary::default();
+    let ended = seqpacket(stream, peer, &spec, verbosity, idle, &guard, &mut moved);
+    (moved, ended)
 }
 
 /// Sends `why` to the client (best effort: it may be gone) and returns it.
@@ -136,70 +115,6 @@ fn refuse(stream: &TcpStream, why: Refusal) -> Result<(), Refusal> {
     let mut s = stream;
     let _ = write_message(&mut s, &why.message());
     Err(why)
-}
-
-fn tcp(
-    stream: &TcpStream,
-    peer: SocketAddr,
-    spec: &RrSpec,
-    verbosity: u8,
-    idle: Duration,
-    guard: &SendGuard,
-) -> SessionSummary {
-    let mut moved = SessionSummary::default();
-    let id = Uuid::new_v4();
-    let mut s = stream;
-    if write_message(&mut s, &Message::TestAccept { session: id }).is_err() {
-        return moved;
-    }
-    if verbosity >= 1 {
-        crate::out!(
-            "session {id} from {peer}: rr tcp {} B request / {} B reply, {} iterations",
-            spec.size,
-            spec.reply,
-            spec.iterations
-        );
-    }
-    // The client's marking, window and pacing cap on the replies too.
-    let _ = crate::net::sockopt::apply(stream, &spec.sock.for_server(), peer.is_ipv6(), false);
-    let _ = crate::net::set_nodelay(stream, !spec.nagle);
-    // Reads and writes each wait at most the idle timeout, and none past
-    // the session's deadline.
-    let mut s = crate::net::Timed::new(stream, idle, guard.deadline());
-    let (req_start, rep_start) = (
-        stream_start(id, Direction::ClientToServer),
-        stream_start(id, Direction::ServerToClient),
-    );
-    let mut buf = vec![0u8; spec.size as usize];
-    let mut answered = 0u64;
-    let mut corrupt = 0u64;
-    while answered < spec.iterations {
-        if s.read_exact(&mut buf).is_err() {
-            break;
-        }
-        moved.bytes_received += u64::from(spec.size);
-        if Pattern::get()
-            .verify(req_start, answered * spec.size as u64, &buf)
-            .is_err()
-        {
-            // A flipped byte does not put a byte stream out of step: count
-            // it and go on, so the client learns the total in the summary.
-            corrupt += 1;
-        }
-        if guard.admit(u64::from(spec.reply)).is_err() {
-            break;
-        }
-        let offset = answered * spec.reply as u64;
-        if write_pattern(&mut s, rep_start, offset, spec.reply as usize).is_err() {
-            moved.network_errors += 1;
-            break;
-        }
-        moved.bytes_sent += u64::from(spec.reply);
-        answered += 1;
-    }
-    moved.data_errors = corrupt;
-    goodbye(stream, id, peer, (answered, corrupt), verbosity);
-    moved
 }
 
 /// Serves request/response over an SCTP one-to-many socket of its own: each

@@ -623,14 +623,13 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            // Over UDP and byte streams on the loop; SCTP one-to-many on
-            // a worker.
-            Admission::Worker(match spec.proto {
-                crate::protocol::proto::RrProto::Tcp => control::Test::RrTcp(spec),
-                _ => match crate::rr::serve::StreamRr::new(spec) {
-                    Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
-                    Err(spec) => control::Test::RrUdp(spec),
-                },
+            // Over UDP and TCP on the loop; SCTP one-to-many on a worker.
+            Admission::Worker(match crate::rr::serve::StreamRr::new(spec) {
+                Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
+                Err(spec) if spec.proto == crate::protocol::proto::RrProto::Tcp => {
+                    control::Test::RrTcp(spec)
+                }
+                Err(spec) => control::Test::RrUdp(spec),
             })
         }
         TestSpec::Tcp(tcp) => {
