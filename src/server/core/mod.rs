@@ -361,6 +361,15 @@ impl<'a> Handler for Loop<'a> {
     }
 
     fn on_timer(&mut self, k: usize, now: Instant) {
+        // A data connection's timer (its next burst, its idle deadline's
+        // last look) reads whatever came, even if its readiness is not
+        // among this turn's events yet. A session's timers do not: its
+        // control connection is read on its readiness only.
+        if let Some(slot) = self.core.slots.get_mut(k)
+            && let Stage::Data { .. } = slot.stage
+        {
+            slot.ahead.stir();
+        }
         self.expire(k, now);
     }
 
