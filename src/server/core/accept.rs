@@ -96,6 +96,7 @@ impl<'a> Loop<'a> {
             born: now,
             open: None,
             _source: source,
+            writable: false,
         });
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,
