@@ -28,12 +28,33 @@ pub struct ReadAhead {
     /// read now would only say so again (epoll is edge-triggered: the next
     /// arrival is reported, see [`ReadAhead::stir`]).
     drained: bool,
+    /// The last read came back shorter than asked: on TCP it took all that
+    /// was queued ([`ReadAhead::took_all`]).
+    short: bool,
 }
 
 impl ReadAhead {
     /// Readiness came for the socket: the next read may find something.
     pub fn stir(&mut self) {
         self.drained = false;
+        self.short = false;
+    }
+
+    /// The socket said it would block, or a read of it came back short
+    /// (which on TCP takes all that is queued): no read until readiness
+    /// stirs it.
+    pub fn drain(&mut self) {
+        self.drained = true;
+    }
+
+    /// The stream is TCP, whose read takes all that is queued: if the last
+    /// read came back shorter than asked, the socket was drained then, and
+    /// only readiness brings more (an SCTP association reads a message at
+    /// a time, so its short read says nothing of the next message).
+    pub fn took_all(&mut self) {
+        if self.short {
+            self.drained = true;
+        }
     }
 
     /// Whether a read could find anything: bytes wait here, or the socket
@@ -78,6 +99,7 @@ impl ReadAhead {
     ) -> io::Result<usize> {
         let cap = AHEAD.min(scratch.len());
         let n = recv(&mut scratch[..cap])?;
+        self.short = n < cap;
         self.stash(&scratch[..n.min(cap)]);
         Ok(n)
     }
@@ -205,6 +227,45 @@ mod tests {
         let _ = a.read_frame_within(&mut scratch, 1024, |b| s.recv(b));
         assert!(!a.may_read());
         a.stash(&ack(2)[..3]);
+        assert!(a.may_read());
+    }
+
+    #[test]
+    fn a_short_read_drains_a_tcp_socket_only_if_no_readiness_came_since() {
+        let mut scratch = [0u8; 8192];
+        // A data hello and the request behind it, in one short read: the
+        // socket held nothing more then.
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([[ack(1), vec![7; 64]].concat()].into(), 0);
+        let m = a.read_frame_within(&mut scratch, 1024, |b| s.recv(b));
+        assert!(matches!(m, Ok(Some(_))));
+        assert!(a.may_read(), "the request waits here");
+        a.consume(64);
+        assert!(
+            a.may_read(),
+            "a short read alone says nothing of the stream"
+        );
+        a.took_all();
+        assert!(!a.may_read(), "TCP: no read until readiness");
+        assert_eq!(s.1, 1);
+        // Readiness since the short read: a read may find more.
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([ack(2)].into(), 0);
+        let _ = a.read_frame_within(&mut scratch, 1024, |b| s.recv(b));
+        a.stir();
+        a.took_all();
+        assert!(a.may_read());
+        // A read that filled its buffer may have left more.
+        let mut a = ReadAhead::default();
+        a.fill(&mut scratch, |b| Ok(b.len())).unwrap();
+        a.consume(AHEAD);
+        a.took_all();
+        assert!(a.may_read());
+        // drain() is what a reader says of a read that would block or came
+        // back short; readiness undoes it.
+        a.drain();
+        assert!(!a.may_read());
+        a.stir();
         assert!(a.may_read());
     }
 

@@ -260,6 +260,19 @@ impl<T, M> Core<T, M> {
             .register(s, self.token(k, sub), interest)
     }
 
+    /// Changes what socket `sub` of slot `k` is watched for.
+    pub fn reregister<S: Source + ?Sized>(
+        &self,
+        s: &mut S,
+        k: usize,
+        sub: usize,
+        interest: Interest,
+    ) -> io::Result<()> {
+        self.poll
+            .registry()
+            .reregister(s, self.token(k, sub), interest)
+    }
+
     /// Takes `s` out of the poll.
     pub fn deregister<S: Source + ?Sized>(&self, s: &mut S) {
         let _ = self.poll.registry().deregister(s);

@@ -257,3 +257,23 @@ fn wake_by_holds_for_the_next_poll_only() {
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert!(p.core.timeout(Instant::now()) > Duration::from_secs(5));
 }
+
+#[test]
+fn widening_a_sockets_interest_reports_its_readiness_at_once() {
+    // The server watches a connection for room to write only once it has
+    // something to write: the socket, long writable, must be reported as
+    // soon as its interest is widened, or the bytes would wait forever.
+    let mut p = Probe::new(None, Poll::new().unwrap());
+    let (k, _) = p.add(1);
+    turn(&mut p).unwrap();
+    assert!(p.ready.is_empty(), "watched for reading only: nothing");
+    let mut s = p.socks[k].take().unwrap();
+    let both = Interest::READABLE | Interest::WRITABLE;
+    p.core.reregister(&mut s, k, 0, both).unwrap();
+    p.socks[k] = Some(s);
+    turn(&mut p).unwrap();
+    assert_eq!(p.ready, vec![(k, 1, true)]);
+    // Edge-triggered: reported once, not again while nothing changes.
+    turn(&mut p).unwrap();
+    assert_eq!(p.ready.len(), 1);
+}

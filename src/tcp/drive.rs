@@ -205,6 +205,13 @@ pub fn pump<S: Socket>(
             p.moved = true;
             continue;
         }
+        // A read since the socket's last readiness found it drained: only
+        // its next readiness (which the loop stirs into `ahead`) brings
+        // more, so a read now would only say it would block.
+        if !ahead.may_read() {
+            p.drained = true;
+            break;
+        }
         // A small want reads ahead, so that what the peer sent behind it
         // (its report after a reply) comes in the same read.
         // Count-only data goes unread (MSG_TRUNC: no copy to user space);
@@ -236,6 +243,7 @@ pub fn pump<S: Socket>(
                 p.moved = true;
                 p.drained = n < cap;
                 if n < cap {
+                    ahead.drain();
                     break;
                 }
             }
@@ -244,12 +252,16 @@ pub fn pump<S: Socket>(
                 ahead.stash(&buf[used..n]);
                 p.moved = true;
                 p.drained = n < cap;
+                if n < cap {
+                    ahead.drain();
+                }
                 if n < cap || cap > GATHER {
                     break;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 p.drained = true;
+                ahead.drain();
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => p.moved = true,

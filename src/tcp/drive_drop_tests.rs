@@ -54,7 +54,7 @@ fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     // flipped byte was not looked at).
     let mut end = proto::encode(&Message::DataEnd);
     end.extend(final_frame(2 * chunk as u64, 0));
-    s.reads.borrow_mut().push_back(end);
+    s.arrive(&mut ahead, end);
     while !settled(&conn, &out) {
         assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     }
@@ -177,6 +177,7 @@ fn a_short_drop_ends_the_turn_and_a_full_one_does_not() {
     // Five chunks: a step's reads (a head and a drop per chunk) end with
     // a full drop after four, and the turn goes on to the fifth.
     let mut conn = bounded_receiver(proto::VerifyLevel::Connection, 2 * chunk);
+    let mut ahead = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(chunks(5));
     let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);

@@ -23,12 +23,12 @@ fn a_run_of_steps_ends_settled_or_blocked() {
     assert_eq!(last, t0);
     // The data arrives: read, the report written, progress noted, and it
     // waits for the client's report.
-    s.reads.borrow_mut().push_back(sent(1000));
+    s.arrive(&mut r.ahead, sent(1000));
     let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert!(last > t0);
     // With the client's report it is settled.
-    s.reads.borrow_mut().push_back(final_frame(1000, 0));
+    s.arrive(&mut r.ahead, final_frame(1000, 0));
     let ran = r.run(&s, &e, &mut last);
     assert_eq!(ran, Ran::Settled);
     assert_eq!(
@@ -122,9 +122,7 @@ fn a_short_read_ends_the_turn_without_a_read_that_would_block() {
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 3000));
     // A full read may have left more: the turn reads on until a short one.
-    s.reads
-        .borrow_mut()
-        .push_back(sent(3000 + 4096 + 10)[3000..].to_vec());
+    s.arrive(&mut ahead, sent(3000 + 4096 + 10)[3000..].to_vec());
     let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!((s.recvs.get(), conn.progress().1), (3, 3000 + 4096 + 10));
@@ -136,6 +134,43 @@ fn a_short_read_ends_the_turn_without_a_read_that_would_block() {
     assert_eq!(s.writes.borrow().len(), 2);
     assert_eq!(s.sends.get(), 2, "no send after the short one");
     assert_eq!(conn.progress().0, 20000);
+}
+
+#[test]
+fn a_drained_socket_is_not_read_again_until_its_readiness_stirs_it() {
+    // A crr server's first step reads the request and writes its answer
+    // and report; the client's acknowledgement of them (a readiness to
+    // write, not to read) or a second step made no read that would block.
+    let c = Counters::default();
+    let e = env(&c, true);
+    let mut last = Instant::now();
+    let (mut conn, mut out, s) = waiting_receiver();
+    let mut ahead = ReadAhead::default();
+    let mut buf = vec![0; 4096];
+    // Would block: the one read until readiness.
+    let p = pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert!(p.drained && !ahead.may_read());
+    assert_eq!(s.recvs.get(), 1);
+    let p = pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert!(p.drained && !p.moved);
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!(s.recvs.get(), 1, "no read before readiness");
+    // Bytes queued without a readiness seen yet wait for it.
+    s.reads.borrow_mut().push_back(sent(300));
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert_eq!((s.recvs.get(), conn.progress().1), (1, 0));
+    // Readiness: one read takes them; it came back short, so the socket
+    // is drained again without a read that would block.
+    ahead.stir();
+    let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
+    assert_eq!(ran, Ran::Blocked { timer: None });
+    assert_eq!((s.recvs.get(), conn.progress().1), (2, 300));
+    assert!(!ahead.may_read());
+    // Bytes read ahead are handed over whatever the socket said.
+    ahead.stash(&sent(1000)[300..700]);
+    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    assert_eq!((s.recvs.get(), conn.progress().1), (2, 700));
 }
 
 #[test]

@@ -107,6 +107,7 @@ impl<'a> Loop<'a> {
             open: None,
             _source: source,
             memory: None,
+            writable: false,
         });
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,

@@ -198,6 +198,32 @@ struct Slot2<'a> {
     /// What it draws from `--max-memory`'s account as a control connection
     /// (a data connection's charge is its admission's).
     memory: Option<Charge>,
+    /// Watched for room to write: from the first step that leaves it
+    /// something to write ([`Slot2::wants_write`]). A data connection that
+    /// wrote all it had (a crr server's acknowledgement, reply and report
+    /// go out in its first step) is not woken by every acknowledgement of
+    /// what it sent.
+    writable: bool,
+}
+
+impl Slot2<'_> {
+    /// Whether the connection has something to write that may wait for
+    /// room: a data connection's queued bytes or its machine's, a burst
+    /// account, anything a conversation, a session or a refusal writes. A
+    /// first frame and a lingering refusal are only read.
+    fn wants_write(&self) -> bool {
+        match &self.stage {
+            Stage::First { .. } | Stage::Linger { .. } => false,
+            Stage::Data { out, conn, .. } => !out.is_empty() || conn.has_to_send(),
+            Stage::Tail { out, .. } => !out.is_empty(),
+            Stage::Control(_)
+            | Stage::RrUdp(_)
+            | Stage::RrTcp(_)
+            | Stage::UdpRecv(_)
+            | Stage::UdpSend(_)
+            | Stage::Refuse(_) => true,
+        }
+    }
 }
 
 /// A loop's poll, connections, their timers and its mailbox.
@@ -303,10 +329,23 @@ impl<'a> Loop<'a> {
     fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next<'a>, new: bool) {
         match next {
             Next::Keep => {
-                let both = Interest::READABLE | Interest::WRITABLE;
-                if new && (self.core.register(&mut slot.stream, k, CONN, both)).is_err() {
+                // Watched for room to write once it has something to write
+                // (and from then on); registering or widening the interest
+                // reports the socket's readiness at once.
+                let write = slot.writable || slot.wants_write();
+                let interest = match write {
+                    true => Interest::READABLE | Interest::WRITABLE,
+                    false => Interest::READABLE,
+                };
+                let r = match (new, write && !slot.writable) {
+                    (true, _) => self.core.register(&mut slot.stream, k, CONN, interest),
+                    (false, true) => self.core.reregister(&mut slot.stream, k, CONN, interest),
+                    (false, false) => Ok(()),
+                };
+                if r.is_err() {
                     return self.close(k, *slot);
                 }
+                slot.writable = write;
                 self.arm(k, &slot);
                 self.core.slots.put(k, slot)
             }
@@ -365,6 +404,15 @@ impl<'a> Handler for Loop<'a> {
     }
 
     fn on_timer(&mut self, k: usize, now: Instant) {
+        // A data connection's timer (its next burst, its idle deadline's
+        // last look) reads whatever came, even if its readiness is not
+        // among this turn's events yet. A session's timers do not: its
+        // control connection is read on its readiness only.
+        if let Some(slot) = self.core.slots.get_mut(k)
+            && let Stage::Data { .. } = slot.stage
+        {
+            slot.ahead.stir();
+        }
         self.expire(k, now);
     }
 

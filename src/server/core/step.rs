@@ -134,6 +134,11 @@ impl<'a> Loop<'a> {
                         Message::DataHello(h) => {
                             slot.stage = self.data(slot.peer, &h);
                             if let Stage::Data { a, .. } = &slot.stage {
+                                // A TCP connection (data connections are):
+                                // a hello read short took all there was, so
+                                // the machine does not read again before the
+                                // socket's next readiness.
+                                slot.ahead.took_all();
                                 self.joined(&a.sess);
                                 // The client's window, congestion control,
                                 // marking and pacing, on this end too.
