@@ -60,7 +60,9 @@ pub struct TcpFlags {
     pub no_delay: bool,
     /// Most unsent bytes a socket queues before a write waits
     /// (TCP_NOTSENT_LOWAT): less buffered data, data copied closer to its
-    /// sending; applied by the server to its end too.
+    /// sending; applied by the server to its end too. 0 leaves the
+    /// system's default (`netrig tcp` sets 128K on bulk runs of two or
+    /// more connections unless told).
     #[arg(long, value_name = "BYTES", value_parser = notsent_lowat)]
     pub notsent_lowat: Option<u32>,
     /// TCP keepalive probes after this idle time (ctsTraffic
@@ -108,9 +110,6 @@ pub(super) fn ports(s: &str) -> Result<(u16, u16)> {
 
 fn notsent_lowat(s: &str) -> Result<u32> {
     match u32::try_from(size(s)?) {
-        Ok(0) => anyhow::bail!(
-            "--notsent-lowat {s}: at least 1 byte (0 would mean the system's default)"
-        ),
         Ok(v) => Ok(v),
         Err(_) => anyhow::bail!("--notsent-lowat {s}: at most 4G"),
     }
@@ -143,13 +142,20 @@ impl IpFlags {
 }
 
 impl TcpFlags {
+    /// Whether --notsent-lowat was given (0 included: the system's default
+    /// asked for by name).
+    pub fn notsent_lowat_given(&self) -> bool {
+        self.notsent_lowat.is_some()
+    }
+
     /// The options for a TCP socket.
     pub fn opts(&self) -> SockOpts {
         SockOpts {
             mss: self.mss,
             congestion: self.congestion.clone(),
             no_delay: self.no_delay,
-            notsent_lowat: self.notsent_lowat,
+            // 0: the system's default, which is what leaving it unset gives.
+            notsent_lowat: self.notsent_lowat.filter(|&b| b > 0),
             keepalive_ms: self.keepalive.map(|d| d.as_millis() as u64),
             shutdown: self.shutdown,
             ..self.ip.opts()
