@@ -85,6 +85,16 @@ impl ReadAhead {
         }
     }
 
+    /// Puts `b` (a frame taken, to be read again elsewhere) in front of
+    /// what waits.
+    pub fn unread(&mut self, b: &[u8]) {
+        let mut bytes = Vec::with_capacity(b.len() + self.bytes().len());
+        bytes.extend_from_slice(b);
+        bytes.extend_from_slice(self.bytes());
+        self.bytes = bytes;
+        self.at = 0;
+    }
+
     /// Keeps `b`, read past what was wanted, behind what waits.
     pub fn stash(&mut self, b: &[u8]) {
         self.bytes.extend_from_slice(b);
@@ -267,6 +277,23 @@ mod tests {
         assert!(!a.may_read());
         a.stir();
         assert!(a.may_read());
+    }
+
+    #[test]
+    fn a_frame_put_back_is_read_again_before_what_followed_it() {
+        let mut a = ReadAhead::default();
+        let mut s = Chunks([[ack(1), vec![7, 8]].concat()].into(), 0);
+        let mut scratch = [0u8; 8192];
+        let m = a.read_frame(&mut scratch, |b| s.recv(b)).unwrap();
+        let Some(m) = m else { panic!("no frame") };
+        a.consume(1);
+        a.unread(&encode(&m));
+        assert_eq!(a.bytes(), [ack(1), vec![8]].concat());
+        let again = a.frame().unwrap();
+        assert!(
+            matches!(again, Some(Message::DataAck { connection }) if connection.as_u128() == 1)
+        );
+        assert_eq!(a.bytes(), [8]);
     }
 
     #[test]

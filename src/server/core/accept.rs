@@ -1,8 +1,9 @@
-//! How connections arrive on a loop: loop 0 accepts on the listeners (and
-//! keeps a connection it accepted when it is the least busy loop, else hands
-//! it on), pausing when out of descriptors; every loop takes a new
-//! connection into a slot and gives it its first step before it joins the
-//! poll.
+//! How connections arrive on a loop: loop 0 accepts on the listeners,
+//! pausing when out of descriptors, and starts every connection itself;
+//! once its first frame says what it is, a connection that will last moves
+//! to the least busy loop and a short one stays ([`Loop::moves_to`]). Every
+//! loop takes a new connection into a slot and gives it its first step
+//! before it joins the poll.
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,8 +13,9 @@ use std::time::Instant;
 
 use mio::net::TcpStream;
 
-use super::{Incoming, Loop, Slot2, Stage, refuse};
+use super::{Incoming, Loop, Moved, Slot2, Stage, refuse};
 use crate::net::ahead::ReadAhead;
+use crate::protocol::proto::Message;
 
 /// Most connections loop 0 accepts from one listener per turn: a flood of
 /// connections waits in the listen queue while the loop's connections
@@ -39,13 +41,10 @@ impl<'a> Loop<'a> {
                     // SAFETY: the descriptor was just accepted and is owned
                     // by `s`, which gives it up here.
                     let stream = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-                    let k = self.loops.least_busy(self.index);
-                    if k == self.index {
-                        self.loops.arrived(k);
-                        self.add(stream, peer);
-                    } else {
-                        self.loops.hand_to(k, Incoming::Conn { stream, peer });
-                    }
+                    // It starts here: where it goes is decided once its
+                    // first frame says what it is (`moves_to`).
+                    self.loops.arrived(self.index);
+                    self.add(stream, peer, None, true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -74,26 +73,111 @@ impl<'a> Loop<'a> {
         }
     }
 
-    pub(super) fn add(&mut self, stream: std::net::TcpStream, peer: SocketAddr) {
+    /// Where a connection this loop accepted goes on once its first frame
+    /// says what it is: a control connection, or a data connection whose
+    /// test lasts, to the least busy loop, so that long tests spread over
+    /// the cores; a data connection of a test whose connections are short
+    /// ([`short`]) stays here (None), as does anything else (a refusal, an
+    /// unknown session). A short connection is over within a step or two,
+    /// and handing it on cost an eventfd write and a thread wake-up per
+    /// connection, as much as its whole work.
+    pub(super) fn moves_to(&self, first: &Message) -> Option<usize> {
+        match first {
+            Message::Hello(_) => {}
+            Message::DataHello(h) => {
+                let sessions = self.st.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                if sessions.get(&h.session).is_none_or(|s| short(&s.spec)) {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        let k = self.loops.least_busy(self.index);
+        (k != self.index).then_some(k)
+    }
+
+    /// Moves slot `k` (its first frame put back in its read-ahead) to loop
+    /// `to`: out of this loop's poll (unless it never joined it, `new`) and
+    /// slots, and counted there instead of here.
+    pub(super) fn move_to(&mut self, to: usize, k: usize, slot: Box<Slot2<'a>>, new: bool) {
+        self.core.close(k);
+        self.loops.left(self.index);
+        let Slot2 {
+            mut stream,
+            peer,
+            stage,
+            mut ahead,
+            _source,
+            ..
+        } = *slot;
+        if !new {
+            self.core.deregister(&mut stream);
+        }
+        // The readiness this loop's poll reported is not seen there:
+        // its first step reads (registering there reports what arrives
+        // after).
+        ahead.stir();
+        let setup = match stage {
+            Stage::First { setup } => setup,
+            _ => Instant::now() + self.st.cfg.handshake_timeout,
+        };
+        let sourced = _source.is_some();
+        std::mem::forget(_source);
+        // SAFETY: the descriptor was just released by the mio stream and
+        // is owned by the std stream from here on.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        let moved = Moved {
+            ahead,
+            setup,
+            sourced,
+        };
+        let m = Incoming::Conn {
+            stream,
+            peer,
+            moved: Some(moved),
+        };
+        if !self.loops.hand_to(to, m) && sourced {
+            // That loop is gone (the server stops): the connection was
+            // dropped with the message, and its place is given back.
+            drop(self.st.per_client.adopt(peer.ip()));
+        }
+    }
+
+    /// Takes a new connection into a slot and gives it its first step:
+    /// `moved` from the loop that accepted it (with what was read there),
+    /// or new here, where it `may_move` on when this loop accepted it.
+    pub(super) fn add(
+        &mut self,
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+        moved: Option<Moved>,
+        may_move: bool,
+    ) {
         let st = self.st;
         let ip = peer.ip().to_canonical();
         let max = st.cfg.limits.max_conns_per_client;
+        let now = Instant::now();
+        let (ahead, setup, sourced) = match moved {
+            Some(m) => (m.ahead, m.setup, m.sourced),
+            None => (ReadAhead::default(), now + st.cfg.handshake_timeout, false),
+        };
         // Non-blocking and without Nagle already: accept4 and the
         // listener (Server::new) made TCP connections so on loop 0, and
         // Core::hand the SCTP associations accepted elsewhere.
-        let (source, stage) = match crate::server::take_source(
-            &st.per_client,
-            ip,
-            max,
-            crate::protocol::refusal::Share::Connections,
-        ) {
+        let taken = match sourced {
+            true => Ok(st.per_client.adopt(ip)),
+            false => crate::server::take_source(
+                &st.per_client,
+                ip,
+                max,
+                crate::protocol::refusal::Share::Connections,
+            ),
+        };
+        let (source, stage) = match taken {
             Ok(source) => (Some(source), None),
             Err(why) => (None, Some(refuse(st, peer, &why.into()))),
         };
-        let now = Instant::now();
-        let stage = stage.unwrap_or(Stage::First {
-            setup: now + st.cfg.handshake_timeout,
-        });
+        let stage = stage.unwrap_or(Stage::First { setup });
         // Taken before the first step, which may arm its timer or ask
         // for another turn; filled as the step puts it back.
         let k = self.core.slots.vacant();
@@ -101,13 +185,14 @@ impl<'a> Loop<'a> {
             stream: TcpStream::from_std(stream),
             peer,
             stage,
-            ahead: ReadAhead::default(),
+            ahead,
             last_progress: now,
             born: now,
             open: None,
             _source: source,
             memory: None,
             writable: false,
+            may_move,
         });
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,
@@ -121,5 +206,45 @@ impl<'a> Loop<'a> {
             self.evict_unnamed(now);
             self.unnamed.push_back((k, now));
         }
+    }
+}
+
+/// Whether a test's data connections are short: each moves a bounded
+/// transfer that fits one turn of its loop, without bursts, a time bound or
+/// a rate limit (crr, short `tcp -n` connections).
+fn short(spec: &crate::protocol::spec::TcpSpec) -> bool {
+    spec.burst.is_none()
+        && spec.time_bound_ms == 0
+        && spec.rate.is_none()
+        && spec.transfer_hi() <= crate::tcp::drive::TURN_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short;
+    use crate::protocol::spec::{IoPattern, TcpSpec};
+    use crate::tcp::drive::TURN_BYTES;
+
+    #[test]
+    fn churn_connections_are_short_and_lasting_tests_are_not() {
+        // crr: a 64-byte request and a 2-byte reply.
+        assert!(short(&TcpSpec::plain(IoPattern::Pushpull, 66, 64, 2)));
+        assert!(short(&TcpSpec::plain(IoPattern::Push, TURN_BYTES, 0, 0)));
+        let big = TcpSpec::plain(IoPattern::Push, TURN_BYTES + 1, 0, 0);
+        assert!(!short(&big));
+        let mut timed = TcpSpec::plain(IoPattern::Push, 66, 0, 0);
+        timed.time_bound_ms = 1000;
+        assert!(!short(&timed));
+        // A range of sizes counts by its largest.
+        let mut range = TcpSpec::plain(IoPattern::Pull, 66, 0, 0);
+        range.transfer_max = Some(TURN_BYTES * 4);
+        assert!(!short(&range));
+        // Bursts come on a schedule: the connection lasts.
+        let mut bursts = TcpSpec::plain(IoPattern::Push, 66, 0, 0);
+        bursts.burst = Some(crate::protocol::spec::BurstSpec {
+            size: 32,
+            period_ms: 100,
+        });
+        assert!(!short(&bursts));
     }
 }

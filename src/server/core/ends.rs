@@ -20,16 +20,23 @@ use crate::server::tcp::finished;
 
 impl<'a> Loop<'a> {
     /// Past its share of [`Limits::max_pending`](super::Limits::max_pending)
-    /// connections yet to say who they are, closes this loop's oldest: a client that
+    /// connections yet to say who they are (all of it on the loop that
+    /// accepts), closes this loop's oldest: a client that
     /// connects and says hello at once is never the oldest, so silent
     /// connections, however many addresses they come from, cannot keep it
     /// out (they would if the newest were refused instead). Called before
     /// the newest joins the queue, so it is never the one closed.
     pub(super) fn evict_unnamed(&mut self, now: Instant) {
-        // Each loop holds its share; connections being refused (which
-        // linger at most a second) do not count here.
+        // The loop that accepts holds every TCP connection until it says
+        // who it is (`moves_to`), so all of them; the others hold their
+        // share (SCTP associations, handed round). Connections being
+        // refused (which linger at most a second) do not count here.
         let loops = self.loops.len().max(1);
-        let share = (self.st.cfg.limits.max_pending() as usize / loops).max(16);
+        let max = self.st.cfg.limits.max_pending() as usize;
+        let share = match self.listeners.is_empty() {
+            true => (max / loops).max(16),
+            false => max.max(16),
+        };
         while self.unnamed.len() >= share {
             let Some(&(k, born)) = self.unnamed.front() else {
                 break;

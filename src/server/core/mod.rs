@@ -1,6 +1,7 @@
 //! The server's connections on a fixed number of event loops (mio, two per
-//! core): every accepted connection is handed to one of them, which reads
-//! its first frame without a thread of its own, so idle and trickling
+//! core): every accepted connection starts on the loop that accepted it,
+//! which reads its first frame without a thread of its own (one that will
+//! last then moves to the least busy loop), so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
 //! connection (a hello) runs its conversation here too (`control.rs`), an
 //! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
@@ -82,16 +83,33 @@ const LINGER_CHECK: Duration = Duration::from_millis(5);
 
 /// What reaches a loop from outside.
 enum Incoming {
-    /// An accepted connection.
+    /// An accepted connection; `moved` when the loop that accepted it
+    /// read its first frame and moved it on ([`Loop::moves_to`]).
     Conn {
         stream: std::net::TcpStream,
         peer: SocketAddr,
+        moved: Option<Moved>,
     },
     /// The TCP listeners, for loop 0 to accept on.
     Listen(Vec<std::net::TcpListener>),
 }
 
 type Loops = Mailboxes<Incoming>;
+
+/// What a connection brings from the loop that accepted it to the loop it
+/// moves to once its first frame says it will last.
+struct Moved {
+    /// Its first frame (encoded again) and what followed it.
+    ahead: ReadAhead,
+    /// Its setup deadline, fixed at accept.
+    setup: Instant,
+    /// It holds a place in its address's and network's connections, which
+    /// goes with it (forgotten here, adopted there): given back and taken
+    /// again, another loop's connection from the same address could take
+    /// the place in between, and at `--max-conns-per-client` the moved
+    /// one would be refused.
+    sourced: bool,
+}
 
 /// The loops, and where the next connection goes.
 pub(super) struct Core {
@@ -113,10 +131,10 @@ impl Core {
         Ok(Core { loops })
     }
 
-    /// Has loop 0 accept on the TCP listeners: a new connection then starts
-    /// on the thread that accepted it when that loop is the least busy,
-    /// without a hand-over (which cost connection churn a thread wake-up
-    /// per connection).
+    /// Has loop 0 accept on the TCP listeners: a new connection starts on
+    /// the thread that accepted it, without a hand-over (which cost
+    /// connection churn a thread wake-up per connection), and moves on only
+    /// once its first frame shows it will last (`Loop::moves_to`).
     pub(super) fn listen(&self, listeners: Vec<std::net::TcpListener>) -> bool {
         self.loops.send(0, Incoming::Listen(listeners))
     }
@@ -126,7 +144,11 @@ impl Core {
         let _ = stream.set_nonblocking(true);
         // SCTP associations: their Nagle is SCTP_NODELAY, not inherited.
         let _ = crate::net::set_nodelay(&stream, true);
-        self.loops.hand_round(Incoming::Conn { stream, peer })
+        self.loops.hand_round(Incoming::Conn {
+            stream,
+            peer,
+            moved: None,
+        })
     }
 }
 
@@ -141,6 +163,9 @@ enum Next<'a> {
     /// An iperf3 client's connection (`--iperf3-detect`), which sent this
     /// cookie: the iperf3 side takes it.
     Iperf3(crate::protocol::iperf3::Cookie),
+    /// Its first frame (put back in its read-ahead) shows it will last: it
+    /// goes on on loop `.0` ([`Loop::moves_to`]).
+    Move(usize),
 }
 
 enum Stage<'a> {
@@ -204,6 +229,9 @@ struct Slot2<'a> {
     /// go out in its first step) is not woken by every acknowledgement of
     /// what it sent.
     writable: bool,
+    /// This loop accepted it: once its first frame says what it is, it may
+    /// move to a less busy loop ([`Loop::moves_to`]).
+    may_move: bool,
 }
 
 impl Slot2<'_> {
@@ -355,6 +383,7 @@ impl<'a> Loop<'a> {
                 self.loops.left(self.index);
                 self.spawn_worker(*slot, job);
             }
+            Next::Move(to) => self.move_to(to, k, slot, new),
             Next::Iperf3(cookie) => {
                 self.core.close(k);
                 self.loops.left(self.index);
@@ -418,7 +447,11 @@ impl<'a> Handler for Loop<'a> {
 
     fn on_message(&mut self, m: Incoming) {
         match m {
-            Incoming::Conn { stream, peer } => self.add(stream, peer),
+            Incoming::Conn {
+                stream,
+                peer,
+                moved,
+            } => self.add(stream, peer, moved, false),
             Incoming::Listen(ls) => self.listen(ls),
         }
     }

@@ -93,6 +93,14 @@ impl<'a> Loop<'a> {
                             }
                         };
                     slot.last_progress = Instant::now();
+                    // Accepted here: one that will last goes on on the least
+                    // busy loop, which reads this frame again.
+                    if slot.may_move
+                        && let Some(to) = self.moves_to(&hello)
+                    {
+                        slot.ahead.unread(&crate::protocol::proto::encode(&hello));
+                        return Next::Move(to);
+                    }
                     // Said who it is: from here on it counts in
                     // `--max-conns`, which refused and silent connections
                     // never take.
