@@ -23,7 +23,7 @@ fn base_threads() -> usize {
 /// A connection from `src` that has said hello and been answered.
 fn greeted(src: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    s.bind(&SocketAddr::new(src, 0).into())?;
+    netrig::net::bind_local(&s, to, Some(src), None)?;
     s.connect_timeout(&to.into(), Duration::from_secs(10))?;
     let mut s: TcpStream = s.into();
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -135,7 +135,7 @@ fn a_udp_groups_streams_each_hold_a_test_slot_and_one_address_holds_half() {
 /// A connection from `src` that says nothing.
 fn silent(src: IpAddr, to: SocketAddr) -> TcpStream {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    netrig::net::bind_local(&s, to, Some(src), None).unwrap();
     s.connect_timeout(&to.into(), Duration::from_secs(10))
         .unwrap();
     let s: TcpStream = s.into();

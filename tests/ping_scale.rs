@@ -65,7 +65,7 @@ fn datagram(flags: u8, seq: u64, payload: usize) -> Vec<u8> {
 fn open(i: usize, server: SocketAddr) -> Sess {
     let src = source(i);
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    netrig::net::bind_local(&s, server, Some(src), None).unwrap();
     s.connect_timeout(&server.into(), Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("session {i}: connect: {e}"));
     let mut ctl: TcpStream = s.into();

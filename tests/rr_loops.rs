@@ -53,7 +53,7 @@ impl Session {
     fn open(addr: SocketAddr, from: IpAddr, spec: RrSpec) -> Session {
         let sock =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
+        netrig::net::bind_local(&sock, addr, Some(from), None).unwrap();
         sock.connect(&addr.into()).unwrap();
         let mut s: TcpStream = sock.into();
         s.set_nodelay(true).unwrap();

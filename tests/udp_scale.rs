@@ -77,7 +77,7 @@ fn open(i: usize, server: SocketAddr) -> Stream {
 /// Opens stream `i` of `spec` from `src` and takes it to its start.
 fn open_from(src: IpAddr, i: usize, server: SocketAddr, spec: UdpSpec) -> Stream {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    netrig::net::bind_local(&s, server, Some(src), None).unwrap();
     s.connect_timeout(&server.into(), Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("stream {i}: connect: {e}"));
     let mut ctl: TcpStream = s.into();
@@ -377,7 +377,7 @@ fn three_hundred_udp_streams_the_server_sends_run_on_its_loops_and_arrive_whole(
 /// Asks for a UDP test from `src` and returns the connection and the answer.
 fn ask(src: IpAddr, server: SocketAddr, spec: UdpSpec) -> (TcpStream, Message) {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(src, 0).into()).unwrap();
+    netrig::net::bind_local(&s, server, Some(src), None).unwrap();
     s.connect_timeout(&server.into(), Duration::from_secs(10))
         .unwrap();
     let mut ctl: TcpStream = s.into();
