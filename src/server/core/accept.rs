@@ -103,16 +103,14 @@ impl<'a> Loop<'a> {
         self.core.close(k);
         self.loops.left(self.index);
         let Slot2 {
-            mut stream,
+            stream,
             peer,
             stage,
             mut ahead,
             _source,
             ..
         } = *slot;
-        if !new {
-            self.core.deregister(&mut stream);
-        }
+        let stream = self.release(stream, !new);
         // The readiness this loop's poll reported is not seen there:
         // its first step reads (registering there reports what arrives
         // after).
@@ -123,9 +121,6 @@ impl<'a> Loop<'a> {
         };
         let sourced = _source.is_some();
         std::mem::forget(_source);
-        // SAFETY: the descriptor was just released by the mio stream and
-        // is owned by the std stream from here on.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
         let moved = Moved {
             ahead,
             setup,

@@ -387,15 +387,8 @@ impl<'a> Loop<'a> {
             Next::Iperf3(cookie) => {
                 self.core.close(k);
                 self.loops.left(self.index);
-                let Slot2 {
-                    mut stream, peer, ..
-                } = *slot;
-                if !new {
-                    self.core.deregister(&mut stream);
-                }
-                // SAFETY: the descriptor was just released by the mio
-                // stream and is owned by the std stream from here on.
-                let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+                let Slot2 { stream, peer, .. } = *slot;
+                let stream = self.release(stream, !new);
                 if stream.set_nonblocking(false).is_ok() {
                     super::iperf3::route(&self.arc, stream, peer, cookie);
                 }
@@ -492,6 +485,20 @@ impl<'a> Handler for Loop<'a> {
             true => Flow::Stop,
             false => Flow::Go,
         }
+    }
+}
+
+impl Loop<'_> {
+    /// Takes a connection's socket off this loop, out of its poll unless it
+    /// never joined it (`registered` false), as the std stream its next
+    /// owner takes: another loop, a worker thread, the iperf3 side.
+    fn release(&self, mut stream: TcpStream, registered: bool) -> std::net::TcpStream {
+        if registered {
+            self.core.deregister(&mut stream);
+        }
+        // SAFETY: the descriptor was just released by the mio stream and is
+        // owned by the std stream from here on.
+        unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) }
     }
 }
 

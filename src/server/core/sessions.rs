@@ -4,7 +4,6 @@
 //! job, and what a turn of it means for the slot. A worker's job (rr over
 //! SCTP one-to-many) is handed on.
 
-use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -147,17 +146,14 @@ impl<'a> Loop<'a> {
     /// then on.
     pub(super) fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
         let Slot2 {
-            mut stream,
+            stream,
             peer,
             open,
             _source,
             memory,
             ..
         } = slot;
-        self.core.deregister(&mut stream);
-        // SAFETY: the descriptor was just released by the mio stream and is
-        // owned by the std stream from here on.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        let stream = self.release(stream, true);
         let st = Arc::clone(&self.arc);
         let Job { test, slots } = *job;
         let ip = peer.ip().to_canonical();
