@@ -60,9 +60,15 @@ pub const CONTROL_BYTES: u64 = {
 /// records are charged apart ([`burst_bytes`]); its buffer is its loop's.
 pub const DATA_CONN_BYTES: u64 = 8 << 10;
 
+/// The buffer an iperf2 TCP test reads into.
+pub const IPERF2_BUFFER: usize = 128 << 10;
+
+/// The smallest buffer an iperf3 test moves its blocks through.
+pub const IPERF3_MIN_BUFFER: usize = 64 << 10;
+
 /// An iperf2 TCP test: its worker thread's stack as it runs (what it
-/// touches of it), its 128 KiB buffer and its record.
-pub const IPERF2_TCP_BYTES: u64 = THREAD_BYTES + (128 << 10) + SESSION_BYTES;
+/// touches of it), its buffer and its record.
+pub const IPERF2_TCP_BYTES: u64 = THREAD_BYTES + IPERF2_BUFFER as u64 + SESSION_BYTES;
 
 /// What a worker thread of a test holds of its stack: the pages its calls
 /// touch, not the reservation.
@@ -208,7 +214,7 @@ fn precomputed(p: &crate::protocol::udp::profile::Profile) -> u64 {
 /// [`crate::protocol::iperf3::MAX_RESULTS_JSON`]).
 pub fn iperf3_bytes(len: u32, streams: u32) -> u64 {
     let results = 2 * u64::from(crate::protocol::iperf3::MAX_RESULTS_JSON);
-    let buffer = u64::from(len).max(64 << 10);
+    let buffer = u64::from(len).max(IPERF3_MIN_BUFFER as u64);
     SESSION_BYTES
         + THREAD_BYTES
         + results

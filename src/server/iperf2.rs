@@ -344,7 +344,7 @@ fn tcp_test(
     st.metrics.started(Kind::Iperf2);
     let began = Instant::now();
     let end = began + limits.deadline();
-    let mut buf = vec![0u8; 128 * 1024];
+    let mut buf = vec![0u8; super::account::IPERF2_BUFFER];
     let outcome = loop {
         if st.stop.load(SeqCst) {
             break "server stopping";

@@ -317,7 +317,7 @@ fn run_streams(
         (_, b) => b.min(limits.max_rate_bps),
     };
     let send_limit = p.send_limit();
-    let mut buf = vec![0u8; (p.len as usize).max(64 * 1024)];
+    let mut buf = vec![0u8; (p.len as usize).max(account::IPERF3_MIN_BUFFER)];
     let mut events = Events::with_capacity(64);
     let mut sending = true;
     let mut ended: Option<Instant> = None;
