@@ -158,20 +158,29 @@ pub fn recv_message(socket: &Socket, buf: &mut [u8]) -> io::Result<(usize, SockA
         } else {
             &mut scratch
         };
-        // SAFETY: viewing initialised bytes as possibly-uninitialised ones is
-        // sound; the kernel only writes into them.
-        let space = unsafe { &mut *(space as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        let (n, flags, from) = socket.recv_from_vectored(&mut [MaybeUninitSlice::new(space)])?;
-        if n == 0 && !flags.is_end_of_record() {
-            // Zero bytes without a record end: the association is shut down.
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        let (n, end, from) = recv_piece(socket, space)?;
         total += n;
         let from = first_from.get_or_insert(from);
-        if flags.is_end_of_record() {
+        if end {
             return Ok((total, from.clone()));
         }
     }
+}
+
+/// Receives the next piece of a message into `space`: its length, whether
+/// it ends the message, and its sender. A message larger than the kernel's
+/// partial delivery point comes in pieces; on a non-blocking socket a
+/// message may stop between two of them (`WouldBlock`) and go on later.
+pub fn recv_piece(socket: &Socket, space: &mut [u8]) -> io::Result<(usize, bool, SockAddr)> {
+    // SAFETY: viewing initialised bytes as possibly-uninitialised ones is
+    // sound; the kernel only writes into them.
+    let space = unsafe { &mut *(space as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    let (n, flags, from) = socket.recv_from_vectored(&mut [MaybeUninitSlice::new(space)])?;
+    if n == 0 && !flags.is_end_of_record() {
+        // Zero bytes without a record end: the association is shut down.
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok((n, flags.is_end_of_record(), from))
 }
 
 #[cfg(test)]

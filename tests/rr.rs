@@ -247,6 +247,73 @@ fn sctp_seqpacket_multihomed_round_trips() {
     assert_eq!(r.latency.as_ref().map(|l| l.count), Some(2000));
 }
 
+/// One-to-many sessions run on the server's loops, not a thread each: twelve
+/// at once leave the server's thread count where it was (a worker per
+/// session would add twelve), and each is answered in full. Then requests
+/// and replies of hundreds of KiB, near the socket buffers' default cap
+/// (where the kernel may hand a message over in pieces), arrive whole and
+/// verified at both ends.
+#[test]
+#[cfg_attr(not(sctp_kernel), ignore = "SCTP is not supported by this kernel")]
+fn sctp_seqpacket_sessions_share_the_loops_and_large_messages_arrive_whole() {
+    let (srv, addr) = bin::serve(&["--max-tests-per-client", "16"]);
+    let pid = srv.0.id();
+    let before = bin::threads(pid);
+    let target = addr.to_string();
+    let mut clients: Vec<_> = (0..12)
+        .map(|_| {
+            bin::netrig(&["rr", &target, "--proto", "sctp-seqpacket", "-t", "2s"])
+                .args(["-q", "-J"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut most = before;
+    while clients.iter_mut().any(|c| c.try_wait().unwrap().is_none()) {
+        most = most.max(bin::threads(pid));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &v["result"]["runs"][0];
+        assert!(r["sent"].as_u64().unwrap() > 100, "{r}");
+        assert_eq!(r["server_requests"], r["sent"], "{r}");
+        assert_eq!(
+            (&r["corrupt"], &r["server_corrupt"]),
+            (&0.into(), &0.into()),
+            "{r}"
+        );
+    }
+    assert!(
+        most <= before,
+        "server threads went from {before} to {most} with 12 sessions"
+    );
+    let big = [
+        "rr",
+        &target,
+        "--proto",
+        "sctp-seqpacket",
+        "-n",
+        "10",
+        "--warmup",
+        "2",
+    ];
+    let (v, _) = bin::run_json(&[&big[..], &["-l", "150K", "--reply", "200K"]].concat(), 0);
+    let r = &v["result"]["runs"][0];
+    assert_eq!(r["error"], serde_json::Value::Null, "{r}");
+    for k in ["sent", "received", "server_requests"] {
+        assert_eq!(r[k], 12, "{k}: {r}");
+    }
+    assert_eq!(
+        (&r["corrupt"], &r["server_corrupt"]),
+        (&0.into(), &0.into()),
+        "{r}"
+    );
+}
+
 /// A server on a kernel without SCTP refuses a one-to-many request with the
 /// reason, rather than accepting and leaving the client waiting.
 #[test]

@@ -1,19 +1,17 @@
 //! A control connection on the server's event loops: the [`Conversation`]
 //! machine fed from the connection's read-ahead and driven by its own
-//! deadline timer, without a thread. A connection costs a thread only once
-//! its test is admitted — a UDP stream the server sends or a TCP/SCTP
-//! request/response test runs on a worker thread of its own, and those are
-//! bounded by `--max-tests`, as every worker holds a test slot; rr/ping
-//! over UDP and a UDP stream the server receives stay on the loop
-//! (`rr_udp.rs`, `udp_recv.rs`) — so no number of greetings, proofs or idle
-//! control connections can make the server start threads.
+//! deadline timer, without a thread. An admitted test's session stays on
+//! the same loop (`rr_udp.rs`, `rr_tcp.rs`, `rr_sctp.rs`, `udp_recv.rs`,
+//! `udp_send.rs`, whose fast senders borrow a thread from a bounded pool),
+//! so no number of greetings, proofs, idle control connections or tests
+//! can make the server start threads.
 //!
 //! A TCP test's control connection stays here for the whole test: it waits
 //! for the client's stop or goodbye (or the session's deadline) and then
 //! answers with the server's rows and summary.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
@@ -22,7 +20,7 @@ use mio::net::TcpStream;
 use uuid::Uuid;
 
 use super::limits::{OUT_HIGH, Slot};
-use super::log::{self, LogFormat};
+use super::log;
 use super::metrics::{Kind, Moved};
 use super::sources::SourceSlot;
 use super::tcp::Session;
@@ -33,7 +31,6 @@ use crate::protocol::auth::DatagramKey;
 use crate::protocol::conversation::{Conversation, Step};
 use crate::protocol::proto::{Message, ReadError, RrSpec, TestSpec, UdpSpec, encode};
 use crate::protocol::refusal::Refusal;
-use crate::rr::serve::StreamRr;
 use crate::tcp::drive::Socket;
 use crate::udp::serve::Outbound;
 use serde_json::json;
@@ -54,15 +51,14 @@ pub(super) enum Turn<'a> {
     Last(Out),
     /// The connection failed or the client left.
     Gone,
-    /// The test runs on a worker thread, which takes the connection (rr
-    /// over UDP and a received UDP stream: on the loop, which keeps it).
+    /// The admitted test's session takes over the connection, on the loop.
     Run(Box<Job<'a>>),
 }
 
 /// A UDP or request/response test admitted to leave the conversation, and
 /// the test slots it holds until it ends.
-pub(super) struct Job<'a, T = Test> {
-    pub(super) test: T,
+pub(super) struct Job<'a> {
+    pub(super) test: Test,
     pub(super) slots: TestSlots<'a>,
 }
 
@@ -76,60 +72,19 @@ pub(super) enum Test {
     UdpRecv(Box<UdpSpec>, Option<DatagramKey>),
     /// A UDP stream the server sends (`-R`): on the loop (`udp_send.rs`).
     UdpSend(Outbound, Option<DatagramKey>),
-    /// A test on a worker thread of its own.
-    Worker(WorkerTest),
-}
-
-/// The tests that run on a worker thread.
-pub(super) enum WorkerTest {
-    /// rr/crr over TCP, rr over SCTP.
-    Rr(StreamRr),
+    /// rr over an SCTP one-to-many socket: on the loop too (`rr_sctp.rs`).
+    RrSctp(RrSpec),
 }
 
 /// The counts a test holds: the server's tests, its address's tests (the
 /// first stream of a group, or a lone test) and its address's streams (every
-/// UDP stream).
+/// UDP stream). Held, never read: dropping the session gives them back.
 pub(super) struct TestSlots<'a> {
-    pub(super) test: Slot<'a>,
-    pub(super) client: Option<SourceSlot<'a>>,
-    pub(super) streams: Option<SourceSlot<'a>>,
+    pub(super) _test: Slot<'a>,
+    pub(super) _client: Option<SourceSlot<'a>>,
+    pub(super) _streams: Option<SourceSlot<'a>>,
     /// Its share of the memory account.
-    pub(super) memory: super::account::Charge,
-}
-
-impl TestSlots<'_> {
-    /// What to count again on a worker thread ([`Held::adopt`]), as these
-    /// counts are handed over there without being given back.
-    pub(super) fn hand_over(self, ip: IpAddr) -> Held {
-        let held = Held {
-            client: self.client.as_ref().map(|_| ip),
-            streams: self.streams.as_ref().map(|_| ip),
-            memory: self.memory,
-        };
-        std::mem::forget(self.test);
-        std::mem::forget(self.client);
-        std::mem::forget(self.streams);
-        held
-    }
-}
-
-/// Test slots handed from a loop to a worker thread.
-pub(super) struct Held {
-    client: Option<IpAddr>,
-    streams: Option<IpAddr>,
-    memory: super::account::Charge,
-}
-
-impl Held {
-    /// The slots again, borrowing the worker's reference to the state.
-    pub(super) fn adopt(self, st: &State) -> TestSlots<'_> {
-        TestSlots {
-            test: Slot::adopt(&st.tests),
-            client: self.client.map(|ip| st.tests_per_client.adopt(ip)),
-            streams: self.streams.map(|ip| st.streams_per_client.adopt(ip)),
-            memory: self.memory,
-        }
-    }
+    pub(super) _memory: super::account::Charge,
 }
 
 /// A control conversation, server side, on a loop.
@@ -322,9 +277,9 @@ impl<'a> Control<'a> {
                 self.steps.extend(steps);
                 None
             }
-            // A worker reads the connection itself: bytes read ahead of
-            // the answer would be lost to it.
-            Admission::Worker(_) if unread => {
+            // The session reads the connection from the answer on: bytes
+            // ahead of the answer have no place in its order.
+            Admission::Session(_) if unread => {
                 let why = Refusal::Unexpected {
                     got: "bytes".into(),
                     context: "behind a test request, before its answer",
@@ -333,12 +288,12 @@ impl<'a> Control<'a> {
                 self.steps.extend(steps);
                 None
             }
-            Admission::Worker(test) => {
+            Admission::Session(test) => {
                 self.conv.handed_off();
                 if !self.out.is_empty() {
                     // Everything before the request was answered and
                     // written before it was read; this cannot happen, but
-                    // a worker must not start behind unwritten answers.
+                    // a session must not start behind unwritten answers.
                     return Some(Turn::Gone);
                 }
                 Some(Turn::Run(Box::new(Job { test, slots })))
@@ -407,60 +362,5 @@ impl Drop for Control<'_> {
                 },
             );
         }
-    }
-}
-
-/// Runs a worker's test on its (blocking) connection, to its end.
-pub(super) fn run_job(
-    st: &State,
-    stream: &std::net::TcpStream,
-    peer: SocketAddr,
-    test: WorkerTest,
-) {
-    let ready = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_write_timeout(Some(st.cfg.handshake_timeout)));
-    if ready.is_err() {
-        return;
-    }
-    let _ = crate::net::keepalive(stream);
-    let limits = st.cfg.limits;
-    let kind = match &test {
-        WorkerTest::Rr(rr) => Kind::rr(rr.spec().proto),
-    };
-    st.metrics.started(kind);
-    let started = Instant::now();
-    let json = st.cfg.log_format == LogFormat::Json && st.cfg.verbosity >= 1;
-    // The tests' own text lines; in JSON, this writes their events.
-    let verbosity = if json { 0 } else { st.cfg.verbosity };
-    let client = || json!({ "client": peer.to_string(), "kind": kind.name() });
-    if json {
-        log::event(LogFormat::Json, "session_start", format_args!(""), client);
-    }
-    let (moved, ran) = match test {
-        WorkerTest::Rr(rr) => {
-            let idle = st.cfg.idle_timeout;
-            crate::rr::serve::serve(stream, peer, rr, verbosity, idle, limits)
-        }
-    };
-    let took = started.elapsed();
-    st.metrics.ended(kind, took, Moved::from(&moved));
-    // The error the client was sent, logged once with the other refusals.
-    if let Err(why) = &ran {
-        log_refusal(st, peer, why);
-    }
-    if json {
-        let result = match &ran {
-            Ok(()) => "ok".to_string(),
-            Err(why) => super::metrics::code_name(why.code()),
-        };
-        log::event(LogFormat::Json, "session_end", format_args!(""), || {
-            let mut v = client();
-            v["result"] = result.into();
-            v["duration_s"] = took.as_secs_f64().into();
-            v["bytes_sent"] = moved.bytes_sent.into();
-            v["bytes_received"] = moved.bytes_received.into();
-            v
-        });
     }
 }

@@ -26,6 +26,7 @@ use crate::net::realtime_ns;
 use crate::protocol::cpu::{CpuSample, CpuUsage};
 use crate::protocol::proto::{ErrorCode, Message, ProtoError, ReadError, SessionSummary, encode};
 use crate::protocol::rr::answer::{self, Answerer};
+use crate::protocol::rr::seq_answer::{self, SeqAnswerer};
 use crate::protocol::udp::intake::{self, Intake};
 use crate::protocol::udp::outflow::{self, Outflow};
 use crate::protocol::udp::session::{Act, Common};
@@ -95,6 +96,7 @@ macro_rules! machine {
 machine!(Answerer, answer);
 machine!(Outflow, outflow);
 machine!(Intake, intake);
+machine!(SeqAnswerer, seq_answer);
 
 /// What one turn has used of its wake-up's budget.
 #[derive(Debug, Default)]

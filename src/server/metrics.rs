@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::Limits;
-use crate::protocol::proto::{ErrorCode, PROTOCOL_VERSION, RrProto};
+use crate::protocol::proto::{ErrorCode, PROTOCOL_VERSION};
 
 /// The kinds of test a server runs, the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,14 +39,6 @@ impl Kind {
         Kind::Iperf3,
         Kind::Iperf2,
     ];
-
-    pub(crate) fn rr(proto: RrProto) -> Kind {
-        match proto {
-            RrProto::Tcp => Kind::RrTcp,
-            RrProto::Udp => Kind::RrUdp,
-            RrProto::SctpSeqpacket => Kind::RrSctp,
-        }
-    }
 
     pub(crate) fn name(self) -> &'static str {
         match self {

@@ -49,9 +49,6 @@ fn kinds_have_their_own_places_and_names() {
             "tcp", "udp", "rr_tcp", "rr_udp", "rr_sctp", "iperf3", "iperf2"
         ]
     );
-    assert_eq!(Kind::rr(RrProto::Udp), Kind::RrUdp);
-    assert_eq!(Kind::rr(RrProto::Tcp), Kind::RrTcp);
-    assert_eq!(Kind::rr(RrProto::SctpSeqpacket), Kind::RrSctp);
 }
 
 #[test]

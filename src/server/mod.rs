@@ -35,6 +35,7 @@ mod log;
 mod loop_session;
 mod loop_turn;
 pub(crate) mod metrics;
+mod rr_sctp;
 mod rr_tcp;
 mod rr_udp;
 pub(crate) mod scrape;
@@ -559,10 +560,10 @@ fn take_test_slots<'a>(
     let group = group.flatten();
     if group.is_some_and(|g| g.index > 0 && st.groups.join(g.id, ip, now)) {
         return Ok(control::TestSlots {
-            test,
-            client: None,
-            streams,
-            memory,
+            _test: test,
+            _client: None,
+            _streams: streams,
+            _memory: memory,
         });
     }
     let max = limits.max_tests_per_client;
@@ -571,18 +572,18 @@ fn take_test_slots<'a>(
         st.groups.open(g.id, ip, g.streams.saturating_sub(1), now);
     }
     Ok(control::TestSlots {
-        test,
-        client: Some(mine),
-        streams,
-        memory,
+        _test: test,
+        _client: Some(mine),
+        _streams: streams,
+        _memory: memory,
     })
 }
 
 /// What became of a test request.
 enum Admission {
     /// A UDP or request/response test, checked, to leave the conversation
-    /// (for the loop or a worker thread).
-    Worker(control::Test),
+    /// for its session on the loop.
+    Session(control::Test),
     /// Refused, with the reason.
     Refused(Refusal),
     /// A TCP test runs as this session.
@@ -608,7 +609,7 @@ fn admit_test(
             }
             // Received and sent (-R) on the loop (sent by a pool thread
             // if fast).
-            Admission::Worker(match crate::udp::serve::Outbound::new(Box::new(spec)) {
+            Admission::Session(match crate::udp::serve::Outbound::new(Box::new(spec)) {
                 Ok(out) => control::Test::UdpSend(out, datagram_key),
                 Err(spec) => control::Test::UdpRecv(spec, datagram_key),
             })
@@ -623,13 +624,11 @@ fn admit_test(
                 Ok(n) => spec.iterations = n,
                 Err(why) => return Admission::Refused(why.into()),
             }
-            // Over UDP and TCP on the loop; SCTP one-to-many on a worker.
-            Admission::Worker(match crate::rr::serve::StreamRr::new(spec) {
-                Ok(rr) => control::Test::Worker(control::WorkerTest::Rr(rr)),
-                Err(spec) if spec.proto == crate::protocol::proto::RrProto::Tcp => {
-                    control::Test::RrTcp(spec)
-                }
-                Err(spec) => control::Test::RrUdp(spec),
+            use crate::protocol::proto::RrProto;
+            Admission::Session(match spec.proto {
+                RrProto::Tcp => control::Test::RrTcp(spec),
+                RrProto::Udp => control::Test::RrUdp(spec),
+                RrProto::SctpSeqpacket => control::Test::RrSctp(spec),
             })
         }
         TestSpec::Tcp(tcp) => {

@@ -5,4 +5,5 @@ pub mod echo;
 pub mod hist;
 pub mod interval;
 pub mod probe;
+pub mod seq_answer;
 pub mod stream_answer;

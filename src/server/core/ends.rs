@@ -137,6 +137,7 @@ impl<'a> Loop<'a> {
             Stage::Control(_)
             | Stage::RrUdp(_)
             | Stage::RrTcp(_)
+            | Stage::RrSctp(_)
             | Stage::UdpRecv(_)
             | Stage::UdpSend(_) => None,
         }

@@ -41,8 +41,9 @@ mod step;
 
 use super::State;
 use super::account::Charge;
-use super::control::{Control, Job, WorkerTest};
+use super::control::Control;
 use super::limits::Slot;
+use super::rr_sctp::RrSctp;
 use super::rr_tcp::RrTcp;
 use super::rr_udp::RrUdp;
 use super::sources::SourceSlot;
@@ -153,13 +154,11 @@ impl Core {
 }
 
 /// What happens to a connection after a step.
-enum Next<'a> {
+enum Next {
     /// It waits for its socket or a timer.
     Keep,
     /// It is over.
     Close,
-    /// Its test runs on a worker thread, which takes the connection.
-    Run(Box<Job<'a, WorkerTest>>),
     /// An iperf3 client's connection (`--iperf3-detect`), which sent this
     /// cookie: the iperf3 side takes it.
     Iperf3(crate::protocol::iperf3::Cookie),
@@ -177,6 +176,8 @@ enum Stage<'a> {
     RrUdp(Box<RrUdp<'a>>),
     /// An rr session over its control connection (TCP, SCTP one-to-one).
     RrTcp(Box<RrTcp<'a>>),
+    /// An rr session over an SCTP one-to-many socket of its own.
+    RrSctp(Box<RrSctp<'a>>),
     /// A UDP stream the client sends: its control connection and its socket.
     UdpRecv(Box<UdpRecv<'a>>),
     /// A UDP stream the server sends: its control connection and its socket.
@@ -247,6 +248,7 @@ impl Slot2<'_> {
             Stage::Control(_)
             | Stage::RrUdp(_)
             | Stage::RrTcp(_)
+            | Stage::RrSctp(_)
             | Stage::UdpRecv(_)
             | Stage::UdpSend(_)
             | Stage::Refuse(_) => true,
@@ -354,7 +356,7 @@ impl<'a> Loop<'a> {
 
     /// Keeps `slot` (joining it to the poll first when `new`), closes it,
     /// or hands it to a worker thread, as its step said.
-    fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next<'a>, new: bool) {
+    fn put_back(&mut self, k: usize, mut slot: Box<Slot2<'a>>, next: Next, new: bool) {
         match next {
             Next::Keep => {
                 // Watched for room to write once it has something to write
@@ -378,11 +380,6 @@ impl<'a> Loop<'a> {
                 self.core.slots.put(k, slot)
             }
             Next::Close => self.close(k, *slot),
-            Next::Run(job) => {
-                self.core.close(k);
-                self.loops.left(self.index);
-                self.spawn_worker(*slot, job);
-            }
             Next::Move(to) => self.move_to(to, k, slot, new),
             Next::Iperf3(cookie) => {
                 self.core.close(k);

@@ -1,35 +1,33 @@
 //! The sessions a loop runs on a control connection's slot once their test
-//! is admitted — rr/ping over UDP, rr over TCP (and SCTP one-to-one), UDP
-//! streams the server receives or sends: how each starts from its admitted
-//! job, and what a turn of it means for the slot. A worker's job (rr over
-//! SCTP one-to-many) is handed on.
+//! is admitted — rr/ping over UDP, rr over TCP (and SCTP one-to-one) and
+//! over SCTP one-to-many, UDP streams the server receives or sends: how
+//! each starts from its admitted job, and what a turn of it means for the
+//! slot. No test leaves the loops for a thread of its own.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Loop, Next, Slot2, Stage, UDP, refuse};
 use crate::net::out::Out;
-use crate::server::control::{Job, Test, WorkerTest, run_job};
-use crate::server::limits::Slot;
+use crate::server::control::{Job, Test};
 use crate::server::loop_turn::Turn;
+use crate::server::rr_sctp::RrSctp;
 use crate::server::rr_tcp::RrTcp;
 use crate::server::rr_udp::RrUdp;
 use crate::server::udp_recv::UdpRecv;
 use crate::server::udp_send::UdpSend;
 
 impl<'a> Loop<'a> {
-    /// Starts on slot `k` the loop-side session its admitted `job` names;
-    /// a worker's job is returned to be run (`Next::Run`).
+    /// Starts on slot `k` the loop-side session its admitted `job` names
+    /// (or the refusal it ends with).
     pub(super) fn start_session(
         &mut self,
         slot: &mut Slot2<'a>,
         k: usize,
-        job: Job<'a, Test>,
+        job: Job<'a>,
         now: Instant,
-    ) -> Option<Next<'a>> {
+    ) {
         let st = self.st;
         match job {
-            // Answered here, on the loop, not by a worker.
             Job {
                 test: Test::RrUdp(spec),
                 slots,
@@ -91,16 +89,24 @@ impl<'a> Loop<'a> {
                 };
             }
             Job {
-                test: Test::Worker(test),
+                test: Test::RrSctp(spec),
                 slots,
-            } => return Some(Next::Run(Box::new(Job { test, slots }))),
+            } => {
+                let token = self.core.token(k, UDP);
+                let reg = self.core.poll.registry();
+                let peer = slot.peer;
+                let s = RrSctp::start(st, peer, &slot.stream, &spec, slots, reg, token, now);
+                slot.stage = match s {
+                    Ok(s) => Stage::RrSctp(Box::new(s)),
+                    Err(why) => refuse(st, peer, &why),
+                };
+            }
         }
-        None
     }
 
     /// A loop-side session's turn on slot `k`: what the loop does next, or
     /// None when the session left its last frames in the slot to write.
-    pub(super) fn session_turn(&mut self, slot: &mut Slot2<'a>, k: usize) -> Option<Next<'a>> {
+    pub(super) fn session_turn(&mut self, slot: &mut Slot2<'a>, k: usize) -> Option<Next> {
         let (stream, ahead, buf, now) =
             (&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
         // Dropping a session gives its slots back.
@@ -109,6 +115,7 @@ impl<'a> Loop<'a> {
             Stage::UdpSend(s) => s.turn(stream, ahead, buf, now),
             Stage::RrTcp(s) => s.turn(stream, ahead, buf, now),
             Stage::RrUdp(s) => s.turn(stream, ahead, buf, now),
+            Stage::RrSctp(s) => s.turn(stream, ahead, buf, now),
             _ => return Some(Next::Keep),
         };
         match self.settle(t, k) {
@@ -123,7 +130,7 @@ impl<'a> Loop<'a> {
     /// What a loop-side session's turn (rr or a received UDP stream) means
     /// for its slot `k`: kept (a timer set, or another turn after the
     /// others), closed, or (Err) its last frames to write.
-    pub(super) fn settle(&mut self, t: Turn, k: usize) -> Result<Next<'static>, Out> {
+    pub(super) fn settle(&mut self, t: Turn, k: usize) -> Result<Next, Out> {
         match t {
             Turn::Wait(at) => {
                 if let Some(at) = at {
@@ -137,43 +144,6 @@ impl<'a> Loop<'a> {
             }
             Turn::Last(out) => Err(out),
             Turn::Gone => Ok(Next::Close),
-        }
-    }
-
-    /// An admitted UDP or request/response test goes to a worker thread of
-    /// its own, with its test slots (which bound the workers) and its
-    /// connection, counted in the open connections (and its client's) from
-    /// then on.
-    pub(super) fn spawn_worker(&mut self, slot: Slot2<'a>, job: Box<Job<'a, WorkerTest>>) {
-        let Slot2 {
-            stream,
-            peer,
-            open,
-            _source,
-            memory,
-            ..
-        } = slot;
-        let stream = self.release(stream, true);
-        let st = Arc::clone(&self.arc);
-        let Job { test, slots } = *job;
-        let ip = peer.ip().to_canonical();
-        let held = slots.hand_over(ip);
-        // A control connection was counted open when it said hello.
-        std::mem::forget(open);
-        let sourced = _source.is_some();
-        std::mem::forget(_source);
-        let r = std::thread::Builder::new()
-            .name("serve-test".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let _open = Slot::adopt(&st.open);
-                let _source = sourced.then(|| st.per_client.adopt(ip));
-                let _slots = held.adopt(&st);
-                let _memory = memory;
-                run_job(&st, &stream, peer, test);
-            });
-        if let Err(e) = r {
-            eprintln!("cannot start a thread for {peer}: {e}");
         }
     }
 }

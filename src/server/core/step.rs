@@ -29,7 +29,7 @@ impl<'a> Loop<'a> {
     /// frame is read, within the setup deadline and in the queue of
     /// unnamed connections. A client says nothing past its cookie until
     /// asked (`iperf_connect`, `iperf_tcp_connect`), so more is refused.
-    fn iperf3_first(&mut self, slot: &mut Slot2<'a>) -> Next<'a> {
+    fn iperf3_first(&mut self, slot: &mut Slot2<'a>) -> Next {
         use crate::protocol::iperf3::{COOKIE_LEN, Cookie};
         let stream = &slot.stream;
         while slot.ahead.bytes().len() < COOKIE_LEN {
@@ -54,7 +54,7 @@ impl<'a> Loop<'a> {
 
     /// Moves `slot` until it blocks, ends, or turns out to be a control
     /// connection.
-    pub(super) fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next<'a> {
+    pub(super) fn step(&mut self, slot: &mut Slot2<'a>, k: usize) -> Next {
         let st = self.st;
         loop {
             match &mut slot.stage {
@@ -298,14 +298,14 @@ impl<'a> Loop<'a> {
                         // Dropping the conversation ends its session.
                         Turn::Last(out) => slot.stage = Stage::Refuse(out),
                         Turn::Gone => return Next::Close,
-                        Turn::Run(job) => {
-                            if let Some(next) = self.start_session(slot, k, *job, now) {
-                                return next;
-                            }
-                        }
+                        Turn::Run(job) => self.start_session(slot, k, *job, now),
                     }
                 }
-                Stage::UdpRecv(_) | Stage::UdpSend(_) | Stage::RrTcp(_) | Stage::RrUdp(_) => {
+                Stage::UdpRecv(_)
+                | Stage::UdpSend(_)
+                | Stage::RrTcp(_)
+                | Stage::RrUdp(_)
+                | Stage::RrSctp(_) => {
                     if let Some(next) = self.session_turn(slot, k) {
                         return next;
                     }
@@ -342,7 +342,7 @@ fn all_acked(s: &TcpStream) -> bool {
 
 /// Keep a connection whose output is still going out; close it once all
 /// is out or the write failed.
-fn keep_if_blocked<'a>(r: io::Result<bool>) -> Next<'a> {
+fn keep_if_blocked(r: io::Result<bool>) -> Next {
     match r {
         Ok(false) => Next::Keep,
         _ => Next::Close,
