@@ -3,10 +3,11 @@
 //! holds its control connection, and the [`SeqAnswerer`] machine is fed
 //! from both there, so the session costs its two descriptors and its
 //! request and reply buffers (charged to `--max-memory` at admission),
-//! never a thread. Each wake-up reads at most [`BUDGET`] message pieces
-//! before the loop's other connections get their turn; a message the
-//! kernel delivers in pieces may stop between two of them and go on at the
-//! next wake-up. The session's deadlines are its control connection's timer.
+//! never a thread. Each wake-up sends and reads at most [`BUDGET`] times
+//! (a message piece, a reply) before the loop's other connections get their
+//! turn; a message the kernel delivers in pieces may stop between two of
+//! them and go on at the next wake-up. The session's deadlines are its
+//! control connection's timer.
 
 use std::io;
 use std::net::SocketAddr;
@@ -123,16 +124,25 @@ impl<'a> RrSctp<'a> {
     }
 }
 
+/// What became of the owed reply.
+enum Owed {
+    /// None is owed (any more): requests may be read.
+    Clear,
+    /// It waits for the rate limit's time or for room in the socket.
+    Waits,
+    /// The send was interrupted: try again.
+    Again,
+}
+
 impl Messages {
-    /// Sends the owed reply once the limits let it go: false when it must
-    /// wait (for the rate limit, or for room in the socket).
-    fn reply(&mut self, m: &mut SeqAnswerer, now: Instant) -> bool {
+    /// Sends the owed reply once the limits let it go.
+    fn reply(&mut self, m: &mut SeqAnswerer, now: Instant) -> Owed {
         let Some(reply) = m.owed() else {
-            return true;
+            return Owed::Clear;
         };
         if !self.admitted {
             if self.held.is_some_and(|at| now < at) {
-                return false;
+                return Owed::Waits;
             }
             // Replies may be larger than requests: the server's rate and
             // byte limits hold for what it sends, whatever arrives.
@@ -143,27 +153,27 @@ impl Messages {
                 }
                 Ok(Some(at)) => {
                     self.held = Some(at);
-                    return false;
+                    return Owed::Waits;
                 }
                 Err(_) => {
                     m.halt(now);
-                    return true;
+                    return Owed::Clear;
                 }
             }
         }
         let Some(to) = &self.to else {
             m.send_failed(now);
-            return true;
+            return Owed::Clear;
         };
         match self.sock.send_to(reply, to) {
             Ok(_) => m.sent(now),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return false,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Owed::Waits,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Owed::Again,
             // The association is gone, or the socket failed.
             Err(_) => m.send_failed(now),
         }
         self.admitted = false;
-        true
+        Owed::Clear
     }
 }
 
@@ -174,8 +184,9 @@ impl Part for Messages {
         socket2::SockRef::from(&self.sock)
     }
 
-    /// Sends the owed reply, then reads request pieces into the machine:
-    /// true when the budget ran out with more perhaps waiting.
+    /// Sends the owed reply, then reads request pieces into the machine,
+    /// a reply after each whole request: true when the budget ran out with
+    /// more perhaps waiting.
     fn datagrams(
         &mut self,
         m: &mut SeqAnswerer,
@@ -184,13 +195,16 @@ impl Part for Messages {
         b: &mut Budget,
     ) -> bool {
         while b.datagrams < BUDGET {
-            if !self.reply(m, now) {
-                return false;
+            // Each pass, a send or a read, counts against the budget.
+            b.datagrams += 1;
+            match self.reply(m, now) {
+                Owed::Clear => {}
+                Owed::Waits => return false,
+                Owed::Again => continue,
             }
             if !m.wants_requests() {
                 return false;
             }
-            b.datagrams += 1;
             // Past the kept bytes, the rest of a long message is read into
             // the loop's buffer and dropped.
             let space = match self.req.get_mut(self.got..) {

@@ -3,14 +3,13 @@
 //! which reads its first frame without a thread of its own (one that will
 //! last then moves to the least busy loop), so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
-//! connection (a hello) runs its conversation here too (`control.rs`), an
-//! rr/ping session over UDP its whole session (`rr_udp.rs`), and so does a
-//! UDP stream the server receives (`udp_recv.rs`) or sends (`udp_send.rs`,
-//! a fast one paced by a thread of the sender pool); only an admitted
-//! TCP/SCTP request/response test moves to a worker thread, which holds a
-//! test slot. A data connection stays on the loop for its whole life
-//! as a [`Conn`] state machine, within its session's send limits, and ends
-//! with the result both ends agree on.
+//! connection (a hello) runs its conversation here too (`control.rs`), and
+//! then its admitted session: rr/ping over UDP (`rr_udp.rs`), rr over TCP
+//! (`rr_tcp.rs`) and over SCTP one-to-many (`rr_sctp.rs`), a UDP stream the
+//! server receives (`udp_recv.rs`) or sends (`udp_send.rs`, a fast one
+//! paced by a thread of the sender pool). A data connection stays on the
+//! loop for its whole life as a [`Conn`] state machine, within its
+//! session's send limits, and ends with the result both ends agree on.
 //!
 //! Until it says who it is, a connection counts in its loop's queue of
 //! unnamed connections, not in `--max-conns`; past their bound each loop closes its
@@ -64,8 +63,9 @@ const TICK: Duration = Duration::from_millis(20);
 /// First token of the listeners loop 0 accepts on (counting down, outside
 /// the slots' tokens: the skeleton hands them to [`Handler::on_token`]).
 const LISTEN: usize = usize::MAX - 1;
-/// A slot's sockets: its connection, and a loop-side session's UDP socket
-/// (an rr/ping session's, a UDP stream's).
+/// A slot's sockets: its connection, and a loop-side session's own socket
+/// (an rr/ping session's or a UDP stream's UDP socket, an SCTP one-to-many
+/// session's).
 const CONN: usize = 0;
 const UDP: usize = 1;
 
