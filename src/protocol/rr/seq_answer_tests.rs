@@ -90,11 +90,20 @@ fn every_request_is_answered_once_with_its_own_reply_then_the_goodbye_gets_the_c
     let t0 = Instant::now();
     let t = terms(64, 300, 5, t0);
     let mut m = SeqAnswerer::new(t.clone(), t0);
+    assert!(m.has_actions(), "the acceptance waits");
     accepted(&mut m, &t);
+    assert!(!m.has_actions() && !m.is_over());
+    let t1 = t0 + Duration::from_secs(3);
     for n in 0..5 {
-        assert!(round(&mut m, &t, n, &request(&t, n), t0), "reply {n}");
+        assert!(round(&mut m, &t, n, &request(&t, n), t1), "reply {n}");
+        assert!(!m.is_over() && !m.has_actions());
     }
     assert!(!m.wants_requests(), "the announced number is answered");
+    assert_eq!(
+        m.deadline(),
+        Some(t1 + IDLE),
+        "the goodbye is waited for from the last reply"
+    );
     m.on_request(&request(&t, 5), 64, t0);
     assert!(m.owed().is_none(), "a sixth request is not answered");
     let s = goodbye(&mut m, t0);
@@ -128,6 +137,19 @@ fn corrupt_short_and_long_requests_are_counted_and_still_answered_in_step() {
     let s = goodbye(&mut m, t0);
     assert_eq!((s.requests, s.data_errors), (4, 4));
     assert_eq!(m.moved().bytes_received, 32 + 32 + 31 + 132);
+}
+
+#[test]
+fn replies_longer_than_one_slice_of_the_pattern_are_the_pattern_throughout() {
+    let t0 = Instant::now();
+    let reply = 2 * crate::protocol::pattern::PERIOD as u32 + 1000;
+    let t = terms(10, reply, 3, t0);
+    let mut m = SeqAnswerer::new(t.clone(), t0);
+    accepted(&mut m, &t);
+    for n in 0..3 {
+        assert!(round(&mut m, &t, n, &request(&t, n), t0), "reply {n}");
+    }
+    assert_eq!(m.moved().bytes_sent, 3 * u64::from(reply));
 }
 
 #[test]
