@@ -286,11 +286,6 @@ impl SeqAnswerer {
         self.close();
     }
 
-    /// Requests answered so far (their replies sent).
-    pub fn answered(&self) -> u64 {
-        self.answered
-    }
-
     /// What the server answers a goodbye with.
     pub fn summary(&self) -> SessionSummary {
         SessionSummary {

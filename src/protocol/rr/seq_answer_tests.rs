@@ -137,6 +137,7 @@ fn corrupt_short_and_long_requests_are_counted_and_still_answered_in_step() {
     let s = goodbye(&mut m, t0);
     assert_eq!((s.requests, s.data_errors), (4, 4));
     assert_eq!(m.moved().bytes_received, 32 + 32 + 31 + 132);
+    assert_eq!(m.moved().data_errors, 4, "the metrics count them too");
 }
 
 #[test]
@@ -233,6 +234,11 @@ fn halted_by_the_limits_or_a_failed_send_the_session_waits_for_the_goodbye() {
         accepted(&mut m, &t);
         round(&mut m, &t, 0, &request(&t, 0), t0);
         m.on_request(&request(&t, 1), 8, t0);
+        assert_eq!(
+            m.deadline(),
+            Some(t.deadline),
+            "waiting for the limits or for room is not idleness"
+        );
         match failed {
             true => m.send_failed(t0),
             false => m.halt(t0),
