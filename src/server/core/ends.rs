@@ -5,6 +5,7 @@
 //! on a tick: 100,000 held idle connections cost their loops nothing
 //! between their deadlines.
 
+use std::collections::HashSet;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -88,31 +89,32 @@ impl<'a> Loop<'a> {
             if a.sess.aborted() {
                 crate::net::reset(&slot.stream);
             }
-            self.parted(&a.sess);
+            self.parted(&a.sess, k);
         }
         self.core.close(k);
         self.loops.left(self.index);
     }
 
-    /// A data connection of `sess` is on this loop from now on.
-    pub(super) fn joined(&mut self, sess: &Arc<Session>) {
+    /// A data connection of `sess`, in slot `k`, is on this loop from now
+    /// on.
+    pub(super) fn joined(&mut self, sess: &Arc<Session>, k: usize) {
         let here = self
             .sessions
             .entry(Arc::as_ptr(sess) as usize)
             .or_insert_with(|| Here {
                 sess: Arc::clone(sess),
-                conns: 0,
+                slots: HashSet::new(),
                 stopped: false,
             });
-        here.conns += 1;
+        here.slots.insert(k);
     }
 
-    /// A data connection of `sess` left this loop.
-    fn parted(&mut self, sess: &Arc<Session>) {
+    /// The data connection of `sess` in slot `k` left this loop.
+    fn parted(&mut self, sess: &Arc<Session>, k: usize) {
         let key = Arc::as_ptr(sess) as usize;
         if let Some(here) = self.sessions.get_mut(&key) {
-            here.conns = here.conns.saturating_sub(1);
-            if here.conns == 0 {
+            here.slots.remove(&k);
+            if here.slots.is_empty() {
                 self.sessions.remove(&key);
             }
         }
@@ -201,31 +203,24 @@ impl<'a> Loop<'a> {
             // resident memory, read once a tick (a few microseconds).
             self.st.resident.store(crate::net::resident_bytes(), SeqCst);
         }
-        let mut stopped = Vec::new();
-        for (&key, here) in &mut self.sessions {
+        // A stopped session's connections here, from its own list: no pass
+        // over the loop's other connections.
+        let mut of_stopped = Vec::new();
+        for here in self.sessions.values_mut() {
             here.sess.rows(now);
             if !here.stopped && here.sess.cancelled() {
                 here.stopped = true;
-                stopped.push(key);
+                of_stopped.extend(here.slots.iter().copied());
             }
         }
-        if stopped.is_empty() {
-            return;
-        }
-        // Rare (a session stopped with connections still open): one pass.
-        let of_stopped: Vec<usize> = (self.core.slots.keys().into_iter())
-            .filter(|&k| match &self.core.slots.get(k).map(|s| &s.stage) {
-                Some(Stage::Data { a, .. }) => stopped.contains(&(Arc::as_ptr(&a.sess) as usize)),
-                _ => false,
-            })
-            .collect();
         for k in of_stopped {
+            // Those still moving data; one agreeing on its result goes on.
             if let Some(s) = self.core.slots.get_mut(k)
                 && let Stage::Data { conn, .. } = &mut s.stage
             {
                 conn.cancel();
+                self.advance(k);
             }
-            self.advance(k);
         }
     }
 }

@@ -24,7 +24,7 @@
 use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Interest, Poll, Token};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
@@ -285,8 +285,8 @@ struct Loop<'a> {
     /// first to go when the server holds too many.
     unnamed: VecDeque<(usize, Instant)>,
     /// The sessions this loop's data connections belong to (by address),
-    /// with how many of them are here: looked at every tick (a due status
-    /// row taken, a stopped session's connections stepped once) instead of
+    /// with the slots of those here: looked at every tick (a due status row
+    /// taken, a stopped session's connections stepped once) instead of
     /// every connection.
     sessions: HashMap<usize, Here>,
 }
@@ -294,7 +294,8 @@ struct Loop<'a> {
 /// A session some of a loop's data connections belong to.
 struct Here {
     sess: Arc<Session>,
-    conns: usize,
+    /// The slots of its connections on this loop.
+    slots: HashSet<usize>,
     /// Its stop was seen and its connections here stepped.
     stopped: bool,
 }

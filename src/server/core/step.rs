@@ -147,7 +147,7 @@ impl<'a> Loop<'a> {
                                 // the machine does not read again before the
                                 // socket's next readiness.
                                 slot.ahead.took_all();
-                                self.joined(&a.sess);
+                                self.joined(&a.sess, k);
                                 // The client's window, congestion control,
                                 // marking and pacing, on this end too.
                                 let v6 = slot.peer.is_ipv6();
