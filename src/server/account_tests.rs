@@ -184,6 +184,31 @@ fn the_fixed_charges_cover_what_they_stand_for() {
         SESSION_BYTES >= 4 * session,
         "{session} against {SESSION_BYTES}"
     );
+    // Each session on the loops (its machine, its own part, its queue),
+    // with as much again for what they point to, beside the buffers and
+    // histograms its kind is charged for.
+    let loop_sessions = [
+        ("rr udp", size_of::<crate::server::rr_udp::RrUdp<'static>>()),
+        ("rr tcp", size_of::<crate::server::rr_tcp::RrTcp<'static>>()),
+        (
+            "rr sctp",
+            size_of::<crate::server::rr_sctp::RrSctp<'static>>(),
+        ),
+        (
+            "udp recv",
+            size_of::<crate::server::udp_recv::UdpRecv<'static>>(),
+        ),
+        (
+            "udp send",
+            size_of::<crate::server::udp_send::UdpSend<'static>>(),
+        ),
+    ];
+    for (what, size) in loop_sessions {
+        assert!(
+            size as u64 <= SESSION_BYTES / 2,
+            "{what}: {size} against {SESSION_BYTES}"
+        );
+    }
     // An hdrhistogram of three significant digits grown to its widest.
     let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     h.record(1).unwrap();
