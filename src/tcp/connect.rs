@@ -8,6 +8,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::net::sockopt::SockOptFailed;
+use crate::protocol::proto::{IoPattern, TcpSpec};
 use crate::protocol::sockopts::SockOpts;
 
 /// Why a data connection could not be started.
@@ -101,4 +102,63 @@ fn new_socket(to: SocketAddr, local: &Local<'_>) -> io::Result<socket2::Socket> 
     }
     crate::net::bind_local(&socket, to, local.ip, local.port)?;
     Ok(socket)
+}
+
+/// Bytes one segment carries on any path netrig meets unless `--mss` says
+/// otherwise (IPv4's default MSS, RFC 1122 section 4.2.2.6; IPv6's
+/// smallest is 1220).
+const ONE_SEGMENT: u64 = 536;
+
+/// Whether a client's data connection needs TCP_NODELAY, given the length
+/// of its data hello. Nagle's algorithm holds back only a short segment
+/// sent while earlier data is unacknowledged, so it changes nothing on a
+/// push-pull connection (crr's) whose first write (the hello and the
+/// first request) and every later request fit in one segment: each
+/// request goes out after the reply to the one before, which acknowledges
+/// it, and the final report follows the last reply or is held for the
+/// FIN anyway. Such a connection is spared the setsockopt call (about one
+/// in ten of a crr transaction's system calls); every other one sets it,
+/// as do connections with `--no-delay` (set with the other options) or an
+/// `--mss` that may make a segment smaller.
+pub(super) fn needs_nodelay(spec: &TcpSpec, hello_len: usize) -> bool {
+    let request = spec.push_bytes.min(spec.transfer);
+    !(spec.pattern == IoPattern::Pushpull
+        && spec.burst.is_none()
+        && spec.rate.is_none()
+        && spec.sock.mss.is_none()
+        && request + hello_len as u64 <= ONE_SEGMENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_push_pull_connection_of_one_segment_requests_goes_without_nodelay() {
+        // crr's default: a 64-byte request behind a ~200-byte hello.
+        let crr = TcpSpec::plain(IoPattern::Pushpull, 66, 64, 2);
+        assert!(!needs_nodelay(&crr, 206));
+        // A request that takes two segments: its tail would wait for the
+        // first one's acknowledgement.
+        let big = TcpSpec::plain(IoPattern::Pushpull, 2000, 1000, 1000);
+        assert!(needs_nodelay(&big, 206));
+        // A hello that, with the request, passes one segment.
+        assert!(needs_nodelay(&crr, 500));
+        // A segment smaller than assumed.
+        let mut mss = crr.clone();
+        mss.sock.mss = Some(88);
+        assert!(needs_nodelay(&mss, 206));
+        // Other patterns stream: a write may follow an unacknowledged one.
+        for p in [IoPattern::Push, IoPattern::Pull, IoPattern::Duplex] {
+            assert!(needs_nodelay(&TcpSpec::plain(p, 64, 0, 0), 206));
+        }
+        // A paced or bursty connection writes on its schedule, not after replies.
+        let mut rate = crr.clone();
+        rate.rate = Some(crate::protocol::proto::RateLimit {
+            bps: 1_000_000,
+            period_ms: 10,
+            bps_max: None,
+        });
+        assert!(needs_nodelay(&rate, 206));
+    }
 }

@@ -292,8 +292,10 @@ fn a_transaction_leaves_each_end_in_one_write() {
     let w: Vec<u8> = cs.writes.take().concat();
     assert_eq!(w, final_frame(64, 2));
     // The server's report came first, with its FIN: the client's report
-    // takes the client's FIN with it.
-    assert!(*cs.shut.borrow());
+    // is held for the client's FIN, which its close sends (no shutdown
+    // call).
+    assert!(*cs.held.borrow());
+    assert!(!*cs.shut.borrow());
     assert_eq!(
         client.conn.result().unwrap().0.kind,
         crate::protocol::outcome::ResultKind::Success

@@ -111,7 +111,9 @@ impl Worker<'_> {
             self.finish_record(rec, span, result);
             // Closing the socket takes it out of the poll (its descriptor
             // is not shared), so there is no deregistering call to make; a
-            // --cport port goes back after it.
+            // --cport port goes back after it. A connection that ended
+            // with its report held for the FIN (`Fin::WithLastReport`)
+            // sends both now.
             drop(stream);
             drop(_port);
         }

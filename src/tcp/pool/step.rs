@@ -65,7 +65,6 @@ impl Worker<'_> {
                         }
                         self.came_up(slot, Instant::now());
                     }
-                    let _ = slot.stream.set_nodelay(true);
                     let session = &self.sh.sessions[slot.session];
                     let id = slot.rec.connection_id;
                     let hello = Message::DataHello(DataHello {
@@ -76,6 +75,10 @@ impl Worker<'_> {
                             .data_key
                             .map(|key| crate::protocol::auth::data_proof(&key, &session.id, &id)),
                     });
+                    let hello = proto::encode(&hello);
+                    if crate::tcp::connect::needs_nodelay(&self.sh.spec, hello.len()) {
+                        let _ = slot.stream.set_nodelay(true);
+                    }
                     let mut conn = Conn::new(
                         &self.sh.spec,
                         slot.rec.connection_id,
@@ -87,7 +90,7 @@ impl Worker<'_> {
                         conn.set_deadline(at);
                     }
                     slot.stage = Stage::Hello {
-                        out: Out::new(proto::encode(&hello)),
+                        out: Out::new(hello),
                         conn: Box::new(conn),
                         up: scheduled,
                     };
@@ -247,7 +250,9 @@ impl Worker<'_> {
             stopped: &stop,
             may_read,
             // The server's FIN comes with its report unless a burst
-            // account follows it; a rude close resets instead.
+            // account follows it; a rude close resets instead. A settled
+            // connection's socket is closed before the loop next polls
+            // (`ending.rs`): that close sends the held report and the FIN.
             fin: match (&self.sh.spec.burst, self.sh.cfg.sock.shutdown) {
                 (None, ShutdownMode::Graceful) => Fin::WithLastReport,
                 _ => Fin::OnClose,
