@@ -105,6 +105,52 @@ fn tcp_and_udp_round_trips_with_warmup_apart() {
     }
 }
 
+/// Checks that every one of `n` requests was answered exactly once and
+/// its reply came back in time: none lost, late, duplicated or corrupt.
+fn each_answered_once(r: &RrReport, n: u64) {
+    assert_eq!(
+        (r.sent, r.received, r.late, r.corrupt),
+        (n, n, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(r.server_requests, Some(n), "{r:?}");
+    assert_eq!((r.lost_up, r.lost_down), (Some(0), Some(0)), "{r:?}");
+    assert_eq!(
+        (r.duplicates_up, r.duplicates_down),
+        (Some(0), Some(0)),
+        "{r:?}"
+    );
+}
+
+/// Requests on a schedule far faster than a round trip arrive at the
+/// server several at a time. Its session reads them in batches and stops
+/// reading when a batch comes back short (the socket is drained: another
+/// read would only say so, a system call per round trip); every request is
+/// still answered exactly once.
+#[test]
+fn udp_requests_queued_together_are_each_answered_once() {
+    let srv = TestServer::start();
+    let mut c = cfg(srv.addr, Transport::Udp);
+    (c.iterations, c.warmup, c.interval) = (300, 0, Some(Duration::from_micros(1)));
+    c.timeout = Some(Duration::from_secs(5));
+    each_answered_once(&go(&c), 300);
+}
+
+/// The same behind the server's rate limit: a request read in the same
+/// batch as one whose reply the limit holds back waits for it, and is
+/// answered after it, once.
+#[test]
+fn udp_requests_queued_behind_a_held_reply_are_each_answered_once() {
+    let srv = TestServer::start_with(|s| s.limits.max_rate_bps = 4_000_000);
+    let mut c = cfg(srv.addr, Transport::Udp);
+    // 30 replies of 8,032 bytes at 4 Mbit/s, less what the bucket lets go
+    // at once: about 0.45 s, so most replies are held.
+    (c.size, c.reply) = (40, 8000);
+    (c.iterations, c.warmup, c.interval) = (30, 0, Some(Duration::from_micros(1)));
+    c.timeout = Some(Duration::from_secs(10));
+    each_answered_once(&go(&c), 30);
+}
+
 #[test]
 fn udp_loss_up_and_down_are_told_apart() {
     let srv = TestServer::start();

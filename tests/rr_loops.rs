@@ -104,6 +104,59 @@ impl Session {
     }
 }
 
+/// A client that writes many requests at once (as a pipelining one does)
+/// has them queued together at the server, which reads more than one
+/// request's bytes at a time and stops reading when a read comes back
+/// short (the socket is drained: another read would only say it would
+/// block, a system call per round trip). Every request is still answered
+/// exactly once, in order, whether the burst arrives in one piece or
+/// split across requests, and a request that arrives after the server
+/// found the socket drained is read on its readiness.
+#[test]
+fn requests_queued_together_are_each_answered_once_in_order() {
+    let _one = alone();
+    let (_srv, addr) = serve(&["-q"]);
+    let from: IpAddr = "127.0.0.1".parse().unwrap();
+    for (size, reply) in [(64u32, 64u32), (100, 7), (16384, 16384), (1, 3000)] {
+        let n = 200u64;
+        let mut s = Session::open(addr, from, spec(size, reply, n));
+        let start = stream_start(s.session, Direction::ClientToServer);
+        let mut reqs = Vec::new();
+        write_pattern(&mut reqs, start, 0, (size as u64 * n) as usize).unwrap();
+        // Half the requests in one write, then, once their replies are
+        // back, the rest in pieces cut across requests; written from a
+        // thread of their own, so that replies the client does not read yet
+        // cannot stop the writes.
+        let mut w = s.s.try_clone().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            let half = reqs.len() / 2;
+            w.write_all(&reqs[..half]).unwrap();
+            wait.recv().unwrap();
+            for piece in reqs[half..].chunks(size as usize / 2 + 3) {
+                w.write_all(piece).unwrap();
+            }
+        });
+        let reply_start = stream_start(s.session, Direction::ServerToClient);
+        let mut rep = vec![0u8; reply as usize * (n as usize / 2)];
+        s.s.read_exact(&mut rep).unwrap();
+        assert!(
+            Pattern::get().verify(reply_start, 0, &rep).is_ok(),
+            "{size} B"
+        );
+        go.send(()).unwrap();
+        s.s.read_exact(&mut rep).unwrap();
+        let at = reply as u64 * (n / 2);
+        assert!(
+            Pattern::get().verify(reply_start, at, &rep).is_ok(),
+            "{size} B"
+        );
+        writer.join().unwrap();
+        let sum = s.goodbye();
+        assert_eq!((sum.requests, sum.data_errors), (n, 0), "{size} B");
+    }
+}
+
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -26,7 +26,7 @@ use super::loop_session::Who;
 use super::loop_turn::Turn;
 use super::metrics::{Kind, Moved};
 use crate::guard::SendGuard;
-use crate::net::ahead::ReadAhead;
+use crate::net::ahead::{AHEAD, ReadAhead};
 use crate::net::out::Out;
 use crate::protocol::proto::RrSpec;
 use crate::protocol::refusal::Refusal;
@@ -50,6 +50,9 @@ pub(super) struct RrTcp<'a> {
     held: Option<Instant>,
     /// The timer set for the session, so each turn does not add one more.
     armed: Option<Instant>,
+    /// The stream is TCP, whose short read takes all that is queued (an
+    /// SCTP association reads a message at a time).
+    tcp: bool,
     id: Uuid,
     began: Instant,
     _slots: TestSlots<'a>,
@@ -75,6 +78,8 @@ impl<'a> RrTcp<'a> {
             let fd = std::os::fd::AsRawFd::as_raw_fd(stream);
             let _ = crate::sctp::set_nodelay(fd, !spec.nagle);
         }
+        let tcp = socket2::SockRef::from(stream).protocol().ok().flatten()
+            == Some(socket2::Protocol::TCP);
         let limits = st.cfg.limits;
         let guard = limits.guard(&Arc::new(AtomicBool::new(false)));
         let id = Uuid::new_v4();
@@ -105,6 +110,7 @@ impl<'a> RrTcp<'a> {
             guard,
             held: None,
             armed: None,
+            tcp,
             id,
             began: now,
             _slots: slots,
@@ -121,10 +127,6 @@ impl<'a> RrTcp<'a> {
         buf: &mut [u8],
         now: Instant,
     ) -> Turn {
-        if !ahead.is_empty() {
-            let n = self.m.on_bytes(ahead.bytes(), now);
-            ahead.consume(n);
-        }
         let (mut moved, mut calls, first) = (0usize, 0usize, self.m.answered());
         loop {
             self.m.on_timeout(now);
@@ -168,19 +170,38 @@ impl<'a> RrTcp<'a> {
                     return self.last();
                 }
             }
-            let want = self.m.wants().min(buf.len()).min(BYTES - moved);
-            if want > 0 {
+            // Bytes read ahead go to the machine before the socket is read
+            // again, so that they keep their order.
+            if !ahead.is_empty() {
+                let n = self.m.on_bytes(ahead.bytes(), now);
+                ahead.consume(n);
+                progressed |= n > 0;
+            }
+            let want = self.m.wants();
+            if want > 0 && ahead.is_empty() && ahead.may_read() {
+                // Asking for more than the machine wants lets a short read
+                // show the socket drained (below); what it does not take
+                // waits in `ahead`, at most [`AHEAD`] bytes, and no read is
+                // made while any wait there.
+                let ask = (want + AHEAD).min(buf.len()).min(BYTES - moved);
                 calls += 1;
-                match (&*stream).read(&mut buf[..want]) {
+                match (&*stream).read(&mut buf[..ask]) {
                     Ok(0) => self.m.on_eof(),
                     Ok(n) => {
-                        // Reading at most what it wants, it takes it all.
                         let took = self.m.on_bytes(&buf[..n], now);
                         ahead.stash(&buf[took..n]);
                         moved += n;
                         progressed = true;
+                        // A TCP read shorter than asked took all that was
+                        // queued: the next read would only say it would
+                        // block, a system call on every round trip. The
+                        // socket is read again after its next readiness
+                        // (edge-triggered: every arrival is reported).
+                        if self.tcp && n < ask {
+                            ahead.drain();
+                        }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => ahead.drain(),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => progressed = true,
                     Err(_) => self.m.on_eof(),
                 }

@@ -37,6 +37,8 @@ pub(super) struct Answers {
     guard: SendGuard,
     /// A reply the rate limit keeps back until then.
     held: Option<(Instant, Vec<u8>)>,
+    /// A request read behind the held reply, answered after it.
+    behind: Option<(Vec<u8>, SocketAddr)>,
 }
 
 impl<'a> RrUdp<'a> {
@@ -72,6 +74,7 @@ impl<'a> RrUdp<'a> {
             sock: UdpSocket::from_std(sock),
             guard: limits.guard(&Arc::new(AtomicBool::new(false))),
             held: None,
+            behind: None,
         };
         Ok(Session::new(
             st,
@@ -121,37 +124,66 @@ impl Part for Answers {
                 Err(_) => m.halt(),
             }
         }
+        // A request read behind a reply the rate limit held back.
+        if let Some((d, from)) = self.behind.take()
+            && m.wants_datagrams()
+            && !self.answer(m, &d, from)
+        {
+            return false;
+        }
         while b.datagrams < BUDGET {
-            b.datagrams += 1;
             if !m.wants_datagrams() {
                 return false;
             }
-            let (n, from) = match self.sock.recv_from(buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                // ICMP errors (the client's port closed) and signals: the
-                // next datagram may still come.
-                Err(_) => continue,
-            };
-            let Some(reply) = m.on_datagram(&buf[..n], from, realtime_ns()) else {
-                continue;
-            };
-            // Replies may be larger than requests: the server's rate and
-            // byte limits hold for what it sends, whatever arrives.
-            match self.guard.try_admit(reply.len() as u64) {
-                Ok(None) => {
-                    // A reply the socket cannot take now is lost, as a
-                    // blocking send that failed was.
-                    match self.sock.send(reply) {
-                        Ok(_) => m.sent(),
-                        Err(_) => m.send_failed(),
-                    }
-                }
-                Ok(Some(at)) => {
-                    self.held = Some((at, reply.to_vec()));
+            if !m.is_answering() {
+                // The handshake: one at a time, as each may change what
+                // the next one means.
+                b.datagrams += 1;
+                let (n, from) = match self.sock.recv_from(buf) {
+                    Ok(r) => r,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                    // ICMP errors (the client's port closed) and signals:
+                    // the next datagram may still come.
+                    Err(_) => continue,
+                };
+                if !self.answer(m, &buf[..n], from) {
                     return false;
                 }
-                Err(_) => m.halt(),
+                continue;
+            }
+            let mut got = [(0, None); READ];
+            let (n, asked) = match recv_some(&self.sock, buf, &mut got) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(_) => {
+                    b.datagrams += 1;
+                    continue;
+                }
+            };
+            b.datagrams += n;
+            for (i, &(len, from)) in got[..n].iter().enumerate() {
+                let (d, from) = (&buf[i * SLOT..i * SLOT + len], from.unwrap_or(UNNAMED));
+                if !m.wants_datagrams() {
+                    // The last request was answered, or the session halted:
+                    // what came behind it is not.
+                    break;
+                }
+                if !self.answer(m, d, from) {
+                    // Its reply waits for the rate limit; the requests read
+                    // behind it wait for their turn (one, as READ is two).
+                    if let Some(&(len, from)) = got[..n].get(i + 1) {
+                        let at = (i + 1) * SLOT;
+                        self.behind = Some((buf[at..at + len].to_vec(), from.unwrap_or(UNNAMED)));
+                    }
+                    return false;
+                }
+            }
+            // Fewer than asked for: the socket is drained, and another read
+            // would only say it would block, a system call on every round
+            // trip. The next datagram's readiness wakes the session
+            // (edge-triggered: every arrival is reported).
+            if n < asked {
+                return false;
             }
         }
         true
@@ -164,4 +196,106 @@ impl Part for Answers {
     fn moved(&self, m: &Answerer) -> Moved {
         Moved::from(&m.summary())
     }
+}
+
+impl Answers {
+    /// Answers datagram `d` from `from` if it is a request owed a reply:
+    /// false when the rate limit holds the reply back.
+    fn answer(&mut self, m: &mut Answerer, d: &[u8], from: SocketAddr) -> bool {
+        let Some(reply) = m.on_datagram(d, from, realtime_ns()) else {
+            return true;
+        };
+        // Replies may be larger than requests: the server's rate and byte
+        // limits hold for what it sends, whatever arrives.
+        match self.guard.try_admit(reply.len() as u64) {
+            Ok(None) => {
+                // A reply the socket cannot take now is lost, as a blocking
+                // send that failed was.
+                match self.sock.send(reply) {
+                    Ok(_) => m.sent(),
+                    Err(_) => m.send_failed(),
+                }
+                true
+            }
+            Ok(Some(at)) => {
+                self.held = Some((at, reply.to_vec()));
+                false
+            }
+            Err(_) => {
+                m.halt();
+                true
+            }
+        }
+    }
+}
+
+/// Datagrams one read asks for while requests are answered: more than
+/// one, so that a read taking fewer shows the socket drained. Two: a
+/// client waits for each reply, and a reply the rate limit holds back
+/// holds one request behind it.
+const READ: usize = 2;
+/// Bytes of the loop's buffer each of them may fill: any datagram.
+const SLOT: usize = 64 * 1024;
+const _: () = assert!(SLOT >= crate::protocol::udp::header::MAX_DATAGRAM);
+const _: () = assert!(READ * SLOT <= super::tcp::SERVER_BUFFER);
+
+/// Where a datagram whose sender the kernel did not name came from: no
+/// client's address, so the machine ignores it.
+const UNNAMED: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
+
+/// Reads up to [`READ`] datagrams in one `recvmmsg`, the `i`th into
+/// `buf[i * SLOT..]`: how many came and how many were asked for (fewer if
+/// `buf` has fewer slots), each one's length and sender in `got`.
+/// WouldBlock when none waits.
+fn recv_some(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    got: &mut [(usize, Option<SocketAddr>); READ],
+) -> io::Result<(usize, usize)> {
+    use socket2::{SockAddr, SockAddrStorage};
+    use std::os::fd::AsRawFd;
+    let mut names = [SockAddrStorage::zeroed(), SockAddrStorage::zeroed()];
+    let mut iov: Vec<libc::iovec> = buf
+        .chunks_exact_mut(SLOT)
+        .take(READ)
+        .map(|c| libc::iovec {
+            iov_base: c.as_mut_ptr().cast(),
+            iov_len: SLOT,
+        })
+        .collect();
+    // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+    let mut msgs: [libc::mmsghdr; READ] = unsafe { std::mem::zeroed() };
+    for ((h, v), name) in msgs.iter_mut().zip(iov.iter_mut()).zip(names.iter_mut()) {
+        h.msg_hdr.msg_iov = v;
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_namelen = name.size_of();
+        h.msg_hdr.msg_name = (name as *mut SockAddrStorage).cast();
+    }
+    // SAFETY: each of the first `iov.len()` messages points at its own
+    // slot of `buf` and its own address storage, all outliving the call;
+    // the kernel writes within the lengths given.
+    let r = unsafe {
+        libc::recvmmsg(
+            sock.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            iov.len() as u32,
+            // c_int in glibc's prototype, unsigned in musl's (static builds).
+            libc::MSG_DONTWAIT as _,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = r as usize;
+    for ((g, h), name) in got.iter_mut().zip(&msgs[..n]).zip(names) {
+        // SAFETY: the kernel wrote a socket address of `msg_namelen`
+        // bytes there.
+        let from = unsafe { SockAddr::new(name, h.msg_hdr.msg_namelen) };
+        *g = (h.msg_len as usize, from.as_socket());
+    }
+    Ok((n, iov.len()))
 }
