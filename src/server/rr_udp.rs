@@ -152,7 +152,8 @@ impl Part for Answers {
                 continue;
             }
             let mut got = [(0, None); READ];
-            let (n, asked) = match recv_some(&self.sock, buf, &mut got) {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sock);
+            let (n, asked) = match crate::udp::mmsg::recv_named(fd, buf, SLOT, &mut got) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(_) => {
@@ -245,57 +246,3 @@ const UNNAMED: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::UNSPECIFIED,
     0,
 ));
-
-/// Reads up to [`READ`] datagrams in one `recvmmsg`, the `i`th into
-/// `buf[i * SLOT..]`: how many came and how many were asked for (fewer if
-/// `buf` has fewer slots), each one's length and sender in `got`.
-/// WouldBlock when none waits.
-fn recv_some(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    got: &mut [(usize, Option<SocketAddr>); READ],
-) -> io::Result<(usize, usize)> {
-    use socket2::{SockAddr, SockAddrStorage};
-    use std::os::fd::AsRawFd;
-    let mut names = [SockAddrStorage::zeroed(), SockAddrStorage::zeroed()];
-    let mut iov: Vec<libc::iovec> = buf
-        .chunks_exact_mut(SLOT)
-        .take(READ)
-        .map(|c| libc::iovec {
-            iov_base: c.as_mut_ptr().cast(),
-            iov_len: SLOT,
-        })
-        .collect();
-    // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
-    let mut msgs: [libc::mmsghdr; READ] = unsafe { std::mem::zeroed() };
-    for ((h, v), name) in msgs.iter_mut().zip(iov.iter_mut()).zip(names.iter_mut()) {
-        h.msg_hdr.msg_iov = v;
-        h.msg_hdr.msg_iovlen = 1;
-        h.msg_hdr.msg_namelen = name.size_of();
-        h.msg_hdr.msg_name = (name as *mut SockAddrStorage).cast();
-    }
-    // SAFETY: each of the first `iov.len()` messages points at its own
-    // slot of `buf` and its own address storage, all outliving the call;
-    // the kernel writes within the lengths given.
-    let r = unsafe {
-        libc::recvmmsg(
-            sock.as_raw_fd(),
-            msgs.as_mut_ptr(),
-            iov.len() as u32,
-            // c_int in glibc's prototype, unsigned in musl's (static builds).
-            libc::MSG_DONTWAIT as _,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = r as usize;
-    for ((g, h), name) in got.iter_mut().zip(&msgs[..n]).zip(names) {
-        // SAFETY: the kernel wrote a socket address of `msg_namelen`
-        // bytes there.
-        let from = unsafe { SockAddr::new(name, h.msg_hdr.msg_namelen) };
-        *g = (h.msg_len as usize, from.as_socket());
-    }
-    Ok((n, iov.len()))
-}

@@ -4,7 +4,7 @@
 //! in `protocol::udp`.
 
 pub mod client;
-mod mmsg;
+pub(crate) mod mmsg;
 pub mod receive;
 pub mod send;
 pub mod serve;
