@@ -12,6 +12,17 @@ use crate::protocol::budget::{Admit, Budget, Exceeded};
 /// Longest single sleep of a guarded wait.
 pub const SLICE: Duration = Duration::from_millis(100);
 
+/// What the server's limits let a send do, for a sender on an event loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// It leaves now.
+    Go,
+    /// Not yet (a rate limit): the same bytes are offered again later.
+    Hold,
+    /// Never: the session sends no more.
+    Halt,
+}
+
 /// Why a guarded send or wait gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Halt {
@@ -103,6 +114,26 @@ impl SendGuard {
         }
     }
 
+    /// [`SendGuard::try_admit`] for a session on an event loop that keeps
+    /// the time the rate limit last named in `held`: before then it holds
+    /// without asking; asked, a wait is kept in `held` and a go clears it.
+    pub fn gate(&self, n: u64, held: &mut Option<Instant>, now: Instant) -> Gate {
+        if held.is_some_and(|at| now < at) {
+            return Gate::Hold;
+        }
+        match self.try_admit(n) {
+            Ok(None) => {
+                *held = None;
+                Gate::Go
+            }
+            Ok(Some(at)) => {
+                *held = Some(at);
+                Gate::Hold
+            }
+            Err(_) => Gate::Halt,
+        }
+    }
+
     /// Sleeps until `due`, in slices, giving up when the session stops or
     /// its deadline passes first.
     pub fn sleep_until(&self, due: Instant) -> Result<(), Halt> {
@@ -146,6 +177,33 @@ mod tests {
         assert_eq!(r, Err(Halt::Stopped));
         assert!(took < Duration::from_secs(5), "{took:?}");
         assert_eq!(h2.join().unwrap(), Err(Halt::Stopped));
+    }
+
+    #[test]
+    fn a_gate_holds_until_the_time_the_rate_limit_named_then_asks_again() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let g = SendGuard::new(
+            8_000,
+            u64::MAX,
+            Duration::from_secs(3600),
+            Arc::clone(&stop),
+        );
+        let now = Instant::now();
+        let mut held = Some(now);
+        assert_eq!(
+            g.gate(100_000, &mut held, now),
+            Gate::Go,
+            "a time passed is asked"
+        );
+        assert_eq!(held, None, "a go clears it");
+        assert_eq!(g.gate(1, &mut held, now), Gate::Hold, "the bucket is empty");
+        let at = held.expect("the time to ask again");
+        assert!(at > now);
+        // Before then it does not ask: a stop is not seen yet.
+        stop.store(true, SeqCst);
+        assert_eq!(g.gate(1, &mut held, now), Gate::Hold);
+        assert_eq!(held, Some(at));
+        assert_eq!(g.gate(1, &mut held, at), Gate::Halt);
     }
 
     #[test]

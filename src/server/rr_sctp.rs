@@ -27,7 +27,7 @@ use super::control::TestSlots;
 use super::loop_session::unusable;
 use super::loop_turn::{BUDGET, Budget, Part, Session};
 use super::metrics::{Kind, Moved};
-use crate::guard::SendGuard;
+use crate::guard::{Gate, SendGuard};
 use crate::protocol::proto::RrSpec;
 use crate::protocol::refusal::Refusal;
 use crate::protocol::rr::seq_answer::{SeqAnswerer, Terms};
@@ -141,21 +141,12 @@ impl Messages {
             return Owed::Clear;
         };
         if !self.admitted {
-            if self.held.is_some_and(|at| now < at) {
-                return Owed::Waits;
-            }
             // Replies may be larger than requests: the server's rate and
             // byte limits hold for what it sends, whatever arrives.
-            match self.guard.try_admit(reply.len() as u64) {
-                Ok(None) => {
-                    self.held = None;
-                    self.admitted = true;
-                }
-                Ok(Some(at)) => {
-                    self.held = Some(at);
-                    return Owed::Waits;
-                }
-                Err(_) => {
+            match self.guard.gate(reply.len() as u64, &mut self.held, now) {
+                Gate::Go => self.admitted = true,
+                Gate::Hold => return Owed::Waits,
+                Gate::Halt => {
                     m.halt(now);
                     return Owed::Clear;
                 }

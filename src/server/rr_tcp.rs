@@ -25,7 +25,7 @@ use super::control::TestSlots;
 use super::loop_session::Who;
 use super::loop_turn::Turn;
 use super::metrics::{Kind, Moved};
-use crate::guard::SendGuard;
+use crate::guard::{Gate, SendGuard};
 use crate::net::ahead::{AHEAD, ReadAhead};
 use crate::net::out::Out;
 use crate::protocol::proto::RrSpec;
@@ -130,18 +130,13 @@ impl<'a> RrTcp<'a> {
         let (mut moved, mut calls, first) = (0usize, 0usize, self.m.answered());
         loop {
             self.m.on_timeout(now);
-            if let Some(n) = self.m.admission()
-                && self.held.is_none_or(|at| now >= at)
-            {
+            if let Some(n) = self.m.admission() {
                 // Replies may be larger than requests: the server's rate
                 // and byte limits hold for what it sends.
-                match self.guard.try_admit(n) {
-                    Ok(None) => {
-                        self.held = None;
-                        self.m.admitted(now);
-                    }
-                    Ok(Some(at)) => self.held = Some(at),
-                    Err(_) => self.m.halt(now),
+                match self.guard.gate(n, &mut self.held, now) {
+                    Gate::Go => self.m.admitted(now),
+                    Gate::Hold => {}
+                    Gate::Halt => self.m.halt(now),
                 }
             }
             if self.m.is_over() {

@@ -44,7 +44,7 @@ use crate::protocol::proto::UdpSpec;
 use crate::protocol::refusal::Refusal;
 use crate::protocol::udp::outflow::{Action, Outflow, Terms};
 use crate::protocol::udp::sent::SenderReport;
-use crate::udp::send::{Departures, Gate, SenderConfig, run_sender};
+use crate::udp::send::{Departures, SenderConfig, run_sender};
 
 /// Fastest stream sent on the loop's timers, datagrams a second: the
 /// loop's timers are as fine as a millisecond (epoll), so a faster stream
@@ -368,14 +368,7 @@ impl Sends {
                         Some(_) => {}
                     }
                     *batches += 1;
-                    let gate = |n| match guard.try_admit(n) {
-                        Ok(None) => Gate::Go,
-                        Ok(Some(at)) => {
-                            *hold = Some(at);
-                            Gate::Hold
-                        }
-                        Err(_) => Gate::Halt,
-                    };
+                    let gate = |n| guard.gate(n, hold, now);
                     if !d.send_due(&self.sock, el, gate) {
                         break;
                     }

@@ -368,16 +368,9 @@ fn send_batch(
     }
 }
 
-/// What a sender's owner lets a batch do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    /// It leaves now.
-    Go,
-    /// Not yet (a rate limit): the same batch is offered again next time.
-    Hold,
-    /// Never: the sender stops.
-    Halt,
-}
+/// What a sender's owner lets a batch do (held: the same batch is
+/// offered again next time).
+pub use crate::guard::Gate;
 
 /// A sender's schedule, buffers and accounts, without its waiting: the
 /// blocking sender ([`run_sender`]) sleeps or spins to each departure, an
