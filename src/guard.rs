@@ -116,7 +116,8 @@ impl SendGuard {
 
     /// [`SendGuard::try_admit`] for a session on an event loop that keeps
     /// the time the rate limit last named in `held`: before then it holds
-    /// without asking; asked, a wait is kept in `held` and a go clears it.
+    /// without asking; asked, a wait is kept in `held`, and a go or a halt
+    /// clears it.
     pub fn gate(&self, n: u64, held: &mut Option<Instant>, now: Instant) -> Gate {
         if held.is_some_and(|at| now < at) {
             return Gate::Hold;
@@ -130,7 +131,10 @@ impl SendGuard {
                 *held = Some(at);
                 Gate::Hold
             }
-            Err(_) => Gate::Halt,
+            Err(_) => {
+                *held = None;
+                Gate::Halt
+            }
         }
     }
 
@@ -204,6 +208,7 @@ mod tests {
         assert_eq!(g.gate(1, &mut held, now), Gate::Hold);
         assert_eq!(held, Some(at));
         assert_eq!(g.gate(1, &mut held, at), Gate::Halt);
+        assert_eq!(held, None, "nothing is waited for after a halt");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::control::TestSlots;
 use super::limits::GRACE;
 use super::loop_turn::{BUDGET, Budget, Part, Session};
 use super::metrics::{Kind, Moved};
-use crate::guard::SendGuard;
+use crate::guard::{Gate, SendGuard};
 use crate::net::realtime_ns;
 use crate::protocol::proto::RrSpec;
 use crate::protocol::refusal::Refusal;
@@ -35,8 +35,9 @@ pub(super) type RrUdp<'a> = Session<'a, Answers>;
 pub(super) struct Answers {
     sock: UdpSocket,
     guard: SendGuard,
-    /// A reply the rate limit keeps back until then.
-    held: Option<(Instant, Vec<u8>)>,
+    /// A reply the rate limit keeps back, and until when.
+    held: Option<Vec<u8>>,
+    held_until: Option<Instant>,
     /// A request read behind the held reply, answered after it.
     behind: Option<(Vec<u8>, SocketAddr)>,
 }
@@ -74,6 +75,7 @@ impl<'a> RrUdp<'a> {
             sock: UdpSocket::from_std(sock),
             guard: limits.guard(&Arc::new(AtomicBool::new(false))),
             held: None,
+            held_until: None,
             behind: None,
         };
         Ok(Session::new(
@@ -107,27 +109,26 @@ impl Part for Answers {
         now: Instant,
         b: &mut Budget,
     ) -> bool {
-        if let Some((at, reply)) = self.held.take() {
-            if now < at {
-                self.held = Some((at, reply));
-                return false;
-            }
-            match self.guard.try_admit(reply.len() as u64) {
-                Ok(None) => match self.sock.send(&reply) {
+        if let Some(reply) = self.held.take() {
+            match self
+                .guard
+                .gate(reply.len() as u64, &mut self.held_until, now)
+            {
+                Gate::Go => match self.sock.send(&reply) {
                     Ok(_) => m.sent(),
                     Err(_) => m.send_failed(),
                 },
-                Ok(Some(at)) => {
-                    self.held = Some((at, reply));
+                Gate::Hold => {
+                    self.held = Some(reply);
                     return false;
                 }
-                Err(_) => m.halt(),
+                Gate::Halt => m.halt(),
             }
         }
         // A request read behind a reply the rate limit held back.
         if let Some((d, from)) = self.behind.take()
             && m.wants_datagrams()
-            && !self.answer(m, &d, from)
+            && !self.answer(m, &d, from, now)
         {
             return false;
         }
@@ -146,7 +147,7 @@ impl Part for Answers {
                     // the next datagram may still come.
                     Err(_) => continue,
                 };
-                if !self.answer(m, &buf[..n], from) {
+                if !self.answer(m, &buf[..n], from, now) {
                     return false;
                 }
                 continue;
@@ -169,7 +170,7 @@ impl Part for Answers {
                     // what came behind it is not.
                     break;
                 }
-                if !self.answer(m, d, from) {
+                if !self.answer(m, d, from, now) {
                     // Its reply waits for the rate limit; the requests read
                     // behind it wait for their turn (one, as READ is two).
                     if let Some(&(len, from)) = got[..n].get(i + 1) {
@@ -191,7 +192,7 @@ impl Part for Answers {
     }
 
     fn wake(&self) -> Option<Instant> {
-        self.held.as_ref().map(|(at, _)| *at)
+        self.held.as_ref().and(self.held_until)
     }
 
     fn moved(&self, m: &Answerer) -> Moved {
@@ -200,16 +201,19 @@ impl Part for Answers {
 }
 
 impl Answers {
-    /// Answers datagram `d` from `from` if it is a request owed a reply:
-    /// false when the rate limit holds the reply back.
-    fn answer(&mut self, m: &mut Answerer, d: &[u8], from: SocketAddr) -> bool {
+    /// Answers datagram `d` from `from`, at `now`, if it is a request owed
+    /// a reply: false when the rate limit holds the reply back.
+    fn answer(&mut self, m: &mut Answerer, d: &[u8], from: SocketAddr, now: Instant) -> bool {
         let Some(reply) = m.on_datagram(d, from, realtime_ns()) else {
             return true;
         };
         // Replies may be larger than requests: the server's rate and byte
         // limits hold for what it sends, whatever arrives.
-        match self.guard.try_admit(reply.len() as u64) {
-            Ok(None) => {
+        match self
+            .guard
+            .gate(reply.len() as u64, &mut self.held_until, now)
+        {
+            Gate::Go => {
                 // A reply the socket cannot take now is lost, as a blocking
                 // send that failed was.
                 match self.sock.send(reply) {
@@ -218,11 +222,11 @@ impl Answers {
                 }
                 true
             }
-            Ok(Some(at)) => {
-                self.held = Some((at, reply.to_vec()));
+            Gate::Hold => {
+                self.held = Some(reply.to_vec());
                 false
             }
-            Err(_) => {
+            Gate::Halt => {
                 m.halt();
                 true
             }
