@@ -15,13 +15,11 @@ use netrig::protocol::udp::header::{HEADER_LEN, Header, fill_payload};
 use netrig::protocol::udp::pace::Pacing;
 use netrig::protocol::udp::track::{ReceiverStats, UdpInterval};
 use netrig::udp::client::{UdpClientConfig, UdpObserver, UdpReport, run};
-use netrig::udp::receive::{
-    PacketRow, ReceiverConfig, ReceiverSink, Until, enable_gro, run_receiver,
-};
+use netrig::udp::receive::{PacketRow, Receiver, ReceiverConfig, ReceiverSink, enable_gro};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 use udp_relay::{Impair, UdpRelay};
 
@@ -164,20 +162,20 @@ fn impairments_inside_coalesced_buffers_are_counted_per_datagram() {
     };
     let stats = ReceiverStats::new(50_000, 100);
     let stop = AtomicBool::new(false);
-    // A safety net only: the sink stops the receiver once every row came.
-    let deadline = AtomicU64::new(20_000_000_000);
     let mut sink = Rows {
         rows: Vec::new(),
         want: wire.len(),
         stop: &stop,
     };
-    let until = Until {
-        stop: &stop,
-        deadline_ns: &deadline,
-        start: Instant::now(),
-    };
-    let (stats, r) = run_receiver(&rx, &cfg, stats, until, &mut sink);
-    r.unwrap();
+    let start = Instant::now();
+    let mut receiver = Receiver::new(&rx, &cfg, stats, start).unwrap();
+    // A safety net only: the sink says when every row came.
+    while !stop.load(SeqCst) && start.elapsed() < Duration::from_secs(20) {
+        if !receiver.read(&rx, &mut sink).unwrap() {
+            netrig::net::wait_readable(&rx, Duration::from_millis(100));
+        }
+    }
+    let stats = receiver.finish(start.elapsed(), &mut sink);
     let t = stats.totals(Some(N));
     assert_eq!(
         sink.rows.len(),

@@ -188,7 +188,7 @@ impl Receives {
                 )
             };
             match recv_batch(&self.sock, &mut buf[..room], slots, &mut control, &mut lens) {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 // ICMP errors (the client's port closed) and signals: the
                 // next datagram may still come.

@@ -5,22 +5,24 @@
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use super::receive::{PacketRow, ReceiverSink, Until, run_receiver};
+pub use super::drive::UdpObserver;
+use super::drive::{Ends, Worker, drive};
+use super::receive::Receiver;
 use super::send::run_sender;
 use super::serve::{drain_for, receiver_config, receiver_stats, sender_config};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
-use crate::protocol::proto::{Message, TestSpec, UdpSpec, read_message};
+use crate::protocol::proto::{Message, TestSpec, UdpSpec};
 use crate::protocol::sockopts::SockOpts;
-use crate::protocol::udp::client_machine::{Action, Bounds, ClientMachine, Input, Shown};
+use crate::protocol::udp::client_machine::{Bounds, ClientMachine};
 use crate::protocol::udp::clock::{ClockSample, Offset, estimate};
 use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
 use crate::protocol::udp::sent::SenderReport;
-use crate::protocol::udp::track::{BurstReport, ReceiverStats, UdpInterval, UdpTotals};
+use crate::protocol::udp::track::{BurstReport, UdpInterval, UdpTotals};
 
 /// Everything a UDP client run needs.
 #[derive(Debug, Clone, Serialize)]
@@ -62,22 +64,6 @@ pub struct UdpClientConfig {
     pub connect_timeout: Option<Duration>,
 }
 
-/// Receives the run's output as it happens.
-pub trait UdpObserver {
-    /// The server has accepted the test and the clock offset is known
-    /// (`None`: clocks trusted); the stream starts now.
-    fn started(&mut self) {}
-    /// The clock offset the delays are corrected with, told just before
-    /// [`UdpObserver::started`].
-    fn clock(&mut self, _offset: Option<Offset>) {}
-    /// A receiver interval ended (whichever end received).
-    fn interval(&mut self, iv: &UdpInterval);
-    /// A datagram arrived at the client (only with `per_packet`).
-    fn packet(&mut self, row: &PacketRow);
-    /// A burst ended (burst mode).
-    fn burst(&mut self, _b: &BurstReport) {}
-}
-
 /// What a UDP run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct UdpReport {
@@ -117,15 +103,6 @@ pub struct UdpReport {
     /// never started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<crate::protocol::cpu::CpuBoth>,
-}
-
-enum Arrived {
-    Interval(UdpInterval),
-    Burst(BurstReport),
-    Packet(PacketRow),
-    Control(Result<Message, crate::protocol::proto::ReadError>),
-    SenderDone(SenderReport),
-    ReceiverDone(Box<ReceiverStats>),
 }
 
 /// Buffer sizes and options for a client's data socket.
@@ -189,54 +166,74 @@ pub(crate) fn data_socket(
     Ok(s.into())
 }
 
-/// Sends handshake datagrams until the server's probe arrives; returns its nonce.
+/// How often a handshake datagram is sent until the server's probe comes,
+/// and for how long at most.
+const HANDSHAKE_EVERY: Duration = Duration::from_millis(50);
+const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
+
+/// Sends handshake datagrams until the server's probe arrives; returns its
+/// nonce. One thread: the datagrams go out between waits on the control
+/// connection and then on the data socket.
 pub(crate) fn prove_reachability(
     c: &mut Control,
     sock: &UdpSocket,
     token: u64,
 ) -> Result<u64, ClientError> {
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let mut d = [0u8; HEADER_LEN];
-            let t0 = Instant::now();
-            while !done.load(SeqCst) && t0.elapsed() < Duration::from_secs(5) {
-                Header {
-                    flags: FLAG_HANDSHAKE,
-                    stream: 0,
-                    seq: token,
-                    send_ns: realtime_ns(),
-                    payload_len: 0,
-                }
-                .write(&mut d);
-                let _ = sock.send(&d);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        let r = (|| {
-            match c.call(&Message::UdpHandshake { token })? {
-                Message::UdpProbed => {}
+    let t0 = Instant::now();
+    let mut next = t0;
+    // A handshake datagram if one is due (and the time for them is not over).
+    let mut handshake = |now: Instant| {
+        if now < next || now.duration_since(t0) >= HANDSHAKE_FOR {
+            return;
+        }
+        let mut d = [0u8; HEADER_LEN];
+        Header {
+            flags: FLAG_HANDSHAKE,
+            stream: 0,
+            seq: token,
+            send_ns: realtime_ns(),
+            payload_len: 0,
+        }
+        .write(&mut d);
+        let _ = sock.send(&d);
+        next = now + HANDSHAKE_EVERY;
+    };
+    handshake(t0);
+    c.send(&Message::UdpHandshake { token })?;
+    // The server's word that it found us, as long as a control reply may
+    // take (the connection's read timeout).
+    let within = c
+        .stream
+        .read_timeout()
+        .ok()
+        .flatten()
+        .unwrap_or(Duration::from_secs(10));
+    loop {
+        if crate::net::wait_readable(&c.stream, HANDSHAKE_EVERY) {
+            match c.recv()? {
+                Message::UdpProbed => break,
                 m => return Err(c.unexpected(m)),
             }
-            sock.set_read_timeout(Some(Duration::from_millis(100)))
-                .map_err(|e| c.failed(e.to_string()))?;
-            let t0 = Instant::now();
-            let mut buf = [0u8; 2048];
-            while t0.elapsed() < Duration::from_secs(3) {
-                if let Ok(n) = sock.recv(&mut buf)
-                    && let Ok(h) = Header::read(&buf[..n])
-                    && h.flags & FLAG_HANDSHAKE != 0
-                {
-                    return Ok(h.seq);
-                }
-            }
-            Err(c.failed(
-                "the server's probe datagram never arrived (is UDP blocked towards this host?)",
-            ))
-        })();
-        done.store(true, SeqCst);
-        r
-    })
+        }
+        if t0.elapsed() > within {
+            return Err(c.failed("the server never said it saw a handshake datagram"));
+        }
+        handshake(Instant::now());
+    }
+    sock.set_read_timeout(Some(HANDSHAKE_EVERY))
+        .map_err(|e| c.failed(e.to_string()))?;
+    let t1 = Instant::now();
+    let mut buf = [0u8; 2048];
+    while t1.elapsed() < Duration::from_secs(3) {
+        if let Ok(n) = sock.recv(&mut buf)
+            && let Ok(h) = Header::read(&buf[..n])
+            && h.flags & FLAG_HANDSHAKE != 0
+        {
+            return Ok(h.seq);
+        }
+        handshake(Instant::now());
+    }
+    Err(c.failed("the server's probe datagram never arrived (is UDP blocked towards this host?)"))
 }
 
 pub(crate) fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
@@ -346,74 +343,29 @@ pub fn run_with_offset(
     }
     let _ = c.stream.set_read_timeout(None);
 
-    let (tx, rx) = mpsc::channel::<Arrived>();
-    let reader = c.stream.try_clone().map_err(|e| c.failed(e.to_string()))?;
-    let txc = tx.clone();
-    std::thread::spawn(move || {
-        let mut r = reader;
-        loop {
-            let m = read_message(&mut r);
-            let end =
-                m.is_err() || matches!(m, Ok(Message::Summary(_)) | Ok(Message::Error { .. }));
-            if txc.send(Arrived::Control(m)).is_err() || end {
-                return;
-            }
-        }
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let deadline = Arc::new(AtomicU64::new(0));
     let cpu_start = crate::net::cpu::sample();
-    {
-        let (sock, stop, tx) = (Arc::clone(&sock), Arc::clone(&stop), tx.clone());
-        let spec = spec.clone();
-        if spec.reverse {
-            let deadline = Arc::clone(&deadline);
-            let per_packet = cfg.per_packet;
-            std::thread::spawn(move || {
-                let _cpu = crate::net::cpu::EndNote;
-                let rc = receiver_config(&spec, -theta, c.datagram_key);
-                let stats = receiver_stats(&spec);
-                /// Forwards the receiver's output to the event loop.
-                struct ToLoop(mpsc::Sender<Arrived>, bool);
-                impl ReceiverSink for ToLoop {
-                    fn interval(&mut self, iv: UdpInterval) {
-                        let _ = self.0.send(Arrived::Interval(iv));
-                    }
-                    fn packet(&mut self, p: &PacketRow) {
-                        if self.1 {
-                            let _ = self.0.send(Arrived::Packet(p.clone()));
-                        }
-                    }
-                    fn burst(&mut self, b: BurstReport) {
-                        let _ = self.0.send(Arrived::Burst(b));
-                    }
-                }
-                let until = Until {
-                    stop: &stop,
-                    deadline_ns: &deadline,
-                    start: epoch,
-                };
-                let (stats, _) = run_receiver(
-                    &sock,
-                    &rc,
-                    stats,
-                    until,
-                    &mut ToLoop(tx.clone(), per_packet),
-                );
-                let _ = tx.send(Arrived::ReceiverDone(Box::new(stats)));
-            });
-        } else {
-            std::thread::spawn(move || {
-                let _cpu = crate::net::cpu::EndNote;
-                let _ = tx.send(Arrived::SenderDone(run_sender(
-                    &sock,
-                    &sender_config(&spec, c.datagram_key),
-                    &stop,
-                )));
-            });
+    let worker = if spec.reverse {
+        let rc = receiver_config(spec, -theta, c.datagram_key);
+        let rx = Receiver::new(&sock, &rc, receiver_stats(spec), epoch)
+            .map_err(|e| c.failed(format!("data socket: {e}")))?;
+        Worker::Receives {
+            rx: Box::new(rx),
+            deadline: None,
+            stop: false,
         }
-    }
-    drop(tx);
+    } else {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sock, stop2) = (Arc::clone(&sock), Arc::clone(&stop));
+        let cfg = sender_config(spec, c.datagram_key);
+        let handle = std::thread::Builder::new()
+            .name("udp-sender".into())
+            .spawn(move || {
+                let _cpu = crate::net::cpu::EndNote;
+                run_sender(&sock, &cfg, &stop2)
+            })
+            .map_err(|e| c.failed(format!("starting the sender: {e}")))?;
+        Worker::Sends { stop, handle }
+    };
 
     let local_addr = sock.local_addr().ok();
     let mut machine = ClientMachine::new(
@@ -426,45 +378,14 @@ pub fn run_with_offset(
             grace: crate::control::STOP_GRACE,
         },
     );
-    let mut actions = Vec::new();
-    loop {
-        // What the last input asked for is carried out with what the time
-        // asks for, in that order.
-        machine.tick(
-            epoch.elapsed(),
-            interrupt.load(SeqCst),
-            crate::control::hurried(),
-            &mut actions,
-        );
-        let mut io = Io {
-            c: &mut c,
-            stop: &stop,
-            deadline: &deadline,
-            obs: &mut *obs,
-        };
-        io.perform(&mut actions, &mut machine, epoch);
-        if machine.is_over() {
-            break;
-        }
-        let input = match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Arrived::Packet(p)) => {
-                obs.packet(&p);
-                continue;
-            }
-            Ok(Arrived::Interval(iv)) => Input::Interval(iv),
-            Ok(Arrived::Burst(b)) => Input::Burst(b),
-            Ok(Arrived::Control(Ok(m))) => Input::Message(m),
-            Ok(Arrived::Control(Err(_))) => Input::ControlLost,
-            Ok(Arrived::SenderDone(s)) => Input::SenderDone(s),
-            Ok(Arrived::ReceiverDone(s)) => Input::ReceiverDone(s),
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                machine.worker_gone();
-                break;
-            }
-        };
-        machine.on(epoch.elapsed(), input, &mut actions);
-    }
+    let ends = Ends {
+        c: &mut c,
+        sock: &sock,
+        interrupt: &interrupt,
+        obs,
+        per_packet: cfg.per_packet,
+    };
+    drive(ends, worker, &mut machine, epoch);
     let end = machine.finish();
     let server_cpu = end.server_cpu;
     let mut rep = UdpReport {
@@ -488,34 +409,4 @@ pub fn run_with_offset(
     let local = crate::protocol::cpu::CpuUsage::between(&cpu_start, &crate::net::cpu::sample());
     rep.cpu = Some(crate::protocol::cpu::CpuBoth::new(local, server_cpu));
     Ok(rep)
-}
-
-/// What the machine's actions act on.
-struct Io<'a> {
-    c: &'a mut Control,
-    stop: &'a AtomicBool,
-    deadline: &'a AtomicU64,
-    obs: &'a mut dyn UdpObserver,
-}
-
-impl Io<'_> {
-    /// Carries out what the machine asked for; a control write that fails
-    /// is fed back to it.
-    fn perform(&mut self, actions: &mut Vec<Action>, machine: &mut ClientMachine, epoch: Instant) {
-        while !actions.is_empty() {
-            for a in std::mem::take(actions) {
-                match a {
-                    Action::Send(m) => {
-                        if self.c.send(&m).is_err() {
-                            machine.on(epoch.elapsed(), Input::ControlLost, actions);
-                        }
-                    }
-                    Action::Show(Shown::Interval(iv)) => self.obs.interval(&iv),
-                    Action::Show(Shown::Burst(b)) => self.obs.burst(&b),
-                    Action::StopWorker => self.stop.store(true, SeqCst),
-                    Action::DrainUntil(at) => self.deadline.store(at.as_nanos() as u64, SeqCst),
-                }
-            }
-        }
-    }
 }

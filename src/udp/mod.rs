@@ -4,6 +4,7 @@
 //! in `protocol::udp`.
 
 pub mod client;
+mod drive;
 pub(crate) mod mmsg;
 pub mod receive;
 pub mod send;

@@ -5,8 +5,7 @@
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) use super::mmsg::BATCH;
 use super::mmsg::Mmsg;
@@ -17,67 +16,97 @@ use crate::protocol::udp::track::ReceiverStats;
 
 pub use crate::protocol::udp::reception::{MediaPlan, PacketRow, ReceiverConfig, ReceiverSink};
 
-/// When a receiver stops, and the time base its intervals use.
-#[derive(Clone, Copy)]
-pub struct Until<'a> {
-    /// Stop now.
-    pub stop: &'a AtomicBool,
-    /// Stop once the clock passes this many ns after `start` (0 = no deadline yet).
-    pub deadline_ns: &'a AtomicU64,
-    /// Time zero of the receiver's intervals.
-    pub start: Instant,
+/// Batches of datagrams one [`Receiver::read`] takes at most before its
+/// caller looks at its other work (the control connection, the clock).
+pub const READ_BUDGET: usize = 16;
+
+/// The client's UDP receiver on a non-blocking socket: datagrams batched
+/// with `recvmmsg`, each with the kernel's receive timestamp, handed to the
+/// one receiving core ([`Reception`]) with the intervals as they end. Its
+/// caller waits for the socket (poll) and feeds the clock.
+pub struct Receiver {
+    r: Reception,
+    buf: Vec<u8>,
+    slots: Slots,
+    control: Vec<[u8; CMSG_SPACE]>,
+    got: Vec<Received>,
+    /// Time zero of the intervals.
+    start: std::time::Instant,
 }
 
-/// Receives until `until` says stop, handing every datagram and every
-/// interval to the one receiving core ([`Reception`]), and returns the
-/// accounts with how receiving ended.
-pub fn run_receiver(
-    sock: &UdpSocket,
-    cfg: &ReceiverConfig,
-    stats: ReceiverStats,
-    until: Until<'_>,
-    sink: &mut dyn ReceiverSink,
-) -> (ReceiverStats, io::Result<()>) {
-    if let Err(e) = sock.set_read_timeout(Some(Duration::from_millis(20))) {
-        return (stats, Err(e));
-    }
-    let mut slots = Slots::for_datagrams(cfg.slot());
-    if cfg.offload && enable_gro(sock) {
-        slots = Slots::COALESCED;
-    }
-    let mut buf = vec![0u8; slots.size * slots.count];
-    let Until {
-        stop,
-        deadline_ns,
-        start,
-    } = until;
-    let mut control = vec![[0u8; CMSG_SPACE]; slots.count];
-    enable_rx_timestamps(sock);
-    enable_rx_tos(sock);
-    let mut r = Reception::new(cfg.clone(), stats);
-    let mut got = Vec::with_capacity(BATCH);
-    loop {
-        let el = start.elapsed();
-        r.on_time(el, sink);
-        let dl = deadline_ns.load(SeqCst);
-        if stop.load(SeqCst) || (dl > 0 && el.as_nanos() as u64 >= dl) {
-            r.finish(el, sink);
-            return (r.into_stats(), Ok(()));
+impl Receiver {
+    /// Readies `sock` (non-blocking, receive times, TOS, coalescing where
+    /// `cfg` allows it) for a stream whose intervals count from `start`.
+    pub fn new(
+        sock: &UdpSocket,
+        cfg: &ReceiverConfig,
+        stats: ReceiverStats,
+        start: std::time::Instant,
+    ) -> io::Result<Receiver> {
+        sock.set_nonblocking(true)?;
+        let mut slots = Slots::for_datagrams(cfg.slot());
+        if cfg.offload && enable_gro(sock) {
+            slots = Slots::COALESCED;
         }
-        match recv_batch(sock, &mut buf, slots, &mut control, &mut got) {
-            Ok(()) => {}
-            Err(e) if nothing_yet(&e) => continue,
-            // ICMP errors from an earlier send on this socket are not fatal for a receiver.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return (r.into_stats(), Err(e)),
-        };
-        let batch_ns = realtime_ns();
-        let batch_mono = start.elapsed().as_nanos() as u64;
-        // A coalesced buffer's datagrams share its message's receive time.
-        for &Received { at, len, anc } in &got {
-            let (recv_ns, mono) = anc.times(batch_ns, batch_mono);
-            r.on_datagram(&buf[at..at + len], recv_ns, mono, anc.tos, sink);
+        enable_rx_timestamps(sock);
+        enable_rx_tos(sock);
+        Ok(Receiver {
+            r: Reception::new(cfg.clone(), stats),
+            buf: vec![0u8; slots.size * slots.count],
+            slots,
+            control: vec![[0u8; CMSG_SPACE]; slots.count],
+            got: Vec::with_capacity(BATCH),
+            start,
+        })
+    }
+
+    /// When the next interval ends, after time zero.
+    pub fn next_tick(&self) -> Duration {
+        self.r.next_tick()
+    }
+
+    /// Reads what waits, at most [`READ_BUDGET`] batches: Ok(true) when
+    /// the budget ran out with more perhaps waiting, Ok(false) once the
+    /// socket is empty (a batch came back short, or nothing came). An
+    /// error other than "nothing yet" ends receiving.
+    pub fn read(&mut self, sock: &UdpSocket, sink: &mut dyn ReceiverSink) -> io::Result<bool> {
+        for _ in 0..READ_BUDGET {
+            self.r.on_time(self.start.elapsed(), sink);
+            let (buf, control, got) = (&mut self.buf, &mut self.control, &mut self.got);
+            let (came, room) = match recv_batch(sock, buf, self.slots, control, got) {
+                Ok(r) => r,
+                Err(e) if nothing_yet(&e) => return Ok(false),
+                // ICMP errors from an earlier send on this socket are not
+                // fatal for a receiver.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            };
+            let batch_ns = realtime_ns();
+            let batch_mono = self.start.elapsed().as_nanos() as u64;
+            // A coalesced buffer's datagrams share its message's receive time.
+            for &Received { at, len, anc } in got.iter() {
+                let (recv_ns, mono) = anc.times(batch_ns, batch_mono);
+                self.r
+                    .on_datagram(&buf[at..at + len], recv_ns, mono, anc.tos, sink);
+            }
+            if came < room {
+                return Ok(false);
+            }
         }
+        Ok(true)
+    }
+
+    /// It is `el` after time zero: the intervals that ended by then.
+    pub fn on_time(&mut self, el: Duration, sink: &mut dyn ReceiverSink) {
+        self.r.on_time(el, sink);
+    }
+
+    /// Receiving ends `el` after time zero: the last intervals and bursts
+    /// go to `sink`, and the accounts are handed over.
+    pub fn finish(mut self, el: Duration, sink: &mut dyn ReceiverSink) -> ReceiverStats {
+        self.r.on_time(el, sink);
+        self.r.finish(el, sink);
+        self.r.into_stats()
     }
 }
 
@@ -252,18 +281,20 @@ pub struct Received {
 /// in `out` every datagram they hold, in order, without waiting for more
 /// than the first: a coalesced buffer (`UDP_GRO`) is split back into its
 /// datagrams at its segment size, so every datagram is counted on its own.
+/// Returns how many messages came, out of how many there was room for:
+/// fewer means the socket had no more.
 pub fn recv_batch(
     sock: &impl AsRawFd,
     buf: &mut [u8],
     slots: Slots,
     control: &mut [[u8; CMSG_SPACE]],
     out: &mut Vec<Received>,
-) -> io::Result<()> {
+) -> io::Result<(usize, usize)> {
     out.clear();
     let size = slots.size.max(1);
     let count = slots.count.min(buf.len() / size).min(control.len());
     if count == 0 {
-        return Ok(());
+        return Ok((0, 0));
     }
     let mut m = Mmsg::new(buf, size, count);
     for (msg, c) in m.msgs.iter_mut().zip(control.iter_mut()) {
@@ -299,5 +330,5 @@ pub fn recv_batch(
             }),
         );
     }
-    Ok(())
+    Ok((r as usize, count))
 }
