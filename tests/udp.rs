@@ -628,3 +628,44 @@ fn the_udp_table_fits_100_columns_and_v_shows_them_all() {
         assert!(all[0].split_whitespace().any(|c| c == h), "{h}: {}", all[0]);
     }
 }
+
+/// A UDP stream runs on the run's own thread: its control connection, its
+/// receiver and its clock are waited for together, so a receiving stream
+/// costs one thread and a sending one adds only its paced sender. Before,
+/// each stream took three (issue 27): with `-P 3`, 11 threads where now
+/// there are at most 5 (receiving) or 8 (sending).
+#[test]
+fn each_udp_stream_is_one_thread_and_its_sender_one_more() {
+    let srv = TestServer::start();
+    let target = srv.addr.to_string();
+    let threads =
+        |pid: u32| std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    for (reverse, senders) in [(true, 0), (false, 3)] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_netrig"))
+            .args(["udp", &target, "-t", "2", "-b", "1M", "-P", "3", "-q"])
+            .args(if reverse { &["-R"][..] } else { &[][..] })
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run netrig");
+        let pid = child.id();
+        let mut most = 0;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            most = most.max(threads(pid));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "reverse {reverse}: {status:?}");
+        // The main thread and the signal thread, one per stream, one per
+        // paced sender.
+        assert!(
+            most <= 2 + 3 + senders,
+            "reverse {reverse}: {most} threads for three streams"
+        );
+        assert!(
+            most > 3,
+            "reverse {reverse}: sampled {most} threads: not while the streams ran?"
+        );
+    }
+}
