@@ -187,22 +187,23 @@ impl Receives {
                     Slots::for_datagrams(size),
                 )
             };
-            match recv_batch(&self.sock, &mut buf[..room], slots, &mut control, &mut lens) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                // ICMP errors (the client's port closed) and signals: the
-                // next datagram may still come.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    *taken += 1;
-                    continue;
-                }
-                Err(_) => return false,
-            }
+            let (came, asked) =
+                match recv_batch(&self.sock, &mut buf[..room], slots, &mut control, &mut lens) {
+                    Ok(r) => r,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                    // ICMP errors (the client's port closed) and signals: the
+                    // next datagram may still come.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        *taken += 1;
+                        continue;
+                    }
+                    Err(_) => return false,
+                };
             if lens.is_empty() {
                 return false;
             }
@@ -220,6 +221,11 @@ impl Receives {
                     tos: anc.tos,
                 };
                 m.on_datagram(&buf[off..off + len], peer, at);
+            }
+            if came < asked {
+                // The socket had no more: the next datagram brings a new
+                // edge, so no read is spent to hear it would block.
+                return false;
             }
         }
         *taken >= BUDGET
