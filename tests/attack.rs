@@ -414,6 +414,7 @@ fn data_connections_must_come_from_their_session_and_carry_its_proof() {
         session,
         connection: uuid::Uuid::new_v4(),
         buffer: 65536,
+        compact: false,
         proof: None,
     });
     proto::write_message(&mut thief, &hello).unwrap();
@@ -487,6 +488,7 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
             session,
             connection,
             buffer: 65536,
+            compact: false,
             proof,
         });
         proto::write_message(&mut s, &hello).unwrap();
@@ -786,6 +788,7 @@ fn burst_records_held_by_one_session_are_bounded() {
             session,
             connection: uuid::Uuid::new_v4(),
             buffer: 65536,
+            compact: false,
             proof: None,
         });
         proto::write_message(&mut s, &hello).unwrap();

@@ -70,6 +70,7 @@ impl Hogs {
                 session,
                 connection: uuid::Uuid::new_v4(),
                 buffer: 1,
+                compact: false,
                 proof: None,
             });
             proto::write_message(&mut s, &hello).unwrap();

@@ -3,7 +3,9 @@
 //! connection every 20 ms, a replayed data hello that read another
 //! connection's stream, bursts further apart than the idle timeout failing
 //! as stalls, and refusals that reached the client as text only. Refusals
-//! are told apart by their wire code, never by their text.
+//! are told apart by their wire code, never by their text. And the
+//! fixed-layout ack and report a crr client's data hello asks for, beside
+//! an older client's JSON.
 
 #[path = "common/bin.rs"]
 mod bin;
@@ -88,6 +90,7 @@ fn a_replayed_data_hello_is_refused_and_reads_nothing() {
         session,
         connection: uuid::Uuid::new_v4(),
         buffer: 65536,
+        compact: false,
         proof: None,
     });
     let attach = || {
@@ -184,6 +187,7 @@ fn a_stalled_burst_connection_still_times_out() {
         session,
         connection: uuid::Uuid::new_v4(),
         buffer: 65536,
+        compact: false,
         proof: None,
     });
     proto::write_message(&mut s, &hello).unwrap();
@@ -237,4 +241,90 @@ fn a_refused_data_connection_carries_its_code_to_the_json_report() {
         .unwrap_or_default();
     assert_eq!(refusals.len(), 1, "{v}");
     assert_eq!(refusals[0]["code"], json!("limit_bytes"), "{v}");
+}
+
+/// One frame off `s`, as its bytes.
+fn raw_frame(s: &mut TcpStream) -> Vec<u8> {
+    let mut frame = vec![0u8; proto::HEADER_LEN];
+    s.read_exact(&mut frame).unwrap();
+    let len = u32::from_be_bytes(frame[4..8].try_into().unwrap()) as usize;
+    frame.resize(proto::HEADER_LEN + len, 0);
+    s.read_exact(&mut frame[proto::HEADER_LEN..]).unwrap();
+    frame
+}
+
+#[test]
+fn a_data_hello_gets_its_ack_and_report_in_the_layout_it_asked_for() {
+    use netrig::protocol::pattern::{Direction, Pattern, stream_start};
+    use proto::{FinalReport, Verdict, compact};
+    let (_srv, addr) = serve(&["-q"]);
+    // An older client (no `compact` in its hello) gets JSON; a newer one
+    // the fixed layout. Either may answer with a JSON report.
+    for asked in [false, true] {
+        let mut c = control(addr);
+        send_json(
+            &mut c,
+            &tcp_request(|t| {
+                t["pattern"] = json!("pushpull");
+                t["transfer"] = json!(66);
+                t["push_bytes"] = json!(64);
+                t["pull_bytes"] = json!(2);
+            }),
+        );
+        let Ok(Message::TestAccept { session }) = proto::read_message(&mut c) else {
+            panic!("no session")
+        };
+        let connection = uuid::Uuid::new_v4();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let hello = Message::DataHello(DataHello {
+            session,
+            connection,
+            buffer: 65536,
+            compact: asked,
+            proof: None,
+        });
+        proto::write_message(&mut s, &hello).unwrap();
+        let up = stream_start(connection, Direction::ClientToServer);
+        s.write_all(Pattern::get().slice(up, 0, 64)).unwrap();
+        let ack = raw_frame(&mut s);
+        assert_eq!(compact::is_compact(&ack[proto::HEADER_LEN..]), asked);
+        let got = proto::decode_frame(&ack).unwrap().map(|(m, _)| m);
+        assert_eq!(got, Some(Message::DataAck { connection }));
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).unwrap();
+        let down = stream_start(connection, Direction::ServerToClient);
+        assert_eq!(reply, Pattern::get().slice(down, 0, 2));
+        let report = raw_frame(&mut s);
+        assert_eq!(compact::is_compact(&report[proto::HEADER_LEN..]), asked);
+        let Ok(Some((Message::Final(r), _))) = proto::decode_frame(&report) else {
+            panic!("no report: {report:?}")
+        };
+        assert_eq!((r.sent, r.received, &r.verdict), (2, 64, &Verdict::Ok));
+        assert!(r.tcp_info.is_some_and(|i| i.snd_mss > 0), "{r:?}");
+        let mine = Message::Final(FinalReport {
+            sent: 64,
+            received: 2,
+            verdict: Verdict::Ok,
+            tcp_info: None,
+        });
+        proto::write_message(&mut s, &mine).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{rest:?}");
+        // The server agreed: a success in its summary.
+        proto::write_message(&mut c, &Message::Goodbye).unwrap();
+        let summary = loop {
+            match proto::read_message(&mut c) {
+                Ok(Message::Summary(s)) => break s,
+                Ok(_) => {}
+                Err(e) => panic!("no summary: {e}"),
+            }
+        };
+        assert_eq!(
+            (summary.success, summary.connections),
+            (1, 1),
+            "{summary:?}"
+        );
+    }
 }

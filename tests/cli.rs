@@ -145,6 +145,7 @@ fn server_survives_garbage_and_answers_with_reasons() {
         session: uuid::Uuid::new_v4(),
         connection: uuid::Uuid::new_v4(),
         buffer: 1024,
+        compact: false,
         proof: None,
     });
     assert_eq!(

@@ -78,6 +78,7 @@ fn corpus() -> Vec<Message> {
             session: id,
             connection: id,
             buffer: 65536,
+            compact: false,
             proof: None,
         }),
         Message::UdpHandshake { token: 1 },

@@ -684,6 +684,7 @@ fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() 
             session: uuid::Uuid::new_v4(),
             connection: uuid::Uuid::new_v4(),
             buffer: 65536,
+            compact: false,
             proof: None,
         });
         proto::write_message(s, &hello).unwrap();

@@ -114,6 +114,11 @@ pub struct DataHello {
     /// With a pre-shared key: [`crate::protocol::auth::data_proof`] of the IDs, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// The client reads the server's `data_ack` and `ok` final report in
+    /// their fixed layout ([`compact`]). A server from before it ignores
+    /// the field and answers in JSON, as it does a client from before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 /// How one end judged its side of a connection.
@@ -532,6 +537,14 @@ pub fn parse_header(header: &[u8; HEADER_LEN]) -> Result<usize, ProtoError> {
 
 /// Decodes a message payload.
 pub fn decode_payload(payload: &[u8]) -> Result<Message, ProtoError> {
+    if compact::is_compact(payload) {
+        return compact::decode(payload).ok_or_else(|| {
+            ProtoError::Malformed(format!(
+                "a {}-byte payload in no fixed layout",
+                payload.len()
+            ))
+        });
+    }
     if let Some(m) = decode_data_message(payload) {
         return Ok(m);
     }
@@ -691,6 +704,9 @@ pub fn in_frames<T: Clone>(
 
 #[path = "final_wire.rs"]
 mod final_wire;
+
+#[path = "compact.rs"]
+pub mod compact;
 
 #[cfg(test)]
 #[path = "proto_tests.rs"]

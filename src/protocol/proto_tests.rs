@@ -163,6 +163,7 @@ fn samples() -> Vec<Message> {
             session: id,
             connection: id,
             buffer: 65536,
+            compact: false,
             proof: Some("ab".repeat(32)),
         }),
         Message::Final(FinalReport {
@@ -396,6 +397,7 @@ fn data_messages_decode_straight_and_agree_with_the_general_decoder() {
             session: id,
             connection: Uuid::from_u128(7),
             buffer: 4096,
+            compact: false,
             proof: None,
         }),
     ];

@@ -385,6 +385,7 @@ pub(super) fn machine(a: &Admitted, hello: &DataHello) -> Conn {
     let buffer = (hello.buffer as usize).clamp(SERVER_MIN_BUFFER, SERVER_BUFFER);
     let now = Instant::now();
     let mut conn = Conn::new(&a.sess.spec, hello.connection, Role::Server, buffer, now);
+    conn.set_compact(hello.compact);
     let bound = a.sess.spec.time_bound_ms;
     if bound > 0 {
         // What this end sends ends the test's time after its data phase began.
@@ -395,6 +396,17 @@ pub(super) fn machine(a: &Admitted, hello: &DataHello) -> Conn {
         }
     }
     conn
+}
+
+/// The acknowledgement of an admitted data hello: in the fixed layout
+/// when the client asked for it ([`crate::protocol::proto::compact`]).
+pub(super) fn ack(hello: &DataHello) -> Vec<u8> {
+    crate::protocol::proto::compact::encode_for(
+        &Message::DataAck {
+            connection: hello.connection,
+        },
+        hello.compact,
+    )
 }
 
 /// The frames that carry this end's account of each burst to the client,

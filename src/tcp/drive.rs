@@ -448,7 +448,9 @@ fn gather<S: Socket>(
         if conn.take_info_request()
             && let Some(i) = stream.final_tcp_info()
         {
-            // This end's report is next: its TCP_INFO as the data phase ended.
+            // This end's report is next: its TCP_INFO as the data phase
+            // ended (a server's report carries it; a client keeps it for
+            // its record).
             conn.set_final_tcp_info(i.summary());
         }
         let room = GATHER - out.pending().min(GATHER);

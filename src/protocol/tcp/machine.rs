@@ -162,6 +162,15 @@ pub struct Conn {
     info_wanted: bool,
     /// The TCP_INFO the peer reported.
     peer_info: Option<proto::TcpInfoSummary>,
+    /// Whether this end's report carries its TCP_INFO: the server's does
+    /// (the client sums it as `server_tcp_info`); the client's does not,
+    /// since no server has used it ([`Conn::set_final_tcp_info`]).
+    reports_info: bool,
+    /// This end's `ok` report goes in the fixed layout
+    /// ([`proto::compact`]): a server's when its client asked for it, a
+    /// client's once the server's report came so (a server that writes
+    /// the layout reads it).
+    compact: bool,
     /// This end's final report has been written in full.
     report_out: bool,
     /// Time-bounded: the chunk size ([`chunk_of`]; 0: not time-bounded).
@@ -234,6 +243,8 @@ impl Conn {
                 }),
             info_wanted: false,
             peer_info: None,
+            reports_info: role == Role::Server,
+            compact: false,
             report_out: false,
             chunk: chunk_of(spec, connection),
             deadline: None,
@@ -326,7 +337,7 @@ impl Conn {
         if let (Phase::Final { out, .. }, Some(mine)) = (&mut self.phase, &self.mine)
             && out.is_empty()
         {
-            *out = proto::encode(&Message::Final(mine.clone()));
+            *out = proto::compact::encode_for(&Message::Final(mine.clone()), self.compact);
         }
         match &self.phase {
             Phase::Final { out, at, .. } if !self.report_out => {
@@ -542,6 +553,10 @@ impl Conn {
         else {
             return;
         };
+        // A peer whose report is in the fixed layout reads it too.
+        self.compact |= inbuf
+            .get(HEADER_LEN..)
+            .is_some_and(proto::compact::is_compact);
         let peer = match proto::decode_frame(inbuf) {
             Ok(None) => return,
             Ok(Some((Message::Final(p), _))) => Ok(p),
@@ -580,13 +595,27 @@ impl Conn {
         std::mem::take(&mut self.info_wanted)
     }
 
-    /// Adds this end's TCP_INFO to its report, if none of it is written yet.
+    /// Adds this end's TCP_INFO to its report, if none of it is written
+    /// yet; a server's only. The client keeps its reading for its own
+    /// record, and its report goes without it: the server has never used
+    /// the client's, and encoding nine figures at the client and decoding
+    /// them at the server was about a microsecond of each crr transaction.
     pub fn set_final_tcp_info(&mut self, info: proto::TcpInfoSummary) {
+        if !self.reports_info {
+            return;
+        }
         if let (Phase::Final { out, at: 0, .. }, Some(mine)) = (&mut self.phase, &mut self.mine) {
             mine.tcp_info = Some(info);
             // Encoded again when next offered.
             out.clear();
         }
+    }
+
+    /// This end's `ok` report goes in the fixed layout
+    /// ([`proto::compact`]): for a server whose client's data hello asked
+    /// for it.
+    pub fn set_compact(&mut self, compact: bool) {
+        self.compact = compact;
     }
 
     /// Whether this end's final report has been written in full: nothing

@@ -675,6 +675,51 @@ fn an_ends_tcp_info_rides_in_its_report_to_the_peer() {
 }
 
 #[test]
+fn a_clients_report_goes_without_its_tcp_info() {
+    let mut p = Pair::new(&spec(IoPattern::Push, 10_000), 4096, 8192);
+    let info = crate::protocol::proto::TcpInfoSummary {
+        retransmits: 3,
+        ..Default::default()
+    };
+    // Its report is ready, none of it written: offered its TCP_INFO then,
+    // as the I/O layer does.
+    p.run_until(|p| p.ends[0].info_wanted);
+    assert!(p.ends[0].take_info_request());
+    p.ends[0].set_final_tcp_info(info);
+    p.run();
+    assert_eq!(p.result(0).0.kind, ResultKind::Success);
+    // The client keeps its reading (its I/O layer does); its report and
+    // so the server know none.
+    assert_eq!(p.result(0).1.tcp_info, None);
+    assert_eq!(p.ends[1].peer_tcp_info(), None);
+}
+
+#[test]
+fn a_server_asked_for_the_fixed_layout_reports_in_it_and_its_client_answers_so() {
+    for asked in [false, true] {
+        let mut p = Pair::new(&spec(IoPattern::Pushpull, 4000), 4096, 8192);
+        p.ends[1].set_compact(asked);
+        let info = crate::protocol::proto::TcpInfoSummary {
+            rtt_us: 9,
+            ..Default::default()
+        };
+        p.run_until(|p| p.ends[1].info_wanted);
+        assert!(p.ends[1].take_info_request());
+        p.ends[1].set_final_tcp_info(info);
+        // The server's report, as it goes out.
+        let Transmit::Bytes(b) = p.ends[1].transmit(p.clock()) else {
+            panic!("no report")
+        };
+        assert_eq!(proto::compact::is_compact(&b[HEADER_LEN..]), asked, "{b:?}");
+        p.run();
+        assert_eq!(p.result(0).0.kind, ResultKind::Success, "asked {asked}");
+        assert_eq!(p.ends[0].peer_tcp_info(), Some(info));
+        // The client answers in the layout the server wrote.
+        assert_eq!(p.ends[0].compact, asked);
+    }
+}
+
+#[test]
 fn the_report_counts_as_sent_once_its_last_byte_is_written() {
     let t = Instant::now();
     let now = Now {

@@ -20,7 +20,7 @@ use crate::protocol::refusal::{Drawn, Limit, Refusal};
 use crate::server::account::CONTROL_BYTES;
 use crate::server::control::{Control, Turn};
 use crate::server::limits::take_slot;
-use crate::server::tcp::{admit, burst_frames, machine};
+use crate::server::tcp::{ack, admit, burst_frames, machine};
 use crate::tcp::drive::{Env, Fin, Ran, Socket, run_until_blocked};
 
 impl<'a> Loop<'a> {
@@ -320,9 +320,7 @@ impl<'a> Loop<'a> {
             Err(why) => refuse(self.st, peer, &why),
             Ok(a) => {
                 let conn = Box::new(machine(&a, h));
-                let out = Out::new(crate::protocol::proto::encode(&Message::DataAck {
-                    connection: h.connection,
-                }));
+                let out = Out::new(ack(h));
                 Stage::Data { a, conn, out }
             }
         }

@@ -74,6 +74,9 @@ impl Worker<'_> {
                         proof: session
                             .data_key
                             .map(|key| crate::protocol::auth::data_proof(&key, &session.id, &id)),
+                        // Its ack and the server's report in the fixed
+                        // layout, where the server knows it.
+                        compact: true,
                     });
                     let hello = proto::encode(&hello);
                     if crate::tcp::connect::needs_nodelay(&self.sh.spec, hello.len()) {
