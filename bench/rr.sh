@@ -11,9 +11,12 @@
 # one run.
 #
 # Usage: bench/rr.sh [SECONDS_PER_RUN]   (default 3)
+#        SIZES="16384" bench/rr.sh   measures only those message sizes
+#        (a shorter run when comparing builds: alternate NETRIG=... runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-3}
+SIZES=${SIZES:-64 16384}
 
 . bench/lib.sh
 ensure_peers sockperf:sockperf qperf:qperf
@@ -65,7 +68,7 @@ PY
 
 printf '%-5s %-6s %-9s %10s %10s %10s   %s\n' proto size tool p50_us p99_us tps "netrig/peer (p50, p99, tps)"
 for P in tcp udp; do
-    for S in 64 16384; do
+    for S in $SIZES; do
         N=$(( S > 1000 ? 30000 : 100000 ))
         read -r n50 n99 ntps < <(netrig_run "$P" "$S" "$N"); sleep 0.3
         read -r s50 s99 stps < <(sockperf_run "$P" "$S"); sleep 0.3
@@ -92,7 +95,7 @@ echo
 echo "== Busy polling (netrig --busy-poll vs sockperf --nonblocked; sockperf --lls 50 is kernel SO_BUSY_POLL)"
 printf '%-5s %-6s %-13s %10s %10s %10s   %s\n' proto size tool p50_us p99_us tps "netrig/peer (p50, p99, tps)"
 for P in tcp udp; do
-    for S in 64 16384; do
+    for S in $SIZES; do
         N=$(( S > 1000 ? 30000 : 100000 ))
         read -r n50 n99 ntps < <(netrig_run "$P" "$S" "$N" --busy-poll); sleep 0.3
         read -r s50 s99 stps < <(sockperf_run "$P" "$S" --nonblocked); sleep 0.3

@@ -22,6 +22,10 @@ pub const PERIOD: usize = 262_139;
 /// cost half of single-connection goodput; with this one, about a tenth.
 const EXTRA: usize = 64 << 10;
 const _: () = assert!(EXTRA <= PERIOD, "the tail repeats the start of one cycle");
+/// Reads of up to this many bytes always come in one [`Pattern::slice`],
+/// from anywhere in the cycle: a send can point into the pattern instead of
+/// copying it.
+pub const ONE_SLICE: usize = EXTRA + 1;
 
 /// Which way a stream flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +157,7 @@ mod tests {
         let last = PERIOD as u64 - 1;
         let s = p.slice(0, last, 64 << 10);
         assert_eq!(s.len(), 64 << 10);
+        assert_eq!(p.slice(0, last, ONE_SLICE + 1).len(), ONE_SLICE);
         assert_eq!(&s[1..], p.slice(0, 0, (64 << 10) - 1));
     }
 

@@ -127,40 +127,19 @@ impl<'a> RrTcp<'a> {
         buf: &mut [u8],
         now: Instant,
     ) -> Turn {
-        let (mut moved, mut calls, first) = (0usize, 0usize, self.m.answered());
+        let (mut spent, first) = (Spent::default(), self.m.answered());
         loop {
             self.m.on_timeout(now);
-            if let Some(n) = self.m.admission() {
-                // Replies may be larger than requests: the server's rate
-                // and byte limits hold for what it sends.
-                match self.guard.gate(n, &mut self.held, now) {
-                    Gate::Go => self.m.admitted(now),
-                    Gate::Hold => {}
-                    Gate::Halt => self.m.halt(now),
-                }
-            }
+            admit(&mut self.m, &mut self.guard, &mut self.held, now);
             if self.m.is_over() {
                 return self.last();
             }
-            if moved >= BYTES || calls >= CALLS || self.m.answered() - first >= REQUESTS {
+            if !spent.left() || self.m.answered() - first >= REQUESTS {
                 return Turn::Again;
             }
             let mut progressed = false;
-            let out = self.m.out();
-            if !out.is_empty() {
-                calls += 1;
-                let room = out.len().min(BYTES - moved);
-                match (&*stream).write(&out[..room]) {
-                    Ok(0) => self.m.on_write_failed(),
-                    Ok(n) => {
-                        self.m.wrote(n, now);
-                        moved += n;
-                        progressed = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => progressed = true,
-                    Err(_) => self.m.on_write_failed(),
-                }
+            if !self.m.out().is_empty() {
+                progressed = write(&mut self.m, stream, &mut spent, now);
                 if self.m.is_over() {
                     return self.last();
                 }
@@ -173,19 +152,30 @@ impl<'a> RrTcp<'a> {
                 progressed |= n > 0;
             }
             let want = self.m.wants();
-            if want > 0 && ahead.is_empty() && ahead.may_read() {
+            // A read needs bytes left in the budget: one asking for none
+            // would read as the client's end. (A write spent them, and
+            // the turn ends at the top of the loop.)
+            if want > 0 && ahead.is_empty() && ahead.may_read() && spent.moved < BYTES {
                 // Asking for more than the machine wants lets a short read
                 // show the socket drained (below); what it does not take
                 // waits in `ahead`, at most [`AHEAD`] bytes, and no read is
                 // made while any wait there.
-                let ask = (want + AHEAD).min(buf.len()).min(BYTES - moved);
-                calls += 1;
+                let ask = (want + AHEAD).min(buf.len()).min(BYTES - spent.moved);
+                spent.calls += 1;
                 match (&*stream).read(&mut buf[..ask]) {
                     Ok(0) => self.m.on_eof(),
                     Ok(n) => {
-                        let took = self.m.on_bytes(&buf[..n], now);
+                        spent.moved += n;
+                        let (guard, held) = (&mut self.guard, &mut self.held);
+                        // A request made whole here has its reply written
+                        // at once, before its last bytes are checked.
+                        let took = self.m.on_bytes_then(&buf[..n], now, |m| {
+                            admit(m, guard, held, now);
+                            if spent.left() && !m.out().is_empty() {
+                                write(m, stream, &mut spent, now);
+                            }
+                        });
                         ahead.stash(&buf[took..n]);
-                        moved += n;
                         progressed = true;
                         // A TCP read shorter than asked took all that was
                         // queued: the next read would only say it would
@@ -237,6 +227,55 @@ impl<'a> RrTcp<'a> {
             _ => Turn::Wait(None),
         }
     }
+}
+
+/// What one turn has spent of its budget.
+#[derive(Default)]
+struct Spent {
+    /// Bytes read and written.
+    moved: usize,
+    /// Socket calls.
+    calls: usize,
+}
+
+impl Spent {
+    /// Whether another socket call fits.
+    fn left(&self) -> bool {
+        self.moved < BYTES && self.calls < CALLS
+    }
+}
+
+/// Lets an owed reply go if the server's limits allow: replies may be
+/// larger than requests, and the rate and byte limits hold for what the
+/// server sends.
+fn admit(m: &mut StreamAnswerer, guard: &mut SendGuard, held: &mut Option<Instant>, now: Instant) {
+    if let Some(n) = m.admission() {
+        match guard.gate(n, held, now) {
+            Gate::Go => m.admitted(now),
+            Gate::Hold => {}
+            Gate::Halt => m.halt(now),
+        }
+    }
+}
+
+/// Writes once what the machine has to write, within what is left of the
+/// budget: whether anything moved.
+fn write(m: &mut StreamAnswerer, stream: &TcpStream, spent: &mut Spent, now: Instant) -> bool {
+    let out = m.out();
+    spent.calls += 1;
+    let room = out.len().min(BYTES - spent.moved);
+    match (&*stream).write(&out[..room]) {
+        Ok(0) => m.on_write_failed(),
+        Ok(n) => {
+            m.wrote(n, now);
+            spent.moved += n;
+            return true;
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+        Err(_) => m.on_write_failed(),
+    }
+    false
 }
 
 impl Drop for RrTcp<'_> {

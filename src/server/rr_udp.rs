@@ -6,7 +6,7 @@
 //! their turn, and the session's deadlines are its control connection's
 //! timer. The session holds its test slots for as long as it lives.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,7 +25,7 @@ use crate::guard::{Gate, SendGuard};
 use crate::net::realtime_ns;
 use crate::protocol::proto::RrSpec;
 use crate::protocol::refusal::Refusal;
-use crate::protocol::rr::answer::{Answerer, Terms};
+use crate::protocol::rr::answer::{Answerer, Reply, Terms};
 
 /// One rr-over-UDP session on a loop.
 pub(super) type RrUdp<'a> = Session<'a, Answers>;
@@ -204,34 +204,62 @@ impl Answers {
     /// Answers datagram `d` from `from`, at `now`, if it is a request owed
     /// a reply: false when the rate limit holds the reply back.
     fn answer(&mut self, m: &mut Answerer, d: &[u8], from: SocketAddr, now: Instant) -> bool {
-        let Some(reply) = m.on_datagram(d, from, realtime_ns()) else {
-            return true;
-        };
-        // Replies may be larger than requests: the server's rate and byte
-        // limits hold for what it sends, whatever arrives.
-        match self
-            .guard
-            .gate(reply.len() as u64, &mut self.held_until, now)
-        {
-            Gate::Go => {
-                // A reply the socket cannot take now is lost, as a blocking
-                // send that failed was.
-                match self.sock.send(reply) {
-                    Ok(_) => m.sent(),
-                    Err(_) => m.send_failed(),
+        // The machine checks the request after this send: the reply does
+        // not wait for it.
+        let gate = m.on_datagram(d, from, realtime_ns(), |reply| {
+            // Replies may be larger than requests: the server's rate and
+            // byte limits hold for what it sends, whatever arrives.
+            match self
+                .guard
+                .gate(reply.size() as u64, &mut self.held_until, now)
+            {
+                // A reply the socket cannot take now is lost, as a
+                // blocking send that failed was. Its pattern bytes go
+                // from the pattern itself, uncopied.
+                Gate::Go => match send_reply(&self.sock, reply) {
+                    Ok(_) => Sent::Yes,
+                    Err(_) => Sent::Failed,
+                },
+                Gate::Hold => {
+                    self.held = Some(reply.to_vec());
+                    Sent::Held
                 }
+                Gate::Halt => Sent::Halted,
+            }
+        });
+        match gate {
+            None => true,
+            Some(Sent::Yes) => {
+                m.sent();
                 true
             }
-            Gate::Hold => {
-                self.held = Some(reply.to_vec());
-                false
+            Some(Sent::Failed) => {
+                m.send_failed();
+                true
             }
-            Gate::Halt => {
+            Some(Sent::Held) => false,
+            Some(Sent::Halted) => {
                 m.halt();
                 true
             }
         }
     }
+}
+
+/// What became of a reply handed to the send.
+enum Sent {
+    Yes,
+    Failed,
+    /// The rate limit keeps it back.
+    Held,
+    /// The server's limits allow no more replies.
+    Halted,
+}
+
+/// Sends `r` on the connected socket as one datagram, its two parts
+/// gathered by the kernel.
+fn send_reply(sock: &UdpSocket, r: Reply<'_>) -> io::Result<usize> {
+    socket2::SockRef::from(sock).send_vectored(&[IoSlice::new(r.head), IoSlice::new(r.tail)])
 }
 
 /// Datagrams one read asks for while requests are answered: more than

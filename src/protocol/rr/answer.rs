@@ -11,6 +11,13 @@
 //! then each request is answered once ([`SeqWindow`]), duplicates and
 //! reordering counted, until the announced number is answered, the client
 //! stops, or the session's deadline.
+//!
+//! A reply is its header and leading words, built here, and its pattern
+//! bytes, which point into the pattern ([`Reply`]): nothing of a 16 KiB
+//! reply is copied before the kernel copies it. Its request is checked
+//! against the pattern once the reply has been handed to the driver's send,
+//! off the round trip's critical path; the verdict, and what it counts, is
+//! the same.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -21,7 +28,7 @@ use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, reply_words};
 use crate::protocol::proto::{Message, ProtoError, SessionSummary};
 use crate::protocol::refusal::Refusal;
 use crate::protocol::udp::header::{
-    FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, verify_payload,
+    FLAG_HANDSHAKE, HEADER_LEN, Header, payload_slice, verify_payload,
 };
 use crate::protocol::udp::session::{Opening, acts, admitted, unexpected};
 
@@ -70,6 +77,30 @@ pub enum Action {
 
 acts!(Action);
 
+/// Bytes of a reply built for each request: its header and leading words.
+const HEAD: usize = HEADER_LEN + UDP_REPLY_MIN as usize;
+
+/// A reply to send as one datagram: `head` then `tail` (a vectored send).
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    /// The header and the leading words, built for this request.
+    pub head: &'a [u8],
+    /// The rest of the payload: the pattern's own bytes, not a copy.
+    pub tail: &'static [u8],
+}
+
+impl Reply<'_> {
+    /// The datagram's length.
+    pub fn size(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// The datagram as one buffer (a reply kept back by the rate limit).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [self.head, self.tail].concat()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Accepted; the client's address is not known yet.
@@ -109,7 +140,12 @@ pub struct Answerer {
     place: u64,
     sum: SessionSummary,
     actions: VecDeque<Action>,
-    reply: Vec<u8>,
+    /// Payload bytes of each reply (at least [`UDP_REPLY_MIN`]).
+    payload: usize,
+    /// The last reply's header and leading words.
+    head: [u8; HEAD],
+    /// The last reply's length.
+    last: usize,
 }
 
 impl Answerer {
@@ -125,7 +161,9 @@ impl Answerer {
             place: 0,
             sum: SessionSummary::default(),
             actions,
-            reply: vec![0; HEADER_LEN + rl],
+            payload: rl,
+            head: [0; HEAD],
+            last: 0,
             t,
         }
     }
@@ -243,10 +281,19 @@ impl Answerer {
     }
 
     /// A datagram `d` from `from`, received at `real_ns` (the server's
-    /// CLOCK_REALTIME): the reply to send, if it is a request owed one.
-    /// The driver says [`Answerer::sent`] once it left, or
-    /// [`Answerer::halt`] if the server's limits keep it back.
-    pub fn on_datagram(&mut self, d: &[u8], from: SocketAddr, real_ns: u64) -> Option<&[u8]> {
+    /// CLOCK_REALTIME): if it is a request owed a reply, `send` is handed
+    /// the reply and what it returns is returned; the request is checked
+    /// after `send`, so that the check does not delay the reply. The
+    /// driver then says [`Answerer::sent`] once the reply left,
+    /// [`Answerer::send_failed`], or [`Answerer::halt`] if the server's
+    /// limits keep it back.
+    pub fn on_datagram<R>(
+        &mut self,
+        d: &[u8],
+        from: SocketAddr,
+        real_ns: u64,
+        send: impl FnOnce(Reply<'_>) -> R,
+    ) -> Option<R> {
         let h = Header::read(d).ok()?;
         if h.flags & FLAG_HANDSHAKE != 0 {
             if self.phase == Phase::Setup
@@ -273,11 +320,11 @@ impl Answerer {
             // client counts it lost on the way up.
             Arrival::Stale => return None,
         }
-        if verify_payload(h.stream, h.seq, &d[HEADER_LEN..]).is_err() {
-            self.sum.data_errors += 1;
-        }
-        let out = &mut self.reply;
-        fill_payload(h.stream ^ 1, h.seq, &mut out[HEADER_LEN..]);
+        // The payload is the pattern for (stream ^ 1, seq), its first
+        // words overwritten: those are built, the rest is pointed at.
+        let words = UDP_REPLY_MIN as usize;
+        let tail = payload_slice(h.stream ^ 1, h.seq, words, self.payload - words);
+        let out = &mut self.head;
         for (i, w) in reply_words(real_ns, self.place).into_iter().enumerate() {
             let at = HEADER_LEN + 8 * i;
             out[at..at + 8].copy_from_slice(&w.to_be_bytes());
@@ -287,17 +334,25 @@ impl Answerer {
             stream: h.stream,
             seq: h.seq,
             send_ns: real_ns,
-            payload_len: (out.len() - HEADER_LEN) as u32,
+            payload_len: (words + tail.len()) as u32,
         }
         .write(out);
-        Some(&self.reply)
+        self.last = HEAD + tail.len();
+        let r = send(Reply {
+            head: &self.head,
+            tail,
+        });
+        if verify_payload(h.stream, h.seq, &d[HEADER_LEN..]).is_err() {
+            self.sum.data_errors += 1;
+        }
+        Some(r)
     }
 
     /// The last reply left: it is counted, and the last announced request
     /// ends the answering.
     pub fn sent(&mut self) {
         self.sum.requests += 1;
-        self.sum.bytes_sent += self.reply.len() as u64;
+        self.sum.bytes_sent += self.last as u64;
         self.place += 1;
         if self.sum.requests >= self.t.iterations {
             self.answering = false;

@@ -6,6 +6,7 @@
 use super::*;
 use crate::protocol::refusal::AuthFailure;
 use crate::protocol::rr::echo::read_reply_words;
+use crate::protocol::udp::header::fill_payload;
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 
@@ -91,7 +92,7 @@ fn drain(a: &mut Answerer, s: &mut Said) {
 
 /// Offers `d` and, if a reply comes, lets it leave: the reply.
 fn answer(a: &mut Answerer, d: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
-    let r = a.on_datagram(d, from, 1_000)?.to_vec();
+    let r = a.on_datagram(d, from, 1_000, |r| r.to_vec())?;
     a.sent();
     Some(r)
 }
@@ -115,7 +116,10 @@ fn started(iterations: u64, t0: Instant) -> (Answerer, Said) {
         s.sent
     );
     a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 5);
-    assert_eq!(a.on_datagram(&handshake(TOKEN), client(), 5), None);
+    assert_eq!(
+        a.on_datagram(&handshake(TOKEN), client(), 5, |r| r.to_vec()),
+        None
+    );
     drain(&mut a, &mut s);
     assert_eq!(s.connect, Some(client()));
     assert_eq!(s.probes.len(), PROBES);
@@ -174,7 +178,7 @@ fn a_longer_reply_carries_the_pattern_after_its_words() {
     t.reply = 100;
     let mut a = Answerer::new(t, Instant::now());
     a.on_message(Message::UdpHandshake { token: TOKEN }, Instant::now(), 0);
-    a.on_datagram(&handshake(TOKEN), client(), 0);
+    a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec());
     a.on_message(
         Message::UdpReady {
             nonce: NONCE,
@@ -190,7 +194,63 @@ fn a_longer_reply_carries_the_pattern_after_its_words() {
     assert_eq!(r[HEADER_LEN + 24..], want[24..]);
     // The one announced request is answered: no more.
     assert!(!a.is_answering() && !a.wants_datagrams());
-    assert_eq!(a.on_datagram(&request(5), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&request(5), client(), 0, |r| r.to_vec()),
+        None
+    );
+}
+
+#[test]
+fn a_16_kib_reply_points_into_the_pattern_and_a_corrupt_request_counts_whatever_the_send() {
+    use crate::protocol::pattern::{ONE_SLICE, PERIOD, Pattern};
+    let mut t = terms(3);
+    t.reply = 16 << 10;
+    let t0 = Instant::now();
+    let mut a = Answerer::new(t, t0);
+    a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 0);
+    a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec());
+    a.on_message(
+        Message::UdpReady {
+            nonce: NONCE,
+            offset_ns: 0,
+        },
+        t0,
+        0,
+    );
+    // Where the pattern's bytes are: a cycle and its repeated tail.
+    let base = Pattern::get().slice(0, 0, 1).as_ptr() as usize;
+    let pattern = base..base + PERIOD + ONE_SLICE - 1;
+    // Each request has a flipped byte; its reply left, failed to leave,
+    // or was kept back by the server's limits.
+    for seq in 0..3 {
+        let mut req = request(seq);
+        req[HEADER_LEN + 7] ^= 1;
+        let (size, r, tail) = a
+            .on_datagram(&req, client(), 1_000, |r| {
+                (r.size(), r.to_vec(), r.tail.as_ptr_range())
+            })
+            .expect("answered");
+        assert_eq!((size, r.len()), (HEADER_LEN + (16 << 10), size));
+        assert_eq!(Header::read(&r).unwrap().payload_len, 16 << 10);
+        let mut want = vec![0u8; 16 << 10];
+        fill_payload(0, seq, &mut want);
+        assert!(r[HEADER_LEN + 24..] == want[24..], "seq {seq}");
+        // Not a copy: the pattern's own bytes.
+        assert!(
+            pattern.contains(&(tail.start as usize)) && pattern.contains(&(tail.end as usize - 1))
+        );
+        match seq {
+            0 => a.sent(),
+            1 => a.send_failed(),
+            _ => a.halt(),
+        }
+    }
+    let sum = summary(&mut a);
+    assert_eq!(
+        (sum.requests, sum.data_errors, sum.network_errors),
+        (1, 3, 1)
+    );
+    assert_eq!(sum.bytes_sent, HEADER_LEN as u64 + (16 << 10));
 }
 
 #[test]
@@ -213,7 +273,10 @@ fn garbage_truncated_foreign_and_early_datagrams_get_nothing() {
     let mut a = Answerer::new(terms(10), t0);
     assert!(a.wants_datagrams(), "for the handshake");
     // Before the client is proven, a request is not answered.
-    assert_eq!(a.on_datagram(&request(0), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&request(0), client(), 0, |r| r.to_vec()),
+        None
+    );
     let (mut a, _) = started(10, t0);
     let stranger: SocketAddr = "127.0.0.3:5000".parse().unwrap();
     let mut cut = request(7);
@@ -227,11 +290,17 @@ fn garbage_truncated_foreign_and_early_datagrams_get_nothing() {
         &cut,
         &bad_magic,
     ] {
-        assert_eq!(a.on_datagram(d, client(), 0), None, "{d:?}");
+        assert_eq!(a.on_datagram(d, client(), 0, |r| r.to_vec()), None, "{d:?}");
     }
-    assert_eq!(a.on_datagram(&request(7), stranger, 0), None);
+    assert_eq!(
+        a.on_datagram(&request(7), stranger, 0, |r| r.to_vec()),
+        None
+    );
     // A handshake datagram now is not a request.
-    assert_eq!(a.on_datagram(&handshake(TOKEN), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec()),
+        None
+    );
     // A flipped payload byte is answered, and counted corrupt.
     let mut flipped = request(7);
     flipped[HEADER_LEN + 2] ^= 0x40;
@@ -249,9 +318,9 @@ fn a_handshake_before_the_clients_word_is_remembered_and_a_wrong_token_is_not() 
     let mut a = Answerer::new(terms(1), t0);
     let mut s = Said::default();
     let other: SocketAddr = "127.0.0.9:1".parse().unwrap();
-    a.on_datagram(&handshake(TOKEN + 1), other, 0);
-    a.on_datagram(&handshake(TOKEN), client(), 0);
-    a.on_datagram(&handshake(TOKEN), other, 0);
+    a.on_datagram(&handshake(TOKEN + 1), other, 0, |r| r.to_vec());
+    a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec());
+    a.on_datagram(&handshake(TOKEN), other, 0, |r| r.to_vec());
     a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 0);
     drain(&mut a, &mut s);
     assert_eq!(s.connect, Some(client()), "the first with the token");
@@ -296,7 +365,10 @@ fn setup_and_session_deadlines_end_it_with_their_reasons() {
         matches!(s.refused, Some(Refusal::Limit(Limit::DurationReached { max })) if max == Duration::from_secs(60)),
         "{s:?}"
     );
-    assert_eq!(a.on_datagram(&request(0), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&request(0), client(), 0, |r| r.to_vec()),
+        None
+    );
 
     // A setup longer than the session: its deadline, not "not started".
     let mut t = terms(1);
@@ -317,7 +389,7 @@ fn a_wrong_nonce_an_early_ready_and_out_of_order_messages_are_refused() {
     let t0 = Instant::now();
     let refused = |msgs: &[Message]| {
         let mut a = Answerer::new(terms(1), t0);
-        a.on_datagram(&handshake(TOKEN), client(), 0);
+        a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec());
         for m in msgs {
             a.on_message(m.clone(), t0, 0);
         }
@@ -376,15 +448,24 @@ fn clock_requests_stop_and_the_servers_limit_end_the_answering() {
     a.on_message(Message::Stop, t0, 0);
     drain(&mut a, &mut s);
     assert!(matches!(s.sent.last(), Some(Message::StopAck)));
-    assert_eq!(a.on_datagram(&request(1), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&request(1), client(), 0, |r| r.to_vec()),
+        None
+    );
     // A stopped session still answers its goodbye.
     assert_eq!(summary(&mut a).requests, 1);
 
     let (mut a, _) = started(10, t0);
-    assert!(a.on_datagram(&request(0), client(), 0).is_some());
+    assert!(
+        a.on_datagram(&request(0), client(), 0, |r| r.to_vec())
+            .is_some()
+    );
     // Held back by the server's limits: not counted, and no more replies.
     a.halt();
-    assert_eq!(a.on_datagram(&request(1), client(), 0), None);
+    assert_eq!(
+        a.on_datagram(&request(1), client(), 0, |r| r.to_vec()),
+        None
+    );
     assert_eq!(summary(&mut a).requests, 0);
 }
 
@@ -399,7 +480,7 @@ fn session_leaving_at(gone_at: usize) -> (Said, Answerer) {
     let steps: Vec<Step<'_>> = vec![
         Box::new(|a| a.on_message(Message::TimeRequest { t1: 1 }, t0, 2)),
         Box::new(|a| {
-            a.on_datagram(&handshake(TOKEN), client(), 0);
+            a.on_datagram(&handshake(TOKEN), client(), 0, |r| r.to_vec());
         }),
         Box::new(|a| a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 0)),
         Box::new(|a| {
@@ -441,7 +522,10 @@ fn a_client_gone_at_any_step_ends_the_session_quietly() {
         assert!(a.is_over() && a.deadline().is_none() && !a.is_answering());
         assert!(!s.sent.iter().any(|m| matches!(m, Message::Summary(_))));
         // Nothing it is given later makes it act.
-        assert_eq!(a.on_datagram(&request(2), client(), 0), None);
+        assert_eq!(
+            a.on_datagram(&request(2), client(), 0, |r| r.to_vec()),
+            None
+        );
         a.on_message(Message::Goodbye, Instant::now(), 0);
         a.on_closed();
         assert!(a.poll_action().is_none(), "step {gone_at}");
@@ -519,7 +603,7 @@ proptest! {
         let mut places = Vec::new();
         for (i, &seq) in arrived.iter().enumerate() {
             if let Some(g) = garbage.get(i) {
-                prop_assert_eq!(a.on_datagram(g, client(), 0), None);
+                prop_assert_eq!(a.on_datagram(g, client(), 0, |r| r.to_vec()), None);
             }
             let owed = (answered.len() as u64) < iterations;
             let got = answer(&mut a, &request(seq), client());
@@ -560,7 +644,10 @@ fn bytes_count_fresh_requests_and_replies_that_left_and_failed_sends_are_network
     for seq in [0, 1, 1] {
         answer(&mut a, &request(seq), client());
     }
-    assert!(a.on_datagram(&request(2), client(), 1_000).is_some());
+    assert!(
+        a.on_datagram(&request(2), client(), 1_000, |r| r.to_vec())
+            .is_some()
+    );
     a.send_failed();
     let sum = summary(&mut a);
     let (req, rep) = (HEADER_LEN as u64 + 8, HEADER_LEN as u64 + 24);

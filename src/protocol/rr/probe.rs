@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::echo::{Arrival, SeqWindow, UDP_REPLY_MIN, read_reply_words};
-use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload};
+use crate::protocol::udp::header::{
+    FLAG_HANDSHAKE, HEADER_LEN, Header, fill_payload, payload_slice,
+};
 use crate::protocol::udp::marks::{Marking, TosCounts};
 
 /// How many timed-out requests are remembered so that a reply arriving after
@@ -175,7 +177,6 @@ pub struct Prober {
     /// The request handed out and not yet said sent: (seq, realtime stamp).
     out: Option<(u64, u64)>,
     req: Vec<u8>,
-    expect: Vec<u8>,
     pending: VecDeque<Pending>,
     expired: VecDeque<u64>,
     /// Replies by sequence number (each counted once).
@@ -200,7 +201,6 @@ impl Prober {
             first_send: None,
             next: 0,
             out: None,
-            expect: Vec::new(),
             pending: VecDeque::new(),
             expired: VecDeque::new(),
             replies: SeqWindow::default(),
@@ -406,9 +406,9 @@ impl Prober {
         }
         let t2 = word(0);
         let head = UDP_REPLY_MIN as usize;
-        self.expect.resize(d.len() - HEADER_LEN, 0);
-        fill_payload(h.stream ^ 1, h.seq, &mut self.expect);
-        if words.is_none() || d[HEADER_LEN + head..] != self.expect[head..] {
+        // Compared with the pattern in place, not a copy of it.
+        let expect = payload_slice(h.stream ^ 1, h.seq, head, d.len() - HEADER_LEN - head);
+        if words.is_none() || d[HEADER_LEN + head..] != *expect {
             self.counts.corrupt += 1;
         }
         self.counts.received += 1;

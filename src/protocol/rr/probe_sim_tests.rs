@@ -64,7 +64,7 @@ pub(super) fn server(iterations: u64, reply: u32, t0: Instant) -> Answerer {
     }
     .write(&mut hs);
     a.on_message(Message::UdpHandshake { token: TOKEN }, t0, 1);
-    a.on_datagram(&hs, client(), 1);
+    a.on_datagram(&hs, client(), 1, |r| r.to_vec());
     a.on_message(
         Message::UdpReady {
             nonce: NONCE,
@@ -239,8 +239,9 @@ impl Sim {
                         intact: f.intact,
                         answering,
                     });
-                    if let Some(r) = a.on_datagram(&f.bytes, client(), srv_real(now)) {
-                        let r = r.to_vec();
+                    if let Some(r) =
+                        a.on_datagram(&f.bytes, client(), srv_real(now), |r| r.to_vec())
+                    {
                         a.sent();
                         let reply = Flying {
                             to_server: false,

@@ -13,7 +13,9 @@
 //! session holds no request or reply, whatever their size. A reply is owed
 //! only once its request is whole, and no byte of the next request is taken
 //! before the reply is out: a client that sends without reading stalls
-//! itself, not the server's memory.
+//! itself, not the server's memory. The bytes that make a request whole
+//! are checked after the driver has had its turn to write the reply
+//! ([`StreamAnswerer::on_bytes_then`]), so the check does not delay it.
 
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -148,6 +150,19 @@ impl StreamAnswerer {
     /// Bytes from the client at `now`: how many were taken (at most
     /// [`StreamAnswerer::wants`]; the rest are the driver's to keep).
     pub fn on_bytes(&mut self, b: &[u8], now: Instant) -> usize {
+        self.on_bytes_then(b, now, |_| {})
+    }
+
+    /// [`StreamAnswerer::on_bytes`], and when they make a request whole,
+    /// `answer` is called with the reply owed, before those bytes are
+    /// checked: a driver admits and writes the reply there, and the check
+    /// (its verdict counted as ever) comes after it, off the round trip.
+    pub fn on_bytes_then(
+        &mut self,
+        b: &[u8],
+        now: Instant,
+        answer: impl FnOnce(&mut Self),
+    ) -> usize {
         let n = b.len().min(self.wants());
         if n == 0 {
             return 0;
@@ -156,16 +171,20 @@ impl StreamAnswerer {
         let b = &b[..n];
         match self.phase {
             Phase::Requests => {
-                let p = Pattern::get();
-                self.bad |= p.verify(self.req_start, self.got, b).is_err();
+                let at = self.got;
+                let check = |s: &Self| Pattern::get().verify(s.req_start, at, b).is_err();
                 self.got += n as u64;
-                if self.got.is_multiple_of(u64::from(self.t.size)) {
-                    // A flipped byte does not put a byte stream out of step:
-                    // count it and go on, so the client learns the total.
-                    self.corrupt += u64::from(std::mem::take(&mut self.bad));
-                    self.moved.bytes_received += u64::from(self.t.size);
-                    self.reply = Reply::Unadmitted;
+                if !self.got.is_multiple_of(u64::from(self.t.size)) {
+                    self.bad |= check(self);
+                    return n;
                 }
+                self.moved.bytes_received += u64::from(self.t.size);
+                self.reply = Reply::Unadmitted;
+                answer(self);
+                // A flipped byte does not put a byte stream out of step:
+                // count it and go on, so the client learns the total.
+                let bad = std::mem::take(&mut self.bad) | check(self);
+                self.corrupt += u64::from(bad);
             }
             Phase::Goodbye(_) => {
                 self.tail.extend_from_slice(b);

@@ -116,7 +116,9 @@ impl Client {
 /// Moves bytes both ways, `up` and `down` bytes per move at most (cycling
 /// through the sizes given), flipping the up-stream bytes at `flip`, until
 /// nothing moves. The server takes at most what it wants, as a driver
-/// reading at most that much would.
+/// reading at most that much would, and as the driver does, admits and
+/// writes a reply as soon as its request is whole, before the request's
+/// last bytes are checked.
 fn run(
     m: &mut StreamAnswerer,
     c: &mut Client,
@@ -147,11 +149,17 @@ fn run(
                 }
             }
             c.sent_up += n;
-            assert_eq!(m.on_bytes(&chunk, now), n);
-            if let Some(len) = m.admission() {
-                assert_eq!(len, u64::from(c.t.reply));
+            let took = m.on_bytes_then(&chunk, now, |m| {
+                assert_eq!(m.admission(), Some(u64::from(c.t.reply)));
                 m.admitted(now);
-            }
+                let out = m.out();
+                let n = out.len().min(down[d % down.len()]);
+                d += 1;
+                c.down.extend_from_slice(&out[..n]);
+                m.wrote(n, now);
+            });
+            assert_eq!(took, n);
+            assert_eq!(m.admission(), None, "admitted once whole");
             moved = true;
         }
         if !moved {
@@ -200,6 +208,59 @@ fn a_session_cut_at_every_size_is_answered_exactly() {
             assert_eq!(moved.network_errors, 0);
         }
     }
+}
+
+#[test]
+fn the_bytes_that_make_a_request_whole_are_checked_after_its_reply_is_written() {
+    let t0 = Instant::now();
+    let start = |t: &Terms| stream_start(t.session, Direction::ClientToServer);
+    // The one request of 4 bytes in two pieces, a byte flipped in the
+    // first or in the last, or in one piece: its reply is written whole
+    // (ending the requests) before the flip is found, and it still counts.
+    for (flip, pieces) in [(1usize, [2usize, 2]), (3, [2, 2]), (3, [4, 0])] {
+        let t = terms(4, 10, 1, t0);
+        let mut m = StreamAnswerer::new(t.clone(), t0);
+        drain(&mut m, t0);
+        let mut req = pattern(start(&t), 0, 4);
+        req[flip] ^= 1;
+        let mut at = 0;
+        let mut called = 0;
+        for len in pieces.into_iter().filter(|&l| l > 0) {
+            let took = m.on_bytes_then(&req[at..at + len], t0, |m| {
+                called += 1;
+                assert_eq!(m.admission(), Some(10), "the reply is owed");
+                assert_eq!(m.summary().data_errors, 0, "not yet checked");
+                m.admitted(t0);
+                let n = m.out().len();
+                m.wrote(n, t0);
+                assert_eq!(m.answered(), 1);
+            });
+            assert_eq!(took, len);
+            at += len;
+        }
+        assert_eq!(called, 1, "once, for the whole request");
+        assert_eq!(m.summary().data_errors, 1, "flip {flip} {pieces:?}");
+        assert_eq!(m.moved().data_errors, 1);
+        // The goodbye gets the verdict.
+        let bye = encode(&Message::Goodbye);
+        assert_eq!(m.on_bytes(&bye, t0), bye.len());
+        assert_eq!(m.end(), Some(End::Summarised));
+        match decode_frame(m.out()) {
+            Ok(Some((Message::Summary(s), _))) => assert_eq!((s.requests, s.data_errors), (1, 1)),
+            other => panic!("{other:?}"),
+        }
+    }
+    // A clean request is clean whatever the answer did.
+    let t = terms(4, 10, 2, t0);
+    let mut m = StreamAnswerer::new(t.clone(), t0);
+    drain(&mut m, t0);
+    m.on_bytes_then(&pattern(start(&t), 0, 4), t0, |_| {});
+    assert_eq!(m.summary().data_errors, 0);
+    assert_eq!(
+        m.admission(),
+        Some(10),
+        "owed still, if the answer did not admit it"
+    );
 }
 
 #[test]

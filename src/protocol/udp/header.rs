@@ -8,7 +8,7 @@
 
 use thiserror::Error;
 
-use crate::protocol::pattern::{PERIOD, Pattern};
+use crate::protocol::pattern::{ONE_SLICE, PERIOD, Pattern};
 
 /// Header size in bytes.
 pub const HEADER_LEN: usize = 32;
@@ -111,6 +111,15 @@ pub fn fill_payload(stream: u32, seq: u64, payload: &mut [u8]) {
     }
 }
 
+/// Bytes `from..from + len` of the payload [`fill_payload`] writes for
+/// (stream, seq), as one slice of the pattern, so that a sender can point
+/// at them instead of copying them: whole for any `len` up to
+/// [`ONE_SLICE`], longer than any datagram's payload.
+pub fn payload_slice(stream: u32, seq: u64, from: usize, len: usize) -> &'static [u8] {
+    Pattern::get().slice(payload_start(stream, seq), from as u64, len)
+}
+const _: () = assert!(MAX_DATAGRAM <= ONE_SLICE);
+
 /// Checks a payload; returns the offset of the first wrong byte.
 pub fn verify_payload(stream: u32, seq: u64, payload: &[u8]) -> Result<(), u64> {
     Pattern::get().verify(payload_start(stream, seq), 0, payload)
@@ -148,6 +157,8 @@ mod tests {
             verify_payload(9, 43, &b[HEADER_LEN..]).is_err(),
             "payload is per sequence"
         );
+        // The slice a sender points at is what the payload holds.
+        assert_eq!(payload_slice(9, 42, 24, 976), &b[HEADER_LEN + 24..]);
         let mut c = b.clone();
         c[HEADER_LEN + 500] ^= 0x80;
         assert_eq!(verify_payload(9, 42, &c[HEADER_LEN..]), Err(500));
