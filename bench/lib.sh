@@ -19,7 +19,13 @@ if [ -z "${NETRIG:-}" ]; then
 fi
 WORK=$(mktemp -d)
 PIDS=()
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; [ "$BENCH_FAILED" = 1 ] || rm -rf "$WORK"; }
+# Servers are waited for, so that a bench run right after this one finds
+# their ports free.
+cleanup() {
+    kill "${PIDS[@]}" 2>/dev/null || true
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    [ "$BENCH_FAILED" = 1 ] || rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 # numbers NAME V... fails the bench, naming the figure, unless every V is a

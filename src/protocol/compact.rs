@@ -109,7 +109,7 @@ pub fn decode(payload: &[u8]) -> Option<Message> {
         (FINAL, n) if n == FINAL_LEN - 1 || n == FINAL_LEN - 1 + INFO_LEN => {
             let mut f = Fields(body);
             let flags = f.take::<1>()[0];
-            let with_info = n > FINAL_LEN - 1;
+            let with_info = n != FINAL_LEN - 1;
             if flags != if with_info { WITH_INFO } else { 0 } {
                 return None;
             }
