@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    files=(src/protocol/udp/analyze.rs src/protocol/udp/track.rs src/protocol/outcome.rs src/protocol/proto.rs src/protocol/units.rs
+    files=(src/protocol/udp/analyze.rs src/protocol/udp/track.rs src/protocol/outcome.rs src/protocol/proto.rs src/protocol/frame.rs src/protocol/units.rs
            src/protocol/pattern.rs src/protocol/budget.rs src/protocol/auth.rs src/relay/limits.rs
            src/protocol/conversation.rs src/protocol/refusal.rs src/protocol/sockopts.rs src/net/tcpinfo.rs src/protocol/cpu.rs
            src/protocol/udp/marks.rs src/protocol/spec.rs src/protocol/udp/frames.rs src/protocol/udp/sum.rs src/protocol/udp/iso.rs src/protocol/load/model.rs src/protocol/html/svg.rs
@@ -25,7 +25,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/report/connection_row.rs src/protocol/greeting.rs src/protocol/names.rs
            src/protocol/udp/setup.rs src/protocol/udp/outflow.rs src/protocol/rr/stream_answer.rs
            src/protocol/rr/probe.rs src/tcp/drive.rs src/protocol/tcp/machine.rs src/protocol/tcp/machine/read_plan.rs
-           src/protocol/tcp/machine/ending.rs src/protocol/tcp/schedule.rs
+           src/protocol/tcp/machine/ending.rs src/protocol/tcp/machine/state.rs src/protocol/tcp/schedule.rs
            src/tcp/session.rs src/rr/run.rs src/load/run.rs src/report/mod.rs
            src/report/stream.rs src/report/tcp_info_file.rs src/protocol/html/kinds.rs
            src/protocol/udp/profile.rs src/protocol/udp/scenario.rs src/protocol/relay/impair.rs
