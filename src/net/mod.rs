@@ -4,7 +4,7 @@
 use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 pub mod ahead;
@@ -302,28 +302,31 @@ pub fn resolve(target: &str, default_port: u16) -> io::Result<Vec<SocketAddr>> {
 /// Waits up to `timeout` for `fd` to have something to read (or to be
 /// closed); false when the time ran out.
 pub fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    readable_among(&[fd.as_raw_fd()], timeout).is_ok_and(|r| r[0])
 }
 
 /// Waits until any of `listeners` is readable or `timeout` passes; returns
 /// which are readable.
 pub fn poll_readable(listeners: &[TcpListener], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut fds: Vec<libc::pollfd> = listeners
+    let fds: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
+    readable_among(&fds, timeout)
+}
+
+/// Waits up to `timeout` until any of `fds` has something to read (or is
+/// closed); returns which have. A negative descriptor is passed over, and a
+/// signal ends the wait early with none ready. The wait is rounded up to
+/// whole milliseconds: cut down to 0 before its time, a caller waiting for
+/// a deadline would spin.
+pub fn readable_among(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut fds: Vec<libc::pollfd> = fds
         .iter()
-        .map(|l| libc::pollfd {
-            fd: l.as_raw_fd(),
+        .map(|&fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         })
         .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
     // SAFETY: `fds` is a valid, exclusively borrowed array of `fds.len()` pollfd
     // structs that outlives the call; poll only writes their `revents` fields.
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };

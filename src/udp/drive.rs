@@ -155,7 +155,13 @@ pub(crate) fn drive(
             }
             Worker::Done => None,
         };
-        (ctl_ready, data_ready) = wait_for(control_open.then_some(ctl), data, wait);
+        // A descriptor not to wait for is passed as -1, which poll skips;
+        // a failed or interrupted wait looks at both again.
+        let fds = [if control_open { ctl } else { -1 }, data.unwrap_or(-1)];
+        (ctl_ready, data_ready) = match crate::net::readable_among(&fds, wait) {
+            Ok(r) => (r[0], r[1]),
+            Err(_) => (true, true),
+        };
     }
 }
 
@@ -314,24 +320,4 @@ fn recv_now(fd: RawFd, b: &mut [u8]) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
-}
-
-/// Waits up to `wait` for the control connection or the data socket (each
-/// where given) to have something to read: which of them has.
-fn wait_for(ctl: Option<RawFd>, data: Option<RawFd>, wait: Duration) -> (bool, bool) {
-    let mut fds = [ctl, data].map(|fd| libc::pollfd {
-        fd: fd.unwrap_or(-1),
-        events: libc::POLLIN,
-        revents: 0,
-    });
-    // Round up: a wait cut to 0 ms before the time is due would spin.
-    let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    // SAFETY: `fds` is a valid array of two pollfd structs for the call
-    // (a negative fd is ignored by poll); poll writes only their `revents`.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-    if rc < 0 {
-        // A signal (Ctrl-C): the caller looks at everything again.
-        return (true, true);
-    }
-    (fds[0].revents != 0, fds[1].revents != 0)
 }
