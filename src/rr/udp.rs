@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use super::run::{LIVENESS_CHECK, Probe, Run};
 use crate::control::{ClientError, Control};
 use crate::net::realtime_ns;
-use crate::protocol::proto::Message;
 use crate::protocol::rr::probe::{Arrived, Next, Plan, Prober};
-use crate::udp::client::{data_socket, offset_estimate, prove_reachability};
+use crate::protocol::udp::client_setup::Clock;
+use crate::udp::client::data_socket;
+use crate::udp::setup::set_up;
 
 /// Runs UDP round trips after the control connection has accepted them.
 pub(super) fn run(
@@ -25,14 +26,6 @@ pub(super) fn run(
     on_probe: &mut dyn FnMut(&Probe),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
-    let offset = if cfg.synced {
-        None
-    } else {
-        Some(offset_estimate(c)?)
-    };
-    run.rep.offset = offset;
-    let theta = offset.map_or(0, |o| o.server_minus_client_ns);
-    let split_error_us = offset.map(|o| o.uncertainty_ns as f64 / 1e3);
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
     let sock: UdpSocket = data_socket(
         server,
@@ -49,17 +42,14 @@ pub(super) fn run(
     run.rep.local = sock.local_addr().ok();
     let stamped = cfg.rx_timestamps && crate::udp::receive::enable_rx_timestamps(&sock);
     crate::udp::receive::enable_rx_tos(&sock);
-    let nonce = prove_reachability(c, &sock, token)?;
-    if let Some(at) = cfg.start_at {
-        crate::net::wait_for_epoch(at, run.interrupt);
-    }
-    match c.call(&Message::UdpReady {
-        nonce,
-        offset_ns: theta,
-    })? {
-        Message::UdpGo => {}
-        m => return Err(c.unexpected(m)),
-    }
+    let clock = match cfg.synced {
+        true => Clock::Trusted,
+        false => Clock::Estimate,
+    };
+    let offset = set_up(c, &sock, token, clock, cfg.start_at, run.interrupt)?.offset;
+    run.rep.offset = offset;
+    let theta = offset.map_or(0, |o| o.server_minus_client_ns);
+    let split_error_us = offset.map(|o| o.uncertainty_ns as f64 / 1e3);
     let timeout = cfg.timeout.unwrap_or(Duration::from_secs(1));
     if cfg.busy_poll {
         sock.set_nonblocking(true)

@@ -7,20 +7,20 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use super::drive::UdpObserver;
 use super::drive::{Ends, Worker, drive};
 use super::receive::Receiver;
 use super::send::run_sender;
 use super::serve::{drain_for, receiver_config, receiver_stats, sender_config};
+use super::setup::{Started, set_up};
 use crate::control::{ClientError, Control};
-use crate::net::realtime_ns;
 use crate::protocol::proto::{Message, TestSpec, UdpSpec};
 use crate::protocol::sockopts::SockOpts;
 use crate::protocol::udp::client_machine::{Bounds, ClientMachine};
-use crate::protocol::udp::clock::{ClockSample, Offset, estimate};
-use crate::protocol::udp::header::{FLAG_HANDSHAKE, HEADER_LEN, Header};
+use crate::protocol::udp::client_setup::Clock;
+use crate::protocol::udp::clock::Offset;
 use crate::protocol::udp::sent::SenderReport;
 use crate::protocol::udp::track::{BurstReport, UdpInterval, UdpTotals};
 
@@ -166,93 +166,6 @@ pub(crate) fn data_socket(
     Ok(s.into())
 }
 
-/// How often a handshake datagram is sent until the server's probe comes,
-/// and for how long at most.
-const HANDSHAKE_EVERY: Duration = Duration::from_millis(50);
-const HANDSHAKE_FOR: Duration = Duration::from_secs(5);
-
-/// Sends handshake datagrams until the server's probe arrives; returns its
-/// nonce. One thread: the datagrams go out between waits on the control
-/// connection and then on the data socket.
-pub(crate) fn prove_reachability(
-    c: &mut Control,
-    sock: &UdpSocket,
-    token: u64,
-) -> Result<u64, ClientError> {
-    let t0 = Instant::now();
-    let mut next = t0;
-    // A handshake datagram if one is due (and the time for them is not over).
-    let mut handshake = |now: Instant| {
-        if now < next || now.duration_since(t0) >= HANDSHAKE_FOR {
-            return;
-        }
-        let mut d = [0u8; HEADER_LEN];
-        Header {
-            flags: FLAG_HANDSHAKE,
-            stream: 0,
-            seq: token,
-            send_ns: realtime_ns(),
-            payload_len: 0,
-        }
-        .write(&mut d);
-        let _ = sock.send(&d);
-        next = now + HANDSHAKE_EVERY;
-    };
-    handshake(t0);
-    c.send(&Message::UdpHandshake { token })?;
-    // The server's word that it found us, as long as a control reply may
-    // take (the connection's read timeout).
-    let within = c
-        .stream
-        .read_timeout()
-        .ok()
-        .flatten()
-        .unwrap_or(Duration::from_secs(10));
-    loop {
-        if crate::net::wait_readable(&c.stream, HANDSHAKE_EVERY) {
-            match c.recv()? {
-                Message::UdpProbed => break,
-                m => return Err(c.unexpected(m)),
-            }
-        }
-        if t0.elapsed() > within {
-            return Err(c.failed("the server never said it saw a handshake datagram"));
-        }
-        handshake(Instant::now());
-    }
-    sock.set_read_timeout(Some(HANDSHAKE_EVERY))
-        .map_err(|e| c.failed(e.to_string()))?;
-    let t1 = Instant::now();
-    let mut buf = [0u8; 2048];
-    while t1.elapsed() < Duration::from_secs(3) {
-        if let Ok(n) = sock.recv(&mut buf)
-            && let Ok(h) = Header::read(&buf[..n])
-            && h.flags & FLAG_HANDSHAKE != 0
-        {
-            return Ok(h.seq);
-        }
-        handshake(Instant::now());
-    }
-    Err(c.failed("the server's probe datagram never arrived (is UDP blocked towards this host?)"))
-}
-
-pub(crate) fn offset_estimate(c: &mut Control) -> Result<Offset, ClientError> {
-    let mut samples = Vec::new();
-    for _ in 0..8 {
-        let t1 = realtime_ns();
-        match c.call(&Message::TimeRequest { t1 })? {
-            Message::TimeReply { t1: echo, t2, t3 } if echo == t1 => samples.push(ClockSample {
-                t1,
-                t2,
-                t3,
-                t4: realtime_ns(),
-            }),
-            m => return Err(c.unexpected(m)),
-        }
-    }
-    estimate(&samples).ok_or_else(|| c.failed("no clock samples"))
-}
-
 /// Runs a UDP test; `interrupt` is the Ctrl-C flag.
 pub fn run(
     cfg: &UdpClientConfig,
@@ -296,14 +209,6 @@ pub fn run_with_offset(
         } => (port, token, session),
         m => return Err(c.unexpected(m)),
     };
-    let offset = match (cfg.synced, known) {
-        (true, _) => None,
-        (false, Some(o)) => Some(o),
-        (false, None) => Some(offset_estimate(&mut c)?),
-    };
-    obs.clock(offset);
-    obs.started();
-    let theta = offset.map_or(0, |o| o.server_minus_client_ns);
     // ctsTraffic's 1 MB receive buffer for media; more for bulk streams;
     // -w for both unless one is given on its own.
     let window = spec.sock.window.map(|w| w as usize);
@@ -326,21 +231,21 @@ pub fn run_with_offset(
         &c,
     )?);
     let granted = crate::net::sockopt::granted(&*sock, server_udp.is_ipv6(), false);
-    let nonce = prove_reachability(&mut c, &sock, token)?;
-    if let Some(at) = cfg.start_at {
-        crate::net::wait_for_epoch(at, &interrupt);
-    }
-    // Time zero of the stream: taken before the server may start sending, so no
-    // datagram can arrive "before" it.
-    let epoch = Instant::now();
-    let start_unix = realtime_ns() as f64 / 1e9;
-    match c.call(&Message::UdpReady {
-        nonce,
-        offset_ns: theta,
-    })? {
-        Message::UdpGo => {}
-        m => return Err(c.unexpected(m)),
-    }
+    let clock = match (cfg.synced, known) {
+        (true, _) => Clock::Trusted,
+        (false, Some(o)) => Clock::Known(o),
+        (false, None) => Clock::Estimate,
+    };
+    // Time zero of the stream (`epoch`) is taken before the server may
+    // start sending, so no datagram can arrive "before" it.
+    let Started {
+        offset,
+        epoch,
+        start_unix,
+    } = set_up(&mut c, &sock, token, clock, cfg.start_at, &interrupt)?;
+    obs.clock(offset);
+    obs.started();
+    let theta = offset.map_or(0, |o| o.server_minus_client_ns);
     let _ = c.stream.set_read_timeout(None);
 
     let cpu_start = crate::net::cpu::sample();

@@ -311,8 +311,9 @@ impl ReceiverSink for Sink<'_> {
     }
 }
 
-/// One read of what waits on `fd`, without waiting for more.
-fn recv_now(fd: RawFd, b: &mut [u8]) -> io::Result<usize> {
+/// One read of what waits on `fd` (a stream's bytes, or one datagram),
+/// without waiting for more.
+pub(crate) fn recv_now(fd: RawFd, b: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `b` is a valid, exclusively borrowed buffer of `b.len()`
     // bytes for the duration of the call; recv writes at most that many.
     let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };

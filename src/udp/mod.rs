@@ -9,4 +9,5 @@ pub(crate) mod mmsg;
 pub mod receive;
 pub mod send;
 pub mod serve;
+pub(crate) mod setup;
 pub mod streams;

@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod client_machine;
+pub mod client_setup;
 pub mod clock;
 pub mod frames;
 pub mod gro;
