@@ -78,7 +78,9 @@ impl Worker<'_> {
                         // layout, where the server knows it.
                         compact: true,
                     });
-                    let hello = proto::encode(&hello);
+                    // In the fixed layout too, where the server said it
+                    // reads it (its answer to the control hello).
+                    let hello = proto::compact::encode_for(&hello, session.compact_data_hello);
                     if crate::tcp::connect::needs_nodelay(&self.sh.spec, hello.len()) {
                         let _ = slot.stream.set_nodelay(true);
                     }
