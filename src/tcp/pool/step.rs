@@ -194,8 +194,10 @@ impl Worker<'_> {
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
                     let Stage::Data { conn, .. } = std::mem::replace(
                         &mut slot.stage,
+                        // From the run's last step: no clock read for a
+                        // connection that has no account to wait for.
                         Stage::Bursts {
-                            until: Instant::now() + BURSTS_WAIT,
+                            until: slot.last_progress + BURSTS_WAIT,
                         },
                     ) else {
                         return Ok(());
