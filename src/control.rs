@@ -140,6 +140,9 @@ pub struct Control {
     pub stream: TcpStream,
     /// Key for this session's UDP datagram tags, when the server authenticated us.
     pub datagram_key: Option<crate::protocol::auth::DatagramKey>,
+    /// The server reads data hellos in the fixed layout
+    /// ([`crate::protocol::proto::Hello::compact_data_hello`]).
+    pub compact_data_hello: bool,
 }
 
 impl Control {
@@ -212,6 +215,7 @@ impl Control {
             addr,
             stream,
             datagram_key: None,
+            compact_data_hello: false,
         };
         let (mut greeting, hello) = Greeting::new(key, crate::protocol::auth::nonce());
         c.send(&hello)?;
@@ -223,6 +227,7 @@ impl Control {
                 Ok(Next::Send(m)) => reply = c.call(&m)?,
                 Ok(Next::Ready(datagram_key)) => {
                     c.datagram_key = datagram_key;
+                    c.compact_data_hello = greeting.compact_data_hello();
                     return Ok(c);
                 }
                 Err(e) => return Err(c.not_greeted(e)),

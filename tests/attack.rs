@@ -473,7 +473,9 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
         panic!("no session")
     };
     let dk = c.datagram_key.unwrap();
-    let attach = |proof: Option<String>| {
+    assert!(c.compact_data_hello);
+    // Each hello as JSON and in the fixed layout, whose proof is its bytes.
+    let attach = |proof: Option<String>, layout: bool| {
         let connection = uuid::Uuid::new_v4();
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -491,21 +493,25 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
             compact: false,
             proof,
         });
-        proto::write_message(&mut s, &hello).unwrap();
+        let frame = proto::compact::encode_for(&hello, layout);
+        assert_eq!(frame[proto::HEADER_LEN] != b'{', layout);
+        s.write_all(&frame).unwrap();
         proto::read_message(&mut s)
     };
-    for bad in [None, Some("00".repeat(32))] {
-        match attach(bad.clone()) {
-            Ok(Message::Error { message, .. }) => {
-                assert!(message.contains("without a valid proof"), "{message}")
+    for layout in [false, true] {
+        for bad in [None, Some("00".repeat(32))] {
+            match attach(bad.clone(), layout) {
+                Ok(Message::Error { message, .. }) => {
+                    assert!(message.contains("without a valid proof"), "{message}")
+                }
+                other => panic!("{bad:?} was not refused: {other:?}"),
             }
-            other => panic!("{bad:?} was not refused: {other:?}"),
         }
+        assert!(matches!(
+            attach(Some(String::new()), layout),
+            Ok(Message::DataAck { .. })
+        ));
     }
-    assert!(matches!(
-        attach(Some(String::new())),
-        Ok(Message::DataAck { .. })
-    ));
 }
 
 #[test]

@@ -258,9 +258,20 @@ fn a_data_hello_gets_its_ack_and_report_in_the_layout_it_asked_for() {
     use netrig::protocol::pattern::{Direction, Pattern, stream_start};
     use proto::{FinalReport, Verdict, compact};
     let (_srv, addr) = serve(&["-q"]);
+    // The server's answer to a control hello says it reads a data hello in
+    // the fixed layout.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    proto::write_message(&mut c, &Message::Hello(Message::hello())).unwrap();
+    match proto::read_message(&mut c) {
+        Ok(Message::HelloAck(h)) => assert!(h.compact_data_hello, "{h:?}"),
+        other => panic!("{other:?}"),
+    }
     // An older client (no `compact` in its hello) gets JSON; a newer one
-    // the fixed layout. Either may answer with a JSON report.
-    for asked in [false, true] {
+    // the fixed layout. Either may answer with a JSON report. The hello
+    // itself comes as JSON (an older client, or a server that did not say
+    // it reads the layout) or in the layout, asking for either.
+    for (layout, asked) in [(false, false), (false, true), (true, false), (true, true)] {
         let mut c = control(addr);
         send_json(
             &mut c,
@@ -284,7 +295,9 @@ fn a_data_hello_gets_its_ack_and_report_in_the_layout_it_asked_for() {
             compact: asked,
             proof: None,
         });
-        proto::write_message(&mut s, &hello).unwrap();
+        let frame = compact::encode_for(&hello, layout);
+        assert_eq!(compact::is_compact(&frame[proto::HEADER_LEN..]), layout);
+        s.write_all(&frame).unwrap();
         let up = stream_start(connection, Direction::ClientToServer);
         s.write_all(Pattern::get().slice(up, 0, 64)).unwrap();
         let ack = raw_frame(&mut s);

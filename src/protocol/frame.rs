@@ -1,8 +1,8 @@
 //! Frames on the wire: a message encoded behind its 8-byte header, a
 //! header checked, a payload decoded (JSON, or the fixed layout of
-//! [`super::compact`] for the data connection's ack and reports), a whole
-//! frame taken from a buffer or read from a stream, and long lists cut
-//! into frames that fit. The messages themselves are in `proto.rs`.
+//! [`super::compact`] for the data connection's hello, ack and reports),
+//! a whole frame taken from a buffer or read from a stream, and long
+//! lists cut into frames that fit. The messages themselves are in `proto.rs`.
 
 use super::*;
 

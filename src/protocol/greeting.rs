@@ -66,6 +66,7 @@ pub struct Greeting<'k> {
     key: Option<&'k Key>,
     client_nonce: String,
     state: State<'k>,
+    compact_data_hello: bool,
 }
 
 impl<'k> Greeting<'k> {
@@ -78,6 +79,7 @@ impl<'k> Greeting<'k> {
             key,
             client_nonce,
             state: State::Hello,
+            compact_data_hello: false,
         };
         (g, Message::Hello(hello))
     }
@@ -85,6 +87,12 @@ impl<'k> Greeting<'k> {
     /// Whether the greeting has ended, greeted or failed.
     pub fn is_over(&self) -> bool {
         matches!(self.state, State::Over)
+    }
+
+    /// Whether the server said it reads a data hello in the fixed layout
+    /// ([`Hello::compact_data_hello`]); false until its hello came.
+    pub fn compact_data_hello(&self) -> bool {
+        self.compact_data_hello
     }
 
     /// The server's next message.
@@ -118,6 +126,7 @@ impl<'k> Greeting<'k> {
                 message: format!("server speaks protocol {}", h.protocol),
             });
         }
+        self.compact_data_hello = h.compact_data_hello;
         match (h.nonce, self.key) {
             (Some(_), None) => Err(GreetingError::Refused {
                 code: ErrorCode::Auth,

@@ -302,3 +302,32 @@ proptest! {
         }
     }
 }
+
+/// The client learns from the server's hello whether its data hellos may
+/// go in the fixed layout: this server's says so, with a key or without;
+/// an older server's (no field) does not.
+#[test]
+fn the_servers_hello_says_whether_it_reads_the_data_hello_layout() {
+    for (ack, reads) in [(Message::hello(), false), (Message::server_hello(), true)] {
+        let (mut g, _) = Greeting::new(None, nonce());
+        assert!(!g.compact_data_hello());
+        assert_eq!(g.on_message(Message::HelloAck(ack)), Ok(Next::Ready(None)));
+        assert_eq!(g.compact_data_hello(), reads);
+    }
+    let k = key();
+    for sk in [None, Some(&k)] {
+        let (_, hello) = Greeting::new(sk, nonce());
+        let Message::Hello(h) = hello else { panic!() };
+        let (_, steps) = Conversation::new(
+            &h,
+            false,
+            sk.cloned(),
+            crate::protocol::auth::nonce_bytes(),
+            Duration::from_secs(60),
+        );
+        match &wire(steps)[..] {
+            [Message::HelloAck(a)] => assert!(a.compact_data_hello, "{a:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -100,6 +100,13 @@ pub struct Hello {
     /// reply, present only when the server requires a pre-shared key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
+    /// In a server's answer: it reads a data hello in the fixed layout
+    /// ([`compact`]), so this session's data hellos may come in it. A
+    /// client learns it here because a data connection's hello is its first
+    /// word; a client from before it ignores the field (and writes JSON),
+    /// a server from before it never says it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact_data_hello: bool,
 }
 
 /// The first message of a data connection.
@@ -484,6 +491,16 @@ impl Message {
             software: concat!("netrig ", env!("CARGO_PKG_VERSION")).to_string(),
             capabilities: CAPABILITIES.iter().map(|s| s.to_string()).collect(),
             nonce: None,
+            compact_data_hello: false,
+        }
+    }
+
+    /// A server's answer to a client's hello: ours, saying what this
+    /// server reads.
+    pub fn server_hello() -> Hello {
+        Hello {
+            compact_data_hello: true,
+            ..Message::hello()
         }
     }
 }

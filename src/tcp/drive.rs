@@ -134,7 +134,8 @@ pub fn halt_verdict(h: Halt) -> Verdict {
     }
 }
 
-fn now() -> Now {
+/// Both clocks, read once for a [`pump`] step.
+pub(crate) fn now() -> Now {
     Now {
         mono: Instant::now(),
         real_ns: crate::net::realtime_ns(),
@@ -175,6 +176,12 @@ const SHORT_READS: usize = 8;
 /// sent. Reading first lets what arrived (a request) produce its answer in
 /// the same write. Event loops call it until nothing moves and [`settled`]
 /// says the connection is over.
+///
+/// `at` is the step's time, read once for all it hands the machine (what
+/// it reads, what it gathers): a step's system calls take microseconds,
+/// and the clocks were read two or three times a step (1.5 % of a crr
+/// server's samples). Only a large write straight from the machine reads
+/// them again after it, as its rate is reckoned from the write's end.
 pub fn pump<S: Socket>(
     conn: &mut Conn,
     out: &mut Out,
@@ -182,6 +189,7 @@ pub fn pump<S: Socket>(
     stream: &S,
     buf: &mut [u8],
     env: &Env,
+    at: Now,
 ) -> Pumped {
     let fail = |conn: &mut Conn, e: &io::Error| {
         if (env.stopped)() {
@@ -205,7 +213,7 @@ pub fn pump<S: Socket>(
             break;
         }
         if !ahead.is_empty() {
-            let used = feed(conn, ahead.bytes());
+            let used = feed(conn, ahead.bytes(), at);
             ahead.consume(used);
             p.moved = true;
             continue;
@@ -253,7 +261,7 @@ pub fn pump<S: Socket>(
                 }
             }
             Ok(n) => {
-                let used = feed(conn, &buf[..n]);
+                let used = feed(conn, &buf[..n], at);
                 ahead.stash(&buf[used..n]);
                 p.moved = true;
                 p.drained = n < cap;
@@ -277,7 +285,7 @@ pub fn pump<S: Socket>(
             }
         }
     }
-    let written = match gather(conn, out, stream, env, &mut p) {
+    let written = match gather(conn, out, stream, env, &mut p, at) {
         Some(direct) => direct,
         None if out.is_empty() => Ok(0),
         None => {
@@ -330,8 +338,7 @@ pub fn pump<S: Socket>(
 
 /// Hands `data` to the machine for as long as it wants more; returns how
 /// much it took.
-fn feed(conn: &mut Conn, data: &[u8]) -> usize {
-    let at = now();
+fn feed(conn: &mut Conn, data: &[u8], at: Now) -> usize {
     let mut used = 0;
     loop {
         // A finished machine wants nothing.
@@ -387,12 +394,13 @@ pub fn run_until_blocked<S: Socket>(
 ) -> Ran {
     let start = conn.progress();
     for _ in 0..TURN_STEPS {
-        let p = pump(conn, out, ahead, stream, buf, env);
+        let at = now();
+        let p = pump(conn, out, ahead, stream, buf, env, at);
         if settled(conn, out) {
             return Ran::Settled;
         }
         if p.moved || p.timer.is_some() {
-            *last_progress = Instant::now();
+            *last_progress = at.mono;
         }
         if !p.moved || idle(conn, ahead, env, &p) {
             return Ran::Blocked { timer: p.timer };
@@ -440,10 +448,10 @@ fn gather<S: Socket>(
     stream: &S,
     env: &Env,
     p: &mut Pumped,
+    at: Now,
 ) -> Option<io::Result<usize>> {
     // Gathering takes no time worth a clock read per piece; a write to the
     // socket does.
-    let at = now();
     loop {
         if conn.take_info_request()
             && let Some(i) = stream.final_tcp_info()

@@ -192,6 +192,7 @@ impl End {
             s,
             &mut [0; 1024],
             e,
+            super::now(),
         )
     }
 
@@ -319,20 +320,64 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(vec![0; 100]);
     let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     // Data joined the hello up to GATHER bytes in all, and no further.
     assert_eq!(out.pending(), GATHER);
     assert_eq!(conn.progress().0, g - 100);
-    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        !pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(out.pending(), GATHER);
     // The socket takes again: the queue goes out in one write...
     *s.room.borrow_mut() = 1 << 20;
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(s.writes.borrow()[0].len(), GATHER);
     // ... then 2 × GATHER (the buffer) straight from the pattern, then
     // the last 100 bytes through the queue, with the final report.
     while !out.is_empty() || conn.progress().0 < 3 * g {
-        assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+        assert!(
+            pump(
+                &mut conn,
+                &mut out,
+                &mut ahead_out,
+                &s,
+                &mut [0; 16],
+                &e,
+                super::now()
+            )
+            .moved
+        );
     }
     let report = final_frame(3 * g, 0);
     let lens: Vec<usize> = s.writes.borrow().iter().map(|w| w.len()).collect();
@@ -352,7 +397,18 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(Vec::new());
     let mut ahead_out = ReadAhead::default();
     let s = mock(100);
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(conn.progress().0, g);
     assert_eq!(out.pending(), GATHER - 100);
     // A large write the socket will not take yet moves nothing; one it
@@ -361,13 +417,35 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(Vec::new());
     let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        !pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert!(!conn.is_done());
     let s = Mock {
         broken: true,
         ..mock(1 << 20)
     };
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut [0; 16],
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::NetworkError)
@@ -413,7 +491,18 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let mut ahead_out = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut buf,
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!((s.recvs.get(), conn.progress().1), (4, 3 * GATHER as u64));
     assert_eq!(c.received.load(Relaxed), 3 * GATHER as u64);
     // Reads past GATHER: one a step.
@@ -421,7 +510,15 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let mut ahead_out = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut buf,
+        &e,
+        super::now(),
+    );
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     // A read short of what was asked drained the socket: no other.
     let mut conn = receiver(1000, 1000);
@@ -430,7 +527,15 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let data = sent(1000);
     s.reads.borrow_mut().push_back(data[..300].to_vec());
     s.reads.borrow_mut().push_back(data[300..].to_vec());
-    pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead_out,
+        &s,
+        &mut buf,
+        &e,
+        super::now(),
+    );
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 300));
 }
 
@@ -441,7 +546,18 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let mut buf = vec![0; 1024];
     let (mut conn, mut out, s) = waiting_receiver();
     let mut ahead_out = ReadAhead::default();
-    assert!(!pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
+    assert!(
+        !pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut buf,
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert!(!conn.is_done());
     assert_eq!(s.recvs.get(), 1);
     let s = Mock {
@@ -450,7 +566,18 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     };
     // The error's readiness (EPOLLERR) stirs the drained socket.
     ahead_out.stir();
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut buf,
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::NetworkError)
@@ -462,7 +589,18 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let mut conn = Conn::new(&spec, Uuid::from_u128(6), Role::Client, 64, Instant::now());
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(vec![1, 2, 3]);
-    assert!(pump(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead_out,
+            &s,
+            &mut buf,
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(s.recvs.get(), 0);
     assert!(!conn.is_done());
 }
@@ -485,6 +623,7 @@ fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
         &s,
         &mut [0; 16],
         &env(&c, false),
+        super::now(),
     );
     assert!(p.moved);
     assert!(out.is_empty());
@@ -549,7 +688,18 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     chunk.extend([1, 2, 3, 4, 5]);
     s.reads.borrow_mut().push_back(chunk);
     let mut buf = vec![0; 8192];
-    assert!(pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
+    assert!(
+        pump(
+            &mut conn,
+            &mut out,
+            &mut ahead,
+            &s,
+            &mut buf,
+            &e,
+            super::now()
+        )
+        .moved
+    );
     assert_eq!(s.recvs.get(), 1);
     // Its report went out and the peer's was taken: done, and what is
     // past the report is not the machine's.
@@ -568,10 +718,26 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let mut chunk = sent(1000);
     chunk.extend(&report[..5]);
     s.reads.borrow_mut().push_back(chunk);
-    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead,
+        &s,
+        &mut buf,
+        &e,
+        super::now(),
+    );
     assert!(!conn.is_done() && ahead.is_empty());
     s.arrive(&mut ahead, report[5..].to_vec());
-    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead,
+        &s,
+        &mut buf,
+        &e,
+        super::now(),
+    );
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::Success)
@@ -582,7 +748,15 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let mut ahead = ReadAhead::default();
     ahead.stash(&sent(1000)[..400]);
     s.reads.borrow_mut().push_back(sent(1000)[400..].to_vec());
-    pump(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead,
+        &s,
+        &mut buf,
+        &e,
+        super::now(),
+    );
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 1000));
     assert!(ahead.is_empty());
     // A large want reads exactly it: nothing is read ahead.
@@ -591,7 +765,15 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * AHEAD));
     let mut big = vec![0; 4 * AHEAD];
-    pump(&mut conn, &mut out, &mut ahead, &s, &mut big, &e);
+    pump(
+        &mut conn,
+        &mut out,
+        &mut ahead,
+        &s,
+        &mut big,
+        &e,
+        super::now(),
+    );
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     assert!(ahead.is_empty());
 }

@@ -77,6 +77,8 @@ pub(super) struct ServerControl {
     control: Mutex<TcpStream>,
     /// The session's key (with a pre-shared key), for data connection proofs.
     pub(super) data_key: Option<crate::protocol::auth::DatagramKey>,
+    /// The server reads data hellos in the fixed layout (its hello said so).
+    pub(super) compact_data_hello: bool,
     /// The server did not answer the stop within the grace period: do not
     /// wait for it a second time.
     pub(super) unresponsive: AtomicBool,
@@ -281,6 +283,7 @@ fn open_session(
         bind,
         id,
         data_key: c.datagram_key,
+        compact_data_hello: c.compact_data_hello,
         control: Mutex::new(c.stream),
         unresponsive: AtomicBool::new(false),
         setting_up: AtomicU64::new(0),

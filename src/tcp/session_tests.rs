@@ -30,6 +30,7 @@ fn control(stream: TcpStream) -> ServerControl {
         id: Uuid::nil(),
         control: Mutex::new(stream),
         data_key: None,
+        compact_data_hello: false,
         unresponsive: AtomicBool::new(false),
         setting_up: AtomicU64::new(0),
         opened: AtomicU64::new(0),

@@ -78,7 +78,9 @@ impl Worker<'_> {
                         // layout, where the server knows it.
                         compact: true,
                     });
-                    let hello = proto::encode(&hello);
+                    // In the fixed layout too, where the server said it
+                    // reads it (its answer to the control hello).
+                    let hello = proto::compact::encode_for(&hello, session.compact_data_hello);
                     if crate::tcp::connect::needs_nodelay(&self.sh.spec, hello.len()) {
                         let _ = slot.stream.set_nodelay(true);
                     }
@@ -192,8 +194,10 @@ impl Worker<'_> {
                     self.sh.counters.in_flight.fetch_sub(1, Relaxed);
                     let Stage::Data { conn, .. } = std::mem::replace(
                         &mut slot.stage,
+                        // From the run's last step: no clock read for a
+                        // connection that has no account to wait for.
                         Stage::Bursts {
-                            until: Instant::now() + BURSTS_WAIT,
+                            until: slot.last_progress + BURSTS_WAIT,
                         },
                     ) else {
                         return Ok(());
