@@ -264,7 +264,7 @@ fn a_data_hello_gets_its_ack_and_report_in_the_layout_it_asked_for() {
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     proto::write_message(&mut c, &Message::Hello(Message::hello())).unwrap();
     match proto::read_message(&mut c) {
-        Ok(Message::HelloAck(h)) => assert!(h.compact_data_hello, "{h:?}"),
+        Ok(Message::HelloAck(h)) => assert!(h.reads_compact_data_hello(), "{h:?}"),
         other => panic!("{other:?}"),
     }
     // An older client (no `compact` in its hello) gets JSON; a newer one

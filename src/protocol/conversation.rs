@@ -89,7 +89,7 @@ impl Conversation {
             c.refuse(Refusal::Exiting)
         } else if c.key.is_none() {
             c.state = State::Idle;
-            vec![Step::Send(Message::HelloAck(Message::server_hello()))]
+            vec![Step::Send(Message::HelloAck(Message::hello()))]
         } else {
             let client_nonce = hello
                 .nonce
@@ -98,7 +98,7 @@ impl Conversation {
             match client_nonce {
                 None => c.refuse(AuthFailure::Required.into()),
                 Some(client_nonce) => {
-                    let mut ack = Message::server_hello();
+                    let mut ack = Message::hello();
                     ack.nonce = Some(hex::encode(&server_nonce));
                     c.state = State::Proving {
                         client_nonce,

@@ -126,7 +126,7 @@ impl<'k> Greeting<'k> {
                 message: format!("server speaks protocol {}", h.protocol),
             });
         }
-        self.compact_data_hello = h.compact_data_hello;
+        self.compact_data_hello = h.reads_compact_data_hello();
         match (h.nonce, self.key) {
             (Some(_), None) => Err(GreetingError::Refused {
                 code: ErrorCode::Auth,

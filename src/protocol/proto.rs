@@ -48,7 +48,13 @@ pub const MAX_SERVER_ROWS: usize = 20_000;
 /// and each row samples the session's connections.
 pub const MIN_SERVER_INTERVAL_MS: u64 = 100;
 /// Capabilities this build offers in its hello.
-pub const CAPABILITIES: &[&str] = &["tcp", "udp", "rr"];
+pub const CAPABILITIES: &[&str] = &["tcp", "udp", "rr", COMPACT_DATA_HELLO];
+
+/// The capability of a peer that reads a data hello in the fixed layout
+/// ([`compact`]). A client learns it from the server's hello, because a
+/// data connection's hello is its first word: an older server does not
+/// list it (and gets JSON), an older client never writes the layout.
+pub const COMPACT_DATA_HELLO: &str = "compact_data_hello";
 
 /// Why bytes could not be decoded as a frame.
 #[derive(Debug, Error, PartialEq, Eq, Clone)]
@@ -94,19 +100,20 @@ pub struct Hello {
     pub protocol: u16,
     /// Free-form software name and version, for logs.
     pub software: String,
-    /// Test kinds the client may request.
+    /// Test kinds the client may request, and what this build reads
+    /// ([`COMPACT_DATA_HELLO`]).
     pub capabilities: Vec<String>,
     /// Authentication nonce, hex: the client's in its hello; in the server's
     /// reply, present only when the server requires a pre-shared key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
-    /// In a server's answer: it reads a data hello in the fixed layout
-    /// ([`compact`]), so this session's data hellos may come in it. A
-    /// client learns it here because a data connection's hello is its first
-    /// word; a client from before it ignores the field (and writes JSON),
-    /// a server from before it never says it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub compact_data_hello: bool,
+}
+
+impl Hello {
+    /// The peer reads a data hello in the fixed layout.
+    pub fn reads_compact_data_hello(&self) -> bool {
+        self.capabilities.iter().any(|c| c == COMPACT_DATA_HELLO)
+    }
 }
 
 /// The first message of a data connection.
@@ -491,16 +498,6 @@ impl Message {
             software: concat!("netrig ", env!("CARGO_PKG_VERSION")).to_string(),
             capabilities: CAPABILITIES.iter().map(|s| s.to_string()).collect(),
             nonce: None,
-            compact_data_hello: false,
-        }
-    }
-
-    /// A server's answer to a client's hello: ours, saying what this
-    /// server reads.
-    pub fn server_hello() -> Hello {
-        Hello {
-            compact_data_hello: true,
-            ..Message::hello()
         }
     }
 }

@@ -193,6 +193,9 @@ fn handshake_datagrams_repeat_every_50ms_for_5s_and_stop_once_probed() {
     }
     // 50 ms, 100 ms, ... 4950 ms after the first.
     assert_eq!(sent, 99);
+    // The one that would be due at 5 s is not sent.
+    s.on_time(t0 + HANDSHAKE_FOR, REAL0).unwrap();
+    assert_eq!(s.poll_out(), None);
     assert_eq!(s.deadline(), Some(t0 + WITHIN), "only the wait is left");
 
     // Once the probe is here, none are sent, and no more are read.
