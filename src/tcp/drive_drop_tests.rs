@@ -56,18 +56,7 @@ fn count_only_data_is_dropped_unread_but_each_chunk_start_is_read() {
     end.extend(final_frame(2 * chunk as u64, 0));
     s.arrive(&mut ahead, end);
     while !settled(&conn, &out) {
-        assert!(
-            pump(
-                &mut conn,
-                &mut out,
-                &mut ahead,
-                &s,
-                &mut buf,
-                &e,
-                super::now()
-            )
-            .moved
-        );
+        assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     }
     assert_eq!(
         kind(&conn),
@@ -143,18 +132,7 @@ fn one_step_drops_every_waiting_chunk_but_its_first_bytes() {
     }
     s.reads.borrow_mut().push_back(data);
     let mut buf = vec![0; 2 * chunk];
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     // Both chunks in one step, each read as far as its header and the
     // rest dropped, all counted received.
     assert_eq!(conn.progress().1, 2 * chunk as u64);

@@ -12,6 +12,18 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use uuid::Uuid;
 
+/// [`pump`] at the time now, as an event loop's step reads it.
+fn pump_now<S: Socket>(
+    conn: &mut Conn,
+    out: &mut Out,
+    ahead: &mut ReadAhead,
+    stream: &S,
+    buf: &mut [u8],
+    env: &Env,
+) -> Pumped {
+    pump(conn, out, ahead, stream, buf, env, super::now())
+}
+
 /// A socket whose reads come from a queue of chunks and whose writes
 /// are recorded one by one; it takes at most
 /// `room` bytes in all (then would block) and fails writes when `broken`.
@@ -185,14 +197,13 @@ impl End {
 
     /// One step over `s`, with a 1 KiB read buffer.
     fn step(&mut self, s: &Mock, e: &Env) -> Pumped {
-        pump(
+        pump_now(
             &mut self.conn,
             &mut self.out,
             &mut self.ahead,
             s,
             &mut [0; 1024],
             e,
-            super::now(),
         )
     }
 
@@ -320,64 +331,20 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(vec![0; 100]);
     let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     // Data joined the hello up to GATHER bytes in all, and no further.
     assert_eq!(out.pending(), GATHER);
     assert_eq!(conn.progress().0, g - 100);
-    assert!(
-        !pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(!pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(out.pending(), GATHER);
     // The socket takes again: the queue goes out in one write...
     *s.room.borrow_mut() = 1 << 20;
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(s.writes.borrow()[0].len(), GATHER);
     // ... then 2 × GATHER (the buffer) straight from the pattern, then
     // the last 100 bytes through the queue, with the final report.
     while !out.is_empty() || conn.progress().0 < 3 * g {
-        assert!(
-            pump(
-                &mut conn,
-                &mut out,
-                &mut ahead_out,
-                &s,
-                &mut [0; 16],
-                &e,
-                super::now()
-            )
-            .moved
-        );
+        assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     }
     let report = final_frame(3 * g, 0);
     let lens: Vec<usize> = s.writes.borrow().iter().map(|w| w.len()).collect();
@@ -397,18 +364,7 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(Vec::new());
     let mut ahead_out = ReadAhead::default();
     let s = mock(100);
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(conn.progress().0, g);
     assert_eq!(out.pending(), GATHER - 100);
     // A large write the socket will not take yet moves nothing; one it
@@ -417,35 +373,13 @@ fn small_writes_queue_up_to_gather_and_large_ones_go_straight() {
     let mut out = Out::new(Vec::new());
     let mut ahead_out = ReadAhead::default();
     let s = mock(0);
-    assert!(
-        !pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(!pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert!(!conn.is_done());
     let s = Mock {
         broken: true,
         ..mock(1 << 20)
     };
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut [0; 16], &e).moved);
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::NetworkError)
@@ -491,18 +425,7 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let mut ahead_out = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!((s.recvs.get(), conn.progress().1), (4, 3 * GATHER as u64));
     assert_eq!(c.received.load(Relaxed), 3 * GATHER as u64);
     // Reads past GATHER: one a step.
@@ -510,15 +433,7 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let mut ahead_out = ReadAhead::default();
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * GATHER));
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead_out,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     // A read short of what was asked drained the socket: no other.
     let mut conn = receiver(1000, 1000);
@@ -527,15 +442,7 @@ fn short_reads_follow_one_another_and_large_ones_do_not() {
     let data = sent(1000);
     s.reads.borrow_mut().push_back(data[..300].to_vec());
     s.reads.borrow_mut().push_back(data[300..].to_vec());
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead_out,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 300));
 }
 
@@ -546,18 +453,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let mut buf = vec![0; 1024];
     let (mut conn, mut out, s) = waiting_receiver();
     let mut ahead_out = ReadAhead::default();
-    assert!(
-        !pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(!pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert!(!conn.is_done());
     assert_eq!(s.recvs.get(), 1);
     let s = Mock {
@@ -566,18 +462,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     };
     // The error's readiness (EPOLLERR) stirs the drained socket.
     ahead_out.stir();
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::NetworkError)
@@ -589,18 +474,7 @@ fn a_read_that_would_block_waits_and_one_that_fails_ends_it() {
     let mut conn = Conn::new(&spec, Uuid::from_u128(6), Role::Client, 64, Instant::now());
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(vec![1, 2, 3]);
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead_out,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead_out, &s, &mut buf, &e).moved);
     assert_eq!(s.recvs.get(), 0);
     assert!(!conn.is_done());
 }
@@ -616,14 +490,13 @@ fn a_failed_write_drops_what_was_queued_and_ends_the_connection() {
         broken: true,
         ..mock(1 << 20)
     };
-    let p = pump(
+    let p = pump_now(
         &mut conn,
         &mut out,
         &mut ahead_out,
         &s,
         &mut [0; 16],
         &env(&c, false),
-        super::now(),
     );
     assert!(p.moved);
     assert!(out.is_empty());
@@ -688,18 +561,7 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     chunk.extend([1, 2, 3, 4, 5]);
     s.reads.borrow_mut().push_back(chunk);
     let mut buf = vec![0; 8192];
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     assert_eq!(s.recvs.get(), 1);
     // Its report went out and the peer's was taken: done, and what is
     // past the report is not the machine's.
@@ -718,26 +580,10 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let mut chunk = sent(1000);
     chunk.extend(&report[..5]);
     s.reads.borrow_mut().push_back(chunk);
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert!(!conn.is_done() && ahead.is_empty());
     s.arrive(&mut ahead, report[5..].to_vec());
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert_eq!(
         kind(&conn),
         Some(crate::protocol::outcome::ResultKind::Success)
@@ -748,15 +594,7 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let mut ahead = ReadAhead::default();
     ahead.stash(&sent(1000)[..400]);
     s.reads.borrow_mut().push_back(sent(1000)[400..].to_vec());
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 1000));
     assert!(ahead.is_empty());
     // A large want reads exactly it: nothing is read ahead.
@@ -765,15 +603,7 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     let s = mock(1 << 20);
     s.reads.borrow_mut().push_back(sent(3 * AHEAD));
     let mut big = vec![0; 4 * AHEAD];
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut big,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut big, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     assert!(ahead.is_empty());
 }

@@ -148,41 +148,17 @@ fn a_drained_socket_is_not_read_again_until_its_readiness_stirs_it() {
     let mut ahead = ReadAhead::default();
     let mut buf = vec![0; 4096];
     // Would block: the one read until readiness.
-    let p = pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    let p = pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert!(p.drained && !ahead.may_read());
     assert_eq!(s.recvs.get(), 1);
-    let p = pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    let p = pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert!(p.drained && !p.moved);
     let ran = run_until_blocked(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e, &mut last);
     assert_eq!(ran, Ran::Blocked { timer: None });
     assert_eq!(s.recvs.get(), 1, "no read before readiness");
     // Bytes queued without a readiness seen yet wait for it.
     s.reads.borrow_mut().push_back(sent(300));
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, 0));
     // Readiness: one read takes them; it came back short, so the socket
     // is drained again without a read that would block.
@@ -193,15 +169,7 @@ fn a_drained_socket_is_not_read_again_until_its_readiness_stirs_it() {
     assert!(!ahead.may_read());
     // Bytes read ahead are handed over whatever the socket said.
     ahead.stash(&sent(1000)[300..700]);
-    pump(
-        &mut conn,
-        &mut out,
-        &mut ahead,
-        &s,
-        &mut buf,
-        &e,
-        super::now(),
-    );
+    pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (2, 700));
 }
 
@@ -216,34 +184,12 @@ fn an_interrupted_read_is_tried_again_not_taken_for_a_failure() {
         ..mock(1 << 20)
     };
     let mut buf = vec![0; 1024];
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     assert_eq!(kind(&conn), None);
     assert_eq!(s.recvs.get(), SHORT_READS);
     // What then arrives is read.
     s.reads.borrow_mut().push_back(sent(1000));
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut buf,
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut buf, &e).moved);
     assert_eq!(conn.progress().1, 1000);
 }
 
@@ -279,32 +225,10 @@ fn an_interrupted_large_write_is_tried_again_not_taken_for_a_failure() {
         write_error: Some(io::ErrorKind::Interrupted),
         ..mock(1 << 20)
     };
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
     assert_eq!(kind(&conn), None);
     // Tried again, the write goes out.
     let s = mock(1 << 20);
-    assert!(
-        pump(
-            &mut conn,
-            &mut out,
-            &mut ahead,
-            &s,
-            &mut [0; 16],
-            &e,
-            super::now()
-        )
-        .moved
-    );
+    assert!(pump_now(&mut conn, &mut out, &mut ahead, &s, &mut [0; 16], &e).moved);
     assert_eq!(conn.progress().0, 2 * GATHER as u64);
 }
