@@ -141,7 +141,7 @@ pub struct Control {
     /// Key for this session's UDP datagram tags, when the server authenticated us.
     pub datagram_key: Option<crate::protocol::auth::DatagramKey>,
     /// The server reads data hellos in the fixed layout
-    /// ([`crate::protocol::proto::Hello::compact_data_hello`]).
+    /// ([`crate::protocol::proto::COMPACT_DATA_HELLO`]).
     pub compact_data_hello: bool,
 }
 

@@ -4,7 +4,7 @@
 //! a client's own `ok` report once the server's came in this layout (a
 //! server that writes it reads it); and the client's data hello itself,
 //! to a server whose answer to the control connection's hello said it
-//! reads it ([`super::Hello::compact_data_hello`]: a client cannot learn
+//! reads it ([`super::COMPACT_DATA_HELLO`]: a client cannot learn
 //! it from the data connection, whose hello is its first word). A crr
 //! transaction is one hello, one ack and one report each way: decoding and
 //! encoding them as JSON was about a microsecond and a half of each

@@ -90,7 +90,7 @@ impl<'k> Greeting<'k> {
     }
 
     /// Whether the server said it reads a data hello in the fixed layout
-    /// ([`Hello::compact_data_hello`]); false until its hello came.
+    /// ([`crate::protocol::proto::COMPACT_DATA_HELLO`]); false until its hello came.
     pub fn compact_data_hello(&self) -> bool {
         self.compact_data_hello
     }
