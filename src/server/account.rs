@@ -15,7 +15,8 @@
 //!   each burst record it holds;
 //! - every test: [`SESSION_BYTES`] (its session, conversation and record);
 //! - TCP: the server's own status rows when `--get-server-output` asks for
-//!   them;
+//!   them, and the connection numbers its data hellos have claimed, a
+//!   block of [`CLAIM_BLOCK`] at a time as the set grows;
 //! - UDP, each stream of a group alike: the delay histogram ([`HDR_BYTES`])
 //!   and its fixed bins when it receives; when it sends, its batch buffer,
 //!   its lateness histogram, its per-interval counts and, precomputed, the
@@ -86,6 +87,15 @@ pub const HDR_BYTES: u64 = 448 << 10;
 /// (the record, its side's name, its encoded frame).
 pub const BURST_RECORD_BYTES: u64 = 256;
 
+/// A TCP session remembers every connection number its data hellos have
+/// claimed, for the session's life, so that a replayed hello is refused:
+/// each number is 16 bytes and its control byte in a hash set at most 7/8
+/// full and grown by doubling, so at most about 40 bytes.
+pub const CLAIMED_ID_BYTES: u64 = 40;
+/// Numbers charged at once ([`CLAIMED_ID_BYTES`] each): one draw from the
+/// account per this many data connections, not per connection.
+pub const CLAIM_BLOCK: u64 = 4096;
+
 /// One departure of a precomputed schedule (time and size).
 const DEPARTURE_BYTES: u64 = 16;
 
@@ -130,6 +140,12 @@ impl Account {
 }
 
 impl Charge {
+    /// Takes `other` into this charge: both are given back together.
+    pub fn absorb(&mut self, mut other: Charge) {
+        self.bytes += other.bytes;
+        other.bytes = 0;
+    }
+
     /// Bytes this charge holds.
     pub fn bytes(&self) -> u64 {
         self.bytes

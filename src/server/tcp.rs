@@ -30,6 +30,14 @@ use crate::protocol::stats::Counters;
 use crate::protocol::tcp::machine::Conn;
 use crate::tcp::config::MAX_BUFFER;
 
+/// A session's claimed connection numbers and their share of the memory
+/// account.
+#[derive(Default)]
+struct Claimed {
+    ids: std::collections::HashSet<u128>,
+    charge: Option<super::account::Charge>,
+}
+
 pub(super) struct Session {
     pub(super) peer: SocketAddr,
     pub(super) spec: TcpSpec,
@@ -38,9 +46,10 @@ pub(super) struct Session {
     /// Burst records held by this session's live data connections.
     burst_records: AtomicU64,
     /// Every connection number a data hello has claimed: each is admitted
-    /// once, so a replayed hello cannot read another connection's stream
-    /// (16 bytes and the set's overhead per connection of the session).
-    used: std::sync::Mutex<std::collections::HashSet<u128>>,
+    /// once, so a replayed hello cannot read another connection's stream.
+    /// The set lives as long as the session, so it is charged to the
+    /// memory account in blocks as it grows.
+    used: std::sync::Mutex<Claimed>,
     pub(super) counters: Counters,
     /// What the server may still send, and the session's stop flag.
     pub(super) guard: SendGuard,
@@ -144,10 +153,27 @@ impl Session {
     }
 
     /// Claims connection number `id` for a data connection: false when a
-    /// data hello has claimed it before.
-    pub(super) fn claim(&self, id: uuid::Uuid) -> bool {
+    /// data hello has claimed it before; the memory limit when the set
+    /// would grow past `memory`'s `max`.
+    pub(super) fn claim(
+        &self,
+        id: uuid::Uuid,
+        memory: &super::account::Account,
+        max: u64,
+    ) -> Result<bool, Limit> {
+        use super::account::{CLAIM_BLOCK, CLAIMED_ID_BYTES};
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        used.insert(id.as_u128())
+        if used.ids.contains(&id.as_u128()) {
+            return Ok(false);
+        }
+        if (used.ids.len() as u64).is_multiple_of(CLAIM_BLOCK) {
+            let more = memory.take(CLAIM_BLOCK * CLAIMED_ID_BYTES, max, Drawn::Connection)?;
+            match &mut used.charge {
+                Some(c) => c.absorb(more),
+                None => used.charge = Some(more),
+            }
+        }
+        Ok(used.ids.insert(id.as_u128()))
     }
 
     /// The last row, then every row, in frames for the client.
@@ -307,7 +333,7 @@ pub(super) fn admit(st: &State, peer: SocketAddr, hello: &DataHello) -> Result<A
     }
     // Behind the proof: with a key, a forged hello cannot use up a number
     // the client will send.
-    if !sess.claim(hello.connection) {
+    if !sess.claim(hello.connection, &st.memory, st.cfg.limits.max_memory)? {
         return Err(Refusal::ConnectionReused {
             session: hello.session,
             connection: hello.connection,
@@ -506,10 +532,51 @@ mod tests {
             None,
         );
         let (a, b) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
-        assert!(s.claim(a));
-        assert!(s.claim(b));
-        assert!(!s.claim(a));
-        assert!(!s.claim(b));
+        let m = super::super::account::Account::default();
+        let claim = |id| s.claim(id, &m, u64::MAX).unwrap();
+        assert!(claim(a));
+        assert!(claim(b));
+        assert!(!claim(a));
+        assert!(!claim(b));
+    }
+
+    /// The claimed numbers draw from the memory account a block at a time,
+    /// are refused past its limit, and are given back with the session.
+    #[test]
+    fn claimed_numbers_are_charged_in_blocks_and_bounded_by_the_account() {
+        use super::super::account::{Account, CLAIM_BLOCK, CLAIMED_ID_BYTES};
+        let block = CLAIM_BLOCK * CLAIMED_ID_BYTES;
+        let m = Account::default();
+        let s = Session::new(
+            "127.0.0.1:1".parse().unwrap(),
+            TcpSpec::plain(IoPattern::Push, 1000, 0, 0),
+            &Limits::default(),
+            None,
+        );
+        let id = |n: u64| uuid::Uuid::from_u128(n.into());
+        // Room for two blocks.
+        let max = 2 * block;
+        assert_eq!(s.claim(id(0), &m, max), Ok(true));
+        assert_eq!(m.held(), block);
+        for n in 1..CLAIM_BLOCK {
+            assert_eq!(s.claim(id(n), &m, max), Ok(true));
+        }
+        assert_eq!(m.held(), block, "one draw for the block");
+        // A number claimed before costs nothing more.
+        assert_eq!(s.claim(id(7), &m, max), Ok(false));
+        assert_eq!(s.claim(id(CLAIM_BLOCK), &m, max), Ok(true));
+        assert_eq!(m.held(), 2 * block);
+        for n in CLAIM_BLOCK + 1..2 * CLAIM_BLOCK {
+            assert_eq!(s.claim(id(n), &m, max), Ok(true));
+        }
+        // The third block is past the limit: refused, nothing drawn, the
+        // number not taken.
+        let past = s.claim(id(2 * CLAIM_BLOCK), &m, max);
+        assert!(matches!(past, Err(Limit::MemoryBudget { .. })), "{past:?}");
+        assert_eq!(m.held(), 2 * block);
+        assert_eq!(s.claim(id(2 * CLAIM_BLOCK), &m, 3 * block), Ok(true));
+        drop(s);
+        assert_eq!(m.held(), 0, "given back with the session");
     }
 
     #[test]
