@@ -192,10 +192,7 @@ impl ClientSetup {
             }
             Phase::Proven { .. } | Phase::Started | Phase::Failed => return None,
         };
-        let gives_up = match probed {
-            Some(at) => at + PROBE_WAIT,
-            None => t0 + self.reply_within,
-        };
+        let (gives_up, _) = gives_up(t0, probed, self.reply_within);
         // No more handshakes once the probe came or their time is over.
         Some(match nonce.is_none() && next < t0 + HANDSHAKE_FOR {
             true => next.min(gives_up),
@@ -280,10 +277,9 @@ impl ClientSetup {
             &mut Phase::Ready { asked } => return self.silent(now, asked, "go"),
             Phase::Proven { .. } | Phase::Started | Phase::Failed => return Ok(()),
         };
-        match *probed {
-            Some(at) if now >= at + PROBE_WAIT => return self.fail(SetupError::ProbeLost),
-            None if now >= *t0 + self.reply_within => return self.fail(SetupError::NeverProbed),
-            _ => {}
+        let (ends, why) = gives_up(*t0, *probed, self.reply_within);
+        if now >= ends {
+            return self.fail(why);
         }
         // Once the probe came, the server has what it needed.
         if nonce.is_none() && now >= *next && now < *t0 + HANDSHAKE_FOR {
@@ -346,6 +342,18 @@ impl ClientSetup {
         self.phase = Phase::Failed;
         self.out.clear();
         Err(e)
+    }
+}
+
+/// When a handshake begun at `t0` is given up, and why: 3 s after the
+/// server said it probed, or the reply time after the start while it has
+/// not. [`ClientSetup::deadline`] and [`ClientSetup::on_time`] both ask
+/// here, so the time the driver wakes at is the time the wait ends (a
+/// wake-up before it would spin).
+fn gives_up(t0: Instant, probed: Option<Instant>, reply_within: Duration) -> (Instant, SetupError) {
+    match probed {
+        Some(at) => (at + PROBE_WAIT, SetupError::ProbeLost),
+        None => (t0 + reply_within, SetupError::NeverProbed),
     }
 }
 
