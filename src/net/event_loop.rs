@@ -242,6 +242,15 @@ impl<T, M> Core<T, M> {
         }
     }
 
+    /// Sleeps at most `tick` from now on, and calls [`Handler::on_tick`]
+    /// that often: the next tick comes no later than `tick` after `now`. A
+    /// loop that holds nothing may sleep longer than one at work (its tick
+    /// then only looks whether the run stopped).
+    pub fn set_tick(&mut self, tick: Duration, now: Instant) {
+        self.tick = tick;
+        self.next_tick = self.next_tick.min(now + tick);
+    }
+
     /// The token of socket `sub` of slot `k`.
     pub fn token(&self, k: usize, sub: usize) -> Token {
         self.slots.token(k, sub)

@@ -277,3 +277,25 @@ fn widening_a_sockets_interest_reports_its_readiness_at_once() {
     turn(&mut p).unwrap();
     assert_eq!(p.ready.len(), 1);
 }
+
+#[test]
+fn a_longer_tick_lengthens_the_sleep_and_a_shorter_one_takes_effect_at_once() {
+    let mut core: Core<u32, u32> = Core::new(Poll::new().unwrap(), None, Duration::from_millis(10));
+    let now = Instant::now();
+    core.next_tick = now + Duration::from_millis(10);
+    // An idle loop: the tick after this one comes a second later.
+    core.set_tick(Duration::from_secs(1), now);
+    assert_eq!(core.timeout(now), Duration::from_millis(10));
+    core.next_tick = now + Duration::from_secs(1);
+    assert_eq!(core.timeout(now), Duration::from_secs(1));
+    // Work arrives half-way: the next sleep is the short tick, not what is
+    // left of the long one.
+    let later = now + Duration::from_millis(500);
+    core.set_tick(Duration::from_millis(10), later);
+    assert_eq!(core.timeout(later), Duration::from_millis(10));
+    // A slot's timer still cuts the sleep short.
+    let k = core.slots.insert(1);
+    core.set_tick(Duration::from_secs(1), later);
+    core.timers.push(later + Duration::from_millis(3), k);
+    assert!(core.timeout(later) <= Duration::from_millis(3));
+}

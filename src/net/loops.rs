@@ -81,17 +81,34 @@ impl<T> Mailboxes<T> {
 
     /// Hands `m` to the next loop in turn.
     pub fn hand_round(&self, m: T) -> bool {
-        let k = self.next.fetch_add(1, Relaxed) % self.ways.len();
+        self.hand_round_of(self.ways.len(), m)
+    }
+
+    /// Hands `m` to the next in turn of the first `n` loops (at least one).
+    pub fn hand_round_of(&self, n: usize, m: T) -> bool {
+        let n = n.clamp(1, self.ways.len());
+        let k = self.next.fetch_add(1, Relaxed) % n;
         self.hand_to(k, m)
     }
 
     /// The loop holding the fewest connections; `prefer` on a tie.
     pub fn least_busy(&self, prefer: usize) -> usize {
-        let load = |k: usize| self.live[k].load(Relaxed);
-        (0..self.live.len()).fold(
+        self.least_busy_of(self.live.len(), prefer)
+    }
+
+    /// Of the first `n` loops, the one holding the fewest connections;
+    /// `prefer` on a tie (and whatever its number).
+    pub fn least_busy_of(&self, n: usize, prefer: usize) -> usize {
+        let load = |k: usize| self.load(k);
+        (0..n.min(self.live.len())).fold(
             prefer,
             |best, k| if load(k) < load(best) { k } else { best },
         )
+    }
+
+    /// How many connections loop `k` holds (0 for a loop that is not).
+    pub fn load(&self, k: usize) -> usize {
+        self.live.get(k).map_or(0, |l| l.load(Relaxed))
     }
 
     /// Loop `k` holds one more connection.
@@ -131,5 +148,30 @@ mod tests {
         assert!(!boxes.hand_to(2, 1));
         boxes.left(0);
         assert_eq!(boxes.least_busy(2), 2);
+    }
+
+    #[test]
+    fn the_first_n_loops_take_turns_and_the_least_busy_of_them_is_chosen() {
+        let (boxes, ends) = Mailboxes::<u32>::open(4).unwrap();
+        for m in 0..4 {
+            assert!(boxes.hand_round_of(2, m));
+        }
+        // Loops 2 and 3 were never handed anything.
+        assert_eq!((boxes.load(0), boxes.load(1), boxes.load(2)), (2, 2, 0));
+        assert_eq!(ends[0].rx.try_iter().collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(ends[1].rx.try_iter().collect::<Vec<_>>(), [1, 3]);
+        assert!(ends[2].rx.try_recv().is_err());
+        // The idle loops 2 and 3 are not among the first two.
+        boxes.left(1);
+        assert_eq!(boxes.least_busy_of(2, 0), 1);
+        assert_eq!(boxes.least_busy_of(4, 0), 2);
+        // A preferred loop past the first n stays the choice on a tie.
+        boxes.left(1);
+        assert_eq!(boxes.least_busy_of(2, 3), 3);
+        assert_eq!(boxes.least_busy_of(2, 0), 1);
+        assert_eq!(boxes.load(9), 0);
+        // n past the loops there are, or zero, still hands to one of them.
+        assert!(boxes.hand_round_of(0, 5));
+        assert!(boxes.hand_round_of(99, 6));
     }
 }

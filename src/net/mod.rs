@@ -360,24 +360,28 @@ pub fn reset<S: std::os::fd::AsFd + AsRawFd>(stream: &S) {
     }
 }
 
-/// Event loops per side: two per core. With one, a few busy connections
-/// sharing a loop lost 10-20% of their goodput to the thread-per-connection
-/// design on this 2-core VM; with two they gained 5-18% (bench/tcp.sh, -P 4).
+/// Event loops of the relay, and those the server starts with: two per
+/// core. With one, a few busy connections sharing a loop lost 10-20% of
+/// their goodput to the thread-per-connection design on this 2-core VM;
+/// with two they gained 5-18% (bench/tcp.sh, -P 4).
 pub fn event_loops() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) * 2
 }
 
-/// Event loops of the TCP client: four per core, and never more than it
-/// has connections (`tcp::pool::spawn`), so up to that many connections
-/// each run on a loop of their own, as iperf2's thread per stream. With two
-/// per core, two sending connections shared a loop at `-P 8` on 2 cores,
-/// and the loop slept and was woken across the cores more often (client
-/// context switches per GiB 1,150 against 780, the server's 1,680 against
-/// 790): one loop per connection gave 1.31–1.40× the verified goodput
-/// (medians of three runs; 13 of 14 alternating pairs won, 0.94–1.54×) at
-/// 0.71–0.87× the CPU per GiB. The server stays at two per core: its loops
-/// are held whatever the load, and tests bound its threads.
-pub fn client_loops() -> usize {
+/// Most event loops for TCP data: four per core. The client runs that
+/// many, and never more than it has connections (`tcp::pool::spawn`); the
+/// server starts with [`event_loops`] and adds loops up to this many, one
+/// at a time, for lasting data connections (`server::core::loops`). So up
+/// to that many busy connections each run on a loop of their own, as
+/// iperf2's thread per stream. With two per core, two sending connections
+/// shared a loop at `-P 8` on 2 cores, and the loop slept and was woken
+/// across the cores more often (client context switches per GiB 1,150
+/// against 780, the server's 1,680 against 790): a client loop per
+/// connection gave 1.31–1.40× the verified goodput (medians of three runs;
+/// 13 of 14 alternating pairs won, 0.94–1.54×) at 0.71–0.87× the CPU per
+/// GiB, and the server's eight loops on top of it 1.17× (5 of 6 pairs) at
+/// 0.86×.
+pub fn data_loops() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()) * 4
 }
 

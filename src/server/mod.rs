@@ -202,8 +202,8 @@ impl Server {
             iperf3: Arc::default(),
         });
         // The event loops exist before anything can connect.
-        let threads = crate::net::event_loops();
-        let core = core::Core::start(&state, threads)?;
+        let base = crate::net::event_loops();
+        let core = core::Core::start(&state, base, crate::net::data_loops())?;
         let bound = if listen.is_empty() {
             crate::net::default_listeners(port)
         } else {

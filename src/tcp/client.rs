@@ -207,7 +207,7 @@ pub fn run(
     let mut times = crate::protocol::rr::hist::LatencyStats::new(0.0, 3.6e9, 1000, 10);
     let mut server_tcp_info = TcpInfoTotals::default();
     let mut progress: Vec<ConnectionProgress> = Vec::new();
-    let threads = crate::net::client_loops();
+    let threads = crate::net::data_loops();
     let cpu_start = crate::net::cpu::sample();
     let handles = match super::pool::spawn(&shared, threads, seed, &tx) {
         Ok(h) => h,

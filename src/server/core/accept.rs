@@ -74,25 +74,29 @@ impl<'a> Loop<'a> {
     }
 
     /// Where a connection this loop accepted goes on once its first frame
-    /// says what it is: a control connection, or a data connection whose
-    /// test lasts, to the least busy loop, so that long tests spread over
-    /// the cores; a data connection of a test whose connections are short
-    /// ([`short`]) stays here (None), as does anything else (a refusal, an
-    /// unknown session). A short connection is over within a step or two,
-    /// and handing it on cost an eventfd write and a thread wake-up per
-    /// connection, as much as its whole work.
+    /// says what it is: a control connection to the least busy of the
+    /// loops the server started with; a data connection whose test lasts
+    /// to the least busy running loop, or to a loop started for it when
+    /// each holds one already ([`Loops::for_data`](super::loops::Loops::for_data)),
+    /// so that long tests spread over the cores; a data connection of a
+    /// test whose connections are short ([`short`]) stays here (None), as
+    /// does anything else (a refusal, an unknown session). A short
+    /// connection is over within a step or two, and handing it on cost an
+    /// eventfd write and a thread wake-up per connection, as much as its
+    /// whole work.
     pub(super) fn moves_to(&self, first: &Message) -> Option<usize> {
-        match first {
-            Message::Hello(_) => {}
+        let k = match first {
+            Message::Hello(_) => self.loops.for_control(self.index),
             Message::DataHello(h) => {
                 let sessions = self.st.sessions.lock().unwrap_or_else(|e| e.into_inner());
                 if sessions.get(&h.session).is_none_or(|s| short(&s.spec)) {
                     return None;
                 }
+                drop(sessions);
+                self.loops.for_data(self.index, &self.arc)
             }
             _ => return None,
-        }
-        let k = self.loops.least_busy(self.index);
+        };
         (k != self.index).then_some(k)
     }
 

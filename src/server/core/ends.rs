@@ -32,7 +32,7 @@ impl<'a> Loop<'a> {
         // who it is (`moves_to`), so all of them; the others hold their
         // share (SCTP associations, handed round). Connections being
         // refused (which linger at most a second) do not count here.
-        let loops = self.loops.len().max(1);
+        let loops = self.loops.base();
         let max = self.st.cfg.limits.max_pending() as usize;
         let share = match self.listeners.is_empty() {
             true => (max / loops).max(16),

@@ -1,5 +1,6 @@
-//! The server's connections on a fixed number of event loops (mio, two per
-//! core): every accepted connection starts on the loop that accepted it,
+//! The server's connections on a few event loops (mio, two per core, and up
+//! to two more per core for lasting data connections, [`loops`]): every
+//! accepted connection starts on the loop that accepted it,
 //! which reads its first frame without a thread of its own (one that will
 //! last then moves to the least busy loop), so idle and trickling
 //! connections cost a descriptor and a few bytes, never a thread. A control
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 
 mod accept;
 mod ends;
+mod loops;
 mod sessions;
 mod step;
 
@@ -51,7 +53,6 @@ use super::udp_recv::UdpRecv;
 use super::udp_send::UdpSend;
 use crate::net::ahead::ReadAhead;
 use crate::net::event_loop::{self, Flow, Handler};
-use crate::net::loops::Mailboxes;
 use crate::net::out::Out;
 use crate::protocol::outcome::ResultKind;
 use crate::protocol::refusal::Refusal;
@@ -59,6 +60,11 @@ use crate::protocol::tcp::machine::Conn;
 
 /// Longest sleep of a loop: how soon it notices a stopped session.
 const TICK: Duration = Duration::from_millis(20);
+/// Longest sleep of a loop that holds no connection and does not accept:
+/// its tick has nothing to look at but whether the server stopped, and a
+/// connection handed to it wakes it. An idle server's loops then cost a
+/// wake-up a second each, loop 0's ticks aside.
+const IDLE_TICK: Duration = Duration::from_secs(1);
 
 /// First token of the listeners loop 0 accepts on (counting down, outside
 /// the slots' tokens: the skeleton hands them to [`Handler::on_token`]).
@@ -95,7 +101,7 @@ enum Incoming {
     Listen(Vec<std::net::TcpListener>),
 }
 
-type Loops = Mailboxes<Incoming>;
+use loops::Loops;
 
 /// What a connection brings from the loop that accepted it to the loop it
 /// moves to once its first frame says it will last.
@@ -118,17 +124,10 @@ pub(super) struct Core {
 }
 
 impl Core {
-    /// Starts `threads` loops serving `st`.
-    pub(super) fn start(st: &Arc<State>, threads: usize) -> io::Result<Core> {
-        let (loops, ends) = Mailboxes::open(threads)?;
-        let loops = Arc::new(loops);
-        for (i, end) in ends.into_iter().enumerate() {
-            let st = Arc::clone(st);
-            let loops = Arc::clone(&loops);
-            std::thread::Builder::new()
-                .name(format!("serve-{i}"))
-                .spawn(move || Loop::new(&st, end.poll, end.rx, i, loops).run())?;
-        }
+    /// Starts `base` loops serving `st`, which may grow to `most` for
+    /// lasting data connections ([`Loops`]).
+    pub(super) fn start(st: &Arc<State>, base: usize, most: usize) -> io::Result<Core> {
+        let loops = Loops::start(st, base, most)?;
         Ok(Core { loops })
     }
 
@@ -442,7 +441,10 @@ impl<'a> Handler for Loop<'a> {
                 stream,
                 peer,
                 moved,
-            } => self.add(stream, peer, moved, false),
+            } => {
+                self.core.set_tick(TICK, Instant::now());
+                self.add(stream, peer, moved, false)
+            }
             Incoming::Listen(ls) => self.listen(ls),
         }
     }
@@ -479,7 +481,11 @@ impl<'a> Handler for Loop<'a> {
             self.stop_listening();
         }
         self.tick(now);
-        match stop && self.core.slots.is_empty() {
+        let empty = self.core.slots.is_empty();
+        if empty && self.listeners.is_empty() {
+            self.core.set_tick(IDLE_TICK, now);
+        }
+        match stop && empty {
             true => Flow::Stop,
             false => Flow::Go,
         }
