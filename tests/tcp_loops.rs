@@ -2,9 +2,10 @@
 //! four per core, each of `-P` connections on a loop (thread) of its own.
 //! The server starts with two per core and adds loops, up to four per core,
 //! only for lasting data connections: hellos, rr sessions and crr's short
-//! connections add none, `-P 8` spreads over a loop each, and a loop left
-//! with nothing sleeps instead of ticking. Every connection still moves
-//! verified data both ends agree on.
+//! connections add none, `-P 8` spreads over a loop each, a loop left with
+//! nothing sleeps instead of ticking, and an added loop idle for about ten
+//! seconds ends its thread until the next lasting test. Every connection
+//! still moves verified data both ends agree on.
 
 #[path = "common/bin.rs"]
 mod bin;
@@ -65,6 +66,20 @@ fn server_loops(pid: u32) -> Vec<Task> {
     t
 }
 
+/// The server's loops once their count is `want` (a thread takes its name
+/// as it starts, so a new one may not show it yet), or after 5 s.
+fn loops_settled(pid: u32, want: usize) -> usize {
+    let mut n = server_loops(pid).len();
+    for _ in 0..500 {
+        if n == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        n = server_loops(pid).len();
+    }
+    n
+}
+
 /// The client's connection loops now running (threads named `conns-N`).
 fn conn_loops(pid: u32) -> usize {
     tasks(pid, "conns-").len()
@@ -97,7 +112,11 @@ fn eight_connections_run_on_a_loop_each_and_all_verify() {
     let cores = cores();
     // The loops the server starts with; short connections and rr sessions
     // (control connections) add none.
-    assert_eq!(server_loops(spid).len(), 2 * cores, "on {cores} cores");
+    assert_eq!(
+        loops_settled(spid, 2 * cores),
+        2 * cores,
+        "on {cores} cores"
+    );
     run(addr.port(), &["crr", "-n", "300", "-P", "8"]);
     run(addr.port(), &["rr", "-n", "300"]);
     let before = server_loops(spid);
@@ -144,7 +163,8 @@ fn eight_connections_run_on_a_loop_each_and_all_verify() {
     eprintln!("server loops' CPU seconds after the run: {cpu:?}");
     assert!(after.len() <= 4 * cores, "{} server loops", after.len());
     if cores <= 2 {
-        assert_eq!(after.len(), 4 * cores, "server loops at -P 8");
+        let n = loops_settled(spid, 4 * cores);
+        assert_eq!(n, 4 * cores, "server loops at -P 8");
     }
     assert!(busy >= 8.min(4 * cores) - 2, "{busy} busy server loops");
     // Left with nothing, a loop sleeps: over a second, each loop but the
@@ -186,4 +206,28 @@ fn eight_connections_run_on_a_loop_each_and_all_verify() {
     assert_eq!(s["success"].as_u64(), Some(completed), "{s}");
     assert_eq!(s["bytes_received"], t["sent"]);
     assert!(t["sent"].as_u64().unwrap() > 0);
+    // The added loops end their threads about ten idle seconds later: the
+    // server is back to the loops it started with.
+    let mut left = server_loops(spid).len();
+    for _ in 0..60 {
+        if left == 2 * cores {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        left = server_loops(spid).len();
+    }
+    assert_eq!(left, 2 * cores, "server loops 30 s after the run");
+    // The next lasting test starts them again, and verifies.
+    let v = run(addr.port(), &["tcp", "-P", "8", "-t", "1s"]);
+    let t = &v["result"]["totals"];
+    assert_eq!(
+        (&t["net_errors"], &t["data_errors"]),
+        (&0.into(), &0.into()),
+        "{t}"
+    );
+    assert!(t["completed"].as_u64().unwrap() >= 8, "{t}");
+    if cores <= 2 {
+        let again = loops_settled(spid, 4 * cores);
+        assert_eq!(again, 4 * cores, "server loops after the second run");
+    }
 }

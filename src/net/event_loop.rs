@@ -242,6 +242,13 @@ impl<T, M> Core<T, M> {
         }
     }
 
+    /// The poll and the mailbox back, for a loop that ends while what it
+    /// was started for goes on (the server's added loops, parked when idle
+    /// and started again on them).
+    pub fn into_parts(self) -> (Poll, Option<Receiver<M>>) {
+        (self.poll, self.rx)
+    }
+
     /// Sleeps at most `tick` from now on, and calls [`Handler::on_tick`]
     /// that often: the next tick comes no later than `tick` after `now`. A
     /// loop that holds nothing may sleep longer than one at work (its tick

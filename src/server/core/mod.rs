@@ -65,6 +65,11 @@ const TICK: Duration = Duration::from_millis(20);
 /// connection handed to it wakes it. An idle server's loops then cost a
 /// wake-up a second each, loop 0's ticks aside.
 const IDLE_TICK: Duration = Duration::from_secs(1);
+/// Idle ticks (about a second each) after which a loop the server added
+/// for lasting data connections ends its thread ([`loops`]): long enough
+/// that back-to-back tests keep their loops, short enough that the
+/// server's threads are back to its base soon after the load.
+const PARK_AFTER: u32 = 10;
 
 /// First token of the listeners loop 0 accepts on (counting down, outside
 /// the slots' tokens: the skeleton hands them to [`Handler::on_token`]).
@@ -288,6 +293,11 @@ struct Loop<'a> {
     /// taken, a stopped session's connections stepped once) instead of
     /// every connection.
     sessions: HashMap<usize, Here>,
+    /// Ticks in a row that found the loop holding nothing.
+    idle_ticks: u32,
+    /// An added loop that held nothing for [`PARK_AFTER`] ticks: its run
+    /// ends and its thread parks it ([`loops::Ended::Idle`]).
+    parking: bool,
 }
 
 /// A session some of a loop's data connections belong to.
@@ -319,12 +329,27 @@ impl<'a> Loop<'a> {
             accept_log: super::RateLimitedLog::default(),
             unnamed: VecDeque::new(),
             sessions: HashMap::new(),
+            idle_ticks: 0,
+            parking: false,
         }
     }
 
-    fn run(&mut self) {
-        if let Err(e) = event_loop::run(self) {
+    /// Runs the loop, `first` its first message, until the server stops or
+    /// (an added loop) it parks with nothing to do.
+    fn run(mut self, first: Option<Incoming>) -> loops::Ended {
+        if let Some(m) = first {
+            self.on_message(m);
+        }
+        if let Err(e) = event_loop::run(&mut self) {
             eprintln!("netrig serve: event loop failed: {e}");
+            return loops::Ended::Done;
+        }
+        if !self.parking {
+            return loops::Ended::Done;
+        }
+        match self.core.into_parts() {
+            (poll, Some(rx)) => loops::Ended::Idle(crate::net::loops::LoopEnd { poll, rx }),
+            (_, None) => loops::Ended::Done,
         }
     }
 
@@ -443,6 +468,7 @@ impl<'a> Handler for Loop<'a> {
                 moved,
             } => {
                 self.core.set_tick(TICK, Instant::now());
+                self.idle_ticks = 0;
                 self.add(stream, peer, moved, false)
             }
             Incoming::Listen(ls) => self.listen(ls),
@@ -482,10 +508,15 @@ impl<'a> Handler for Loop<'a> {
         }
         self.tick(now);
         let empty = self.core.slots.is_empty();
-        if empty && self.listeners.is_empty() {
-            self.core.set_tick(IDLE_TICK, now);
+        match empty && self.listeners.is_empty() {
+            true => {
+                self.core.set_tick(IDLE_TICK, now);
+                self.idle_ticks = self.idle_ticks.saturating_add(1);
+            }
+            false => self.idle_ticks = 0,
         }
-        match stop && empty {
+        self.parking = self.index >= self.loops.base() && self.idle_ticks > PARK_AFTER;
+        match (stop || self.parking) && empty {
             true => Flow::Stop,
             false => Flow::Go,
         }
