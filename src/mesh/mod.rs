@@ -5,8 +5,8 @@
 //! One thread runs the node (probes, replies, timeouts, TCP connect
 //! probes) on one UDP socket; one reads the peer list (DNS or file) every
 //! refresh interval; one serves `/metrics` (the `serve --metrics` endpoint,
-//! [`crate::server::scrape`]). Three threads and memory bounded by k peers
-//! and [`answer::MAX_PROBERS`], whatever the mesh's size. The logic —
+//! `server/scrape.rs`). Three threads and memory bounded by k peers
+//! and [`MAX_PROBERS`](crate::protocol::mesh::answer::MAX_PROBERS), whatever the mesh's size. The logic —
 //! choice, accounting, statistics — is in the I/O-free [`crate::protocol::mesh::node`].
 pub mod metrics;
 pub mod source;

@@ -43,7 +43,7 @@ impl crate::protocol::names::Named for ShutdownMode {
 #[serde(default)]
 pub struct SockOpts {
     /// SO_SNDBUF and SO_RCVBUF, bytes asked for (the kernel doubles it and
-    /// caps it at net.core.[rw]mem_max unless root forces it).
+    /// caps it at `net.core.[rw]mem_max` unless root forces it).
     pub window: Option<u32>,
     /// TCP_MAXSEG, bytes: clamps the segment size this end advertises and
     /// sends.

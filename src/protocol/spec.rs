@@ -529,7 +529,7 @@ pub enum RrProto {
     /// Datagrams, after the UDP proof of receipt.
     Udp,
     /// Messages on an SCTP one-to-many (SOCK_SEQPACKET) association to the
-    /// port in [`Message::SeqpacketAccept`]; the control connection stays TCP.
+    /// port in [`Message::SeqpacketAccept`](crate::protocol::proto::Message::SeqpacketAccept); the control connection stays TCP.
     #[serde(rename = "sctp-seqpacket")]
     SctpSeqpacket,
 }

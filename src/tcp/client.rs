@@ -89,7 +89,7 @@ pub struct RunReport {
     pub cpu: crate::protocol::cpu::CpuBoth,
 }
 
-/// One of the first [`super::session::TRACKED`] connections' bytes so far,
+/// One of the first `session::TRACKED` connections' bytes so far,
 /// from its opening to its end.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConnectionProgress {

@@ -374,7 +374,7 @@ pub const TURN_BYTES: u64 = 1 << 20;
 
 /// Most [`pump`] steps one connection takes in one turn of its loop: what
 /// bounds a turn when steps move few bytes each (a small buffer, short
-/// requests and replies). A step does at most [`SHORT_READS`] reads, one
+/// requests and replies). A step does at most `SHORT_READS` reads, one
 /// write and [`GATHER`] bytes' worth of the machine's small writes.
 pub const TURN_STEPS: usize = 16;
 

@@ -53,14 +53,14 @@ pub struct ConnectionRecord {
     pub refused: Option<(crate::protocol::proto::ErrorCode, String)>,
     /// Its place in the run's order of opening (0 first).
     pub index: u64,
-    /// The first [`TRACKED`] connections' bytes so far, sampled with
+    /// The first `TRACKED` connections' bytes so far, sampled with
     /// TCP_INFO in the middle of each interval, from open to end (at most
     /// [`crate::protocol::stats::PROGRESS_POINTS`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub progress: Vec<crate::protocol::stats::Progress>,
 }
 
-/// How many connections (the first opened) keep a [`Progress`] series: a
+/// How many connections (the first opened) keep a [`Progress`](crate::protocol::stats::Progress) series: a
 /// chart of more lines is unreadable, and iperf3-style runs (`-P N`, one
 /// long connection each) fit.
 pub const TRACKED: u64 = 32;

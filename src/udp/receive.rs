@@ -250,14 +250,14 @@ pub struct Slots {
 
 impl Slots {
     /// Room for a coalesced buffer in every slot: up to 64 KiB each. Fewer
-    /// slots than [`BATCH`] keep a receiver's buffer at 1 MiB, and each
+    /// slots than `BATCH` keep a receiver's buffer at 1 MiB, and each
     /// still holds dozens of datagrams.
     pub const COALESCED: Slots = Slots {
         size: 65_536,
         count: 16,
     };
 
-    /// [`BATCH`] slots of `size` bytes, one datagram each.
+    /// `BATCH` slots of `size` bytes, one datagram each.
     pub fn for_datagrams(size: usize) -> Slots {
         Slots { size, count: BATCH }
     }

@@ -211,7 +211,7 @@ impl FrameIndex {
     }
 
     /// Frames below `open` are judged: forgets all but the last
-    /// [`KEEP_BEHIND`] of them.
+    /// `KEEP_BEHIND` of them.
     pub fn judged_below(&mut self, open: u64) {
         if let Shape::Varying { base, starts, .. } = &mut self.shape {
             while *base + KEEP_BEHIND < open && starts.len() > 1 {

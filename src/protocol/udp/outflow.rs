@@ -7,7 +7,7 @@
 //! wants a look. The sending itself is the driver's (on the loop's timers,
 //! or a thread of the sender pool), with [`crate::udp::send`]'s schedule.
 //!
-//! The order is the UDP session's: the shared [`Setup`] (acceptance,
+//! The order is the UDP session's: the shared [`Setup`](super::setup::Setup) (acceptance,
 //! handshake, probes, nonce), then the go and the sender's start; its
 //! account (`udp_done`) when it ends by its schedule, a stop or a limit;
 //! and to the goodbye, after that account, the summary.

@@ -11,7 +11,7 @@
 //! - **FlowPing** (`flowping -u FILE`): `TIME RATE SIZE`, bare numbers only.
 //!   TIME is seconds, RATE is **kbit/s** (FlowPing's `cSetup::parseSrcFile`
 //!   reads it with `atoi` and multiplies by 1000; the FlowPing paper's Fig. 2
-//!   axis is "TX Rate [kbps]"), SIZE is bytes. The rate ramps linearly to the
+//!   axis is `"TX Rate [kbps]"`), SIZE is bytes. The rate ramps linearly to the
 //!   next point while the size keeps the point's value (`prepNextPacket` uses
 //!   the segment's starting length), and a scenario shorter than the test is
 //!   repeated (`refactorTPoints`), which [`Profile::fit`] does.

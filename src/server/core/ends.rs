@@ -20,7 +20,7 @@ use crate::protocol::outcome::ResultKind;
 use crate::server::tcp::finished;
 
 impl<'a> Loop<'a> {
-    /// Past its share of [`Limits::max_pending`](super::Limits::max_pending)
+    /// Past its share of [`Limits::max_pending`](crate::server::Limits::max_pending)
     /// connections yet to say who they are (all of it on the loop that
     /// accepts), closes this loop's oldest: a client that
     /// connects and says hello at once is never the oldest, so silent
