@@ -149,12 +149,8 @@ impl Loops {
     /// it when every running loop holds a connection besides it.
     pub(super) fn for_data(self: &Arc<Self>, here: usize, st: &Arc<State>) -> usize {
         let mut places = self.places();
-        let k = self.least_busy_running(&places, here);
-        let others = self.boxes.load(k).saturating_sub(usize::from(k == here));
-        if others == 0 {
-            return k;
-        }
-        let Some(j) = places.iter().position(|p| matches!(p, Place::Parked(_))) else {
+        let (k, start) = for_data(&self.states(&places), here);
+        let Some(j) = start else {
             return k;
         };
         match self.start_one(&mut places, j, st, None) {
@@ -168,18 +164,14 @@ impl Loops {
         }
     }
 
-    /// The running loop holding the fewest connections; `prefer` on a tie.
-    fn least_busy_running(&self, places: &[Place], prefer: usize) -> usize {
-        let running = |k: usize| matches!(places.get(k), Some(Place::Running));
-        let load = |k: usize| self.boxes.load(k);
-        (0..places.len())
-            .filter(|&k| running(k))
-            .fold(prefer, |best, k| {
-                match !running(best) || load(k) < load(best) {
-                    true => k,
-                    false => best,
-                }
-            })
+    /// Each loop's place and load, for the choices below.
+    fn states(&self, places: &[Place]) -> Vec<Seen> {
+        let seen = |(k, p): (usize, &Place)| match p {
+            Place::Running => Seen::Running(self.boxes.load(k)),
+            Place::Parked(_) => Seen::Parked,
+            Place::Gone => Seen::Gone,
+        };
+        places.iter().enumerate().map(seen).collect()
     }
 
     /// Counts a connection in on loop `k` and sends it there; if `k` has
@@ -191,7 +183,7 @@ impl Loops {
         let places = self.places();
         let k = match places.get(k) {
             Some(Place::Running) => k,
-            _ => self.least_busy_running(&places, 0),
+            _ => least_busy_running(&self.states(&places), 0),
         };
         self.boxes.hand_to(k, m)
     }
@@ -216,5 +208,93 @@ impl Loops {
     /// Loop `k` holds one fewer.
     pub(super) fn left(&self, k: usize) {
         self.boxes.left(k)
+    }
+}
+
+/// A loop as the choices see it: running with its load, parked, or gone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Seen {
+    Running(usize),
+    Parked,
+    Gone,
+}
+
+/// The running loop holding the fewest connections; `prefer` on a tie (or
+/// if no loop runs).
+fn least_busy_running(loops: &[Seen], prefer: usize) -> usize {
+    let load = |k: usize| match loops.get(k) {
+        Some(Seen::Running(n)) => Some(*n),
+        _ => None,
+    };
+    (0..loops.len()).fold(prefer, |best, k| match (load(k), load(best)) {
+        (Some(n), Some(b)) if n < b => k,
+        (Some(_), None) => k,
+        _ => best,
+    })
+}
+
+/// Where a lasting data connection on loop `here` (still counted there)
+/// goes: the least busy running loop `.0`, unless that loop holds another
+/// connection and a parked loop `.1` can be started for it.
+fn for_data(loops: &[Seen], here: usize) -> (usize, Option<usize>) {
+    let k = least_busy_running(loops, here);
+    let load = match loops.get(k) {
+        Some(Seen::Running(n)) => *n,
+        _ => 0,
+    };
+    let others = load.saturating_sub(usize::from(k == here));
+    if others == 0 {
+        return (k, None);
+    }
+    (k, loops.iter().position(|l| *l == Seen::Parked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seen::{Gone, Parked, Running};
+    use super::{for_data, least_busy_running};
+
+    #[test]
+    fn a_lasting_connection_takes_an_empty_running_loop_first() {
+        // Loop 0 holds only the connection itself: it stays there.
+        assert_eq!(for_data(&[Running(1), Running(1), Parked], 0), (0, None));
+        // Loop 0 holds another too; loop 1 is empty.
+        assert_eq!(for_data(&[Running(2), Running(0), Parked], 0), (1, None));
+        // The least busy wins, not the first.
+        assert_eq!(
+            for_data(&[Running(3), Running(2), Running(1), Parked], 0),
+            (2, Some(3))
+        );
+    }
+
+    #[test]
+    fn a_parked_loop_starts_only_when_every_running_one_holds_another() {
+        // Every running loop holds a connection besides this one.
+        assert_eq!(
+            for_data(&[Running(2), Running(1), Gone, Parked, Parked], 0),
+            (1, Some(3))
+        );
+        // Nothing parked: the least busy running loop.
+        assert_eq!(for_data(&[Running(2), Running(1), Gone], 0), (1, None));
+        // The connection counts on its own loop only: loop 1 holds nothing
+        // else, loop 0 holds another.
+        assert_eq!(for_data(&[Running(1), Running(1), Parked], 1), (1, None));
+        assert_eq!(for_data(&[Running(1), Running(2), Parked], 1), (0, Some(2)));
+        assert_eq!(for_data(&[Running(0), Running(1), Parked], 1), (0, None));
+    }
+
+    #[test]
+    fn parked_and_gone_loops_are_never_chosen_to_run_a_connection() {
+        assert_eq!(least_busy_running(&[Running(5), Gone, Parked], 0), 0);
+        assert_eq!(least_busy_running(&[Running(5), Gone, Running(4)], 0), 2);
+        // A tie keeps the preferred loop.
+        assert_eq!(least_busy_running(&[Running(1), Running(1)], 1), 1);
+        assert_eq!(least_busy_running(&[Running(1), Running(1)], 0), 0);
+        // A preferred loop that does not run gives way to one that does.
+        assert_eq!(least_busy_running(&[Running(7), Parked], 1), 0);
+        assert_eq!(least_busy_running(&[Parked, Running(7)], 0), 1);
+        // None runs: the preferred one.
+        assert_eq!(least_busy_running(&[Parked, Gone], 1), 1);
+        assert_eq!(for_data(&[Parked, Gone], 0), (0, None));
     }
 }
