@@ -256,15 +256,32 @@ fn udp_and_rr_sessions_count_the_bytes_they_moved_and_their_errors() {
     }
 }
 
-fn threads(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0)
+/// The names of a process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .collect()
+}
+
+/// A server event loop's thread (`serve-N`).
+fn is_loop(name: &str) -> bool {
+    (name.trim().strip_prefix("serve-")).is_some_and(|n| n.parse::<usize>().is_ok())
+}
+
+/// The server's threads but its event loops: the loops it adds for a
+/// test's lasting data connections (up to two per core, README: "Running a
+/// public server") are not the scrapers' doing.
+fn threads(pid: u32) -> usize {
+    thread_names(pid).iter().filter(|n| !is_loop(n)).count()
+}
+
+/// The server's event loops.
+fn loops(pid: u32) -> usize {
+    thread_names(pid).iter().filter(|n| is_loop(n)).count()
 }
 
 #[test]
@@ -300,9 +317,10 @@ fn a_hostile_scrape_load_does_not_hurt_a_test_or_grow_the_server() {
     // the test's own (a control and 8 data connections).
     let a = addr.to_string();
     let mut tcp = netrig(&["tcp", &a, "-t", "1", "-q"]).spawn().unwrap();
-    let (mut most_threads, mut most_fds) = (0, 0);
+    let (mut most_threads, mut most_fds, mut most_loops) = (0, 0, 0);
     let status = loop {
         most_threads = most_threads.max(threads(pid));
+        most_loops = most_loops.max(loops(pid));
         most_fds = most_fds.max(fd_count(pid));
         if let Some(s) = tcp.try_wait().unwrap() {
             break s;
@@ -318,6 +336,8 @@ fn a_hostile_scrape_load_does_not_hurt_a_test_or_grow_the_server() {
         most_threads <= threads0,
         "server threads grew under scrape load: {threads0} -> {most_threads}"
     );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(most_loops <= 4 * cores, "{most_loops} server loops");
     // Besides those, up to two files open for a moment: a scrape reads
     // /proc/self (memory, threads) and a test's summary its CPU times.
     assert!(
