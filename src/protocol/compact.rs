@@ -45,11 +45,20 @@ const FINAL_LEN: usize = 18;
 const INFO_LEN: usize = 52;
 const HELLO_LEN: usize = 38;
 const PROOF_LEN: usize = 32;
+/// What an encoded frame's buffer holds: the largest frame (a report with
+/// TCP_INFO, a hello with its proof) and what is gathered behind it in the
+/// same write (`tcp::drive::gather`): a crr request behind the hello, a
+/// reply and the server's report behind the acknowledgement. Sized for the
+/// frame alone, the buffer grew (a reallocation and a copy) on every
+/// connection at both ends.
+const ROOM: usize = 256;
+const _: () = assert!(HEADER_LEN + FINAL_LEN + INFO_LEN <= ROOM);
+const _: () = assert!(HEADER_LEN + HELLO_LEN + PROOF_LEN <= ROOM);
 
 /// `msg` as one frame in the fixed layout; `None` for a message that has
 /// none (it goes as JSON).
 pub fn encode(msg: &Message) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(HEADER_LEN + FINAL_LEN + INFO_LEN);
+    let mut out = Vec::with_capacity(ROOM);
     out.extend_from_slice(&super::MAGIC);
     out.extend_from_slice(&[super::FRAME_VERSION, 0, 0, 0, 0, 0]);
     match msg {

@@ -134,11 +134,16 @@ pub fn halt_verdict(h: Halt) -> Verdict {
     }
 }
 
-/// Both clocks, read once for a [`pump`] step.
-pub(crate) fn now() -> Now {
+/// The clocks `conn` needs, read once for a [`pump`] step: the wall clock
+/// only for a machine that logs bursts ([`Conn::wants_real_time`]; 0
+/// otherwise, which nothing reads).
+pub(crate) fn now(conn: &Conn) -> Now {
     Now {
         mono: Instant::now(),
-        real_ns: crate::net::realtime_ns(),
+        real_ns: match conn.wants_real_time() {
+            true => crate::net::realtime_ns(),
+            false => 0,
+        },
     }
 }
 
@@ -394,7 +399,7 @@ pub fn run_until_blocked<S: Socket>(
 ) -> Ran {
     let start = conn.progress();
     for _ in 0..TURN_STEPS {
-        let at = now();
+        let at = now(conn);
         let p = pump(conn, out, ahead, stream, buf, env, at);
         if settled(conn, out) {
             return Ran::Settled;
@@ -508,7 +513,7 @@ fn gather<S: Socket>(
                 Ok(k) => {
                     // A short write: the socket's buffer is full.
                     p.write_idle = k < b.len();
-                    conn.on_written(k, now());
+                    conn.on_written(k, now(conn));
                 }
                 Err(ref e) if e.kind() == io::ErrorKind::WouldBlock => {
                     p.write_idle = true;

@@ -21,7 +21,8 @@ fn pump_now<S: Socket>(
     buf: &mut [u8],
     env: &Env,
 ) -> Pumped {
-    pump(conn, out, ahead, stream, buf, env, super::now())
+    let at = super::now(conn);
+    pump(conn, out, ahead, stream, buf, env, at)
 }
 
 /// A socket whose reads come from a queue of chunks and whose writes
@@ -606,6 +607,27 @@ fn what_a_read_brings_past_the_machines_want_waits_and_goes_first() {
     pump_now(&mut conn, &mut out, &mut ahead, &s, &mut big, &e);
     assert_eq!((s.recvs.get(), conn.progress().1), (1, GATHER as u64 + 1));
     assert!(ahead.is_empty());
+}
+
+/// A step reads the wall clock only for a machine that logs bursts (their
+/// records carry it, for one-way times across hosts); another's is 0.
+#[test]
+fn only_a_connection_with_bursts_reads_the_wall_clock() {
+    let t0 = Instant::now();
+    let plain = Conn::new(&crr_spec(), Uuid::from_u128(3), Role::Client, 64, t0);
+    assert_eq!(now(&plain).real_ns, 0);
+    let bursty = TcpSpec {
+        burst: Some(proto::BurstSpec {
+            size: 100,
+            period_ms: 10,
+        }),
+        ..TcpSpec::plain(IoPattern::Push, 1000, 0, 0)
+    };
+    let conn = Conn::new(&bursty, Uuid::from_u128(3), Role::Client, 64, t0);
+    let before = crate::net::realtime_ns();
+    let at = now(&conn);
+    assert!(at.real_ns >= before && at.real_ns <= crate::net::realtime_ns());
+    assert!(at.mono >= t0);
 }
 
 #[path = "drive_turn_tests.rs"]

@@ -77,6 +77,10 @@ fn starts_a_frame(head: &[u8]) -> bool {
             .is_none_or(|h| proto::parse_header(h).is_ok())
 }
 
+/// Room taken at once for the peer's final report (a few hundred bytes
+/// in JSON, well under this in the fixed layout); a larger one grows.
+const REPORT_ROOM: usize = 1024;
+
 /// What the machine wants written next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Transmit<'a> {
@@ -432,6 +436,15 @@ impl Conn {
             Phase::Final {
                 inbuf, peer: None, ..
             } => {
+                if inbuf.is_empty() {
+                    // The report comes header first (`want_read`), and
+                    // its header says how long it is: room for all of it
+                    // at once, up to a report's usual size (growing it
+                    // byte run by byte run cost an allocation and a copy
+                    // per connection).
+                    let whole = data.len() + proto::frame_remaining(data);
+                    inbuf.reserve_exact(whole.min(REPORT_ROOM));
+                }
                 inbuf.extend_from_slice(data);
                 self.parse_final();
                 return self.maybe_done();

@@ -12,7 +12,8 @@ use crate::protocol::proto::{BurstSpec, TcpBurst};
 pub struct Now {
     /// Monotonic time.
     pub mono: Instant,
-    /// CLOCK_REALTIME, ns.
+    /// CLOCK_REALTIME, ns: read only for a machine that logs bursts
+    /// ([`super::machine::Conn::wants_real_time`]), 0 for any other.
     pub real_ns: u64,
 }
 

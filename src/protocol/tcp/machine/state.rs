@@ -51,6 +51,13 @@ impl Conn {
         self.peer_info
     }
 
+    /// Whether the machine reads the wall clock ([`Now::real_ns`]): only
+    /// its burst log does, so the I/O layer reads it for no other
+    /// connection (a second clock read per step otherwise).
+    pub fn wants_real_time(&self) -> bool {
+        self.bursts.is_some()
+    }
+
     /// Whether what [`Conn::transmit`] offers is data (not the final
     /// report, nor an end marker already offered).
     pub fn sending_data(&self) -> bool {
