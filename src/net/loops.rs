@@ -79,11 +79,6 @@ impl<T> Mailboxes<T> {
         sent
     }
 
-    /// Hands `m` to the next loop in turn.
-    pub fn hand_round(&self, m: T) -> bool {
-        self.hand_round_of(self.ways.len(), m)
-    }
-
     /// Hands `m` to the next in turn of the first `n` loops (at least one).
     pub fn hand_round_of(&self, n: usize, m: T) -> bool {
         let n = n.clamp(1, self.ways.len());
@@ -133,7 +128,7 @@ mod tests {
         assert!(boxes.hand_to(0, 7));
         assert!(boxes.hand_to(1, 8));
         assert_eq!(boxes.least_busy(0), 2);
-        assert!(boxes.hand_round(9));
+        assert!(boxes.hand_round_of(3, 9));
         assert_eq!(ends[0].rx.try_recv().ok(), Some(7));
         assert_eq!(ends[0].rx.try_recv().ok(), Some(9));
         boxes.left(1);

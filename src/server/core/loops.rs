@@ -60,7 +60,7 @@ impl Loops {
             places: Mutex::new(ends.into_iter().map(Place::Parked).collect()),
         });
         for i in 0..base {
-            loops.start_one(&mut loops.places(), i, st, None)?;
+            loops.start_one(&mut loops.places(), i, st)?;
         }
         Ok(loops)
     }
@@ -69,15 +69,13 @@ impl Loops {
         self.places.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts parked loop `i` on a thread of its own, `first` its first
-    /// message. A loop that cannot start (out of threads) is gone; the
-    /// others serve on.
+    /// Starts parked loop `i` on a thread of its own. A loop that cannot
+    /// start (out of threads) is gone; the others serve on.
     fn start_one(
         self: &Arc<Self>,
         places: &mut [Place],
         i: usize,
         st: &Arc<State>,
-        first: Option<Incoming>,
     ) -> io::Result<()> {
         let Some(place) = places.get_mut(i) else {
             return Err(io::Error::other("no such event loop"));
@@ -88,7 +86,7 @@ impl Loops {
         let (st, me) = (Arc::clone(st), Arc::clone(self));
         let spawned = std::thread::Builder::new()
             .name(format!("serve-{i}"))
-            .spawn(move || me.serve(i, &st, end, first));
+            .spawn(move || me.serve(i, &st, end, None));
         if let Err(e) = spawned {
             *place = Place::Gone;
             return Err(e);
@@ -103,10 +101,9 @@ impl Loops {
         self: Arc<Self>,
         i: usize,
         st: &Arc<State>,
-        end: LoopEnd<Incoming>,
-        first: Option<Incoming>,
+        mut end: LoopEnd<Incoming>,
+        mut first: Option<Incoming>,
     ) {
-        let (mut end, mut first) = (end, first);
         loop {
             let ended = Loop::new(st, end.poll, end.rx, i, Arc::clone(&self)).run(first);
             let Ended::Idle(idle) = ended else {
@@ -153,7 +150,7 @@ impl Loops {
         let Some(j) = start else {
             return k;
         };
-        match self.start_one(&mut places, j, st, None) {
+        match self.start_one(&mut places, j, st) {
             Ok(()) => j,
             Err(e) => {
                 if st.cfg.verbosity >= 1 {
