@@ -7,12 +7,14 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::net;
+use crate::protocol::asking::{Accept, Asking, AskingError, Event};
 use crate::protocol::auth::Key;
 use crate::protocol::greeting::{Greeting, GreetingError, Next};
 use crate::protocol::proto::{
-    ErrorCode, Message, ProtoError, ReadError, TestSpec, foreign_server, read_message,
-    write_message,
+    ErrorCode, Message, ProtoError, ReadError, SessionSummary, TestSpec, foreign_server,
+    read_message, write_message,
 };
+use crate::protocol::stats::IntervalRow;
 
 /// How long a client waits for a server's answers once a run is stopping
 /// (Ctrl-C, --time): a stuck server must not keep the results from being
@@ -143,6 +145,8 @@ pub struct Control {
     /// The server reads data hellos in the fixed layout
     /// ([`crate::protocol::proto::COMPACT_DATA_HELLO`]).
     pub compact_data_hello: bool,
+    /// The conversation after the greeting, once a test was asked for.
+    asking: Option<Asking>,
 }
 
 impl Control {
@@ -207,6 +211,19 @@ impl Control {
             }
         }
         let (addr, stream) = found.ok_or_else(|| conn_err(last))?;
+        Self::greet(target, addr, stream, timeout, key)
+    }
+
+    /// Says hello on `stream`, connected to `addr` (what `target` named),
+    /// and with a key proves it both ways; `timeout` bounds the waits for the
+    /// server's answers.
+    pub(crate) fn greet(
+        target: &str,
+        addr: SocketAddr,
+        stream: TcpStream,
+        timeout: Duration,
+        key: Option<&Key>,
+    ) -> Result<Control, ClientError> {
         // Best effort: keepalive only speeds up noticing a vanished server.
         let _ = net::keepalive(&stream);
         let _ = stream.set_read_timeout(Some(timeout));
@@ -216,6 +233,7 @@ impl Control {
             stream,
             datagram_key: None,
             compact_data_hello: false,
+            asking: None,
         };
         let (mut greeting, hello) = Greeting::new(key, crate::protocol::auth::nonce());
         c.send(&hello)?;
@@ -304,9 +322,86 @@ impl Control {
         }
     }
 
-    /// Asks for a test; returns the server's acceptance.
-    pub fn request(&mut self, test: TestSpec) -> Result<Message, ClientError> {
-        self.call(&Message::TestRequest { test })
+    /// Asks for a test; returns the server's acceptance, of the kind the
+    /// test calls for.
+    pub fn request(&mut self, test: TestSpec) -> Result<Accept, ClientError> {
+        let (asking, request) = Asking::ask(test);
+        self.asking = Some(asking);
+        self.send(&request)?;
+        match self.answer()? {
+            Event::Accepted(a) => Ok(a),
+            e => Err(self.failed(format!("unexpected answer to the test request: {e:?}"))),
+        }
+    }
+
+    /// Reads the server's next message into the conversation.
+    fn answer(&mut self) -> Result<Event, ClientError> {
+        let m = read_message(&mut self.stream).map_err(|e| self.failed(e.to_string()))?;
+        let Some(asking) = self.asking.as_mut() else {
+            return Err(self.unexpected(m));
+        };
+        asking.on_message(m).map_err(|e| match e {
+            AskingError::Refused { code, message } => self.refused(code, message),
+            e @ AskingError::Unexpected { .. } => self.failed(e.to_string()),
+        })
+    }
+
+    /// Sends what `step` makes of the conversation (a stop, a goodbye), then
+    /// reads until the server answers it, taking its rows and messages that
+    /// need nothing on the way. Waits at most `grace` in all, and no longer
+    /// once the user insists on stopping: a stuck server must not keep the
+    /// results from being written. `None`: nothing to send, it could not go
+    /// out, or no answer came in time.
+    fn finish_step(
+        &mut self,
+        step: fn(&mut Asking) -> Option<Message>,
+        grace: Duration,
+    ) -> Option<Result<Event, ClientError>> {
+        let msg = step(self.asking.as_mut()?)?;
+        let _ = self.stream.set_write_timeout(Some(grace));
+        self.send(&msg).ok()?;
+        let deadline = std::time::Instant::now() + grace;
+        loop {
+            if hurried() || std::time::Instant::now() >= deadline {
+                return None;
+            }
+            if !net::wait_readable(&self.stream, Duration::from_millis(100)) {
+                continue;
+            }
+            let _ = self.stream.set_read_timeout(Some(grace));
+            match self.answer() {
+                Ok(Event::Rows | Event::Skipped) => continue,
+                r => return Some(r),
+            }
+        }
+    }
+
+    /// Asks the running test to stop (the server counts its connections
+    /// cancelled): whether the server answered within `grace`, with its
+    /// acknowledgement or a reason.
+    pub fn stop_test(&mut self, grace: Duration) -> bool {
+        matches!(
+            self.finish_step(Asking::stop, grace),
+            Some(Ok(Event::Stopped) | Err(ClientError::Refused { .. }))
+        )
+    }
+
+    /// Says goodbye: the server's summary of the session, if it came within
+    /// `grace`.
+    pub fn goodbye(&mut self, grace: Duration) -> Option<SessionSummary> {
+        match self.finish_step(Asking::goodbye, grace)? {
+            Ok(Event::Summary(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// The server's own rows that came with its answers (at most
+    /// [`crate::protocol::proto::MAX_SERVER_ROWS`]), and whether any were
+    /// left out.
+    pub fn take_server_rows(&mut self) -> (Vec<IntervalRow>, bool) {
+        self.asking
+            .as_mut()
+            .map_or_else(Default::default, Asking::take_rows)
     }
 
     /// A control failure naming this target.

@@ -469,7 +469,8 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
         "transfer": 1 << 20, "push_bytes": 0, "pull_bytes": 0, "verify": "data",
         "connections": 1, "burst": null}))
     .unwrap();
-    let Ok(Message::TestAccept { session }) = c.request(TestSpec::Tcp(spec)) else {
+    let Ok(netrig::protocol::asking::Accept::Session(session)) = c.request(TestSpec::Tcp(spec))
+    else {
         panic!("no session")
     };
     let dk = c.datagram_key.unwrap();

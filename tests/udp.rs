@@ -174,7 +174,8 @@ fn media_stream_counts_frames_and_writes_per_datagram_rows() {
 #[test]
 fn server_refuses_a_wrong_proof_of_receipt() {
     use netrig::control::{ClientError, Control};
-    use netrig::protocol::proto::{Message, TestSpec};
+    use netrig::protocol::asking::Accept;
+    use netrig::protocol::proto::{ErrorCode, Message, TestSpec};
     let srv = TestServer::start();
     let mut c = Control::connect(
         &srv.addr.to_string(),
@@ -184,7 +185,7 @@ fn server_refuses_a_wrong_proof_of_receipt() {
         None,
     )
     .unwrap();
-    let Message::UdpAccept { .. } = c
+    let Accept::Udp { .. } = c
         .request(TestSpec::Udp(spec(true, 1_000_000, 100, 1000)))
         .unwrap()
     else {
@@ -195,8 +196,8 @@ fn server_refuses_a_wrong_proof_of_receipt() {
         nonce: 12345,
         offset_ns: 0,
     }) {
-        Err(ClientError::Refused { message, .. }) => {
-            assert!(message.contains("proof of receipt"), "{message}")
+        Err(ClientError::Refused { code, message, .. }) => {
+            assert_eq!(code, ErrorCode::Auth, "{message}")
         }
         other => panic!("expected refusal, got {other:?}"),
     }
@@ -205,7 +206,7 @@ fn server_refuses_a_wrong_proof_of_receipt() {
 #[test]
 fn server_rejects_bad_udp_specs_with_reasons() {
     use netrig::control::{ClientError, Control};
-    use netrig::protocol::proto::TestSpec;
+    use netrig::protocol::proto::{ErrorCode, TestSpec};
     let srv = TestServer::start();
     for (mut sp, needle) in [
         (spec(false, 1_000_000, 10, 1000), "datagram size"),
@@ -223,7 +224,8 @@ fn server_rejects_bad_udp_specs_with_reasons() {
         )
         .unwrap();
         match c.request(TestSpec::Udp(sp)) {
-            Err(ClientError::Refused { message, .. }) => {
+            Err(ClientError::Refused { code, message, .. }) => {
+                assert_eq!(code, ErrorCode::Invalid, "{message}");
                 assert!(message.contains(needle), "{message}")
             }
             other => panic!("expected refusal, got {other:?}"),

@@ -3,6 +3,7 @@
 //! time and bytes come in as arguments (`tests/layers.rs` checks it), so both ends of every
 //! conversation can be run in memory.
 
+pub mod asking;
 pub mod auth;
 pub mod budget;
 pub mod conversation;

@@ -13,8 +13,9 @@ use super::run::Run;
 pub use super::run::{Probe, RrConfig, RrConfigError, RrReport, Transport, UNBOUNDED};
 use super::serve::write_pattern;
 use crate::control::{ClientError, Control};
+use crate::protocol::asking::Accept;
 use crate::protocol::pattern::{Direction, Pattern, stream_start};
-use crate::protocol::proto::{Message, RrProto, TestSpec};
+use crate::protocol::proto::{RrProto, TestSpec};
 use crate::protocol::rr::hist::LatencyStats;
 
 fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
@@ -113,15 +114,12 @@ pub fn run(
         )
     };
     let mut run = Run::new(cfg, total, &interrupt, new_stats);
-    let result = match (proto, accept) {
-        (RrProto::Tcp, Message::TestAccept { session }) => tcp(&mut c, session, &mut run, on_probe),
-        (RrProto::Udp, Message::UdpAccept { port, token, .. }) => {
-            super::udp::run(&mut c, port, token, &mut run, on_probe)
-        }
-        (RrProto::SctpSeqpacket, Message::SeqpacketAccept { session, port }) => {
-            seqpacket(&mut c, session, port, &mut run, on_probe)
-        }
-        (_, m) => Err(c.unexpected(m)),
+    // The conversation takes only the acceptance the test's transport
+    // calls for.
+    let result = match accept {
+        Accept::Session(session) => tcp(&mut c, session, &mut run, on_probe),
+        Accept::Udp { port, token, .. } => super::udp::run(&mut c, port, token, &mut run, on_probe),
+        Accept::Seqpacket { session, port } => seqpacket(&mut c, session, port, &mut run, on_probe),
     };
     // Once round trips have begun, a failure ends the run but keeps what was
     // measured: the caller reports it and still writes its files.
@@ -133,10 +131,9 @@ pub fn run(
     let finished = failed.is_none()
         && (proto != RrProto::Tcp || run.rep.sent == total)
         && !crate::control::hurried();
-    let server = match finished.then(|| c.call(&Message::Goodbye)) {
-        Some(Ok(Message::Summary(s))) => Some(s),
-        _ => None,
-    };
+    let server = finished
+        .then(|| c.goodbye(crate::control::STOP_GRACE))
+        .flatten();
     let mut rep = std::mem::replace(&mut run.rep, RrReport::empty(cfg));
     rep.error = failed;
     rep.interrupted = interrupt.load(SeqCst);

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use super::config::TcpClientConfig;
 use crate::net::tcpinfo::TcpInfoTotals;
-use crate::protocol::proto::{Message, SessionSummary};
+use crate::protocol::proto::SessionSummary;
 use crate::protocol::stats::{Counters, IntervalRow, Snapshot};
 
 pub use super::session::{ConnectionRecord, ServerRows};
-use super::session::{Shared, control_finish, note_lost_servers, open_sessions};
+use super::session::{Shared, note_lost_servers, open_sessions};
 pub use crate::control::ClientError;
 
 /// Receives the run's output as it happens.
@@ -378,19 +378,7 @@ pub fn run(
             servers.push((s.addr, None));
             continue;
         }
-        let mut rows = super::session::ServerRows {
-            server: Some(s.addr),
-            ..Default::default()
-        };
-        let summary = match control_finish(
-            s,
-            &Message::Goodbye,
-            |m| !matches!(m, Message::StopAck),
-            &mut rows,
-        ) {
-            Some(Message::Summary(sum)) => Some(sum),
-            _ => None,
-        };
+        let (summary, rows) = s.goodbye();
         if shared.cfg.server_output {
             server_output.push(rows);
         }

@@ -3,7 +3,7 @@
 //! `--throttle` budget; and the record each data connection ends with.
 
 use serde::Serialize;
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -13,8 +13,9 @@ use uuid::Uuid;
 use super::config::{ConfigError, TcpClientConfig};
 use crate::control::STOP_GRACE;
 use crate::control::{ClientError, Control};
+use crate::protocol::asking::Accept;
 use crate::protocol::outcome::ConnResult;
-use crate::protocol::proto::{Message, TcpSpec, TestSpec, read_message, write_message};
+use crate::protocol::proto::{Message, TcpSpec, TestSpec};
 use crate::protocol::stats::Counters;
 
 /// One data connection as it ended; a row of the connection file.
@@ -74,7 +75,7 @@ pub(super) struct ServerControl {
     /// The `-B` address this session's connections come from.
     pub(super) bind: Option<IpAddr>,
     pub(super) id: Uuid,
-    control: Mutex<TcpStream>,
+    control: Mutex<Control>,
     /// The session's key (with a pre-shared key), for data connection proofs.
     pub(super) data_key: Option<crate::protocol::auth::DatagramKey>,
     /// The server reads data hellos in the fixed layout (its hello said so).
@@ -127,51 +128,6 @@ pub(super) struct Shared {
     pub(super) ports: Option<std::sync::Arc<super::ports::PortPool>>,
 }
 
-/// Sends `msg` on a session's control connection, waiting at most
-/// [`STOP_GRACE`] for room to write it.
-pub(super) fn control_send(s: &ServerControl, msg: &Message) -> bool {
-    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = c.set_write_timeout(Some(STOP_GRACE));
-    write_message(&mut *c, msg).is_ok()
-}
-
-/// Sends `msg` and returns the first reply `wanted` accepts (skipping others,
-/// such as the acknowledgement of a stop that was not waited for); waits at
-/// most [`STOP_GRACE`], and not at all once the user insists on stopping (a
-/// stuck server must not keep the results from being written).
-pub(super) fn control_finish(
-    s: &ServerControl,
-    msg: &Message,
-    wanted: impl Fn(&Message) -> bool,
-    rows: &mut ServerRows,
-) -> Option<Message> {
-    if !control_send(s, msg) {
-        return None;
-    }
-    let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let deadline = Instant::now() + STOP_GRACE;
-    loop {
-        if crate::control::hurried() || Instant::now() >= deadline {
-            return None;
-        }
-        if !crate::net::wait_readable(&*c, Duration::from_millis(100)) {
-            continue;
-        }
-        let _ = c.set_read_timeout(Some(STOP_GRACE));
-        match read_message(&mut *c) {
-            Ok(Message::ServerIntervals { rows: r, truncated }) => {
-                // Bounded as the server bounds it, whatever it sends.
-                let room = crate::protocol::proto::MAX_SERVER_ROWS.saturating_sub(rows.rows.len());
-                rows.rows.extend(r.into_iter().take(room));
-                rows.truncated |= truncated;
-            }
-            Ok(m) if wanted(&m) => return Some(m),
-            Ok(_) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
 /// A server's own status rows of its session (`--get-server-output`).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ServerRows {
@@ -183,20 +139,36 @@ pub struct ServerRows {
     pub truncated: bool,
 }
 
+impl ServerControl {
+    /// Says goodbye to the session's server: its summary, if it came within
+    /// [`STOP_GRACE`], and its own rows that came before it.
+    pub(super) fn goodbye(&self) -> (Option<crate::protocol::proto::SessionSummary>, ServerRows) {
+        let mut c = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let summary = c.goodbye(STOP_GRACE);
+        let (rows, truncated) = c.take_server_rows();
+        let rows = ServerRows {
+            server: Some(self.addr),
+            rows,
+            truncated,
+        };
+        (summary, rows)
+    }
+}
+
 /// Whether the server has closed (or reset) a control connection. Between
 /// request/response calls the server never speaks first, so any readable
 /// byte or end of stream means the session is over.
 pub(super) fn control_lost(s: &ServerControl) -> bool {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    crate::net::peer_state(&c) != crate::net::PeerState::Quiet
+    crate::net::peer_state(&c.stream) != crate::net::PeerState::Quiet
 }
 
 /// The error message a server sent before closing the control connection, if any.
 pub(super) fn control_error(s: &ServerControl) -> Option<String> {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
-    let r = crate::protocol::proto::read_message(&mut &*c);
-    let _ = c.set_read_timeout(None);
+    let _ = c.stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let r = crate::protocol::proto::read_message(&mut &c.stream);
+    let _ = c.stream.set_read_timeout(None);
     match r {
         Ok(Message::Error { message, .. }) => Some(message),
         _ => None,
@@ -214,7 +186,7 @@ pub(super) fn note_lost_servers(
     for s in &shared.sessions {
         if !wait.is_zero() {
             let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
-            crate::net::wait_readable(&*c, wait);
+            crate::net::wait_readable(&c.stream, wait);
         }
         if !lost.contains(&s.addr) && control_lost(s) {
             if let Some(why) = control_error(s) {
@@ -273,8 +245,8 @@ fn open_session(
         false => c.stream.local_addr().ok().map(|a| a.ip()),
     };
     let id = match c.request(TestSpec::Tcp(cfg.spec()))? {
-        Message::TestAccept { session } => session,
-        m => return Err(c.unexpected(m)),
+        Accept::Session(session) => session,
+        a => return Err(c.failed(format!("accepted as another kind of test: {a:?}"))),
     };
     // The control connection now idles for the whole test.
     let _ = c.stream.set_read_timeout(None);
@@ -284,7 +256,7 @@ fn open_session(
         id,
         data_key: c.datagram_key,
         compact_data_hello: c.compact_data_hello,
-        control: Mutex::new(c.stream),
+        control: Mutex::new(c),
         unresponsive: AtomicBool::new(false),
         setting_up: AtomicU64::new(0),
         opened: AtomicU64::new(0),
@@ -406,13 +378,8 @@ impl Shared {
             // The server marks the session cancelled before we shut its
             // connections, so both ends count cancellations; a stuck server
             // gets the grace period, and is not asked again.
-            let ack = control_finish(
-                s,
-                &Message::Stop,
-                |m| matches!(m, Message::StopAck | Message::Error { .. }),
-                &mut ServerRows::default(),
-            );
-            if ack.is_none() {
+            let mut c = s.control.lock().unwrap_or_else(|e| e.into_inner());
+            if !c.stop_test(STOP_GRACE) {
                 s.unresponsive.store(true, SeqCst);
             }
         }

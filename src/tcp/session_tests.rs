@@ -5,10 +5,12 @@
 //! state's round robin, throttle and data deadline.
 
 use super::*;
-use std::net::{Shutdown, TcpListener};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::OnceLock;
 
-use crate::protocol::proto::{ErrorCode, Message, TestSpec};
+use crate::protocol::proto::{
+    ErrorCode, Message, SessionSummary, TestSpec, read_message, write_message,
+};
 use crate::protocol::stats::IntervalRow;
 
 /// A connected pair on loopback: (the client's end, the server's end).
@@ -23,18 +25,47 @@ fn pair() -> (TcpStream, TcpStream) {
     (ours, theirs)
 }
 
-fn control(stream: TcpStream) -> ServerControl {
+/// A session greeted and accepted on the client's end `stream`: the
+/// server's answers are written to `theirs` ahead, and what the client sent
+/// for them (hello, request) is read off it.
+fn accepted(stream: TcpStream, theirs: &mut TcpStream) -> ServerControl {
+    let addr = stream.peer_addr().unwrap();
+    send(
+        theirs,
+        &[
+            Message::HelloAck(Message::hello()),
+            Message::TestAccept {
+                session: Uuid::nil(),
+            },
+        ],
+    );
+    let mut c = Control::greet("test", addr, stream, Duration::from_secs(10), None).unwrap();
+    let cfg = TcpClientConfig::new(vec![]);
+    let accept = c.request(TestSpec::Tcp(cfg.spec())).unwrap();
+    assert_eq!(accept, Accept::Session(Uuid::nil()));
+    assert!(matches!(read_message(theirs), Ok(Message::Hello(_))));
+    assert!(matches!(
+        read_message(theirs),
+        Ok(Message::TestRequest { .. })
+    ));
     ServerControl {
-        addr: stream.peer_addr().unwrap(),
+        addr,
         bind: None,
         id: Uuid::nil(),
-        control: Mutex::new(stream),
+        control: Mutex::new(c),
         data_key: None,
         compact_data_hello: false,
         unresponsive: AtomicBool::new(false),
         setting_up: AtomicU64::new(0),
         opened: AtomicU64::new(0),
     }
+}
+
+/// A session on a fresh pair: (it, the server's end).
+fn control() -> (ServerControl, TcpStream) {
+    let (ours, mut theirs) = pair();
+    let s = accepted(ours, &mut theirs);
+    (s, theirs)
 }
 
 fn shared(sessions: Vec<ServerControl>) -> Shared {
@@ -58,7 +89,10 @@ fn shared(sessions: Vec<ServerControl>) -> Shared {
 /// Waits until the server's bytes or close have reached the client's end.
 fn readable(s: &ServerControl) {
     let c = s.control.lock().unwrap();
-    assert!(crate::net::wait_readable(&*c, Duration::from_secs(10)));
+    assert!(crate::net::wait_readable(
+        &c.stream,
+        Duration::from_secs(10)
+    ));
 }
 
 fn send(s: &mut TcpStream, msgs: &[Message]) {
@@ -83,89 +117,96 @@ fn rows(n: usize, truncated: bool) -> Message {
 }
 
 #[test]
-fn a_control_message_goes_out_whole_or_the_send_says_it_did_not() {
-    let (ours, mut theirs) = pair();
-    let s = control(ours);
-    assert!(control_send(&s, &Message::Stop));
+fn a_stop_goes_out_once_and_counts_as_answered_by_an_ack_or_a_reason() {
+    let (s, mut theirs) = control();
+    send(&mut theirs, &[Message::StopAck]);
+    assert!(s.control.lock().unwrap().stop_test(STOP_GRACE));
     assert_eq!(read_message(&mut theirs).unwrap(), Message::Stop);
-    s.control.lock().unwrap().shutdown(Shutdown::Write).unwrap();
-    assert!(!control_send(&s, &Message::Stop));
+    // A test stopped once is not stopped again.
+    assert!(!s.control.lock().unwrap().stop_test(STOP_GRACE));
+    // A reason answers it too.
+    let (s, mut theirs) = control();
+    send(&mut theirs, &[error("no")]);
+    assert!(s.control.lock().unwrap().stop_test(STOP_GRACE));
+    // A stop that cannot go out is not answered.
+    let (s, _theirs) = control();
+    let mut c = s.control.lock().unwrap();
+    c.stream.shutdown(Shutdown::Write).unwrap();
+    assert!(!c.stop_test(STOP_GRACE));
 }
 
 #[test]
-fn finishing_gathers_the_servers_rows_skips_other_replies_and_returns_the_wanted_one() {
-    let (ours, mut theirs) = pair();
-    // The server's replies are already on their way when the request goes.
+fn goodbye_gathers_the_servers_rows_skips_a_late_stop_ack_and_returns_the_summary() {
+    let (s, mut theirs) = control();
+    // The server's replies are already on their way when goodbye goes.
     send(
         &mut theirs,
         &[
             rows(2, true),
             Message::StopAck,
             rows(1, false),
-            error("done"),
+            Message::Summary(SessionSummary {
+                connections: 5,
+                ..Default::default()
+            }),
         ],
     );
-    theirs.shutdown(Shutdown::Write).unwrap();
-    let s = control(ours);
-    let mut got = ServerRows::default();
-    let reply = control_finish(
-        &s,
-        &Message::Goodbye,
-        |m| matches!(m, Message::Error { .. }),
-        &mut got,
-    );
-    assert_eq!(reply, Some(error("done")));
+    let (summary, got) = s.goodbye();
+    assert_eq!(summary.map(|s| s.connections), Some(5));
     assert_eq!((got.rows.len(), got.truncated), (3, true));
+    assert_eq!(got.server, Some(s.addr));
     assert_eq!(read_message(&mut theirs).unwrap(), Message::Goodbye);
-    // A request that cannot go out waits for no reply.
-    let (ours, mut theirs) = pair();
+    // A reason instead of a summary: none.
+    let (s, mut theirs) = control();
     send(&mut theirs, &[error("done")]);
-    let s = control(ours);
-    s.control.lock().unwrap().shutdown(Shutdown::Write).unwrap();
-    let reply = control_finish(&s, &Message::Goodbye, |_| true, &mut got);
-    assert_eq!(reply, None);
+    assert_eq!(s.goodbye().0, None);
+    // A goodbye that cannot go out waits for no reply.
+    let (s, mut theirs) = control();
+    send(&mut theirs, &[Message::Summary(SessionSummary::default())]);
+    s.control
+        .lock()
+        .unwrap()
+        .stream
+        .shutdown(Shutdown::Write)
+        .unwrap();
+    assert_eq!(s.goodbye().0, None);
 }
 
 #[test]
-fn finishing_gives_up_on_a_silent_server_after_the_grace() {
+fn goodbye_gives_up_on_a_silent_server_after_the_grace() {
     // Takes STOP_GRACE (5 s): the server reads the request and says nothing.
-    let (ours, _theirs) = pair();
-    let s = control(ours);
-    let reply = control_finish(&s, &Message::Goodbye, |_| true, &mut ServerRows::default());
-    assert_eq!(reply, None);
+    let (s, _theirs) = control();
+    assert_eq!(s.goodbye().0, None);
 }
 
 #[test]
 fn a_server_that_speaks_or_closes_first_is_lost_and_its_reason_read() {
-    let (ours, mut theirs) = pair();
-    let s = control(ours);
+    let (s, mut theirs) = control();
     assert!(!control_lost(&s));
     send(&mut theirs, &[error("server full")]);
     readable(&s);
     assert!(control_lost(&s));
     assert_eq!(control_error(&s).as_deref(), Some("server full"));
     // A close without a reason.
-    let (ours, theirs) = pair();
+    let (s, theirs) = control();
     drop(theirs);
-    let s = control(ours);
     readable(&s);
     assert!(control_lost(&s));
     assert_eq!(control_error(&s), None);
     // A message that is no reason.
-    let (ours, mut theirs) = pair();
+    let (s, mut theirs) = control();
     send(&mut theirs, &[Message::StopAck]);
-    let s = control(ours);
     readable(&s);
     assert_eq!(control_error(&s), None);
 }
 
 #[test]
 fn lost_servers_are_noted_once_with_their_reasons_and_halt_the_run() {
-    let (quiet, _keep) = pair();
-    let (gone, mut theirs) = pair();
+    let (quiet, _keep) = control();
+    let (gone, mut theirs) = control();
     send(&mut theirs, &[error("limit reached")]);
     drop(theirs);
-    let sh = shared(vec![control(quiet), control(gone)]);
+    let sh = shared(vec![quiet, gone]);
     readable(&sh.sessions[1]);
     let gone_addr = sh.sessions[1].addr;
     let (mut lost, mut errors) = (Vec::new(), Vec::new());
@@ -181,8 +222,8 @@ fn lost_servers_are_noted_once_with_their_reasons_and_halt_the_run() {
 fn with_a_wait_a_server_that_closes_during_it_is_noted() {
     // The server sends its reason and closes once the client is waiting
     // for it: seen as the session's lock held (and kept) by the wait.
-    let (ours, mut theirs) = pair();
-    let sh = shared(vec![control(ours)]);
+    let (s, mut theirs) = control();
+    let sh = shared(vec![s]);
     let addr = sh.sessions[0].addr;
     let done = AtomicBool::new(false);
     let (mut lost, mut errors) = (Vec::new(), Vec::new());
@@ -213,11 +254,11 @@ fn with_a_wait_a_server_that_closes_during_it_is_noted() {
 
 #[test]
 fn a_stop_reaches_every_server_once_and_marks_those_that_do_not_answer() {
-    let (answers, mut theirs) = pair();
+    let (answers, mut theirs) = control();
     send(&mut theirs, &[Message::StopAck]);
-    let (silent, gone) = pair();
+    let (silent, gone) = control();
     drop(gone);
-    let sh = shared(vec![control(answers), control(silent)]);
+    let sh = shared(vec![answers, silent]);
     sh.stop_all();
     assert!(sh.stop.load(SeqCst) && sh.abort.load(SeqCst));
     let unresponsive: Vec<bool> = sh
@@ -234,7 +275,7 @@ fn a_stop_reaches_every_server_once_and_marks_those_that_do_not_answer() {
 
 #[test]
 fn connections_go_round_robin_under_the_throttle_and_end_data_at_the_time_limit() {
-    let sessions = (0..3).map(|_| control(pair().0)).collect();
+    let sessions = (0..3).map(|_| control().0).collect();
     let mut sh = shared(sessions);
     let order: Vec<usize> = (0..7).map(|i| sh.session_for(i)).collect();
     assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
@@ -259,7 +300,7 @@ fn connections_go_round_robin_under_the_throttle_and_end_data_at_the_time_limit(
 #[test]
 fn a_stalled_server_holds_only_its_share_of_the_throttle_and_each_gets_its_round_robin_connections()
 {
-    let sessions = (0..2).map(|_| control(pair().0)).collect();
+    let sessions = (0..2).map(|_| control().0).collect();
     let mut sh = shared(sessions);
     (sh.cfg.throttle, sh.cfg.connections, sh.cfg.iterations) = (40, 51, Some(1));
     // Server 0 stalls: its share (40 / 2) of setups never ends.

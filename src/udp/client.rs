@@ -16,7 +16,8 @@ use super::send::run_sender;
 use super::serve::{drain_for, receiver_config, receiver_stats, sender_config};
 use super::setup::{Started, set_up};
 use crate::control::{ClientError, Control};
-use crate::protocol::proto::{Message, TestSpec, UdpSpec};
+use crate::protocol::asking::Accept;
+use crate::protocol::proto::{TestSpec, UdpSpec};
 use crate::protocol::sockopts::SockOpts;
 use crate::protocol::udp::client_machine::{Bounds, ClientMachine};
 use crate::protocol::udp::client_setup::Clock;
@@ -202,12 +203,12 @@ pub fn run_with_offset(
         ));
     }
     let (port, token, session) = match c.request(TestSpec::Udp(spec.clone()))? {
-        Message::UdpAccept {
+        Accept::Udp {
             port,
             token,
             session,
         } => (port, token, session),
-        m => return Err(c.unexpected(m)),
+        a => return Err(c.failed(format!("accepted as another kind of test: {a:?}"))),
     };
     // ctsTraffic's 1 MB receive buffer for media; more for bulk streams;
     // -w for both unless one is given on its own.
