@@ -10,7 +10,7 @@ mod hand;
 
 use bin::*;
 use hand::{Logged, Raw};
-use netrig::protocol::proto::{self, Message, TestSpec};
+use netrig::protocol::proto::{self, ErrorCode, Message, TestSpec};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -228,7 +228,8 @@ fn a_session_ends_by_its_deadline_whatever_the_client_sends() {
         "session ended early: {took:?}"
     );
     match last {
-        Some(Message::Error { message, .. }) => {
+        Some(Message::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::LimitDuration, "{message}");
             assert!(message.contains("max duration"), "{message}")
         }
         other => panic!("expected a max duration error, got {other:?}"),
@@ -419,7 +420,8 @@ fn data_connections_must_come_from_their_session_and_carry_its_proof() {
     });
     proto::write_message(&mut thief, &hello).unwrap();
     match proto::read_message(&mut thief) {
-        Ok(Message::Error { message, .. }) => {
+        Ok(Message::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::ForeignHost, "{message}");
             assert!(message.contains("belongs to 127.0.0.1"), "{message}")
         }
         other => panic!("a foreign data connection was not refused: {other:?}"),
@@ -502,7 +504,8 @@ fn with_a_key_data_connections_need_the_sessions_proof() {
     for layout in [false, true] {
         for bad in [None, Some("00".repeat(32))] {
             match attach(bad.clone(), layout) {
-                Ok(Message::Error { message, .. }) => {
+                Ok(Message::Error { code, message }) => {
+                    assert_eq!(code, ErrorCode::Auth, "{message}");
                     assert!(message.contains("without a valid proof"), "{message}")
                 }
                 other => panic!("{bad:?} was not refused: {other:?}"),
@@ -813,7 +816,8 @@ fn burst_records_held_by_one_session_are_bounded() {
         live.push(s);
     }
     match attach().1 {
-        Ok(Message::Error { message, .. }) => {
+        Ok(Message::Error { code, message }) => {
+            assert_eq!(code, ErrorCode::LimitBurstRecords, "{message}");
             assert!(message.contains("burst records per session"), "{message}")
         }
         other => panic!("an eleventh connection was not refused: {other:?}"),
@@ -882,7 +886,7 @@ fn a_sender_of_zeros_gets_the_error_and_a_close_not_a_sink() {
         // The error frame came first, whole, naming the problem.
         let frame = proto::read_message(&mut &back[..]);
         assert!(
-            matches!(&frame, Ok(Message::Error { message, .. }) if message.contains("not a netrig frame")),
+            matches!(&frame, Ok(Message::Error { code: ErrorCode::Malformed, message }) if message.contains("not a netrig frame")),
             "{frame:?}"
         );
         assert!(closed, "still open after {took:?}, {sent} bytes sent");

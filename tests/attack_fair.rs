@@ -10,7 +10,7 @@ mod bin;
 mod timing;
 
 use bin::*;
-use netrig::protocol::proto::{self, Message};
+use netrig::protocol::proto::{self, ErrorCode, Message};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -191,7 +191,7 @@ fn refused_connections_held_open_cost_no_cpu() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let frame = proto::read_message(&mut s);
         assert!(
-            matches!(&frame, Ok(Message::Error { message, .. }) if message.contains("not a netrig frame")),
+            matches!(&frame, Ok(Message::Error { code: ErrorCode::Malformed, message }) if message.contains("not a netrig frame")),
             "{frame:?}"
         );
         let mut rest = Vec::new();

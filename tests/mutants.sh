@@ -30,7 +30,7 @@ if [ ${#files[@]} -eq 0 ]; then
            src/report/stream.rs src/report/tcp_info_file.rs src/protocol/html/kinds.rs
            src/protocol/udp/profile.rs src/protocol/udp/scenario.rs src/protocol/relay/impair.rs
            src/protocol/udp/client_machine.rs src/protocol/udp/client_setup.rs src/server/account.rs src/protocol/udp/pace.rs
-           src/protocol/rr/seq_answer.rs src/protocol/compact.rs)
+           src/protocol/rr/seq_answer.rs src/protocol/compact.rs src/protocol/asking.rs)
 fi
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done

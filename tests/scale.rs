@@ -295,7 +295,7 @@ fn too_few_open_files_for_the_connections_is_said_before_the_test() {
 /// no more than a second longer than without them; memory stays bounded.
 #[test]
 fn ten_thousand_connections_from_one_address_do_not_hold_up_another() {
-    use netrig::protocol::proto::{self, Message};
+    use netrig::protocol::proto::{self, ErrorCode, Message};
     use socket2::{Domain, Socket, Type};
     use std::io::Write;
     use std::time::{Duration, Instant};
@@ -345,10 +345,13 @@ fn ten_thousand_connections_from_one_address_do_not_hold_up_another() {
     for s in held.iter_mut().rev().take(20) {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         match proto::read_message(s) {
-            Ok(Message::Error { message, .. }) => assert!(
-                message.contains("max 256 connections per client address"),
-                "{message}"
-            ),
+            Ok(Message::Error { code, message }) => {
+                assert_eq!(code, ErrorCode::LimitConnectionsPerClient, "{message}");
+                assert!(
+                    message.contains("max 256 connections per client address"),
+                    "{message}"
+                )
+            }
             other => panic!("not refused: {other:?}"),
         }
     }
@@ -663,7 +666,7 @@ fn connections_queued_past_the_accept_budget_are_all_accepted() {
 /// is unknown), none is closed silently.
 #[test]
 fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() {
-    use netrig::protocol::proto::{self, Message};
+    use netrig::protocol::proto::{self, ErrorCode, Message};
     use std::net::TcpStream;
     use std::time::{Duration, Instant};
     let _one = one_at_a_time();
@@ -705,7 +708,8 @@ fn a_server_starved_past_its_handshake_timeout_still_reads_the_hellos_waiting() 
     for s in &mut conns {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         match proto::read_message(s) {
-            Ok(Message::Error { message, .. }) => {
+            Ok(Message::Error { code, message }) => {
+                assert_eq!(code, ErrorCode::UnknownSession, "{message}");
                 assert!(message.contains("unknown session"), "{message}")
             }
             _ => unanswered += 1,

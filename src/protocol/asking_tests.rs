@@ -304,9 +304,12 @@ fn the_servers_rows_are_kept_up_to_the_bound_whatever_it_sends() {
     a.goodbye().unwrap();
     a.on_message(rows(1, true)).unwrap();
     assert!(a.take_rows().1);
-    // Under the bound nothing is marked.
+    // Up to the bound nothing is marked.
     let (mut a, _) = running_tcp(Uuid::nil());
     a.goodbye().unwrap();
+    a.on_message(rows(1, false)).unwrap();
+    let (kept, truncated) = a.take_rows();
+    assert_eq!((kept.len(), truncated), (1, false));
     a.on_message(rows(MAX_SERVER_ROWS, false)).unwrap();
     let (kept, truncated) = a.take_rows();
     assert_eq!((kept.len(), truncated), (MAX_SERVER_ROWS, false));
