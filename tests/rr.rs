@@ -392,7 +392,8 @@ fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
     }));
     match r {
         Err(ClientError::Refused { code, message, .. }) => {
-            assert_eq!(code, ErrorCode::Unsupported, "{message}")
+            assert_eq!(code, ErrorCode::Unsupported, "{message}");
+            assert!(message.contains("SCTP is not supported"), "{message}")
         }
         other => panic!("expected a refusal, got {other:?}"),
     }

@@ -197,7 +197,8 @@ fn server_refuses_a_wrong_proof_of_receipt() {
         offset_ns: 0,
     }) {
         Err(ClientError::Refused { code, message, .. }) => {
-            assert_eq!(code, ErrorCode::Auth, "{message}")
+            assert_eq!(code, ErrorCode::Auth, "{message}");
+            assert!(message.contains("proof of receipt"), "{message}")
         }
         other => panic!("expected refusal, got {other:?}"),
     }

@@ -9,7 +9,14 @@
 //! bytes that are not a frame.
 //!
 //! A UDP stream hands the connection to its own machine once accepted
-//! ([`crate::protocol::udp::client_machine`]), which speaks the stream's end.
+//! ([`crate::protocol::udp::client_machine`]), which speaks the stream's end;
+//! rr over UDP comes back to this one for its goodbye.
+//!
+//! It is strict: a stop is answered by its acknowledgement (or a reason),
+//! and any other message then ends the conversation. The server sends its
+//! rows and summary only after goodbye, so a frame out of turn means a
+//! server that is not following the protocol, whose summary would not be
+//! trusted either.
 
 use thiserror::Error;
 use uuid::Uuid;
@@ -113,8 +120,9 @@ enum State {
     Stopping,
     /// The server acknowledged the stop.
     Stopped,
-    /// Goodbye is out; the summary is awaited.
-    Ending,
+    /// Goodbye is out; the summary is awaited. `stop_unanswered`: a stop
+    /// went out before it and its acknowledgement may still come.
+    Ending { stop_unanswered: bool },
     /// Summary, refusal or nonsense: nothing more is read.
     Over,
 }
@@ -124,6 +132,8 @@ enum State {
 pub struct Asking {
     state: State,
     rows: Vec<IntervalRow>,
+    /// Rows already taken, which count toward the bound.
+    taken: usize,
     truncated: bool,
 }
 
@@ -133,6 +143,7 @@ impl Asking {
         let a = Asking {
             state: State::Asked(Kind::of(&test)),
             rows: Vec::new(),
+            taken: 0,
             truncated: false,
         };
         (a, Message::TestRequest { test })
@@ -141,11 +152,6 @@ impl Asking {
     /// Whether the conversation has ended (summary, refusal or nonsense).
     pub fn is_over(&self) -> bool {
         self.state == State::Over
-    }
-
-    /// Whether a stop went out and no answer to it came yet.
-    pub fn is_stopping(&self) -> bool {
-        self.state == State::Stopping
     }
 
     /// Asks the running test to stop: the message to send, or nothing if
@@ -165,15 +171,22 @@ impl Asking {
             State::Running | State::Stopping | State::Stopped
         )
         .then(|| {
-            self.state = State::Ending;
+            self.state = State::Ending {
+                stop_unanswered: self.state == State::Stopping,
+            };
             Message::Goodbye
         })
     }
 
-    /// The server's rows kept so far (at most [`MAX_SERVER_ROWS`], however
-    /// many it sends) and whether any were left out, by it or here.
+    /// The server's rows kept since the last take (at most
+    /// [`MAX_SERVER_ROWS`] in all, however many it sends) and whether any
+    /// were left out since, by it or here.
     pub fn take_rows(&mut self) -> (Vec<IntervalRow>, bool) {
-        (std::mem::take(&mut self.rows), self.truncated)
+        self.taken += self.rows.len();
+        (
+            std::mem::take(&mut self.rows),
+            std::mem::take(&mut self.truncated),
+        )
     }
 
     /// The server sent `m`.
@@ -186,22 +199,34 @@ impl Asking {
             }
             (State::Asked(kind), m) => (State::Running, Event::Accepted(accept(kind, m)?)),
             (State::Stopping, Message::StopAck) => (State::Stopped, Event::Stopped),
-            (State::Ending, Message::StopAck) => (State::Ending, Event::Skipped),
             (
-                s @ (State::Stopping | State::Ending),
+                State::Ending {
+                    stop_unanswered: true,
+                },
+                Message::StopAck,
+            ) => (
+                State::Ending {
+                    stop_unanswered: false,
+                },
+                Event::Skipped,
+            ),
+            (
+                s @ (State::Stopping | State::Ending { .. }),
                 Message::ServerIntervals { rows, truncated },
             ) => {
-                let room = MAX_SERVER_ROWS.saturating_sub(self.rows.len());
+                let room = MAX_SERVER_ROWS.saturating_sub(self.taken + self.rows.len());
                 self.truncated |= truncated || rows.len() > room;
                 self.rows.extend(rows.into_iter().take(room));
                 (s, Event::Rows)
             }
-            (State::Ending, Message::Summary(s)) => (State::Over, Event::Summary(Box::new(s))),
+            (State::Ending { .. }, Message::Summary(s)) => {
+                (State::Over, Event::Summary(Box::new(s)))
+            }
             (State::Running | State::Stopped, m) => {
                 return Err(unexpected(m, "while the test runs"));
             }
             (State::Stopping, m) => return Err(unexpected(m, "to stop")),
-            (State::Ending, m) => return Err(unexpected(m, "to goodbye")),
+            (State::Ending { .. }, m) => return Err(unexpected(m, "to goodbye")),
         };
         self.state = next;
         Ok(event)

@@ -1,8 +1,8 @@
 //! The client's conversation after its greeting, driven in memory against
-//! the server's own conversation machine (both ends, no sockets) where the
-//! server's answer is that machine's, and against the messages the server's
-//! UDP and round-trip sessions send: every way a test is accepted, refused,
-//! stopped and ended, and arbitrary server messages that must end it cleanly.
+//! the server's own conversation machine (both ends, no sockets) for a TCP
+//! test, and against hand-made acceptances for the others: every way a test
+//! is accepted, refused, stopped and ended, and arbitrary server messages
+//! that must end it cleanly.
 
 use super::*;
 use crate::protocol::conversation::{Conversation, Step};
@@ -104,13 +104,11 @@ fn running_tcp(id: Uuid) -> (Asking, Conversation) {
 fn a_tcp_test_runs_from_request_through_stop_to_the_servers_summary() {
     let id = Uuid::from_u128(7);
     let (mut a, mut conv) = running_tcp(id);
-    assert!(!a.is_over() && !a.is_stopping());
+    assert!(!a.is_over());
     let stop = a.stop().expect("a running test can be stopped");
-    assert!(a.is_stopping());
     let steps = conv.on_message(stop);
     assert!(matches!(steps[0], Step::Cancel));
     assert_eq!(feed(&mut a, wire(steps)), [Ok(Event::Stopped)]);
-    assert!(!a.is_stopping());
     let bye = a.goodbye().expect("a stopped test says goodbye");
     let steps = conv.on_message(bye);
     assert!(matches!(steps[..], [Step::Finish, Step::Close]));
@@ -147,6 +145,66 @@ fn goodbye_without_a_stop_and_a_late_stop_ack_is_skipped() {
     let (mut a, _) = running_tcp(Uuid::nil());
     assert_eq!(a.stop(), Some(Message::Stop));
     assert_eq!(a.stop(), None);
+    // A stop's acknowledgement is skipped once, and only for a stop that
+    // went out unanswered.
+    let (mut a, _) = running_tcp(Uuid::nil());
+    a.stop().unwrap();
+    a.goodbye().unwrap();
+    assert_eq!(a.on_message(Message::StopAck), Ok(Event::Skipped));
+    assert!(matches!(
+        a.on_message(Message::StopAck),
+        Err(AskingError::Unexpected {
+            when: "to goodbye",
+            ..
+        })
+    ));
+    for stopped in [false, true] {
+        let (mut a, _) = running_tcp(Uuid::nil());
+        if stopped {
+            a.stop().unwrap();
+            a.on_message(Message::StopAck).unwrap();
+        }
+        a.goodbye().unwrap();
+        assert!(a.on_message(Message::StopAck).is_err());
+        assert!(a.is_over());
+    }
+}
+
+#[test]
+fn the_servers_duration_limit_reaches_a_stopping_or_ending_client_as_a_refusal() {
+    // The server's conversation still runs the test after a stop, so its
+    // deadline can end it while the client waits for the ack or the summary.
+    for (stop, acked, bye) in [
+        (true, false, false),
+        (true, true, false),
+        (true, false, true),
+        (false, false, true),
+    ] {
+        let (mut a, mut conv) = running_tcp(Uuid::nil());
+        if stop {
+            let steps = conv.on_message(a.stop().unwrap());
+            if acked {
+                assert_eq!(feed(&mut a, wire(steps)), [Ok(Event::Stopped)]);
+            }
+        }
+        if bye {
+            a.goodbye().unwrap();
+        }
+        let steps = conv.on_timeout();
+        assert!(matches!(steps[0], Step::Abort));
+        let got = feed(&mut a, wire(steps));
+        assert!(
+            matches!(
+                &got[..],
+                [Err(AskingError::Refused {
+                    code: ErrorCode::LimitDuration,
+                    ..
+                })]
+            ),
+            "{stop} {acked} {bye}: {got:?}"
+        );
+        assert!(a.is_over());
+    }
 }
 
 #[test]
@@ -299,6 +357,12 @@ fn the_servers_rows_are_kept_up_to_the_bound_whatever_it_sends() {
     assert_eq!(got, [Ok(Event::Rows), Ok(Event::Rows)]);
     let (kept, truncated) = a.take_rows();
     assert_eq!((kept.len(), truncated), (MAX_SERVER_ROWS, true));
+    // Rows taken still count toward the bound; the mark is taken with them.
+    a.goodbye().unwrap();
+    a.on_message(rows(1, false)).unwrap();
+    let (kept, truncated) = a.take_rows();
+    assert_eq!((kept.len(), truncated), (0, true));
+    assert!(!a.take_rows().1);
     // The server's own mark of rows it left out is kept.
     let (mut a, _) = running_tcp(Uuid::nil());
     a.goodbye().unwrap();
@@ -310,9 +374,9 @@ fn the_servers_rows_are_kept_up_to_the_bound_whatever_it_sends() {
     a.on_message(rows(1, false)).unwrap();
     let (kept, truncated) = a.take_rows();
     assert_eq!((kept.len(), truncated), (1, false));
-    a.on_message(rows(MAX_SERVER_ROWS, false)).unwrap();
+    a.on_message(rows(MAX_SERVER_ROWS - 1, false)).unwrap();
     let (kept, truncated) = a.take_rows();
-    assert_eq!((kept.len(), truncated), (MAX_SERVER_ROWS, false));
+    assert_eq!((kept.len(), truncated), (MAX_SERVER_ROWS - 1, false));
 }
 
 #[derive(Debug, Clone)]

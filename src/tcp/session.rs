@@ -155,9 +155,9 @@ impl ServerControl {
     }
 }
 
-/// Whether the server has closed (or reset) a control connection. Between
-/// request/response calls the server never speaks first, so any readable
-/// byte or end of stream means the session is over.
+/// Whether the server has closed (or reset) a control connection. While
+/// the test runs the server never speaks first (it answers a stop or a
+/// goodbye), so any readable byte or end of stream means the session is over.
 pub(super) fn control_lost(s: &ServerControl) -> bool {
     let c = s.control.lock().unwrap_or_else(|e| e.into_inner());
     crate::net::peer_state(&c.stream) != crate::net::PeerState::Quiet
