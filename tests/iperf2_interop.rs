@@ -414,3 +414,84 @@ fn silent_connections_hold_no_test_slot() {
         srv.wait_for(&[&format!(":{me}: refused"), "no whole client header"]);
     }
 }
+
+/// The names of `pid`'s threads that are not its event loops (`serve-N`).
+fn other_threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        })
+        .filter(|n| !n.starts_with("serve-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// An iperf2 TCP test runs on the server's event loops: `-P 8` adds no
+/// thread besides loops (at most four per core in all), and every stream's
+/// bytes are still counted.
+#[test]
+fn iperf2_tcp_streams_take_no_thread_of_their_own() {
+    if !have_iperf("iperf2_tcp_streams_take_no_thread_of_their_own") {
+        return;
+    }
+    let srv = Srv::start(&["--max-tests-per-client", "8"]);
+    let pid = srv._proc.0.id();
+    let before = other_threads(pid);
+    let port = srv.port.to_string();
+    let mut child = Proc(
+        Command::new("iperf")
+            .args([
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "3",
+                "-P",
+                "8",
+                "-f",
+                "B",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Sampled while the streams run: the test's threads would show here.
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "iperf did not end");
+        let now = other_threads(pid);
+        if now != before {
+            seen = now;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let loops = bin::threads(pid).saturating_sub(other_threads(pid).len());
+        assert!(loops <= 4 * cores, "{loops} loops");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(seen.is_empty(), "threads {seen:?}, before {before:?}");
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let ports = local_ports(&out);
+    assert_eq!(ports.len(), 8, "{out}");
+    let server: u64 = ports
+        .iter()
+        .map(|p| logged_received(&srv.wait_for(&[&format!(":{p}: completed: received")])))
+        .sum();
+    assert_eq!(server, reported_bytes(&out, "[SUM]"), "{out}");
+}

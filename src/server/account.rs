@@ -22,9 +22,9 @@
 //!   its lateness histogram, its per-interval counts and, precomputed, the
 //!   whole departure schedule;
 //! - request/response: its request and reply buffers and two histograms;
-//! - a test of iperf3's or iperf2's protocol: its worker thread, its buffer,
-//!   its streams and the results it exchanges ([`iperf3_bytes`],
-//!   [`IPERF2_TCP_BYTES`]).
+//! - a test of iperf3's protocol: its worker thread, its buffer, its
+//!   streams and the results it exchanges ([`iperf3_bytes`]); an iperf2 TCP
+//!   test: its record and its slot on a loop ([`IPERF2_TCP_BYTES`]).
 //!
 //! Connections yet to say who they are, and refused ones, are bounded by
 //! count instead (`Limits::max_pending`), each holding its slot and at
@@ -61,15 +61,12 @@ pub const CONTROL_BYTES: u64 = {
 /// records are charged apart ([`burst_bytes`]); its buffer is its loop's.
 pub const DATA_CONN_BYTES: u64 = 8 << 10;
 
-/// The buffer an iperf2 TCP test reads into.
-pub const IPERF2_BUFFER: usize = 128 << 10;
-
 /// The smallest buffer an iperf3 test moves its blocks through.
 pub const IPERF3_MIN_BUFFER: usize = 64 << 10;
 
-/// An iperf2 TCP test: its worker thread's stack as it runs (what it
-/// touches of it), its buffer and its record.
-pub const IPERF2_TCP_BYTES: u64 = THREAD_BYTES + IPERF2_BUFFER as u64 + SESSION_BYTES;
+/// An iperf2 TCP test: its record and its slot on an event loop (it reads
+/// into its loop's buffer, on no thread of its own).
+pub const IPERF2_TCP_BYTES: u64 = SESSION_BYTES + DATA_CONN_BYTES;
 
 /// What a worker thread of a test holds of its stack: the pages its calls
 /// touch, not the reservation.

@@ -233,7 +233,7 @@ fn an_iperf_test_is_charged_its_thread_buffer_streams_and_results() {
         iperf3_bytes(1 << 20, 256),
         fixed + (1 << 20) + 256 * IPERF3_STREAM_BYTES
     );
-    assert_eq!(IPERF2_TCP_BYTES, THREAD_BYTES + (128 << 10) + SESSION_BYTES);
+    assert_eq!(IPERF2_TCP_BYTES, SESSION_BYTES + DATA_CONN_BYTES);
 }
 
 #[test]

@@ -9,11 +9,12 @@
 //! connect back or send (`-d`, `-r`, `-R`, `--full-duplex`) is refused.
 //!
 //! One thread accepts TCP and reads every UDP datagram on the port. A TCP
-//! connection runs on a worker only once it holds one of `--max-tests`
-//! (threads stay bounded by the limit, never by clients); a UDP flow holds
-//! one too, in the thread's table, until its final datagram or
-//! `--idle-timeout` of silence. Each TCP connection of `-P N` is a test of
-//! its own: nothing on iperf2's wire ties them together.
+//! connection whose whole header came goes on on the server's event loops
+//! (`iperf2_tcp.rs`), which admit it under `--max-tests` and count its
+//! bytes without a thread of its own; a UDP flow holds a test slot too, in
+//! this thread's table, until its final datagram or `--idle-timeout` of
+//! silence. Each TCP connection of `-P N` is a test of its own: nothing on
+//! iperf2's wire ties them together.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -26,6 +27,7 @@ use mio::net::{TcpListener, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
 use serde_json::json;
 
+use super::core::Core;
 use super::limits::{Slot, take_slot};
 use super::metrics::{Kind, Moved};
 use super::{State, log};
@@ -33,7 +35,6 @@ use crate::protocol::iperf2::{
     ClientHeader, DATAGRAM_LEN, Datagram, HeaderError, ServerReport, UdpCount,
 };
 use crate::protocol::proto::ErrorCode;
-use crate::protocol::refusal::{Drawn, Share};
 
 const LISTENER: Token = Token(0);
 const DATAGRAMS: Token = Token(1);
@@ -55,7 +56,7 @@ const REPORT_KEPT: Duration = Duration::from_secs(3);
 
 /// Binds the iperf2 port (TCP and UDP, dual-stack where the host has IPv6)
 /// and starts its thread. Returns the bound TCP address.
-pub(super) fn start(st: &Arc<State>, port: u16) -> io::Result<SocketAddr> {
+pub(super) fn start(st: &Arc<State>, port: u16, core: Core) -> io::Result<SocketAddr> {
     let any6 = SocketAddr::from(([0u16; 8], port));
     let l = match crate::net::listen(any6) {
         Ok(l) => l,
@@ -68,7 +69,14 @@ pub(super) fn start(st: &Arc<State>, port: u16) -> io::Result<SocketAddr> {
     let st = Arc::clone(st);
     std::thread::Builder::new()
         .name("iperf2-accept".into())
-        .spawn(move || run(&st, TcpListener::from_std(l), UdpSocket::from_std(udp)))?;
+        .spawn(move || {
+            run(
+                &st,
+                &core,
+                TcpListener::from_std(l),
+                UdpSocket::from_std(udp),
+            )
+        })?;
     Ok(local)
 }
 
@@ -100,7 +108,7 @@ impl Flow<'_> {
     }
 }
 
-fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
+fn run(st: &Arc<State>, core: &Core, mut listener: TcpListener, mut udp: UdpSocket) {
     let Ok(mut poll) = Poll::new() else { return };
     if poll
         .registry()
@@ -127,7 +135,7 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
         }
         for ev in &events {
             if ev.token().0 >= FIRST {
-                read_header(st, &mut poll, &mut pending, ev.token().0);
+                read_header(st, core, &mut poll, &mut pending, ev.token().0);
             } else if ev.token() == LISTENER {
                 loop {
                     match listener.accept() {
@@ -157,7 +165,7 @@ fn run(st: &Arc<State>, mut listener: TcpListener, mut udp: UdpSocket) {
                                     },
                                 );
                                 // Bytes may already be there: edge-triggered.
-                                read_header(st, &mut poll, &mut pending, t);
+                                read_header(st, core, &mut poll, &mut pending, t);
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -213,46 +221,32 @@ const KEY_WHY: &str = "iperf2 clients cannot prove the pre-shared key (serve --i
 
 fn admit_tcp(
     st: &Arc<State>,
+    core: &Core,
     s: mio::net::TcpStream,
     peer: SocketAddr,
     hdr: ClientHeader,
     got: u64,
 ) {
     use std::os::fd::{FromRawFd, IntoRawFd};
-    // SAFETY: the descriptor comes from a stream given up here.
-    let s = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
-    if s.set_nonblocking(false).is_err() {
-        return;
-    }
     if !key_allows(st) {
         return refuse_line(st, peer, ErrorCode::Auth, KEY_WHY);
     }
-    let max = u64::from(st.cfg.limits.max_tests);
-    let Some(slot) = take_slot(&st.tests, max) else {
-        return refuse_line(
-            st,
-            peer,
-            ErrorCode::LimitTests,
-            &format!("server limit: max tests {max}"),
-        );
-    };
-    // The slot moves to the worker, which gives it back when it ends.
-    std::mem::forget(slot);
-    let st2 = Arc::clone(st);
-    let spawned = std::thread::Builder::new()
-        .name("iperf2-test".into())
-        .spawn(move || {
-            let _slot = Slot::adopt(&st2.tests);
-            tcp_test(&st2, s, peer, hdr, got);
-        });
-    if spawned.is_err() {
-        st.tests.fetch_sub(1, SeqCst);
-    }
+    // SAFETY: the descriptor comes from a stream given up here.
+    let s = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
+    // The loop it goes to admits it under the server's limits, or refuses
+    // it (the server stopping drops it with the message).
+    core.hand_iperf2(st, s, peer, hdr, got);
 }
 
 /// Reads what is there of a pending connection's header; a whole one is
 /// checked and, if served, starts a test.
-fn read_header(st: &Arc<State>, poll: &mut Poll, pending: &mut HashMap<usize, Pending>, t: usize) {
+fn read_header(
+    st: &Arc<State>,
+    core: &Core,
+    poll: &mut Poll,
+    pending: &mut HashMap<usize, Pending>,
+    t: usize,
+) {
     let Some(p) = pending.get_mut(&t) else { return };
     let mut buf = [0u8; crate::protocol::iperf2::EXT_LEN];
     let verdict = loop {
@@ -284,7 +278,7 @@ fn read_header(st: &Arc<State>, poll: &mut Poll, pending: &mut HashMap<usize, Pe
     };
     let _ = poll.registry().deregister(&mut p.stream);
     match verdict {
-        Ok(h) => admit_tcp(st, p.stream, p.peer, h, p.got.len() as u64),
+        Ok(h) => admit_tcp(st, core, p.stream, p.peer, h, p.got.len() as u64),
         Err((code, why)) => refuse_line(st, p.peer, code, &why),
     }
 }
@@ -293,108 +287,6 @@ fn header_refusal(e: &HeaderError) -> ErrorCode {
     match e {
         HeaderError::Unsupported(..) => ErrorCode::Invalid,
         _ => ErrorCode::Malformed,
-    }
-}
-
-/// Reads the bytes after the header (`got` of them read) until the client
-/// closes.
-fn tcp_test(
-    st: &Arc<State>,
-    mut s: std::net::TcpStream,
-    peer: SocketAddr,
-    hdr: ClientHeader,
-    mut got: u64,
-) {
-    let limits = st.cfg.limits;
-    let _mine = match super::take_source(
-        &st.tests_per_client,
-        peer.ip().to_canonical(),
-        limits.max_tests_per_client,
-        Share::Tests,
-    ) {
-        Ok(m) => m,
-        Err(l) => return refuse_line(st, peer, l.code(), &format!("server limit: {l}")),
-    };
-    if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
-        return refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
-    }
-    let bytes = super::account::IPERF2_TCP_BYTES;
-    let _memory = match st.memory.take(bytes, limits.max_memory, Drawn::IperfTest) {
-        Ok(charge) => charge,
-        Err(l) => return refuse_line(st, peer, l.code(), &format!("server limit: {l}")),
-    };
-    if let crate::protocol::iperf2::Amount::Centis(c) = hdr.amount
-        && Duration::from_millis(u64::from(c) * 10) > limits.max_duration
-    {
-        let l = crate::protocol::refusal::Limit::Duration {
-            max: limits.max_duration,
-            asked: Duration::from_millis(u64::from(c) * 10),
-        };
-        return refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
-    }
-    let (format, id) = (st.cfg.log_format, format!("iperf2-tcp-{peer}"));
-    if st.cfg.verbosity >= 1 {
-        log::event(
-            format,
-            "session_start",
-            format_args!("iperf2 TCP test from {peer}: {}", hdr.describe()),
-            || json!({"client": peer.to_string(), "kind": Kind::Iperf2.name(), "session": id}),
-        );
-    }
-    st.metrics.started(Kind::Iperf2);
-    let began = Instant::now();
-    let end = began + limits.deadline();
-    let mut buf = vec![0u8; super::account::IPERF2_BUFFER];
-    let outcome = loop {
-        if st.stop.load(SeqCst) {
-            break "server stopping";
-        }
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break "server limit: duration";
-        }
-        let _ = s.set_read_timeout(Some(left.min(st.cfg.idle_timeout)));
-        match s.read(&mut buf) {
-            Ok(0) => break "completed",
-            Ok(n) => got += n as u64,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if Instant::now() < end {
-                    break "idle";
-                }
-            }
-            Err(_) => break "connection reset",
-        }
-        if got > limits.max_bytes {
-            break "server limit: bytes";
-        }
-    };
-    let took = began.elapsed();
-    st.finished.fetch_add(1, SeqCst);
-    let moved = Moved {
-        received: got,
-        ..Moved::default()
-    };
-    st.metrics.ended(Kind::Iperf2, took, moved);
-    if st.cfg.verbosity >= 1 {
-        log::event(
-            format,
-            "session_end",
-            format_args!(
-                "iperf2 TCP test from {peer}: {outcome}: received {got} bytes in {:.2} s",
-                took.as_secs_f64()
-            ),
-            || {
-                json!({"client": peer.to_string(), "kind": Kind::Iperf2.name(), "session": id,
-                    "result": outcome, "duration_s": took.as_secs_f64(),
-                    "bytes_sent": 0, "bytes_received": got})
-            },
-        );
     }
 }
 
@@ -545,7 +437,7 @@ fn end_udp(st: &State, peer: SocketAddr, f: &Flow<'_>, outcome: &str, fin: Optio
 /// Counts the refusal under the code netrig's own clients would get for
 /// it, and logs it like theirs. iperf2 has no refusal message: the
 /// connection is closed, the datagram dropped.
-fn refuse_line(st: &State, peer: SocketAddr, code: ErrorCode, why: &str) {
+pub(super) fn refuse_line(st: &State, peer: SocketAddr, code: ErrorCode, why: &str) {
     st.metrics.refused(code);
     if st.cfg.verbosity >= 1 {
         log::foreign_refusal(st.cfg.log_format, peer, code, &format!("iperf2: {why}"));

@@ -28,6 +28,7 @@ mod control;
 mod core;
 mod groups;
 mod iperf2;
+mod iperf2_tcp;
 mod iperf3;
 pub mod limits;
 mod lines;
@@ -261,7 +262,7 @@ impl Server {
         };
         let iperf2 = match state.cfg.iperf2_port {
             None => None,
-            Some(p) => match iperf2::start(&state, p) {
+            Some(p) => match iperf2::start(&state, p, core.clone()) {
                 Ok(a) => Some(a),
                 Err(e) => {
                     state.stop.store(true, SeqCst);

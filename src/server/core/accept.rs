@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use mio::net::TcpStream;
 
-use super::{Incoming, Loop, Moved, Slot2, Stage, refuse};
+use super::{Incoming, Iperf2Tcp, Loop, Moved, Slot2, Stage, refuse};
 use crate::net::ahead::ReadAhead;
 use crate::protocol::proto::Message;
 
@@ -140,6 +140,36 @@ impl<'a> Loop<'a> {
             // dropped with the message, and its place is given back.
             drop(self.st.per_client.adopt(peer.ip()));
         }
+    }
+
+    /// Takes an iperf2 client's TCP test into a slot, if the server's
+    /// limits admit it (a refused one is logged and closed), and reads what
+    /// it sent behind its header.
+    pub(super) fn add_iperf2(&mut self, c: super::Iperf2Conn) {
+        let now = Instant::now();
+        let test = match Iperf2Tcp::start(self.st, c.peer, &c.hdr, c.got, now) {
+            Ok(t) => t,
+            Err((code, why)) => {
+                crate::server::iperf2::refuse_line(self.st, c.peer, code, &why);
+                return self.loops.left(self.index);
+            }
+        };
+        let k = self.core.slots.vacant();
+        let mut slot = Box::new(Slot2 {
+            stream: TcpStream::from_std(c.stream),
+            peer: c.peer,
+            stage: Stage::Iperf2(Box::new(test)),
+            ahead: ReadAhead::default(),
+            last_progress: now,
+            born: now,
+            open: None,
+            _source: None,
+            memory: None,
+            writable: false,
+            may_move: false,
+        });
+        let next = self.step(&mut slot, k);
+        self.put_back(k, slot, next, true);
     }
 
     /// Takes a new connection into a slot and gives it its first step:

@@ -141,7 +141,8 @@ impl<'a> Loop<'a> {
             | Stage::RrTcp(_)
             | Stage::RrSctp(_)
             | Stage::UdpRecv(_)
-            | Stage::UdpSend(_) => None,
+            | Stage::UdpSend(_)
+            | Stage::Iperf2(_) => None,
         }
     }
 

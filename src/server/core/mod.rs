@@ -43,6 +43,7 @@ mod step;
 use super::State;
 use super::account::Charge;
 use super::control::Control;
+use super::iperf2_tcp::Iperf2Tcp;
 use super::limits::Slot;
 use super::rr_sctp::RrSctp;
 use super::rr_tcp::RrTcp;
@@ -104,6 +105,18 @@ enum Incoming {
     },
     /// The TCP listeners, for loop 0 to accept on.
     Listen(Vec<std::net::TcpListener>),
+    /// An iperf2 client's TCP test, its header read on the iperf2 port's
+    /// thread: admitted (or refused) and counted on the loop.
+    Iperf2(Box<Iperf2Conn>),
+}
+
+/// An iperf2 client's connection with its header read.
+struct Iperf2Conn {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    hdr: crate::protocol::iperf2::ClientHeader,
+    /// Bytes read so far (the header).
+    got: u64,
 }
 
 use loops::Loops;
@@ -124,6 +137,7 @@ struct Moved {
 }
 
 /// The loops, and where the next connection goes.
+#[derive(Clone)]
 pub(super) struct Core {
     loops: Arc<Loops>,
 }
@@ -142,6 +156,27 @@ impl Core {
     /// once its first frame shows it will last (`Loop::moves_to`).
     pub(super) fn listen(&self, listeners: Vec<std::net::TcpListener>) -> bool {
         self.loops.send(0, Incoming::Listen(listeners))
+    }
+
+    /// Hands an iperf2 client's TCP test (its header, `got` bytes, read)
+    /// to the least busy loop, starting an added one if each running loop
+    /// holds a connection: it lasts, as a netrig data connection does.
+    pub(super) fn hand_iperf2(
+        &self,
+        st: &Arc<State>,
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+        hdr: crate::protocol::iperf2::ClientHeader,
+        got: u64,
+    ) -> bool {
+        let k = self.loops.for_data(usize::MAX, st);
+        let c = Iperf2Conn {
+            stream,
+            peer,
+            hdr,
+            got,
+        };
+        self.loops.hand_to(k, Incoming::Iperf2(Box::new(c)))
     }
 
     /// Hands an accepted connection to a loop.
@@ -186,6 +221,8 @@ enum Stage<'a> {
     UdpRecv(Box<UdpRecv<'a>>),
     /// A UDP stream the server sends: its control connection and its socket.
     UdpSend(Box<UdpSend<'a>>),
+    /// An iperf2 client's TCP test: its bytes counted until it closes.
+    Iperf2(Box<Iperf2Tcp<'a>>),
     /// Writing a last frame or a few (a refusal, a conversation's last
     /// answers), then lingering.
     Refuse(Out),
@@ -246,7 +283,7 @@ impl Slot2<'_> {
     /// first frame and a lingering refusal are only read.
     fn wants_write(&self) -> bool {
         match &self.stage {
-            Stage::First { .. } | Stage::Linger { .. } => false,
+            Stage::First { .. } | Stage::Linger { .. } | Stage::Iperf2(_) => false,
             Stage::Data { out, conn, .. } => !out.is_empty() || conn.has_to_send(),
             Stage::Tail { out, .. } => !out.is_empty(),
             Stage::Control(_)
@@ -472,6 +509,11 @@ impl<'a> Handler for Loop<'a> {
                 self.add(stream, peer, moved, false)
             }
             Incoming::Listen(ls) => self.listen(ls),
+            Incoming::Iperf2(c) => {
+                self.core.set_tick(TICK, Instant::now());
+                self.idle_ticks = 0;
+                self.add_iperf2(*c)
+            }
         }
     }
 

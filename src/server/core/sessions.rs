@@ -116,6 +116,7 @@ impl<'a> Loop<'a> {
             Stage::RrTcp(s) => s.turn(stream, ahead, buf, now),
             Stage::RrUdp(s) => s.turn(stream, ahead, buf, now),
             Stage::RrSctp(s) => s.turn(stream, ahead, buf, now),
+            Stage::Iperf2(s) => s.turn(stream, buf, now),
             _ => return Some(Next::Keep),
         };
         match self.settle(t, k) {

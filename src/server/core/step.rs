@@ -305,7 +305,8 @@ impl<'a> Loop<'a> {
                 | Stage::UdpSend(_)
                 | Stage::RrTcp(_)
                 | Stage::RrUdp(_)
-                | Stage::RrSctp(_) => {
+                | Stage::RrSctp(_)
+                | Stage::Iperf2(_) => {
                     if let Some(next) = self.session_turn(slot, k) {
                         return next;
                     }
