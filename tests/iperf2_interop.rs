@@ -442,7 +442,19 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
     }
     let srv = Srv::start(&["--max-tests-per-client", "8"]);
     let pid = srv._proc.0.id();
-    let before = other_threads(pid);
+    // Each thread names itself as it starts: wait until the iperf2 port's
+    // and the two loops per core the server starts with have.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let t0 = Instant::now();
+    let before = loop {
+        let names = other_threads(pid);
+        let loops = bin::threads(pid).saturating_sub(names.len());
+        if names.iter().any(|n| n == "iperf2-accept") && loops == 2 * cores {
+            break names;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{names:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
     let port = srv.port.to_string();
     let mut child = Proc(
         Command::new("iperf")
@@ -465,14 +477,16 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
     );
     // Sampled while the streams run: the test's threads would show here.
     let t0 = Instant::now();
-    let mut seen = Vec::new();
+    let (mut seen, mut last) = (Vec::new(), before.clone());
     while child.0.try_wait().unwrap().is_none() {
         assert!(t0.elapsed() < Duration::from_secs(20), "iperf did not end");
+        // A loop being added is "netrig" until it names itself: a change
+        // counts when two samples 50 ms apart show it.
         let now = other_threads(pid);
-        if now != before {
-            seen = now;
+        if now != before && now == last {
+            seen = now.clone();
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        last = now;
         let loops = bin::threads(pid).saturating_sub(other_threads(pid).len());
         assert!(loops <= 4 * cores, "{loops} loops");
         std::thread::sleep(Duration::from_millis(50));
