@@ -205,6 +205,7 @@ pub fn pump<S: Socket>(
     };
     let mut p = Pumped::default();
     let before = conn.progress();
+    conn.prefetch();
     // Short reads follow one another (a reply, then the peer's report
     // header and body) so that what they complete is answered in this
     // step's write, and a machine finished by them is known to be before
