@@ -55,7 +55,12 @@ impl SendGuard {
     }
 
     fn now_ns(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.ns_at(Instant::now())
+    }
+
+    /// `now` as nanoseconds since the guard's start.
+    fn ns_at(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The session's deadline as an instant (far in the future if it cannot be one).
@@ -73,11 +78,16 @@ impl SendGuard {
 
     /// Whether the session was stopped or is past its deadline.
     pub fn halted(&self) -> Option<Halt> {
+        self.halted_at(Instant::now())
+    }
+
+    /// [`SendGuard::halted`] at `now`, a time the caller has just read.
+    pub fn halted_at(&self, now: Instant) -> Option<Halt> {
         if self.stop.load(SeqCst) {
             return Some(Halt::Stopped);
         }
         let deadline = self.lock().deadline_ns();
-        (self.now_ns() >= deadline).then_some(Halt::Limit(Exceeded::Deadline))
+        (self.ns_at(now) >= deadline).then_some(Halt::Limit(Exceeded::Deadline))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Budget> {
@@ -103,13 +113,19 @@ impl SendGuard {
     /// again (Ok(Some(t))): [`SendGuard::admit`] for event loops, which must
     /// not sleep.
     pub fn try_admit(&self, n: u64) -> Result<Option<Instant>, Halt> {
+        self.try_admit_at(n, Instant::now())
+    }
+
+    /// [`SendGuard::try_admit`] at `now`, a time the caller has just read
+    /// (an event loop's step, which reads the clock once for all it does).
+    pub fn try_admit_at(&self, n: u64, now: Instant) -> Result<Option<Instant>, Halt> {
         if self.stop.load(SeqCst) {
             return Err(Halt::Stopped);
         }
-        let verdict = self.lock().admit(self.now_ns(), n);
+        let verdict = self.lock().admit(self.ns_at(now), n);
         match verdict {
             Admit::Go => Ok(None),
-            Admit::Wait(ns) => Ok(Some(Instant::now() + Duration::from_nanos(ns))),
+            Admit::Wait(ns) => Ok(Some(now + Duration::from_nanos(ns))),
             Admit::Over(e) => Err(e.into()),
         }
     }

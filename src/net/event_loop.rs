@@ -220,6 +220,11 @@ pub struct Core<T, M = ()> {
     next_tick: Instant,
     /// A wake-up outside the slots' timers, for the next poll only.
     by: Option<Instant>,
+    /// When the last turn looked at its timers: the next turn's
+    /// [`Handler::on_turn`] is told this time rather than reading the
+    /// clock again (what it does with it, opening connections or sampling
+    /// a status row, is not timed to the microsecond).
+    looked: Option<Instant>,
 }
 
 impl<T, M> Core<T, M> {
@@ -239,6 +244,7 @@ impl<T, M> Core<T, M> {
             tick,
             next_tick: Instant::now(),
             by: None,
+            looked: None,
         }
     }
 
@@ -407,7 +413,13 @@ pub fn run<H: Handler>(h: &mut H) -> io::Result<()> {
 /// again), the events, the timers that came due, what was to run again,
 /// a budget of the mailbox, and the tick if it is time.
 pub fn turn<H: Handler>(h: &mut H) -> io::Result<Flow> {
-    if h.on_turn(Instant::now()) == Flow::Stop {
+    // Two clock reads a turn, not four (a crr client's loop turns about
+    // once a connection): the time its timers were looked at serves the
+    // tick after them and the next turn's start; how long to sleep is
+    // reckoned from a fresh reading, as the turn's start may have taken a
+    // while (opening connections).
+    let start = h.core().looked.take().unwrap_or_else(Instant::now);
+    if h.on_turn(start) == Flow::Stop {
         return Ok(Flow::Stop);
     }
     let core = h.core();
@@ -452,7 +464,7 @@ pub fn turn<H: Handler>(h: &mut H) -> io::Result<Flow> {
     if h.core().mail {
         drain(h);
     }
-    let now = Instant::now();
+    h.core().looked = Some(now);
     if now >= h.core().next_tick {
         let tick = h.core().tick;
         h.core().next_tick = now + tick;

@@ -74,6 +74,22 @@ impl Pattern {
         &self.data[pos..pos + n]
     }
 
+    /// Asks the CPU to bring the pattern's bytes at stream position `at` (a
+    /// stream's next bytes) into its cache ahead of their use, without
+    /// waiting for them: a hint, with no effect on what is read.
+    pub fn prefetch(&self, at: u64) {
+        let pos = (at % PERIOD as u64) as usize;
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let p = self.data[pos..].as_ptr().cast::<i8>();
+            // SAFETY: a prefetch is a hint; `p` points into `data`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = pos;
+    }
+
     /// Checks `data`, which arrived at stream `offset`, against the pattern.
     /// Returns the stream offset of the first wrong byte.
     pub fn verify(&self, start: u64, offset: u64, data: &[u8]) -> Result<(), u64> {

@@ -163,17 +163,26 @@ impl Session {
     ) -> Result<bool, Limit> {
         use super::account::{CLAIM_BLOCK, CLAIMED_ID_BYTES};
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if used.ids.contains(&id.as_u128()) {
+        // One look-up for the number, not one to ask and one to add (the
+        // set holds every number of the session, and a look-up is a keyed
+        // hash and, in a large set, a cache miss); a number that starts a
+        // block the account refuses is taken out again.
+        if !used.ids.insert(id.as_u128()) {
             return Ok(false);
         }
-        if (used.ids.len() as u64).is_multiple_of(CLAIM_BLOCK) {
-            let more = memory.take(CLAIM_BLOCK * CLAIMED_ID_BYTES, max, Drawn::Connection)?;
-            match &mut used.charge {
-                Some(c) => c.absorb(more),
-                None => used.charge = Some(more),
+        if (used.ids.len() as u64 - 1).is_multiple_of(CLAIM_BLOCK) {
+            match memory.take(CLAIM_BLOCK * CLAIMED_ID_BYTES, max, Drawn::Connection) {
+                Ok(more) => match &mut used.charge {
+                    Some(c) => c.absorb(more),
+                    None => used.charge = Some(more),
+                },
+                Err(why) => {
+                    used.ids.remove(&id.as_u128());
+                    return Err(why);
+                }
             }
         }
-        Ok(used.ids.insert(id.as_u128()))
+        Ok(true)
     }
 
     /// The last row, then every row, in frames for the client.

@@ -31,6 +31,9 @@ pub struct Env<'a> {
     pub may_read: bool,
     /// When this end's FIN goes out.
     pub fin: Fin,
+    /// The time the caller read just before (for a check of its own):
+    /// the first step's, which then reads no clock of its own.
+    pub now: Option<Instant>,
 }
 
 /// When a connection's FIN goes out. On loopback each segment costs a
@@ -140,10 +143,15 @@ pub fn halt_verdict(h: Halt) -> Verdict {
 pub(crate) fn now(conn: &Conn) -> Now {
     Now {
         mono: Instant::now(),
-        real_ns: match conn.wants_real_time() {
-            true => crate::net::realtime_ns(),
-            false => 0,
-        },
+        real_ns: now_real(conn),
+    }
+}
+
+/// The wall clock, for a machine that logs bursts; 0 otherwise.
+fn now_real(conn: &Conn) -> u64 {
+    match conn.wants_real_time() {
+        true => crate::net::realtime_ns(),
+        false => 0,
     }
 }
 
@@ -205,6 +213,7 @@ pub fn pump<S: Socket>(
     };
     let mut p = Pumped::default();
     let before = conn.progress();
+    conn.prefetch();
     // Short reads follow one another (a reply, then the peer's report
     // header and body) so that what they complete is answered in this
     // step's write, and a machine finished by them is known to be before
@@ -398,8 +407,15 @@ pub fn run_until_blocked<S: Socket>(
     last_progress: &mut Instant,
 ) -> Ran {
     let start = conn.progress();
+    let mut first = env.now;
     for _ in 0..TURN_STEPS {
-        let at = now(conn);
+        let at = match first.take() {
+            Some(mono) => Now {
+                mono,
+                real_ns: now_real(conn),
+            },
+            None => now(conn),
+        };
         let p = pump(conn, out, ahead, stream, buf, env, at);
         if settled(conn, out) {
             return Ran::Settled;
@@ -487,7 +503,8 @@ fn gather<S: Socket>(
         }
         // The final report is not data: only data counts against the limits.
         if let (Some(g), true) = (env.guard, data) {
-            match g.try_admit(n as u64) {
+            // The step's time: it is a few microseconds old at most.
+            match g.try_admit_at(n as u64, at.mono) {
                 Ok(None) => {}
                 Ok(Some(at)) => {
                     p.timer = Some(at);

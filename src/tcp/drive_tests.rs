@@ -143,6 +143,7 @@ fn env(c: &Counters, may_read: bool) -> Env<'_> {
         stopped: &|| false,
         may_read,
         fin: Fin::OnClose,
+        now: None,
     }
 }
 

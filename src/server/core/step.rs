@@ -213,7 +213,9 @@ impl<'a> Loop<'a> {
                 Stage::Data { a, conn, out } => {
                     // The ack waits in `out` for the first write, which
                     // carries the first answer too (drive::pump reads first).
-                    if let Some(h) = a.sess.guard.halted() {
+                    // One clock read for the check and the first step.
+                    let now = Instant::now();
+                    if let Some(h) = a.sess.guard.halted_at(now) {
                         conn.abort(crate::tcp::drive::halt_verdict(h));
                     }
                     let sess = Arc::clone(&a.sess);
@@ -228,6 +230,7 @@ impl<'a> Loop<'a> {
                             None => Fin::WithReport,
                             Some(_) => Fin::OnClose,
                         },
+                        now: Some(now),
                     };
                     let before = slot.last_progress;
                     let last = &mut slot.last_progress;

@@ -264,6 +264,7 @@ impl Worker<'_> {
                 (None, ShutdownMode::Graceful) => Fin::WithLastReport,
                 _ => Fin::OnClose,
             },
+            now: None,
         };
         run_until_blocked(conn, out, ahead, stream, &mut self.buf, &env, last)
     }
