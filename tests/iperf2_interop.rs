@@ -138,24 +138,25 @@ impl Srv {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut out = String::new();
-        use std::io::Read;
-        child
-            .0
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        child
-            .0
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        out
+        output(&mut child)
     }
+}
+
+/// What an ended client printed: its standard output, then its error.
+fn output(child: &mut Proc) -> String {
+    use std::io::Read;
+    let mut out = String::new();
+    for pipe in [
+        child.0.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
+        child.0.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut r = pipe;
+        r.read_to_string(&mut out).unwrap();
+    }
+    out
 }
 
 /// The client's local ports, from its "local 127.0.0.1 port N connected".
@@ -492,15 +493,7 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(seen.is_empty(), "threads {seen:?}, before {before:?}");
-    let mut out = String::new();
-    use std::io::Read;
-    child
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = output(&mut child);
     let ports = local_ports(&out);
     assert_eq!(ports.len(), 8, "{out}");
     let server: u64 = ports

@@ -380,16 +380,12 @@ fn a_server_without_sctp_refuses_seqpacket_with_the_reason() {
         None,
     )
     .unwrap();
-    let r = c.request(TestSpec::Rr(RrSpec {
-        proto: RrProto::SctpSeqpacket,
-        size: 64,
-        reply: 2,
-        iterations: 10,
-        nagle: false,
-        until_stopped: false,
-        sock: Default::default(),
-        duration_ms: 0,
-    }));
+    let r = c.request(TestSpec::Rr(RrSpec::plain(
+        RrProto::SctpSeqpacket,
+        64,
+        2,
+        10,
+    )));
     match r {
         Err(ClientError::Refused { code, message, .. }) => {
             assert_eq!(code, ErrorCode::Unsupported, "{message}");

@@ -29,16 +29,7 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn spec(size: u32, reply: u32, iterations: u64) -> RrSpec {
-    RrSpec {
-        proto: RrProto::Tcp,
-        size,
-        reply,
-        iterations,
-        nagle: false,
-        until_stopped: false,
-        sock: Default::default(),
-        duration_ms: 0,
-    }
+    RrSpec::plain(RrProto::Tcp, size, reply, iterations)
 }
 
 /// One rr-over-TCP session spoken by hand from `from`.

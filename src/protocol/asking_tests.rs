@@ -5,8 +5,8 @@
 //! that must end it cleanly.
 
 use super::*;
-use crate::protocol::conversation::{Conversation, Step};
-use crate::protocol::proto::{IoPattern, TcpSpec, UdpSpec, VerifyLevel};
+use crate::protocol::conversation::{Conversation, Step, wire};
+use crate::protocol::proto::{IoPattern, TcpSpec, UdpSpec};
 use crate::protocol::refusal::{Limit, Refusal};
 use crate::protocol::spec::RrSpec;
 use crate::protocol::stats::Counters;
@@ -16,34 +16,11 @@ use std::time::Duration;
 const MAX: Duration = Duration::from_secs(60);
 
 fn tcp() -> TestSpec {
-    TestSpec::Tcp(TcpSpec {
-        pattern: IoPattern::Push,
-        transfer: 1000,
-        push_bytes: 0,
-        pull_bytes: 0,
-        connections: 1,
-        verify: VerifyLevel::Data,
-        burst: None,
-        time_bound_ms: 0,
-        sock: Default::default(),
-        rate: None,
-        transfer_max: None,
-        server_interval_ms: 0,
-        duration_ms: 0,
-    })
+    TestSpec::Tcp(TcpSpec::plain(IoPattern::Push, 1000, 0, 0))
 }
 
 fn rr(proto: RrProto) -> TestSpec {
-    TestSpec::Rr(RrSpec {
-        proto,
-        size: 64,
-        reply: 2,
-        iterations: 10,
-        nagle: false,
-        until_stopped: false,
-        sock: Default::default(),
-        duration_ms: 0,
-    })
+    TestSpec::Rr(RrSpec::plain(proto, 64, 2, 10))
 }
 
 fn udp() -> TestSpec {
@@ -55,18 +32,6 @@ fn greeted() -> Conversation {
     let (conv, steps) = Conversation::new(&Message::hello(), false, None, Vec::new(), MAX);
     assert!(matches!(steps[..], [Step::Send(Message::HelloAck(_))]));
     conv
-}
-
-/// What the server's steps put on the wire to the client.
-fn wire(steps: Vec<Step>) -> Vec<Message> {
-    steps
-        .into_iter()
-        .filter_map(|s| match s {
-            Step::Send(m) => Some(m),
-            Step::Refuse(r) => Some(r.message()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Feeds the client every message, returning its events in order.
@@ -261,29 +226,16 @@ fn each_kind_of_test_takes_only_its_own_acceptance() {
         session: id,
         port: 6000,
     };
+    let by_udp = Some(Accept::Udp {
+        session: id,
+        port: 5000,
+        token: 77,
+    });
     let cases = [
         (tcp(), Some(Accept::Session(id)), None, None),
-        (
-            udp(),
-            None,
-            Some(Accept::Udp {
-                session: id,
-                port: 5000,
-                token: 77,
-            }),
-            None,
-        ),
+        (udp(), None, by_udp, None),
         (rr(RrProto::Tcp), Some(Accept::Session(id)), None, None),
-        (
-            rr(RrProto::Udp),
-            None,
-            Some(Accept::Udp {
-                session: id,
-                port: 5000,
-                token: 77,
-            }),
-            None,
-        ),
+        (rr(RrProto::Udp), None, by_udp, None),
         (
             rr(RrProto::SctpSeqpacket),
             None,

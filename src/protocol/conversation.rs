@@ -255,6 +255,20 @@ impl Conversation {
     }
 }
 
+/// What `steps` put on the wire to the client, in order: for the tests
+/// that run both ends of a conversation in memory.
+#[cfg(test)]
+pub(crate) fn wire(steps: Vec<Step>) -> Vec<Message> {
+    steps
+        .into_iter()
+        .filter_map(|s| match s {
+            Step::Send(m) => Some(m),
+            Step::Refuse(r) => Some(r.message()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[path = "conversation_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::protocol::auth::nonce;
-use crate::protocol::conversation::{Conversation, Step};
+use crate::protocol::conversation::{Conversation, Step, wire};
 use crate::protocol::proto::{IoPattern, TcpSpec, TestSpec, VerifyLevel};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -15,18 +15,6 @@ fn key() -> Key {
 
 fn other_key() -> Key {
     Key::from_text(b"a different horse, battery and staple too").unwrap()
-}
-
-/// What the server's steps put on the wire to the client.
-fn wire(steps: Vec<Step>) -> Vec<Message> {
-    steps
-        .into_iter()
-        .filter_map(|s| match s {
-            Step::Send(m) => Some(m),
-            Step::Refuse(r) => Some(r.message()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Both ends: the client with `ck`, the server with `sk`. The greeting's

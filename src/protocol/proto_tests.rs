@@ -196,16 +196,7 @@ fn samples() -> Vec<Message> {
         Message::Summary(SessionSummary::default()),
         Message::error(ErrorCode::Refused, "no"),
         Message::TestRequest {
-            test: TestSpec::Rr(RrSpec {
-                proto: RrProto::SctpSeqpacket,
-                size: 64,
-                reply: 2,
-                iterations: 10,
-                nagle: false,
-                until_stopped: false,
-                sock: Default::default(),
-                duration_ms: 0,
-            }),
+            test: TestSpec::Rr(RrSpec::plain(RrProto::SctpSeqpacket, 64, 2, 10)),
         },
         Message::SeqpacketAccept {
             session: id,

@@ -578,6 +578,24 @@ pub struct RrSpec {
     pub duration_ms: u64,
 }
 
+impl RrSpec {
+    /// `iterations` requests of `size` bytes answered with `reply` bytes
+    /// over `proto`, back to back, Nagle off, and nothing else set: what the
+    /// tests start from.
+    pub fn plain(proto: RrProto, size: u32, reply: u32, iterations: u64) -> RrSpec {
+        RrSpec {
+            proto,
+            size,
+            reply,
+            iterations,
+            nagle: false,
+            until_stopped: false,
+            sock: Default::default(),
+            duration_ms: 0,
+        }
+    }
+}
+
 /// A test's length as a request carries it (`duration_ms`): whole ms,
 /// rounded up so that no fraction slips past a server's limit, and never
 /// 0, which says "not bounded by time".
