@@ -286,3 +286,48 @@ fn the_main_ports_iperf3_detection_keeps_the_key_rule_and_refuses_impostors() {
         .unwrap();
     assert!(ours.status.success(), "{ours:?}");
 }
+
+/// An iperf3 test holds its address's place before its thread starts: from
+/// one address, tests waiting for their parameters take at most
+/// `--max-tests-per-client` threads, and the rest are denied at once.
+#[test]
+fn one_address_holds_at_most_its_share_of_iperf3_test_threads() {
+    use std::io::{Read, Write};
+    let srv = Srv::start(&[
+        "--iperf3-port",
+        "0",
+        "--max-tests",
+        "16",
+        "--max-tests-per-client",
+        "2",
+        "--handshake-timeout",
+        "10s",
+    ]);
+    let at = srv.iperf3.expect("the server names its iperf3 port");
+    let pid = srv._proc.0.id();
+    let mut conns = Vec::new();
+    let mut first = Vec::new();
+    for i in 0..6u8 {
+        let mut s = std::net::TcpStream::connect(at).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // A cookie's shape: 36 of [a-z2-7] and a NUL, distinct per test.
+        let mut cookie = [b'a' + i; 37];
+        cookie[36] = 0;
+        s.write_all(&cookie).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        first.push(b[0] as i8);
+        conns.push(s);
+    }
+    // PARAM_EXCHANGE (9) to the first two, ACCESS_DENIED (-1) to the rest.
+    assert_eq!(first, [9, 9, -1, -1, -1, -1]);
+    let tests = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|n| n.trim() == "iperf3-test")
+        })
+        .count();
+    assert_eq!(tests, 2);
+    srv.wait_for(&["refused", "iperf3: server limit", "per client address"]);
+}

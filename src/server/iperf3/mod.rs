@@ -9,8 +9,9 @@
 //! running test is that test's data stream (iperf3's `iperf_tcp_accept`:
 //! streams announce themselves with the control connection's cookie); any
 //! other is a new test, which runs on a worker thread (`test.rs`) only once
-//! it holds one of `--max-tests` — so threads are bounded by `--max-tests`
-//! like the server's UDP and rr workers, never by clients.
+//! it holds one of `--max-tests` and one of its address's
+//! `--max-tests-per-client` — so threads are bounded by `--max-tests` (and
+//! one address's by its share), never by clients.
 //!
 //! The protocol itself (`crate::protocol::iperf3`) is pure; this is its I/O.
 
@@ -29,6 +30,7 @@ use super::State;
 use super::limits::{Slot, take_slot};
 use crate::protocol::iperf3::{COOKIE_LEN, Cookie, State as Wire, udp};
 use crate::protocol::proto::ErrorCode;
+use crate::protocol::refusal::Share;
 
 mod streams;
 mod test;
@@ -341,18 +343,36 @@ fn admit(
         );
         return;
     };
-    // The slot moves to the worker, which gives it back when it ends.
+    // One of its address's tests too, before a thread starts: an address
+    // holds at most --max-tests-per-client of them, however many it opens.
+    let ip = peer.ip().to_canonical();
+    let mine = match super::take_source(
+        &st.tests_per_client,
+        ip,
+        st.cfg.limits.max_tests_per_client,
+        Share::Tests,
+    ) {
+        Ok(m) => m,
+        Err(l) => {
+            drop(slot);
+            return refuse(st, stream, peer, l.code(), &format!("server limit: {l}"));
+        }
+    };
+    // Both places move to the worker, which gives them back when it ends.
     std::mem::forget(slot);
+    std::mem::forget(mine);
     let (tx, rx) = channel();
     let (st2, reg2) = (Arc::clone(st), Arc::clone(reg));
     let spawned = std::thread::Builder::new()
         .name("iperf3-test".into())
         .spawn(move || {
             let _slot = Slot::adopt(&st2.tests);
+            let _mine = st2.tests_per_client.adopt(ip);
             test::run(&st2, &reg2, stream, peer, cookie, tx, rx);
         });
     if spawned.is_err() {
         st.tests.fetch_sub(1, SeqCst);
+        drop(st.tests_per_client.adopt(ip));
     }
 }
 

@@ -28,7 +28,7 @@ use crate::protocol::iperf3::{
     Control, Cookie, Event, Mode, Params, Proto, Results, State as Wire, StreamResult, frame_json,
 };
 use crate::protocol::proto::ErrorCode;
-use crate::protocol::refusal::{Drawn, Share};
+use crate::protocol::refusal::Drawn;
 use crate::server::log;
 use crate::server::metrics::{Kind, Moved};
 use crate::server::{State, account};
@@ -70,15 +70,6 @@ pub(super) fn run(
     let refuse = |ctrl: &mut std::net::TcpStream, l: crate::protocol::refusal::Limit| {
         let _ = ctrl.write_all(&[Wire::AccessDenied.byte()]);
         super::refuse_line(st, peer, l.code(), &format!("server limit: {l}"));
-    };
-    let _mine = match super::super::take_source(
-        &st.tests_per_client,
-        ip,
-        limits.max_tests_per_client,
-        Share::Tests,
-    ) {
-        Ok(s) => s,
-        Err(l) => return refuse(&mut ctrl, l),
     };
     if let Err(l) = limits.check_memory(st.resident.load(SeqCst)) {
         return refuse(&mut ctrl, l);
