@@ -155,19 +155,9 @@ impl<'a> Loop<'a> {
             }
         };
         let k = self.core.slots.vacant();
-        let mut slot = Box::new(Slot2 {
-            stream: TcpStream::from_std(c.stream),
-            peer: c.peer,
-            stage: Stage::Iperf2(Box::new(test)),
-            ahead: ReadAhead::default(),
-            last_progress: now,
-            born: now,
-            open: None,
-            _source: None,
-            memory: None,
-            writable: false,
-            may_move: false,
-        });
+        let stream = TcpStream::from_std(c.stream);
+        let stage = Stage::Iperf2(Box::new(test));
+        let mut slot = Slot2::new(stream, c.peer, stage, ReadAhead::default(), now);
         let next = self.step(&mut slot, k);
         self.put_back(k, slot, next, true);
     }
@@ -210,19 +200,9 @@ impl<'a> Loop<'a> {
         // Taken before the first step, which may arm its timer or ask
         // for another turn; filled as the step puts it back.
         let k = self.core.slots.vacant();
-        let mut slot = Box::new(Slot2 {
-            stream: TcpStream::from_std(stream),
-            peer,
-            stage,
-            ahead,
-            last_progress: now,
-            born: now,
-            open: None,
-            _source: source,
-            memory: None,
-            writable: false,
-            may_move,
-        });
+        let mut slot = Slot2::new(TcpStream::from_std(stream), peer, stage, ahead, now);
+        slot._source = source;
+        slot.may_move = may_move;
         // A client sends its hello (and its first data) right behind the
         // handshake: the answer goes out before the socket joins the poll,
         // so that registering it is not between the request and the

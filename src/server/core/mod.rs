@@ -276,7 +276,31 @@ struct Slot2<'a> {
     may_move: bool,
 }
 
-impl Slot2<'_> {
+impl<'a> Slot2<'a> {
+    /// A connection arriving `now` at `stage`, with `ahead` read: holding
+    /// no place yet, watched for reading only, staying on this loop.
+    fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        stage: Stage<'a>,
+        ahead: ReadAhead,
+        now: Instant,
+    ) -> Box<Slot2<'a>> {
+        Box::new(Slot2 {
+            stream,
+            peer,
+            stage,
+            ahead,
+            last_progress: now,
+            born: now,
+            open: None,
+            _source: None,
+            memory: None,
+            writable: false,
+            may_move: false,
+        })
+    }
+
     /// Whether the connection has something to write that may wait for
     /// room: a data connection's queued bytes or its machine's, a burst
     /// account, anything a conversation, a session or a refusal writes. A
@@ -498,22 +522,19 @@ impl<'a> Handler for Loop<'a> {
     }
 
     fn on_message(&mut self, m: Incoming) {
+        // A connection brings back the loop's short tick.
+        if !matches!(m, Incoming::Listen(_)) {
+            self.core.set_tick(TICK, Instant::now());
+            self.idle_ticks = 0;
+        }
         match m {
             Incoming::Conn {
                 stream,
                 peer,
                 moved,
-            } => {
-                self.core.set_tick(TICK, Instant::now());
-                self.idle_ticks = 0;
-                self.add(stream, peer, moved, false)
-            }
+            } => self.add(stream, peer, moved, false),
             Incoming::Listen(ls) => self.listen(ls),
-            Incoming::Iperf2(c) => {
-                self.core.set_tick(TICK, Instant::now());
-                self.idle_ticks = 0;
-                self.add_iperf2(*c)
-            }
+            Incoming::Iperf2(c) => self.add_iperf2(*c),
         }
     }
 
