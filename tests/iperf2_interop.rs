@@ -502,3 +502,28 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
         .sum();
     assert_eq!(server, reported_bytes(&out, "[SUM]"), "{out}");
 }
+
+/// A test given in bytes cannot be refused for its length up front: the
+/// server ends it at `--max-duration` and its grace, however fast it moves.
+#[test]
+fn an_iperf2_tcp_test_is_ended_at_the_servers_duration_limit() {
+    if !have_iperf("an_iperf2_tcp_test_is_ended_at_the_servers_duration_limit") {
+        return;
+    }
+    let srv = Srv::start(&["--max-duration", "1s"]);
+    let t0 = Instant::now();
+    let out = srv.iperf(&["-n", "10000G", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    let line = srv.wait_for(&[&format!(":{port}: server limit: duration: received")]);
+    let took = t0.elapsed();
+    // One second and the 5 s grace; a little more for a loaded machine.
+    assert!(
+        took >= Duration::from_secs(6),
+        "ended after {took:?}: {line}"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "ended after {took:?}: {line}"
+    );
+    assert!(logged_received(&line) > 0, "{line}");
+}

@@ -127,6 +127,11 @@ impl<'a> Iperf2Tcp<'a> {
     /// is over (the loop closes the connection), Again if the budget ran
     /// out with more to read, or Wait until its next deadline.
     pub(super) fn turn(&mut self, stream: &TcpStream, buf: &mut [u8], now: Instant) -> Turn {
+        // Checked first: a client that never lets the socket run dry ends
+        // every turn on the budget, never at the checks below.
+        if now >= self.end {
+            return self.ended("server limit: duration");
+        }
         let max_bytes = self.st.cfg.limits.max_bytes;
         let (mut calls, mut moved) = (0, 0);
         loop {
@@ -150,9 +155,6 @@ impl<'a> Iperf2Tcp<'a> {
             }
         }
         let idle = self.last + self.st.cfg.idle_timeout;
-        if now >= self.end {
-            return self.ended("server limit: duration");
-        }
         if now >= idle {
             return self.ended("idle");
         }
