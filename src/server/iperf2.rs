@@ -227,12 +227,10 @@ fn admit_tcp(
     hdr: ClientHeader,
     got: u64,
 ) {
-    use std::os::fd::{FromRawFd, IntoRawFd};
     if !key_allows(st) {
         return refuse_line(st, peer, ErrorCode::Auth, KEY_WHY);
     }
-    // SAFETY: the descriptor comes from a stream given up here.
-    let s = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
+    let s = std::net::TcpStream::from(s);
     // The loop it goes to admits it under the server's limits, or refuses
     // it (the server stopping drops it with the message).
     core.hand_iperf2(st, s, peer, hdr, got);

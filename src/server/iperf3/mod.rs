@@ -305,9 +305,7 @@ pub(super) fn route(
 }
 
 fn into_blocking(s: TcpStream) -> Option<std::net::TcpStream> {
-    use std::os::fd::{FromRawFd, IntoRawFd};
-    // SAFETY: the descriptor comes from a TcpStream given up here.
-    let s = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
+    let s = std::net::TcpStream::from(s);
     s.set_nonblocking(false).ok()?;
     Some(s)
 }
