@@ -38,50 +38,6 @@ impl Mmsg {
     }
 }
 
-/// Reads up to `N` datagrams in one non-blocking `recvmmsg`, the `i`th
-/// into `buf[i * size..]`: how many came and how many were asked for
-/// (fewer than `N` if `buf` has fewer slots), each one's length and sender
-/// in `got`. WouldBlock when none waits.
-pub(crate) fn recv_named<const N: usize>(
-    fd: std::os::fd::RawFd,
-    buf: &mut [u8],
-    size: usize,
-    got: &mut [(usize, Option<std::net::SocketAddr>); N],
-) -> std::io::Result<(usize, usize)> {
-    use socket2::{SockAddr, SockAddrStorage};
-    let mut m = Mmsg::new(buf, size, N);
-    let mut names: [SockAddrStorage; N] = std::array::from_fn(|_| SockAddrStorage::zeroed());
-    for (h, name) in m.msgs.iter_mut().zip(names.iter_mut()) {
-        h.msg_hdr.msg_namelen = name.size_of();
-        h.msg_hdr.msg_name = (name as *mut SockAddrStorage).cast();
-    }
-    let asked = m.msgs.len();
-    // SAFETY: each of the `asked` messages points at its own slot of `buf`
-    // and its own address storage, all outliving the call; the kernel
-    // writes within the lengths given.
-    let r = unsafe {
-        libc::recvmmsg(
-            fd,
-            m.msgs.as_mut_ptr(),
-            asked as u32,
-            // c_int in glibc's prototype, unsigned in musl's (static builds).
-            libc::MSG_DONTWAIT as _,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let n = r as usize;
-    for ((g, h), name) in got.iter_mut().zip(&m.msgs[..n]).zip(names) {
-        // SAFETY: the kernel wrote a socket address of `msg_namelen` bytes
-        // there.
-        let from = unsafe { SockAddr::new(name, h.msg_hdr.msg_namelen) };
-        *g = (h.msg_len as usize, from.as_socket());
-    }
-    Ok((n, asked))
-}
-
 /// Room for one message's `UDP_SEGMENT` control message (a `u16` in a
 /// `cmsghdr`), 8-byte aligned as `cmsghdr` needs.
 type SegControl = [u64; 4];
