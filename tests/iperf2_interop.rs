@@ -527,3 +527,34 @@ fn an_iperf2_tcp_test_is_ended_at_the_servers_duration_limit() {
     );
     assert!(logged_received(&line) > 0, "{line}");
 }
+
+/// `--max-bytes` holds for an iperf2 TCP test as it does for netrig's own
+/// (it refuses what "would move more than" it): a test may move exactly
+/// that many bytes, the client header's included (iperf2's `-n` counts
+/// them too), one byte more ends it, and a client that sends on is cut
+/// within one read past the limit.
+#[test]
+fn max_bytes_lets_an_iperf2_test_move_exactly_that_much() {
+    if !have_iperf("max_bytes_lets_an_iperf2_test_move_exactly_that_much") {
+        return;
+    }
+    let max = 3_000_000;
+    let srv = Srv::start(&["--max-bytes", &max.to_string()]);
+    let ended = |out: &str, how: &str| {
+        let port = &local_ports(out)[0];
+        logged_received(&srv.wait_for(&[&format!(":{port}: {how}: received")]))
+    };
+    let out = srv.iperf(&["-n", &max.to_string(), "-f", "B"]);
+    assert_eq!(reported_bytes(&out, "[  1]"), max, "{out}");
+    assert_eq!(ended(&out, "completed"), max);
+    // The client has written its last byte before the server reads it:
+    // the server counts it, and stops there.
+    let out = srv.iperf(&["-n", &(max + 1).to_string(), "-f", "B"]);
+    assert_eq!(ended(&out, "server limit: bytes"), max + 1);
+    // A client that would send for 10 s is stopped at the first read that
+    // passes the limit, a read being at most the loop's buffer (256 KiB).
+    let out = srv.iperf(&["-t", "10", "-f", "B"]);
+    let got = ended(&out, "server limit: bytes");
+    assert!(got > max && got <= max + (256 << 10), "{got}: {out}");
+    assert_eq!(srv.count(&["completed"]), 1, "{:?}", srv.lines);
+}
