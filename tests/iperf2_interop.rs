@@ -503,6 +503,28 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
     assert_eq!(server, reported_bytes(&out, "[SUM]"), "{out}");
 }
 
+/// A TCP test given in time is refused up front if it asks for more than
+/// `--max-duration` (iperf2's `-t` comes in hundredths of a second), as
+/// long as it is served, the same rule as for netrig's own tests.
+#[test]
+fn an_iperf2_tcp_test_may_ask_for_max_duration_and_no_more() {
+    if !have_iperf("an_iperf2_tcp_test_may_ask_for_max_duration_and_no_more") {
+        return;
+    }
+    let srv = Srv::start(&["--max-duration", "1s"]);
+    let out = srv.iperf(&["-t", "1.01", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    srv.wait_for(&[
+        &format!(":{port}: refused"),
+        "server limit: max duration 1 s (asked for 1.01 s)",
+    ]);
+    let out = srv.iperf(&["-t", "1", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    let line = srv.wait_for(&[&format!(":{port}: completed: received")]);
+    assert_eq!(logged_received(&line), reported_bytes(&out, "[  1]"));
+    assert_eq!(srv.count(&["refused"]), 1, "{:?}", srv.lines);
+}
+
 /// A test given in bytes cannot be refused for its length up front: the
 /// server ends it at `--max-duration` and its grace, however fast it moves.
 #[test]
