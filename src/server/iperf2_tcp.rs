@@ -294,8 +294,9 @@ mod tests {
         // the byte bound.
         let mut buf = [0u8; 100];
         let turn = (CALLS * 100) as u64;
-        assert_eq!(read(&mut rx, &b, &mut buf, u64::MAX), (Stop::Budget, turn));
-        assert!(rx.last > t0, "bytes came: the idle clock restarts");
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(rx.read(&b, &mut buf, u64::MAX, t1), Stop::Budget);
+        assert_eq!((rx.got, rx.last), (turn, t1), "the idle clock restarts");
         let more = read(&mut rx, &b, &mut buf, u64::MAX);
         assert_eq!(more, (Stop::Budget, 2 * turn));
         // The rest, then a read that would block: the turn ends there and
