@@ -569,8 +569,8 @@ fn max_bytes_lets_an_iperf2_test_move_exactly_that_much() {
     let out = srv.iperf(&["-n", &max.to_string(), "-f", "B"]);
     assert_eq!(reported_bytes(&out, "[  1]"), max, "{out}");
     assert_eq!(ended(&out, "completed"), max);
-    // The client has written its last byte before the server reads it:
-    // the server counts it, and stops there.
+    // However the reads fall, the count passes the limit only at the
+    // client's last byte: the server stops there, before its close.
     let out = srv.iperf(&["-n", &(max + 1).to_string(), "-f", "B"]);
     assert_eq!(ended(&out, "server limit: bytes"), max + 1);
     // A client that would send for 10 s is stopped at the first read that
