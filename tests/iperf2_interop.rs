@@ -503,6 +503,28 @@ fn iperf2_tcp_streams_take_no_thread_of_their_own() {
     assert_eq!(server, reported_bytes(&out, "[SUM]"), "{out}");
 }
 
+/// A TCP test given in time is refused up front if it asks for more than
+/// `--max-duration` (iperf2's `-t` comes in hundredths of a second), as
+/// long as it is served, the same rule as for netrig's own tests.
+#[test]
+fn an_iperf2_tcp_test_may_ask_for_max_duration_and_no_more() {
+    if !have_iperf("an_iperf2_tcp_test_may_ask_for_max_duration_and_no_more") {
+        return;
+    }
+    let srv = Srv::start(&["--max-duration", "1s"]);
+    let out = srv.iperf(&["-t", "1.01", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    srv.wait_for(&[
+        &format!(":{port}: refused"),
+        "server limit: max duration 1 s (asked for 1.01 s)",
+    ]);
+    let out = srv.iperf(&["-t", "1", "-f", "B"]);
+    let port = &local_ports(&out)[0];
+    let line = srv.wait_for(&[&format!(":{port}: completed: received")]);
+    assert_eq!(logged_received(&line), reported_bytes(&out, "[  1]"));
+    assert_eq!(srv.count(&["refused"]), 1, "{:?}", srv.lines);
+}
+
 /// A test given in bytes cannot be refused for its length up front: the
 /// server ends it at `--max-duration` and its grace, however fast it moves.
 #[test]
@@ -526,4 +548,35 @@ fn an_iperf2_tcp_test_is_ended_at_the_servers_duration_limit() {
         "ended after {took:?}: {line}"
     );
     assert!(logged_received(&line) > 0, "{line}");
+}
+
+/// `--max-bytes` holds for an iperf2 TCP test as it does for netrig's own
+/// (it refuses what "would move more than" it): a test may move exactly
+/// that many bytes, the client header's included (iperf2's `-n` counts
+/// them too), one byte more ends it, and a client that sends on is cut
+/// within one read past the limit.
+#[test]
+fn max_bytes_lets_an_iperf2_test_move_exactly_that_much() {
+    if !have_iperf("max_bytes_lets_an_iperf2_test_move_exactly_that_much") {
+        return;
+    }
+    let max = 3_000_000;
+    let srv = Srv::start(&["--max-bytes", &max.to_string()]);
+    let ended = |out: &str, how: &str| {
+        let port = &local_ports(out)[0];
+        logged_received(&srv.wait_for(&[&format!(":{port}: {how}: received")]))
+    };
+    let out = srv.iperf(&["-n", &max.to_string(), "-f", "B"]);
+    assert_eq!(reported_bytes(&out, "[  1]"), max, "{out}");
+    assert_eq!(ended(&out, "completed"), max);
+    // However the reads fall, the count passes the limit only at the
+    // client's last byte: the server stops there, before its close.
+    let out = srv.iperf(&["-n", &(max + 1).to_string(), "-f", "B"]);
+    assert_eq!(ended(&out, "server limit: bytes"), max + 1);
+    // A client that would send for 10 s is stopped at the first read that
+    // passes the limit, a read being at most the loop's buffer (256 KiB).
+    let out = srv.iperf(&["-t", "10", "-f", "B"]);
+    let got = ended(&out, "server limit: bytes");
+    assert!(got > max && got <= max + (256 << 10), "{got}: {out}");
+    assert_eq!(srv.count(&["completed"]), 1, "{:?}", srv.lines);
 }
