@@ -146,15 +146,11 @@ impl Srv {
 fn output(child: &mut Proc) -> String {
     use std::io::Read;
     let mut out = String::new();
-    for pipe in [
-        child.0.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
-        child.0.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let mut r = pipe;
-        r.read_to_string(&mut out).unwrap();
+    if let Some(mut p) = child.0.stdout.take() {
+        p.read_to_string(&mut out).unwrap();
+    }
+    if let Some(mut p) = child.0.stderr.take() {
+        p.read_to_string(&mut out).unwrap();
     }
     out
 }

@@ -279,6 +279,14 @@ mod tests {
         panic!("the client's close never came");
     }
 
+    /// A test that has received `got` bytes, the last of them just now.
+    fn received(got: u64) -> Received {
+        Received {
+            got,
+            last: Instant::now(),
+        }
+    }
+
     /// One turn's reads: why they stopped and the count after them.
     fn read(rx: &mut Received, src: impl Read, buf: &mut [u8], max: u64) -> (Stop, u64) {
         (rx.read(src, buf, max, Instant::now()), rx.got)
@@ -321,10 +329,7 @@ mod tests {
         crate::net::sockopt::rude_close(&a);
         drop(a);
         closed(&mut poll);
-        let mut rx = Received {
-            got: 0,
-            last: Instant::now(),
-        };
+        let mut rx = received(0);
         let mut buf = [0u8; 100];
         let end = read(&mut rx, &b, &mut buf, u64::MAX);
         assert_eq!(end, (Stop::Over("connection reset"), 0));
@@ -350,10 +355,7 @@ mod tests {
     fn a_turn_reads_about_bytes_at_most() {
         // Reads of 100 kB: the byte bound ends the turn before the call
         // bound, at the first read that reaches it.
-        let mut rx = Received {
-            got: 0,
-            last: Instant::now(),
-        };
+        let mut rx = received(0);
         let mut buf = vec![0u8; 100_000];
         let mut src = script((0..2 * CALLS).map(|_| Ok(100_000)));
         let reads = BYTES.div_ceil(100_000);
@@ -366,10 +368,7 @@ mod tests {
 
     #[test]
     fn an_interrupted_read_is_tried_again() {
-        let mut rx = Received {
-            got: 0,
-            last: Instant::now(),
-        };
+        let mut rx = received(0);
         let mut buf = [0u8; 100];
         let eintr = || Err(io::ErrorKind::Interrupted.into());
         let mut src = script([eintr(), Ok(10), eintr(), Ok(5)]);
@@ -380,10 +379,7 @@ mod tests {
     #[test]
     fn max_bytes_allows_exactly_max_bytes() {
         // The header's bytes came before the first turn.
-        let mut rx = Received {
-            got: 100,
-            last: Instant::now(),
-        };
+        let mut rx = received(100);
         let mut buf = [0u8; 1000];
         let mut src = script([Ok(600), Ok(300)]);
         assert_eq!(read(&mut rx, &mut src, &mut buf, 1000), (Stop::Dry, 1000));

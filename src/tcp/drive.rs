@@ -409,12 +409,10 @@ pub fn run_until_blocked<S: Socket>(
     let start = conn.progress();
     let mut first = env.now;
     for _ in 0..TURN_STEPS {
-        let at = match first.take() {
-            Some(mono) => Now {
-                mono,
-                real_ns: now_real(conn),
-            },
-            None => now(conn),
+        // The caller's time for the first step, a fresh one after it.
+        let at = Now {
+            mono: first.take().unwrap_or_else(Instant::now),
+            real_ns: now_real(conn),
         };
         let p = pump(conn, out, ahead, stream, buf, env, at);
         if settled(conn, out) {

@@ -369,7 +369,8 @@ fn admit(
             test::run(&st2, &reg2, stream, peer, cookie, tx, rx);
         });
     if spawned.is_err() {
-        st.tests.fetch_sub(1, SeqCst);
+        // Both places come back, as the worker would have given them.
+        drop(Slot::adopt(&st.tests));
         drop(st.tests_per_client.adopt(ip));
     }
 }
