@@ -259,8 +259,11 @@ fn exchanges(
         crate::net::wait_for_epoch(at, interrupt);
     }
     let start = Instant::now();
+    // The end of one round trip is the time the next one is looked at from:
+    // one clock read a round trip besides its start.
+    let mut now = start;
     for seq in 0..total {
-        if interrupt.load(SeqCst) || !run.may_send(seq, Instant::now()) {
+        if interrupt.load(SeqCst) || !run.may_send(seq, now) {
             break;
         }
         pace(start, seq, cfg.interval, cfg.busy_poll, interrupt);
@@ -274,7 +277,8 @@ fn exchanges(
         );
         let t0 = Instant::now();
         let r = exchange(&req, if message { &mut rep } else { &mut rep[..reply] });
-        let rtt = t0.elapsed();
+        now = Instant::now();
+        let rtt = now.saturating_duration_since(t0);
         run.rep.sent += 1;
         let n = r.map_err(|e| {
             let e = match e.kind() {
@@ -298,7 +302,7 @@ fn exchanges(
         {
             run.rep.corrupt += 1;
         }
-        run.record(seq, rtt);
+        run.record_at(seq, rtt, now);
         on_probe(&Probe {
             seq,
             rtt_us: Some(rtt.as_nanos() as f64 / 1e3),

@@ -372,13 +372,9 @@ impl<'a> Run<'a> {
         self.main
     }
 
-    pub(super) fn record(&mut self, seq: u64, rtt: Duration) {
-        self.record_at(seq, rtt, Instant::now());
-    }
-
     /// Records round trip `seq`, which ended at `now`: a warm-up one apart,
     /// a measured one also in the span transactions per second count over.
-    fn record_at(&mut self, seq: u64, rtt: Duration, now: Instant) {
+    pub(super) fn record_at(&mut self, seq: u64, rtt: Duration, now: Instant) {
         let ns = rtt.as_nanos() as u64;
         if seq < self.cfg.warmup {
             self.warm.record_ns(ns);
@@ -632,7 +628,7 @@ mod tests {
         let cfg = config();
         let mut run = Run::new(&cfg, 3, &stop, stats);
         for seq in 0..3 {
-            run.record(seq, Duration::from_micros(500));
+            run.record_at(seq, Duration::from_micros(500), Instant::now());
         }
         let mut rep = RrReport::empty(&cfg);
         run.summarise(&mut rep);

@@ -116,6 +116,15 @@ pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Opti
     recv_from_stamped(sock, buf).map(|(n, _, a)| (n, a.stamp))
 }
 
+/// Receives one datagram on a connected socket (whose peer is the only
+/// sender) with its kernel receive time and TOS byte, as
+/// [`recv_from_stamped`] does but without asking for the sender's address.
+pub fn recv_connected(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Ancillary)> {
+    let mut namelen = 0;
+    // SAFETY: no address is asked for: a null name of length 0.
+    unsafe { recv_msg(sock, buf, std::ptr::null_mut(), &mut namelen) }
+}
+
 /// Receives one datagram with its sender and its kernel receive time
 /// (CLOCK_REALTIME ns) and TOS byte, where [`enable_rx_timestamps`] and
 /// [`enable_rx_tos`] are on.
@@ -123,35 +132,52 @@ pub fn recv_from_stamped(
     sock: &UdpSocket,
     buf: &mut [u8],
 ) -> io::Result<(usize, std::net::SocketAddr, Ancillary)> {
-    let mut control = [0u8; CMSG_SPACE];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
     // SAFETY: `try_init` hands over zeroed address storage and its size;
     // recvmsg writes at most that much there and reports the length it used.
-    // The msghdr points at `iov` and `control`, which outlive the call.
     let ((n, stamp), from) = unsafe {
-        socket2::SockAddr::try_init(|storage, len| {
-            let mut hdr: libc::msghdr = std::mem::zeroed();
-            hdr.msg_name = storage.cast();
-            hdr.msg_namelen = *len;
-            hdr.msg_iov = &mut iov;
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = control.len() as _;
-            let n = libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0);
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            *len = hdr.msg_namelen;
-            Ok((n as usize, ancillary(&hdr)))
-        })
+        socket2::SockAddr::try_init(|storage, len| recv_msg(sock, buf, storage.cast(), &mut *len))
     }?;
     let from = from
         .as_socket()
         .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
     Ok((n, from, stamp))
+}
+
+/// One `recvmsg` into `buf` with room for the ancillary data, the sender's
+/// address written to `name` (`len` bytes of room; the length used comes
+/// back there).
+///
+/// # Safety
+/// `name` must be null with `len` 0, or point at `len` writable bytes.
+unsafe fn recv_msg(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    name: *mut libc::c_void,
+    len: &mut libc::socklen_t,
+) -> io::Result<(usize, Ancillary)> {
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the msghdr points at `iov` and `control`, which outlive the
+    // call, and at `name` as the caller vouches; recvmsg writes within
+    // their sizes.
+    unsafe {
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        hdr.msg_name = name;
+        hdr.msg_namelen = *len;
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control.as_mut_ptr().cast();
+        hdr.msg_controllen = control.len() as _;
+        let n = libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *len = hdr.msg_namelen;
+        Ok((n as usize, ancillary(&hdr)))
+    }
 }
 
 /// Space for one message's ancillary data: a `timespec`, a TOS byte or
