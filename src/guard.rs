@@ -109,15 +109,10 @@ impl SendGuard {
         }
     }
 
-    /// Counts `n` bytes that may leave now (Ok(None)), or says when to ask
-    /// again (Ok(Some(t))): [`SendGuard::admit`] for event loops, which must
-    /// not sleep.
-    pub fn try_admit(&self, n: u64) -> Result<Option<Instant>, Halt> {
-        self.try_admit_at(n, Instant::now())
-    }
-
-    /// [`SendGuard::try_admit`] at `now`, a time the caller has just read
-    /// (an event loop's step, which reads the clock once for all it does).
+    /// Counts `n` bytes that may leave at `now` (Ok(None)), or says when to
+    /// ask again (Ok(Some(t))): [`SendGuard::admit`] for event loops, which
+    /// must not sleep, at a time the caller has just read (an event loop's
+    /// step, which reads the clock once for all it does).
     pub fn try_admit_at(&self, n: u64, now: Instant) -> Result<Option<Instant>, Halt> {
         if self.stop.load(SeqCst) {
             return Err(Halt::Stopped);
@@ -130,7 +125,7 @@ impl SendGuard {
         }
     }
 
-    /// [`SendGuard::try_admit`] for a session on an event loop that keeps
+    /// [`SendGuard::try_admit_at`] for a session on an event loop that keeps
     /// the time the rate limit last named in `held`: before then it holds
     /// without asking; asked, a wait is kept in `held`, and a go or a halt
     /// clears it.
@@ -138,7 +133,7 @@ impl SendGuard {
         if held.is_some_and(|at| now < at) {
             return Gate::Hold;
         }
-        match self.try_admit(n) {
+        match self.try_admit_at(n, now) {
             Ok(None) => {
                 *held = None;
                 Gate::Go

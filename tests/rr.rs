@@ -70,6 +70,24 @@ fn transactions_per_second_are_wall_clock() {
     }
 }
 
+/// The server puts a short UDP reply together in one buffer and has the
+/// kernel gather a long one from its parts: either way every reply arrives
+/// whole, at every size around the switch.
+#[test]
+fn udp_replies_arrive_whole_whether_put_together_or_gathered() {
+    let srv = TestServer::start();
+    for reply in [64, 1023, 1024, 1025, 9000] {
+        let mut c = cfg(srv.addr, Transport::Udp);
+        (c.iterations, c.warmup, c.reply) = (200, 0, reply);
+        let r = go(&c);
+        assert_eq!(
+            (r.sent, r.received, r.corrupt, r.server_corrupt),
+            (200, 200, 0, Some(0)),
+            "{reply} B replies"
+        );
+    }
+}
+
 #[test]
 fn tcp_and_udp_round_trips_with_warmup_apart() {
     let srv = TestServer::start();

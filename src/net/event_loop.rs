@@ -225,6 +225,9 @@ pub struct Core<T, M = ()> {
     /// clock again (what it does with it, opening connections or sampling
     /// a status row, is not timed to the microsecond).
     looked: Option<Instant>,
+    /// When the last poll returned: the time this turn's events, timers
+    /// and what runs again are handled at.
+    woke: Instant,
 }
 
 impl<T, M> Core<T, M> {
@@ -245,7 +248,14 @@ impl<T, M> Core<T, M> {
             next_tick: Instant::now(),
             by: None,
             looked: None,
+            woke: Instant::now(),
         }
+    }
+
+    /// When the last poll returned, read once for all this turn handles:
+    /// a handler's step takes it rather than reading the clock again.
+    pub fn woke(&self) -> Instant {
+        self.woke
     }
 
     /// The poll and the mailbox back, for a loop that ends while what it
@@ -436,13 +446,14 @@ pub fn turn<H: Handler>(h: &mut H) -> io::Result<Flow> {
             _ => Err(e),
         };
     }
+    let now = Instant::now();
+    core.woke = now;
     // Those of the last turn, not any this one adds.
     let again = std::mem::take(&mut core.again);
     for ev in &events {
         dispatch(h, ev.token(), Some(ev));
     }
     h.core().events = Some(events);
-    let now = Instant::now();
     let due = h.core().timers.due(now);
     for k in due {
         if h.core().slots.is_used(k) {

@@ -38,6 +38,8 @@ pub(super) struct Answers {
     /// A reply the rate limit keeps back, and until when.
     held: Option<Vec<u8>>,
     held_until: Option<Instant>,
+    /// Where a short reply's two parts are put together ([`GATHER`]).
+    gather: Vec<u8>,
 }
 
 impl<'a> RrUdp<'a> {
@@ -74,6 +76,7 @@ impl<'a> RrUdp<'a> {
             guard: limits.guard(&Arc::new(AtomicBool::new(false))),
             held: None,
             held_until: None,
+            gather: Vec::with_capacity(GATHER),
         };
         Ok(Session::new(
             st,
@@ -175,7 +178,7 @@ impl Answers {
                 // A reply the socket cannot take now is lost, as a
                 // blocking send that failed was. Its pattern bytes go
                 // from the pattern itself, uncopied.
-                Gate::Go => match send_reply(&self.sock, reply) {
+                Gate::Go => match send_reply(&self.sock, reply, &mut self.gather) {
                     Ok(_) => Sent::Yes,
                     Err(_) => Sent::Failed,
                 },
@@ -215,9 +218,22 @@ enum Sent {
     Halted,
 }
 
-/// Sends `r` on the connected socket as one datagram, its two parts
-/// gathered by the kernel.
-fn send_reply(sock: &UdpSocket, r: Reply<'_>) -> io::Result<usize> {
+/// Replies up to this long are put together in one buffer before they are
+/// sent: the kernel takes one buffer for less than two (a C echo server
+/// pinned with its client on one CPU, 64 B: sendto a round trip about
+/// 0.17 us cheaper than sendmsg of two iovecs), and copying them costs less
+/// than that; longer ones are gathered by the kernel from the pattern.
+const GATHER: usize = 1024;
+
+/// Sends `r` on the connected socket as one datagram: a short one from
+/// `gather`, a longer one from its two parts.
+fn send_reply(sock: &UdpSocket, r: Reply<'_>, gather: &mut Vec<u8>) -> io::Result<usize> {
+    if r.size() <= GATHER {
+        gather.clear();
+        gather.extend_from_slice(r.head);
+        gather.extend_from_slice(r.tail);
+        return sock.send(gather);
+    }
     socket2::SockRef::from(sock).send_vectored(&[IoSlice::new(r.head), IoSlice::new(r.tail)])
 }
 

@@ -107,8 +107,14 @@ impl<'a> Loop<'a> {
     /// A loop-side session's turn on slot `k`: what the loop does next, or
     /// None when the session left its last frames in the slot to write.
     pub(super) fn session_turn(&mut self, slot: &mut Slot2<'a>, k: usize) -> Option<Next> {
-        let (stream, ahead, buf, now) =
-            (&slot.stream, &mut slot.ahead, &mut self.buf, Instant::now());
+        // The loop's wake-up time: a turn that reads the clock anew for
+        // what it times (a stream's arrivals, a sender's pace) does so.
+        let (stream, ahead, buf, now) = (
+            &slot.stream,
+            &mut slot.ahead,
+            &mut self.buf,
+            self.core.woke(),
+        );
         // Dropping a session gives its slots back.
         let t = match &mut slot.stage {
             Stage::UdpRecv(s) => s.turn(stream, ahead, buf, now),
