@@ -45,3 +45,31 @@ bench_done() { exit "$BENCH_FAILED"; }
 
 # ratio A B prints A/B to two decimals, or n/a.
 ratio() { python3 -c "import sys,math; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%.2f' % (a/b) if b and not math.isnan(a/b) else 'n/a')" "$1" "$2"; }
+
+# sockperf_figures FILE prints "p50_us p99_us round_trips_per_s" from a
+# sockperf ping-pong --full-rtt output, nan where a figure is missing.
+sockperf_figures() {
+    python3 - "$1" <<'PY'
+import re, sys
+t = open(sys.argv[1], errors="replace").read()
+def f(p):
+    m = re.search(p, t)
+    return float(m.group(1)) if m else float("nan")
+avg = f(r"Round trip is ([\d.]+) usec")
+print("%.2f %.2f %.0f" % (f(r"percentile 50\.000 =\s+([\d.]+)"), f(r"percentile 99\.000 =\s+([\d.]+)"), 1e6 / avg if avg == avg and avg else float("nan")))
+PY
+}
+
+# rr_figures FILE prints "p50_us p99_us transactions_per_s" of the first run
+# in a netrig rr --json file, nan when the run failed.
+rr_figures() {
+    python3 - "$1" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["result"]["runs"][0]
+    p = dict(r["latency"]["percentiles_us"])
+    print("%.2f %.2f %.0f" % (p["p50"], p["p99"], r["transactions_per_sec"]))
+except Exception:
+    print("nan nan nan")
+PY
+}

@@ -62,15 +62,7 @@ sockperf_run() { # $1 proto, $2 size, [$3... extra sockperf flags]
     local extra=""; local port=$PS_UDP
     if [ "$1" = tcp ]; then extra="--tcp"; port=$PS_TCP; fi
     $CLI sockperf ping-pong -i 127.0.0.1 -p $port $extra -m "$2" -t "$T" --full-rtt "${@:3}" > "$WORK/sp.txt" 2>&1 || true
-    python3 - "$WORK/sp.txt" <<'PY'
-import re, sys
-t = open(sys.argv[1]).read()
-def f(p):
-    m = re.search(p, t)
-    return float(m.group(1)) if m else float("nan")
-avg = f(r"Round trip is ([\d.]+) usec")
-print("%.2f %.2f %.0f" % (f(r"percentile 50\.000 =\s+([\d.]+)"), f(r"percentile 99\.000 =\s+([\d.]+)"), 1e6 / avg if avg == avg and avg else float("nan")))
-PY
+    sockperf_figures "$WORK/sp.txt"
 }
 qperf_run() { # $1 proto, $2 size: mean only
     $CLI qperf 127.0.0.1 -lp $PQ -t "$T" -m "$2" "${1}_lat" > "$WORK/q.txt" 2>&1 || true
@@ -85,15 +77,7 @@ PY
 }
 netrig_run() { # $1 proto, $2 size, $3 iterations, [$4 extra flag]
     $CLI $NETRIG rr 127.0.0.1 -p $PN --proto "$1" -l "$2" --reply "$2" -n "$3" ${4:-} -q --json "$WORK/n.json" >/dev/null 2>&1 || true
-    python3 - "$WORK/n.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))["result"]["runs"][0]
-    p = dict(r["latency"]["percentiles_us"])
-    print("%.2f %.2f %.0f" % (p["p50"], p["p99"], r["transactions_per_sec"]))
-except Exception:
-    print("nan nan nan")
-PY
+    rr_figures "$WORK/n.json"
 }
 
 for L in $LAYOUTS; do

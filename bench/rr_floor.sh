@@ -42,22 +42,10 @@ one() { # $1 layout, $2 proto, $3 server, $4 port; prints "p50 p99"
     if [ "$3" = netrig ]; then
         $cli $NETRIG rr 127.0.0.1 -p $PORT --proto "$2" -l 64 --reply 64 \
             -n $(( T * 60000 )) -q --json "$WORK/n.json" >/dev/null 2>&1 || true
-        python3 - "$WORK/n.json" <<'PY'
-import json, sys
-try:
-    p = dict(json.load(open(sys.argv[1]))["result"]["runs"][0]["latency"]["percentiles_us"])
-    print(p["p50"], p["p99"])
-except Exception:
-    print("nan nan")
-PY
+        rr_figures "$WORK/n.json" | cut -d" " -f1,2
     else
         $cli sockperf ping-pong -i 127.0.0.1 -p $PORT $ex -m 64 -t "$T" --full-rtt > "$WORK/sp.txt" 2>&1 || true
-        python3 - "$WORK/sp.txt" <<'PY'
-import re, sys
-t = open(sys.argv[1], errors="replace").read()
-f = lambda p: (re.search(p, t) or [None, "nan"])[1]
-print(f(r"percentile 50\.000 =\s+([\d.]+)"), f(r"percentile 99\.000 =\s+([\d.]+)"))
-PY
+        sockperf_figures "$WORK/sp.txt" | cut -d" " -f1,2
     fi
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true

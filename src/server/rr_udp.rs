@@ -176,8 +176,8 @@ impl Answers {
                 .gate(reply.size() as u64, &mut self.held_until, now)
             {
                 // A reply the socket cannot take now is lost, as a
-                // blocking send that failed was. Its pattern bytes go
-                // from the pattern itself, uncopied.
+                // blocking send that failed was. A long one's pattern
+                // bytes go from the pattern itself, uncopied.
                 Gate::Go => match send_reply(&self.sock, reply, &mut self.gather) {
                     Ok(_) => Sent::Yes,
                     Err(_) => Sent::Failed,
