@@ -256,23 +256,43 @@ impl Relay {
             ));
         }
         let io_err = |what: String| move |source| RelayError::Io { what, source };
-        let mut port = cfg.listen.port();
-        let tcp = if cfg.tcp {
-            let l = crate::net::listen(cfg.listen)
-                .map_err(io_err(format!("cannot listen on TCP {}", cfg.listen)))?;
-            port = l
-                .local_addr()
-                .map_err(io_err("listener address".into()))?
-                .port();
-            Some(l)
-        } else {
-            None
-        };
-        let udp = if cfg.udp {
-            let a = SocketAddr::new(cfg.listen.ip(), port);
-            Some(bind_udp(a).map_err(io_err(format!("cannot listen on UDP {a}")))?)
-        } else {
-            None
+        // Both listen on one port. Asked for port 0, the kernel picks the
+        // TCP one, and its UDP twin may already be taken: another pick is
+        // tried, at most PICKS in all.
+        const PICKS: usize = 16;
+        let mut picks = 0;
+        let (tcp, udp) = loop {
+            picks += 1;
+            let mut port = cfg.listen.port();
+            let tcp = if cfg.tcp {
+                let l = crate::net::listen(cfg.listen)
+                    .map_err(io_err(format!("cannot listen on TCP {}", cfg.listen)))?;
+                port = l
+                    .local_addr()
+                    .map_err(io_err("listener address".into()))?
+                    .port();
+                Some(l)
+            } else {
+                None
+            };
+            let udp = if cfg.udp {
+                let a = SocketAddr::new(cfg.listen.ip(), port);
+                match bind_udp(a) {
+                    Ok(s) => Some(s),
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::AddrInUse
+                            && tcp.is_some()
+                            && cfg.listen.port() == 0
+                            && picks < PICKS =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(io_err(format!("cannot listen on UDP {a}"))(e)),
+                }
+            } else {
+                None
+            };
+            break (tcp, udp);
         };
         let log = EventLog::open(cfg.log.as_deref(), cfg.keep_events).map_err(io_err(format!(
             "cannot create {}",
