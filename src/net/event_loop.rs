@@ -367,12 +367,15 @@ impl<T, M> Core<T, M> {
         if !self.again.is_empty() || self.mail {
             return Duration::ZERO;
         }
-        let t = self.timers.timeout(now, self.tick);
-        let t = t.min(self.next_tick.saturating_duration_since(now));
-        match self.by {
-            Some(at) => t.min(at.saturating_duration_since(now)),
-            None => t,
-        }
+        // The earliest of the wake-ups, then one subtraction: Instant
+        // arithmetic is dearer than comparing (a loop turns once a round
+        // trip, and each subtraction was about 3 % of a server's user-space
+        // instructions for one).
+        let at = [self.timers.earliest(), self.by]
+            .into_iter()
+            .flatten()
+            .fold(self.next_tick, Instant::min);
+        at.saturating_duration_since(now).min(self.tick)
     }
 }
 

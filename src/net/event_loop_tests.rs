@@ -297,5 +297,18 @@ fn a_longer_tick_lengthens_the_sleep_and_a_shorter_one_takes_effect_at_once() {
     let k = core.slots.insert(1);
     core.set_tick(Duration::from_secs(1), later);
     core.timers.push(later + Duration::from_millis(3), k);
-    assert!(core.timeout(later) <= Duration::from_millis(3));
+    assert_eq!(core.timeout(later), Duration::from_millis(3));
+    // The earliest of timer, tick and loop-wide wake-up bounds it, and
+    // nothing sleeps past the tick however far they are.
+    core.wake_by(later + Duration::from_millis(1));
+    assert_eq!(core.timeout(later), Duration::from_millis(1));
+    core.by = None;
+    core.timers.cancel(k);
+    core.timers.push(later + Duration::from_secs(9), k);
+    core.next_tick = later + Duration::from_secs(9);
+    assert_eq!(core.timeout(later), Duration::from_secs(1));
+    assert_eq!(
+        core.timeout(later + Duration::from_secs(10)),
+        Duration::ZERO
+    );
 }

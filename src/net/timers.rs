@@ -101,6 +101,11 @@ impl Timers {
         self.fired
     }
 
+    /// When the earliest entry is due, if any.
+    pub fn earliest(&self) -> Option<Instant> {
+        self.heap.first().map(|&(t, _)| t)
+    }
+
     /// How long the loop may sleep: until the earliest timer, at most `cap`.
     pub fn timeout(&self, now: Instant, cap: Duration) -> Duration {
         self.heap

@@ -14,13 +14,16 @@ fn timers_come_due_in_order_and_bound_the_sleep() {
     let t0 = Instant::now();
     let mut t = Timers::default();
     assert_eq!(t.timeout(t0, ms(20)), ms(20));
+    assert_eq!(t.earliest(), None);
     t.push(t0 + ms(30), 1);
     t.push(t0 + ms(10), 2);
     t.push(t0 + ms(11), 3);
+    assert_eq!(t.earliest(), Some(t0 + ms(10)));
     assert_eq!(t.timeout(t0, ms(20)), ms(10));
     assert_eq!(t.timeout(t0 + ms(50), ms(20)), Duration::ZERO);
     assert_eq!(t.due(t0 + ms(9)), Vec::<usize>::new());
     assert_eq!(t.due(t0 + ms(11)), vec![2, 3]);
+    assert_eq!(t.earliest(), Some(t0 + ms(30)));
     assert_eq!(t.due(t0 + ms(40)), vec![1]);
     assert!(t.due(t0 + ms(100)).is_empty());
     assert_eq!(t.fired(), 3);
