@@ -110,12 +110,6 @@ impl Receiver {
     }
 }
 
-/// Receives one datagram with its kernel receive time (CLOCK_REALTIME ns),
-/// where [`enable_rx_timestamps`] is on.
-pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
-    recv_from_stamped(sock, buf).map(|(n, _, a)| (n, a.stamp))
-}
-
 /// Receives one datagram on a connected socket (whose peer is the only
 /// sender) with its kernel receive time and TOS byte, as
 /// [`recv_from_stamped`] does but without asking for the sender's address.
