@@ -108,9 +108,8 @@ impl Timers {
 
     /// How long the loop may sleep: until the earliest timer, at most `cap`.
     pub fn timeout(&self, now: Instant, cap: Duration) -> Duration {
-        self.heap
-            .first()
-            .map_or(cap, |&(t, _)| t.saturating_duration_since(now))
+        self.earliest()
+            .map_or(cap, |t| t.saturating_duration_since(now))
             .min(cap)
     }
 
