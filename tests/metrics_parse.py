@@ -1,5 +1,5 @@
 """Parses a netrig `serve --metrics` answer read from stdin with the
-prometheus-client parsers (tests/metrics.rs): `openmetrics` or `prometheus`
+prometheus-client parsers (tests/suite/metrics.rs): `openmetrics` or `prometheus`
 as the only argument. Prints {"types": {family: type}, "samples":
 {"name{k=\"v\",...}": value}} as JSON, labels sorted by name; a parse error
 ends it with a traceback and a non-zero exit."""

@@ -46,7 +46,7 @@ KMOD=$DIR/k/lib/modules/$KVER/kernel
 # The binaries under test, at the same absolute paths as here (the test
 # binary finds netrig through the path compiled into it).
 cargo build --release --quiet
-RR_TEST=$(cargo test --release --test rr --no-run 2>&1 | grep -o 'target/release/deps/rr-[0-9a-f]*' | head -1)
+RR_TEST=$(cargo test --release --test suite --no-run 2>&1 | grep -o 'target/release/deps/suite-[0-9a-f]*' | head -1)
 LIB_TEST=$(cargo test --release --lib --no-run 2>&1 | grep -o 'target/release/deps/netrig-[0-9a-f]*' | head -1)
 NETRIG=$ROOT/target/release/netrig
 
@@ -94,7 +94,7 @@ cat /scratch/seq.out
 echo "== netrig rr --proto sctp-seqpacket --spectrum 0..16"
 $NETRIG rr --proto sctp-seqpacket --spectrum 0..16 -n 200 || rc=1
 echo "== ignored SCTP tests"
-$ROOT/$RR_TEST --ignored sctp_ --test-threads 1 || rc=1
+$ROOT/$RR_TEST --ignored rr::sctp_ --test-threads 1 || rc=1
 echo "== SCTP unit tests"
 $ROOT/$LIB_TEST sctp:: --test-threads 1 || rc=1
 echo "NETRIG-VM-RESULT rc=\$rc"

@@ -1,6 +1,6 @@
 //! The protocol layer: wire formats, session state machines, the data pattern, schedules,
 //! statistics and analysis. Nothing here touches a socket, a thread, a file or the OS clock:
-//! time and bytes come in as arguments (`tests/layers.rs` checks it), so both ends of every
+//! time and bytes come in as arguments (`tests/suite/layers.rs` checks it), so both ends of every
 //! conversation can be run in memory.
 
 pub mod asking;
