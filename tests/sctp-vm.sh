@@ -53,7 +53,7 @@ NETRIG=$ROOT/target/release/netrig
 INITRD=$DIR/initramfs
 rm -rf "$INITRD" && mkdir -p "$INITRD"/{bin,proc,sys,dev,scratch,modules}
 cp "$BB" "$INITRD/bin/busybox"
-for a in sh mount insmod ip poweroff cat echo sleep timeout; do ln -sf busybox "$INITRD/bin/$a"; done
+for a in sh mount insmod ip poweroff cat echo sleep timeout grep; do ln -sf busybox "$INITRD/bin/$a"; done
 for m in crypto/crc32c_generic lib/libcrc32c net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel net/sctp/sctp; do
     cp "$KMOD/$m.ko" "$INITRD/modules/"
 done
@@ -80,23 +80,29 @@ ip link set lo up
 export HOME=/scratch TMPDIR=/scratch RUST_BACKTRACE=1
 cd /scratch
 rc=0
-echo "== netrig rr --proto sctp"
-$NETRIG rr --proto sctp -n 20000 -l 64 --reply 2 || rc=1
-echo "== netrig rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2"
-$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 20000 -l 64 --reply 2 > /scratch/seq.out 2>&1 &
-sleep 3
+# Each stage says the guest's uptime, so a slow one shows in CI's log.
+stage() { read up _ < /proc/uptime; echo "== [\${up}s] \$*"; }
+stage "netrig rr --proto sctp"
+$NETRIG rr --proto sctp -n 5000 -l 64 --reply 2 || rc=1
+stage "netrig rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2"
+$NETRIG rr --proto sctp-seqpacket --bind 127.0.0.1,127.0.0.2 -n 5000 -l 64 --reply 2 > /scratch/seq.out 2>&1 &
+# Read once the association is up (a round trip takes most of a ms under
+# TCG, so the run lasts seconds): at most 10 s.
+i=0
+while [ \$i -lt 10 ] && ! grep -q "127.0.0.2" /proc/net/sctp/assocs; do sleep 1; i=\$((i+1)); done
 # The kernel's view of the associations: the client's must list both local
 # addresses, the server's both remote ones.
-echo "== /proc/net/sctp/assocs during the multi-homed run"
+stage "/proc/net/sctp/assocs during the multi-homed run"
 cat /proc/net/sctp/assocs
 wait \$! || rc=1
 cat /scratch/seq.out
-echo "== netrig rr --proto sctp-seqpacket --spectrum 0..16"
-$NETRIG rr --proto sctp-seqpacket --spectrum 0..16 -n 200 || rc=1
-echo "== ignored SCTP tests"
+stage "netrig rr --proto sctp-seqpacket --spectrum 0..16"
+$NETRIG rr --proto sctp-seqpacket --spectrum 0..16 -n 50 --warmup 5 || rc=1
+stage "ignored SCTP tests"
 $ROOT/$RR_TEST --ignored rr::sctp_ --test-threads 1 || rc=1
-echo "== SCTP unit tests"
+stage "SCTP unit tests"
 $ROOT/$LIB_TEST sctp:: --test-threads 1 || rc=1
+stage done
 echo "NETRIG-VM-RESULT rc=\$rc"
 poweroff -f
 EOF
