@@ -13,7 +13,8 @@
 //! `tests/profiles.rs` (limiters in network namespaces, whose queues another
 //! test's traffic would fill), `tests/scale.rs` (19,000 connections, near
 //! the descriptor cap), `tests/mesh.rs` (sixteen namespaces), and
-//! `tests/rr_loops.rs` and `tests/tcp_loops.rs` (which time clients alone).
+//! `tests/attack_fair.rs`, `tests/rr_loops.rs` and `tests/tcp_loops.rs`
+//! (which time clients alone, then beside a load, and compare).
 //!
 //! Tests that share something across files say so where they take it: a
 //! network namespace's one-letter tag is unique in this binary, ports come
@@ -38,7 +39,6 @@ mod udp_relay;
 
 mod attack;
 mod attack_core;
-mod attack_fair;
 mod attack_relay;
 mod attack_small;
 mod cli;

@@ -4,8 +4,10 @@
 //! cost the server CPU. Each test runs a real `netrig serve` process on
 //! loopback and speaks the protocol by hand where a real client would not.
 
-use crate::bin;
-use crate::timing;
+#[path = "common/bin.rs"]
+mod bin;
+#[path = "common/timing.rs"]
+mod timing;
 
 use bin::*;
 use netrig::protocol::proto::{self, ErrorCode, Message};
