@@ -221,8 +221,10 @@ fn mono_ns() -> u64 {
 /// Sleeps until CLOCK_MONOTONIC reads `at_ns` (an absolute deadline, so a
 /// late wake-up never pushes the next one later).
 fn sleep_until_mono(at_ns: u64) {
+    // The field's own type, not `libc::time_t` by name: on musl that alias
+    // is deprecated (it is to become 64-bit) and the static build warned.
     let t = libc::timespec {
-        tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+        tv_sec: (at_ns / 1_000_000_000) as _,
         tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: `t` is a valid timespec; a signal's EINTR just ends the wait early,
