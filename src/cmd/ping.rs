@@ -158,9 +158,9 @@ pub fn run(a: PingArgs) -> Result<ExitCode> {
     let mut log = super::rr::ProbeLog::default();
     // Rows of a second each, for the result's time series (not shown).
     let mut lines = super::rr::IntervalLines::new(std::time::Duration::from_secs(1), 0);
-    let mut on_probe = |p: &netrig::rr::client::Probe| {
+    let mut on_probe = |p: &netrig::rr::client::Probe, at| {
         log.push(p);
-        lines.probe(p);
+        lines.probe(p, at);
         sink.event("probe", p);
         if verbosity >= 1 {
             netrig::out!("{}", netrig::report::ping_line(size, &target, p));

@@ -210,12 +210,12 @@ impl IntervalLines {
         }
     }
 
-    /// A round trip ended: the intervals that closed before it.
-    pub(super) fn probe(&mut self, p: &netrig::rr::client::Probe) -> Vec<RrInterval> {
+    /// A round trip ended at `now` (its reply's arrival, or when it was
+    /// found lost): the intervals that closed before it.
+    pub(super) fn probe(&mut self, p: &netrig::rr::client::Probe, now: Instant) -> Vec<RrInterval> {
         if p.warmup || p.late {
             return Vec::new();
         }
-        let now = Instant::now();
         let rtt_ns = p.rtt_us.map(|us| (us * 1e3) as u64);
         let t0 = *self.t0.get_or_insert_with(|| {
             let rtt = Duration::from_nanos(rtt_ns.unwrap_or(0));
@@ -408,12 +408,12 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         }
         let mut cfg = base.clone();
         cfg.size = size;
-        let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |p| {
+        let result = netrig::rr::client::run(&cfg, Arc::clone(&interrupt), &mut |p, at| {
             if let Some(b) = banner.take() {
                 netrig::out!("{b}");
             }
             progress.inc();
-            for row in lines.probe(p) {
+            for row in lines.probe(p, at) {
                 if stream_rows {
                     sink.event("interval", &row);
                 }
@@ -526,4 +526,48 @@ pub fn run(a: RrArgs) -> Result<ExitCode> {
         },
         output_errors,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netrig::rr::client::Probe;
+
+    fn answered(seq: u64, rtt_us: f64) -> Probe {
+        Probe {
+            seq,
+            rtt_us: Some(rtt_us),
+            up_us: None,
+            down_us: None,
+            split_error_us: None,
+            late: false,
+            duplicate: false,
+            warmup: false,
+        }
+    }
+
+    #[test]
+    fn intervals_are_cut_at_the_times_the_round_trips_ended() {
+        let mut lines = IntervalLines::new(Duration::from_secs(1), 0);
+        let t = Instant::now();
+        // The first round trip started its rtt before it ended: time zero.
+        assert!(lines.probe(&answered(0, 250_000.0), t).is_empty());
+        assert!(
+            lines
+                .probe(&answered(1, 100.0), t + Duration::from_millis(500))
+                .is_empty()
+        );
+        let rows = lines.probe(&answered(2, 100.0), t + Duration::from_millis(1_500));
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].count, 2, "{rows:?}");
+        let took = lines.duration_secs().unwrap();
+        assert!((took - 1.75).abs() < 1e-9, "{took}");
+        // Warm-up and late replies move no interval.
+        let warm = Probe {
+            warmup: true,
+            ..answered(3, 1.0)
+        };
+        assert!(lines.probe(&warm, t + Duration::from_secs(9)).is_empty());
+        assert!((lines.duration_secs().unwrap() - 1.75).abs() < 1e-9);
+    }
 }

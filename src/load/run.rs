@@ -507,7 +507,7 @@ pub fn run(
         let every_ms = cfg.probe_interval_ms as f64;
         std::thread::spawn(move || {
             let mut first = true;
-            let mut on_probe = |p: &Probe| {
+            let mut on_probe = |p: &Probe, _at| {
                 if std::mem::take(&mut first) {
                     let took = since_first_probe(p, every_ms);
                     let now = Instant::now();

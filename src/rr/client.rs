@@ -67,7 +67,7 @@ fn pace(start: Instant, seq: u64, interval: Option<Duration>, busy: bool, interr
 pub fn run(
     cfg: &RrConfig,
     interrupt: Arc<AtomicBool>,
-    on_probe: &mut dyn FnMut(&Probe),
+    on_probe: &mut dyn FnMut(&Probe, Instant),
 ) -> Result<(RrReport, LatencyStats), ClientError> {
     cfg.validate()?;
     if matches!(cfg.transport, Transport::Sctp | Transport::SctpSeqpacket) {
@@ -161,7 +161,7 @@ fn tcp(
     c: &mut Control,
     session: uuid::Uuid,
     run: &mut Run,
-    on_probe: &mut dyn FnMut(&Probe),
+    on_probe: &mut dyn FnMut(&Probe, Instant),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let s = &mut c.stream;
@@ -198,7 +198,7 @@ fn seqpacket(
     session: uuid::Uuid,
     port: u16,
     run: &mut Run,
-    on_probe: &mut dyn FnMut(&Probe),
+    on_probe: &mut dyn FnMut(&Probe, Instant),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
@@ -242,7 +242,7 @@ fn seqpacket(
 fn exchanges(
     run: &mut Run,
     session: uuid::Uuid,
-    on_probe: &mut dyn FnMut(&Probe),
+    on_probe: &mut dyn FnMut(&Probe, Instant),
     mut exchange: impl FnMut(&[u8], &mut [u8]) -> io::Result<usize>,
 ) -> Result<(), (u64, io::Error)> {
     let (cfg, total, interrupt) = (run.cfg, run.total, run.interrupt);
@@ -303,16 +303,19 @@ fn exchanges(
             run.rep.corrupt += 1;
         }
         run.record_at(seq, rtt, now);
-        on_probe(&Probe {
-            seq,
-            rtt_us: Some(rtt.as_nanos() as f64 / 1e3),
-            up_us: None,
-            down_us: None,
-            split_error_us: None,
-            late: false,
-            duplicate: false,
-            warmup: seq < cfg.warmup,
-        });
+        on_probe(
+            &Probe {
+                seq,
+                rtt_us: Some(rtt.as_nanos() as f64 / 1e3),
+                up_us: None,
+                down_us: None,
+                split_error_us: None,
+                late: false,
+                duplicate: false,
+                warmup: seq < cfg.warmup,
+            },
+            now,
+        );
     }
     Ok(())
 }

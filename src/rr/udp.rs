@@ -23,7 +23,7 @@ pub(super) fn run(
     port: u16,
     token: u64,
     run: &mut Run,
-    on_probe: &mut dyn FnMut(&Probe),
+    on_probe: &mut dyn FnMut(&Probe, Instant),
 ) -> Result<(), ClientError> {
     let cfg = run.cfg;
     let server = std::net::SocketAddr::new(c.addr.ip(), port);
@@ -70,14 +70,16 @@ pub(super) fn run(
         },
         start,
     );
-    let mut checked = start;
+    // When the control connection is next checked: a deadline, so a loop
+    // turn compares instants rather than subtracting them.
+    let mut check_at = start + LIVENESS_CHECK;
     // Tells the machine's outcomes: a reply in time is a sample.
     let mut tell = |prober: &mut Prober, run: &mut Run, now: Instant| {
         while let Some(o) = prober.poll_event() {
             if let Some(rtt) = o.rtt {
                 run.record_at(o.probe.seq, rtt, now);
             }
-            on_probe(&o.probe);
+            on_probe(&o.probe, now);
         }
     };
     let mut failure = None;
@@ -93,8 +95,8 @@ pub(super) fn run(
         if run.interrupt.load(SeqCst) {
             break;
         }
-        if now.saturating_duration_since(checked) >= LIVENESS_CHECK {
-            checked = now;
+        if now >= check_at {
+            check_at = now + LIVENESS_CHECK;
             if c.peer_gone() {
                 failure = Some(c.failed(format!(
                     "the server closed the control connection after {} requests",
@@ -125,7 +127,7 @@ pub(super) fn run(
         };
         // Sleep in the socket until the machine's deadline or a liveness
         // check, whichever comes first.
-        let wake = until.min(checked + LIVENESS_CHECK);
+        let wake = until.min(check_at);
         let left = wake.saturating_duration_since(now);
         if left.is_zero() {
             now = Instant::now();

@@ -45,7 +45,7 @@ fn cfg(target: SocketAddr, transport: Transport) -> RrConfig {
 }
 
 fn go(c: &RrConfig) -> RrReport {
-    run(c, Arc::new(AtomicBool::new(false)), &mut |_| {})
+    run(c, Arc::new(AtomicBool::new(false)), &mut |_, _| {})
         .expect("rr run")
         .0
 }
@@ -230,7 +230,7 @@ fn ping_paces_probes() {
     c.interval = Some(Duration::from_millis(10));
     let mut probes = Vec::new();
     let t0 = std::time::Instant::now();
-    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p, _| {
         probes.push(p.clone())
     })
     .unwrap()
@@ -594,7 +594,7 @@ fn tcp_reset_is_a_failed_run_that_keeps_what_was_measured() {
         );
         let mut c = cfg(relay.addr, Transport::Tcp);
         (c.size, c.reply, c.iterations, c.warmup) = (100, 100, 1000, 0);
-        let (r, stats) = run(&c, Arc::new(AtomicBool::new(false)), &mut |_| {}).unwrap();
+        let (r, stats) = run(&c, Arc::new(AtomicBool::new(false)), &mut |_, _| {}).unwrap();
         let e = r.error.expect("a reset connection cannot succeed");
         assert!(e.contains("failed after"), "up={up}: {e}");
         assert_eq!(relay.events("reset").len(), 1);
@@ -689,7 +689,7 @@ fn ping_schedule_does_not_wait_for_lost_replies() {
     c.timeout = Some(Duration::from_secs(1));
     let t0 = std::time::Instant::now();
     let mut seen = Vec::new();
-    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p, _| {
         seen.push((p.seq, p.rtt_us.is_some(), t0.elapsed()))
     })
     .unwrap()
@@ -725,7 +725,7 @@ fn late_replies_are_counted_late_not_lost_twice() {
     c.interval = Some(Duration::from_millis(40));
     c.timeout = Some(Duration::from_millis(50));
     let mut lines = Vec::new();
-    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p, _| {
         lines.push(netrig::report::ping_line(64, "x", p))
     })
     .unwrap()
@@ -753,7 +753,7 @@ fn ping_split_carries_its_bound_unless_clocks_are_synced() {
         (c.iterations, c.warmup, c.synced) = (3, 0, synced);
         c.interval = Some(Duration::from_millis(5));
         let mut lines = Vec::new();
-        run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+        run(&c, Arc::new(AtomicBool::new(false)), &mut |p, _| {
             lines.push(netrig::report::ping_line(64, "x", p))
         })
         .unwrap();
@@ -776,7 +776,7 @@ fn unbounded_ping_is_accepted_and_runs_until_interrupted() {
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
     let mut n = 0;
-    let r = run(&c, Arc::clone(&stop), &mut |_| {
+    let r = run(&c, Arc::clone(&stop), &mut |_, _| {
         n += 1;
         if n == 20 {
             s.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -842,7 +842,7 @@ fn udp_loss_duplicates_and_reordering_each_way_equal_the_relays() {
     c.interval = Some(Duration::from_millis(1));
     c.timeout = Some(Duration::from_millis(500));
     let mut dup_probes = 0u64;
-    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p| {
+    let r = run(&c, Arc::new(AtomicBool::new(false)), &mut |p, _| {
         dup_probes += u64::from(p.duplicate)
     })
     .expect("rr run")

@@ -139,6 +139,10 @@ struct Pending {
     seq: u64,
     /// Monotonic send time (round trip start).
     t0: Instant,
+    /// `t0` + the plan's timeout: when the request is lost unanswered. Kept
+    /// so that each poll (twice a round trip) compares two instants rather
+    /// than subtracting them.
+    fate: Instant,
     /// Realtime send time, stamped into the header (one-way up).
     t1: u64,
     /// Realtime just before the send call (kernel receive stamps compare to it).
@@ -273,9 +277,8 @@ impl Prober {
     /// The time is `now`: requests whose timeout has passed are lost (until
     /// a reply proves them late); says what to do next.
     pub fn poll(&mut self, now: Instant) -> Next {
-        let timeout = self.plan.timeout;
         while let Some(p) = self.pending.front()
-            && now.saturating_duration_since(p.t0) >= timeout
+            && now >= p.fate
         {
             let seq = p.seq;
             self.pending.pop_front();
@@ -285,7 +288,7 @@ impl Prober {
             self.expired.push_back(seq);
             self.lost(seq);
         }
-        let fate = self.pending.front().map(|p| p.t0 + timeout);
+        let fate = self.pending.front().map(|p| p.fate);
         match self.next_due(now) {
             Due::At(d) if d <= now => Next::Send,
             Due::At(d) => Next::Wait(fate.map_or(d, |f| f.min(d))),
@@ -298,7 +301,7 @@ impl Prober {
                 None => {
                     let end = *self
                         .drain_until
-                        .get_or_insert_with(|| now + drain_time(self.max_rtt, timeout));
+                        .get_or_insert_with(|| now + drain_time(self.max_rtt, self.plan.timeout));
                     if now >= end {
                         Next::Done
                     } else {
@@ -336,6 +339,7 @@ impl Prober {
             self.pending.push_back(Pending {
                 seq,
                 t0,
+                fate: t0 + self.plan.timeout,
                 t1,
                 t_send,
             });
