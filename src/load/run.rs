@@ -507,11 +507,12 @@ pub fn run(
         let every_ms = cfg.probe_interval_ms as f64;
         std::thread::spawn(move || {
             let mut first = true;
-            let mut on_probe = |p: &Probe, _at| {
+            // `at` is when the probe's fate was known, the moment
+            // since_first_probe counts back from.
+            let mut on_probe = |p: &Probe, at: Instant| {
                 if std::mem::take(&mut first) {
                     let took = since_first_probe(p, every_ms);
-                    let now = Instant::now();
-                    let _ = ready_tx.send(now.checked_sub(took).unwrap_or(now));
+                    let _ = ready_tx.send(at.checked_sub(took).unwrap_or(at));
                 }
                 if let Some(s) = udp_sample(p, every_ms) {
                     push(&samples, s);
